@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Installs the Debian packages pipefill needs to build, test and plot. Idempotent:
+# packages already present are skipped, so a second run costs a dpkg query only.
+set -euo pipefail
+
+packages=(
+  cmake g++ make pkg-config
+  openmpi-bin libopenmpi-dev            # MPI runtime + headers (the SPMD launcher)
+  libhdf5-openmpi-dev hdf5-tools        # parallel HDF5 (inputs and outputs), h5dump for debugging
+  libcxxopts-dev nlohmann-json3-dev     # option table, config.json / safetensors headers
+  libopenblas-dev                       # sgemm for every projection on the CPU backend
+  libgtest-dev libgmock-dev libbenchmark-dev  # unit tests and micro-benchmarks
+  python3-numpy python3-h5py            # independent numpy reference (tests only)
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "setup: all ${#packages[@]} packages present"
+  exit 0
+fi
+
+echo "setup: installing ${missing[*]}"
+SUDO=""
+[ "$(id -u)" -eq 0 ] || SUDO="sudo"
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -qq
+$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+echo "setup: done"

@@ -1,0 +1,121 @@
+// Blocked online-softmax attention over paged K/V, with both matrix products in sgemm.
+//
+// For each KV head, the queries of its GQA group are packed into one matrix whose rows are
+// (token, head-in-group): the group shares its keys, so one GEMM serves all of its heads.
+// Key blocks are whole pages; each page of one head is a contiguous [page_size, head_dim]
+// matrix (see paged_kv_pool.hpp), so S = Q K^T and O += P V are GEMMs straight on the cache.
+#include "compute/cpu/attention.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+
+#include "compute/cpu/elementwise.hpp"
+
+namespace pf::cpu {
+namespace {
+
+constexpr int kTargetQueryRows = 256;  // rows of Q per block: S (rows x key block) stays in L2
+constexpr int kTargetKeyBlock = 256;   // keys per block, rounded to whole pages
+constexpr float kMasked = -1e30f;      // finite: exp underflows to exactly 0, no inf - inf
+
+}  // namespace
+
+double chunk_attention_flops(int tokens, int pos0, int heads, int head_dim) {
+  // Query at position p sees p + 1 keys; 4 * head_dim FLOPs per (query, key, head).
+  const double keys = static_cast<double>(tokens) * pos0 + 0.5 * tokens * (tokens + 1.0);
+  return 4.0 * head_dim * heads * keys;
+}
+
+void chunk_attention(const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv, int heads,
+                     float* out, int64_t out_stride, AttentionWorkspace& ws) {
+  const kv::KvShape& shape = kv.pool->shape();
+  const int d = shape.head_dim, page_size = shape.page_size, kv_heads = shape.kv_heads;
+  const int group = heads / kv_heads;
+  const int block_tokens = std::max(1, kTargetQueryRows / group);
+  const int pages_per_block = std::max(1, kTargetKeyBlock / page_size);
+  const int key_block = pages_per_block * page_size;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
+  const auto& pages = *kv.pages;
+
+  const int max_rows = std::min(block_tokens, tokens) * group;
+  ws.q_packed.resize(static_cast<size_t>(max_rows) * d);
+  ws.scores.resize(static_cast<size_t>(max_rows) * key_block);
+  ws.acc.resize(static_cast<size_t>(max_rows) * d);
+  ws.row_max.resize(max_rows);
+  ws.row_sum.resize(max_rows);
+
+  for (int kvh = 0; kvh < kv_heads; ++kvh) {
+    for (int q0 = 0; q0 < tokens; q0 += block_tokens) {
+      const int nq = std::min(block_tokens, tokens - q0);
+      const int rows = nq * group;
+      for (int t = 0; t < nq; ++t)
+        for (int j = 0; j < group; ++j) {
+          const float* src = q + (q0 + t) * q_stride + static_cast<int64_t>(kvh * group + j) * d;
+          float* dst = ws.q_packed.data() + static_cast<int64_t>(t * group + j) * d;
+          for (int i = 0; i < d; ++i) dst[i] = src[i] * scale;
+        }
+      std::fill(ws.acc.begin(), ws.acc.begin() + static_cast<int64_t>(rows) * d, 0.0f);
+      std::fill(ws.row_max.begin(), ws.row_max.begin() + rows, kMasked);
+      std::fill(ws.row_sum.begin(), ws.row_sum.begin() + rows, 0.0f);
+
+      const int first_query_pos = pos0 + q0;
+      const int last_query_pos = pos0 + q0 + nq - 1;
+      for (int k0 = 0; k0 <= last_query_pos; k0 += key_block) {
+        const int nk = std::min(key_block, last_query_pos + 1 - k0);
+        // S = Q K^T, one GEMM per page of the block.
+        for (int c = 0; c < nk; c += page_size) {
+          const int n = std::min(page_size, nk - c);
+          const float* keys = kv.pool->key_page(kv.layer, pages[(k0 + c) / page_size], kvh);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, d, 1.0f, ws.q_packed.data(), d, keys, d, 0.0f,
+                      ws.scores.data() + c, key_block);
+        }
+        // Causal mask, only on blocks that reach past the first query of this block.
+        if (k0 + nk - 1 > first_query_pos)
+          for (int t = 0; t < nq; ++t) {
+            const int visible = first_query_pos + t - k0 + 1;  // keys k0..qpos are visible
+            for (int j = 0; j < group; ++j) {
+              float* s = ws.scores.data() + static_cast<int64_t>(t * group + j) * key_block;
+              for (int c = std::max(visible, 0); c < nk; ++c) s[c] = kMasked;
+            }
+          }
+        // Online softmax: rescale what was accumulated when the running max grows.
+        for (int r = 0; r < rows; ++r) {
+          float* s = ws.scores.data() + static_cast<int64_t>(r) * key_block;
+          float block_max = kMasked;
+          for (int c = 0; c < nk; ++c) block_max = std::max(block_max, s[c]);
+          const float new_max = std::max(ws.row_max[r], block_max);
+          const float correction = std::exp(ws.row_max[r] - new_max);
+          for (int c = 0; c < nk; ++c) s[c] -= new_max;
+          exp_inplace(s, nk);
+          float sum = 0.0f;
+          for (int c = 0; c < nk; ++c) sum += s[c];
+          ws.row_sum[r] = ws.row_sum[r] * correction + sum;
+          ws.row_max[r] = new_max;
+          if (correction != 1.0f) {
+            float* a = ws.acc.data() + static_cast<int64_t>(r) * d;
+            for (int i = 0; i < d; ++i) a[i] *= correction;
+          }
+        }
+        // O += P V, one GEMM per page.
+        for (int c = 0; c < nk; c += page_size) {
+          const int n = std::min(page_size, nk - c);
+          const float* values = kv.pool->value_page(kv.layer, pages[(k0 + c) / page_size], kvh);
+          cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, n, 1.0f, ws.scores.data() + c, key_block,
+                      values, d, 1.0f, ws.acc.data(), d);
+        }
+      }
+      for (int t = 0; t < nq; ++t)
+        for (int j = 0; j < group; ++j) {
+          const int r = t * group + j;
+          const float inv = 1.0f / ws.row_sum[r];
+          const float* a = ws.acc.data() + static_cast<int64_t>(r) * d;
+          float* dst = out + (q0 + t) * out_stride + static_cast<int64_t>(kvh * group + j) * d;
+          for (int i = 0; i < d; ++i) dst[i] = a[i] * inv;
+        }
+    }
+  }
+}
+
+}  // namespace pf::cpu

@@ -1,0 +1,29 @@
+// Chunk attention on the CPU: the queries of one chunk against that prompt's paged K/V
+// (the prefix and the chunk itself, causally masked). Blocked with an online softmax, so
+// memory is O(query block x key block), never O(prompt length^2).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvcache/paged_kv_pool.hpp"
+
+namespace pf::cpu {
+
+struct AttentionWorkspace {
+  std::vector<float> q_packed;  // [query rows, head_dim], pre-scaled by 1/sqrt(head_dim)
+  std::vector<float> scores;    // [query rows, key block]
+  std::vector<float> acc;       // [query rows, head_dim]
+  std::vector<float> row_max, row_sum;
+};
+
+// q: [tokens, heads * head_dim] (row stride q_stride), already RoPE'd, tokens at positions
+// pos0..pos0+tokens-1, whose K/V are already written to `kv`. GQA: query head j uses KV
+// head j / (heads / kv_heads). out: [tokens, heads * head_dim] (row stride out_stride).
+void chunk_attention(const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv, int heads,
+                     float* out, int64_t out_stride, AttentionWorkspace& ws);
+
+// FLOPs of chunk_attention (QK^T and PV, 2 each per multiply-add) for FLOP-rate reports.
+double chunk_attention_flops(int tokens, int pos0, int heads, int head_dim);
+
+}  // namespace pf::cpu

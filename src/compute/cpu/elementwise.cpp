@@ -1,0 +1,108 @@
+// CPU element-wise ops. Plain loops written so GCC vectorises them at -O3 -march=native.
+#include "compute/cpu/elementwise.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace pf::cpu {
+
+void embed(const float* embedding, int hidden, const int32_t* tokens, int count, float* out) {
+  for (int t = 0; t < count; ++t)
+    std::memcpy(out + static_cast<int64_t>(t) * hidden, embedding + static_cast<int64_t>(tokens[t]) * hidden,
+                sizeof(float) * hidden);
+}
+
+void rms_norm(const float* x, int rows, int width, int row_stride, const float* weight, float eps, float* y,
+              int y_stride) {
+  for (int r = 0; r < rows; ++r) {
+    const float* in = x + static_cast<int64_t>(r) * row_stride;
+    float* out = y + static_cast<int64_t>(r) * y_stride;
+    float sum = 0.0f;
+    for (int i = 0; i < width; ++i) sum += in[i] * in[i];
+    const float scale = 1.0f / std::sqrt(sum / static_cast<float>(width) + eps);
+    for (int i = 0; i < width; ++i) out[i] = in[i] * scale * weight[i];
+  }
+}
+
+std::vector<double> rope_inv_freq(const model::ModelConfig& c) {
+  const int half = c.head_dim / 2;
+  std::vector<double> inv_freq(half);
+  for (int i = 0; i < half; ++i) inv_freq[i] = 1.0 / std::pow(c.rope_theta, (2.0 * i) / c.head_dim);
+  if (!c.rope_scaling.llama3) return inv_freq;
+  const auto& s = c.rope_scaling;
+  const double low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
+  const double high_freq_wavelen = s.original_max_position_embeddings / s.high_freq_factor;
+  for (double& f : inv_freq) {
+    const double wavelen = 2.0 * M_PI / f;
+    if (wavelen < high_freq_wavelen) continue;  // high frequencies: kept
+    if (wavelen > low_freq_wavelen) {           // low frequencies: stretched by `factor`
+      f /= s.factor;
+      continue;
+    }
+    const double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
+                          (s.high_freq_factor - s.low_freq_factor);
+    f = (1.0 - smooth) * f / s.factor + smooth * f;
+  }
+  return inv_freq;
+}
+
+void apply_rope(float* x, int rows, int row_stride, int heads, int head_dim, int pos0,
+                const std::vector<double>& inv_freq) {
+  const int half = head_dim / 2;
+  std::vector<float> cos_v(half), sin_v(half);
+  for (int r = 0; r < rows; ++r) {
+    // Angles in double: at positions near 1M a float32 product loses ~0.06 rad.
+    const double pos = static_cast<double>(pos0 + r);
+    for (int i = 0; i < half; ++i) {
+      const double angle = pos * inv_freq[i];
+      cos_v[i] = static_cast<float>(std::cos(angle));
+      sin_v[i] = static_cast<float>(std::sin(angle));
+    }
+    float* row = x + static_cast<int64_t>(r) * row_stride;
+    for (int h = 0; h < heads; ++h) {
+      float* v = row + h * head_dim;
+      for (int i = 0; i < half; ++i) {
+        const float a = v[i], b = v[i + half];
+        v[i] = a * cos_v[i] - b * sin_v[i];
+        v[i + half] = b * cos_v[i] + a * sin_v[i];
+      }
+    }
+  }
+}
+
+void swiglu(const float* gate_up, int rows, int width, float* out) {
+  for (int r = 0; r < rows; ++r) {
+    const float* gate = gate_up + static_cast<int64_t>(r) * 2 * width;
+    const float* up = gate + width;
+    float* o = out + static_cast<int64_t>(r) * width;
+    for (int i = 0; i < width; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  }
+}
+
+void add_inplace(float* x, const float* y, int64_t n) {
+  for (int64_t i = 0; i < n; ++i) x[i] += y[i];
+}
+
+void exp_inplace(float* x, int n) {
+  // exp(v) = 2^k * exp(r), k = round(v / ln2), |r| <= ln2/2, exp(r) by a degree-6 polynomial.
+  for (int i = 0; i < n; ++i) {
+    float v = x[i];
+    const bool underflow = v < -87.0f;
+    v = v > 88.0f ? 88.0f : (underflow ? -87.0f : v);
+    const float k = std::nearbyint(v * 1.44269504088896341f);
+    const float r = (v - k * 0.693145751953125f) - k * 1.428606765330187045e-06f;
+    float p = 1.0f / 720.0f;
+    p = p * r + 1.0f / 120.0f;
+    p = p * r + 1.0f / 24.0f;
+    p = p * r + 1.0f / 6.0f;
+    p = p * r + 0.5f;
+    p = p * r + 1.0f;
+    p = p * r + 1.0f;
+    int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+    float scale;
+    std::memcpy(&scale, &bits, 4);
+    x[i] = underflow ? 0.0f : p * scale;
+  }
+}
+
+}  // namespace pf::cpu

@@ -1,0 +1,35 @@
+// Element-wise and row-wise CPU ops of a decoder layer (float32). Each mirrors one CUDA
+// kernel in kernels/ so the two backends can be compared op by op.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace pf::cpu {
+
+// out[t, :] = embedding[tokens[t], :]
+void embed(const float* embedding, int hidden, const int32_t* tokens, int count, float* out);
+
+// y = x / sqrt(mean(x^2) + eps) * weight, per row of `width` (rows may be strided).
+void rms_norm(const float* x, int rows, int width, int row_stride, const float* weight, float eps, float* y,
+              int y_stride);
+
+// Rotary embedding frequencies, including llama3 rope_scaling (Hugging Face semantics).
+std::vector<double> rope_inv_freq(const model::ModelConfig& config);
+
+// Rotate-half RoPE in place on `heads` heads of each of `rows` tokens at positions pos0.. .
+void apply_rope(float* x, int rows, int row_stride, int heads, int head_dim, int pos0,
+                const std::vector<double>& inv_freq);
+
+// out[t, i] = silu(gate_up[t, i]) * gate_up[t, width + i]
+void swiglu(const float* gate_up, int rows, int width, float* out);
+
+// x += y (n elements)
+void add_inplace(float* x, const float* y, int64_t n);
+
+// Fast exp for softmax: relative error < 2e-7 on [-87, 88], 0 below; vectorises.
+void exp_inplace(float* x, int n);
+
+}  // namespace pf::cpu

@@ -1,0 +1,37 @@
+// Communicator construction. Pipeline traffic and results get their own duplicates of
+// MPI_COMM_WORLD so their tags can never match control messages.
+#include "dist/topology.hpp"
+
+#include <string>
+
+#include "errors.hpp"
+
+namespace pf::dist {
+
+Topology make_topology(int pp, int tp) {
+  Topology t;
+  MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &t.world_rank));
+  MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &t.world_size));
+  if (pp < 1 || tp < 1) throw UserError("--pp and --tp must be at least 1");
+  if (t.world_size != pp * tp)
+    throw UserError("world size is " + std::to_string(t.world_size) + " ranks but --pp " + std::to_string(pp) +
+                    " x --tp " + std::to_string(tp) + " needs " + std::to_string(pp * tp) +
+                    " (launch with mpirun -n " + std::to_string(pp * tp) + ")");
+  t.pp = pp;
+  t.tp = tp;
+  t.stage = t.world_rank / tp;
+  t.tp_rank = t.world_rank % tp;
+  t.prev_rank = t.first_stage() ? -1 : t.world_rank - tp;
+  t.next_rank = t.last_stage() ? -1 : t.world_rank + tp;
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.stage, t.tp_rank, &t.tp_comm));
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &t.pipeline_comm));
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &t.result_comm));
+  return t;
+}
+
+void free_topology(Topology& t) {
+  for (MPI_Comm* comm : {&t.tp_comm, &t.pipeline_comm, &t.result_comm})
+    if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
+}
+
+}  // namespace pf::dist

@@ -1,0 +1,42 @@
+// Two kinds of failure, kept apart on purpose:
+//  - UserError: bad flag, bad input, impossible configuration. Rank 0 prints one
+//    `error: ...` line and every rank exits with status 2.
+//  - A failing library call (MPI, HDF5, ...): a bug or a system fault. The check macros
+//    below print rank, host, statement and file:line, then abort the whole job (never hang).
+// Library code throws; only the driver (main.cpp) decides to exit.
+#pragma once
+
+#include <stdexcept>
+#include <string>
+
+namespace pf {
+
+constexpr int kExitUserError = 2;
+
+struct UserError : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+// Prints "fatal: <lib> call `stmt` failed (<detail>) at file:line on rank R (host)" and
+// calls MPI_Abort so that no peer is left waiting. Never returns.
+[[noreturn]] void fail_library_call(const char* lib, const char* statement, const std::string& detail,
+                                    const char* file, int line);
+
+std::string mpi_error_string(int code);
+
+}  // namespace pf
+
+// One template for every library's check macro: evaluate, test, report with context.
+#define PF_CHECK_TEMPLATE(lib, stmt, is_ok, detail_of)                          \
+  do {                                                                          \
+    auto pf_check_result_ = (stmt);                                             \
+    if (!(is_ok(pf_check_result_)))                                             \
+      ::pf::fail_library_call(lib, #stmt, detail_of(pf_check_result_), __FILE__, __LINE__); \
+  } while (0)
+
+#define PF_MPI_OK(r) ((r) == MPI_SUCCESS)
+#define PF_H5_OK(r) ((r) >= 0)
+#define PF_H5_DETAIL(r) std::string("status ") + std::to_string(static_cast<long long>(r))
+
+#define MPI_CHECK(stmt) PF_CHECK_TEMPLATE("MPI", stmt, PF_MPI_OK, ::pf::mpi_error_string)
+#define H5_CHECK(stmt) PF_CHECK_TEMPLATE("HDF5", stmt, PF_H5_OK, PF_H5_DETAIL)

@@ -1,0 +1,88 @@
+// HDF5 prompt reading (validated) and writing (for make-prompts).
+#include "io/prompts_h5.hpp"
+
+#include <hdf5.h>
+#include <unistd.h>
+
+#include "errors.hpp"
+#include "io/h5_handle.hpp"
+
+namespace pf::io {
+namespace {
+
+// Reads a 1-D integer dataset into `out`, converting to T (HDF5 converts and range-checks).
+template <typename T>
+void read_int_dataset(hid_t file, const std::string& path, const char* name, hid_t memory_type, std::vector<T>& out) {
+  const std::string where = path + ": /" + name;
+  if (H5Lexists(file, name, H5P_DEFAULT) <= 0) throw UserError(where + " is missing");
+  H5Handle dataset{H5Dopen2(file, name, H5P_DEFAULT), H5Dclose};
+  if (dataset.id < 0) throw UserError(where + " is not a dataset");
+  H5Handle type{H5Dget_type(dataset.id), H5Tclose};
+  if (H5Tget_class(type.id) != H5T_INTEGER) throw UserError(where + " must hold integers");
+  H5Handle space{H5Dget_space(dataset.id), H5Sclose};
+  if (H5Sget_simple_extent_ndims(space.id) != 1) throw UserError(where + " must be 1-D");
+  hsize_t count = 0;
+  H5Sget_simple_extent_dims(space.id, &count, nullptr);
+  out.resize(static_cast<size_t>(count));
+  if (count > 0 && H5Dread(dataset.id, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
+    throw UserError(where + " cannot be read as " + std::to_string(8 * sizeof(T)) + "-bit integers");
+}
+
+}  // namespace
+
+void quiet_hdf5_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+
+std::vector<int64_t> PromptSet::lengths() const {
+  std::vector<int64_t> result;
+  for (size_t i = 0; i + 1 < offsets.size(); ++i) result.push_back(offsets[i + 1] - offsets[i]);
+  return result;
+}
+
+PromptSet read_prompts(const std::string& path, int vocab_size) {
+  quiet_hdf5_errors();
+  if (access(path.c_str(), R_OK) != 0) throw UserError("cannot read input file " + path);
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw UserError(path + " is not an HDF5 file");
+  H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  if (file.id < 0) throw UserError("cannot open input file " + path);
+
+  PromptSet prompts;
+  read_int_dataset(file.id, path, "tokens", H5T_NATIVE_INT32, prompts.tokens);
+  read_int_dataset(file.id, path, "offsets", H5T_NATIVE_INT64, prompts.offsets);
+
+  const auto& off = prompts.offsets;
+  if (off.size() < 2) throw UserError(path + ": /offsets needs at least 2 entries (n prompts -> n + 1 offsets)");
+  if (off[0] != 0) throw UserError(path + ": /offsets must start at 0 (found " + std::to_string(off[0]) + ")");
+  for (size_t i = 0; i + 1 < off.size(); ++i) {
+    if (off[i + 1] == off[i]) throw UserError(path + ": prompt " + std::to_string(i) + " is empty");
+    if (off[i + 1] < off[i])
+      throw UserError(path + ": /offsets must increase (offsets[" + std::to_string(i + 1) + "] < offsets[" +
+                      std::to_string(i) + "])");
+  }
+  const int64_t total = static_cast<int64_t>(prompts.tokens.size());
+  if (off.back() != total)
+    throw UserError(path + ": the last offset is " + std::to_string(off.back()) + " but /tokens holds " +
+                    std::to_string(total) + " tokens" + (off.back() > total ? " (past the end)" : ""));
+  for (int64_t i = 0; i < total; ++i) {
+    const int32_t id = prompts.tokens[i];
+    if (id < 0 || id >= vocab_size)
+      throw UserError(path + ": token id " + std::to_string(id) + " at position " + std::to_string(i) +
+                      " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
+  }
+  return prompts;
+}
+
+void write_prompts(const std::string& path, const PromptSet& prompts) {
+  quiet_hdf5_errors();
+  H5Handle file{H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
+  if (file.id < 0) throw UserError("cannot create " + path + " (does its directory exist?)");
+  auto write = [&](const char* name, hid_t file_type, hid_t memory_type, const void* data, hsize_t count) {
+    H5Handle space{H5Screate_simple(1, &count, nullptr), H5Sclose};
+    H5Handle dataset{H5Dcreate2(file.id, name, file_type, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
+    H5_CHECK(dataset.id);
+    H5_CHECK(H5Dwrite(dataset.id, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data));
+  };
+  write("tokens", H5T_STD_I32LE, H5T_NATIVE_INT32, prompts.tokens.data(), prompts.tokens.size());
+  write("offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, prompts.offsets.data(), prompts.offsets.size());
+}
+
+}  // namespace pf::io

@@ -1,0 +1,250 @@
+// safetensors reading (validated header, sliced pread) and writing.
+#include "io/safetensors.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "errors.hpp"
+
+namespace pf::io {
+
+int dtype_size(Dtype dtype) { return dtype == Dtype::kF32 ? 4 : 2; }
+const char* dtype_name(Dtype dtype) {
+  switch (dtype) {
+    case Dtype::kF32: return "F32";
+    case Dtype::kBF16: return "BF16";
+    case Dtype::kF16: return "F16";
+  }
+  return "?";
+}
+
+int64_t TensorInfo::numel() const {
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;
+  return n;
+}
+int64_t TensorInfo::rows() const { return shape.empty() ? 1 : shape[0]; }
+int64_t TensorInfo::cols() const { return shape.size() >= 2 ? numel() / shape[0] : 1; }
+
+float bf16_to_float(uint16_t bits) {
+  uint32_t word = static_cast<uint32_t>(bits) << 16;
+  float value;
+  std::memcpy(&value, &word, 4);
+  return value;
+}
+
+uint16_t float_to_bf16(float value) {
+  uint32_t word;
+  std::memcpy(&word, &value, 4);
+  if (std::isnan(value)) return static_cast<uint16_t>((word >> 16) | 0x40);  // keep it a NaN
+  word += 0x7FFF + ((word >> 16) & 1);
+  return static_cast<uint16_t>(word >> 16);
+}
+
+float f16_to_float(uint16_t bits) {
+  const uint32_t sign = (bits & 0x8000u) << 16;
+  uint32_t exponent = (bits >> 10) & 0x1F;
+  uint32_t mantissa = bits & 0x3FF;
+  uint32_t word;
+  if (exponent == 0x1F) {
+    word = sign | 0x7F800000u | (mantissa << 13);
+  } else if (exponent != 0) {
+    word = sign | ((exponent + 112) << 23) | (mantissa << 13);
+  } else if (mantissa == 0) {
+    word = sign;
+  } else {  // subnormal: normalise
+    exponent = 113;
+    while ((mantissa & 0x400) == 0) {
+      mantissa <<= 1;
+      --exponent;
+    }
+    word = sign | (exponent << 23) | ((mantissa & 0x3FF) << 13);
+  }
+  float value;
+  std::memcpy(&value, &word, 4);
+  return value;
+}
+
+namespace {
+
+Dtype parse_dtype(const std::string& name, const std::string& where) {
+  if (name == "F32") return Dtype::kF32;
+  if (name == "BF16") return Dtype::kBF16;
+  if (name == "F16") return Dtype::kF16;
+  throw UserError(where + ": unsupported dtype " + name + " (supported: F32, BF16, F16)");
+}
+
+void pread_all(int fd, void* out, size_t bytes, uint64_t offset, const std::string& path) {
+  char* dst = static_cast<char*>(out);
+  while (bytes > 0) {
+    ssize_t got = ::pread(fd, dst, bytes, static_cast<off_t>(offset));
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) throw UserError(path + ": read failed at byte " + std::to_string(offset) + " (truncated file?)");
+    dst += got;
+    bytes -= static_cast<size_t>(got);
+    offset += static_cast<uint64_t>(got);
+  }
+}
+
+void convert_to_float(Dtype dtype, const char* raw, int64_t count, float* out) {
+  switch (dtype) {
+    case Dtype::kF32: std::memcpy(out, raw, static_cast<size_t>(count) * 4); break;
+    case Dtype::kBF16:
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, raw + 2 * i, 2);
+        out[i] = bf16_to_float(bits);
+      }
+      break;
+    case Dtype::kF16:
+      for (int64_t i = 0; i < count; ++i) {
+        uint16_t bits;
+        std::memcpy(&bits, raw + 2 * i, 2);
+        out[i] = f16_to_float(bits);
+      }
+      break;
+  }
+}
+
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd_ < 0) throw UserError("cannot open weights file " + path + ": " + std::strerror(errno));
+  try {
+    struct stat st {};
+    if (::fstat(fd_, &st) != 0) throw UserError("cannot stat " + path);
+    const uint64_t file_size = static_cast<uint64_t>(st.st_size);
+    if (file_size < 8) throw UserError(path + ": too short to be a safetensors file");
+    unsigned char length_bytes[8];
+    pread_all(fd_, length_bytes, 8, 0, path);
+    uint64_t header_bytes = 0;
+    for (int i = 7; i >= 0; --i) header_bytes = (header_bytes << 8) | length_bytes[i];
+    if (header_bytes > file_size - 8)
+      throw UserError(path + ": header length " + std::to_string(header_bytes) + " runs past the end of the file (" +
+                      std::to_string(file_size) + " bytes)");
+    if (header_bytes > kMaxHeaderBytes)
+      throw UserError(path + ": header length " + std::to_string(header_bytes) + " exceeds the 100 MiB limit");
+    std::string header(header_bytes, '\0');
+    pread_all(fd_, header.data(), header_bytes, 8, path);
+
+    nlohmann::json json = nlohmann::json::parse(header, nullptr, /*allow_exceptions=*/false);
+    if (json.is_discarded() || !json.is_object()) throw UserError(path + ": header is not a valid JSON object");
+
+    const uint64_t data_begin = 8 + header_bytes;
+    const uint64_t data_size = file_size - data_begin;
+    std::vector<std::pair<uint64_t, uint64_t>> ranges;
+    for (auto& [name, entry] : json.items()) {
+      if (name == "__metadata__") continue;
+      const std::string where = path + ": tensor " + name;
+      if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
+          !entry.contains("data_offsets") || !entry["dtype"].is_string() || !entry["shape"].is_array() ||
+          !entry["data_offsets"].is_array() || entry["data_offsets"].size() != 2)
+        throw UserError(where + ": entry needs dtype, shape and data_offsets [begin, end]");
+      TensorInfo info;
+      info.dtype = parse_dtype(entry["dtype"].get<std::string>(), where);
+      for (auto& dim : entry["shape"]) {
+        if (!dim.is_number_integer() || dim.get<int64_t>() < 0)
+          throw UserError(where + ": shape must hold non-negative integers");
+        info.shape.push_back(dim.get<int64_t>());
+      }
+      for (auto& offset : entry["data_offsets"])
+        if (!offset.is_number_unsigned()) throw UserError(where + ": data_offsets must be non-negative integers");
+      const uint64_t begin = entry["data_offsets"][0].get<uint64_t>();
+      const uint64_t end = entry["data_offsets"][1].get<uint64_t>();
+      if (begin > end || end > data_size)
+        throw UserError(where + ": byte range [" + std::to_string(begin) + ", " + std::to_string(end) +
+                        ") lies outside the data section (" + std::to_string(data_size) + " bytes)");
+      const uint64_t expected = static_cast<uint64_t>(info.numel()) * dtype_size(info.dtype);
+      if (end - begin != expected)
+        throw UserError(where + ": byte range holds " + std::to_string(end - begin) + " bytes but the shape needs " +
+                        std::to_string(expected));
+      info.file_begin = data_begin + begin;
+      info.file_end = data_begin + end;
+      ranges.emplace_back(begin, end);
+      tensors_.emplace(name, std::move(info));
+    }
+    std::sort(ranges.begin(), ranges.end());
+    for (size_t i = 1; i < ranges.size(); ++i)
+      if (ranges[i].first < ranges[i - 1].second) throw UserError(path + ": tensors' byte ranges overlap");
+  } catch (...) {
+    ::close(fd_);
+    fd_ = -1;
+    throw;
+  }
+}
+
+SafetensorsFile::~SafetensorsFile() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+const TensorInfo& SafetensorsFile::info(const std::string& name) const {
+  auto it = tensors_.find(name);
+  if (it == tensors_.end()) throw UserError(path_ + ": tensor " + name + " is missing");
+  return it->second;
+}
+
+void SafetensorsFile::read_block(const std::string& name, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                                 float* out) const {
+  const TensorInfo& t = info(name);
+  if (row0 < 0 || col0 < 0 || row0 + rows > t.rows() || col0 + cols > t.cols())
+    throw UserError(path_ + ": tensor " + name + " is smaller than the slice the model needs");
+  const int elem = dtype_size(t.dtype);
+  const uint64_t row_bytes = static_cast<uint64_t>(t.cols()) * elem;
+  std::vector<char> raw;
+  if (cols == t.cols()) {  // whole rows: one contiguous read
+    raw.resize(static_cast<size_t>(rows * cols * elem));
+    pread_all(fd_, raw.data(), raw.size(), t.file_begin + row0 * row_bytes, path_);
+    convert_to_float(t.dtype, raw.data(), rows * cols, out);
+    return;
+  }
+  raw.resize(static_cast<size_t>(cols * elem));
+  for (int64_t r = 0; r < rows; ++r) {
+    pread_all(fd_, raw.data(), raw.size(), t.file_begin + (row0 + r) * row_bytes + col0 * elem, path_);
+    convert_to_float(t.dtype, raw.data(), cols, out + r * cols);
+  }
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors, Dtype dtype) {
+  nlohmann::json header = nlohmann::json::object();
+  header["__metadata__"] = {{"format", "pt"}};
+  uint64_t offset = 0;
+  for (const auto& t : tensors) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    const uint64_t bytes = static_cast<uint64_t>(numel) * dtype_size(dtype);
+    header[t.name] = {{"dtype", dtype_name(dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    offset += bytes;
+  }
+  std::string text = header.dump();
+  while ((text.size() + 8) % 8 != 0) text.push_back(' ');  // keep the data 8-byte aligned
+  std::ofstream out(path, std::ios::binary);
+  if (!out) throw UserError("cannot write " + path);
+  uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((length >> (8 * i)) & 0xFF));
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  std::vector<uint16_t> half;
+  for (const auto& t : tensors) {
+    int64_t numel = 1;
+    for (int64_t d : t.shape) numel *= d;
+    if (dtype == Dtype::kF32) {
+      out.write(reinterpret_cast<const char*>(t.data), numel * 4);
+    } else {
+      if (dtype != Dtype::kBF16) throw UserError("writing F16 checkpoints is not supported; use f32 or bf16");
+      half.resize(static_cast<size_t>(numel));
+      for (int64_t i = 0; i < numel; ++i) half[i] = float_to_bf16(t.data[i]);
+      out.write(reinterpret_cast<const char*>(half.data()), numel * 2);
+    }
+  }
+  if (!out) throw UserError("write failed: " + path + " (disk full?)");
+}
+
+}  // namespace pf::io

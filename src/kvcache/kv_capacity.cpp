@@ -1,0 +1,27 @@
+// KV capacity check.
+#include "kvcache/kv_capacity.hpp"
+
+#include <string>
+
+#include "errors.hpp"
+
+namespace pf::kv {
+
+int pool_pages_for(const KvShape& shape, const std::vector<int64_t>& prompt_lengths, int64_t budget_mb, int stage) {
+  const int64_t budget_pages = (budget_mb << 20) / shape.bytes_per_page();
+  int needed = 0;
+  for (size_t p = 0; p < prompt_lengths.size(); ++p) {
+    const int pages = shape.pages_for(prompt_lengths[p]);
+    if (pages > budget_pages) {
+      const double need_mb = static_cast<double>(pages) * shape.bytes_per_page() / (1 << 20);
+      throw UserError("prompt " + std::to_string(p) + " (" + std::to_string(prompt_lengths[p]) +
+                      " tokens) needs " + std::to_string(static_cast<long long>(need_mb + 1)) +
+                      " MiB of KV cache per rank on stage " + std::to_string(stage) + " but --kv-memory-mb is " +
+                      std::to_string(budget_mb) + "; raise it, or add stages (--pp) or TP ranks (--tp)");
+    }
+    if (pages > needed) needed = pages;
+  }
+  return needed;
+}
+
+}  // namespace pf::kv

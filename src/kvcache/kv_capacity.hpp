@@ -1,0 +1,17 @@
+// Sizing a stage's KV pool before any compute: the pool must hold the largest prompt
+// (a stage holds one prompt's pages at a time, freed when its last chunk passes), within
+// the --kv-memory-mb budget. A prompt that cannot fit is a user error found here.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvcache/paged_kv_pool.hpp"
+
+namespace pf::kv {
+
+// Pages to allocate: what the longest prompt needs. Throws UserError naming the prompt,
+// the stage and the budget when it exceeds budget_mb.
+int pool_pages_for(const KvShape& shape, const std::vector<int64_t>& prompt_lengths, int64_t budget_mb, int stage);
+
+}  // namespace pf::kv

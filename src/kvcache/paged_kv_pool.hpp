@@ -1,0 +1,75 @@
+// The paged KV cache of one pipeline stage (one TP shard of it). Pages of `page_size`
+// tokens are handed to prompts as their chunks arrive and returned when the prompt's last
+// chunk has passed the stage. One page id covers the same tokens in every local layer.
+//
+// Layout of one page of one layer: K as [kv_heads][page_size][head_dim], then V the same,
+// so the keys of one head inside a page form a contiguous [page_size, head_dim] matrix
+// that attention can hand straight to a GEMM.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <vector>
+
+namespace pf::kv {
+
+struct KvShape {
+  int layers = 0;     // local layers of the stage
+  int kv_heads = 0;   // local KV heads of the TP shard
+  int head_dim = 0;
+  int page_size = 0;  // tokens per page
+  int64_t floats_per_page_layer() const { return 2ll * kv_heads * page_size * head_dim; }
+  int64_t bytes_per_page() const { return floats_per_page_layer() * layers * static_cast<int64_t>(sizeof(float)); }
+  int pages_for(int64_t tokens) const { return static_cast<int>((tokens + page_size - 1) / page_size); }
+};
+
+class PagedKvPool {
+ public:
+  PagedKvPool(const KvShape& shape, int num_pages);
+
+  const KvShape& shape() const { return shape_; }
+  int num_pages() const { return num_pages_; }
+  int free_pages() const { return static_cast<int>(free_list_.size()); }
+  int peak_pages_in_use() const { return peak_in_use_; }
+
+  // Grows `prompt`'s page table to cover `tokens` tokens. Throws std::logic_error when the
+  // pool is exhausted: capacity is checked against the plan before any compute.
+  void reserve(int prompt, int64_t tokens);
+  void release(int prompt);
+  const std::vector<int>& pages(int prompt) const;
+
+  // Copies K and V rows of `count` tokens at positions pos0.. into the prompt's pages.
+  // k and v are [count, kv_heads * head_dim] with the given row strides.
+  void write(int layer, int prompt, int pos0, int count, const float* k, int64_t k_stride, const float* v,
+             int64_t v_stride);
+
+  const float* key_page(int layer, int page, int kv_head) const { return base(layer, page) + head_offset(kv_head); }
+  const float* value_page(int layer, int page, int kv_head) const {
+    return base(layer, page) + shape_.floats_per_page_layer() / 2 + head_offset(kv_head);
+  }
+
+ private:
+  float* base(int layer, int page) {
+    return storage_.data() + (static_cast<int64_t>(page) * shape_.layers + layer) * shape_.floats_per_page_layer();
+  }
+  const float* base(int layer, int page) const {
+    return storage_.data() + (static_cast<int64_t>(page) * shape_.layers + layer) * shape_.floats_per_page_layer();
+  }
+  int64_t head_offset(int kv_head) const { return static_cast<int64_t>(kv_head) * shape_.page_size * shape_.head_dim; }
+
+  KvShape shape_;
+  int num_pages_;
+  std::vector<float> storage_;
+  std::vector<int> free_list_;
+  std::map<int, std::vector<int>> tables_;
+  int peak_in_use_ = 0;
+};
+
+// A read-only view of one layer of one prompt, what attention needs.
+struct KvLayerView {
+  const PagedKvPool* pool = nullptr;
+  int layer = 0;
+  const std::vector<int>* pages = nullptr;
+};
+
+}  // namespace pf::kv

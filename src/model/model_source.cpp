@@ -1,0 +1,27 @@
+// --model resolution.
+#include "model/model_source.hpp"
+
+#include <filesystem>
+
+#include "errors.hpp"
+#include "model/presets.hpp"
+
+namespace pf::model {
+
+ModelSource open_model(const std::string& model_flag, uint64_t seed) {
+  ModelSource source;
+  const std::string prefix = "synthetic:";
+  if (model_flag.rfind(prefix, 0) == 0) {
+    source.config = preset_config(model_flag.substr(prefix.size()));
+    source.tensors = make_synthetic_source(source.config, seed);
+    source.synthetic = true;
+    return source;
+  }
+  if (!std::filesystem::is_directory(model_flag))
+    throw UserError("model directory " + model_flag + " does not exist (or use --model synthetic:PRESET)");
+  source.config = load_config_file((std::filesystem::path(model_flag) / "config.json").string());
+  source.tensors = open_checkpoint(model_flag);
+  return source;
+}
+
+}  // namespace pf::model

@@ -1,0 +1,103 @@
+// Seeded synthetic weights and the list of tensors a Llama-family model has.
+// Values are a counter-based hash of (seed, name, element index): reproducible, and any
+// slice can be generated without generating the rest.
+#include <cmath>
+#include <map>
+
+#include "errors.hpp"
+#include "model/tensor_source.hpp"
+
+namespace pf::model {
+
+std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
+  const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
+  std::vector<TensorSpec> specs;
+  specs.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
+  for (int i = 0; i < c.num_layers; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".";
+    specs.push_back({p + "input_layernorm.weight", {h}});
+    specs.push_back({p + "self_attn.q_proj.weight", {q, h}});
+    specs.push_back({p + "self_attn.k_proj.weight", {kv, h}});
+    specs.push_back({p + "self_attn.v_proj.weight", {kv, h}});
+    if (c.attention_bias) {
+      specs.push_back({p + "self_attn.q_proj.bias", {q}});
+      specs.push_back({p + "self_attn.k_proj.bias", {kv}});
+      specs.push_back({p + "self_attn.v_proj.bias", {kv}});
+    }
+    if (c.qk_norm) {
+      specs.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
+      specs.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
+    }
+    specs.push_back({p + "self_attn.o_proj.weight", {h, q}});
+    specs.push_back({p + "post_attention_layernorm.weight", {h}});
+    specs.push_back({p + "mlp.gate_proj.weight", {inter, h}});
+    specs.push_back({p + "mlp.up_proj.weight", {inter, h}});
+    specs.push_back({p + "mlp.down_proj.weight", {h, inter}});
+  }
+  specs.push_back({"model.norm.weight", {h}});
+  if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, h}});
+  return specs;
+}
+
+namespace {
+
+uint64_t splitmix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  for (unsigned char ch : text) hash = (hash ^ ch) * 0x100000001b3ull;
+  return hash;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+class SyntheticSource final : public TensorSource {
+ public:
+  SyntheticSource(const ModelConfig& config, uint64_t seed) : seed_(seed) {
+    for (auto& spec : expected_tensors(config)) shapes_[spec.name] = spec.shape;
+  }
+  bool has(const std::string& name) const override { return shapes_.count(name) != 0; }
+  std::vector<int64_t> shape(const std::string& name) const override {
+    auto it = shapes_.find(name);
+    if (it == shapes_.end()) throw UserError("synthetic model has no tensor " + name);
+    return it->second;
+  }
+  void read_block(const std::string& name, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                  float* out) const override {
+    const auto s = shape(name);
+    const int64_t width = s.size() >= 2 ? s[1] : 1;
+    const int64_t fan_in = s.size() >= 2 ? s[1] : 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c)
+        out[r * cols + c] = synthetic_value(seed_, name, fan_in, (row0 + r) * width + (col0 + c));
+  }
+
+ private:
+  uint64_t seed_;
+  std::map<std::string, std::vector<int64_t>> shapes_;
+};
+
+}  // namespace
+
+float synthetic_value(uint64_t seed, const std::string& name, int64_t fan_in, int64_t index) {
+  const uint64_t bits = splitmix64(splitmix64(seed ^ fnv1a(name)) + static_cast<uint64_t>(index));
+  const float uniform = static_cast<float>(bits >> 40) * (2.0f / 16777216.0f) - 1.0f;  // [-1, 1)
+  if (ends_with(name, "norm.weight")) return 1.0f + 0.1f * uniform;  // norm gains near 1
+  if (ends_with(name, ".bias")) return 0.1f * uniform;
+  if (name == "model.embed_tokens.weight") return uniform;
+  // Linear layers: variance 1/fan_in keeps activations O(1) through the stack.
+  return uniform * std::sqrt(3.0f / static_cast<float>(fan_in));
+}
+
+std::unique_ptr<TensorSource> make_synthetic_source(const ModelConfig& config, uint64_t seed) {
+  return std::make_unique<SyntheticSource>(config, seed);
+}
+
+}  // namespace pf::model

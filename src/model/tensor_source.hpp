@@ -1,0 +1,45 @@
+// Where weights come from: a Hugging Face checkpoint directory or the seeded synthetic
+// generator. Both answer the same questions so the loader cannot tell them apart.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "model/config.hpp"
+
+namespace pf::model {
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;  // Hugging Face orientation: linear weights are [out, in]
+};
+
+// Every tensor a model of this config has, in Hugging Face names and shapes.
+std::vector<TensorSpec> expected_tensors(const ModelConfig& config);
+
+class TensorSource {
+ public:
+  virtual ~TensorSource() = default;
+  virtual bool has(const std::string& name) const = 0;
+  virtual std::vector<int64_t> shape(const std::string& name) const = 0;
+  // Rows [row0, row0+rows) x cols [col0, col0+cols) of the 2-D view ([n] is [n, 1]).
+  virtual void read_block(const std::string& name, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                          float* out) const = 0;
+};
+
+// A directory with config.json and model.safetensors, or shards listed by
+// model.safetensors.index.json. Shard files are opened on first use, so a rank only ever
+// touches the shards that hold its own tensors.
+std::unique_ptr<TensorSource> open_checkpoint(const std::string& directory);
+
+// The seeded random model `make-model --preset` writes, generated element by element from
+// (seed, tensor name, index) so a rank can produce just its own shard.
+std::unique_ptr<TensorSource> make_synthetic_source(const ModelConfig& config, uint64_t seed);
+float synthetic_value(uint64_t seed, const std::string& name, int64_t rows_cols_in, int64_t index);
+
+// Checks that every expected tensor is present with the expected shape (headers only).
+void validate_tensors(const ModelConfig& config, const TensorSource& source, const std::string& origin);
+
+}  // namespace pf::model

@@ -1,0 +1,169 @@
+// Loading a rank's slice of the weights, and the checkpoint-directory tensor source.
+#include "model/weights.hpp"
+
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
+
+#include "errors.hpp"
+#include "io/safetensors.hpp"
+
+namespace pf::model {
+namespace fs = std::filesystem;
+
+namespace {
+
+class CheckpointSource final : public TensorSource {
+ public:
+  explicit CheckpointSource(const std::string& directory) : directory_(directory) {
+    const fs::path index_path = fs::path(directory) / "model.safetensors.index.json";
+    const fs::path single_path = fs::path(directory) / "model.safetensors";
+    if (fs::exists(index_path)) {
+      std::ifstream in(index_path);
+      nlohmann::json index = nlohmann::json::parse(in, nullptr, false);
+      if (index.is_discarded() || !index.contains("weight_map") || !index["weight_map"].is_object())
+        throw UserError(index_path.string() + ": malformed index (needs a \"weight_map\" object)");
+      for (auto& [name, file] : index["weight_map"].items()) {
+        if (!file.is_string()) throw UserError(index_path.string() + ": weight_map values must be file names");
+        file_of_[name] = (fs::path(directory) / file.get<std::string>()).string();
+      }
+    } else if (fs::exists(single_path)) {
+      auto& file = open(single_path.string());
+      for (auto& [name, info] : file.tensors()) file_of_[name] = single_path.string();
+    } else {
+      throw UserError("no weights in " + directory + " (expected model.safetensors or model.safetensors.index.json)");
+    }
+  }
+
+  bool has(const std::string& name) const override { return file_of_.count(name) != 0; }
+  std::vector<int64_t> shape(const std::string& name) const override { return info(name).shape; }
+  void read_block(const std::string& name, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
+                  float* out) const override {
+    file_for(name).read_block(name, row0, rows, col0, cols, out);
+  }
+
+ private:
+  const io::SafetensorsFile& open(const std::string& path) const {
+    auto it = files_.find(path);
+    if (it == files_.end()) it = files_.emplace(path, std::make_unique<io::SafetensorsFile>(path)).first;
+    return *it->second;
+  }
+  const io::SafetensorsFile& file_for(const std::string& name) const {
+    auto it = file_of_.find(name);
+    if (it == file_of_.end()) throw UserError(directory_ + ": tensor " + name + " is missing");
+    return open(it->second);
+  }
+  const io::TensorInfo& info(const std::string& name) const { return file_for(name).info(name); }
+
+  std::string directory_;
+  std::map<std::string, std::string> file_of_;
+  mutable std::map<std::string, std::unique_ptr<io::SafetensorsFile>> files_;
+};
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t i = 0; i < shape.size(); ++i) text += (i ? ", " : "") + std::to_string(shape[i]);
+  return text + "]";
+}
+
+std::vector<float> read(const TensorSource& source, const std::string& name, int64_t row0, int64_t rows, int64_t col0,
+                        int64_t cols) {
+  std::vector<float> out(static_cast<size_t>(rows * cols));
+  source.read_block(name, row0, rows, col0, cols, out.data());
+  return out;
+}
+
+void append(std::vector<float>& dst, const std::vector<float>& src) { dst.insert(dst.end(), src.begin(), src.end()); }
+
+}  // namespace
+
+std::unique_ptr<TensorSource> open_checkpoint(const std::string& directory) {
+  return std::make_unique<CheckpointSource>(directory);
+}
+
+void validate_tensors(const ModelConfig& config, const TensorSource& source, const std::string& origin) {
+  for (const auto& spec : expected_tensors(config)) {
+    if (!source.has(spec.name)) throw UserError(origin + ": tensor " + spec.name + " is missing");
+    const auto actual = source.shape(spec.name);
+    if (actual != spec.shape)
+      throw UserError(origin + ": tensor " + spec.name + " has shape " + shape_text(actual) +
+                      " but config.json implies " + shape_text(spec.shape));
+  }
+}
+
+void validate_tensor_parallel(const ModelConfig& c, int tp) {
+  auto check = [tp](int value, const char* what) {
+    if (value % tp != 0)
+      throw UserError(std::string(what) + " (" + std::to_string(value) + ") does not divide by --tp " +
+                      std::to_string(tp));
+  };
+  check(c.num_heads, "num_attention_heads");
+  check(c.num_kv_heads, "num_key_value_heads");
+  check(c.intermediate_size, "intermediate_size");
+}
+
+ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank) {
+  ShardSpec s;
+  s.tp = tp;
+  s.tp_rank = tp_rank;
+  s.heads = config.num_heads / tp;
+  s.kv_heads = config.num_kv_heads / tp;
+  s.intermediate = config.intermediate_size / tp;
+  const int base = config.vocab_size / tp, extra = config.vocab_size % tp;
+  s.vocab_count = base + (tp_rank < extra ? 1 : 0);
+  s.vocab_begin = tp_rank * base + std::min(tp_rank, extra);
+  return s;
+}
+
+size_t StageWeights::bytes() const {
+  size_t n = embedding.size() + final_norm.size() + lm_head.size();
+  for (const auto& l : layers)
+    n += l.input_norm.size() + l.qkv.size() + l.qkv_bias.size() + l.q_norm.size() + l.k_norm.size() + l.o.size() +
+         l.post_norm.size() + l.gate_up.size() + l.down.size();
+  return n * sizeof(float);
+}
+
+StageWeights load_stage_weights(const ModelConfig& c, const TensorSource& source, const StageRange& stage,
+                                bool first_stage, bool last_stage, const ShardSpec& shard) {
+  const int64_t h = c.hidden_size, d = c.head_dim;
+  const int64_t q_rows = shard.heads * d, kv_rows = shard.kv_heads * d, inter = shard.intermediate;
+  const int64_t q_row0 = shard.tp_rank * q_rows, kv_row0 = shard.tp_rank * kv_rows, i_row0 = shard.tp_rank * inter;
+
+  StageWeights w;
+  if (first_stage) w.embedding = read(source, "model.embed_tokens.weight", 0, c.vocab_size, 0, h);
+  for (int layer = stage.first; layer < stage.first + stage.count; ++layer) {
+    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    LayerWeights l;
+    l.input_norm = read(source, p + "input_layernorm.weight", 0, h, 0, 1);
+    // Column parallel: each rank owns whole heads, i.e. a contiguous block of output rows.
+    l.qkv = read(source, p + "self_attn.q_proj.weight", q_row0, q_rows, 0, h);
+    append(l.qkv, read(source, p + "self_attn.k_proj.weight", kv_row0, kv_rows, 0, h));
+    append(l.qkv, read(source, p + "self_attn.v_proj.weight", kv_row0, kv_rows, 0, h));
+    if (c.attention_bias) {
+      l.qkv_bias = read(source, p + "self_attn.q_proj.bias", q_row0, q_rows, 0, 1);
+      append(l.qkv_bias, read(source, p + "self_attn.k_proj.bias", kv_row0, kv_rows, 0, 1));
+      append(l.qkv_bias, read(source, p + "self_attn.v_proj.bias", kv_row0, kv_rows, 0, 1));
+    }
+    if (c.qk_norm) {
+      l.q_norm = read(source, p + "self_attn.q_norm.weight", 0, d, 0, 1);
+      l.k_norm = read(source, p + "self_attn.k_norm.weight", 0, d, 0, 1);
+    }
+    // Row parallel: each rank owns the input columns matching its heads.
+    l.o = read(source, p + "self_attn.o_proj.weight", 0, h, q_row0, q_rows);
+    l.post_norm = read(source, p + "post_attention_layernorm.weight", 0, h, 0, 1);
+    l.gate_up = read(source, p + "mlp.gate_proj.weight", i_row0, inter, 0, h);
+    append(l.gate_up, read(source, p + "mlp.up_proj.weight", i_row0, inter, 0, h));
+    l.down = read(source, p + "mlp.down_proj.weight", 0, h, i_row0, inter);
+    w.layers.push_back(std::move(l));
+  }
+  if (last_stage) {
+    w.final_norm = read(source, "model.norm.weight", 0, h, 0, 1);
+    const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+    w.lm_head = read(source, head, shard.vocab_begin, shard.vocab_count, 0, h);  // vocabulary parallel
+  }
+  return w;
+}
+
+}  // namespace pf::model

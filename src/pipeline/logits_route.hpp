@@ -1,0 +1,53 @@
+// How a prompt's logits reach the writer (world rank 0): the last stage's TP ranks gather
+// their vocabulary shards to TP rank 0, which sends the full row to rank 0 (or hands it
+// over directly when it *is* rank 0, i.e. pp == 1). Rank 0 is also stage 0 and busy
+// computing, so it keeps receives posted and polls them between micro-batches.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <vector>
+
+#include "dist/p2p.hpp"
+#include "dist/topology.hpp"
+#include "model/config.hpp"
+#include "sched/batch_plan.hpp"
+
+namespace pf::pipeline {
+
+using LogitsSink = std::function<void(int prompt, const float* logits)>;
+
+// Last-stage side.
+class LogitsSender {
+ public:
+  LogitsSender(const dist::Topology& topology, const model::ModelConfig& config, LogitsSink local_sink);
+  // Collective over the last stage's TP group. `shard` holds this rank's vocabulary slice.
+  void send(int prompt, const std::vector<float>& shard);
+  void flush();  // commits every pending send
+
+ private:
+  const dist::Topology& topology_;
+  int vocab_size_;
+  std::vector<int> counts_, displacements_;
+  LogitsSink local_sink_;
+  std::deque<dist::PendingSend> pending_;
+};
+
+// Writer side (world rank 0, when it is not itself the last-stage leader).
+class LogitsInbox {
+ public:
+  LogitsInbox(const dist::Topology& topology, const sched::BatchPlan& plan, int vocab_size, LogitsSink sink);
+  void poll();   // delivers whatever has arrived, never blocks
+  void drain();  // waits (without spinning) for every remaining row
+
+ private:
+  void post_next();
+  const dist::Topology& topology_;
+  int vocab_size_;
+  LogitsSink sink_;
+  std::vector<int> completion_order_;  // prompts in the order their last chunks are scheduled
+  size_t next_to_post_ = 0;
+  std::deque<std::pair<int, dist::PostedRecv>> posted_;
+};
+
+}  // namespace pf::pipeline

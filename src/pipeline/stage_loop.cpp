@@ -1,0 +1,113 @@
+// The stage event loop. Every rank walks the same micro-batch list; prompts follow one
+// another without draining the pipe.
+//
+// Buffers circulate: a receive is posted into a free buffer; once it has arrived the
+// buffer *is* the chunk's hidden state, computed on in place, then handed to a
+// PendingSend; when that send is committed the buffer returns to the free list. So at
+// most ring_depth receives are posted ahead and ring_depth sends are in flight, and no
+// buffer is written while MPI may still be reading it.
+#include "pipeline/stage_loop.hpp"
+
+#include <deque>
+
+namespace pf::pipeline {
+
+namespace {
+
+class BufferPool {
+ public:
+  explicit BufferPool(size_t floats) : floats_(floats) {}
+  dist::Buffer take() {
+    if (free_.empty()) return dist::Buffer(floats_);
+    dist::Buffer b = std::move(free_.back());
+    free_.pop_back();
+    return b;
+  }
+  void give(dist::Buffer b) { free_.push_back(std::move(b)); }
+
+ private:
+  size_t floats_;
+  std::vector<dist::Buffer> free_;
+};
+
+}  // namespace
+
+void run_stage_loop(StageLoopContext& ctx) {
+  using trace::EventKind;
+  const auto& topo = ctx.topology;
+  const auto& mbs = ctx.plan.micro_batches;
+  const int hidden = ctx.config.hidden_size;
+  const int depth = ctx.ring_depth;
+  const long long count = static_cast<long long>(mbs.size());
+  BufferPool pool(static_cast<size_t>(ctx.plan.max_chunk()) * hidden);
+
+  std::deque<dist::PostedRecv> receives;  // receives[k] is micro-batch next_to_receive + k
+  long long next_to_post = 0;
+  std::deque<dist::PendingSend> sends;
+
+  std::unique_ptr<LogitsInbox> inbox;
+  if (topo.is_writer() && topo.world_rank != topo.last_stage_leader())
+    inbox = std::make_unique<LogitsInbox>(topo, ctx.plan, ctx.config.vocab_size, ctx.sink);
+  std::unique_ptr<LogitsSender> sender;
+  std::vector<float> logits_shard;
+  if (topo.last_stage()) {
+    sender = std::make_unique<LogitsSender>(topo, ctx.config, ctx.sink);
+    logits_shard.resize(ctx.compute.shard().vocab_count);
+  }
+
+  for (long long i = 0; i < count; ++i) {
+    const sched::MicroBatch& mb = mbs[i];
+    // Keep `depth` receives posted ahead, so a sender never waits for us to post.
+    while (!topo.first_stage() && next_to_post < count && next_to_post < i + depth) {
+      const auto& ahead = mbs[next_to_post];
+      receives.push_back(dist::PostedRecv::post(pool.take(), ahead.length * hidden, topo.prev_rank,
+                                                dist::tag_of(next_to_post), topo.pipeline_comm));
+      ++next_to_post;
+    }
+
+    dist::Buffer state;
+    if (topo.first_stage()) {
+      state = pool.take();
+      const int32_t* tokens = ctx.prompts.tokens.data() + ctx.prompts.offsets[mb.prompt] + mb.start;
+      ctx.compute.embed(tokens, mb.length, state.data());
+    } else {
+      trace::Timeline::Scope wait(ctx.timeline, EventKind::kRecvWait, mb);
+      state = receives.front().wait();
+      receives.pop_front();
+    }
+
+    {
+      trace::Timeline::Scope compute(ctx.timeline, EventKind::kCompute, mb);
+      ctx.compute.forward({mb.prompt, mb.start, mb.length}, state.data());
+    }
+    // The prompt's last chunk has passed this stage: its KV pages are free again.
+    if (mb.is_last) ctx.kv_pool.release(mb.prompt);
+
+    if (topo.last_stage()) {
+      if (mb.is_last) {
+        trace::Timeline::Scope head(ctx.timeline, EventKind::kLmHead, mb);
+        ctx.compute.lm_head(state.data() + static_cast<int64_t>(mb.length - 1) * hidden, logits_shard.data());
+        sender->send(mb.prompt, logits_shard);
+      }
+      pool.give(std::move(state));
+    } else {
+      sends.push_back(dist::PendingSend::start(std::move(state), mb.length * hidden, topo.next_rank, dist::tag_of(i),
+                                               topo.pipeline_comm));
+      // Commit finished sends early (cheap), and block only when the ring is full.
+      while (!sends.empty() && (sends.size() > static_cast<size_t>(depth) || sends.front().test())) {
+        trace::Timeline::Scope commit(ctx.timeline, EventKind::kSendCommit, mb);
+        pool.give(sends.front().commit());
+        sends.pop_front();
+      }
+    }
+    if (inbox) inbox->poll();
+  }
+
+  // Drain: every send is committed before the loop returns, never skipped.
+  for (auto& send : sends) send.commit();
+  sends.clear();
+  if (sender) sender->flush();
+  if (inbox) inbox->drain();
+}
+
+}  // namespace pf::pipeline

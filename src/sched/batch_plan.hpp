@@ -1,0 +1,50 @@
+// The batch plan: the ordered list of micro-batches every rank executes. A micro-batch is
+// one chunk of one prompt. World rank 0 builds it from the prompt lengths and the chunk
+// policy and broadcasts it, so every rank walks the same schedule.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+namespace pf::sched {
+
+struct MicroBatch {
+  int index = 0;      // position in the schedule
+  int prompt = 0;     // input order index
+  int64_t start = 0;  // first token of the chunk = prefix length already in the KV cache
+  int length = 0;     // tokens in the chunk
+  bool is_last = false;
+};
+
+struct BatchPlan {
+  std::vector<int64_t> prompt_lengths;
+  std::vector<MicroBatch> micro_batches;
+  int max_chunk() const;
+  int64_t total_tokens() const;
+  int num_prompts() const { return static_cast<int>(prompt_lengths.size()); }
+};
+
+// A chunk policy decides the next chunk's size from the prefix already done.
+class ChunkPolicy {
+ public:
+  virtual ~ChunkPolicy() = default;
+  virtual int next_chunk(int64_t prefix_len, int64_t remaining) const = 0;
+};
+
+class FixedChunkPolicy final : public ChunkPolicy {
+ public:
+  explicit FixedChunkPolicy(int chunk_size) : chunk_size_(chunk_size) {}
+  int next_chunk(int64_t, int64_t remaining) const override;
+
+ private:
+  int chunk_size_;
+};
+
+// Prompts in input order, each cut by the policy; prompts follow each other without a drain.
+BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolicy& policy);
+std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy);
+
+std::vector<char> serialize(const BatchPlan& plan);
+BatchPlan deserialize(const std::vector<char>& bytes);
+
+}  // namespace pf::sched

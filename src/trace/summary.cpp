@@ -1,0 +1,50 @@
+// Summary statistics from the gathered timeline.
+#include "trace/summary.hpp"
+
+#include <algorithm>
+
+namespace pf::trace {
+
+RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEvent>& events, int pp, int tp,
+                     double wall_s) {
+  RunSummary s;
+  s.num_prompts = plan.num_prompts();
+  s.num_tokens = plan.total_tokens();
+  s.num_micro_batches = static_cast<int>(plan.micro_batches.size());
+  s.pp = pp;
+  s.wall_s = wall_s;
+  s.tokens_per_s = wall_s > 0 ? static_cast<double>(s.num_tokens) / wall_s : 0;
+  s.ttft_s.assign(s.num_prompts, 0.0);
+  std::vector<double> busy(pp, 0.0);
+  for (const auto& e : events) {
+    const auto kind = static_cast<EventKind>(e.kind);
+    if (kind == EventKind::kCompute || kind == EventKind::kLmHead) busy[e.stage] += e.t_end_s - e.t_start_s;
+    if (kind == EventKind::kLmHead && e.stage == pp - 1 && e.tp_rank == 0) s.ttft_s[e.prompt] = e.t_end_s;
+  }
+  const int m = s.num_micro_batches;
+  s.bubble_ideal = m > 0 ? static_cast<double>(pp - 1) / (pp - 1 + m) : 0;
+  double idle_sum = 0;
+  for (int stage = 0; stage < pp; ++stage) {
+    const double fraction = wall_s > 0 ? busy[stage] / tp / wall_s : 0;
+    s.stage_busy_fraction.push_back(fraction);
+    idle_sum += 1.0 - fraction;
+  }
+  s.bubble_measured = idle_sum / pp;
+  return s;
+}
+
+void print_summary(const RunSummary& s, std::FILE* out) {
+  std::fprintf(out, "\n== pipefill summary ==\n");
+  std::fprintf(out, "prompts %d, tokens %lld, micro-batches %d\n", s.num_prompts, static_cast<long long>(s.num_tokens),
+               s.num_micro_batches);
+  std::fprintf(out, "wall %.3f s, %.1f tokens/s\n", s.wall_s, s.tokens_per_s);
+  const size_t shown = std::min<size_t>(s.ttft_s.size(), 16);
+  for (size_t p = 0; p < shown; ++p) std::fprintf(out, "  prompt %zu ttft_s: %.4f\n", p, s.ttft_s[p]);
+  if (shown < s.ttft_s.size()) std::fprintf(out, "  ... %zu more in /ttft_s\n", s.ttft_s.size() - shown);
+  std::fprintf(out, "stage busy fraction:");
+  for (double f : s.stage_busy_fraction) std::fprintf(out, " %.3f", f);
+  std::fprintf(out, "\nbubble: measured %.3f, ideal (P-1)/(P-1+M) = %.3f (P=%d, M=%d)\n", s.bubble_measured,
+               s.bubble_ideal, s.pp, s.num_micro_batches);
+}
+
+}  // namespace pf::trace

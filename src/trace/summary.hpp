@@ -1,0 +1,30 @@
+// The end-of-run summary rank 0 prints: throughput, TTFT per prompt, per-stage busy
+// fraction, and the measured pipeline bubble beside the ideal (P-1)/(P-1+M).
+#pragma once
+
+#include <cstdio>
+#include <vector>
+
+#include "sched/batch_plan.hpp"
+#include "trace/timeline.hpp"
+
+namespace pf::trace {
+
+struct RunSummary {
+  int num_prompts = 0;
+  int64_t num_tokens = 0;
+  int num_micro_batches = 0;
+  int pp = 1;
+  double wall_s = 0;
+  double tokens_per_s = 0;
+  std::vector<double> ttft_s;               // per prompt: its logits done on the last stage
+  std::vector<double> stage_busy_fraction;  // compute + LM head time / wall, mean over TP ranks
+  double bubble_measured = 0;               // mean over stages of 1 - busy fraction
+  double bubble_ideal = 0;                  // (P-1)/(P-1+M)
+};
+
+RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEvent>& events, int pp, int tp,
+                     double wall_s);
+void print_summary(const RunSummary& summary, std::FILE* out);
+
+}  // namespace pf::trace

@@ -1,0 +1,43 @@
+// Timeline recording and gathering.
+#include "trace/timeline.hpp"
+
+#include <algorithm>
+#include <cstring>
+
+#include "dist/collectives.hpp"
+
+namespace pf::trace {
+
+const char* event_kind_name(EventKind kind) {
+  switch (kind) {
+    case EventKind::kCompute: return "compute";
+    case EventKind::kRecvWait: return "recv_wait";
+    case EventKind::kSendCommit: return "send_commit";
+    case EventKind::kAllReduce: return "allreduce";
+    case EventKind::kLmHead: return "lm_head";
+  }
+  return "?";
+}
+
+void Timeline::record(EventKind kind, const sched::MicroBatch& mb, double t_start, double t_end) {
+  events_.push_back({topology_.world_rank, topology_.stage, topology_.tp_rank, static_cast<int32_t>(kind), mb.index,
+                     mb.prompt, mb.start, mb.length, t_start, t_end});
+}
+
+std::vector<TimelineEvent> gather_timeline(const Timeline& timeline, MPI_Comm comm) {
+  const auto& mine = timeline.events();
+  std::vector<char> bytes(mine.size() * sizeof(TimelineEvent));
+  if (!bytes.empty()) std::memcpy(bytes.data(), mine.data(), bytes.size());
+  std::vector<TimelineEvent> all;
+  for (const auto& blob : dist::gather_bytes(bytes, 0, comm)) {
+    const size_t count = blob.size() / sizeof(TimelineEvent);
+    const size_t old = all.size();
+    all.resize(old + count);
+    if (count) std::memcpy(all.data() + old, blob.data(), blob.size());
+  }
+  std::stable_sort(all.begin(), all.end(),
+                   [](const TimelineEvent& a, const TimelineEvent& b) { return a.t_start_s < b.t_start_s; });
+  return all;
+}
+
+}  // namespace pf::trace

@@ -1,0 +1,67 @@
+// Per-rank timeline of what each rank did when: compute, waiting for a receive, committing
+// a send, TP all-reduce, LM head. Times are seconds since rank 0's run start (clock-aligned),
+// so events from different ranks can be laid side by side.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dist/clock_sync.hpp"
+#include "dist/topology.hpp"
+#include "sched/batch_plan.hpp"
+
+namespace pf::trace {
+
+enum class EventKind : int32_t { kCompute = 0, kRecvWait = 1, kSendCommit = 2, kAllReduce = 3, kLmHead = 4 };
+const char* event_kind_name(EventKind kind);
+constexpr int kNumEventKinds = 5;
+
+// The record stored in the output file's /timeline (an HDF5 compound type of these fields).
+struct TimelineEvent {
+  int32_t rank;
+  int32_t stage;
+  int32_t tp_rank;
+  int32_t kind;
+  int32_t micro_batch;
+  int32_t prompt;
+  int64_t chunk_start;
+  int32_t chunk_length;
+  double t_start_s;
+  double t_end_s;
+};
+
+class Timeline {
+ public:
+  Timeline(const dist::Topology& topology, const dist::RunClock& clock) : topology_(topology), clock_(clock) {}
+
+  double now() const { return clock_.now(); }
+  void record(EventKind kind, const sched::MicroBatch& mb, double t_start, double t_end);
+  const std::vector<TimelineEvent>& events() const { return events_; }
+
+  // Records [construction, destruction) as one event.
+  class Scope {
+   public:
+    Scope(Timeline& timeline, EventKind kind, const sched::MicroBatch& mb)
+        : timeline_(timeline), kind_(kind), mb_(mb), start_(timeline.now()) {}
+    ~Scope() { timeline_.record(kind_, mb_, start_, timeline_.now()); }
+    Scope(const Scope&) = delete;
+    Scope& operator=(const Scope&) = delete;
+
+   private:
+    Timeline& timeline_;
+    EventKind kind_;
+    const sched::MicroBatch& mb_;
+    double start_;
+  };
+
+ private:
+  const dist::Topology& topology_;
+  dist::RunClock clock_;
+  std::vector<TimelineEvent> events_;
+};
+
+// Collective: every rank's events, on world rank 0 (empty elsewhere), sorted by start time.
+std::vector<TimelineEvent> gather_timeline(const Timeline& timeline, MPI_Comm comm);
+
+}  // namespace pf::trace
