@@ -1,6 +1,7 @@
 // KV capacity check.
 #include "kvcache/kv_capacity.hpp"
 
+#include <cmath>
 #include <string>
 
 #include "errors.hpp"
@@ -15,7 +16,7 @@ int pool_pages_for(const KvShape& shape, const std::vector<int64_t>& prompt_leng
     if (pages > budget_pages) {
       const double need_mb = static_cast<double>(pages) * shape.bytes_per_page() / (1 << 20);
       throw UserError("prompt " + std::to_string(p) + " (" + std::to_string(prompt_lengths[p]) +
-                      " tokens) needs " + std::to_string(static_cast<long long>(need_mb + 1)) +
+                      " tokens) needs " + std::to_string(static_cast<long long>(std::ceil(need_mb))) +
                       " MiB of KV cache per rank on stage " + std::to_string(stage) + " but --kv-memory-mb is " +
                       std::to_string(budget_mb) + "; raise it, or add stages (--pp) or TP ranks (--tp)");
     }

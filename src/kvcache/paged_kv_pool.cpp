@@ -16,9 +16,9 @@ PagedKvPool::PagedKvPool(const KvShape& shape, int num_pages)
 void PagedKvPool::reserve(int prompt, int64_t tokens) {
   auto& table = tables_[prompt];
   const int needed = shape_.pages_for(tokens);
+  if (needed - static_cast<int>(table.size()) > free_pages())
+    throw std::logic_error("KV pool exhausted: the capacity check before the run should have prevented this");
   while (static_cast<int>(table.size()) < needed) {
-    if (free_list_.empty())
-      throw std::logic_error("KV pool exhausted: the capacity check before the run should have prevented this");
     table.push_back(free_list_.back());
     free_list_.pop_back();
   }

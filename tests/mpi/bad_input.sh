@@ -1,0 +1,98 @@
+#!/usr/bin/env bash
+# One bad-input case: pipefill must print exactly one `error:` line (from rank 0), exit
+# with status 2, leave no output file (nor its .partial), and not hang (timeout = failure).
+# usage: bad_input.sh BIN_DIR CASE DATA_DIR
+set -euo pipefail
+here=$(dirname "$0")
+source "$here/mpi_env.sh"
+bin=$1 case=$2 data=$3
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+out=$work/out.h5
+model=$data/tiny
+input=$data/prompts.h5
+ranks=2
+extra=(--pp 2)
+
+# make_input NAME PYTHON-CODE: writes $work/NAME.h5 with h5py (f is the open file).
+make_input() {
+  "$PYTHON" - "$work/$1.h5" <<PY
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:
+    $2
+PY
+  input=$work/$1.h5
+}
+# copy_model: a private copy of the tiny model to corrupt.
+copy_model() { cp -r "$data/tiny" "$work/model"; model=$work/model; }
+# patch_st PYTHON-CODE: rewrites model.safetensors; `raw` is its bytes, `hl` the header length.
+patch_st() {
+  copy_model
+  "$PYTHON" - "$model/model.safetensors" <<PY
+import sys, struct, json
+path = sys.argv[1]
+raw = open(path, "rb").read()
+hl = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + hl])
+$1
+open(path, "wb").write(raw)
+PY
+}
+patch_config() {
+  copy_model
+  "$PYTHON" - "$model/config.json" <<PY
+import sys, json
+c = json.load(open(sys.argv[1]))
+$1
+json.dump(c, open(sys.argv[1], "w"))
+PY
+}
+
+case $case in
+  missing_model) model=$work/nope; expect="model directory" ;;
+  missing_input) input=$work/nope.h5; expect="cannot read input file" ;;
+  input_is_directory) input=$work; expect="is not an HDF5 file" ;;
+  missing_tokens) make_input x 'f["offsets"] = np.array([0, 3], dtype=np.int64)'; expect="/tokens is missing" ;;
+  float_tokens) make_input x 'f["tokens"] = np.ones(3, dtype=np.float32); f["offsets"] = np.array([0, 3])'; expect="must hold integers" ;;
+  offsets_not_zero) make_input x 'f["tokens"] = np.ones(3, dtype=np.int32); f["offsets"] = np.array([1, 3])'; expect="must start at 0" ;;
+  offsets_decreasing) make_input x 'f["tokens"] = np.ones(4, dtype=np.int32); f["offsets"] = np.array([0, 3, 2, 4])'; expect="must increase" ;;
+  offsets_past_end) make_input x 'f["tokens"] = np.ones(3, dtype=np.int32); f["offsets"] = np.array([0, 2, 9])'; expect="past the end" ;;
+  token_outside_vocab) make_input x 'f["tokens"] = np.array([1, 512, 3], dtype=np.int32); f["offsets"] = np.array([0, 3])'; expect="outside the vocabulary" ;;
+  empty_prompt) make_input x 'f["tokens"] = np.ones(3, dtype=np.int32); f["offsets"] = np.array([0, 3, 3])'; expect="prompt 1 is empty" ;;
+  truncated_safetensors) patch_st 'raw = raw[:len(raw) // 2]'; expect="outside the data section" ;;
+  header_length_past_end) patch_st 'raw = struct.pack("<Q", 1 << 31) + raw[8:]'; expect="runs past the end of the file" ;;
+  bad_header_json) patch_st 'raw = raw[:8] + b"{" * hl + raw[8 + hl:]'; expect="not a valid JSON object" ;;
+  tensor_range_outside_file) patch_st '
+k = "model.norm.weight"; b, e = header[k]["data_offsets"]; header[k]["data_offsets"] = [b + 10**9, e + 10**9]
+text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + raw[8 + hl:]'
+    expect="outside the data section" ;;
+  shape_mismatch) patch_config 'c["intermediate_size"] = 512'; expect="but config.json implies" ;;
+  unknown_architecture) patch_config 'c["architectures"] = ["MambaForCausalLM"]'; expect="unknown architecture" ;;
+  missing_tensor) patch_config 'c["num_hidden_layers"] = 9'; extra=(--pp 2 --layer-partition 4,5); expect="model.layers.8.input_layernorm.weight is missing" ;;
+  world_size_mismatch) ranks=3; expect="world size is 3 ranks" ;;
+  more_stages_than_layers) ranks=9; extra=(--pp 9); expect="more stages than" ;;
+  bad_partition_sum) extra=(--pp 2 --layer-partition 3,4); expect="sums to 7 layers" ;;
+  bad_partition_count) extra=(--pp 2 --layer-partition 2,2,4); expect="has 3 entries" ;;
+  tp_not_dividing_heads) ranks=3; extra=(--pp 1 --tp 3); expect="does not divide by --tp 3" ;;
+  prompt_exceeds_kv_budget) make_input x 'f["tokens"] = np.ones(300000, dtype=np.int32); f["offsets"] = np.array([0, 300000])'
+    extra=(--pp 2 --kv-memory-mb 16); expect="needs" ;;
+  output_directory_missing) out=$work/missing/out.h5; expect="does not exist" ;;
+  unknown_flag) extra=(--pp 2 --chunksize 5); expect="chunksize" ;;
+  unknown_preset) model=synthetic:enormous; expect="unknown model preset" ;;
+  zero_chunk_size) extra=(--pp 2 --chunk-size 0); expect="--chunk-size must be at least 1" ;;
+  *) echo "unknown case $case"; exit 1 ;;
+esac
+
+set +e
+timeout 120 mpirun -n "$ranks" "$bin/pipefill" run --model "$model" --input "$input" --output "$out" "${extra[@]}" \
+  >"$work/stdout" 2>"$work/stderr"
+status=$?
+set -e
+errors=$(grep -c '^error:' "$work/stderr" || true)
+echo "status $status, stderr:"; cat "$work/stderr"
+[ "$status" -ne 124 ] || { echo "FAILED: hung (killed by timeout)"; exit 1; }
+[ "$status" -eq 2 ] || { echo "FAILED: exit status $status, expected 2"; exit 1; }
+[ "$errors" -eq 1 ] || { echo "FAILED: $errors error: lines, expected exactly 1"; exit 1; }
+grep '^error:' "$work/stderr" | grep -qF -- "$expect" || { echo "FAILED: error line lacks \"$expect\""; exit 1; }
+[ ! -e "$out" ] && [ ! -e "$out.partial" ] || { echo "FAILED: output file left behind"; exit 1; }
+echo "Passed: $case"

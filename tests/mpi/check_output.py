@@ -1,0 +1,24 @@
+#!/usr/bin/env python3
+"""Checks that a pipefill output file is complete: logits, TTFT, timeline, attributes."""
+import sys
+
+import h5py
+import numpy as np
+
+path = sys.argv[1]
+with h5py.File(path, "r") as f:
+    logits, ttft, timeline = f["logits"][:], f["ttft_s"][:], f["timeline"][:]
+    attrs = dict(f.attrs)
+n = logits.shape[0]
+assert np.isfinite(logits).all(), "non-finite logits"
+assert ttft.shape == (n,) and (ttft > 0).all(), f"bad ttft {ttft}"
+for key in ("version", "model", "pp", "tp", "chunk_size", "page_size", "model_config"):
+    assert key in attrs, f"attribute {key} missing"
+pp, tp = int(attrs["pp"]), int(attrs["tp"])
+kinds = {int(k) for k in timeline["kind"]}
+assert 0 in kinds and 4 in kinds, f"compute / lm_head events missing: {kinds}"
+assert len({int(r) for r in timeline["rank"]}) == pp * tp, "events missing from some rank"
+assert (timeline["t_end_s"] >= timeline["t_start_s"]).all(), "negative event duration"
+last_stage_heads = timeline[(timeline["kind"] == 4) & (timeline["stage"] == pp - 1) & (timeline["tp_rank"] == 0)]
+assert len(last_stage_heads) == n, "one LM-head event per prompt"
+print(f"output ok: {n} prompts, {len(timeline)} timeline events, pp {pp} x tp {tp}")

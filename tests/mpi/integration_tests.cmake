@@ -1,0 +1,77 @@
+# MPI integration: every configuration must reproduce the float64 reference logits (and
+# the numpy Hugging Face reference) within 1e-4 relative error. Models and prompts are
+# made once by fixtures; each case is one `mpirun`.
+set(PF_DATA ${CMAKE_CURRENT_BINARY_DIR}/data)
+set(PF_MPI ${CMAKE_CURRENT_SOURCE_DIR}/mpi)
+set(PF_PY /usr/bin/python3)
+set(PF_BIN ${CMAKE_BINARY_DIR})
+
+add_test(NAME setup.data COMMAND ${CMAKE_COMMAND} -E make_directory ${PF_DATA})
+set_tests_properties(setup.data PROPERTIES FIXTURES_SETUP data LABELS mpi)
+
+# Models: tiny (single f32 file), tiny-qwen2 (sharded bf16), tiny-qwen3 (bf16).
+add_test(NAME setup.model.tiny COMMAND pipefill make-model --preset tiny --out ${PF_DATA}/tiny)
+add_test(NAME setup.model.qwen2 COMMAND pipefill make-model --preset tiny-qwen2 --out ${PF_DATA}/qwen2 --dtype bf16 --max-shard-mb 1 --seed 7)
+add_test(NAME setup.model.qwen3 COMMAND pipefill make-model --preset tiny-qwen3 --out ${PF_DATA}/qwen3 --dtype bf16 --seed 9)
+add_test(NAME setup.prompts COMMAND pipefill make-prompts --out ${PF_DATA}/prompts.h5 --num 4 --min-len 20 --max-len 300 --vocab 512 --seed 3)
+foreach(name model.tiny model.qwen2 model.qwen3 prompts)
+  set_tests_properties(setup.${name} PROPERTIES FIXTURES_SETUP ${name} FIXTURES_REQUIRED data LABELS mpi)
+endforeach()
+
+# References, float64 C++ and numpy, for each model.
+foreach(model tiny qwen2 qwen3)
+  add_test(NAME setup.reference.${model}
+           COMMAND pipefill_reference --model ${PF_DATA}/${model} --input ${PF_DATA}/prompts.h5 --output ${PF_DATA}/ref_${model}.h5)
+  add_test(NAME setup.numpy.${model}
+           COMMAND ${PF_PY} ${CMAKE_CURRENT_SOURCE_DIR}/reference/numpy_reference.py ${PF_DATA}/${model} ${PF_DATA}/prompts.h5 ${PF_DATA}/np_${model}.h5)
+  set_tests_properties(setup.reference.${model} setup.numpy.${model} PROPERTIES
+                       FIXTURES_REQUIRED "model.${model};prompts" LABELS mpi)
+  set_tests_properties(setup.reference.${model} PROPERTIES FIXTURES_SETUP reference.${model})
+  set_tests_properties(setup.numpy.${model} PROPERTIES FIXTURES_SETUP numpy.${model})
+endforeach()
+
+# The two references agree with each other (independent code paths).
+foreach(model tiny qwen2 qwen3)
+  add_test(NAME reference.agree.${model} COMMAND compare_logits ${PF_DATA}/np_${model}.h5 ${PF_DATA}/ref_${model}.h5 --rtol 1e-4)
+  set_tests_properties(reference.agree.${model} PROPERTIES FIXTURES_REQUIRED "reference.${model};numpy.${model}" LABELS mpi)
+endforeach()
+
+# pf_mpi_case(NAME MODEL RANKS run-args...): run and compare with both references of MODEL.
+function(pf_mpi_case name model ranks)
+  set(model_flag ${PF_DATA}/${model})
+  if(model STREQUAL "synthetic-tiny")
+    set(model_flag synthetic:tiny)
+    set(model tiny)  # synthetic:tiny with seed 0 is exactly make-model --preset tiny
+  endif()
+  add_test(NAME mpi.${name}
+           COMMAND ${PF_MPI}/run_and_compare.sh ${PF_BIN} ${ranks} ${PF_DATA}/out_${name}.h5
+                   "${PF_DATA}/ref_${model}.h5 ${PF_DATA}/np_${model}.h5"
+                   -- --model ${model_flag} --input ${PF_DATA}/prompts.h5 ${ARGN})
+  set_tests_properties(mpi.${name} PROPERTIES LABELS mpi PROCESSORS ${ranks}
+                       FIXTURES_REQUIRED "reference.${model};numpy.${model};prompts" TIMEOUT 300)
+endfunction()
+
+pf_mpi_case(pp1_tp1_unchunked tiny 1 --pp 1 --tp 1 --chunk-size 100000)
+pf_mpi_case(pp2_tp1 tiny 2 --pp 2 --tp 1 --chunk-size 64)
+pf_mpi_case(pp1_tp2 tiny 2 --pp 1 --tp 2 --chunk-size 64)
+pf_mpi_case(pp4_tp2_chunk64_page16 tiny 8 --pp 4 --tp 2 --chunk-size 64 --page-size 16)
+pf_mpi_case(pp3_uneven_2_4_2 tiny 3 --pp 3 --chunk-size 50 --page-size 16 --layer-partition 2,4,2)
+pf_mpi_case(pp2_page64_chunk100 tiny 2 --pp 2 --chunk-size 100 --page-size 64)
+pf_mpi_case(pp8_one_layer_each tiny 8 --pp 8 --chunk-size 32 --page-size 16 --ring-depth 1)
+pf_mpi_case(synthetic_pp2_tp2 synthetic-tiny 4 --pp 2 --tp 2 --chunk-size 64)
+pf_mpi_case(qwen2_sharded_bf16_pp2_tp2 qwen2 4 --pp 2 --tp 2 --chunk-size 48 --page-size 16)
+pf_mpi_case(qwen3_pp2_chunk33 qwen3 2 --pp 2 --chunk-size 33 --page-size 16)
+
+# Bad inputs: one `error:` line from rank 0, exit status 2, no output file, no hang.
+set(PF_BAD_CASES
+  missing_model missing_input input_is_directory missing_tokens float_tokens offsets_not_zero
+  offsets_decreasing offsets_past_end token_outside_vocab empty_prompt
+  truncated_safetensors header_length_past_end bad_header_json tensor_range_outside_file
+  shape_mismatch unknown_architecture missing_tensor world_size_mismatch more_stages_than_layers
+  bad_partition_sum bad_partition_count tp_not_dividing_heads prompt_exceeds_kv_budget
+  output_directory_missing unknown_flag unknown_preset zero_chunk_size)
+foreach(case ${PF_BAD_CASES})
+  add_test(NAME bad_input.${case} COMMAND ${PF_MPI}/bad_input.sh ${PF_BIN} ${case} ${PF_DATA})
+  set_tests_properties(bad_input.${case} PROPERTIES LABELS mpi TIMEOUT 120
+                       FIXTURES_REQUIRED "model.tiny;prompts")
+endforeach()

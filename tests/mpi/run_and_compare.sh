@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# One MPI integration case: run pipefill on RANKS ranks, then require its logits to match
+# each reference file within the tolerance, and the output file to be complete.
+# usage: run_and_compare.sh BIN_DIR RANKS OUT.h5 "REF1.h5 REF2.h5" -- <pipefill run arguments>
+set -euo pipefail
+here=$(dirname "$0")
+source "$here/mpi_env.sh"
+bin=$1 ranks=$2 out=$3 refs=$4
+shift 4
+[ "$1" = "--" ] && shift
+rm -f "$out" "$out.partial"
+timeout 300 mpirun -n "$ranks" "$bin/pipefill" run --quiet --output "$out" "$@"
+[ ! -e "$out.partial" ] || { echo "FAILED: $out.partial left behind"; exit 1; }
+for ref in $refs; do
+  "$bin/tests/compare_logits" "$out" "$ref" --rtol 1e-4
+done
+"$PYTHON" "$here/check_output.py" "$out"

@@ -1,0 +1,95 @@
+// config.json parsing (every architecture, rope_scaling) and the layer partition.
+#include <gtest/gtest.h>
+
+#include "errors.hpp"
+#include "model/config.hpp"
+#include "model/layer_partition.hpp"
+#include "model/presets.hpp"
+
+using namespace pf;
+using namespace pf::model;
+
+TEST(Config, PresetsRoundTripThroughJson) {
+  for (const auto& name : preset_names()) {
+    const ModelConfig c = preset_config(name);
+    const ModelConfig back = parse_config(to_json(c), name);
+    EXPECT_EQ(back.architecture, c.architecture) << name;
+    EXPECT_EQ(back.hidden_size, c.hidden_size);
+    EXPECT_EQ(back.head_dim, c.head_dim);
+    EXPECT_EQ(back.num_kv_heads, c.num_kv_heads);
+    EXPECT_EQ(back.attention_bias, c.attention_bias);
+    EXPECT_EQ(back.qk_norm, c.qk_norm);
+    EXPECT_EQ(back.tie_word_embeddings, c.tie_word_embeddings);
+    EXPECT_EQ(back.rope_scaling.llama3, c.rope_scaling.llama3);
+    EXPECT_EQ(back.total_parameters(), c.total_parameters());
+  }
+}
+
+TEST(Config, PresetSizes) {
+  EXPECT_EQ(preset_config("tiny").hidden_size, 128);
+  EXPECT_EQ(preset_config("tiny").num_layers, 8);
+  EXPECT_EQ(preset_config("tiny").vocab_size, 512);
+  const double small = preset_config("small").total_parameters() / 1e6;
+  EXPECT_GT(small, 230);
+  EXPECT_LT(small, 280);
+  const double llama = preset_config("llama3-8b").total_parameters() / 1e9;
+  EXPECT_NEAR(llama, 8.03, 0.02);  // Llama-3-8B has 8.03B parameters
+  EXPECT_THROW(preset_config("huge"), UserError);
+}
+
+TEST(Config, QwenDefaults) {
+  nlohmann::json j = {{"architectures", {"Qwen2ForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 128},
+                      {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+                      {"vocab_size", 100}};
+  ModelConfig c = parse_config(j, "cfg");
+  EXPECT_TRUE(c.attention_bias);
+  EXPECT_FALSE(c.qk_norm);
+  EXPECT_EQ(c.head_dim, 16);
+  j["architectures"] = {"Qwen3ForCausalLM"};
+  j["head_dim"] = 32;
+  c = parse_config(j, "cfg");
+  EXPECT_TRUE(c.qk_norm);
+  EXPECT_FALSE(c.attention_bias);
+  EXPECT_EQ(c.head_dim, 32);
+}
+
+TEST(Config, Errors) {
+  nlohmann::json j = to_json(preset_config("tiny"));
+  auto bad = j;
+  bad["architectures"] = {"GPT2LMHeadModel"};
+  EXPECT_THROW(parse_config(bad, "cfg"), UserError);
+  bad = j;
+  bad.erase("hidden_size");
+  EXPECT_THROW(parse_config(bad, "cfg"), UserError);
+  bad = j;
+  bad["num_key_value_heads"] = 3;  // 4 heads do not group into 3
+  EXPECT_THROW(parse_config(bad, "cfg"), UserError);
+  bad = j;
+  bad["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  EXPECT_THROW(parse_config(bad, "cfg"), UserError);
+  bad = j;
+  bad["hidden_size"] = "wide";
+  EXPECT_THROW(parse_config(bad, "cfg"), UserError);
+}
+
+TEST(Partition, DefaultPutsRemainderOnLastStages) {
+  const auto p = default_partition(62, 4);  // 15, 15, 16, 16
+  ASSERT_EQ(p.size(), 4u);
+  EXPECT_EQ(partition_text(p), "15,15,16,16");
+  EXPECT_EQ(p[2].first, 30);
+  EXPECT_EQ(partition_text(default_partition(8, 3)), "2,3,3");
+  EXPECT_EQ(partition_text(default_partition(8, 8)), "1,1,1,1,1,1,1,1");
+  EXPECT_THROW(default_partition(8, 9), UserError);  // more stages than layers
+}
+
+TEST(Partition, Explicit) {
+  const auto p = parse_partition("2,4,2", 8, 3);
+  EXPECT_EQ(p[1].first, 2);
+  EXPECT_EQ(p[1].count, 4);
+  EXPECT_EQ(p[2].first, 6);
+  EXPECT_THROW(parse_partition("4,4", 8, 3), UserError);     // count
+  EXPECT_THROW(parse_partition("2,2,2", 8, 3), UserError);   // sum
+  EXPECT_THROW(parse_partition("4,0,4", 8, 3), UserError);   // empty stage
+  EXPECT_THROW(parse_partition("4,x,4", 8, 3), UserError);   // not a number
+  EXPECT_THROW(parse_partition("4,2.5,4", 8, 3), UserError);
+}

@@ -1,0 +1,151 @@
+// CPU kernels against direct double-precision formulas: attention (paged, chunked, GQA,
+// causal), RoPE with llama3 scaling, RMSNorm, SwiGLU, exp.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "compute/cpu/attention.hpp"
+#include "compute/cpu/elementwise.hpp"
+#include "model/presets.hpp"
+
+using namespace pf;
+
+namespace {
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+// Causal attention of all `n` tokens, double precision, GQA by head // group.
+std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                                    int n, int heads, int kv_heads, int d) {
+  std::vector<double> out(static_cast<size_t>(n) * heads * d, 0.0);
+  const int group = heads / kv_heads;
+  for (int h = 0; h < heads; ++h)
+    for (int t = 0; t < n; ++t) {
+      std::vector<double> s(t + 1);
+      double mx = -1e300, total = 0;
+      for (int j = 0; j <= t; ++j) {
+        double dot = 0;
+        for (int i = 0; i < d; ++i) dot += double(q[(t * heads + h) * d + i]) * k[(j * kv_heads + h / group) * d + i];
+        s[j] = dot / std::sqrt(double(d));
+        mx = std::max(mx, s[j]);
+      }
+      for (int j = 0; j <= t; ++j) total += (s[j] = std::exp(s[j] - mx));
+      for (int j = 0; j <= t; ++j)
+        for (int i = 0; i < d; ++i) out[(t * heads + h) * d + i] += s[j] / total * v[(j * kv_heads + h / group) * d + i];
+    }
+  return out;
+}
+
+struct AttentionCase {
+  int n, heads, kv_heads, d, page_size, chunk;
+};
+
+}  // namespace
+
+class ChunkAttention : public ::testing::TestWithParam<AttentionCase> {};
+
+TEST_P(ChunkAttention, MatchesNaiveCausalAttention) {
+  const auto c = GetParam();
+  const auto q = random_vector(size_t(c.n) * c.heads * c.d, 1, 2.0f);
+  const auto k = random_vector(size_t(c.n) * c.kv_heads * c.d, 2, 2.0f);
+  const auto v = random_vector(size_t(c.n) * c.kv_heads * c.d, 3);
+  const auto expected = naive_attention(q, k, v, c.n, c.heads, c.kv_heads, c.d);
+
+  kv::PagedKvPool pool({1, c.kv_heads, c.d, c.page_size}, (c.n + c.page_size - 1) / c.page_size + 3);
+  // Take a page first so the prompt's pages are not 0, 1, 2, ...: the page table matters.
+  pool.reserve(99, 1);
+  std::vector<float> out(size_t(c.n) * c.heads * c.d, std::nanf(""));  // poisoned: unwritten shows up
+  cpu::AttentionWorkspace ws;
+  for (int pos0 = 0; pos0 < c.n; pos0 += c.chunk) {  // chunk by chunk, as the pipeline does
+    const int tokens = std::min(c.chunk, c.n - pos0);
+    pool.reserve(0, pos0 + tokens);
+    pool.write(0, 0, pos0, tokens, k.data() + size_t(pos0) * c.kv_heads * c.d, c.kv_heads * c.d,
+               v.data() + size_t(pos0) * c.kv_heads * c.d, c.kv_heads * c.d);
+    const kv::KvLayerView view{&pool, 0, &pool.pages(0)};
+    cpu::chunk_attention(q.data() + size_t(pos0) * c.heads * c.d, c.heads * c.d, tokens, pos0, view, c.heads,
+                         out.data() + size_t(pos0) * c.heads * c.d, c.heads * c.d, ws);
+  }
+  double worst = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(out[i])) << i;
+    worst = std::max(worst, std::fabs(out[i] - expected[i]));
+  }
+  EXPECT_LT(worst, 2e-5);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ChunkAttention,
+                         ::testing::Values(AttentionCase{37, 4, 2, 32, 16, 37},    // one chunk, partial page
+                                           AttentionCase{300, 4, 2, 32, 16, 64},   // many chunks, GQA 2
+                                           AttentionCase{300, 4, 4, 16, 64, 100},  // MHA, chunk not page aligned
+                                           AttentionCase{700, 8, 1, 64, 64, 256},  // MQA, key blocks > 1 page
+                                           AttentionCase{513, 2, 2, 128, 32, 1},   // one token per chunk
+                                           AttentionCase{520, 16, 2, 8, 8, 512})); // group 8: 32-token query blocks
+
+TEST(Kernels, AttentionFlopCount) {
+  // 3 tokens after a prefix of 2: keys seen 3 + 4 + 5 = 12.
+  EXPECT_DOUBLE_EQ(cpu::chunk_attention_flops(3, 2, 1, 8), 4.0 * 8 * 12);
+}
+
+TEST(Kernels, ExpIsAccurate) {
+  std::vector<float> x;
+  for (float v = -90.0f; v <= 0.0f; v += 0.0371f) x.push_back(v);
+  auto y = x;
+  cpu::exp_inplace(y.data(), static_cast<int>(y.size()));
+  for (size_t i = 0; i < x.size(); ++i) {
+    if (x[i] < -87.0f) {
+      EXPECT_EQ(y[i], 0.0f);
+      continue;
+    }
+    const double e = std::exp(double(x[i]));
+    EXPECT_NEAR(y[i], e, e * 3e-7 + 1e-38) << x[i];
+  }
+}
+
+TEST(Kernels, RmsNormAndSwiglu) {
+  const std::vector<float> x = {1, -2, 3, -4}, w = {1, 0.5f, 2, 1};
+  std::vector<float> y(4);
+  cpu::rms_norm(x.data(), 1, 4, 4, w.data(), 1e-6f, y.data(), 4);
+  const double rms = std::sqrt((1 + 4 + 9 + 16) / 4.0 + 1e-6);
+  for (int i = 0; i < 4; ++i) EXPECT_NEAR(y[i], x[i] / rms * w[i], 1e-6);
+  const std::vector<float> gate_up = {1.0f, -3.0f, 2.0f, 5.0f};  // gate {1,-3}, up {2,5}
+  std::vector<float> out(2);
+  cpu::swiglu(gate_up.data(), 1, 2, out.data());
+  EXPECT_NEAR(out[0], 1.0 / (1 + std::exp(-1.0)) * 2, 1e-6);
+  EXPECT_NEAR(out[1], -3.0 / (1 + std::exp(3.0)) * 5, 1e-6);
+}
+
+TEST(Kernels, RopeLlama3FrequencyBands) {
+  model::ModelConfig c = model::preset_config("llama3-8b");
+  const auto f = cpu::rope_inv_freq(c);
+  ASSERT_EQ(f.size(), 64u);
+  EXPECT_DOUBLE_EQ(f[0], 1.0);                                         // high frequency: kept
+  EXPECT_NEAR(f[63], std::pow(500000.0, -126.0 / 128) / 8.0, 1e-18);  // low frequency: divided by 8
+  // A medium band exists and lies strictly between the two rules.
+  int medium = 0;
+  for (int i = 0; i < 64; ++i) {
+    const double base = std::pow(500000.0, -2.0 * i / 128);
+    if (f[i] < base && f[i] > base / 8) ++medium;
+  }
+  EXPECT_GT(medium, 0);
+}
+
+TEST(Kernels, RopeRotatesHalves) {
+  model::ModelConfig c = model::preset_config("tiny");
+  c.rope_scaling = {};
+  c.head_dim = 4;
+  const auto f = cpu::rope_inv_freq(c);  // {1, 1/100}
+  std::vector<float> x = {1, 2, 3, 4};
+  cpu::apply_rope(x.data(), 1, 4, 1, 4, 5, f);
+  const double a0 = 5 * 1.0, a1 = 5 * 0.01;
+  EXPECT_NEAR(x[0], 1 * std::cos(a0) - 3 * std::sin(a0), 1e-6);
+  EXPECT_NEAR(x[2], 3 * std::cos(a0) + 1 * std::sin(a0), 1e-6);
+  EXPECT_NEAR(x[1], 2 * std::cos(a1) - 4 * std::sin(a1), 1e-6);
+  EXPECT_NEAR(x[3], 4 * std::cos(a1) + 2 * std::sin(a1), 1e-6);
+}

@@ -1,0 +1,172 @@
+// Weights: synthetic generation, make-model's checkpoint layout read back shard by shard,
+// TP slicing; HDF5 prompt validation.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+
+#include "cli/commands.hpp"
+#include "errors.hpp"
+#include "io/prompts_h5.hpp"
+#include "model/model_source.hpp"
+#include "model/presets.hpp"
+#include "model/weights.hpp"
+
+using namespace pf;
+namespace fs = std::filesystem;
+
+namespace {
+
+fs::path temp_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / ("pf_unit_" + std::to_string(::getpid()) + "_" + name);
+  fs::create_directories(dir);
+  return dir;
+}
+
+int make_model(const std::vector<std::string>& args) {
+  std::vector<std::string> all = {"make-model"};
+  all.insert(all.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : all) argv.push_back(a.data());
+  return cli::make_model_command(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace
+
+TEST(Synthetic, DeterministicAndSeeded) {
+  const auto c = model::preset_config("tiny");
+  auto a = model::make_synthetic_source(c, 1), b = model::make_synthetic_source(c, 1), other = model::make_synthetic_source(c, 2);
+  std::vector<float> x(128), y(128), z(128);
+  a->read_block("model.layers.3.mlp.up_proj.weight", 5, 1, 0, 128, x.data());
+  b->read_block("model.layers.3.mlp.up_proj.weight", 5, 1, 0, 128, y.data());
+  other->read_block("model.layers.3.mlp.up_proj.weight", 5, 1, 0, 128, z.data());
+  EXPECT_EQ(x, y);
+  EXPECT_NE(x, z);
+  // A slice equals the same elements of the whole tensor.
+  std::vector<float> whole(256 * 128), part(3 * 7);
+  a->read_block("model.layers.3.mlp.up_proj.weight", 0, 256, 0, 128, whole.data());
+  a->read_block("model.layers.3.mlp.up_proj.weight", 10, 3, 20, 7, part.data());
+  for (int r = 0; r < 3; ++r)
+    for (int col = 0; col < 7; ++col) EXPECT_EQ(part[r * 7 + col], whole[(10 + r) * 128 + 20 + col]);
+}
+
+TEST(Checkpoint, MakeModelShardedEqualsSynthetic) {
+  const fs::path dir = temp_dir("sharded");
+  ASSERT_EQ(make_model({"--preset", "tiny-qwen2", "--out", dir.string(), "--seed", "5", "--max-shard-mb", "1"}), 0);
+  EXPECT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
+  const auto from_disk = model::open_model(dir.string(), 0);
+  const auto synthetic = model::open_model("synthetic:tiny-qwen2", 5);
+  model::validate_tensors(from_disk.config, *from_disk.tensors, dir.string());
+  for (const auto& spec : model::expected_tensors(from_disk.config)) {
+    const int64_t rows = spec.shape[0], cols = spec.shape.size() > 1 ? spec.shape[1] : 1;
+    std::vector<float> a(rows * cols), b(rows * cols);
+    from_disk.tensors->read_block(spec.name, 0, rows, 0, cols, a.data());
+    synthetic.tensors->read_block(spec.name, 0, rows, 0, cols, b.data());
+    ASSERT_EQ(a, b) << spec.name;
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, ShapeMismatchIsNamed) {
+  const fs::path dir = temp_dir("mismatch");
+  ASSERT_EQ(make_model({"--preset", "tiny", "--out", dir.string()}), 0);
+  auto config = nlohmann::json::parse(std::ifstream(dir / "config.json"));
+  config["intermediate_size"] = 512;
+  std::ofstream(dir / "config.json") << config.dump();
+  const auto source = model::open_model(dir.string(), 0);
+  try {
+    model::validate_tensors(source.config, *source.tensors, dir.string());
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("mlp.gate_proj.weight has shape [256, 128] but config.json implies [512, 128]"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
+TEST(Weights, TensorParallelShardsTileTheFullMatrices) {
+  const auto c = model::preset_config("tiny");
+  const auto source = model::make_synthetic_source(c, 0);
+  const model::StageRange stage{2, 1};
+  const int tp = 2;
+  std::vector<model::StageWeights> shards;
+  for (int r = 0; r < tp; ++r)
+    shards.push_back(model::load_stage_weights(c, *source, stage, true, true, model::make_shard_spec(c, tp, r)));
+  // q rows of rank 1 start at head 2 of q_proj.
+  std::vector<float> q_row(c.hidden_size);
+  source->read_block("model.layers.2.self_attn.q_proj.weight", 2 * c.head_dim, 1, 0, c.hidden_size, q_row.data());
+  EXPECT_TRUE(std::equal(q_row.begin(), q_row.end(), shards[1].layers[0].qkv.begin()));
+  // o_proj columns: rank 1 owns columns [64, 128) of every row.
+  std::vector<float> o_part(64);
+  source->read_block("model.layers.2.self_attn.o_proj.weight", 7, 1, 64, 64, o_part.data());
+  EXPECT_TRUE(std::equal(o_part.begin(), o_part.end(), shards[1].layers[0].o.begin() + 7 * 64));
+  // Vocabulary split covers [0, V) exactly once.
+  EXPECT_EQ(shards[0].lm_head.size() + shards[1].lm_head.size(), size_t(c.vocab_size) * c.hidden_size);
+  const auto odd = model::make_shard_spec([] { auto x = model::preset_config("tiny"); x.vocab_size = 511; return x; }(), 2, 1);
+  EXPECT_EQ(odd.vocab_begin, 256);
+  EXPECT_EQ(odd.vocab_count, 255);
+  EXPECT_THROW(model::validate_tensor_parallel(c, 4), UserError);  // 2 KV heads
+  EXPECT_NO_THROW(model::validate_tensor_parallel(c, 2));
+}
+
+namespace {
+
+// Writes an input with arbitrary datasets for the validation tests.
+std::string write_input(const std::string& name, const std::vector<int64_t>& tokens, const std::vector<int64_t>& offsets,
+                        hid_t token_type = H5T_STD_I32LE, bool with_offsets = true) {
+  const std::string path = (temp_dir("inputs") / name).string();
+  hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
+  auto write = [&](const char* dataset_name, hid_t type, const std::vector<int64_t>& data) {
+    hsize_t n = data.size();
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t dataset = H5Dcreate2(file, dataset_name, type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (n) H5Dwrite(dataset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, data.data());
+    H5Dclose(dataset);
+    H5Sclose(space);
+  };
+  write("tokens", token_type, tokens);
+  if (with_offsets) write("offsets", H5T_STD_I64LE, offsets);
+  H5Fclose(file);
+  return path;
+}
+
+void expect_input_error(const std::string& path, const std::string& fragment) {
+  try {
+    io::read_prompts(path, 100);
+    FAIL() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find(fragment), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+
+TEST(PromptsH5, ValidInputRoundTrips) {
+  io::PromptSet p;
+  p.tokens = {1, 2, 3, 4, 5};
+  p.offsets = {0, 2, 5};
+  const std::string path = (temp_dir("inputs") / "good.h5").string();
+  io::write_prompts(path, p);
+  const auto back = io::read_prompts(path, 100);
+  EXPECT_EQ(back.tokens, p.tokens);
+  EXPECT_EQ(back.lengths(), (std::vector<int64_t>{2, 3}));
+}
+
+TEST(PromptsH5, EveryBadInputIsNamed) {
+  expect_input_error(write_input("no_offsets.h5", {1, 2}, {}, H5T_STD_I32LE, false), "/offsets is missing");
+  expect_input_error(write_input("float_tokens.h5", {1, 2}, {0, 2}, H5T_IEEE_F32LE), "must hold integers");
+  expect_input_error(write_input("start.h5", {1, 2}, {1, 2}), "must start at 0");
+  expect_input_error(write_input("empty.h5", {1, 2}, {0, 0, 2}), "prompt 0 is empty");
+  expect_input_error(write_input("decreasing.h5", {1, 2, 3}, {0, 2, 1, 3}), "must increase");
+  expect_input_error(write_input("past.h5", {1, 2}, {0, 3}), "past the end");
+  expect_input_error(write_input("vocab.h5", {1, 100}, {0, 2}), "outside the vocabulary");
+  expect_input_error(write_input("negative.h5", {1, -1}, {0, 2}), "outside the vocabulary");
+  expect_input_error(write_input("one_offset.h5", {1}, {0}), "at least 2 entries");
+  const std::string not_h5 = (temp_dir("inputs") / "text.h5").string();
+  std::ofstream(not_h5) << "hello";
+  expect_input_error(not_h5, "not an HDF5 file");
+  expect_input_error("/nonexistent/in.h5", "cannot read");
+}
