@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"           // defines: make-model, make-prompts, plan subcommands
 #include "cli/options.hpp"            // defines: RunOptions and its option table
+#include "compute/flops.hpp"          // defines: plan_flops (for the achieved rate)
 #include "compute/stage_forward.hpp"  // defines: CpuStageCompute (a stage's layers on a chunk)
 #include "dist/checked_step.hpp"      // defines: checked_step (collective user-error agreement)
 #include "dist/clock_sync.hpp"        // defines: synchronize_clocks (one time base for the timeline)
@@ -116,7 +117,7 @@ static int run_command(int argc, char** argv) {
   // Write: timeline gathered to rank 0, summary, output renamed into place.
   const auto events = trace::gather_timeline(timeline, MPI_COMM_WORLD);
   if (writer) {
-    const trace::RunSummary summary = trace::summarize(plan, events, topo.pp, topo.tp, wall_s);
+    const trace::RunSummary summary = trace::summarize(plan, events, topo.pp, topo.tp, wall_s, compute::plan_flops(config, plan));
     nlohmann::json attributes = cli::to_json(options);
     attributes["version"] = PIPEFILL_VERSION;
     attributes["model_config"] = model::to_json(config).dump();

@@ -6,6 +6,7 @@
 
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
+#include "compute/flops.hpp"
 
 namespace pf::compute {
 
@@ -84,12 +85,8 @@ void CpuStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
 }
 
 double CpuStageCompute::forward_flops(const ChunkContext& chunk) const {
-  const double t = chunk.tokens, h = config_.hidden_size, d = config_.head_dim;
-  const double linear_per_layer =
-      2.0 * t * h * ((shard_.heads + 2.0 * shard_.kv_heads) * d + shard_.heads * d + 3.0 * shard_.intermediate);
-  const double attention = cpu::chunk_attention_flops(chunk.tokens, static_cast<int>(chunk.pos0), shard_.heads,
-                                                      config_.head_dim);
-  return static_cast<double>(weights_.layers.size()) * (linear_per_layer + attention);
+  return static_cast<double>(weights_.layers.size()) *
+         layer_chunk_flops(config_, shard_.heads, shard_.kv_heads, shard_.intermediate, chunk.tokens, chunk.pos0);
 }
 
 }  // namespace pf::compute

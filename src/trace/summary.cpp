@@ -6,8 +6,9 @@
 namespace pf::trace {
 
 RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEvent>& events, int pp, int tp,
-                     double wall_s) {
+                     double wall_s, double model_flops) {
   RunSummary s;
+  s.model_flops = model_flops;
   s.num_prompts = plan.num_prompts();
   s.num_tokens = plan.total_tokens();
   s.num_micro_batches = static_cast<int>(plan.micro_batches.size());
@@ -37,7 +38,8 @@ void print_summary(const RunSummary& s, std::FILE* out) {
   std::fprintf(out, "\n== pipefill summary ==\n");
   std::fprintf(out, "prompts %d, tokens %lld, micro-batches %d\n", s.num_prompts, static_cast<long long>(s.num_tokens),
                s.num_micro_batches);
-  std::fprintf(out, "wall %.3f s, %.1f tokens/s\n", s.wall_s, s.tokens_per_s);
+  std::fprintf(out, "wall %.3f s, %.1f tokens/s, %.2f GFLOP/s achieved (%.3g model FLOPs)\n", s.wall_s, s.tokens_per_s,
+               s.wall_s > 0 ? s.model_flops / s.wall_s / 1e9 : 0.0, s.model_flops);
   const size_t shown = std::min<size_t>(s.ttft_s.size(), 16);
   for (size_t p = 0; p < shown; ++p) std::fprintf(out, "  prompt %zu ttft_s: %.4f\n", p, s.ttft_s[p]);
   if (shown < s.ttft_s.size()) std::fprintf(out, "  ... %zu more in /ttft_s\n", s.ttft_s.size() - shown);

@@ -17,6 +17,7 @@ struct RunSummary {
   int pp = 1;
   double wall_s = 0;
   double tokens_per_s = 0;
+  double model_flops = 0;                   // compute/flops.hpp: all layers, all chunks, LM heads
   std::vector<double> ttft_s;               // per prompt: its logits done on the last stage
   std::vector<double> stage_busy_fraction;  // compute + LM head time / wall, mean over TP ranks
   double bubble_measured = 0;               // mean over stages of 1 - busy fraction
@@ -24,7 +25,7 @@ struct RunSummary {
 };
 
 RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEvent>& events, int pp, int tp,
-                     double wall_s);
+                     double wall_s, double model_flops);
 void print_summary(const RunSummary& summary, std::FILE* out);
 
 }  // namespace pf::trace

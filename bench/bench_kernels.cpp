@@ -1,0 +1,103 @@
+// Micro-benchmarks of the CPU backend's kernels, each reported in GFLOP/s beside the
+// sgemm rate measured at the start of the same run (the machine's ceiling for this
+// backend), as `of_sgemm`. Run single-threaded (OPENBLAS_NUM_THREADS=1): one rank, one core.
+//
+//   OPENBLAS_NUM_THREADS=1 build/bench/bench_kernels
+#include <benchmark/benchmark.h>
+#include <cblas.h>
+
+#include <chrono>
+#include <cstdio>
+#include <random>
+
+#include "compute/cpu/attention.hpp"
+#include "compute/cpu/gemm.hpp"
+
+using namespace pf;
+
+namespace {
+
+double g_sgemm_gflops = 0;  // measured once in main()
+
+std::vector<float> random_vector(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+double measure_sgemm_gflops(int n) {
+  const auto a = random_vector(size_t(n) * n, 1), b = random_vector(size_t(n) * n, 2);
+  std::vector<float> c(size_t(n) * n);
+  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);
+  double best = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1, a.data(), n, b.data(), n, 0, c.data(), n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    best = std::max(best, 2.0 * n * n * n / s / 1e9);
+  }
+  return best;
+}
+
+void report(benchmark::State& state, double flops_per_iteration) {
+  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iteration / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["of_sgemm"] = benchmark::Counter(flops_per_iteration / 1e9 / g_sgemm_gflops,
+                                                  benchmark::Counter::kIsIterationInvariantRate);
+}
+
+// Attention of one chunk of queries after a prefix, the `small` model's shape per rank
+// (16 query heads, 8 KV heads, head_dim 64), page size 64.
+void BM_ChunkAttention(benchmark::State& state) {
+  const int prefix = static_cast<int>(state.range(0)), chunk = static_cast<int>(state.range(1));
+  const int heads = 16, kv_heads = 8, d = 64, page = 64;
+  const int total = prefix + chunk;
+  kv::PagedKvPool pool({1, kv_heads, d, page}, (total + page - 1) / page);
+  pool.reserve(0, total);
+  const auto k = random_vector(size_t(total) * kv_heads * d, 3), v = random_vector(size_t(total) * kv_heads * d, 4);
+  pool.write(0, 0, 0, total, k.data(), kv_heads * d, v.data(), kv_heads * d);
+  const auto q = random_vector(size_t(chunk) * heads * d, 5);
+  std::vector<float> out(size_t(chunk) * heads * d);
+  cpu::AttentionWorkspace ws;
+  const kv::KvLayerView view{&pool, 0, &pool.pages(0)};
+  for (auto _ : state) {
+    cpu::chunk_attention(q.data(), heads * d, chunk, prefix, view, heads, out.data(), heads * d, ws);
+    benchmark::DoNotOptimize(out.data());
+  }
+  report(state, cpu::chunk_attention_flops(chunk, prefix, heads, d));
+}
+BENCHMARK(BM_ChunkAttention)->Args({0, 1024})->Args({4096, 1024})->Args({16384, 1024})->Unit(benchmark::kMillisecond)->UseRealTime();
+
+// The projections of one `small` layer on a chunk: y = x W^T with W [out, in].
+void BM_Projection(benchmark::State& state) {
+  const int tokens = static_cast<int>(state.range(0)), in = static_cast<int>(state.range(1)),
+            out = static_cast<int>(state.range(2));
+  const auto x = random_vector(size_t(tokens) * in, 6), w = random_vector(size_t(out) * in, 7);
+  std::vector<float> y(size_t(tokens) * out);
+  for (auto _ : state) {
+    cpu::linear(x.data(), tokens, in, w.data(), out, y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  report(state, 2.0 * tokens * in * out);
+}
+BENCHMARK(BM_Projection)
+    ->ArgNames({"tokens", "in", "out"})
+    ->Args({1024, 1024, 2048})   // fused q/k/v
+    ->Args({1024, 1024, 1024})   // o
+    ->Args({1024, 1024, 8192})   // fused gate/up
+    ->Args({1024, 4096, 1024})   // down
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  g_sgemm_gflops = measure_sgemm_gflops(2048);
+  std::printf("ceiling: sgemm 2048^3 = %.1f GFLOP/s (%d BLAS thread(s)); of_sgemm below is the fraction of it\n",
+              g_sgemm_gflops, openblas_get_num_threads());
+  benchmark::Initialize(&argc, argv);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  return 0;
+}
