@@ -42,9 +42,10 @@ double measure_sgemm_gflops(int n) {
 }
 
 void report(benchmark::State& state, double flops_per_iteration) {
-  state.counters["GFLOP/s"] = benchmark::Counter(flops_per_iteration / 1e9, benchmark::Counter::kIsIterationInvariantRate);
-  state.counters["of_sgemm"] = benchmark::Counter(flops_per_iteration / 1e9 / g_sgemm_gflops,
-                                                  benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops_per_iteration / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["of_sgemm"] =
+      benchmark::Counter(flops_per_iteration / 1e9 / g_sgemm_gflops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
 // Attention of one chunk of queries after a prefix, the `small` model's shape per rank
@@ -67,7 +68,12 @@ void BM_ChunkAttention(benchmark::State& state) {
   }
   report(state, cpu::chunk_attention_flops(chunk, prefix, heads, d));
 }
-BENCHMARK(BM_ChunkAttention)->Args({0, 1024})->Args({4096, 1024})->Args({16384, 1024})->Unit(benchmark::kMillisecond)->UseRealTime();
+BENCHMARK(BM_ChunkAttention)
+    ->Args({0, 1024})
+    ->Args({4096, 1024})
+    ->Args({16384, 1024})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
 
 // The projections of one `small` layer on a chunk: y = x W^T with W [out, in].
 void BM_Projection(benchmark::State& state) {
@@ -83,10 +89,10 @@ void BM_Projection(benchmark::State& state) {
 }
 BENCHMARK(BM_Projection)
     ->ArgNames({"tokens", "in", "out"})
-    ->Args({1024, 1024, 2048})   // fused q/k/v
-    ->Args({1024, 1024, 1024})   // o
-    ->Args({1024, 1024, 8192})   // fused gate/up
-    ->Args({1024, 4096, 1024})   // down
+    ->Args({1024, 1024, 2048})  // fused q/k/v
+    ->Args({1024, 1024, 1024})  // o
+    ->Args({1024, 1024, 8192})  // fused gate/up
+    ->Args({1024, 4096, 1024})  // down
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -44,12 +44,12 @@ struct Prefill {
   double flops = 0;
 };
 
-Prefill prefill(const model::ModelConfig& config, const model::StageWeights& weights, const std::vector<int32_t>& tokens,
-                int chunk_size, int page_size) {
+Prefill prefill(const model::ModelConfig& config, const model::StageWeights& weights,
+                const std::vector<int32_t>& tokens, int chunk_size, int page_size) {
   const auto shard = model::make_shard_spec(config, 1, 0);
   const kv::KvShape shape{config.num_layers, config.num_kv_heads, config.head_dim, page_size};
   kv::PagedKvPool pool(shape, shape.pages_for(static_cast<int64_t>(tokens.size())));
-  compute::CpuStageCompute compute(config, shard, weights, pool, [](float*, int) {});
+  compute::CpuStageCompute compute(config, shard, weights, pool);
   const auto sizes = sched::chunk_sizes(static_cast<int64_t>(tokens.size()), sched::FixedChunkPolicy(chunk_size));
   std::vector<float> hidden(size_t(chunk_size) * config.hidden_size);
   Prefill result;
@@ -59,7 +59,7 @@ Prefill prefill(const model::ModelConfig& config, const model::StageWeights& wei
   for (int size : sizes) {
     compute.embed(tokens.data() + start, size, hidden.data());
     const compute::ChunkContext chunk{0, start, size};
-    compute.forward(chunk, hidden.data());
+    compute.forward(chunk, hidden.data(), [](float*, int) {});  // tp 1: never called
     result.flops += compute.forward_flops(chunk);
     start += size;
     if (start == static_cast<int64_t>(tokens.size()))
@@ -77,10 +77,14 @@ int main(int argc, char** argv) {
   int tokens = 16384, chunk_size = 4096, page_size = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--preset") preset = argv[i + 1];
-    else if (flag == "--tokens") tokens = std::stoi(argv[i + 1]);
-    else if (flag == "--chunk-size") chunk_size = std::stoi(argv[i + 1]);
-    else if (flag == "--page-size") page_size = std::stoi(argv[i + 1]);
+    if (flag == "--preset")
+      preset = argv[i + 1];
+    else if (flag == "--tokens")
+      tokens = std::stoi(argv[i + 1]);
+    else if (flag == "--chunk-size")
+      chunk_size = std::stoi(argv[i + 1]);
+    else if (flag == "--page-size")
+      page_size = std::stoi(argv[i + 1]);
   }
   const model::ModelConfig config = model::preset_config(preset);
   const auto source = model::make_synthetic_source(config, 0);

@@ -15,15 +15,14 @@ std::string mpi_error_string(int code) {
   return std::string(text, length);
 }
 
-void fail_library_call(const char* lib, const char* statement, const std::string& detail, const char* file,
-                       int line) {
+void fail_library_call(const char* lib, const char* statement, const std::string& detail, const char* file, int line) {
   int rank = -1, initialized = 0;
   MPI_Initialized(&initialized);
   if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   char host[256] = "?";
   gethostname(host, sizeof host);
-  std::fprintf(stderr, "fatal: %s call `%s` failed (%s) at %s:%d on rank %d (%s)\n", lib, statement,
-               detail.c_str(), file, line, rank, host);
+  std::fprintf(stderr, "fatal: %s call `%s` failed (%s) at %s:%d on rank %d (%s)\n", lib, statement, detail.c_str(),
+               file, line, rank, host);
   std::fflush(stderr);
   if (initialized) MPI_Abort(MPI_COMM_WORLD, 3);
   std::abort();

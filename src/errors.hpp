@@ -19,18 +19,18 @@ struct UserError : std::runtime_error {
 
 // Prints "fatal: <lib> call `stmt` failed (<detail>) at file:line on rank R (host)" and
 // calls MPI_Abort so that no peer is left waiting. Never returns.
-[[noreturn]] void fail_library_call(const char* lib, const char* statement, const std::string& detail,
-                                    const char* file, int line);
+[[noreturn]] void fail_library_call(const char* lib, const char* statement, const std::string& detail, const char* file,
+                                    int line);
 
 std::string mpi_error_string(int code);
 
 }  // namespace pf
 
 // One template for every library's check macro: evaluate, test, report with context.
-#define PF_CHECK_TEMPLATE(lib, stmt, is_ok, detail_of)                          \
-  do {                                                                          \
-    auto pf_check_result_ = (stmt);                                             \
-    if (!(is_ok(pf_check_result_)))                                             \
+#define PF_CHECK_TEMPLATE(lib, stmt, is_ok, detail_of)                                      \
+  do {                                                                                      \
+    auto pf_check_result_ = (stmt);                                                         \
+    if (!(is_ok(pf_check_result_)))                                                         \
       ::pf::fail_library_call(lib, #stmt, detail_of(pf_check_result_), __FILE__, __LINE__); \
   } while (0)
 

@@ -97,18 +97,21 @@ static int run_command(int argc, char** argv) {
                                         topo.last_stage(), shard);
   });
   const kv::KvShape kv_shape = kv_shape_of(topo.stage);
-  kv::PagedKvPool kv_pool(kv_shape, kv::pool_pages_for(kv_shape, plan.prompt_lengths, options.kv_memory_mb, topo.stage));
+  kv::PagedKvPool kv_pool(kv_shape,
+                          kv::pool_pages_for(kv_shape, plan.prompt_lengths, options.kv_memory_mb, topo.stage));
 
   // Run: one time base, then every rank walks the plan.
   const dist::RunClock clock = dist::synchronize_clocks(MPI_COMM_WORLD);
   trace::Timeline timeline(topo, clock);
-  compute::CpuStageCompute compute(config, shard, std::move(weights), kv_pool, [&](float* data, int count) {
-    const double start = timeline.now();
-    dist::allreduce_sum(data, count, topo.tp_comm);
-    timeline.record(trace::EventKind::kAllReduce, {}, start, timeline.now());
-  });
-  pipeline::StageLoopContext loop{topo,     config,   plan,          prompts,
-                                  compute,  kv_pool,  timeline,      options.ring_depth,
+  compute::CpuStageCompute compute(config, shard, std::move(weights), kv_pool);
+  pipeline::StageLoopContext loop{topo,
+                                  config,
+                                  plan,
+                                  prompts,
+                                  compute,
+                                  kv_pool,
+                                  timeline,
+                                  options.ring_depth,
                                   [&](int prompt, const float* logits) { results->write_logits(prompt, logits); }};
   pipeline::run_stage_loop(loop);
   dist::barrier(MPI_COMM_WORLD);
@@ -117,7 +120,8 @@ static int run_command(int argc, char** argv) {
   // Write: timeline gathered to rank 0, summary, output renamed into place.
   const auto events = trace::gather_timeline(timeline, MPI_COMM_WORLD);
   if (writer) {
-    const trace::RunSummary summary = trace::summarize(plan, events, topo.pp, topo.tp, wall_s, compute::plan_flops(config, plan));
+    const trace::RunSummary summary =
+        trace::summarize(plan, events, topo.pp, topo.tp, wall_s, compute::plan_flops(config, plan));
     nlohmann::json attributes = cli::to_json(options);
     attributes["version"] = PIPEFILL_VERSION;
     attributes["model_config"] = model::to_json(config).dump();
@@ -163,6 +167,8 @@ int main(int argc, char** argv) {
   } catch (const UserError& e) {
     if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
     status = kExitUserError;
+  } catch (const std::exception& e) {  // a bug or a system fault: say where, take the job down
+    fail_library_call("pipefill", command, e.what(), __FILE__, __LINE__);
   }
   if (is_run) MPI_Finalize();
   return status;

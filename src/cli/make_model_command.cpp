@@ -58,12 +58,14 @@ int make_model_command(int argc, char** argv) {
       source->read_block(spec.name, 0, rows, 0, cols, data.back().data());
       weight_map[spec.name] = file;
     }
-    for (size_t t = 0; t < shards[s].size(); ++t) tensors.push_back({shards[s][t].name, shards[s][t].shape, data[t].data()});
+    for (size_t t = 0; t < shards[s].size(); ++t)
+      tensors.push_back({shards[s][t].name, shards[s][t].shape, data[t].data()});
     io::write_safetensors((fs::path(options.out) / file).string(), tensors, dtype);
   }
   if (shards.size() > 1)
     std::ofstream(fs::path(options.out) / "model.safetensors.index.json")
-        << nlohmann::json{{"metadata", {{"total_parameters", config.total_parameters()}}}, {"weight_map", weight_map}}.dump(2)
+        << nlohmann::json{{"metadata", {{"total_parameters", config.total_parameters()}}}, {"weight_map", weight_map}}
+               .dump(2)
         << '\n';
   std::printf("wrote %s: preset %s, %.1fM parameters, %s, %zu file(s)\n", options.out.c_str(), options.preset.c_str(),
               config.total_parameters() / 1e6, options.dtype.c_str(), shards.size());

@@ -51,34 +51,44 @@ std::string usage() {
 }
 
 nlohmann::json to_json(const RunOptions& o) {
-  return {{"model", o.model},         {"input", o.input},
-          {"output", o.output},       {"pp", o.pp},
-          {"tp", o.tp},               {"chunk_size", o.chunk_size},
-          {"page_size", o.page_size}, {"layer_partition", o.layer_partition},
-          {"kv_memory_mb", o.kv_memory_mb}, {"backend", o.backend},
-          {"trace", o.trace},         {"ring_depth", o.ring_depth},
+  return {{"model", o.model},
+          {"input", o.input},
+          {"output", o.output},
+          {"pp", o.pp},
+          {"tp", o.tp},
+          {"chunk_size", o.chunk_size},
+          {"page_size", o.page_size},
+          {"layer_partition", o.layer_partition},
+          {"kv_memory_mb", o.kv_memory_mb},
+          {"backend", o.backend},
+          {"trace", o.trace},
+          {"ring_depth", o.ring_depth},
           {"seed", o.seed}};
 }
 
 bool parse_run(int argc, char** argv, RunOptions& o) {
   cxxopts::Options table("pipefill run", "Prefill every prompt of an HDF5 input through a pp x tp pipeline.");
   const RunOptions d;
-  table.add_options()
-      ("model", "model directory (config.json + safetensors) or synthetic:PRESET", cxxopts::value<std::string>())
-      ("input", "input HDF5 (/tokens int32, /offsets int64)", cxxopts::value<std::string>())
-      ("output", "output HDF5 (written to OUTPUT.partial, renamed on success)", cxxopts::value<std::string>())
-      ("pp", "pipeline stages", cxxopts::value<int>()->default_value(std::to_string(d.pp)))
-      ("tp", "tensor-parallel ranks per stage", cxxopts::value<int>()->default_value(std::to_string(d.tp)))
-      ("chunk-size", "tokens per chunk (micro-batch)", cxxopts::value<int>()->default_value(std::to_string(d.chunk_size)))
-      ("page-size", "tokens per KV-cache page", cxxopts::value<int>()->default_value(std::to_string(d.page_size)))
-      ("layer-partition", "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages)",
-       cxxopts::value<std::string>()->default_value(d.layer_partition))
-      ("kv-memory-mb", "KV-cache budget per rank in MiB", cxxopts::value<int64_t>()->default_value(std::to_string(d.kv_memory_mb)))
-      ("backend", "compute backend: cpu", cxxopts::value<std::string>()->default_value(d.backend))
-      ("trace", "also write a Chrome trace (Perfetto) to this JSON file", cxxopts::value<std::string>()->default_value(""))
-      ("ring-depth", "receives posted ahead / sends in flight per rank", cxxopts::value<int>()->default_value(std::to_string(d.ring_depth)))
-      ("seed", "seed of synthetic:PRESET weights", cxxopts::value<uint64_t>()->default_value(std::to_string(d.seed)))
-      ("quiet", "no configuration echo or summary", cxxopts::value<bool>()->default_value("false"));
+  table.add_options()("model", "model directory (config.json + safetensors) or synthetic:PRESET",
+                      cxxopts::value<std::string>())("input", "input HDF5 (/tokens int32, /offsets int64)",
+                                                     cxxopts::value<std::string>())(
+      "output", "output HDF5 (written to OUTPUT.partial, renamed on success)", cxxopts::value<std::string>())(
+      "pp", "pipeline stages", cxxopts::value<int>()->default_value(std::to_string(d.pp)))(
+      "tp", "tensor-parallel ranks per stage", cxxopts::value<int>()->default_value(std::to_string(d.tp)))(
+      "chunk-size", "tokens per chunk (micro-batch)",
+      cxxopts::value<int>()->default_value(std::to_string(d.chunk_size)))(
+      "page-size", "tokens per KV-cache page", cxxopts::value<int>()->default_value(std::to_string(d.page_size)))(
+      "layer-partition", "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages)",
+      cxxopts::value<std::string>()->default_value(d.layer_partition))(
+      "kv-memory-mb", "KV-cache budget per rank in MiB",
+      cxxopts::value<int64_t>()->default_value(std::to_string(d.kv_memory_mb)))(
+      "backend", "compute backend: cpu", cxxopts::value<std::string>()->default_value(d.backend))(
+      "trace", "also write a Chrome trace (Perfetto) to this JSON file",
+      cxxopts::value<std::string>()->default_value(""))(
+      "ring-depth", "receives posted ahead / sends in flight per rank",
+      cxxopts::value<int>()->default_value(std::to_string(d.ring_depth)))(
+      "seed", "seed of synthetic:PRESET weights", cxxopts::value<uint64_t>()->default_value(std::to_string(d.seed)))(
+      "quiet", "no configuration echo or summary", cxxopts::value<bool>()->default_value("false"));
   auto result = parse(table, argc, argv);
   if (!result) return false;
   const auto& r = *result;
@@ -111,13 +121,12 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
 bool parse_make_model(int argc, char** argv, MakeModelOptions& o) {
   cxxopts::Options table("pipefill make-model", "Write a seeded random model in Hugging Face layout.");
   const MakeModelOptions d;
-  table.add_options()
-      ("preset", "tiny, tiny-qwen2, tiny-qwen3, small or llama3-8b", cxxopts::value<std::string>())
-      ("out", "directory to create", cxxopts::value<std::string>())
-      ("seed", "weight seed", cxxopts::value<uint64_t>()->default_value(std::to_string(d.seed)))
-      ("dtype", "stored dtype: f32 or bf16", cxxopts::value<std::string>()->default_value(d.dtype))
-      ("max-shard-mb", "largest safetensors file in MiB; bigger models are sharded with an index",
-       cxxopts::value<int64_t>()->default_value(std::to_string(d.max_shard_mb)));
+  table.add_options()("preset", "tiny, tiny-qwen2, tiny-qwen3, small or llama3-8b", cxxopts::value<std::string>())(
+      "out", "directory to create", cxxopts::value<std::string>())(
+      "seed", "weight seed", cxxopts::value<uint64_t>()->default_value(std::to_string(d.seed)))(
+      "dtype", "stored dtype: f32 or bf16", cxxopts::value<std::string>()->default_value(d.dtype))(
+      "max-shard-mb", "largest safetensors file in MiB; bigger models are sharded with an index",
+      cxxopts::value<int64_t>()->default_value(std::to_string(d.max_shard_mb)));
   auto result = parse(table, argc, argv);
   if (!result) return false;
   o.preset = required<std::string>(*result, "preset");
@@ -132,13 +141,12 @@ bool parse_make_model(int argc, char** argv, MakeModelOptions& o) {
 
 bool parse_make_prompts(int argc, char** argv, MakePromptsOptions& o) {
   cxxopts::Options table("pipefill make-prompts", "Write an HDF5 input of random prompts.");
-  table.add_options()
-      ("out", "HDF5 file to write", cxxopts::value<std::string>())
-      ("num", "number of prompts", cxxopts::value<int>())
-      ("min-len", "shortest prompt in tokens", cxxopts::value<int64_t>())
-      ("max-len", "longest prompt in tokens", cxxopts::value<int64_t>())
-      ("vocab", "token ids are drawn from [0, vocab)", cxxopts::value<int>())
-      ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"));
+  table.add_options()("out", "HDF5 file to write", cxxopts::value<std::string>())(
+      "num", "number of prompts", cxxopts::value<int>())("min-len", "shortest prompt in tokens",
+                                                         cxxopts::value<int64_t>())(
+      "max-len", "longest prompt in tokens", cxxopts::value<int64_t>())("vocab", "token ids are drawn from [0, vocab)",
+                                                                        cxxopts::value<int>())(
+      "seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"));
   auto result = parse(table, argc, argv);
   if (!result) return false;
   o.out = required<std::string>(*result, "out");
@@ -157,10 +165,10 @@ bool parse_make_prompts(int argc, char** argv, MakePromptsOptions& o) {
 bool parse_plan(int argc, char** argv, PlanOptions& o) {
   cxxopts::Options table("pipefill plan", "Print the chunk sizes the chunk policy gives, one per line.");
   const PlanOptions d;
-  table.add_options()
-      ("length", "prompt length in tokens (repeat for several prompts)", cxxopts::value<std::vector<int64_t>>())
-      ("chunk-size", "tokens per chunk", cxxopts::value<int>()->default_value(std::to_string(d.chunk_size)))
-      ("json", "print JSON instead", cxxopts::value<bool>()->default_value("false"));
+  table.add_options()("length", "prompt length in tokens (repeat for several prompts)",
+                      cxxopts::value<std::vector<int64_t>>())(
+      "chunk-size", "tokens per chunk", cxxopts::value<int>()->default_value(std::to_string(d.chunk_size)))(
+      "json", "print JSON instead", cxxopts::value<bool>()->default_value("false"));
   auto result = parse(table, argc, argv);
   if (!result) return false;
   o.lengths = required<std::vector<int64_t>>(*result, "length");

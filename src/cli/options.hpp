@@ -10,7 +10,7 @@
 namespace pf::cli {
 
 struct RunOptions {
-  std::string model;   // directory, or synthetic:PRESET
+  std::string model;  // directory, or synthetic:PRESET
   std::string input;
   std::string output;
   int pp = 1;
@@ -20,9 +20,9 @@ struct RunOptions {
   std::string layer_partition;  // empty: SGLang default
   int64_t kv_memory_mb = 8192;  // KV pool budget per rank
   std::string backend = "cpu";
-  std::string trace;            // Chrome trace path, empty: none
+  std::string trace;  // Chrome trace path, empty: none
   int ring_depth = 4;
-  uint64_t seed = 0;            // synthetic weights
+  uint64_t seed = 0;  // synthetic weights
   bool quiet = false;
 };
 nlohmann::json to_json(const RunOptions& options);

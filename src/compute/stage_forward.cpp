@@ -11,19 +11,18 @@
 namespace pf::compute {
 
 CpuStageCompute::CpuStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard,
-                                 model::StageWeights weights, kv::PagedKvPool& kv_pool, AllReduce all_reduce)
+                                 model::StageWeights weights, kv::PagedKvPool& kv_pool)
     : config_(config),
       shard_(shard),
       weights_(std::move(weights)),
       kv_pool_(kv_pool),
-      all_reduce_(std::move(all_reduce)),
       inv_freq_(cpu::rope_inv_freq(config)) {}
 
 void CpuStageCompute::embed(const int32_t* tokens, int count, float* hidden) const {
   cpu::embed(weights_.embedding.data(), config_.hidden_size, tokens, count, hidden);
 }
 
-void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
+void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce) {
   const int64_t h = config_.hidden_size, d = config_.head_dim, t = chunk.tokens;
   const int64_t qkv_width = static_cast<int64_t>(shard_.heads + 2 * shard_.kv_heads) * d;
   normed_.resize(t * h);
@@ -33,10 +32,11 @@ void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
   gate_up_.resize(t * 2 * shard_.intermediate);
   act_.resize(t * shard_.intermediate);
   kv_pool_.reserve(chunk.prompt, chunk.pos0 + chunk.tokens);
-  for (int layer = 0; layer < static_cast<int>(weights_.layers.size()); ++layer) layer_forward(layer, chunk, hidden);
+  for (int layer = 0; layer < static_cast<int>(weights_.layers.size()); ++layer)
+    layer_forward(layer, chunk, hidden, all_reduce);
 }
 
-void CpuStageCompute::layer_forward(int layer, const ChunkContext& chunk, float* hidden) {
+void CpuStageCompute::layer_forward(int layer, const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce) {
   const model::LayerWeights& w = weights_.layers[layer];
   const int h = config_.hidden_size, d = config_.head_dim, t = chunk.tokens;
   const int heads = shard_.heads, kv_heads = shard_.kv_heads, inter = shard_.intermediate;
@@ -46,7 +46,8 @@ void CpuStageCompute::layer_forward(int layer, const ChunkContext& chunk, float*
 
   // Attention block.
   cpu::rms_norm(hidden, t, h, h, w.input_norm.data(), eps, normed_.data(), h);
-  cpu::linear(normed_.data(), t, h, w.qkv.data(), qkv_width, qkv_.data(), w.qkv_bias.empty() ? nullptr : w.qkv_bias.data());
+  cpu::linear(normed_.data(), t, h, w.qkv.data(), qkv_width, qkv_.data(),
+              w.qkv_bias.empty() ? nullptr : w.qkv_bias.data());
   float* q = qkv_.data();
   float* k = q + q_width;
   float* v = k + kv_width;
@@ -63,7 +64,7 @@ void CpuStageCompute::layer_forward(int layer, const ChunkContext& chunk, float*
   const kv::KvLayerView view{&kv_pool_, layer, &kv_pool_.pages(chunk.prompt)};
   cpu::chunk_attention(q, qkv_width, t, pos0, view, heads, attn_.data(), q_width, attention_ws_);
   cpu::linear(attn_.data(), t, q_width, w.o.data(), h, proj_.data());
-  if (shard_.tp > 1) all_reduce_(proj_.data(), t * h);  // row parallel: partial sums
+  if (shard_.tp > 1) all_reduce(proj_.data(), t * h);  // row parallel: partial sums
   cpu::add_inplace(hidden, proj_.data(), static_cast<int64_t>(t) * h);
 
   // MLP block.
@@ -71,7 +72,7 @@ void CpuStageCompute::layer_forward(int layer, const ChunkContext& chunk, float*
   cpu::linear(normed_.data(), t, h, w.gate_up.data(), 2 * inter, gate_up_.data());
   cpu::swiglu(gate_up_.data(), t, inter, act_.data());
   cpu::linear(act_.data(), t, inter, w.down.data(), h, proj_.data());
-  if (shard_.tp > 1) all_reduce_(proj_.data(), t * h);
+  if (shard_.tp > 1) all_reduce(proj_.data(), t * h);
   cpu::add_inplace(hidden, proj_.data(), static_cast<int64_t>(t) * h);
 }
 

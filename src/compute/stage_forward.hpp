@@ -1,7 +1,7 @@
 // One pipeline stage's compute on the CPU backend: embed (stage 0), the stage's decoder
 // layers on one chunk, and the LM head (last stage). It owns the weights and a workspace,
 // writes K/V into the stage's paged pool, and calls back for the TP all-reduce so it stays
-// free of MPI (unit tests run it in one process).
+// free of MPI (benchmarks run it in one process).
 #pragma once
 
 #include <cstdint>
@@ -27,12 +27,13 @@ using AllReduce = std::function<void(float* data, int count)>;
 class CpuStageCompute {
  public:
   CpuStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard, model::StageWeights weights,
-                  kv::PagedKvPool& kv_pool, AllReduce all_reduce);
+                  kv::PagedKvPool& kv_pool);
 
   // hidden[t, :] = embedding[tokens[t], :]
   void embed(const int32_t* tokens, int count, float* hidden) const;
   // Runs every local layer on hidden [tokens, H] in place; appends the chunk's K/V.
-  void forward(const ChunkContext& chunk, float* hidden);
+  // `all_reduce` sums the row-parallel partial results across the TP group (unused at tp 1).
+  void forward(const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce);
   // Final norm + this rank's vocabulary shard of the LM head on one hidden row.
   void lm_head(const float* hidden_row, float* logits_shard);
 
@@ -41,13 +42,12 @@ class CpuStageCompute {
   double forward_flops(const ChunkContext& chunk) const;
 
  private:
-  void layer_forward(int layer, const ChunkContext& chunk, float* hidden);
+  void layer_forward(int layer, const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce);
 
   model::ModelConfig config_;
   model::ShardSpec shard_;
   model::StageWeights weights_;
   kv::PagedKvPool& kv_pool_;
-  AllReduce all_reduce_;
   std::vector<double> inv_freq_;
   // Workspace, grown to the largest chunk seen.
   std::vector<float> normed_, qkv_, attn_, proj_, gate_up_, act_;

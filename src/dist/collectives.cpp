@@ -7,7 +7,6 @@
 
 namespace pf::dist {
 
-
 void allreduce_sum(float* data, int count, MPI_Comm comm) {
   MPI_Request request;
   MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data, count, MPI_FLOAT, MPI_SUM, comm, &request));
@@ -47,8 +46,8 @@ std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine, int r
     total += sizes[i];
   }
   std::vector<char> all(static_cast<size_t>(total));
-  MPI_CHECK(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), displacements.data(), MPI_BYTE,
-                         root, comm, &request));
+  MPI_CHECK(MPI_Igatherv(mine.data(), my_size, MPI_BYTE, all.data(), sizes.data(), displacements.data(), MPI_BYTE, root,
+                         comm, &request));
   wait_polling(&request);
   std::vector<std::vector<char>> blobs;
   for (size_t i = 0; i < sizes.size(); ++i)

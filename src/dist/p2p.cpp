@@ -65,7 +65,8 @@ PostedRecv& PostedRecv::operator=(PostedRecv&& other) noexcept {
 }
 
 PostedRecv::~PostedRecv() {
-  if (active()) fail_library_call("pipefill", "~PostedRecv", "receive dropped while MPI writes into it", __FILE__, __LINE__);
+  if (active())
+    fail_library_call("pipefill", "~PostedRecv", "receive dropped while MPI writes into it", __FILE__, __LINE__);
 }
 
 bool PostedRecv::test() {

@@ -25,8 +25,8 @@ class PendingSend {
   ~PendingSend();
 
   bool active() const { return request_ != MPI_REQUEST_NULL; }
-  bool test();        // true once the transfer is done (the handle still owns the buffer)
-  Buffer commit();    // waits (without spinning) and hands the buffer back for reuse
+  bool test();      // true once the transfer is done (the handle still owns the buffer)
+  Buffer commit();  // waits (without spinning) and hands the buffer back for reuse
 
  private:
   Buffer payload_;
@@ -54,6 +54,8 @@ class PostedRecv {
 
 // MPI tags are only guaranteed up to 32767; micro-batch ids wrap, and MPI's
 // non-overtaking order on one (source, comm) keeps wrapped tags unambiguous.
-inline int tag_of(long long micro_batch) { return static_cast<int>(micro_batch % 32000); }
+inline int tag_of(long long micro_batch) {
+  return static_cast<int>(micro_batch % 32000);
+}
 
 }  // namespace pf::dist

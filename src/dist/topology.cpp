@@ -15,8 +15,8 @@ Topology make_topology(int pp, int tp) {
   if (pp < 1 || tp < 1) throw UserError("--pp and --tp must be at least 1");
   if (t.world_size != pp * tp)
     throw UserError("world size is " + std::to_string(t.world_size) + " ranks but --pp " + std::to_string(pp) +
-                    " x --tp " + std::to_string(tp) + " needs " + std::to_string(pp * tp) +
-                    " (launch with mpirun -n " + std::to_string(pp * tp) + ")");
+                    " x --tp " + std::to_string(tp) + " needs " + std::to_string(pp * tp) + " (launch with mpirun -n " +
+                    std::to_string(pp * tp) + ")");
   t.pp = pp;
   t.tp = tp;
   t.stage = t.world_rank / tp;

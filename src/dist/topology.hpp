@@ -14,8 +14,8 @@ struct Topology {
   int tp = 1;
   int stage = 0;
   int tp_rank = 0;
-  int prev_rank = -1;  // same tp_rank on the previous stage, -1 on stage 0
-  int next_rank = -1;  // same tp_rank on the next stage, -1 on the last stage
+  int prev_rank = -1;                      // same tp_rank on the previous stage, -1 on stage 0
+  int next_rank = -1;                      // same tp_rank on the next stage, -1 on the last stage
   MPI_Comm tp_comm = MPI_COMM_NULL;        // the ranks of this stage, ordered by tp_rank
   MPI_Comm pipeline_comm = MPI_COMM_NULL;  // hidden states between neighbouring stages
   MPI_Comm result_comm = MPI_COMM_NULL;    // logits from the last stage to the writer

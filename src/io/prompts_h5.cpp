@@ -30,7 +30,9 @@ void read_int_dataset(hid_t file, const std::string& path, const char* name, hid
 
 }  // namespace
 
-void quiet_hdf5_errors() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+void quiet_hdf5_errors() {
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 std::vector<int64_t> PromptSet::lengths() const {
   std::vector<int64_t> result;

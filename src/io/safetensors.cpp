@@ -16,12 +16,17 @@
 
 namespace pf::io {
 
-int dtype_size(Dtype dtype) { return dtype == Dtype::kF32 ? 4 : 2; }
+int dtype_size(Dtype dtype) {
+  return dtype == Dtype::kF32 ? 4 : 2;
+}
 const char* dtype_name(Dtype dtype) {
   switch (dtype) {
-    case Dtype::kF32: return "F32";
-    case Dtype::kBF16: return "BF16";
-    case Dtype::kF16: return "F16";
+    case Dtype::kF32:
+      return "F32";
+    case Dtype::kBF16:
+      return "BF16";
+    case Dtype::kF16:
+      return "F16";
   }
   return "?";
 }
@@ -31,8 +36,12 @@ int64_t TensorInfo::numel() const {
   for (int64_t d : shape) n *= d;
   return n;
 }
-int64_t TensorInfo::rows() const { return shape.empty() ? 1 : shape[0]; }
-int64_t TensorInfo::cols() const { return shape.size() >= 2 ? numel() / shape[0] : 1; }
+int64_t TensorInfo::rows() const {
+  return shape.empty() ? 1 : shape[0];
+}
+int64_t TensorInfo::cols() const {
+  return shape.size() >= 2 ? numel() / shape[0] : 1;
+}
 
 float bf16_to_float(uint16_t bits) {
   uint32_t word = static_cast<uint32_t>(bits) << 16;
@@ -96,7 +105,9 @@ void pread_all(int fd, void* out, size_t bytes, uint64_t offset, const std::stri
 
 void convert_to_float(Dtype dtype, const char* raw, int64_t count, float* out) {
   switch (dtype) {
-    case Dtype::kF32: std::memcpy(out, raw, static_cast<size_t>(count) * 4); break;
+    case Dtype::kF32:
+      std::memcpy(out, raw, static_cast<size_t>(count) * 4);
+      break;
     case Dtype::kBF16:
       for (int64_t i = 0; i < count; ++i) {
         uint16_t bits;

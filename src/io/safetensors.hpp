@@ -45,8 +45,7 @@ class SafetensorsFile {
 
   // Reads rows [row0, row0+rows) x cols [col0, col0+cols) of the 2-D view into `out`
   // (row-major, rows x cols floats), converting from the stored dtype.
-  void read_block(const std::string& name, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
-                  float* out) const;
+  void read_block(const std::string& name, int64_t row0, int64_t rows, int64_t col0, int64_t cols, float* out) const;
 
  private:
   std::string path_;

@@ -15,8 +15,8 @@ int pool_pages_for(const KvShape& shape, const std::vector<int64_t>& prompt_leng
     const int pages = shape.pages_for(prompt_lengths[p]);
     if (pages > budget_pages) {
       const double need_mb = static_cast<double>(pages) * shape.bytes_per_page() / (1 << 20);
-      throw UserError("prompt " + std::to_string(p) + " (" + std::to_string(prompt_lengths[p]) +
-                      " tokens) needs " + std::to_string(static_cast<long long>(std::ceil(need_mb))) +
+      throw UserError("prompt " + std::to_string(p) + " (" + std::to_string(prompt_lengths[p]) + " tokens) needs " +
+                      std::to_string(static_cast<long long>(std::ceil(need_mb))) +
                       " MiB of KV cache per rank on stage " + std::to_string(stage) + " but --kv-memory-mb is " +
                       std::to_string(budget_mb) + "; raise it, or add stages (--pp) or TP ranks (--tp)");
     }

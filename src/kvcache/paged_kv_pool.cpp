@@ -8,7 +8,9 @@
 namespace pf::kv {
 
 PagedKvPool::PagedKvPool(const KvShape& shape, int num_pages)
-    : shape_(shape), num_pages_(num_pages), storage_(static_cast<size_t>(num_pages) * shape.layers * shape.floats_per_page_layer()) {
+    : shape_(shape),
+      num_pages_(num_pages),
+      storage_(static_cast<size_t>(num_pages) * shape.layers * shape.floats_per_page_layer()) {
   free_list_.reserve(num_pages);
   for (int p = num_pages - 1; p >= 0; --p) free_list_.push_back(p);  // hand out low ids first
 }
@@ -38,8 +40,8 @@ const std::vector<int>& PagedKvPool::pages(int prompt) const {
   return it->second;
 }
 
-void PagedKvPool::write(int layer, int prompt, int pos0, int count, const float* k, int64_t k_stride,
-                        const float* v, int64_t v_stride) {
+void PagedKvPool::write(int layer, int prompt, int pos0, int count, const float* k, int64_t k_stride, const float* v,
+                        int64_t v_stride) {
   const auto& table = pages(prompt);
   const int d = shape_.head_dim, ps = shape_.page_size;
   const int64_t v_offset = shape_.floats_per_page_layer() / 2;

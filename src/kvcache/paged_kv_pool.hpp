@@ -14,8 +14,8 @@
 namespace pf::kv {
 
 struct KvShape {
-  int layers = 0;     // local layers of the stage
-  int kv_heads = 0;   // local KV heads of the TP shard
+  int layers = 0;    // local layers of the stage
+  int kv_heads = 0;  // local KV heads of the TP shard
   int head_dim = 0;
   int page_size = 0;  // tokens per page
   int64_t floats_per_page_layer() const { return 2ll * kv_heads * page_size * head_dim; }

@@ -10,8 +10,7 @@ namespace {
 
 template <typename T>
 T required(const nlohmann::json& json, const char* key, const std::string& origin) {
-  if (!json.contains(key) || json[key].is_null())
-    throw UserError(origin + ": missing field \"" + key + "\"");
+  if (!json.contains(key) || json[key].is_null()) throw UserError(origin + ": missing field \"" + key + "\"");
   try {
     return json[key].get<T>();
   } catch (const nlohmann::json::exception&) {
@@ -88,8 +87,10 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   }
 
   for (auto [value, name] : {std::pair{c.intermediate_size, "intermediate_size"},
-                             {c.num_layers, "num_hidden_layers"}, {c.num_kv_heads, "num_key_value_heads"},
-                             {c.vocab_size, "vocab_size"}, {c.head_dim, "head_dim"}})
+                             {c.num_layers, "num_hidden_layers"},
+                             {c.num_kv_heads, "num_key_value_heads"},
+                             {c.vocab_size, "vocab_size"},
+                             {c.head_dim, "head_dim"}})
     if (value <= 0) throw UserError(origin + ": " + name + " must be positive");
   if (c.num_heads % c.num_kv_heads != 0)
     throw UserError(origin + ": num_attention_heads must be a multiple of num_key_value_heads");

@@ -27,7 +27,9 @@ ModelConfig tiny() {
 
 }  // namespace
 
-std::vector<std::string> preset_names() { return {"tiny", "tiny-qwen2", "tiny-qwen3", "small", "llama3-8b"}; }
+std::vector<std::string> preset_names() {
+  return {"tiny", "tiny-qwen2", "tiny-qwen3", "small", "llama3-8b"};
+}
 
 ModelConfig preset_config(const std::string& name) {
   if (name == "tiny") return tiny();

@@ -89,7 +89,7 @@ class SyntheticSource final : public TensorSource {
 float synthetic_value(uint64_t seed, const std::string& name, int64_t fan_in, int64_t index) {
   const uint64_t bits = splitmix64(splitmix64(seed ^ fnv1a(name)) + static_cast<uint64_t>(index));
   const float uniform = static_cast<float>(bits >> 40) * (2.0f / 16777216.0f) - 1.0f;  // [-1, 1)
-  if (ends_with(name, "norm.weight")) return 1.0f + 0.1f * uniform;  // norm gains near 1
+  if (ends_with(name, "norm.weight")) return 1.0f + 0.1f * uniform;                    // norm gains near 1
   if (ends_with(name, ".bias")) return 0.1f * uniform;
   if (name == "model.embed_tokens.weight") return uniform;
   // Linear layers: variance 1/fan_in keeps activations O(1) through the stack.

@@ -75,7 +75,9 @@ std::vector<float> read(const TensorSource& source, const std::string& name, int
   return out;
 }
 
-void append(std::vector<float>& dst, const std::vector<float>& src) { dst.insert(dst.end(), src.begin(), src.end()); }
+void append(std::vector<float>& dst, const std::vector<float>& src) {
+  dst.insert(dst.end(), src.begin(), src.end());
+}
 
 }  // namespace
 

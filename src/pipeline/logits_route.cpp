@@ -31,7 +31,8 @@ void LogitsSender::send(int prompt, const std::vector<float>& shard) {
     local_sink_(prompt, row.data());
     return;
   }
-  pending_.push_back(dist::PendingSend::start(std::move(row), vocab_size_, 0, dist::tag_of(prompt), topology_.result_comm));
+  pending_.push_back(
+      dist::PendingSend::start(std::move(row), vocab_size_, 0, dist::tag_of(prompt), topology_.result_comm));
   while (!pending_.empty() && pending_.front().test()) {
     pending_.front().commit();
     pending_.pop_front();
@@ -52,9 +53,9 @@ LogitsInbox::LogitsInbox(const dist::Topology& topology, const sched::BatchPlan&
 
 void LogitsInbox::post_next() {
   const int prompt = completion_order_[next_to_post_++];
-  posted_.emplace_back(prompt, dist::PostedRecv::post(dist::Buffer(vocab_size_), vocab_size_,
-                                                      topology_.last_stage_leader(), dist::tag_of(prompt),
-                                                      topology_.result_comm));
+  posted_.emplace_back(prompt,
+                       dist::PostedRecv::post(dist::Buffer(vocab_size_), vocab_size_, topology_.last_stage_leader(),
+                                              dist::tag_of(prompt), topology_.result_comm));
 }
 
 void LogitsInbox::poll() {

@@ -10,6 +10,8 @@
 
 #include <deque>
 
+#include "dist/collectives.hpp"
+
 namespace pf::pipeline {
 
 namespace {
@@ -78,7 +80,10 @@ void run_stage_loop(StageLoopContext& ctx) {
 
     {
       trace::Timeline::Scope compute(ctx.timeline, EventKind::kCompute, mb);
-      ctx.compute.forward({mb.prompt, mb.start, mb.length}, state.data());
+      ctx.compute.forward({mb.prompt, mb.start, mb.length}, state.data(), [&](float* data, int n) {
+        trace::Timeline::Scope reduce(ctx.timeline, EventKind::kAllReduce, mb);
+        dist::allreduce_sum(data, n, topo.tp_comm);
+      });
     }
     // The prompt's last chunk has passed this stage: its KV pages are free again.
     if (mb.is_last) ctx.kv_pool.release(mb.prompt);

@@ -21,8 +21,8 @@ struct StageLoopContext {
   compute::CpuStageCompute& compute;
   kv::PagedKvPool& kv_pool;
   trace::Timeline& timeline;
-  int ring_depth;       // receives posted ahead, and sends in flight, per rank
-  LogitsSink sink;      // on world rank 0: stores one prompt's logits row
+  int ring_depth;   // receives posted ahead, and sends in flight, per rank
+  LogitsSink sink;  // on world rank 0: stores one prompt's logits row
 };
 
 void run_stage_loop(StageLoopContext& context);

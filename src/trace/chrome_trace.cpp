@@ -11,17 +11,26 @@ namespace pf::trace {
 void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent>& events, int pp, int tp) {
   nlohmann::json trace = nlohmann::json::array();
   for (int stage = 0; stage < pp; ++stage) {
-    trace.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", stage}, {"args", {{"name", "stage " + std::to_string(stage)}}}});
+    trace.push_back({{"name", "process_name"},
+                     {"ph", "M"},
+                     {"pid", stage},
+                     {"args", {{"name", "stage " + std::to_string(stage)}}}});
     trace.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", stage}, {"args", {{"sort_index", stage}}}});
     for (int tp_rank = 0; tp_rank < tp; ++tp_rank)
-      trace.push_back({{"name", "thread_name"}, {"ph", "M"}, {"pid", stage}, {"tid", tp_rank},
-                       {"args", {{"name", "tp " + std::to_string(tp_rank) + " (rank " + std::to_string(stage * tp + tp_rank) + ")"}}}});
+      trace.push_back(
+          {{"name", "thread_name"},
+           {"ph", "M"},
+           {"pid", stage},
+           {"tid", tp_rank},
+           {"args",
+            {{"name", "tp " + std::to_string(tp_rank) + " (rank " + std::to_string(stage * tp + tp_rank) + ")"}}}});
   }
   for (const auto& e : events) {
     const auto kind = static_cast<EventKind>(e.kind);
     std::string name = event_kind_name(kind);
     if (kind == EventKind::kCompute || kind == EventKind::kLmHead)
-      name += " p" + std::to_string(e.prompt) + "[" + std::to_string(e.chunk_start) + "+" + std::to_string(e.chunk_length) + "]";
+      name += " p" + std::to_string(e.prompt) + "[" + std::to_string(e.chunk_start) + "+" +
+              std::to_string(e.chunk_length) + "]";
     trace.push_back({{"name", name},
                      {"cat", event_kind_name(kind)},
                      {"ph", "X"},
@@ -29,8 +38,11 @@ void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent
                      {"tid", e.tp_rank},
                      {"ts", e.t_start_s * 1e6},
                      {"dur", (e.t_end_s - e.t_start_s) * 1e6},
-                     {"args", {{"micro_batch", e.micro_batch}, {"prompt", e.prompt}, {"chunk_start", e.chunk_start},
-                               {"chunk_length", e.chunk_length}}}});
+                     {"args",
+                      {{"micro_batch", e.micro_batch},
+                       {"prompt", e.prompt},
+                       {"chunk_start", e.chunk_start},
+                       {"chunk_length", e.chunk_length}}}});
   }
   std::ofstream out(path);
   if (!out) throw UserError("cannot write trace file " + path);

@@ -10,11 +10,16 @@ namespace pf::trace {
 
 const char* event_kind_name(EventKind kind) {
   switch (kind) {
-    case EventKind::kCompute: return "compute";
-    case EventKind::kRecvWait: return "recv_wait";
-    case EventKind::kSendCommit: return "send_commit";
-    case EventKind::kAllReduce: return "allreduce";
-    case EventKind::kLmHead: return "lm_head";
+    case EventKind::kCompute:
+      return "compute";
+    case EventKind::kRecvWait:
+      return "recv_wait";
+    case EventKind::kSendCommit:
+      return "send_commit";
+    case EventKind::kAllReduce:
+      return "allreduce";
+    case EventKind::kLmHead:
+      return "lm_head";
   }
   return "?";
 }

@@ -37,8 +37,10 @@ int main(int argc, char** argv) {
   const double rtol = argc >= 5 && std::string(argv[3]) == "--rtol" ? std::stod(argv[4]) : 1e-4;
   std::vector<double> actual, expected;
   hsize_t a_dims[2] = {0, 0}, e_dims[2] = {0, 0};
-  if (!read_logits(argv[1], actual, a_dims)) return std::fprintf(stderr, "FAILED: cannot read /logits of %s\n", argv[1]), 1;
-  if (!read_logits(argv[2], expected, e_dims)) return std::fprintf(stderr, "FAILED: cannot read /logits of %s\n", argv[2]), 1;
+  if (!read_logits(argv[1], actual, a_dims))
+    return std::fprintf(stderr, "FAILED: cannot read /logits of %s\n", argv[1]), 1;
+  if (!read_logits(argv[2], expected, e_dims))
+    return std::fprintf(stderr, "FAILED: cannot read /logits of %s\n", argv[2]), 1;
   if (a_dims[0] != e_dims[0] || a_dims[1] != e_dims[1]) {
     std::fprintf(stderr, "FAILED: shapes differ: [%llu, %llu] vs [%llu, %llu]\n", (unsigned long long)a_dims[0],
                  (unsigned long long)a_dims[1], (unsigned long long)e_dims[0], (unsigned long long)e_dims[1]);
@@ -58,7 +60,7 @@ int main(int argc, char** argv) {
     worst = std::max(worst, rel);
     if (!(rel <= rtol)) pass = false;
   }
-  std::printf("%s: %llu prompts x %llu logits, worst relative error %.3e (tolerance %.1e)\n", pass ? "Passed" : "FAILED",
-              (unsigned long long)a_dims[0], (unsigned long long)a_dims[1], worst, rtol);
+  std::printf("%s: %llu prompts x %llu logits, worst relative error %.3e (tolerance %.1e)\n",
+              pass ? "Passed" : "FAILED", (unsigned long long)a_dims[0], (unsigned long long)a_dims[1], worst, rtol);
   return pass ? 0 : 1;
 }

@@ -97,8 +97,10 @@ std::vector<double> forward(const model::ModelConfig& c, const model::TensorSour
       vb = load(src, p + "self_attn.v_proj.bias");
     }
     Matrix q = linear(normed, n, h, load(src, p + "self_attn.q_proj.weight"), nh * d, c.attention_bias ? &qb : nullptr);
-    Matrix k = linear(normed, n, h, load(src, p + "self_attn.k_proj.weight"), nkv * d, c.attention_bias ? &kb : nullptr);
-    Matrix v = linear(normed, n, h, load(src, p + "self_attn.v_proj.weight"), nkv * d, c.attention_bias ? &vb : nullptr);
+    Matrix k =
+        linear(normed, n, h, load(src, p + "self_attn.k_proj.weight"), nkv * d, c.attention_bias ? &kb : nullptr);
+    Matrix v =
+        linear(normed, n, h, load(src, p + "self_attn.v_proj.weight"), nkv * d, c.attention_bias ? &vb : nullptr);
     if (c.qk_norm) {
       rms_norm_rows(q, n * nh, d, load(src, p + "self_attn.q_norm.weight"), eps);
       rms_norm_rows(k, n * nkv, d, load(src, p + "self_attn.k_norm.weight"), eps);
@@ -122,7 +124,8 @@ std::vector<double> forward(const model::ModelConfig& c, const model::TensorSour
         double total = 0;
         for (int s = 0; s <= t; ++s) total += (scores[s] = std::exp(scores[s] - max_score));
         for (int s = 0; s <= t; ++s)
-          for (int i = 0; i < d; ++i) attn[(t * nh + head) * d + i] += scores[s] / total * v[(s * nkv + kv_head) * d + i];
+          for (int i = 0; i < d; ++i)
+            attn[(t * nh + head) * d + i] += scores[s] / total * v[(s * nkv + kv_head) * d + i];
       }
     }
     Matrix o = linear(attn, n, nh * d, load(src, p + "self_attn.o_proj.weight"), h);
@@ -149,10 +152,14 @@ int main(int argc, char** argv) {
   uint64_t seed = 0;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--model") model_flag = argv[i + 1];
-    else if (flag == "--input") input = argv[i + 1];
-    else if (flag == "--output") output = argv[i + 1];
-    else if (flag == "--seed") seed = std::stoull(argv[i + 1]);
+    if (flag == "--model")
+      model_flag = argv[i + 1];
+    else if (flag == "--input")
+      input = argv[i + 1];
+    else if (flag == "--output")
+      output = argv[i + 1];
+    else if (flag == "--seed")
+      seed = std::stoull(argv[i + 1]);
   }
   if (model_flag.empty() || input.empty() || output.empty()) {
     std::fprintf(stderr, "usage: pipefill_reference --model M --input IN.h5 --output REF.h5 [--seed N]\n");

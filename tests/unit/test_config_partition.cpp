@@ -38,8 +38,12 @@ TEST(Config, PresetSizes) {
 }
 
 TEST(Config, QwenDefaults) {
-  nlohmann::json j = {{"architectures", {"Qwen2ForCausalLM"}}, {"hidden_size", 64}, {"intermediate_size", 128},
-                      {"num_hidden_layers", 2}, {"num_attention_heads", 4}, {"num_key_value_heads", 2},
+  nlohmann::json j = {{"architectures", {"Qwen2ForCausalLM"}},
+                      {"hidden_size", 64},
+                      {"intermediate_size", 128},
+                      {"num_hidden_layers", 2},
+                      {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},
                       {"vocab_size", 100}};
   ModelConfig c = parse_config(j, "cfg");
   EXPECT_TRUE(c.attention_bias);
@@ -87,9 +91,9 @@ TEST(Partition, Explicit) {
   EXPECT_EQ(p[1].first, 2);
   EXPECT_EQ(p[1].count, 4);
   EXPECT_EQ(p[2].first, 6);
-  EXPECT_THROW(parse_partition("4,4", 8, 3), UserError);     // count
-  EXPECT_THROW(parse_partition("2,2,2", 8, 3), UserError);   // sum
-  EXPECT_THROW(parse_partition("4,0,4", 8, 3), UserError);   // empty stage
-  EXPECT_THROW(parse_partition("4,x,4", 8, 3), UserError);   // not a number
+  EXPECT_THROW(parse_partition("4,4", 8, 3), UserError);    // count
+  EXPECT_THROW(parse_partition("2,2,2", 8, 3), UserError);  // sum
+  EXPECT_THROW(parse_partition("4,0,4", 8, 3), UserError);  // empty stage
+  EXPECT_THROW(parse_partition("4,x,4", 8, 3), UserError);  // not a number
   EXPECT_THROW(parse_partition("4,2.5,4", 8, 3), UserError);
 }

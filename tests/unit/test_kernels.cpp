@@ -22,8 +22,8 @@ std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
 }
 
 // Causal attention of all `n` tokens, double precision, GQA by head // group.
-std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                                    int n, int heads, int kv_heads, int d) {
+std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,
+                                    const std::vector<float>& v, int n, int heads, int kv_heads, int d) {
   std::vector<double> out(static_cast<size_t>(n) * heads * d, 0.0);
   const int group = heads / kv_heads;
   for (int h = 0; h < heads; ++h)
@@ -38,7 +38,8 @@ std::vector<double> naive_attention(const std::vector<float>& q, const std::vect
       }
       for (int j = 0; j <= t; ++j) total += (s[j] = std::exp(s[j] - mx));
       for (int j = 0; j <= t; ++j)
-        for (int i = 0; i < d; ++i) out[(t * heads + h) * d + i] += s[j] / total * v[(j * kv_heads + h / group) * d + i];
+        for (int i = 0; i < d; ++i)
+          out[(t * heads + h) * d + i] += s[j] / total * v[(j * kv_heads + h / group) * d + i];
     }
   return out;
 }
@@ -81,12 +82,12 @@ TEST_P(ChunkAttention, MatchesNaiveCausalAttention) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ChunkAttention,
-                         ::testing::Values(AttentionCase{37, 4, 2, 32, 16, 37},    // one chunk, partial page
-                                           AttentionCase{300, 4, 2, 32, 16, 64},   // many chunks, GQA 2
-                                           AttentionCase{300, 4, 4, 16, 64, 100},  // MHA, chunk not page aligned
-                                           AttentionCase{700, 8, 1, 64, 64, 256},  // MQA, key blocks > 1 page
-                                           AttentionCase{513, 2, 2, 128, 32, 1},   // one token per chunk
-                                           AttentionCase{520, 16, 2, 8, 8, 512})); // group 8: 32-token query blocks
+                         ::testing::Values(AttentionCase{37, 4, 2, 32, 16, 37},     // one chunk, partial page
+                                           AttentionCase{300, 4, 2, 32, 16, 64},    // many chunks, GQA 2
+                                           AttentionCase{300, 4, 4, 16, 64, 100},   // MHA, chunk not page aligned
+                                           AttentionCase{700, 8, 1, 64, 64, 256},   // MQA, key blocks > 1 page
+                                           AttentionCase{513, 2, 2, 128, 32, 1},    // one token per chunk
+                                           AttentionCase{520, 16, 2, 8, 8, 512}));  // group 8: 32-token query blocks
 
 TEST(Kernels, AttentionFlopCount) {
   // 3 tokens after a prefix of 2: keys seen 3 + 4 + 5 = 12.
@@ -125,7 +126,7 @@ TEST(Kernels, RopeLlama3FrequencyBands) {
   model::ModelConfig c = model::preset_config("llama3-8b");
   const auto f = cpu::rope_inv_freq(c);
   ASSERT_EQ(f.size(), 64u);
-  EXPECT_DOUBLE_EQ(f[0], 1.0);                                         // high frequency: kept
+  EXPECT_DOUBLE_EQ(f[0], 1.0);                                        // high frequency: kept
   EXPECT_NEAR(f[63], std::pow(500000.0, -126.0 / 128) / 8.0, 1e-18);  // low frequency: divided by 8
   // A medium band exists and lies strictly between the two rules.
   int medium = 0;

@@ -21,7 +21,8 @@ std::string temp_path(const std::string& name) {
 }
 
 // Writes an 8-byte length, the header text, then `data_bytes` zero bytes.
-std::string write_raw(const std::string& name, const std::string& header, size_t data_bytes, uint64_t length_field = 0) {
+std::string write_raw(const std::string& name, const std::string& header, size_t data_bytes,
+                      uint64_t length_field = 0) {
   const std::string path = temp_path(name);
   std::ofstream out(path, std::ios::binary);
   const uint64_t length = length_field ? length_field : header.size();
@@ -154,4 +155,6 @@ TEST(SafetensorsMalformed, MissingFields) {
   expect_user_error(write_raw("fields.safetensors", R"({"a":{"dtype":"F32"}})", 0), "needs dtype, shape");
 }
 
-TEST(SafetensorsMalformed, MissingFile) { expect_user_error(temp_path("does-not-exist"), "cannot open"); }
+TEST(SafetensorsMalformed, MissingFile) {
+  expect_user_error(temp_path("does-not-exist"), "cannot open");
+}

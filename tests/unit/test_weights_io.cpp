@@ -37,7 +37,8 @@ int make_model(const std::vector<std::string>& args) {
 
 TEST(Synthetic, DeterministicAndSeeded) {
   const auto c = model::preset_config("tiny");
-  auto a = model::make_synthetic_source(c, 1), b = model::make_synthetic_source(c, 1), other = model::make_synthetic_source(c, 2);
+  auto a = model::make_synthetic_source(c, 1), b = model::make_synthetic_source(c, 1),
+       other = model::make_synthetic_source(c, 2);
   std::vector<float> x(128), y(128), z(128);
   a->read_block("model.layers.3.mlp.up_proj.weight", 5, 1, 0, 128, x.data());
   b->read_block("model.layers.3.mlp.up_proj.weight", 5, 1, 0, 128, y.data());
@@ -80,8 +81,9 @@ TEST(Checkpoint, ShapeMismatchIsNamed) {
     model::validate_tensors(source.config, *source.tensors, dir.string());
     FAIL();
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("mlp.gate_proj.weight has shape [256, 128] but config.json implies [512, 128]"),
-              std::string::npos)
+    EXPECT_NE(
+        std::string(e.what()).find("mlp.gate_proj.weight has shape [256, 128] but config.json implies [512, 128]"),
+        std::string::npos)
         << e.what();
   }
   fs::remove_all(dir);
@@ -105,7 +107,13 @@ TEST(Weights, TensorParallelShardsTileTheFullMatrices) {
   EXPECT_TRUE(std::equal(o_part.begin(), o_part.end(), shards[1].layers[0].o.begin() + 7 * 64));
   // Vocabulary split covers [0, V) exactly once.
   EXPECT_EQ(shards[0].lm_head.size() + shards[1].lm_head.size(), size_t(c.vocab_size) * c.hidden_size);
-  const auto odd = model::make_shard_spec([] { auto x = model::preset_config("tiny"); x.vocab_size = 511; return x; }(), 2, 1);
+  const auto odd = model::make_shard_spec(
+      [] {
+        auto x = model::preset_config("tiny");
+        x.vocab_size = 511;
+        return x;
+      }(),
+      2, 1);
   EXPECT_EQ(odd.vocab_begin, 256);
   EXPECT_EQ(odd.vocab_count, 255);
   EXPECT_THROW(model::validate_tensor_parallel(c, 4), UserError);  // 2 KV heads
@@ -115,8 +123,9 @@ TEST(Weights, TensorParallelShardsTileTheFullMatrices) {
 namespace {
 
 // Writes an input with arbitrary datasets for the validation tests.
-std::string write_input(const std::string& name, const std::vector<int64_t>& tokens, const std::vector<int64_t>& offsets,
-                        hid_t token_type = H5T_STD_I32LE, bool with_offsets = true) {
+std::string write_input(const std::string& name, const std::vector<int64_t>& tokens,
+                        const std::vector<int64_t>& offsets, hid_t token_type = H5T_STD_I32LE,
+                        bool with_offsets = true) {
   const std::string path = (temp_dir("inputs") / name).string();
   hid_t file = H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   auto write = [&](const char* dataset_name, hid_t type, const std::vector<int64_t>& data) {

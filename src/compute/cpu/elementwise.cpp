@@ -39,8 +39,8 @@ std::vector<double> rope_inv_freq(const model::ModelConfig& c) {
       f /= s.factor;
       continue;
     }
-    const double smooth = (s.original_max_position_embeddings / wavelen - s.low_freq_factor) /
-                          (s.high_freq_factor - s.low_freq_factor);
+    const double smooth =
+        (s.original_max_position_embeddings / wavelen - s.low_freq_factor) / (s.high_freq_factor - s.low_freq_factor);
     f = (1.0 - smooth) * f / s.factor + smooth * f;
   }
   return inv_freq;
