@@ -50,6 +50,8 @@ PY
 
 case $case in
   missing_model) model=$work/nope; expect="model directory" ;;
+  missing_weights_file) copy_model; rm "$model/model.safetensors"; expect="no weights in" ;;
+  bad_config_json) copy_model; echo '{"hidden_size": ' >"$model/config.json"; expect="malformed JSON" ;;
   missing_input) input=$work/nope.h5; expect="cannot read input file" ;;
   input_is_directory) input=$work; expect="is not an HDF5 file" ;;
   missing_tokens) make_input x 'f["offsets"] = np.array([0, 3], dtype=np.int64)'; expect="/tokens is missing" ;;

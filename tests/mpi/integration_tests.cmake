@@ -51,20 +51,23 @@ function(pf_mpi_case name model ranks)
                        FIXTURES_REQUIRED "reference.${model};numpy.${model};prompts" TIMEOUT 300)
 endfunction()
 
-pf_mpi_case(pp1_tp1_unchunked tiny 1 --pp 1 --tp 1 --chunk-size 100000)
-pf_mpi_case(pp2_tp1 tiny 2 --pp 2 --tp 1 --chunk-size 64)
-pf_mpi_case(pp1_tp2 tiny 2 --pp 1 --tp 2 --chunk-size 64)
-pf_mpi_case(pp4_tp2_chunk64_page16 tiny 8 --pp 4 --tp 2 --chunk-size 64 --page-size 16)
-pf_mpi_case(pp3_uneven_2_4_2 tiny 3 --pp 3 --chunk-size 50 --page-size 16 --layer-partition 2,4,2)
-pf_mpi_case(pp2_page64_chunk100 tiny 2 --pp 2 --chunk-size 100 --page-size 64)
-pf_mpi_case(pp8_one_layer_each tiny 8 --pp 8 --chunk-size 32 --page-size 16 --ring-depth 1)
-pf_mpi_case(synthetic_pp2_tp2 synthetic-tiny 4 --pp 2 --tp 2 --chunk-size 64)
+# The tiny configurations run twice: from the make-model directory and from synthetic:tiny.
+foreach(source tiny synthetic-tiny)
+  pf_mpi_case(${source}.pp1_tp1_unchunked ${source} 1 --pp 1 --tp 1 --chunk-size 100000)
+  pf_mpi_case(${source}.pp2_tp1 ${source} 2 --pp 2 --tp 1 --chunk-size 64)
+  pf_mpi_case(${source}.pp1_tp2 ${source} 2 --pp 1 --tp 2 --chunk-size 64)
+  pf_mpi_case(${source}.pp2_tp2 ${source} 4 --pp 2 --tp 2 --chunk-size 64)
+  pf_mpi_case(${source}.pp4_tp2_chunk64_page16 ${source} 8 --pp 4 --tp 2 --chunk-size 64 --page-size 16)
+  pf_mpi_case(${source}.pp3_uneven_2_4_2 ${source} 3 --pp 3 --chunk-size 50 --page-size 16 --layer-partition 2,4,2)
+  pf_mpi_case(${source}.pp2_page64_chunk100 ${source} 2 --pp 2 --chunk-size 100 --page-size 64)
+  pf_mpi_case(${source}.pp8_one_layer_each_ring1 ${source} 8 --pp 8 --chunk-size 32 --page-size 16 --ring-depth 1)
+endforeach()
 pf_mpi_case(qwen2_sharded_bf16_pp2_tp2 qwen2 4 --pp 2 --tp 2 --chunk-size 48 --page-size 16)
 pf_mpi_case(qwen3_pp2_chunk33 qwen3 2 --pp 2 --chunk-size 33 --page-size 16)
 
 # Bad inputs: one `error:` line from rank 0, exit status 2, no output file, no hang.
 set(PF_BAD_CASES
-  missing_model missing_input input_is_directory missing_tokens float_tokens offsets_not_zero
+  missing_model missing_weights_file bad_config_json missing_input input_is_directory missing_tokens float_tokens offsets_not_zero
   offsets_decreasing offsets_past_end token_outside_vocab empty_prompt
   truncated_safetensors header_length_past_end bad_header_json tensor_range_outside_file
   shape_mismatch unknown_architecture missing_tensor world_size_mismatch more_stages_than_layers
