@@ -1,15 +1,17 @@
 // pipefill: chunked pipeline-parallel prefill of very long prompts.
 //
 // `run` is the story of the program and reads top to bottom:
-//   MPI init -> options -> topology -> model -> prompts & plan -> weights -> run -> write -> finalize
+//   MPI init -> options -> topology -> model -> prompts -> weights -> plan -> run -> write -> finalize
 // Every setup step that can fail on bad input is a checked_step: all ranks learn of a
 // failure on any rank, rank 0 prints one `error:` line, and every rank exits with status 2.
 #include <mpi.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <optional>
 
-#include "cli/commands.hpp"           // defines: make-model, make-prompts, plan subcommands
+#include "cli/commands.hpp"           // defines: profile, plan, make-model, make-prompts subcommands
 #include "cli/options.hpp"            // defines: RunOptions and its option table
 #include "compute/flops.hpp"          // defines: plan_flops (for the achieved rate)
 #include "compute/stage_forward.hpp"  // defines: CpuStageCompute (a stage's layers on a chunk)
@@ -21,10 +23,10 @@
 #include "io/prompts_h5.hpp"          // defines: read_prompts (validated HDF5 input)
 #include "io/results_h5.hpp"          // defines: ResultWriter (temporary file, renamed on success)
 #include "kvcache/kv_capacity.hpp"    // defines: pool_pages_for (capacity check before compute)
-#include "model/model_source.hpp"     // defines: open_model (checkpoint dir or synthetic preset)
-#include "model/weights.hpp"          // defines: load_stage_weights, ShardSpec
-#include "pipeline/stage_loop.hpp"    // defines: run_stage_loop (the per-rank event loop)
-#include "sched/batch_plan.hpp"       // defines: BatchPlan, FixedChunkPolicy
+#include "pipeline/chunk_planning.hpp"  // defines: decide_plan (fixed or dynamic chunks, profiled or loaded)
+#include "pipeline/rank_setup.hpp"   // defines: open_rank_model, load_rank_weights, share_prompts
+#include "pipeline/stage_loop.hpp"   // defines: run_stage_loop (the per-rank event loop)
+#include "sched/cost_profile.hpp"    // defines: CostProfile (a saved --cost-model)
 #include "trace/chrome_trace.hpp"     // defines: write_chrome_trace
 #include "trace/summary.hpp"          // defines: summarize, print_summary
 
@@ -33,85 +35,64 @@ using namespace pf;
 static int run_command(int argc, char** argv) {
   cli::RunOptions options;
   if (!cli::parse_run(argc, argv, options)) return 0;  // --help; every rank parsed the same argv
-  dist::Topology topo = dist::make_topology(options.pp, options.tp);
+  const auto& place = options.placement;
+  const auto& chunking = options.chunking;
+  dist::Topology topo = dist::make_topology(place.pp, place.tp);
   const bool writer = topo.is_writer();
 
-  // Model: config.json (or preset), layer partition, TP divisibility. Rank 0 also checks
-  // every tensor's shape in the checkpoint headers before anyone loads data.
-  model::ModelSource model;
-  std::vector<model::StageRange> partition;
-  dist::checked_step(MPI_COMM_WORLD, [&] {
-    model = model::open_model(options.model, options.seed);
-    partition = options.layer_partition.empty()
-                    ? model::default_partition(model.config.num_layers, topo.pp)
-                    : model::parse_partition(options.layer_partition, model.config.num_layers, topo.pp);
-    model::validate_tensor_parallel(model.config, topo.tp);
-    if (writer && !model.synthetic) model::validate_tensors(model.config, *model.tensors, options.model);
-  });
-  const model::ModelConfig& config = model.config;
-  const model::ShardSpec shard = model::make_shard_spec(config, topo.tp, topo.tp_rank);
-  const auto kv_shape_of = [&](int stage) {
-    return kv::KvShape{partition[stage].count, shard.kv_heads, config.head_dim, options.page_size};
-  };
+  // Model: config.json (or preset), layer partition, TP divisibility, tensor shapes.
+  const pipeline::RankModel rank_model = pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition);
+  const model::ModelConfig& config = rank_model.config();
 
-  // Prompts and plan: rank 0 reads and validates the input, checks every stage's KV
-  // capacity and opens the output, then broadcasts the plan; stage 0 gets the tokens.
+  // Prompts: rank 0 reads and validates the input, checks every stage's KV capacity,
+  // checks a saved cost model against this configuration, and opens the output.
   io::PromptSet prompts;
-  sched::BatchPlan plan;
+  std::optional<sched::CostProfile> saved_costs;
   std::unique_ptr<io::ResultWriter> results;
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!writer) return;
     prompts = io::read_prompts(options.input, config.vocab_size);
-    plan = sched::make_plan(prompts.lengths(), sched::FixedChunkPolicy(options.chunk_size));
     for (int stage = 0; stage < topo.pp; ++stage)
-      kv::pool_pages_for(kv_shape_of(stage), plan.prompt_lengths, options.kv_memory_mb, stage);
-    results = std::make_unique<io::ResultWriter>(options.output, plan.num_prompts(), config.vocab_size);
+      kv::pool_pages_for(rank_model.kv_shape(stage, chunking.page_size), prompts.lengths(), place.kv_memory_mb, stage);
+    if (!chunking.cost_model_path.empty()) {
+      saved_costs = sched::load_cost_profile(chunking.cost_model_path);
+      sched::check_profile_matches(*saved_costs, pipeline::placement_identity(topo, rank_model, place.backend),
+                                   chunking.cost_model_path);
+    }
+    results = std::make_unique<io::ResultWriter>(options.output, prompts.num_prompts(), config.vocab_size);
   });
-  std::vector<char> plan_bytes = writer ? sched::serialize(plan) : std::vector<char>();
-  dist::broadcast_bytes(plan_bytes, 0, MPI_COMM_WORLD);
-  plan = sched::deserialize(plan_bytes);
-  if (topo.first_stage()) {
-    std::vector<char> token_bytes(prompts.tokens.size() * sizeof(int32_t));
-    std::memcpy(token_bytes.data(), prompts.tokens.data(), token_bytes.size());
-    dist::broadcast_bytes(token_bytes, 0, topo.tp_comm);
-    prompts.tokens.resize(token_bytes.size() / sizeof(int32_t));
-    std::memcpy(prompts.tokens.data(), token_bytes.data(), token_bytes.size());
-    prompts.offsets.assign(1, 0);
-    for (int64_t length : plan.prompt_lengths) prompts.offsets.push_back(prompts.offsets.back() + length);
-  }
+  const std::vector<int64_t> lengths = pipeline::share_prompts(topo, prompts);
 
+  // Weights and KV pool: this rank's layers and TP shard only; the pool holds the longest
+  // prompt (and, when this run profiles, room for the profile's chunks).
+  model::StageWeights weights = pipeline::load_rank_weights(topo, rank_model);
+  const kv::KvShape kv_shape = rank_model.kv_shape(topo.stage, chunking.page_size);
+  int kv_pages = kv::pool_pages_for(kv_shape, lengths, place.kv_memory_mb, topo.stage);
+  if (chunking.dynamic() && chunking.cost_model_path.empty())
+    kv_pages = kv::profiling_pages(kv_shape, *std::max_element(lengths.begin(), lengths.end()) + 2 * chunking.initial_chunk,
+                                   place.kv_memory_mb, kv_pages);
+  kv::PagedKvPool kv_pool(kv_shape, kv_pages);
+  compute::CpuStageCompute compute(config, rank_model.shard, std::move(weights), kv_pool);
+
+  // Plan: fixed chunks, or dynamic ones from cost models (profiled now or loaded).
+  const pipeline::PlanDecision decision =
+      pipeline::decide_plan(topo, chunking, lengths, compute, kv_pool, config.hidden_size, saved_costs);
+  const sched::BatchPlan& plan = decision.plan;
   if (writer && !options.quiet) {
-    std::printf("pipefill %s | %s %s (%.1fM params) | pp %d x tp %d | layers %s | chunk %d | page %d\n",
-                PIPEFILL_VERSION, options.model.c_str(), config.architecture_name.c_str(),
-                config.total_parameters() / 1e6, topo.pp, topo.tp, model::partition_text(partition).c_str(),
-                options.chunk_size, options.page_size);
+    std::printf("pipefill %s | %s %s (%.1fM params) | pp %d x tp %d | layers %s | chunk %d (%s) | page %d\n",
+                PIPEFILL_VERSION, place.model.c_str(), config.architecture_name.c_str(),
+                config.total_parameters() / 1e6, topo.pp, topo.tp, model::partition_text(rank_model.partition).c_str(),
+                chunking.initial_chunk, decision.policy_used.c_str(), chunking.page_size);
     std::printf("input %s: %d prompts, %lld tokens, %zu micro-batches\n", options.input.c_str(), plan.num_prompts(),
                 static_cast<long long>(plan.total_tokens()), plan.micro_batches.size());
     std::fflush(stdout);
   }
 
-  // Weights: each rank reads its own layers and TP shard only.
-  model::StageWeights weights;
-  dist::checked_step(MPI_COMM_WORLD, [&] {
-    weights = model::load_stage_weights(config, *model.tensors, partition[topo.stage], topo.first_stage(),
-                                        topo.last_stage(), shard);
-  });
-  const kv::KvShape kv_shape = kv_shape_of(topo.stage);
-  kv::PagedKvPool kv_pool(kv_shape,
-                          kv::pool_pages_for(kv_shape, plan.prompt_lengths, options.kv_memory_mb, topo.stage));
-
   // Run: one time base, then every rank walks the plan.
   const dist::RunClock clock = dist::synchronize_clocks(MPI_COMM_WORLD);
   trace::Timeline timeline(topo, clock);
-  compute::CpuStageCompute compute(config, shard, std::move(weights), kv_pool);
-  pipeline::StageLoopContext loop{topo,
-                                  config,
-                                  plan,
-                                  prompts,
-                                  compute,
-                                  kv_pool,
-                                  timeline,
-                                  options.ring_depth,
+  pipeline::StageLoopContext loop{topo,     config,   plan,          prompts,
+                                  compute,  kv_pool,  timeline,      options.ring_depth,
                                   [&](int prompt, const float* logits) { results->write_logits(prompt, logits); }};
   pipeline::run_stage_loop(loop);
   dist::barrier(MPI_COMM_WORLD);
@@ -125,7 +106,9 @@ static int run_command(int argc, char** argv) {
     nlohmann::json attributes = cli::to_json(options);
     attributes["version"] = PIPEFILL_VERSION;
     attributes["model_config"] = model::to_json(config).dump();
-    attributes["layer_partition_used"] = model::partition_text(partition);
+    attributes["layer_partition_used"] = model::partition_text(rank_model.partition);
+    attributes["chunk_policy_used"] = decision.policy_used;
+    attributes["chunk_policy_note"] = decision.note;
     attributes["wall_s"] = wall_s;
     results->finish(summary.ttft_s, events, attributes);
     if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp);
@@ -141,7 +124,8 @@ static int run_command(int argc, char** argv) {
 
 int main(int argc, char** argv) {
   const char* command = argc > 1 ? argv[1] : "";
-  const bool is_run = std::strcmp(command, "run") == 0;
+  // run and profile are SPMD (MPI); the other commands are single-process tools.
+  const bool is_run = std::strcmp(command, "run") == 0 || std::strcmp(command, "profile") == 0;
   int rank = 0;
   if (is_run) {
     MPI_CHECK(MPI_Init(&argc, &argv));
@@ -149,8 +133,10 @@ int main(int argc, char** argv) {
   }
   int status = 0;
   try {
-    if (is_run) {
+    if (std::strcmp(command, "run") == 0) {
       status = run_command(argc - 1, argv + 1);
+    } else if (std::strcmp(command, "profile") == 0) {
+      status = cli::profile_command(argc - 1, argv + 1);
     } else if (std::strcmp(command, "make-model") == 0) {
       status = cli::make_model_command(argc - 1, argv + 1);
     } else if (std::strcmp(command, "make-prompts") == 0) {

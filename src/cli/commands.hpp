@@ -7,5 +7,6 @@ namespace pf::cli {
 int make_model_command(int argc, char** argv);
 int make_prompts_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
+int profile_command(int argc, char** argv);  // SPMD: runs under mpirun like run
 
 }  // namespace pf::cli

@@ -2,8 +2,10 @@
 // topology exists. Conflicts and impossible values are rejected right after parsing.
 #include "cli/options.hpp"
 
+#include <cstdlib>
 #include <cxxopts.hpp>
 #include <iostream>
+#include <optional>
 
 #include "errors.hpp"
 
@@ -37,6 +39,111 @@ void require_positive(long long value, const char* flag) {
   if (value < 1) throw UserError(std::string(flag) + " must be at least 1 (got " + std::to_string(value) + ")");
 }
 
+template <typename T>
+std::string text(const T& value) {
+  return std::to_string(value);
+}
+
+// --model ... --backend: shared by run and profile.
+void add_placement_options(cxxopts::Options& table) {
+  const PlacementOptions d;
+  table.add_options("placement")
+      ("model", "model directory (config.json + safetensors) or synthetic:PRESET", cxxopts::value<std::string>())
+      ("seed", "seed of synthetic:PRESET weights", cxxopts::value<uint64_t>()->default_value(text(d.seed)))
+      ("pp", "pipeline stages", cxxopts::value<int>()->default_value(text(d.pp)))
+      ("tp", "tensor-parallel ranks per stage", cxxopts::value<int>()->default_value(text(d.tp)))
+      ("layer-partition", "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages)",
+       cxxopts::value<std::string>()->default_value(d.layer_partition))
+      ("kv-memory-mb", "KV-cache budget per rank in MiB", cxxopts::value<int64_t>()->default_value(text(d.kv_memory_mb)))
+      ("backend", "compute backend: cpu", cxxopts::value<std::string>()->default_value(d.backend));
+}
+
+PlacementOptions read_placement(const cxxopts::ParseResult& r) {
+  PlacementOptions p;
+  p.model = required<std::string>(r, "model");
+  p.seed = r["seed"].as<uint64_t>();
+  p.pp = r["pp"].as<int>();
+  p.tp = r["tp"].as<int>();
+  p.layer_partition = r["layer-partition"].as<std::string>();
+  p.kv_memory_mb = r["kv-memory-mb"].as<int64_t>();
+  p.backend = r["backend"].as<std::string>();
+  require_positive(p.pp, "--pp");
+  require_positive(p.tp, "--tp");
+  require_positive(p.kv_memory_mb, "--kv-memory-mb");
+  if (p.backend != "cpu") throw UserError("--backend " + p.backend + " is not available in this build (available: cpu)");
+  return p;
+}
+
+// --chunk-size ... --cost-model: shared by run and plan.
+void add_chunking_options(cxxopts::Options& table) {
+  const sched::ChunkingOptions d;
+  table.add_options("chunking")
+      ("chunk-size", "tokens per chunk; with dynamic chunking the initial chunk C0",
+       cxxopts::value<int>()->default_value(text(d.initial_chunk)))
+      ("page-size", "tokens per KV-cache page (dynamic chunks align to max(page, 64))",
+       cxxopts::value<int>()->default_value(text(d.page_size)))
+      ("chunk-policy", "fixed | sglang (SGLang dynamic chunking) | pipefill (prefix-aware, every stage, no tiny tail)",
+       cxxopts::value<std::string>())
+      ("dynamic-chunking", "same as --chunk-policy sglang", cxxopts::value<bool>()->default_value("false"))
+      ("enable-dynamic-chunking", "same as --dynamic-chunking (SGLang's flag name)",
+       cxxopts::value<bool>()->default_value("false"))
+      ("smooth-factor", "s in x = C0 + s (x* - C0); default: $SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR or 0.75",
+       cxxopts::value<double>())
+      ("cost-form", "cost model: sglang (fresh-prompt quadratic) or prefix (chunk after a prefix); default per policy",
+       cxxopts::value<std::string>())
+      ("profile-stages", "first (stage 0, as SGLang) or all (the slowest stage sets the beat); default per policy",
+       cxxopts::value<std::string>())
+      ("fold-tail", "fold a remainder smaller than C0/4 into the chunk before it (on with --chunk-policy pipefill)",
+       cxxopts::value<bool>()->default_value("false"))
+      ("profile-points", "timed forwards per profile (9-128)", cxxopts::value<int>()->default_value(text(d.profile_points)))
+      ("cost-model", "reuse a profile written by `pipefill profile --out` instead of profiling",
+       cxxopts::value<std::string>());
+}
+
+sched::ChunkingOptions read_chunking(const cxxopts::ParseResult& r) {
+  sched::ChunkingOptions c;
+  c.initial_chunk = r["chunk-size"].as<int>();
+  c.page_size = r["page-size"].as<int>();
+  require_positive(c.initial_chunk, "--chunk-size");
+  require_positive(c.page_size, "--page-size");
+  if (r.count("chunk-policy")) {
+    const std::string name = r["chunk-policy"].as<std::string>();
+    if (name == "fixed") c.policy = sched::ChunkPolicyKind::kFixed;
+    else if (name == "sglang") c.policy = sched::ChunkPolicyKind::kSglang;
+    else if (name == "pipefill") c.policy = sched::ChunkPolicyKind::kPipefill;
+    else throw UserError("--chunk-policy must be fixed, sglang or pipefill (got \"" + name + "\")");
+  } else if (r["dynamic-chunking"].as<bool>() || r["enable-dynamic-chunking"].as<bool>()) {
+    c.policy = sched::ChunkPolicyKind::kSglang;
+  }
+  const bool pipefill = c.policy == sched::ChunkPolicyKind::kPipefill;
+  c.cost_form = pipefill ? sched::CostForm::kPrefixAware : sched::CostForm::kFreshQuadratic;
+  c.all_stages = pipefill;
+  c.fold_tail = pipefill || r["fold-tail"].as<bool>();
+  if (r.count("cost-form")) c.cost_form = sched::parse_cost_form(r["cost-form"].as<std::string>());
+  if (r.count("profile-stages")) {
+    const std::string stages = r["profile-stages"].as<std::string>();
+    if (stages != "first" && stages != "all") throw UserError("--profile-stages must be first or all");
+    c.all_stages = stages == "all";
+  }
+  if (r.count("smooth-factor")) {
+    c.smooth_factor = r["smooth-factor"].as<double>();
+  } else if (const char* env = std::getenv("SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR")) {
+    char* end = nullptr;
+    c.smooth_factor = std::strtod(env, &end);
+    if (end == env || *end != '\0')
+      throw UserError(std::string("SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR=\"") + env + "\" is not a number");
+  }
+  if (!(c.smooth_factor >= 0.0 && c.smooth_factor <= 1.0))
+    throw UserError("the smooth factor must lie in [0, 1] (got " + text(c.smooth_factor) + ")");
+  c.profile_points = r["profile-points"].as<int>();
+  if (c.profile_points < 9 || c.profile_points > 128)
+    throw UserError("--profile-points must lie in [9, 128] (8 points at least after the warm-up)");
+  if (r.count("cost-model")) c.cost_model_path = r["cost-model"].as<std::string>();
+  if (!c.dynamic() && !c.cost_model_path.empty())
+    throw UserError("--cost-model is used by dynamic chunking: add --dynamic-chunking or --chunk-policy");
+  return c;
+}
+
 }  // namespace
 
 std::string usage() {
@@ -45,88 +152,103 @@ std::string usage() {
          "usage: pipefill <command> [options]    (pipefill <command> --help for its options)\n\n"
          "commands:\n"
          "  run           prefill the prompts of an HDF5 file (launch with mpirun/srun, pp x tp ranks)\n"
+         "  profile       time each stage's chunks and save the fitted cost models (mpirun, pp x tp ranks)\n"
+         "  plan          print the chunk sizes a chunk policy gives for prompt lengths\n"
          "  make-model    write a seeded random model in Hugging Face layout (config.json + safetensors)\n"
-         "  make-prompts  write an HDF5 input file of random prompts\n"
-         "  plan          print the chunk sizes a chunk policy gives for prompt lengths\n";
+         "  make-prompts  write an HDF5 input file of random prompts\n";
 }
 
 nlohmann::json to_json(const RunOptions& o) {
-  return {{"model", o.model},
+  const auto& p = o.placement;
+  const auto& c = o.chunking;
+  return {{"model", p.model},
+          {"seed", p.seed},
+          {"pp", p.pp},
+          {"tp", p.tp},
+          {"layer_partition", p.layer_partition},
+          {"kv_memory_mb", p.kv_memory_mb},
+          {"backend", p.backend},
           {"input", o.input},
           {"output", o.output},
-          {"pp", o.pp},
-          {"tp", o.tp},
-          {"chunk_size", o.chunk_size},
-          {"page_size", o.page_size},
-          {"layer_partition", o.layer_partition},
-          {"kv_memory_mb", o.kv_memory_mb},
-          {"backend", o.backend},
+          {"chunk_size", c.initial_chunk},
+          {"page_size", c.page_size},
+          {"chunk_policy", sched::policy_name(c.policy)},
+          {"smooth_factor", c.smooth_factor},
+          {"cost_form", sched::cost_form_name(c.cost_form)},
+          {"profile_stages", c.all_stages ? "all" : "first"},
+          {"fold_tail", c.fold_tail},
+          {"profile_points", c.profile_points},
+          {"cost_model", c.cost_model_path},
           {"trace", o.trace},
-          {"ring_depth", o.ring_depth},
-          {"seed", o.seed}};
+          {"ring_depth", o.ring_depth}};
 }
 
 bool parse_run(int argc, char** argv, RunOptions& o) {
   cxxopts::Options table("pipefill run", "Prefill every prompt of an HDF5 input through a pp x tp pipeline.");
   const RunOptions d;
-  table.add_options()("model", "model directory (config.json + safetensors) or synthetic:PRESET",
-                      cxxopts::value<std::string>())("input", "input HDF5 (/tokens int32, /offsets int64)",
-                                                     cxxopts::value<std::string>())(
-      "output", "output HDF5 (written to OUTPUT.partial, renamed on success)", cxxopts::value<std::string>())(
-      "pp", "pipeline stages", cxxopts::value<int>()->default_value(std::to_string(d.pp)))(
-      "tp", "tensor-parallel ranks per stage", cxxopts::value<int>()->default_value(std::to_string(d.tp)))(
-      "chunk-size", "tokens per chunk (micro-batch)",
-      cxxopts::value<int>()->default_value(std::to_string(d.chunk_size)))(
-      "page-size", "tokens per KV-cache page", cxxopts::value<int>()->default_value(std::to_string(d.page_size)))(
-      "layer-partition", "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages)",
-      cxxopts::value<std::string>()->default_value(d.layer_partition))(
-      "kv-memory-mb", "KV-cache budget per rank in MiB",
-      cxxopts::value<int64_t>()->default_value(std::to_string(d.kv_memory_mb)))(
-      "backend", "compute backend: cpu", cxxopts::value<std::string>()->default_value(d.backend))(
-      "trace", "also write a Chrome trace (Perfetto) to this JSON file",
-      cxxopts::value<std::string>()->default_value(""))(
-      "ring-depth", "receives posted ahead / sends in flight per rank",
-      cxxopts::value<int>()->default_value(std::to_string(d.ring_depth)))(
-      "seed", "seed of synthetic:PRESET weights", cxxopts::value<uint64_t>()->default_value(std::to_string(d.seed)))(
-      "quiet", "no configuration echo or summary", cxxopts::value<bool>()->default_value("false"));
+  table.add_options()
+      ("input", "input HDF5 (/tokens int32, /offsets int64)", cxxopts::value<std::string>())
+      ("output", "output HDF5 (written to OUTPUT.partial, renamed on success)", cxxopts::value<std::string>())
+      ("trace", "also write a Chrome trace (Perfetto) to this JSON file", cxxopts::value<std::string>()->default_value(""))
+      ("ring-depth", "receives posted ahead / sends in flight per rank", cxxopts::value<int>()->default_value(text(d.ring_depth)))
+      ("quiet", "no configuration echo or summary", cxxopts::value<bool>()->default_value("false"));
+  add_placement_options(table);
+  add_chunking_options(table);
   auto result = parse(table, argc, argv);
   if (!result) return false;
   const auto& r = *result;
-  o.model = required<std::string>(r, "model");
+  o.placement = read_placement(r);
+  o.chunking = read_chunking(r);
   o.input = required<std::string>(r, "input");
   o.output = required<std::string>(r, "output");
-  o.pp = r["pp"].as<int>();
-  o.tp = r["tp"].as<int>();
-  o.chunk_size = r["chunk-size"].as<int>();
-  o.page_size = r["page-size"].as<int>();
-  o.layer_partition = r["layer-partition"].as<std::string>();
-  o.kv_memory_mb = r["kv-memory-mb"].as<int64_t>();
-  o.backend = r["backend"].as<std::string>();
   o.trace = r["trace"].as<std::string>();
   o.ring_depth = r["ring-depth"].as<int>();
-  o.seed = r["seed"].as<uint64_t>();
   o.quiet = r["quiet"].as<bool>();
-  require_positive(o.pp, "--pp");
-  require_positive(o.tp, "--tp");
+  require_positive(o.ring_depth, "--ring-depth");
+  if (o.input == o.output) throw UserError("--output must differ from --input");
+  return true;
+}
+
+bool parse_profile(int argc, char** argv, ProfileOptions& o) {
+  cxxopts::Options table("pipefill profile",
+                         "Time each stage's own layers on fresh prompts and on chunks after prefixes, fit both cost "
+                         "models, and save them for `run --cost-model` and `plan --cost-model`.");
+  const ProfileOptions d;
+  table.add_options()
+      ("out", "cost profile JSON to write", cxxopts::value<std::string>())
+      ("chunk-size", "initial chunk C0 the profile is centred on", cxxopts::value<int>()->default_value(text(d.chunk_size)))
+      ("page-size", "tokens per KV-cache page", cxxopts::value<int>()->default_value(text(d.page_size)))
+      ("profile-points", "timed forwards per sample set (9-128)", cxxopts::value<int>()->default_value(text(d.points)))
+      ("max-prefix", "longest prefix to profile, in tokens (default 4 x chunk size; use your longest prompt)",
+       cxxopts::value<int64_t>()->default_value("0"));
+  add_placement_options(table);
+  auto result = parse(table, argc, argv);
+  if (!result) return false;
+  const auto& r = *result;
+  o.placement = read_placement(r);
+  o.out = required<std::string>(r, "out");
+  o.chunk_size = r["chunk-size"].as<int>();
+  o.page_size = r["page-size"].as<int>();
+  o.points = r["profile-points"].as<int>();
+  o.max_prefix = r["max-prefix"].as<int64_t>();
   require_positive(o.chunk_size, "--chunk-size");
   require_positive(o.page_size, "--page-size");
-  require_positive(o.kv_memory_mb, "--kv-memory-mb");
-  require_positive(o.ring_depth, "--ring-depth");
-  if (o.backend != "cpu")
-    throw UserError("--backend " + o.backend + " is not available in this build (available: cpu)");
-  if (o.input == o.output) throw UserError("--output must differ from --input");
+  if (o.points < 9 || o.points > 128) throw UserError("--profile-points must lie in [9, 128]");
+  if (o.max_prefix < 0) throw UserError("--max-prefix must not be negative");
+  if (o.max_prefix == 0) o.max_prefix = 4ll * o.chunk_size;
   return true;
 }
 
 bool parse_make_model(int argc, char** argv, MakeModelOptions& o) {
   cxxopts::Options table("pipefill make-model", "Write a seeded random model in Hugging Face layout.");
   const MakeModelOptions d;
-  table.add_options()("preset", "tiny, tiny-qwen2, tiny-qwen3, small or llama3-8b", cxxopts::value<std::string>())(
-      "out", "directory to create", cxxopts::value<std::string>())(
-      "seed", "weight seed", cxxopts::value<uint64_t>()->default_value(std::to_string(d.seed)))(
-      "dtype", "stored dtype: f32 or bf16", cxxopts::value<std::string>()->default_value(d.dtype))(
-      "max-shard-mb", "largest safetensors file in MiB; bigger models are sharded with an index",
-      cxxopts::value<int64_t>()->default_value(std::to_string(d.max_shard_mb)));
+  table.add_options()
+      ("preset", "tiny, tiny-qwen2, tiny-qwen3, small or llama3-8b", cxxopts::value<std::string>())
+      ("out", "directory to create", cxxopts::value<std::string>())
+      ("seed", "weight seed", cxxopts::value<uint64_t>()->default_value(text(d.seed)))
+      ("dtype", "stored dtype: f32 or bf16", cxxopts::value<std::string>()->default_value(d.dtype))
+      ("max-shard-mb", "largest safetensors file in MiB; bigger models are sharded with an index",
+       cxxopts::value<int64_t>()->default_value(text(d.max_shard_mb)));
   auto result = parse(table, argc, argv);
   if (!result) return false;
   o.preset = required<std::string>(*result, "preset");
@@ -141,12 +263,13 @@ bool parse_make_model(int argc, char** argv, MakeModelOptions& o) {
 
 bool parse_make_prompts(int argc, char** argv, MakePromptsOptions& o) {
   cxxopts::Options table("pipefill make-prompts", "Write an HDF5 input of random prompts.");
-  table.add_options()("out", "HDF5 file to write", cxxopts::value<std::string>())(
-      "num", "number of prompts", cxxopts::value<int>())("min-len", "shortest prompt in tokens",
-                                                         cxxopts::value<int64_t>())(
-      "max-len", "longest prompt in tokens", cxxopts::value<int64_t>())("vocab", "token ids are drawn from [0, vocab)",
-                                                                        cxxopts::value<int>())(
-      "seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"));
+  table.add_options()
+      ("out", "HDF5 file to write", cxxopts::value<std::string>())
+      ("num", "number of prompts", cxxopts::value<int>())
+      ("min-len", "shortest prompt in tokens", cxxopts::value<int64_t>())
+      ("max-len", "longest prompt in tokens", cxxopts::value<int64_t>())
+      ("vocab", "token ids are drawn from [0, vocab)", cxxopts::value<int>())
+      ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"));
   auto result = parse(table, argc, argv);
   if (!result) return false;
   o.out = required<std::string>(*result, "out");
@@ -163,19 +286,29 @@ bool parse_make_prompts(int argc, char** argv, MakePromptsOptions& o) {
 }
 
 bool parse_plan(int argc, char** argv, PlanOptions& o) {
-  cxxopts::Options table("pipefill plan", "Print the chunk sizes the chunk policy gives, one per line.");
-  const PlanOptions d;
-  table.add_options()("length", "prompt length in tokens (repeat for several prompts)",
-                      cxxopts::value<std::vector<int64_t>>())(
-      "chunk-size", "tokens per chunk", cxxopts::value<int>()->default_value(std::to_string(d.chunk_size)))(
-      "json", "print JSON instead", cxxopts::value<bool>()->default_value("false"));
+  cxxopts::Options table("pipefill plan",
+                         "Print the chunk sizes a chunk policy gives, one per line (a blank line between prompts).");
+  table.add_options()
+      ("length", "prompt length in tokens (repeat for several prompts)", cxxopts::value<std::vector<int64_t>>())
+      ("coefficients", "cost model a,b (SGLang form) or a,b,c[,gamma] (prefix form) instead of --cost-model",
+       cxxopts::value<std::vector<double>>())
+      ("json", "print JSON instead", cxxopts::value<bool>()->default_value("false"));
+  add_chunking_options(table);
   auto result = parse(table, argc, argv);
   if (!result) return false;
   o.lengths = required<std::vector<int64_t>>(*result, "length");
-  o.chunk_size = (*result)["chunk-size"].as<int>();
+  o.chunking = read_chunking(*result);
+  if (result->count("coefficients")) o.coefficients = (*result)["coefficients"].as<std::vector<double>>();
   o.json = (*result)["json"].as<bool>();
-  require_positive(o.chunk_size, "--chunk-size");
   for (int64_t length : o.lengths) require_positive(length, "--length");
+  if (o.chunking.dynamic()) {
+    if (o.coefficients.empty() == o.chunking.cost_model_path.empty())
+      throw UserError("dynamic chunking in `plan` needs exactly one of --cost-model or --coefficients");
+    if (!o.coefficients.empty() && (o.coefficients.size() < 2 || o.coefficients.size() > 4))
+      throw UserError("--coefficients takes a,b or a,b,c or a,b,c,gamma");
+  } else if (!o.coefficients.empty()) {
+    throw UserError("--coefficients is used by dynamic chunking: add --dynamic-chunking or --chunk-policy");
+  }
   return true;
 }
 

@@ -7,25 +7,40 @@
 #include <string>
 #include <vector>
 
+#include "sched/chunking_options.hpp"
+
 namespace pf::cli {
 
-struct RunOptions {
+// Where the model lives and how it is split over the ranks (run and profile share these).
+struct PlacementOptions {
   std::string model;  // directory, or synthetic:PRESET
-  std::string input;
-  std::string output;
+  uint64_t seed = 0;  // synthetic weights
   int pp = 1;
   int tp = 1;
-  int chunk_size = 4096;
-  int page_size = 64;
   std::string layer_partition;  // empty: SGLang default
   int64_t kv_memory_mb = 8192;  // KV pool budget per rank
   std::string backend = "cpu";
+};
+
+struct RunOptions {
+  PlacementOptions placement;
+  sched::ChunkingOptions chunking;  // --chunk-size is chunking.initial_chunk
+  std::string input;
+  std::string output;
   std::string trace;  // Chrome trace path, empty: none
   int ring_depth = 4;
-  uint64_t seed = 0;  // synthetic weights
   bool quiet = false;
 };
 nlohmann::json to_json(const RunOptions& options);
+
+struct ProfileOptions {
+  PlacementOptions placement;
+  int chunk_size = 4096;
+  int page_size = 64;
+  int points = 16;
+  int64_t max_prefix = 0;  // longest prefix profiled; 0: 4 x chunk size
+  std::string out;
+};
 
 struct MakeModelOptions {
   std::string preset;
@@ -46,13 +61,15 @@ struct MakePromptsOptions {
 
 struct PlanOptions {
   std::vector<int64_t> lengths;
-  int chunk_size = 4096;
+  sched::ChunkingOptions chunking;
+  std::vector<double> coefficients;  // a,b[,c[,gamma]] instead of a cost model file
   bool json = false;
 };
 
 // Each parser throws UserError for unknown flags, bad values and missing required options.
 // They return false when --help was asked for (the help text is already printed).
 bool parse_run(int argc, char** argv, RunOptions& options);
+bool parse_profile(int argc, char** argv, ProfileOptions& options);
 bool parse_make_model(int argc, char** argv, MakeModelOptions& options);
 bool parse_make_prompts(int argc, char** argv, MakePromptsOptions& options);
 bool parse_plan(int argc, char** argv, PlanOptions& options);

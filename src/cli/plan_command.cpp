@@ -4,18 +4,50 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "errors.hpp"
 #include "sched/batch_plan.hpp"
+#include "sched/dynamic_chunker.hpp"
 
 namespace pf::cli {
+namespace {
+
+std::unique_ptr<sched::ChunkPolicy> policy_for(const PlanOptions& options) {
+  const auto& c = options.chunking;
+  if (!c.dynamic()) return std::make_unique<sched::FixedChunkPolicy>(c.initial_chunk);
+  std::vector<sched::StageCostFit> fits;
+  if (!options.coefficients.empty()) {
+    const auto& k = options.coefficients;
+    sched::StageCostFit fit;
+    sched::FitResult& chosen = k.size() == 2 ? fit.sglang : fit.prefix;
+    chosen.ok = true;
+    chosen.model = {k.size() == 2 ? sched::CostForm::kFreshQuadratic : sched::CostForm::kPrefixAware, k[0], k[1],
+                    k.size() > 2 ? k[2] : 0.0, k.size() > 3 ? k[3] : 0.0};
+    fits.push_back(fit);
+    sched::ChunkingOptions single = c;
+    single.cost_form = chosen.model.form;
+    single.all_stages = false;
+    std::string problem;
+    auto policy = sched::make_dynamic_policy(single, fits, problem);
+    if (!policy) throw UserError("--coefficients: " + problem);
+    return policy;
+  }
+  fits = sched::load_cost_profile(c.cost_model_path).stages;
+  std::string problem;
+  auto policy = sched::make_dynamic_policy(c, fits, problem);
+  if (!policy) throw UserError(c.cost_model_path + " cannot drive dynamic chunking: " + problem);
+  return policy;
+}
+
+}  // namespace
 
 int plan_command(int argc, char** argv) {
   PlanOptions options;
   if (!parse_plan(argc, argv, options)) return 0;
-  const sched::FixedChunkPolicy policy(options.chunk_size);
+  const auto policy = policy_for(options);
   nlohmann::json json = nlohmann::json::array();
   for (size_t p = 0; p < options.lengths.size(); ++p) {
     const int64_t length = options.lengths[p];
-    const auto sizes = sched::chunk_sizes(length, policy);
+    const auto sizes = sched::chunk_sizes(length, *policy);
     if (options.json) {
       json.push_back({{"length", length}, {"chunks", sizes}});
     } else {

@@ -1,6 +1,7 @@
 // KV capacity check.
 #include "kvcache/kv_capacity.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 
@@ -23,6 +24,11 @@ int pool_pages_for(const KvShape& shape, const std::vector<int64_t>& prompt_leng
     if (pages > needed) needed = pages;
   }
   return needed;
+}
+
+int profiling_pages(const KvShape& shape, int64_t wanted_tokens, int64_t budget_mb, int at_least) {
+  const int64_t budget_pages = (budget_mb << 20) / shape.bytes_per_page();
+  return static_cast<int>(std::max<int64_t>(at_least, std::min<int64_t>(budget_pages, shape.pages_for(wanted_tokens))));
 }
 
 }  // namespace pf::kv

@@ -14,4 +14,8 @@ namespace pf::kv {
 // the stage and the budget when it exceeds budget_mb.
 int pool_pages_for(const KvShape& shape, const std::vector<int64_t>& prompt_lengths, int64_t budget_mb, int stage);
 
+// Pages for profiling: room for `wanted_tokens` (prefix + chunk), within the budget, never
+// fewer than `at_least` (what the run itself needs).
+int profiling_pages(const KvShape& shape, int64_t wanted_tokens, int64_t budget_mb, int at_least);
+
 }  // namespace pf::kv

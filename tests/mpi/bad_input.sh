@@ -82,6 +82,13 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   unknown_flag) extra=(--pp 2 --chunksize 5); expect="chunksize" ;;
   unknown_preset) model=synthetic:enormous; expect="unknown model preset" ;;
   zero_chunk_size) extra=(--pp 2 --chunk-size 0); expect="--chunk-size must be at least 1" ;;
+  smooth_factor_out_of_range) extra=(--pp 2 --dynamic-chunking --smooth-factor 1.5); expect="smooth factor must lie in [0, 1]" ;;
+  smooth_factor_env_not_a_number) export SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR=fast; extra=(--pp 2 --dynamic-chunking)
+    expect="SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR" ;;
+  cost_model_without_dynamic) extra=(--pp 2 --cost-model "$data/cost_tiny_pp2.json"); expect="--cost-model is used by dynamic chunking" ;;
+  cost_model_other_partition) extra=(--pp 2 --layer-partition 3,5 --dynamic-chunking --cost-model "$data/cost_tiny_pp2.json")
+    expect="profiled for another layer_partition" ;;
+  cost_model_missing) extra=(--pp 2 --dynamic-chunking --cost-model "$work/none.json"); expect="cannot read cost model" ;;
   *) echo "unknown case $case"; exit 1 ;;
 esac
 

@@ -1,5 +1,10 @@
 #!/usr/bin/env python3
-"""Checks that a pipefill output file is complete: logits, TTFT, timeline, attributes."""
+"""Checks that a pipefill output file is complete: logits, TTFT, timeline, attributes.
+
+With EXPECT_POLICY set, also checks the chunk policy the run used, and for a dynamic one
+that the chunk sizes really varied.
+"""
+import os
 import sys
 
 import h5py
@@ -21,4 +26,13 @@ assert len({int(r) for r in timeline["rank"]}) == pp * tp, "events missing from 
 assert (timeline["t_end_s"] >= timeline["t_start_s"]).all(), "negative event duration"
 last_stage_heads = timeline[(timeline["kind"] == 4) & (timeline["stage"] == pp - 1) & (timeline["tp_rank"] == 0)]
 assert len(last_stage_heads) == n, "one LM-head event per prompt"
+expected_policy = os.environ.get("EXPECT_POLICY")
+if expected_policy:
+    used = attrs["chunk_policy_used"]
+    used = used.decode() if isinstance(used, bytes) else str(used)
+    assert used == expected_policy, f"chunk policy used: {used}, expected {expected_policy}"
+    compute = timeline[(timeline["kind"] == 0) & (timeline["rank"] == 0)]
+    sizes = {int(x) for x in compute["chunk_length"]}
+    if expected_policy != "fixed":
+        assert len(sizes) > 2, f"dynamic chunking should vary the chunk sizes, saw {sorted(sizes)}"
 print(f"output ok: {n} prompts, {len(timeline)} timeline events, pp {pp} x tp {tp}")

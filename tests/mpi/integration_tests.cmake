@@ -62,6 +62,26 @@ foreach(source tiny synthetic-tiny)
   pf_mpi_case(${source}.pp2_page64_chunk100 ${source} 2 --pp 2 --chunk-size 100 --page-size 64)
   pf_mpi_case(${source}.pp8_one_layer_each_ring1 ${source} 8 --pp 8 --chunk-size 32 --page-size 16 --ring-depth 1)
 endforeach()
+# Dynamic chunking: profiled now (timings vary, the logits must not), or from a saved
+# profile with fixed coefficients (deterministic plans that really vary the chunk size).
+pf_mpi_case(tiny.pp2_dynamic_profiled tiny 2 --pp 2 --dynamic-chunking --chunk-size 128 --page-size 16 --profile-points 12)
+pf_mpi_case(synthetic-tiny.pp2_tp2_pipefill_profiled synthetic-tiny 4 --pp 2 --tp 2 --chunk-policy pipefill
+            --chunk-size 128 --page-size 16 --profile-points 12)
+add_test(NAME setup.cost_model COMMAND ${PF_MPI}/make_cost_model.sh ${PF_BIN} ${PF_DATA})
+set_tests_properties(setup.cost_model PROPERTIES FIXTURES_SETUP cost_model FIXTURES_REQUIRED model.tiny LABELS mpi)
+pf_mpi_case(tiny.pp2_dynamic_cost_model tiny 2 --pp 2 --dynamic-chunking --cost-model ${PF_DATA}/cost_tiny_pp2.json
+            --chunk-size 128 --page-size 16)
+pf_mpi_case(tiny.pp2_pipefill_cost_model tiny 2 --pp 2 --chunk-policy pipefill --cost-model ${PF_DATA}/cost_tiny_pp2.json
+            --chunk-size 128 --page-size 16 --smooth-factor 0.6)
+foreach(case tiny.pp2_dynamic_cost_model tiny.pp2_pipefill_cost_model)
+  set_tests_properties(mpi.${case} PROPERTIES FIXTURES_REQUIRED "reference.tiny;numpy.tiny;prompts;cost_model")
+endforeach()
+set_tests_properties(mpi.tiny.pp2_dynamic_cost_model PROPERTIES ENVIRONMENT EXPECT_POLICY=sglang)
+set_tests_properties(mpi.tiny.pp2_pipefill_cost_model PROPERTIES ENVIRONMENT EXPECT_POLICY=pipefill)
+add_test(NAME mpi.profile_failure_disables_dynamic_chunking COMMAND ${PF_MPI}/profile_failure.sh ${PF_BIN} ${PF_DATA})
+set_tests_properties(mpi.profile_failure_disables_dynamic_chunking PROPERTIES LABELS mpi
+                     FIXTURES_REQUIRED "reference.tiny;prompts" TIMEOUT 300)
+
 pf_mpi_case(qwen2_sharded_bf16_pp2_tp2 qwen2 4 --pp 2 --tp 2 --chunk-size 48 --page-size 16)
 pf_mpi_case(qwen3_pp2_chunk33 qwen3 2 --pp 2 --chunk-size 33 --page-size 16)
 
@@ -72,9 +92,12 @@ set(PF_BAD_CASES
   truncated_safetensors header_length_past_end bad_header_json tensor_range_outside_file
   shape_mismatch unknown_architecture missing_tensor world_size_mismatch more_stages_than_layers
   bad_partition_sum bad_partition_count tp_not_dividing_heads prompt_exceeds_kv_budget
-  output_directory_missing unknown_flag unknown_preset zero_chunk_size)
+  output_directory_missing unknown_flag unknown_preset zero_chunk_size
+  smooth_factor_out_of_range smooth_factor_env_not_a_number cost_model_without_dynamic
+  cost_model_other_partition cost_model_missing)
 foreach(case ${PF_BAD_CASES})
   add_test(NAME bad_input.${case} COMMAND ${PF_MPI}/bad_input.sh ${PF_BIN} ${case} ${PF_DATA})
   set_tests_properties(bad_input.${case} PROPERTIES LABELS mpi TIMEOUT 120
                        FIXTURES_REQUIRED "model.tiny;prompts")
 endforeach()
+set_tests_properties(bad_input.cost_model_other_partition PROPERTIES FIXTURES_REQUIRED "model.tiny;prompts;cost_model")

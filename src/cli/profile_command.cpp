@@ -1,0 +1,64 @@
+// `pipefill profile`: every stage times its own layers on fresh prompts (SGLang's profile)
+// and on chunks after prefixes (pipefill's), fits both cost models, scores both on held-out
+// chunks, and rank 0 saves them with the configuration they belong to. Run under mpirun
+// with the same pp x tp (and partition) as the runs that will reuse it.
+#include <cstdio>
+
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+#include "compute/stage_forward.hpp"
+#include "dist/checked_step.hpp"
+#include "kvcache/kv_capacity.hpp"
+#include "pipeline/chunk_planning.hpp"
+#include "pipeline/rank_setup.hpp"
+#include "sched/cost_profile.hpp"
+
+namespace pf::cli {
+
+int profile_command(int argc, char** argv) {
+  ProfileOptions options;
+  if (!parse_profile(argc, argv, options)) return 0;
+  const auto& place = options.placement;
+  dist::Topology topo = dist::make_topology(place.pp, place.tp);
+  const pipeline::RankModel rank_model = pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition);
+  const kv::KvShape kv_shape = rank_model.kv_shape(topo.stage, options.page_size);
+  const int64_t wanted_tokens = options.max_prefix + options.chunk_size + options.chunk_size / 4;
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    const int64_t budget_pages = (place.kv_memory_mb << 20) / kv_shape.bytes_per_page();
+    if (budget_pages < kv_shape.pages_for(options.chunk_size + options.chunk_size / 4))
+      throw UserError("--kv-memory-mb " + std::to_string(place.kv_memory_mb) + " cannot hold one chunk of 1.25 x " +
+                      std::to_string(options.chunk_size) + " tokens on stage " + std::to_string(topo.stage));
+  });
+  model::StageWeights weights = pipeline::load_rank_weights(topo, rank_model);
+  kv::PagedKvPool pool(kv_shape, kv::profiling_pages(kv_shape, wanted_tokens, place.kv_memory_mb, 1));
+  compute::CpuStageCompute compute(rank_model.config(), rank_model.shard, std::move(weights), pool);
+
+  const auto fits = pipeline::profile_stages(topo, compute, pool, rank_model.config().hidden_size, options.chunk_size,
+                                             options.points, /*all_stages=*/true, /*fresh=*/true, /*prefixed=*/true);
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    if (!topo.is_writer()) return;
+    sched::CostProfile profile;
+    profile.identity = pipeline::placement_identity(topo, rank_model, place.backend);
+    profile.hardware = sched::describe_hardware();
+    profile.initial_chunk = options.chunk_size;
+    profile.stages = fits;
+    sched::save_cost_profile(options.out, profile);
+    std::printf("%-5s %-7s %-3s %12s %12s %12s %12s %8s  %s\n", "stage", "form", "ok", "a", "b", "c", "gamma",
+                "held-out", "points (fit / held out)");
+    for (const auto& f : fits)
+      for (const auto* fit : {&f.sglang, &f.prefix}) {
+        const bool sglang = fit == &f.sglang;
+        const double error = sglang ? f.sglang_heldout_error : f.prefix_heldout_error;
+        std::printf("%-5d %-7s %-3s %12.4e %12.4e %12.4e %12.4e %7.1f%%  %d / %d%s%s\n", f.stage,
+                    sched::cost_form_name(fit->model.form), fit->ok ? "yes" : "no", fit->model.a, fit->model.b,
+                    fit->model.c, fit->model.gamma, error < 0 ? 0.0 : 100 * error,
+                    sglang ? f.fresh_points : f.prefixed_points, f.heldout_points, fit->ok ? "" : "  ",
+                    fit->ok ? "" : fit->problem.c_str());
+      }
+    std::printf("wrote %s (held-out: mean relative error on prefixed chunks neither fit saw)\n", options.out.c_str());
+  });
+  dist::free_topology(topo);
+  return 0;
+}
+
+}  // namespace pf::cli

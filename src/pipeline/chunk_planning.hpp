@@ -1,0 +1,38 @@
+// Deciding the batch plan: fixed chunks, or dynamic chunks from cost models that are
+// loaded from a saved profile or measured now on the stages themselves. Collective: every
+// rank calls it, rank 0 decides and broadcasts the plan, so a profiling failure on any stage
+// becomes one warning on rank 0 and a fixed-chunk plan on every rank, never a hang.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "compute/stage_forward.hpp"
+#include "dist/topology.hpp"
+#include "kvcache/paged_kv_pool.hpp"
+#include "sched/batch_plan.hpp"
+#include "sched/chunking_options.hpp"
+#include "sched/cost_profile.hpp"
+
+namespace pf::pipeline {
+
+struct PlanDecision {
+  sched::BatchPlan plan;
+  std::string policy_used;  // "fixed", "sglang" or "pipefill"; "fixed" also after a failed profile
+  std::string note;         // why dynamic chunking was turned off, if it was
+};
+
+// Collective over MPI_COMM_WORLD: when profiling is needed, each profiled stage times its
+// own layers (TP-collective) and fits; the fits gather on rank 0. Returns every stage's
+// fit on rank 0 (empty elsewhere).
+std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topology, compute::CpuStageCompute& compute,
+                                                kv::PagedKvPool& pool, int hidden_size, int initial_chunk,
+                                                int points, bool all_stages, bool fresh, bool prefixed);
+
+// Collective. `saved` is the loaded --cost-model (rank 0 only). The plan is valid on all ranks.
+PlanDecision decide_plan(const dist::Topology& topology, const sched::ChunkingOptions& options,
+                         const std::vector<int64_t>& prompt_lengths, compute::CpuStageCompute& compute,
+                         kv::PagedKvPool& pool, int hidden_size, const std::optional<sched::CostProfile>& saved);
+
+}  // namespace pf::pipeline

@@ -1,0 +1,45 @@
+// What every rank sets up before it computes, shared by `run` and `profile`: the model and
+// its placement on this rank (stage layers, TP shard), the weights, the KV pool's shape.
+// Each step that can fail on bad input is collective (dist/checked_step.hpp).
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "dist/topology.hpp"
+#include "io/prompts_h5.hpp"
+#include "kvcache/paged_kv_pool.hpp"
+#include "model/layer_partition.hpp"
+#include "model/model_source.hpp"
+#include "model/weights.hpp"
+
+namespace pf::pipeline {
+
+struct RankModel {
+  model::ModelSource source;
+  std::vector<model::StageRange> partition;
+  model::ShardSpec shard;
+  const model::ModelConfig& config() const { return source.config; }
+  kv::KvShape kv_shape(int stage, int page_size) const {
+    return {partition[stage].count, shard.kv_heads, config().head_dim, page_size};
+  }
+};
+
+// Collective. Opens config.json (or the preset), partitions the layers (`partition_text`
+// empty: SGLang's default), checks TP divisibility; rank 0 checks every tensor's shape.
+RankModel open_rank_model(const dist::Topology& topology, const std::string& model_flag, uint64_t seed,
+                          const std::string& partition_text);
+
+// Collective. This rank's layers and TP shard only.
+model::StageWeights load_rank_weights(const dist::Topology& topology, const RankModel& rank_model);
+
+// Collective. Rank 0 has read `prompts`; afterwards every rank knows the prompt lengths
+// (returned) and stage 0's ranks, which embed, also hold the token ids.
+std::vector<int64_t> share_prompts(const dist::Topology& topology, io::PromptSet& prompts);
+
+// What a cost profile must match to be reused: model, pp, tp, partition, backend.
+nlohmann::json placement_identity(const dist::Topology& topology, const RankModel& rank_model,
+                                  const std::string& backend);
+
+}  // namespace pf::pipeline

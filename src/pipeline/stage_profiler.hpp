@@ -1,0 +1,40 @@
+// Profiling a stage's compute for dynamic chunking: timed forwards of this stage's own
+// layers on synthetic hidden states, collective over the stage's TP group (the all-reduces
+// are part of the cost). Two sample sets:
+//  - fresh prompts (SGLang): n tokens at prefix 0, n evenly spaced from 1.25 C0 down to
+//    about C0/100, the first forward dropped as warm-up;
+//  - prefixed chunks (pipefill): x tokens after a prefix of L whose K/V is filled with random
+//    values (attention's cost does not depend on them), over a grid of L and x.
+#pragma once
+
+#include <functional>
+#include <vector>
+
+#include "compute/stage_forward.hpp"
+#include "kvcache/paged_kv_pool.hpp"
+#include "sched/cost_model.hpp"
+
+namespace pf::pipeline {
+
+struct ProfileGrid {
+  int initial_chunk = 4096;  // C0
+  int points = 16;           // forwards per sample set (at most 128)
+  int64_t max_tokens = 0;    // prefix + chunk must fit the stage's KV pool
+};
+
+// Reduces a local duration to the TP group's maximum (the group finishes together).
+using GroupMax = std::function<double(double)>;
+
+std::vector<sched::ChunkSample> profile_fresh_prompts(compute::CpuStageCompute& compute, kv::PagedKvPool& pool,
+                                                      const compute::AllReduce& all_reduce, const GroupMax& group_max,
+                                                      const ProfileGrid& grid, int hidden_size);
+
+std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::CpuStageCompute& compute, kv::PagedKvPool& pool,
+                                                        const compute::AllReduce& all_reduce,
+                                                        const GroupMax& group_max, const ProfileGrid& grid,
+                                                        int hidden_size);
+
+// The sizes profile_fresh_prompts times, longest first (exposed for tests).
+std::vector<int> fresh_prompt_lengths(const ProfileGrid& grid);
+
+}  // namespace pf::pipeline

@@ -1,0 +1,32 @@
+// How a run cuts prompts into chunks: the user's choices, gathered in one struct.
+#pragma once
+
+#include <string>
+
+#include "sched/cost_model.hpp"
+
+namespace pf::sched {
+
+enum class ChunkPolicyKind {
+  kFixed,    // every chunk C0
+  kSglang,   // SGLang dynamic chunking: stage-0 fresh-prompt quadratic fit
+  kPipefill  // prefix-aware fit on every stage, no tiny tail
+};
+
+struct ChunkingOptions {
+  ChunkPolicyKind policy = ChunkPolicyKind::kFixed;
+  int initial_chunk = 4096;      // C0 (--chunk-size)
+  double smooth_factor = 0.75;   // s
+  int page_size = 64;
+  CostForm cost_form = CostForm::kFreshQuadratic;
+  bool all_stages = false;       // profile every stage (else stage 0 only)
+  bool fold_tail = false;
+  int profile_points = 16;
+  std::string cost_model_path;   // reuse a saved profile instead of profiling
+
+  bool dynamic() const { return policy != ChunkPolicyKind::kFixed; }
+};
+
+const char* policy_name(ChunkPolicyKind kind);
+
+}  // namespace pf::sched

@@ -1,0 +1,150 @@
+// Cost-model fits and the quadratic solve.
+#include "sched/cost_model.hpp"
+
+#include <cmath>
+
+#include "errors.hpp"
+#include "sched/chunking_options.hpp"
+
+namespace pf::sched {
+
+const char* policy_name(ChunkPolicyKind kind) {
+  switch (kind) {
+    case ChunkPolicyKind::kFixed: return "fixed";
+    case ChunkPolicyKind::kSglang: return "sglang";
+    case ChunkPolicyKind::kPipefill: return "pipefill";
+  }
+  return "?";
+}
+
+const char* cost_form_name(CostForm form) { return form == CostForm::kFreshQuadratic ? "sglang" : "prefix"; }
+
+CostForm parse_cost_form(const std::string& name) {
+  if (name == "sglang") return CostForm::kFreshQuadratic;
+  if (name == "prefix") return CostForm::kPrefixAware;
+  throw UserError("unknown cost model form \"" + name + "\" (sglang or prefix)");
+}
+
+std::optional<double> ChunkCostModel::solve(double prefix, double target) const {
+  const double linear = 2.0 * a * prefix + b;
+  const double constant = c + gamma * prefix - target;
+  if (a <= 0) {  // degenerate: linear model
+    if (linear <= 0) return std::nullopt;
+    const double x = -constant / linear;
+    return x > 0 && std::isfinite(x) ? std::optional<double>(x) : std::nullopt;
+  }
+  const double discriminant = linear * linear - 4.0 * a * constant;
+  if (!(discriminant >= 0)) return std::nullopt;
+  const double x = (-linear + std::sqrt(discriminant)) / (2.0 * a);
+  return x > 0 && std::isfinite(x) ? std::optional<double>(x) : std::nullopt;
+}
+
+std::optional<std::vector<double>> least_squares(const std::vector<double>& a_in, int rows, int cols,
+                                                 const std::vector<double>& y_in) {
+  if (rows < cols) return std::nullopt;
+  std::vector<double> a = a_in, y = y_in, scale(cols, 0.0);
+  for (int j = 0; j < cols; ++j) {
+    for (int i = 0; i < rows; ++i) scale[j] += a[i * cols + j] * a[i * cols + j];
+    scale[j] = std::sqrt(scale[j]);
+    if (scale[j] == 0) return std::nullopt;
+    for (int i = 0; i < rows; ++i) a[i * cols + j] /= scale[j];
+  }
+  for (int k = 0; k < cols; ++k) {  // Householder reflection zeroing column k below the diagonal
+    double norm = 0;
+    for (int i = k; i < rows; ++i) norm += a[i * cols + k] * a[i * cols + k];
+    norm = std::sqrt(norm);
+    if (norm < 1e-12) return std::nullopt;  // rank deficient
+    const double alpha = a[k * cols + k] > 0 ? -norm : norm;
+    std::vector<double> v(rows, 0.0);
+    for (int i = k; i < rows; ++i) v[i] = a[i * cols + k];
+    v[k] -= alpha;
+    double vv = 0;
+    for (int i = k; i < rows; ++i) vv += v[i] * v[i];
+    for (int j = k; j < cols; ++j) {
+      double dot = 0;
+      for (int i = k; i < rows; ++i) dot += v[i] * a[i * cols + j];
+      for (int i = k; i < rows; ++i) a[i * cols + j] -= 2 * dot / vv * v[i];
+    }
+    double dot = 0;
+    for (int i = k; i < rows; ++i) dot += v[i] * y[i];
+    for (int i = k; i < rows; ++i) y[i] -= 2 * dot / vv * v[i];
+  }
+  std::vector<double> w(cols);
+  for (int k = cols - 1; k >= 0; --k) {  // back substitution on R
+    double sum = y[k];
+    for (int j = k + 1; j < cols; ++j) sum -= a[k * cols + j] * w[j];
+    w[k] = sum / a[k * cols + k];
+  }
+  for (int j = 0; j < cols; ++j) w[j] /= scale[j];
+  return w;
+}
+
+namespace {
+constexpr int kMinPoints = 8;
+}
+
+FitResult fit_fresh_quadratic(const std::vector<ChunkSample>& samples) {
+  FitResult result;
+  result.model.form = CostForm::kFreshQuadratic;
+  if (static_cast<int>(samples.size()) < kMinPoints) {
+    result.problem = "only " + std::to_string(samples.size()) + " profile points (need 8)";
+    return result;
+  }
+  std::vector<double> a, y;
+  for (const auto& s : samples) {
+    const double n = s.prefix + s.tokens;  // a fresh prompt: prefix is 0
+    a.insert(a.end(), {n * n, n, 1.0});
+    y.push_back(s.seconds);
+  }
+  const auto w = least_squares(a, static_cast<int>(samples.size()), 3, y);
+  if (!w) {
+    result.problem = "the profile points do not determine a quadratic (all the same length?)";
+    return result;
+  }
+  result.model.a = (*w)[0];
+  result.model.b = std::max(0.0, (*w)[1]);
+  if (!(result.model.a > 0)) {
+    result.problem = "fitted quadratic coefficient a = " + std::to_string((*w)[0]) + " is not positive";
+    return result;
+  }
+  result.ok = true;
+  return result;
+}
+
+FitResult fit_prefix_aware(const std::vector<ChunkSample>& samples) {
+  FitResult result;
+  result.model.form = CostForm::kPrefixAware;
+  if (static_cast<int>(samples.size()) < kMinPoints) {
+    result.problem = "only " + std::to_string(samples.size()) + " profile points (need 8)";
+    return result;
+  }
+  std::vector<double> a, y;
+  for (const auto& s : samples) {
+    a.insert(a.end(), {2.0 * s.prefix * s.tokens + s.tokens * s.tokens, s.tokens, s.prefix, 1.0});
+    y.push_back(s.seconds);
+  }
+  const auto w = least_squares(a, static_cast<int>(samples.size()), 4, y);
+  if (!w) {
+    result.problem = "the profile points do not determine the model (need several prefixes and sizes)";
+    return result;
+  }
+  result.model.a = (*w)[0];
+  result.model.b = std::max(0.0, (*w)[1]);
+  result.model.gamma = std::max(0.0, (*w)[2]);
+  result.model.c = std::max(0.0, (*w)[3]);
+  if (!(result.model.a > 0)) {
+    result.problem = "fitted quadratic coefficient a = " + std::to_string((*w)[0]) + " is not positive";
+    return result;
+  }
+  result.ok = true;
+  return result;
+}
+
+double mean_relative_error(const ChunkCostModel& model, const std::vector<ChunkSample>& samples) {
+  if (samples.empty()) return 0;
+  double total = 0;
+  for (const auto& s : samples) total += std::fabs(model.chunk_time(s.prefix, s.tokens) - s.seconds) / s.seconds;
+  return total / static_cast<double>(samples.size());
+}
+
+}  // namespace pf::sched

@@ -1,0 +1,129 @@
+// Cost profile fitting per stage, JSON form, and the identity check.
+#include "sched/cost_profile.hpp"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <thread>
+
+#include "errors.hpp"
+
+namespace pf::sched {
+namespace {
+
+nlohmann::json fit_json(const FitResult& fit) {
+  return {{"form", cost_form_name(fit.model.form)}, {"ok", fit.ok},       {"problem", fit.problem},
+          {"a", fit.model.a},                       {"b", fit.model.b},   {"c", fit.model.c},
+          {"gamma", fit.model.gamma}};
+}
+
+FitResult fit_from_json(const nlohmann::json& j) {
+  FitResult fit;
+  fit.model.form = parse_cost_form(j.at("form").get<std::string>());
+  fit.ok = j.at("ok").get<bool>();
+  fit.problem = j.value("problem", "");
+  fit.model.a = j.at("a").get<double>();
+  fit.model.b = j.at("b").get<double>();
+  fit.model.c = j.at("c").get<double>();
+  fit.model.gamma = j.at("gamma").get<double>();
+  return fit;
+}
+
+}  // namespace
+
+nlohmann::json to_json(const StageCostFit& f) {
+  return {{"stage", f.stage},
+          {"sglang", fit_json(f.sglang)},
+          {"prefix", fit_json(f.prefix)},
+          {"fresh_points", f.fresh_points},
+          {"prefixed_points", f.prefixed_points},
+          {"heldout_points", f.heldout_points},
+          {"sglang_heldout_error", f.sglang_heldout_error},
+          {"prefix_heldout_error", f.prefix_heldout_error}};
+}
+
+StageCostFit stage_fit_from_json(const nlohmann::json& j) {
+  StageCostFit f;
+  f.stage = j.at("stage").get<int>();
+  f.sglang = fit_from_json(j.at("sglang"));
+  f.prefix = fit_from_json(j.at("prefix"));
+  f.fresh_points = j.value("fresh_points", 0);
+  f.prefixed_points = j.value("prefixed_points", 0);
+  f.heldout_points = j.value("heldout_points", 0);
+  f.sglang_heldout_error = j.value("sglang_heldout_error", -1.0);
+  f.prefix_heldout_error = j.value("prefix_heldout_error", -1.0);
+  return f;
+}
+
+StageCostFit fit_stage(int stage, const std::vector<ChunkSample>& fresh, const std::vector<ChunkSample>& prefixed) {
+  StageCostFit f;
+  f.stage = stage;
+  std::vector<ChunkSample> train, heldout;
+  for (size_t i = 0; i < prefixed.size(); ++i) (i % 4 == 3 ? heldout : train).push_back(prefixed[i]);
+  f.sglang = fit_fresh_quadratic(fresh);
+  f.prefix = fit_prefix_aware(train);
+  if (fresh.empty()) f.sglang.problem = "not profiled";
+  if (prefixed.empty()) f.prefix.problem = "not profiled";
+  f.fresh_points = static_cast<int>(fresh.size());
+  f.prefixed_points = static_cast<int>(train.size());
+  f.heldout_points = static_cast<int>(heldout.size());
+  if (!heldout.empty()) {
+    if (f.sglang.ok) f.sglang_heldout_error = mean_relative_error(f.sglang.model, heldout);
+    if (f.prefix.ok) f.prefix_heldout_error = mean_relative_error(f.prefix.model, heldout);
+  }
+  return f;
+}
+
+nlohmann::json to_json(const CostProfile& p) {
+  nlohmann::json stages = nlohmann::json::array();
+  for (const auto& s : p.stages) stages.push_back(to_json(s));
+  return {{"pipefill_version", PIPEFILL_VERSION}, {"identity", p.identity}, {"hardware", p.hardware},
+          {"initial_chunk", p.initial_chunk},     {"stages", stages}};
+}
+
+CostProfile load_cost_profile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw UserError("cannot read cost model " + path);
+  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
+  if (j.is_discarded() || !j.is_object()) throw UserError(path + ": not a JSON cost profile");
+  try {
+    CostProfile p;
+    p.identity = j.at("identity");
+    p.hardware = j.value("hardware", nlohmann::json::object());
+    p.initial_chunk = j.at("initial_chunk").get<int>();
+    for (const auto& s : j.at("stages")) p.stages.push_back(stage_fit_from_json(s));
+    return p;
+  } catch (const nlohmann::json::exception& e) {
+    throw UserError(path + ": malformed cost profile (" + std::string(e.what()) + ")");
+  }
+}
+
+void save_cost_profile(const std::string& path, const CostProfile& profile) {
+  std::ofstream out(path);
+  if (!out) throw UserError("cannot write " + path);
+  out << to_json(profile).dump(2) << '\n';
+}
+
+nlohmann::json describe_hardware() {
+  char host[256] = "?";
+  gethostname(host, sizeof host);
+  std::string cpu = "unknown";
+  std::ifstream cpuinfo("/proc/cpuinfo");
+  for (std::string line; std::getline(cpuinfo, line);)
+    if (line.rfind("model name", 0) == 0) {
+      cpu = line.substr(line.find(':') + 2);
+      break;
+    }
+  return {{"host", host}, {"cpu", cpu}, {"cores", std::thread::hardware_concurrency()}};
+}
+
+void check_profile_matches(const CostProfile& profile, const nlohmann::json& identity, const std::string& path) {
+  for (auto& [key, value] : identity.items()) {
+    if (!profile.identity.contains(key) || profile.identity[key] != value)
+      throw UserError(path + " was profiled for another " + key + " (" +
+                      (profile.identity.contains(key) ? profile.identity[key].dump() : "none") + ", this run: " +
+                      value.dump() + "); profile again with `pipefill profile` for this configuration");
+  }
+}
+
+}  // namespace pf::sched

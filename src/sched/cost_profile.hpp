@@ -1,0 +1,53 @@
+// A saved cost profile (`pipefill profile --out cost.json`, `run --cost-model cost.json`):
+// the fitted models of every stage together with what they belong to (model, parallel
+// layout, backend, hardware), so a sweep profiles once and a profile is never applied to a
+// configuration it was not measured on.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "sched/cost_model.hpp"
+
+namespace pf::sched {
+
+struct StageCostFit {
+  int stage = 0;
+  FitResult sglang;               // fit of fresh prompts (kFreshQuadratic)
+  FitResult prefix;               // fit of prefixed chunks (kPrefixAware)
+  int fresh_points = 0;
+  int prefixed_points = 0;        // used for the fit
+  int heldout_points = 0;         // prefixed chunks kept out of both fits
+  double sglang_heldout_error = -1;  // mean relative error on the held-out chunks, -1: none
+  double prefix_heldout_error = -1;
+
+  const FitResult& fit(CostForm form) const { return form == CostForm::kFreshQuadratic ? sglang : prefix; }
+};
+
+nlohmann::json to_json(const StageCostFit& fit);
+StageCostFit stage_fit_from_json(const nlohmann::json& json);
+
+// Every prefixed sample whose index % 4 == 3 is held out; the rest fit the prefix model.
+// The SGLang model fits all fresh samples. Both are scored on the held-out chunks.
+StageCostFit fit_stage(int stage, const std::vector<ChunkSample>& fresh, const std::vector<ChunkSample>& prefixed);
+
+struct CostProfile {
+  nlohmann::json identity;  // model config, pp, tp, layer partition, backend (must match a run)
+  nlohmann::json hardware;  // host, cpu, cores (a mismatch is only a warning)
+  int initial_chunk = 0;
+  std::vector<StageCostFit> stages;
+};
+
+nlohmann::json to_json(const CostProfile& profile);
+// Throws UserError if the file is unreadable or malformed.
+CostProfile load_cost_profile(const std::string& path);
+void save_cost_profile(const std::string& path, const CostProfile& profile);
+
+// This machine, for CostProfile::hardware.
+nlohmann::json describe_hardware();
+
+// UserError naming the first field of `identity` that differs from the profile's.
+void check_profile_matches(const CostProfile& profile, const nlohmann::json& identity, const std::string& path);
+
+}  // namespace pf::sched

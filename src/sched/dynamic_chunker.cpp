@@ -1,0 +1,62 @@
+// Dynamic chunk sizing (see dynamic_chunker.hpp for the rules and their order).
+#include "sched/dynamic_chunker.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <stdexcept>
+
+namespace pf::sched {
+
+DynamicChunkPolicy::DynamicChunkPolicy(const DynamicChunkConfig& config, std::vector<ChunkCostModel> stage_models)
+    : config_(config), models_(std::move(stage_models)) {
+  if (models_.empty()) throw std::logic_error("dynamic chunking needs at least one cost model");
+  for (const auto& m : models_) beat_ = std::max(beat_, m.target_time(config_.initial_chunk));
+}
+
+int DynamicChunkPolicy::alignment() const { return std::max(config_.page_size, 64); }
+
+int DynamicChunkPolicy::cap_and_fold(int64_t size, int64_t remaining) const {
+  size = std::min<int64_t>(size, remaining);
+  if (config_.fold_tail && remaining - size > 0 && remaining - size < floor_tokens()) size = remaining;
+  return static_cast<int>(size);
+}
+
+int DynamicChunkPolicy::next_chunk(int64_t prefix_len, int64_t remaining) const {
+  const int c0 = config_.initial_chunk;
+  if (prefix_len == 0) return cap_and_fold(c0, remaining);  // the first chunk of every prompt is C0
+  // The slowest stage sets the beat: every stage must finish its x tokens within it.
+  double solved = INFINITY;
+  for (const auto& model : models_) {
+    const auto x = model.solve(static_cast<double>(prefix_len), beat_);
+    if (!x) return cap_and_fold(c0, remaining);  // no real positive root: fall back to C0
+    solved = std::min(solved, *x);
+  }
+  double x = c0 + config_.smooth_factor * (solved - c0);
+  x = std::max(x, static_cast<double>(floor_tokens()));
+  const int align = alignment();
+  int64_t size = static_cast<int64_t>(std::floor(x / align)) * align;
+  if (size < align) size = align;
+  return cap_and_fold(size, remaining);
+}
+
+std::unique_ptr<ChunkPolicy> make_dynamic_policy(const ChunkingOptions& o, const std::vector<StageCostFit>& fits,
+                                                 std::string& problem) {
+  std::vector<ChunkCostModel> models;
+  for (const auto& fit : fits) {
+    if (!o.all_stages && fit.stage != 0) continue;
+    const FitResult& chosen = fit.fit(o.cost_form);
+    if (!chosen.ok) {
+      problem = "stage " + std::to_string(fit.stage) + ": " + chosen.problem;
+      return nullptr;
+    }
+    models.push_back(chosen.model);
+  }
+  if (models.empty()) {
+    problem = "no stage was profiled";
+    return nullptr;
+  }
+  return std::make_unique<DynamicChunkPolicy>(
+      DynamicChunkConfig{o.initial_chunk, o.smooth_factor, o.page_size, o.fold_tail}, std::move(models));
+}
+
+}  // namespace pf::sched

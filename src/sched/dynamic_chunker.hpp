@@ -1,0 +1,52 @@
+// Dynamic chunking: size every chunk so it takes the same wall-clock time as the first
+// (C0 tokens at prefix 0), although attention makes later chunks dearer per token.
+//
+// SGLang semantics, in this order: first chunk C0; at prefix L solve t(L, x) = T (see
+// cost_model.hpp); smooth x = C0 + s (x* - C0); floor at C0/4; align down to
+// max(page_size, 64) (raised to the alignment if below it); cap at the tokens left; C0
+// when the solve fails. pipefill additions: several stage models (the slowest stage sets the
+// beat: x is the smallest of the per-stage solutions) and, optionally, no tiny tail: if what
+// would remain after a chunk is below the floor, it is folded into that chunk.
+#pragma once
+
+#include <vector>
+
+#include <memory>
+#include <string>
+
+#include "sched/batch_plan.hpp"
+#include "sched/chunking_options.hpp"
+#include "sched/cost_model.hpp"
+#include "sched/cost_profile.hpp"
+
+namespace pf::sched {
+
+struct DynamicChunkConfig {
+  int initial_chunk = 4096;   // C0
+  double smooth_factor = 0.75;
+  int page_size = 64;
+  bool fold_tail = false;
+};
+
+class DynamicChunkPolicy final : public ChunkPolicy {
+ public:
+  // `stage_models`: one model per profiled stage (at least one).
+  DynamicChunkPolicy(const DynamicChunkConfig& config, std::vector<ChunkCostModel> stage_models);
+  int next_chunk(int64_t prefix_len, int64_t remaining) const override;
+
+  int floor_tokens() const { return config_.initial_chunk / 4; }
+  int alignment() const;
+
+ private:
+  int cap_and_fold(int64_t size, int64_t remaining) const;
+  DynamicChunkConfig config_;
+  std::vector<ChunkCostModel> models_;
+  double beat_ = 0;  // T: the slowest stage's time for C0 tokens at prefix 0
+};
+
+// The dynamic policy for `options` from the stages' fits (stage 0 only, or every stage,
+// in the chosen cost form); nullptr with `problem` set when a needed fit failed.
+std::unique_ptr<ChunkPolicy> make_dynamic_policy(const ChunkingOptions& options, const std::vector<StageCostFit>& fits,
+                                                 std::string& problem);
+
+}  // namespace pf::sched

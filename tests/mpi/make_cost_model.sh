@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Fixture: a real cost profile of the tiny model at pp 2 (`pipefill profile`), then with its
+# coefficients replaced by fixed ones, so that the dynamic plans in the tests are
+# deterministic (timings on a shared machine are not) and really vary the chunk size.
+# usage: make_cost_model.sh BIN_DIR DATA_DIR
+set -euo pipefail
+here=$(dirname "$0")
+source "$here/mpi_env.sh"
+bin=$1 data=$2
+timeout 300 mpirun -n 2 "$bin/pipefill" profile --model "$data/tiny" --pp 2 --chunk-size 128 --page-size 16 \
+  --max-prefix 300 --profile-points 12 --out "$data/cost_measured.json"
+"$PYTHON" - "$data/cost_measured.json" "$data/cost_tiny_pp2.json" <<'PY'
+import json, sys
+profile = json.load(open(sys.argv[1]))
+assert len(profile["stages"]) == 2, "both stages profiled"
+for stage in profile["stages"]:
+    stage["sglang"].update(ok=True, a=1e-6, b=1e-5, c=0.0, gamma=0.0)
+    stage["prefix"].update(ok=True, a=1e-6, b=1e-5, c=1e-4, gamma=1e-7)
+json.dump(profile, open(sys.argv[2], "w"), indent=2)
+PY

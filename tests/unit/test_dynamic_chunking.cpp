@@ -1,0 +1,218 @@
+// Dynamic chunking: the SGLang-compatible size rule against hand-computed cases (each clamp
+// hit by a case), pipefill's additions (beat of the slowest stage, no tiny tail), the
+// least-squares fits on synthetic timings with known coefficients, and cost profiles.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <numeric>
+#include <random>
+
+#include "errors.hpp"
+#include "pipeline/stage_profiler.hpp"
+#include "sched/cost_model.hpp"
+#include "sched/cost_profile.hpp"
+#include "sched/dynamic_chunker.hpp"
+
+using namespace pf;
+using namespace pf::sched;
+
+namespace {
+
+ChunkCostModel sglang_model(double a, double b) { return {CostForm::kFreshQuadratic, a, b, 0, 0}; }
+
+std::vector<int> plan(int64_t length, int c0, double s, int page, std::vector<ChunkCostModel> models,
+                      bool fold_tail = false) {
+  return chunk_sizes(length, DynamicChunkPolicy({c0, s, page, fold_tail}, std::move(models)));
+}
+
+void expect_valid(const std::vector<int>& sizes, int64_t length) {
+  EXPECT_EQ(std::accumulate(sizes.begin(), sizes.end(), int64_t{0}), length);
+  for (int size : sizes) EXPECT_GT(size, 0);
+}
+
+}  // namespace
+
+// a = 1, b = 0, C0 = 1024: T = 1024^2 and x*(L) = -L + sqrt(L^2 + T).
+TEST(DynamicChunking, HandComputedSequenceHitsAlignmentThenFloor) {
+  const auto sizes = plan(4096, 1024, 1.0, 64, {sglang_model(1, 0)});
+  // L=0: C0. L=1024: 424.2 -> 384 (align 64). L=1408: 333.0 -> 320. L=1728: 280.6 -> 256.
+  // L=1984: 248.7 -> floor C0/4 = 256. From then on the floor holds.
+  ASSERT_GE(sizes.size(), 5u);
+  EXPECT_EQ(sizes[0], 1024);
+  EXPECT_EQ(sizes[1], 384);
+  EXPECT_EQ(sizes[2], 320);
+  EXPECT_EQ(sizes[3], 256);
+  EXPECT_EQ(sizes[4], 256);
+  expect_valid(sizes, 4096);
+  EXPECT_EQ(sizes.back(), 4096 - std::accumulate(sizes.begin(), sizes.end() - 1, 0));  // capped at what is left
+}
+
+TEST(DynamicChunking, SmoothFactorInterpolates) {
+  // L = 1024: x* = 424.16; s = 0.5 -> 1024 + 0.5 (424.16 - 1024) = 724.1 -> 704.
+  EXPECT_EQ(plan(4096, 1024, 0.5, 64, {sglang_model(1, 0)})[1], 704);
+  // s = 0 gives fixed chunks (C0 a multiple of the alignment).
+  const auto fixed = plan(10000, 1024, 0.0, 64, {sglang_model(1, 0)});
+  EXPECT_EQ(fixed, chunk_sizes(10000, FixedChunkPolicy(1024)));
+}
+
+TEST(DynamicChunking, SmoothOneIsTheRawSolveAfterAlignment) {
+  const ChunkCostModel model = sglang_model(3e-9, 2e-5);
+  const DynamicChunkPolicy policy({4096, 1.0, 64, false}, {model});
+  const double target = model.target_time(4096);
+  for (int64_t prefix : {4096, 10000, 50000, 200000}) {
+    const double raw = *model.solve(static_cast<double>(prefix), target);
+    const int64_t expected = std::max<int64_t>(static_cast<int64_t>(std::max(raw, 1024.0)) / 64 * 64, 64);
+    EXPECT_EQ(policy.next_chunk(prefix, 1 << 30), expected) << prefix;
+  }
+}
+
+TEST(DynamicChunking, RaisedToTheAlignmentWhenBelowIt) {
+  // C0 = 128, page 16: floor 32, alignment max(16, 64) = 64; a steep model asks for ~10 tokens.
+  const DynamicChunkPolicy policy({128, 1.0, 16, false}, {sglang_model(1, 0)});
+  EXPECT_EQ(policy.alignment(), 64);
+  EXPECT_EQ(policy.next_chunk(5000, 100000), 64);
+  // page size above 64 sets the alignment.
+  EXPECT_EQ(DynamicChunkPolicy({4096, 1.0, 256, false}, {sglang_model(1, 0)}).next_chunk(4096, 1 << 20) % 256, 0);
+}
+
+TEST(DynamicChunking, CapAtTokensLeftAndFirstChunkIsC0) {
+  const DynamicChunkPolicy policy({1024, 0.75, 64, false}, {sglang_model(1e-9, 1e-5)});
+  EXPECT_EQ(policy.next_chunk(0, 5000), 1024);
+  EXPECT_EQ(policy.next_chunk(0, 700), 700);
+  EXPECT_EQ(policy.next_chunk(3000, 17), 17);
+}
+
+TEST(DynamicChunking, FallsBackToC0WhenTheSolveFails) {
+  // Prefix form with a huge per-prefix cost: at L = 1024 no positive x meets the target.
+  const ChunkCostModel model{CostForm::kPrefixAware, 1, 0, 0, 1e6};
+  EXPECT_FALSE(model.solve(1024, model.target_time(1024)).has_value());
+  const DynamicChunkPolicy policy({1024, 0.75, 64, false}, {model});
+  EXPECT_EQ(policy.next_chunk(1024, 100000), 1024);
+}
+
+TEST(DynamicChunking, FoldTailAvoidsATinyLastChunk) {
+  EXPECT_EQ(plan(4196, 1024, 0.0, 64, {sglang_model(1, 0)}, false), (std::vector<int>{1024, 1024, 1024, 1024, 100}));
+  EXPECT_EQ(plan(4196, 1024, 0.0, 64, {sglang_model(1, 0)}, true), (std::vector<int>{1024, 1024, 1024, 1124}));
+  // The seed's example: 16K at C0 4096, s 0.65 leaves a 192-token tail with SGLang's rule;
+  // here the tail is whatever the model gives, and folding removes any below C0/4.
+  const auto folded = plan(16384, 4096, 0.65, 64, {sglang_model(2e-8, 1.5e-5)}, true);
+  expect_valid(folded, 16384);
+  EXPECT_GE(folded.back(), 1024);
+}
+
+TEST(DynamicChunking, SlowestStageSetsTheBeat) {
+  // The slow stage has the same attention cost plus a large per-token cost: its target and
+  // its solution bind; the fast stage alone would cut very different chunks.
+  const ChunkCostModel fast = sglang_model(1, 0), slow = sglang_model(1, 5000);
+  const auto both = plan(20000, 2048, 0.8, 64, {fast, slow});
+  EXPECT_EQ(both, plan(20000, 2048, 0.8, 64, {slow}));
+  EXPECT_NE(both, plan(20000, 2048, 0.8, 64, {fast}));
+}
+
+TEST(DynamicChunking, PlansAreAlwaysValid) {
+  std::mt19937 rng(5);
+  for (int trial = 0; trial < 200; ++trial) {
+    const int c0 = 64 << (rng() % 7);
+    const double s = (rng() % 101) / 100.0;
+    const int page = 8 << (rng() % 6);
+    const int64_t length = 1 + rng() % 300000;
+    const ChunkCostModel model{rng() % 2 ? CostForm::kFreshQuadratic : CostForm::kPrefixAware,
+                               1e-10 * (1 + rng() % 100), 1e-6 * (rng() % 50), 1e-4 * (rng() % 3), 1e-8 * (rng() % 3)};
+    expect_valid(plan(length, c0, s, page, {model}, rng() % 2), length);
+  }
+}
+
+// ---- fits ---------------------------------------------------------------------------
+
+TEST(CostFit, RecoversQuadraticCoefficientsFromNoisyTimings) {
+  std::mt19937 rng(1);
+  std::normal_distribution<double> noise(1.0, 0.02);
+  const double a = 3e-9, b = 4e-5, c = 2e-3;
+  std::vector<ChunkSample> samples;
+  for (int n = 5120; n >= 40; n -= 160) samples.push_back({0, double(n), (a * n * n + b * n + c) * noise(rng)});
+  const FitResult fit = fit_fresh_quadratic(samples);
+  ASSERT_TRUE(fit.ok) << fit.problem;
+  EXPECT_NEAR(fit.model.a, a, 0.15 * a);
+  EXPECT_NEAR(fit.model.b, b, 0.15 * b);
+  EXPECT_EQ(fit.model.c, 0.0);  // SGLang's chunk time is f(L+x) - f(L): no constant
+  EXPECT_LT(mean_relative_error(fit.model, {{0, 4096, a * 4096 * 4096 + b * 4096}}), 0.05);
+}
+
+TEST(CostFit, RecoversPrefixAwareCoefficients) {
+  std::mt19937 rng(2);
+  std::normal_distribution<double> noise(1.0, 0.01);
+  const ChunkCostModel truth{CostForm::kPrefixAware, 2e-9, 5e-5, 3e-3, 1e-7};
+  std::vector<ChunkSample> samples;
+  for (int prefix : {0, 8000, 16000, 24000, 32000})
+    for (int tokens : {1024, 2048, 4096, 5120})
+      samples.push_back({double(prefix), double(tokens), truth.chunk_time(prefix, tokens) * noise(rng)});
+  const FitResult fit = fit_prefix_aware(samples);
+  ASSERT_TRUE(fit.ok) << fit.problem;
+  EXPECT_NEAR(fit.model.a, truth.a, 0.1 * truth.a);
+  EXPECT_NEAR(fit.model.b, truth.b, 0.2 * truth.b);
+  EXPECT_LT(mean_relative_error(fit.model, samples), 0.02);
+}
+
+TEST(CostFit, FailuresAndClamps) {
+  std::vector<ChunkSample> few;
+  for (int n = 1; n <= 7; ++n) few.push_back({0, 100.0 * n, 1e-3 * n * n});
+  EXPECT_FALSE(fit_fresh_quadratic(few).ok);  // fewer than 8 points
+  std::vector<ChunkSample> concave;
+  for (int n = 1; n <= 12; ++n) concave.push_back({0, 100.0 * n, std::sqrt(100.0 * n)});
+  const FitResult bad = fit_fresh_quadratic(concave);
+  EXPECT_FALSE(bad.ok);  // a <= 0
+  EXPECT_NE(bad.problem.find("not positive"), std::string::npos);
+  std::vector<ChunkSample> negative_b;
+  for (int n = 1; n <= 12; ++n) negative_b.push_back({0, 100.0 * n, 1e-6 * n * n * 1e4 - 1e-4 * n * 100});
+  const FitResult clamped = fit_fresh_quadratic(negative_b);
+  ASSERT_TRUE(clamped.ok);
+  EXPECT_EQ(clamped.model.b, 0.0);
+  std::vector<ChunkSample> same_length(10, ChunkSample{0, 512, 1e-3});
+  EXPECT_FALSE(fit_fresh_quadratic(same_length).ok);  // rank deficient
+}
+
+TEST(CostFit, LeastSquaresSolvesAnExactSystem) {
+  // y = 2 x0 - 3 x1 + 0.5
+  std::vector<double> a, y;
+  for (int i = 0; i < 6; ++i) {
+    const double x0 = i, x1 = i * i;
+    a.insert(a.end(), {x0, x1, 1.0});
+    y.push_back(2 * x0 - 3 * x1 + 0.5);
+  }
+  const auto w = least_squares(a, 6, 3, y);
+  ASSERT_TRUE(w.has_value());
+  EXPECT_NEAR((*w)[0], 2, 1e-9);
+  EXPECT_NEAR((*w)[1], -3, 1e-9);
+  EXPECT_NEAR((*w)[2], 0.5, 1e-9);
+}
+
+TEST(CostProfile, JsonRoundTripAndIdentityCheck) {
+  std::vector<ChunkSample> fresh, prefixed;
+  for (int n = 1; n <= 12; ++n) fresh.push_back({0, 100.0 * n, 1e-8 * n * n * 1e4 + 1e-5 * n * 100});
+  for (int p = 0; p < 4; ++p)
+    for (int x = 1; x <= 4; ++x) prefixed.push_back({1000.0 * p, 256.0 * x, 1e-8 * (2.0 * 1000 * p * 256 * x + 65536.0 * x * x)});
+  CostProfile profile;
+  profile.identity = {{"pp", 2}, {"tp", 1}, {"layer_partition", "4,4"}};
+  profile.initial_chunk = 1024;
+  profile.stages = {fit_stage(0, fresh, prefixed)};
+  EXPECT_EQ(profile.stages[0].heldout_points, 4);
+  EXPECT_EQ(profile.stages[0].prefixed_points, 12);
+  EXPECT_GE(profile.stages[0].prefix_heldout_error, 0.0);
+  const std::string path = testing::TempDir() + "/cost.json";
+  save_cost_profile(path, profile);
+  const CostProfile back = load_cost_profile(path);
+  EXPECT_EQ(back.stages[0].sglang.model.a, profile.stages[0].sglang.model.a);
+  EXPECT_EQ(back.stages[0].prefix.model.gamma, profile.stages[0].prefix.model.gamma);
+  EXPECT_NO_THROW(check_profile_matches(back, profile.identity, path));
+  EXPECT_THROW(check_profile_matches(back, {{"pp", 4}}, path), UserError);
+  EXPECT_THROW(load_cost_profile(testing::TempDir() + "/missing.json"), UserError);
+}
+
+TEST(Profiler, FreshLengthsFollowSglang) {
+  const auto lengths = pipeline::fresh_prompt_lengths({4096, 128, 1 << 20});
+  ASSERT_EQ(lengths.size(), 128u);
+  EXPECT_EQ(lengths.front(), 5120);               // 1.25 C0
+  EXPECT_EQ(lengths.back(), 41);                  // about C0 / 100
+  EXPECT_TRUE(std::is_sorted(lengths.rbegin(), lengths.rend()));
+  EXPECT_EQ(pipeline::fresh_prompt_lengths({4096, 16, 3000}).front(), 3000);  // what the pool holds
+}
