@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 
+#include "compute/flops.hpp"
 #include "compute/stage_forward.hpp"
 #include "model/presets.hpp"
 #include "model/weights.hpp"
@@ -47,6 +48,7 @@ struct Prefill {
 Prefill prefill(const model::ModelConfig& config, const model::StageWeights& weights,
                 const std::vector<int32_t>& tokens, int chunk_size, int page_size) {
   const auto shard = model::make_shard_spec(config, 1, 0);
+  const sim::ModelShape model_shape = sim::shape_from_config(config);
   const kv::KvShape shape{config.num_layers, config.num_kv_heads, config.head_dim, page_size};
   kv::PagedKvPool pool(shape, shape.pages_for(static_cast<int64_t>(tokens.size())));
   compute::CpuStageCompute compute(config, shard, weights, pool);
@@ -60,13 +62,13 @@ Prefill prefill(const model::ModelConfig& config, const model::StageWeights& wei
     compute.embed(tokens.data() + start, size, hidden.data());
     const compute::ChunkContext chunk{0, start, size};
     compute.forward(chunk, hidden.data(), [](float*, int) {});  // tp 1: never called
-    result.flops += compute.forward_flops(chunk);
+    result.flops += compute::chunk_flops(model_shape, 0, config.num_layers, size, start);
     start += size;
     if (start == static_cast<int64_t>(tokens.size()))
       compute.lm_head(hidden.data() + size_t(size - 1) * config.hidden_size, result.logits.data());
   }
   result.seconds = seconds_since(t0);
-  result.flops += 2.0 * config.vocab_size * config.hidden_size;
+  result.flops += model_shape.lm_head_flops();
   return result;
 }
 

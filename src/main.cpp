@@ -14,7 +14,6 @@
 #include "cli/commands.hpp"           // defines: profile, plan, make-model, make-prompts subcommands
 #include "cli/options.hpp"            // defines: RunOptions and its option table
 #include "compute/flops.hpp"          // defines: plan_flops (for the achieved rate)
-#include "compute/stage_forward.hpp"  // defines: CpuStageCompute (a stage's layers on a chunk)
 #include "dist/checked_step.hpp"      // defines: checked_step (collective user-error agreement)
 #include "dist/clock_sync.hpp"        // defines: synchronize_clocks (one time base for the timeline)
 #include "dist/collectives.hpp"       // defines: broadcast_bytes, allreduce_sum, barrier
@@ -23,12 +22,15 @@
 #include "io/prompts_h5.hpp"          // defines: read_prompts (validated HDF5 input)
 #include "io/results_h5.hpp"          // defines: ResultWriter (temporary file, renamed on success)
 #include "kvcache/kv_capacity.hpp"    // defines: pool_pages_for (capacity check before compute)
+#include "pipeline/backend_setup.hpp"  // defines: make_stage_backend (cpu or emulate)
 #include "pipeline/chunk_planning.hpp"  // defines: decide_plan (fixed or dynamic chunks, profiled or loaded)
 #include "pipeline/rank_setup.hpp"   // defines: open_rank_model, load_rank_weights, share_prompts
+#include "pipeline/stage_profiler.hpp"  // defines: profile_capacity_tokens
 #include "pipeline/stage_loop.hpp"   // defines: run_stage_loop (the per-rank event loop)
 #include "sched/cost_profile.hpp"    // defines: CostProfile (a saved --cost-model)
 #include "trace/chrome_trace.hpp"     // defines: write_chrome_trace
 #include "trace/summary.hpp"          // defines: summarize, print_summary
+#include "trace/traffic.hpp"          // defines: gather_traffic, print_traffic (bytes vs the seed's formulas)
 
 using namespace pf;
 
@@ -37,52 +39,56 @@ static int run_command(int argc, char** argv) {
   if (!cli::parse_run(argc, argv, options)) return 0;  // --help; every rank parsed the same argv
   const auto& place = options.placement;
   const auto& chunking = options.chunking;
+  const bool emulate = place.backend == "emulate";
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
   const bool writer = topo.is_writer();
 
-  // Model: config.json (or preset), layer partition, TP divisibility, tensor shapes.
-  const pipeline::RankModel rank_model = pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition);
-  const model::ModelConfig& config = rank_model.config();
+  // Model: config.json (or preset), layer partition; for real compute also TP divisibility
+  // and every tensor's shape. The emulator only counts FLOPs, so any config.json will do.
+  const pipeline::RankModel rank_model =
+      pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition, /*with_weights=*/!emulate);
+  const sim::ModelShape& shape = rank_model.shape;
 
   // Prompts: rank 0 reads and validates the input, checks every stage's KV capacity,
   // checks a saved cost model against this configuration, and opens the output.
   io::PromptSet prompts;
   std::optional<sched::CostProfile> saved_costs;
   std::unique_ptr<io::ResultWriter> results;
+  const bool cost_file = !chunking.cost_model_path.empty() && chunking.cost_model_path.rfind("analytic:", 0) != 0;
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!writer) return;
-    prompts = io::read_prompts(options.input, config.vocab_size);
-    for (int stage = 0; stage < topo.pp; ++stage)
-      kv::pool_pages_for(rank_model.kv_shape(stage, chunking.page_size), prompts.lengths(), place.kv_memory_mb, stage);
-    if (!chunking.cost_model_path.empty()) {
+    prompts = io::read_prompts(options.input, shape.vocab_size);
+    if (!emulate)
+      for (int stage = 0; stage < topo.pp; ++stage)
+        kv::pool_pages_for(rank_model.kv_shape(stage, chunking.page_size), prompts.lengths(), place.kv_memory_mb,
+                           stage);
+    if (cost_file && chunking.dynamic()) {
       saved_costs = sched::load_cost_profile(chunking.cost_model_path);
-      sched::check_profile_matches(*saved_costs, pipeline::placement_identity(topo, rank_model, place.backend),
-                                   chunking.cost_model_path);
+      if (!emulate)
+        sched::check_profile_matches(*saved_costs, pipeline::placement_identity(topo, rank_model, place.backend),
+                                     chunking.cost_model_path);
     }
-    results = std::make_unique<io::ResultWriter>(options.output, prompts.num_prompts(), config.vocab_size);
+    results = std::make_unique<io::ResultWriter>(options.output, prompts.num_prompts(), shape.vocab_size,
+                                                 /*with_logits=*/!emulate);
   });
   const std::vector<int64_t> lengths = pipeline::share_prompts(topo, prompts);
 
-  // Weights and KV pool: this rank's layers and TP shard only; the pool holds the longest
-  // prompt (and, when this run profiles, room for the profile's chunks).
-  model::StageWeights weights = pipeline::load_rank_weights(topo, rank_model);
-  const kv::KvShape kv_shape = rank_model.kv_shape(topo.stage, chunking.page_size);
-  int kv_pages = kv::pool_pages_for(kv_shape, lengths, place.kv_memory_mb, topo.stage);
-  if (chunking.dynamic() && chunking.cost_model_path.empty())
-    kv_pages = kv::profiling_pages(kv_shape, *std::max_element(lengths.begin(), lengths.end()) + 2 * chunking.initial_chunk,
-                                   place.kv_memory_mb, kv_pages);
-  kv::PagedKvPool kv_pool(kv_shape, kv_pages);
-  compute::CpuStageCompute compute(config, rank_model.shard, std::move(weights), kv_pool);
+  // Backend: the CPU (this rank's weights and a KV pool for the longest prompt, with room
+  // for profiling when this run profiles) or the emulator (sleeps of the cost model).
+  pipeline::BackendRequest request{place.backend, chunking.cost_model_path, chunking.page_size, place.kv_memory_mb, 0};
+  if (chunking.dynamic() && !saved_costs)
+    request.profile_room_tokens = pipeline::profile_capacity_tokens(lengths, chunking.initial_chunk);
+  pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, lengths);
 
   // Plan: fixed chunks, or dynamic ones from cost models (profiled now or loaded).
   const pipeline::PlanDecision decision =
-      pipeline::decide_plan(topo, chunking, lengths, compute, kv_pool, config.hidden_size, saved_costs);
+      pipeline::decide_plan(topo, chunking, lengths, *backend.compute, shape.hidden_size, saved_costs);
   const sched::BatchPlan& plan = decision.plan;
   if (writer && !options.quiet) {
-    std::printf("pipefill %s | %s %s (%.1fM params) | pp %d x tp %d | layers %s | chunk %d (%s) | page %d\n",
-                PIPEFILL_VERSION, place.model.c_str(), config.architecture_name.c_str(),
-                config.total_parameters() / 1e6, topo.pp, topo.tp, model::partition_text(rank_model.partition).c_str(),
-                chunking.initial_chunk, decision.policy_used.c_str(), chunking.page_size);
+    std::printf("pipefill %s | %s %s (%.1fM active params) | pp %d x tp %d | layers %s | chunk %d (%s) | page %d | %s\n",
+                PIPEFILL_VERSION, place.model.c_str(), shape.name.c_str(), shape.active_parameters() / 1e6, topo.pp,
+                topo.tp, model::partition_text(rank_model.partition).c_str(), chunking.initial_chunk,
+                decision.policy_used.c_str(), chunking.page_size, backend.description.c_str());
     std::printf("input %s: %d prompts, %lld tokens, %zu micro-batches\n", options.input.c_str(), plan.num_prompts(),
                 static_cast<long long>(plan.total_tokens()), plan.micro_batches.size());
     std::fflush(stdout);
@@ -91,29 +97,41 @@ static int run_command(int argc, char** argv) {
   // Run: one time base, then every rank walks the plan.
   const dist::RunClock clock = dist::synchronize_clocks(MPI_COMM_WORLD);
   trace::Timeline timeline(topo, clock);
-  pipeline::StageLoopContext loop{topo,     config,   plan,          prompts,
-                                  compute,  kv_pool,  timeline,      options.ring_depth,
+  pipeline::StageLoopContext loop{topo,
+                                  shape.hidden_size,
+                                  shape.vocab_size,
+                                  plan,
+                                  prompts,
+                                  *backend.compute,
+                                  timeline,
+                                  options.ring_depth,
                                   [&](int prompt, const float* logits) { results->write_logits(prompt, logits); }};
-  pipeline::run_stage_loop(loop);
+  const pipeline::TrafficCounters traffic = pipeline::run_stage_loop(loop);
   dist::barrier(MPI_COMM_WORLD);
   const double wall_s = clock.now();
 
-  // Write: timeline gathered to rank 0, summary, output renamed into place.
+  // Write: timeline and traffic gathered to rank 0, summary, output renamed into place.
   const auto events = trace::gather_timeline(timeline, MPI_COMM_WORLD);
+  trace::TrafficReport traffic_report =
+      trace::gather_traffic(topo, plan, shape.hidden_size, backend.compute->payload_floats_per_token() * 4,
+                            rank_model.partition, traffic);
+  traffic_report.allreduce_modelled = emulate;
   if (writer) {
-    const trace::RunSummary summary =
-        trace::summarize(plan, events, topo.pp, topo.tp, wall_s, compute::plan_flops(config, plan));
+    const trace::RunSummary summary = trace::summarize(plan, events, topo.pp, topo.tp, wall_s, compute::plan_flops(shape, plan));
     nlohmann::json attributes = cli::to_json(options);
     attributes["version"] = PIPEFILL_VERSION;
-    attributes["model_config"] = model::to_json(config).dump();
+    attributes["model_config"] = rank_model.config_json.dump();
     attributes["layer_partition_used"] = model::partition_text(rank_model.partition);
     attributes["chunk_policy_used"] = decision.policy_used;
     attributes["chunk_policy_note"] = decision.note;
+    attributes["backend_used"] = backend.description;
+    if (emulate) attributes["logits"] = "not computed: emulate backend (compute replaced by cost-model sleeps)";
     attributes["wall_s"] = wall_s;
     results->finish(summary.ttft_s, events, attributes);
     if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp);
     if (!options.quiet) {
       trace::print_summary(summary, stdout);
+      trace::print_traffic(traffic_report, stdout);
       std::printf("wrote %s%s%s\n", options.output.c_str(), options.trace.empty() ? "" : " and ",
                   options.trace.c_str());
     }
@@ -141,6 +159,8 @@ int main(int argc, char** argv) {
       status = cli::make_model_command(argc - 1, argv + 1);
     } else if (std::strcmp(command, "make-prompts") == 0) {
       status = cli::make_prompts_command(argc - 1, argv + 1);
+    } else if (std::strcmp(command, "simulate") == 0) {
+      status = cli::simulate_command(argc - 1, argv + 1);
     } else if (std::strcmp(command, "plan") == 0) {
       status = cli::plan_command(argc - 1, argv + 1);
     } else if (!*command || std::strcmp(command, "--help") == 0 || std::strcmp(command, "-h") == 0) {

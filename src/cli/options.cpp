@@ -55,7 +55,8 @@ void add_placement_options(cxxopts::Options& table) {
       ("layer-partition", "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages)",
        cxxopts::value<std::string>()->default_value(d.layer_partition))
       ("kv-memory-mb", "KV-cache budget per rank in MiB", cxxopts::value<int64_t>()->default_value(text(d.kv_memory_mb)))
-      ("backend", "compute backend: cpu", cxxopts::value<std::string>()->default_value(d.backend));
+      ("backend", "compute backend: cpu, or emulate (sleeps of --cost-model; real MPI, schedule and message sizes)",
+       cxxopts::value<std::string>()->default_value(d.backend));
 }
 
 PlacementOptions read_placement(const cxxopts::ParseResult& r) {
@@ -70,7 +71,8 @@ PlacementOptions read_placement(const cxxopts::ParseResult& r) {
   require_positive(p.pp, "--pp");
   require_positive(p.tp, "--tp");
   require_positive(p.kv_memory_mb, "--kv-memory-mb");
-  if (p.backend != "cpu") throw UserError("--backend " + p.backend + " is not available in this build (available: cpu)");
+  if (p.backend != "cpu" && p.backend != "emulate")
+    throw UserError("--backend " + p.backend + " is not available in this build (available: cpu, emulate)");
   return p;
 }
 
@@ -96,7 +98,8 @@ void add_chunking_options(cxxopts::Options& table) {
       ("fold-tail", "fold a remainder smaller than C0/4 into the chunk before it (on with --chunk-policy pipefill)",
        cxxopts::value<bool>()->default_value("false"))
       ("profile-points", "timed forwards per profile (9-128)", cxxopts::value<int>()->default_value(text(d.profile_points)))
-      ("cost-model", "reuse a profile written by `pipefill profile --out` instead of profiling",
+      ("cost-model", "a profile written by `pipefill profile --out` (dynamic chunking reuses it instead of profiling); "
+       "with --backend emulate also analytic:HARDWARE (hardware/HARDWARE.json)",
        cxxopts::value<std::string>());
 }
 
@@ -139,8 +142,6 @@ sched::ChunkingOptions read_chunking(const cxxopts::ParseResult& r) {
   if (c.profile_points < 9 || c.profile_points > 128)
     throw UserError("--profile-points must lie in [9, 128] (8 points at least after the warm-up)");
   if (r.count("cost-model")) c.cost_model_path = r["cost-model"].as<std::string>();
-  if (!c.dynamic() && !c.cost_model_path.empty())
-    throw UserError("--cost-model is used by dynamic chunking: add --dynamic-chunking or --chunk-policy");
   return c;
 }
 
@@ -154,6 +155,7 @@ std::string usage() {
          "  run           prefill the prompts of an HDF5 file (launch with mpirun/srun, pp x tp ranks)\n"
          "  profile       time each stage's chunks and save the fitted cost models (mpirun, pp x tp ranks)\n"
          "  plan          print the chunk sizes a chunk policy gives for prompt lengths\n"
+         "  simulate      predict TTFT, throughput and bubble of a schedule on some hardware (no MPI, no GPU)\n"
          "  make-model    write a seeded random model in Hugging Face layout (config.json + safetensors)\n"
          "  make-prompts  write an HDF5 input file of random prompts\n";
 }
@@ -205,6 +207,14 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   o.ring_depth = r["ring-depth"].as<int>();
   o.quiet = r["quiet"].as<bool>();
   require_positive(o.ring_depth, "--ring-depth");
+  const bool emulate = o.placement.backend == "emulate";
+  const std::string& costs = o.chunking.cost_model_path;
+  if (emulate && costs.empty())
+    throw UserError("--backend emulate needs --cost-model cost.json or --cost-model analytic:HARDWARE");
+  if (!emulate && !o.chunking.dynamic() && !costs.empty())
+    throw UserError("--cost-model is used by dynamic chunking: add --dynamic-chunking or --chunk-policy");
+  if (!emulate && costs.rfind("analytic:", 0) == 0)
+    throw UserError("--cost-model analytic:... drives the emulator: add --backend emulate");
   if (o.input == o.output) throw UserError("--output must differ from --input");
   return true;
 }
@@ -236,6 +246,51 @@ bool parse_profile(int argc, char** argv, ProfileOptions& o) {
   if (o.points < 9 || o.points > 128) throw UserError("--profile-points must lie in [9, 128]");
   if (o.max_prefix < 0) throw UserError("--max-prefix must not be negative");
   if (o.max_prefix == 0) o.max_prefix = 4ll * o.chunk_size;
+  return true;
+}
+
+bool parse_simulate(int argc, char** argv, SimulateOptions& o) {
+  cxxopts::Options table("pipefill simulate",
+                         "Discrete-event simulation of the schedule `run` executes, for a model on some hardware: "
+                         "TTFT per prompt, throughput, busy fractions, bubble, traffic. No MPI, no weights.");
+  const SimulateOptions d;
+  table.add_options()
+      ("model-config", "the model's config.json (dense, MoE or MLA), or synthetic:PRESET", cxxopts::value<std::string>())
+      ("hardware", "hardware description: h20, h100, h200, cpu (hardware/NAME.json) or a JSON path",
+       cxxopts::value<std::string>())
+      ("pp", "pipeline stages", cxxopts::value<int>()->default_value(text(d.pp)))
+      ("tp", "tensor-parallel ranks per stage", cxxopts::value<int>()->default_value(text(d.tp)))
+      ("layer-partition", "layers per stage (default: equal, remainder on the last stages)",
+       cxxopts::value<std::string>()->default_value(""))
+      ("length", "prompt length in tokens (repeat for several prompts)", cxxopts::value<std::vector<int64_t>>())
+      ("ring-depth", "receives posted ahead / sends in flight per rank", cxxopts::value<int>()->default_value(text(d.ring_depth)))
+      ("matmul-efficiency", "override the hardware file's matmul efficiency", cxxopts::value<double>())
+      ("attention-efficiency", "override the hardware file's attention efficiency", cxxopts::value<double>())
+      ("timeline", "write the simulated timeline (the output file's format, no logits) to this HDF5 file",
+       cxxopts::value<std::string>()->default_value(""))
+      ("json", "print the results as JSON", cxxopts::value<bool>()->default_value("false"));
+  add_chunking_options(table);
+  auto result = parse(table, argc, argv);
+  if (!result) return false;
+  const auto& r = *result;
+  o.model_config = required<std::string>(r, "model-config");
+  o.hardware = required<std::string>(r, "hardware");
+  o.pp = r["pp"].as<int>();
+  o.tp = r["tp"].as<int>();
+  o.layer_partition = r["layer-partition"].as<std::string>();
+  o.lengths = required<std::vector<int64_t>>(r, "length");
+  o.ring_depth = r["ring-depth"].as<int>();
+  o.chunking = read_chunking(r);
+  if (r.count("matmul-efficiency")) o.matmul_efficiency = r["matmul-efficiency"].as<double>();
+  if (r.count("attention-efficiency")) o.attention_efficiency = r["attention-efficiency"].as<double>();
+  o.timeline = r["timeline"].as<std::string>();
+  o.json = r["json"].as<bool>();
+  require_positive(o.pp, "--pp");
+  require_positive(o.tp, "--tp");
+  require_positive(o.ring_depth, "--ring-depth");
+  for (int64_t length : o.lengths) require_positive(length, "--length");
+  for (double e : {o.matmul_efficiency, o.attention_efficiency})
+    if (e < 0 || e > 1) throw UserError("efficiencies must lie in (0, 1]");
   return true;
 }
 
@@ -301,6 +356,8 @@ bool parse_plan(int argc, char** argv, PlanOptions& o) {
   if (result->count("coefficients")) o.coefficients = (*result)["coefficients"].as<std::vector<double>>();
   o.json = (*result)["json"].as<bool>();
   for (int64_t length : o.lengths) require_positive(length, "--length");
+  if (!o.chunking.dynamic() && !o.chunking.cost_model_path.empty())
+    throw UserError("--cost-model is used by dynamic chunking: add --dynamic-chunking or --chunk-policy");
   if (o.chunking.dynamic()) {
     if (o.coefficients.empty() == o.chunking.cost_model_path.empty())
       throw UserError("dynamic chunking in `plan` needs exactly one of --cost-model or --coefficients");

@@ -42,6 +42,21 @@ struct ProfileOptions {
   std::string out;
 };
 
+struct SimulateOptions {
+  std::string model_config;  // config.json path, or synthetic:PRESET
+  std::string hardware;      // hardware/NAME.json
+  int pp = 1;
+  int tp = 1;
+  std::string layer_partition;
+  sched::ChunkingOptions chunking;  // --cost-model: a profile replaces the analytic stage costs
+  std::vector<int64_t> lengths;
+  int ring_depth = 4;
+  double matmul_efficiency = 0;     // 0: the hardware file's
+  double attention_efficiency = 0;
+  std::string timeline;             // write the timeline format to this HDF5 file
+  bool json = false;
+};
+
 struct MakeModelOptions {
   std::string preset;
   std::string out;
@@ -70,6 +85,7 @@ struct PlanOptions {
 // They return false when --help was asked for (the help text is already printed).
 bool parse_run(int argc, char** argv, RunOptions& options);
 bool parse_profile(int argc, char** argv, ProfileOptions& options);
+bool parse_simulate(int argc, char** argv, SimulateOptions& options);
 bool parse_make_model(int argc, char** argv, MakeModelOptions& options);
 bool parse_make_prompts(int argc, char** argv, MakePromptsOptions& options);
 bool parse_plan(int argc, char** argv, PlanOptions& options);

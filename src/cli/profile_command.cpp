@@ -6,9 +6,10 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
-#include "compute/stage_forward.hpp"
 #include "dist/checked_step.hpp"
+#include "errors.hpp"
 #include "kvcache/kv_capacity.hpp"
+#include "pipeline/backend_setup.hpp"
 #include "pipeline/chunk_planning.hpp"
 #include "pipeline/rank_setup.hpp"
 #include "sched/cost_profile.hpp"
@@ -19,21 +20,20 @@ int profile_command(int argc, char** argv) {
   ProfileOptions options;
   if (!parse_profile(argc, argv, options)) return 0;
   const auto& place = options.placement;
+  if (place.backend != "cpu") throw UserError("pipefill profile measures a backend that computes: use --backend cpu");
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
   const pipeline::RankModel rank_model = pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition);
-  const kv::KvShape kv_shape = rank_model.kv_shape(topo.stage, options.page_size);
-  const int64_t wanted_tokens = options.max_prefix + options.chunk_size + options.chunk_size / 4;
+  const int longest_chunk = options.chunk_size + options.chunk_size / 4;
   dist::checked_step(MPI_COMM_WORLD, [&] {
-    const int64_t budget_pages = (place.kv_memory_mb << 20) / kv_shape.bytes_per_page();
-    if (budget_pages < kv_shape.pages_for(options.chunk_size + options.chunk_size / 4))
-      throw UserError("--kv-memory-mb " + std::to_string(place.kv_memory_mb) + " cannot hold one chunk of 1.25 x " +
-                      std::to_string(options.chunk_size) + " tokens on stage " + std::to_string(topo.stage));
+    // The pool must hold at least one chunk of 1.25 C0 (the rest of the prefix range is optional).
+    kv::pool_pages_for(rank_model.kv_shape(topo.stage, options.page_size), {longest_chunk}, place.kv_memory_mb,
+                       topo.stage);
   });
-  model::StageWeights weights = pipeline::load_rank_weights(topo, rank_model);
-  kv::PagedKvPool pool(kv_shape, kv::profiling_pages(kv_shape, wanted_tokens, place.kv_memory_mb, 1));
-  compute::CpuStageCompute compute(rank_model.config(), rank_model.shard, std::move(weights), pool);
+  const pipeline::BackendRequest request{place.backend, "", options.page_size, place.kv_memory_mb,
+                                         options.max_prefix + longest_chunk};
+  pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, {longest_chunk});
 
-  const auto fits = pipeline::profile_stages(topo, compute, pool, rank_model.config().hidden_size, options.chunk_size,
+  const auto fits = pipeline::profile_stages(topo, *backend.compute, rank_model.shape.hidden_size, options.chunk_size,
                                              options.points, /*all_stages=*/true, /*fresh=*/true, /*prefixed=*/true);
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!topo.is_writer()) return;

@@ -1,22 +1,20 @@
-// FLOP counting.
+// FLOP counting over a plan.
 #include "compute/flops.hpp"
-
-#include "compute/cpu/attention.hpp"
 
 namespace pf::compute {
 
-double layer_chunk_flops(const model::ModelConfig& c, int heads, int kv_heads, int intermediate, int tokens,
-                         int64_t pos0) {
-  const double t = tokens, h = c.hidden_size, d = c.head_dim;
-  const double linear = 2.0 * t * h * ((heads + 2.0 * kv_heads) * d + heads * d + 3.0 * intermediate);
-  return linear + cpu::chunk_attention_flops(tokens, static_cast<int>(pos0), heads, c.head_dim);
+double chunk_flops(const sim::ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0) {
+  double total = 0;
+  for (int layer = first_layer; layer < first_layer + layer_count; ++layer)
+    total += shape.matmul_flops(layer, tokens) + shape.attention_flops(static_cast<double>(pos0), tokens);
+  return total;
 }
 
-double plan_flops(const model::ModelConfig& c, const sched::BatchPlan& plan) {
+double plan_flops(const sim::ModelShape& shape, const sched::BatchPlan& plan) {
   double total = 0;
   for (const auto& mb : plan.micro_batches) {
-    total += c.num_layers * layer_chunk_flops(c, c.num_heads, c.num_kv_heads, c.intermediate_size, mb.length, mb.start);
-    if (mb.is_last) total += 2.0 * c.vocab_size * c.hidden_size;
+    total += chunk_flops(shape, 0, shape.num_layers, mb.length, mb.start);
+    if (mb.is_last) total += shape.lm_head_flops();
   }
   return total;
 }

@@ -1,21 +1,20 @@
-// FLOP counts of prefill, for achieved-rate figures (summary, benchmarks). Multiply-adds
-// count 2. Linear: q/k/v, o, gate/up, down. Attention: QK^T and PV over the keys each
-// query sees (causal). Norms, RoPE and activations are left out (they are O(tokens x H)).
+// FLOP counts of prefill, for achieved-rate figures (summary, benchmarks), from the model's
+// shape (sim/model_shape.hpp): matmuls (projections, MLP or experts) and attention (each
+// query against the keys it sees); norms, RoPE and activations are left out.
 #pragma once
 
 #include <cstdint>
 
-#include "model/config.hpp"
 #include "sched/batch_plan.hpp"
+#include "sim/model_shape.hpp"
 
 namespace pf::compute {
 
-// One layer on a chunk of `tokens` after `pos0` tokens, for a shard with the given local
-// head counts and MLP width (the whole model: num_heads, num_kv_heads, intermediate_size).
-double layer_chunk_flops(const model::ModelConfig& config, int heads, int kv_heads, int intermediate, int tokens,
-                         int64_t pos0);
+// Layers [first, first + count) on a chunk of `tokens` after `pos0` tokens, whole model
+// width (divide by tp for one rank's share).
+double chunk_flops(const sim::ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0);
 
 // Every layer on every chunk of the plan, plus the LM head on each prompt's last position.
-double plan_flops(const model::ModelConfig& config, const sched::BatchPlan& plan);
+double plan_flops(const sim::ModelShape& shape, const sched::BatchPlan& plan);
 
 }  // namespace pf::compute

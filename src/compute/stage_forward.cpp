@@ -4,9 +4,11 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+#include <random>
+
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
-#include "compute/flops.hpp"
 
 namespace pf::compute {
 
@@ -18,7 +20,7 @@ CpuStageCompute::CpuStageCompute(const model::ModelConfig& config, const model::
       kv_pool_(kv_pool),
       inv_freq_(cpu::rope_inv_freq(config)) {}
 
-void CpuStageCompute::embed(const int32_t* tokens, int count, float* hidden) const {
+void CpuStageCompute::embed(const int32_t* tokens, int count, float* hidden) {
   cpu::embed(weights_.embedding.data(), config_.hidden_size, tokens, count, hidden);
 }
 
@@ -85,9 +87,22 @@ void CpuStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
               0.0f, logits_shard, 1);
 }
 
-double CpuStageCompute::forward_flops(const ChunkContext& chunk) const {
-  return static_cast<double>(weights_.layers.size()) *
-         layer_chunk_flops(config_, shard_.heads, shard_.kv_heads, shard_.intermediate, chunk.tokens, chunk.pos0);
+void CpuStageCompute::prepare_prefix(int prompt, int64_t prefix, int tokens) {
+  kv_pool_.reserve(prompt, prefix + tokens);
+  const kv::KvShape& shape = kv_pool_.shape();
+  const int kv_width = shape.kv_heads * shape.head_dim;
+  constexpr int kBlock = 4096;
+  std::mt19937 rng(static_cast<uint32_t>(prefix));
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values;
+  for (int64_t start = 0; start < prefix; start += kBlock) {
+    const int count = static_cast<int>(std::min<int64_t>(kBlock, prefix - start));
+    values.resize(static_cast<size_t>(count) * kv_width);
+    for (auto& v : values) v = uniform(rng);
+    for (int layer = 0; layer < shape.layers; ++layer)
+      kv_pool_.write(layer, prompt, static_cast<int>(start), count, values.data(), kv_width, values.data(), kv_width);
+  }
 }
+
 
 }  // namespace pf::compute

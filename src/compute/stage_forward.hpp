@@ -5,41 +5,35 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <vector>
 
 #include "compute/cpu/attention.hpp"
+#include "compute/stage_compute.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"
 
 namespace pf::compute {
 
-struct ChunkContext {
-  int prompt = 0;
-  int64_t pos0 = 0;  // prefix already in the cache = position of the chunk's first token
-  int tokens = 0;
-};
-
-// Sums `count` floats in place across the TP group (identity when tp == 1).
-using AllReduce = std::function<void(float* data, int count)>;
-
-class CpuStageCompute {
+class CpuStageCompute final : public StageCompute {
  public:
   CpuStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard, model::StageWeights weights,
                   kv::PagedKvPool& kv_pool);
 
-  // hidden[t, :] = embedding[tokens[t], :]
-  void embed(const int32_t* tokens, int count, float* hidden) const;
-  // Runs every local layer on hidden [tokens, H] in place; appends the chunk's K/V.
-  // `all_reduce` sums the row-parallel partial results across the TP group (unused at tp 1).
-  void forward(const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce);
-  // Final norm + this rank's vocabulary shard of the LM head on one hidden row.
-  void lm_head(const float* hidden_row, float* logits_shard);
+  void embed(const int32_t* tokens, int count, float* hidden) override;
+  // `all_reduce` sums the row-parallel partial results (o, down) across the TP group.
+  void forward(const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce) override;
+  void lm_head(const float* hidden_row, float* logits_shard) override;
+  int vocab_shard_size() const override { return shard_.vocab_count; }
+  void finish_prompt(int prompt) override { kv_pool_.release(prompt); }
+  // Fills the prefix's K/V with random values: attention's cost does not depend on them.
+  void prepare_prefix(int prompt, int64_t prefix, int tokens) override;
+  int64_t capacity_tokens() const override {
+    return static_cast<int64_t>(kv_pool_.num_pages()) * kv_pool_.shape().page_size;
+  }
+  int payload_floats_per_token() const override { return config_.hidden_size; }
 
   const model::ShardSpec& shard() const { return shard_; }
-  // FLOPs of forward() for one chunk on this rank (for achieved-rate reports).
-  double forward_flops(const ChunkContext& chunk) const;
 
  private:
   void layer_forward(int layer, const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce);

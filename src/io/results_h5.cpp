@@ -11,14 +11,19 @@
 
 namespace pf::io {
 
-ResultWriter::ResultWriter(const std::string& path, int num_prompts, int vocab_size)
-    : path_(path), temporary_path_(path + ".partial"), vocab_size_(vocab_size), written_(num_prompts, 0) {
+ResultWriter::ResultWriter(const std::string& path, int num_prompts, int vocab_size, bool with_logits)
+    : path_(path),
+      temporary_path_(path + ".partial"),
+      vocab_size_(vocab_size),
+      with_logits_(with_logits),
+      written_(num_prompts, 0) {
   quiet_hdf5_errors();
   const auto parent = std::filesystem::path(path).parent_path();
   if (!parent.empty() && !std::filesystem::is_directory(parent))
     throw UserError("output directory " + parent.string() + " does not exist (create it first)");
   file_ = H5Fcreate(temporary_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
   if (file_ < 0) throw UserError("cannot create output file " + temporary_path_ + " (permissions?)");
+  if (!with_logits_) return;
   hsize_t dims[2] = {static_cast<hsize_t>(num_prompts), static_cast<hsize_t>(vocab_size)};
   H5Handle space{H5Screate_simple(2, dims, nullptr), H5Sclose};
   logits_ = H5Dcreate2(file_, "logits", H5T_IEEE_F32LE, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
@@ -34,12 +39,13 @@ ResultWriter::~ResultWriter() {
 }
 
 void ResultWriter::write_logits(int prompt, const float* row) {
+  written_.at(prompt) = 1;
+  if (!with_logits_) return;
   hsize_t start[2] = {static_cast<hsize_t>(prompt), 0}, count[2] = {1, static_cast<hsize_t>(vocab_size_)};
   H5Handle file_space{H5Dget_space(logits_), H5Sclose};
   H5_CHECK(H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start, nullptr, count, nullptr));
   H5Handle memory_space{H5Screate_simple(2, count, nullptr), H5Sclose};
   H5_CHECK(H5Dwrite(logits_, H5T_NATIVE_FLOAT, memory_space.id, file_space.id, H5P_DEFAULT, row));
-  written_.at(prompt) = 1;
 }
 
 namespace {
@@ -104,7 +110,7 @@ void ResultWriter::finish(const std::vector<double>& ttft_s, const std::vector<t
   }
   write_timeline(file_, timeline);
   for (auto& [key, value] : attributes.items()) write_attribute(file_, key, value);
-  H5_CHECK(H5Dclose(logits_));
+  if (logits_ >= 0) H5_CHECK(H5Dclose(logits_));
   logits_ = -1;
   H5_CHECK(H5Fclose(file_));
   file_ = -1;

@@ -17,7 +17,8 @@ namespace pf::io {
 class ResultWriter {
  public:
   // Creates the temporary file; throws UserError if it cannot (missing directory, ...).
-  ResultWriter(const std::string& path, int num_prompts, int vocab_size);
+  // Without logits (the emulate backend computes none) there is no /logits dataset.
+  ResultWriter(const std::string& path, int num_prompts, int vocab_size, bool with_logits = true);
   ~ResultWriter();  // unfinished: closes and deletes the temporary file
   ResultWriter(const ResultWriter&) = delete;
   ResultWriter& operator=(const ResultWriter&) = delete;
@@ -33,6 +34,7 @@ class ResultWriter {
   std::string path_;
   std::string temporary_path_;
   int vocab_size_;
+  bool with_logits_;
   hid_t file_ = -1;
   hid_t logits_ = -1;
   std::vector<char> written_;

@@ -106,6 +106,11 @@ void validate_tensor_parallel(const ModelConfig& c, int tp) {
   check(c.intermediate_size, "intermediate_size");
 }
 
+VocabSlice vocab_slice(int vocab_size, int tp, int tp_rank) {
+  const int base = vocab_size / tp, extra = vocab_size % tp;
+  return {tp_rank * base + std::min(tp_rank, extra), base + (tp_rank < extra ? 1 : 0)};
+}
+
 ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank) {
   ShardSpec s;
   s.tp = tp;
@@ -113,9 +118,9 @@ ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank) {
   s.heads = config.num_heads / tp;
   s.kv_heads = config.num_kv_heads / tp;
   s.intermediate = config.intermediate_size / tp;
-  const int base = config.vocab_size / tp, extra = config.vocab_size % tp;
-  s.vocab_count = base + (tp_rank < extra ? 1 : 0);
-  s.vocab_begin = tp_rank * base + std::min(tp_rank, extra);
+  const VocabSlice vocab = vocab_slice(config.vocab_size, tp, tp_rank);
+  s.vocab_begin = vocab.begin;
+  s.vocab_count = vocab.count;
   return s;
 }
 

@@ -23,6 +23,12 @@ struct ShardSpec {
   int vocab_count = 0;
 };
 ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank);
+// The vocabulary rows [begin, begin + count) TP rank `tp_rank` owns (remainder on the first ranks).
+struct VocabSlice {
+  int begin = 0;
+  int count = 0;
+};
+VocabSlice vocab_slice(int vocab_size, int tp, int tp_rank);
 // UserError unless heads, KV heads and the MLP width divide by tp.
 void validate_tensor_parallel(const ModelConfig& config, int tp);
 

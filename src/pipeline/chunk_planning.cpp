@@ -11,13 +11,12 @@
 
 namespace pf::pipeline {
 
-std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topo, compute::CpuStageCompute& compute,
-                                                kv::PagedKvPool& pool, int hidden_size, int initial_chunk,
-                                                int points, bool all_stages, bool fresh, bool prefixed) {
+std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topo, compute::StageCompute& compute,
+                                                int hidden_size, int initial_chunk, int points, bool all_stages,
+                                                bool fresh, bool prefixed) {
   std::vector<char> mine;
   if (all_stages || topo.first_stage()) {
-    const ProfileGrid grid{initial_chunk, points,
-                           static_cast<int64_t>(pool.num_pages()) * pool.shape().page_size};
+    const ProfileGrid grid{initial_chunk, points, compute.capacity_tokens()};
     const compute::AllReduce all_reduce = [&](float* data, int count) {
       dist::allreduce_sum(data, count, topo.tp_comm);
     };
@@ -28,11 +27,9 @@ std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topo, comp
       dist::wait_polling(&request);
       return result;
     };
-    std::vector<sched::ChunkSample> fresh_samples, prefixed_samples;
-    if (fresh) fresh_samples = profile_fresh_prompts(compute, pool, all_reduce, group_max, grid, hidden_size);
-    if (prefixed) prefixed_samples = profile_prefixed_chunks(compute, pool, all_reduce, group_max, grid, hidden_size);
+    sched::StageCostFit fit =
+        profile_and_fit(topo.stage, compute, all_reduce, group_max, grid, hidden_size, fresh, prefixed);
     if (topo.tp_rank == 0) {
-      sched::StageCostFit fit = sched::fit_stage(topo.stage, fresh_samples, prefixed_samples);
       // Test hook: make this stage's fit fail, to prove the failure reaches every rank.
       if (const char* failing = std::getenv("PIPEFILL_TEST_FAIL_PROFILE_STAGE");
           failing && std::atoi(failing) == topo.stage) {
@@ -50,14 +47,18 @@ std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topo, comp
 }
 
 PlanDecision decide_plan(const dist::Topology& topo, const sched::ChunkingOptions& o,
-                         const std::vector<int64_t>& prompt_lengths, compute::CpuStageCompute& compute,
-                         kv::PagedKvPool& pool, int hidden_size, const std::optional<sched::CostProfile>& saved) {
+                         const std::vector<int64_t>& prompt_lengths, compute::StageCompute& compute,
+                         int hidden_size, const std::optional<sched::CostProfile>& saved) {
   PlanDecision decision;
   std::vector<sched::StageCostFit> fits;
-  if (o.dynamic() && o.cost_model_path.empty()) {
+  // Profile unless a saved profile was loaded (rank 0 decides; every rank must agree).
+  int must_profile = o.dynamic() && !(topo.is_writer() && saved) ? 1 : 0;
+  MPI_Request request;
+  MPI_CHECK(MPI_Ibcast(&must_profile, 1, MPI_INT, 0, MPI_COMM_WORLD, &request));
+  dist::wait_polling(&request);
+  if (must_profile) {
     const bool fresh = o.cost_form == sched::CostForm::kFreshQuadratic;
-    fits = profile_stages(topo, compute, pool, hidden_size, o.initial_chunk, o.profile_points, o.all_stages, fresh,
-                          !fresh);
+    fits = profile_stages(topo, compute, hidden_size, o.initial_chunk, o.profile_points, o.all_stages, fresh, !fresh);
   } else if (saved) {
     fits = saved->stages;
   }

@@ -8,9 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "compute/stage_forward.hpp"
+#include "compute/stage_compute.hpp"
 #include "dist/topology.hpp"
-#include "kvcache/paged_kv_pool.hpp"
 #include "sched/batch_plan.hpp"
 #include "sched/chunking_options.hpp"
 #include "sched/cost_profile.hpp"
@@ -26,13 +25,13 @@ struct PlanDecision {
 // Collective over MPI_COMM_WORLD: when profiling is needed, each profiled stage times its
 // own layers (TP-collective) and fits; the fits gather on rank 0. Returns every stage's
 // fit on rank 0 (empty elsewhere).
-std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topology, compute::CpuStageCompute& compute,
-                                                kv::PagedKvPool& pool, int hidden_size, int initial_chunk,
-                                                int points, bool all_stages, bool fresh, bool prefixed);
+std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topology, compute::StageCompute& compute,
+                                                int hidden_size, int initial_chunk, int points, bool all_stages,
+                                                bool fresh, bool prefixed);
 
 // Collective. `saved` is the loaded --cost-model (rank 0 only). The plan is valid on all ranks.
 PlanDecision decide_plan(const dist::Topology& topology, const sched::ChunkingOptions& options,
-                         const std::vector<int64_t>& prompt_lengths, compute::CpuStageCompute& compute,
-                         kv::PagedKvPool& pool, int hidden_size, const std::optional<sched::CostProfile>& saved);
+                         const std::vector<int64_t>& prompt_lengths, compute::StageCompute& compute,
+                         int hidden_size, const std::optional<sched::CostProfile>& saved);
 
 }  // namespace pf::pipeline

@@ -11,12 +11,12 @@ namespace {
 constexpr int kLogitsDepth = 2;  // receives kept posted on the writer
 }
 
-LogitsSender::LogitsSender(const dist::Topology& topology, const model::ModelConfig& config, LogitsSink local_sink)
-    : topology_(topology), vocab_size_(config.vocab_size), local_sink_(std::move(local_sink)) {
+LogitsSender::LogitsSender(const dist::Topology& topology, int vocab_size, LogitsSink local_sink)
+    : topology_(topology), vocab_size_(vocab_size), local_sink_(std::move(local_sink)) {
   for (int r = 0; r < topology.tp; ++r) {
-    const auto shard = model::make_shard_spec(config, topology.tp, r);
-    counts_.push_back(shard.vocab_count);
-    displacements_.push_back(shard.vocab_begin);
+    const model::VocabSlice slice = model::vocab_slice(vocab_size, topology.tp, r);
+    counts_.push_back(slice.count);
+    displacements_.push_back(slice.begin);
   }
 }
 

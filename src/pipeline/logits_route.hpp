@@ -10,7 +10,6 @@
 
 #include "dist/p2p.hpp"
 #include "dist/topology.hpp"
-#include "model/config.hpp"
 #include "sched/batch_plan.hpp"
 
 namespace pf::pipeline {
@@ -20,7 +19,7 @@ using LogitsSink = std::function<void(int prompt, const float* logits)>;
 // Last-stage side.
 class LogitsSender {
  public:
-  LogitsSender(const dist::Topology& topology, const model::ModelConfig& config, LogitsSink local_sink);
+  LogitsSender(const dist::Topology& topology, int vocab_size, LogitsSink local_sink);
   // Collective over the last stage's TP group. `shard` holds this rank's vocabulary slice.
   void send(int prompt, const std::vector<float>& shard);
   void flush();  // commits every pending send

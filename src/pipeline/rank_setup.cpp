@@ -1,32 +1,57 @@
 // Rank set-up steps (see rank_setup.hpp).
 #include "pipeline/rank_setup.hpp"
 
+#include <algorithm>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 
 #include "dist/checked_step.hpp"
 #include "dist/collectives.hpp"
+#include "model/presets.hpp"
 
 namespace pf::pipeline {
 
 RankModel open_rank_model(const dist::Topology& topo, const std::string& model_flag, uint64_t seed,
-                          const std::string& partition_text) {
+                          const std::string& partition_text, bool with_weights) {
   RankModel m;
   dist::checked_step(MPI_COMM_WORLD, [&] {
-    m.source = model::open_model(model_flag, seed);
-    const int layers = m.config().num_layers;
+    if (with_weights) {
+      m.source = model::open_model(model_flag, seed);
+      m.config_json = model::to_json(m.config());
+      model::validate_tensor_parallel(m.config(), topo.tp);
+      if (topo.is_writer() && !m.source->synthetic)
+        model::validate_tensors(m.config(), *m.source->tensors, model_flag);
+    } else if (model_flag.rfind("synthetic:", 0) == 0) {
+      m.config_json = model::to_json(model::preset_config(model_flag.substr(10)));
+    } else {
+      const std::string path = (std::filesystem::path(model_flag) / "config.json").string();
+      std::ifstream in(path);
+      if (!in) throw UserError("cannot read model config " + path);
+      m.config_json = nlohmann::json::parse(in, nullptr, false);
+      if (m.config_json.is_discarded()) throw UserError(path + ": malformed JSON");
+    }
+    m.shape = sim::shape_from_json(m.config_json, model_flag);
+    const int layers = m.shape.num_layers;
     m.partition = partition_text.empty() ? model::default_partition(layers, topo.pp)
                                          : model::parse_partition(partition_text, layers, topo.pp);
-    model::validate_tensor_parallel(m.config(), topo.tp);
-    if (topo.is_writer() && !m.source.synthetic) model::validate_tensors(m.config(), *m.source.tensors, model_flag);
   });
-  m.shard = model::make_shard_spec(m.config(), topo.tp, topo.tp_rank);
+  if (m.source) {
+    m.shard = model::make_shard_spec(m.config(), topo.tp, topo.tp_rank);
+  } else {
+    const model::VocabSlice vocab = model::vocab_slice(m.shape.vocab_size, topo.tp, topo.tp_rank);
+    m.shard.tp = topo.tp;
+    m.shard.tp_rank = topo.tp_rank;
+    m.shard.vocab_begin = vocab.begin;
+    m.shard.vocab_count = vocab.count;
+  }
   return m;
 }
 
 model::StageWeights load_rank_weights(const dist::Topology& topo, const RankModel& m) {
   model::StageWeights weights;
   dist::checked_step(MPI_COMM_WORLD, [&] {
-    weights = model::load_stage_weights(m.config(), *m.source.tensors, m.partition[topo.stage], topo.first_stage(),
+    weights = model::load_stage_weights(m.config(), *m.source->tensors, m.partition[topo.stage], topo.first_stage(),
                                         topo.last_stage(), m.shard);
   });
   return weights;
@@ -57,7 +82,7 @@ std::vector<int64_t> share_prompts(const dist::Topology& topo, io::PromptSet& pr
 }
 
 nlohmann::json placement_identity(const dist::Topology& topo, const RankModel& m, const std::string& backend) {
-  return {{"model_config", model::to_json(m.config())},
+  return {{"model_config", m.config_json},
           {"pp", topo.pp},
           {"tp", topo.tp},
           {"layer_partition", model::partition_text(m.partition)},

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -13,23 +14,30 @@
 #include "model/layer_partition.hpp"
 #include "model/model_source.hpp"
 #include "model/weights.hpp"
+#include "sim/model_shape.hpp"
 
 namespace pf::pipeline {
 
 struct RankModel {
-  model::ModelSource source;
+  sim::ModelShape shape;       // every backend: sizes and FLOP counts
+  nlohmann::json config_json;  // config.json as read (output attributes, profile identity)
   std::vector<model::StageRange> partition;
-  model::ShardSpec shard;
-  const model::ModelConfig& config() const { return source.config; }
+  model::ShardSpec shard;      // this rank's TP shard (heads, MLP width, vocabulary slice)
+  // Backends that compute for real: the strict config (Llama / Qwen2 / Qwen3) and the weights.
+  std::optional<model::ModelSource> source;
+
+  const model::ModelConfig& config() const { return source->config; }
   kv::KvShape kv_shape(int stage, int page_size) const {
     return {partition[stage].count, shard.kv_heads, config().head_dim, page_size};
   }
 };
 
 // Collective. Opens config.json (or the preset), partitions the layers (`partition_text`
-// empty: SGLang's default), checks TP divisibility; rank 0 checks every tensor's shape.
+// empty: SGLang's default). With `with_weights` (real compute): the strict config, TP
+// divisibility, and rank 0 checks every tensor's shape. Without (emulate): any config.json
+// the cost model can count (dense, MoE, MLA).
 RankModel open_rank_model(const dist::Topology& topology, const std::string& model_flag, uint64_t seed,
-                          const std::string& partition_text);
+                          const std::string& partition_text, bool with_weights = true);
 
 // Collective. This rank's layers and TP shard only.
 model::StageWeights load_rank_weights(const dist::Topology& topology, const RankModel& rank_model);

@@ -8,7 +8,9 @@
 // buffer is written while MPI may still be reading it.
 #include "pipeline/stage_loop.hpp"
 
+#include <algorithm>
 #include <deque>
+#include <memory>
 
 #include "dist/collectives.hpp"
 
@@ -34,14 +36,16 @@ class BufferPool {
 
 }  // namespace
 
-void run_stage_loop(StageLoopContext& ctx) {
+TrafficCounters run_stage_loop(StageLoopContext& ctx) {
   using trace::EventKind;
   const auto& topo = ctx.topology;
   const auto& mbs = ctx.plan.micro_batches;
-  const int hidden = ctx.config.hidden_size;
+  const int hidden = ctx.hidden_size;
+  const int payload = ctx.compute.payload_floats_per_token();  // floats per token on the wire
   const int depth = ctx.ring_depth;
   const long long count = static_cast<long long>(mbs.size());
-  BufferPool pool(static_cast<size_t>(ctx.plan.max_chunk()) * hidden);
+  TrafficCounters traffic;
+  BufferPool pool(static_cast<size_t>(ctx.plan.max_chunk()) * std::max(hidden, payload));
 
   std::deque<dist::PostedRecv> receives;  // receives[k] is micro-batch next_to_receive + k
   long long next_to_post = 0;
@@ -49,12 +53,12 @@ void run_stage_loop(StageLoopContext& ctx) {
 
   std::unique_ptr<LogitsInbox> inbox;
   if (topo.is_writer() && topo.world_rank != topo.last_stage_leader())
-    inbox = std::make_unique<LogitsInbox>(topo, ctx.plan, ctx.config.vocab_size, ctx.sink);
+    inbox = std::make_unique<LogitsInbox>(topo, ctx.plan, ctx.vocab_size, ctx.sink);
   std::unique_ptr<LogitsSender> sender;
   std::vector<float> logits_shard;
   if (topo.last_stage()) {
-    sender = std::make_unique<LogitsSender>(topo, ctx.config, ctx.sink);
-    logits_shard.resize(ctx.compute.shard().vocab_count);
+    sender = std::make_unique<LogitsSender>(topo, ctx.vocab_size, ctx.sink);
+    logits_shard.resize(ctx.compute.vocab_shard_size());
   }
 
   for (long long i = 0; i < count; ++i) {
@@ -62,7 +66,7 @@ void run_stage_loop(StageLoopContext& ctx) {
     // Keep `depth` receives posted ahead, so a sender never waits for us to post.
     while (!topo.first_stage() && next_to_post < count && next_to_post < i + depth) {
       const auto& ahead = mbs[next_to_post];
-      receives.push_back(dist::PostedRecv::post(pool.take(), ahead.length * hidden, topo.prev_rank,
+      receives.push_back(dist::PostedRecv::post(pool.take(), ahead.length * payload, topo.prev_rank,
                                                 dist::tag_of(next_to_post), topo.pipeline_comm));
       ++next_to_post;
     }
@@ -83,10 +87,11 @@ void run_stage_loop(StageLoopContext& ctx) {
       ctx.compute.forward({mb.prompt, mb.start, mb.length}, state.data(), [&](float* data, int n) {
         trace::Timeline::Scope reduce(ctx.timeline, EventKind::kAllReduce, mb);
         dist::allreduce_sum(data, n, topo.tp_comm);
+        traffic.allreduce_payload_bytes += 4.0 * n;
       });
     }
     // The prompt's last chunk has passed this stage: its KV pages are free again.
-    if (mb.is_last) ctx.kv_pool.release(mb.prompt);
+    if (mb.is_last) ctx.compute.finish_prompt(mb.prompt);
 
     if (topo.last_stage()) {
       if (mb.is_last) {
@@ -96,8 +101,9 @@ void run_stage_loop(StageLoopContext& ctx) {
       }
       pool.give(std::move(state));
     } else {
-      sends.push_back(dist::PendingSend::start(std::move(state), mb.length * hidden, topo.next_rank, dist::tag_of(i),
+      sends.push_back(dist::PendingSend::start(std::move(state), mb.length * payload, topo.next_rank, dist::tag_of(i),
                                                topo.pipeline_comm));
+      traffic.p2p_bytes_sent += 4.0 * mb.length * payload;
       // Commit finished sends early (cheap), and block only when the ring is full.
       while (!sends.empty() && (sends.size() > static_cast<size_t>(depth) || sends.front().test())) {
         trace::Timeline::Scope commit(ctx.timeline, EventKind::kSendCommit, mb);
@@ -113,6 +119,7 @@ void run_stage_loop(StageLoopContext& ctx) {
   sends.clear();
   if (sender) sender->flush();
   if (inbox) inbox->drain();
+  return traffic;
 }
 
 }  // namespace pf::pipeline

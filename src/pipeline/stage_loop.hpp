@@ -3,10 +3,9 @@
 
 #include <vector>
 
-#include "compute/stage_forward.hpp"
+#include "compute/stage_compute.hpp"
 #include "dist/topology.hpp"
 #include "io/prompts_h5.hpp"
-#include "kvcache/paged_kv_pool.hpp"
 #include "pipeline/logits_route.hpp"
 #include "sched/batch_plan.hpp"
 #include "trace/timeline.hpp"
@@ -15,16 +14,23 @@ namespace pf::pipeline {
 
 struct StageLoopContext {
   const dist::Topology& topology;
-  const model::ModelConfig& config;
+  int hidden_size;
+  int vocab_size;
   const sched::BatchPlan& plan;
   const io::PromptSet& prompts;  // token ids; only stage 0 reads them
-  compute::CpuStageCompute& compute;
-  kv::PagedKvPool& kv_pool;
+  compute::StageCompute& compute;
   trace::Timeline& timeline;
   int ring_depth;   // receives posted ahead, and sends in flight, per rank
   LogitsSink sink;  // on world rank 0: stores one prompt's logits row
 };
 
-void run_stage_loop(StageLoopContext& context);
+// Bytes this rank moved: hidden states sent to the next stage, and payload handed to the
+// TP all-reduce (the summary compares them with the seed's volume formulas).
+struct TrafficCounters {
+  double p2p_bytes_sent = 0;
+  double allreduce_payload_bytes = 0;
+};
+
+TrafficCounters run_stage_loop(StageLoopContext& context);
 
 }  // namespace pf::pipeline

@@ -11,20 +11,17 @@ namespace {
 
 constexpr int kProfilePrompt = -1;  // a prompt id no real prompt uses
 
-std::vector<float> random_values(size_t count, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
-  std::vector<float> v(count);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-// Times one forward of `tokens` tokens after `prefix` tokens already in the pool.
-double timed_forward(compute::CpuStageCompute& compute, const compute::AllReduce& all_reduce,
+// Times one forward of `tokens` tokens after `prefix` tokens already in the stage.
+double timed_forward(compute::StageCompute& compute, const compute::AllReduce& all_reduce,
                      const GroupMax& group_max, int64_t prefix, int tokens, int hidden_size) {
-  std::vector<float> hidden = random_values(static_cast<size_t>(tokens) * hidden_size, 7);
+  const compute::ChunkContext chunk{kProfilePrompt, prefix, tokens};
+  if (auto modelled = compute.modelled_seconds(chunk)) return *modelled;
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> hidden(static_cast<size_t>(tokens) * hidden_size);
+  for (auto& v : hidden) v = uniform(rng);
   const auto start = std::chrono::steady_clock::now();
-  compute.forward({kProfilePrompt, prefix, tokens}, hidden.data(), all_reduce);
+  compute.forward(chunk, hidden.data(), all_reduce);
   const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return group_max(local);
 }
@@ -41,20 +38,20 @@ std::vector<int> fresh_prompt_lengths(const ProfileGrid& grid) {
   return lengths;
 }
 
-std::vector<sched::ChunkSample> profile_fresh_prompts(compute::CpuStageCompute& compute, kv::PagedKvPool& pool,
+std::vector<sched::ChunkSample> profile_fresh_prompts(compute::StageCompute& compute,
                                                       const compute::AllReduce& all_reduce, const GroupMax& group_max,
                                                       const ProfileGrid& grid, int hidden_size) {
   std::vector<sched::ChunkSample> samples;
   const auto lengths = fresh_prompt_lengths(grid);
   for (size_t i = 0; i < lengths.size(); ++i) {
     const double seconds = timed_forward(compute, all_reduce, group_max, 0, lengths[i], hidden_size);
-    pool.release(kProfilePrompt);
+    compute.finish_prompt(kProfilePrompt);
     if (i > 0) samples.push_back({0, static_cast<double>(lengths[i]), seconds});  // first: warm-up
   }
   return samples;
 }
 
-std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::CpuStageCompute& compute, kv::PagedKvPool& pool,
+std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::StageCompute& compute,
                                                         const compute::AllReduce& all_reduce,
                                                         const GroupMax& group_max, const ProfileGrid& grid,
                                                         int hidden_size) {
@@ -62,12 +59,9 @@ std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::CpuStageCompute
   const std::vector<int> sizes = {std::max(1, c0 / 4), std::max(1, c0 / 2), c0, c0 + c0 / 4};
   const int64_t max_prefix = std::max<int64_t>(0, grid.max_tokens - sizes.back());
   const int levels = std::max(3, (std::clamp(grid.points, 8, 128) + 3) / 4);
-  const kv::KvShape& shape = pool.shape();
-  const int kv_width = shape.kv_heads * shape.head_dim;
 
-  // Warm-up forward, not recorded.
-  timed_forward(compute, all_reduce, group_max, 0, sizes[0], hidden_size);
-  pool.release(kProfilePrompt);
+  timed_forward(compute, all_reduce, group_max, 0, sizes[0], hidden_size);  // warm-up, not recorded
+  compute.finish_prompt(kProfilePrompt);
 
   std::vector<sched::ChunkSample> samples;
   for (int level = 0; level < levels; ++level) {
@@ -75,21 +69,28 @@ std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::CpuStageCompute
     for (int size : sizes) {
       const int tokens = static_cast<int>(std::min<int64_t>(size, grid.max_tokens - prefix));
       if (tokens <= 0) continue;
-      // Fill the prefix's K/V with random values, block by block (their values do not matter).
-      pool.reserve(kProfilePrompt, prefix + tokens);
-      constexpr int kBlock = 4096;
-      for (int64_t start = 0; start < prefix; start += kBlock) {
-        const int count = static_cast<int>(std::min<int64_t>(kBlock, prefix - start));
-        const auto kv = random_values(static_cast<size_t>(count) * kv_width, static_cast<uint32_t>(start));
-        for (int layer = 0; layer < shape.layers; ++layer)
-          pool.write(layer, kProfilePrompt, static_cast<int>(start), count, kv.data(), kv_width, kv.data(), kv_width);
-      }
+      compute.prepare_prefix(kProfilePrompt, prefix, tokens);
       const double seconds = timed_forward(compute, all_reduce, group_max, prefix, tokens, hidden_size);
-      pool.release(kProfilePrompt);
+      compute.finish_prompt(kProfilePrompt);
       samples.push_back({static_cast<double>(prefix), static_cast<double>(tokens), seconds});
     }
   }
   return samples;
+}
+
+sched::StageCostFit profile_and_fit(int stage, compute::StageCompute& compute, const compute::AllReduce& all_reduce,
+                                    const GroupMax& group_max, const ProfileGrid& grid, int hidden_size, bool fresh,
+                                    bool prefixed) {
+  std::vector<sched::ChunkSample> fresh_samples, prefixed_samples;
+  if (fresh) fresh_samples = profile_fresh_prompts(compute, all_reduce, group_max, grid, hidden_size);
+  if (prefixed) prefixed_samples = profile_prefixed_chunks(compute, all_reduce, group_max, grid, hidden_size);
+  return sched::fit_stage(stage, fresh_samples, prefixed_samples);
+}
+
+int64_t profile_capacity_tokens(const std::vector<int64_t>& prompt_lengths, int initial_chunk) {
+  int64_t longest = 0;
+  for (int64_t length : prompt_lengths) longest = std::max(longest, length);
+  return longest + 2ll * initial_chunk;
 }
 
 }  // namespace pf::pipeline

@@ -42,15 +42,17 @@ int DynamicChunkPolicy::next_chunk(int64_t prefix_len, int64_t remaining) const 
 std::unique_ptr<ChunkPolicy> make_dynamic_policy(const ChunkingOptions& o, const std::vector<StageCostFit>& fits,
                                                  std::string& problem) {
   std::vector<ChunkCostModel> models;
+  problem.clear();
   for (const auto& fit : fits) {
     if (!o.all_stages && fit.stage != 0) continue;
     const FitResult& chosen = fit.fit(o.cost_form);
-    if (!chosen.ok) {
-      problem = "stage " + std::to_string(fit.stage) + ": " + chosen.problem;
-      return nullptr;
+    if (!chosen.ok) {  // name every failing stage, not just the first
+      problem += (problem.empty() ? "" : "; ") + ("stage " + std::to_string(fit.stage) + ": " + chosen.problem);
+      continue;
     }
     models.push_back(chosen.model);
   }
+  if (!problem.empty()) return nullptr;
   if (models.empty()) {
     problem = "no stage was profiled";
     return nullptr;

@@ -34,13 +34,13 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
   return s;
 }
 
-void print_summary(const RunSummary& s, std::FILE* out) {
+void print_summary(const RunSummary& s, std::FILE* out, size_t max_prompts) {
   std::fprintf(out, "\n== pipefill summary ==\n");
   std::fprintf(out, "prompts %d, tokens %lld, micro-batches %d\n", s.num_prompts, static_cast<long long>(s.num_tokens),
                s.num_micro_batches);
   std::fprintf(out, "wall %.3f s, %.1f tokens/s, %.2f GFLOP/s achieved (%.3g model FLOPs)\n", s.wall_s, s.tokens_per_s,
                s.wall_s > 0 ? s.model_flops / s.wall_s / 1e9 : 0.0, s.model_flops);
-  const size_t shown = std::min<size_t>(s.ttft_s.size(), 16);
+  const size_t shown = std::min(s.ttft_s.size(), max_prompts);
   for (size_t p = 0; p < shown; ++p) std::fprintf(out, "  prompt %zu ttft_s: %.4f\n", p, s.ttft_s[p]);
   if (shown < s.ttft_s.size()) std::fprintf(out, "  ... %zu more in /ttft_s\n", s.ttft_s.size() - shown);
   std::fprintf(out, "stage busy fraction:");

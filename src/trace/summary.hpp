@@ -26,6 +26,7 @@ struct RunSummary {
 
 RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEvent>& events, int pp, int tp,
                      double wall_s, double model_flops);
-void print_summary(const RunSummary& summary, std::FILE* out);
+// Lists at most `max_prompts` TTFTs (all of them are in the output file).
+void print_summary(const RunSummary& summary, std::FILE* out, size_t max_prompts = 16);
 
 }  // namespace pf::trace

@@ -1,0 +1,113 @@
+// `pipefill simulate`: the schedule `run` executes, simulated (sim/pipeline_sim.cpp) with
+// stage costs from an analytic model of the hardware (or a saved profile), the same plan
+// code and the same dynamic-chunking profile procedure (read from the model instead of
+// timed, exactly as the emulate backend does).
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+#include "compute/emulate/emulated_stage_compute.hpp"
+#include "compute/flops.hpp"
+#include "errors.hpp"
+#include "io/results_h5.hpp"
+#include "model/presets.hpp"
+#include "pipeline/stage_profiler.hpp"
+#include "sched/dynamic_chunker.hpp"
+#include "sim/pipeline_sim.hpp"
+#include "trace/summary.hpp"
+#include "trace/traffic.hpp"
+
+namespace pf::cli {
+namespace {
+
+sim::ModelShape load_shape(const std::string& flag) {
+  if (flag.rfind("synthetic:", 0) == 0) return sim::shape_from_config(model::preset_config(flag.substr(10)));
+  return sim::load_model_shape(flag);
+}
+
+// The plan `run` would make: fixed, or dynamic from fits obtained as the run would obtain them.
+sched::BatchPlan plan_for(const SimulateOptions& o, const std::vector<sim::StageCost>& costs, int hidden,
+                          int activation_bytes, std::string& policy_used, std::string& note) {
+  const auto& c = o.chunking;
+  std::unique_ptr<sched::ChunkPolicy> policy;
+  if (c.dynamic()) {
+    std::vector<sched::StageCostFit> fits;
+    if (!c.cost_model_path.empty()) {
+      fits = sched::load_cost_profile(c.cost_model_path).stages;
+    } else {
+      const pipeline::ProfileGrid grid{c.initial_chunk, c.profile_points,
+                                       pipeline::profile_capacity_tokens(o.lengths, c.initial_chunk)};
+      const bool fresh = c.cost_form == sched::CostForm::kFreshQuadratic;
+      for (int s = 0; s < static_cast<int>(costs.size()); ++s) {
+        if (!c.all_stages && s > 0) break;
+        compute::EmulatedStageCompute stage(costs[s], hidden, activation_bytes, 0, grid.max_tokens);
+        fits.push_back(pipeline::profile_and_fit(
+            s, stage, [](float*, int) {}, [](double x) { return x; }, grid, hidden, fresh, !fresh));
+      }
+    }
+    std::string problem;
+    policy = sched::make_dynamic_policy(c, fits, problem);
+    if (!policy) note = "dynamic chunking disabled (" + problem + ")";
+  }
+  policy_used = policy ? sched::policy_name(c.policy) : "fixed";
+  if (!policy) policy = std::make_unique<sched::FixedChunkPolicy>(c.initial_chunk);
+  return sched::make_plan(o.lengths, *policy);
+}
+
+}  // namespace
+
+int simulate_command(int argc, char** argv) {
+  SimulateOptions o;
+  if (!parse_simulate(argc, argv, o)) return 0;
+  const sim::ModelShape shape = load_shape(o.model_config);
+  sim::HardwareSpec hw = sim::load_hardware(o.hardware);
+  if (o.matmul_efficiency > 0) hw.matmul_efficiency = o.matmul_efficiency;
+  if (o.attention_efficiency > 0) hw.attention_efficiency = o.attention_efficiency;
+  const auto partition = o.layer_partition.empty() ? model::default_partition(shape.num_layers, o.pp)
+                                                   : model::parse_partition(o.layer_partition, shape.num_layers, o.pp);
+  const std::vector<sim::StageCost> costs =
+      o.chunking.cost_model_path.empty() ? sim::analytic_stage_costs(shape, hw, partition, o.tp, shape.fp8)
+                                         : sim::profiled_stage_costs(sched::load_cost_profile(o.chunking.cost_model_path), o.pp);
+
+  std::string policy_used, note;
+  const sched::BatchPlan plan = plan_for(o, costs, shape.hidden_size, hw.activation_bytes, policy_used, note);
+  sim::SimSetup setup{o.tp, o.ring_depth, shape.hidden_size, hw.activation_bytes, {}};
+  for (int s = 0; s + 1 < o.pp; ++s) setup.links.push_back(sim::stage_link(hw, s, o.tp));
+  const sim::SimResult result = sim::simulate_pipeline(plan, costs, setup);
+
+  const trace::RunSummary summary =
+      trace::summarize(plan, result.events, o.pp, 1, result.makespan_s, compute::plan_flops(shape, plan));
+  trace::TrafficReport traffic = trace::traffic_formulas(plan, shape.hidden_size, hw.activation_bytes, o.tp, partition);
+  traffic.boundary_bytes = result.boundary_bytes;
+  traffic.allreduce_modelled = true;
+
+  if (o.json) {
+    nlohmann::json j = {{"model", shape.name},         {"hardware", hw.name},     {"pp", o.pp},
+                        {"tp", o.tp},                  {"policy", policy_used},   {"note", note},
+                        {"ttft_s", summary.ttft_s},    {"makespan_s", result.makespan_s},
+                        {"tokens_per_s", summary.tokens_per_s},
+                        {"stage_busy_fraction", summary.stage_busy_fraction},
+                        {"bubble", summary.bubble_measured}, {"bubble_ideal", summary.bubble_ideal},
+                        {"micro_batches", summary.num_micro_batches}};
+    std::printf("%s\n", j.dump().c_str());
+  } else {
+    std::printf("simulate: %s (%.1fB active params%s) on %s | pp %d x tp %d | layers %s | chunk %d (%s)%s%s\n",
+                shape.name.c_str(), shape.active_parameters() / 1e9, shape.fp8 ? ", fp8" : "", hw.name.c_str(), o.pp,
+                o.tp, model::partition_text(partition).c_str(), o.chunking.initial_chunk, policy_used.c_str(),
+                note.empty() ? "" : " | ", note.c_str());
+    trace::print_summary(summary, stdout, /*max_prompts=*/1 << 30);
+    trace::print_traffic(traffic, stdout);
+  }
+  if (!o.timeline.empty()) {
+    io::ResultWriter writer(o.timeline, plan.num_prompts(), shape.vocab_size, /*with_logits=*/false);
+    for (int p = 0; p < plan.num_prompts(); ++p) writer.write_logits(p, nullptr);
+    writer.finish(summary.ttft_s, result.events,
+                  {{"version", PIPEFILL_VERSION}, {"simulated", 1}, {"hardware", hw.name}, {"pp", o.pp},
+                   {"tp", o.tp}, {"chunk_size", o.chunking.initial_chunk}, {"chunk_policy_used", policy_used},
+                   {"model_config", o.model_config}, {"wall_s", result.makespan_s}});
+  }
+  return 0;
+}
+
+}  // namespace pf::cli

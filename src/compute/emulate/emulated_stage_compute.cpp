@@ -1,0 +1,40 @@
+// Emulated stage compute (see the header).
+#include "compute/emulate/emulated_stage_compute.hpp"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+namespace pf::compute {
+
+void sleep_for_seconds(double seconds) {
+  if (seconds <= 0) return;
+  timespec deadline;
+  clock_gettime(CLOCK_MONOTONIC, &deadline);
+  const long long nanos = deadline.tv_nsec + static_cast<long long>(seconds * 1e9);
+  deadline.tv_sec += nanos / 1000000000LL;
+  deadline.tv_nsec = nanos % 1000000000LL;
+  while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &deadline, nullptr) == EINTR) {
+  }
+}
+
+EmulatedStageCompute::EmulatedStageCompute(const sim::StageCost& cost, int hidden_size, int activation_bytes,
+                                           int vocab_shard, int64_t capacity_tokens)
+    : cost_(cost),
+      payload_floats_((hidden_size * activation_bytes + 3) / 4),  // bytes on the wire, in float units
+      vocab_shard_(vocab_shard),
+      capacity_tokens_(capacity_tokens) {}
+
+void EmulatedStageCompute::forward(const ChunkContext& chunk, float*, const AllReduce&) {
+  // The TP all-reduces are inside the modelled time (sim/stage_costs.cpp), not performed.
+  sleep_for_seconds(cost_.chunk_seconds(static_cast<double>(chunk.pos0), chunk.tokens));
+}
+
+void EmulatedStageCompute::lm_head(const float*, float* logits_shard) {
+  sleep_for_seconds(cost_.lm_head_s);
+  std::fill(logits_shard, logits_shard + vocab_shard_, 0.0f);
+}
+
+}  // namespace pf::compute

@@ -1,0 +1,50 @@
+// The shape of a model as far as cost is concerned, read from any Hugging Face config.json
+// a user might bring for a what-if study: dense Llama/Qwen, Qwen3-MoE / Qwen2-MoE experts,
+// DeepSeek-V3 style MoE with multi-head latent attention (MLA). Only FLOP counting and
+// message sizes use it; the CPU backend needs the stricter model::ModelConfig.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "model/config.hpp"
+
+namespace pf::sim {
+
+struct ModelShape {
+  std::string name;
+  int hidden_size = 0;
+  int num_layers = 0;
+  int num_heads = 0;
+  int num_kv_heads = 0;
+  int head_dim = 0;  // q/k head dim for GQA; for MLA: qk_nope + qk_rope
+  int v_head_dim = 0;
+  int vocab_size = 0;
+  int intermediate_size = 0;  // dense MLP width
+  // Mixture of experts (0 when dense).
+  int experts = 0;
+  int experts_per_token = 0;
+  int moe_intermediate_size = 0;
+  int shared_expert_intermediate_size = 0;  // total width of always-on shared experts
+  int first_dense_layers = 0;               // DeepSeek's first_k_dense_replace
+  // Multi-head latent attention (DeepSeek-V2/V3), 0 when absent.
+  int q_lora_rank = 0;
+  int kv_lora_rank = 0;
+  int qk_rope_head_dim = 0;
+  bool fp8 = false;  // quantization_config.quant_method == "fp8": matmuls at the fp8 rate
+
+  bool mla() const { return kv_lora_rank > 0; }
+  bool moe() const { return experts > 0; }
+  // FLOPs of one layer (all TP ranks together) for a chunk of x tokens after a prefix of L.
+  double matmul_flops(int layer, double tokens) const;   // projections, MLP / experts, router
+  double attention_flops(double prefix, double tokens) const;  // QK^T and PV, causal
+  double lm_head_flops() const { return 2.0 * hidden_size * vocab_size; }  // one position
+  // Parameters that take part in one token's forward (active parameters).
+  double active_parameters() const;
+};
+
+ModelShape shape_from_json(const nlohmann::json& config, const std::string& origin);
+ModelShape load_model_shape(const std::string& config_path);  // UserError on a bad file
+ModelShape shape_from_config(const model::ModelConfig& config);
+
+}  // namespace pf::sim

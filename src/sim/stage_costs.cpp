@@ -1,0 +1,57 @@
+// Analytic and profiled stage costs.
+#include "sim/stage_costs.hpp"
+
+#include "errors.hpp"
+
+namespace pf::sim {
+
+std::vector<StageCost> analytic_stage_costs(const ModelShape& shape, const HardwareSpec& hw,
+                                            const std::vector<model::StageRange>& partition, int tp, bool fp8) {
+  const double matmul_rate = (fp8 ? hw.peak_fp8_flops : hw.peak_bf16_flops) * hw.matmul_efficiency * tp;
+  const double attention_rate = hw.peak_bf16_flops * hw.attention_efficiency * tp;
+  const LinkSpec tp_link = tp <= hw.devices_per_node ? hw.intra_node : hw.inter_node;
+  std::vector<StageCost> costs;
+  for (size_t s = 0; s < partition.size(); ++s) {
+    StageCost cost;
+    cost.chunk.form = sched::CostForm::kPrefixAware;
+    for (int layer = partition[s].first; layer < partition[s].first + partition[s].count; ++layer) {
+      cost.chunk.b += shape.matmul_flops(layer, 1.0) / matmul_rate;
+      // attention_flops(L, x) = k (2Lx + x^2 + x) with k = num_heads (dqk + dv): quadratic + linear parts.
+      const double k = static_cast<double>(shape.num_heads) * (shape.head_dim + shape.v_head_dim) / attention_rate;
+      cost.chunk.a += k;
+      cost.chunk.b += k;
+      if (tp > 1) {  // two ring all-reduces of x * H activations per layer
+        const double ring = 2.0 * (tp - 1);
+        cost.chunk.c += 2 * ring * tp_link.latency_s;
+        cost.chunk.b += 2 * ring / tp * shape.hidden_size * hw.activation_bytes / tp_link.bandwidth_Bps;
+      }
+    }
+    if (s + 1 == partition.size()) cost.lm_head_s = shape.lm_head_flops() / matmul_rate;
+    costs.push_back(cost);
+  }
+  return costs;
+}
+
+std::vector<StageCost> profiled_stage_costs(const sched::CostProfile& profile, int pp) {
+  std::vector<StageCost> costs(pp);
+  std::vector<bool> seen(pp, false);
+  for (const auto& fit : profile.stages) {
+    if (fit.stage < 0 || fit.stage >= pp) continue;
+    const sched::FitResult& chosen = fit.prefix.ok ? fit.prefix : fit.sglang;
+    if (!chosen.ok)
+      throw UserError("the cost profile has no usable fit for stage " + std::to_string(fit.stage) + " (" +
+                      fit.prefix.problem + ")");
+    costs[fit.stage].chunk = chosen.model;
+    seen[fit.stage] = true;
+  }
+  for (int s = 0; s < pp; ++s)
+    if (!seen[s]) throw UserError("the cost profile has no stage " + std::to_string(s) + " (profile with --pp " + std::to_string(pp) + ")");
+  return costs;
+}
+
+LinkSpec stage_link(const HardwareSpec& hw, int stage, int tp) {
+  const int node_a = stage * tp / hw.devices_per_node, node_b = (stage + 1) * tp / hw.devices_per_node;
+  return node_a == node_b ? hw.intra_node : hw.inter_node;
+}
+
+}  // namespace pf::sim

@@ -1,0 +1,62 @@
+// Traffic report (see traffic.hpp).
+#include "trace/traffic.hpp"
+
+#include <cstring>
+
+#include "dist/collectives.hpp"
+
+namespace pf::trace {
+
+TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, int bytes_per_element, int tp,
+                               const std::vector<model::StageRange>& partition) {
+  TrafficReport r;
+  r.tp = tp;
+  r.bytes_per_element = bytes_per_element;
+  const double bsh = static_cast<double>(plan.total_tokens()) * hidden_size * bytes_per_element;
+  const int pp = static_cast<int>(partition.size());
+  r.boundary_formula_bytes.assign(std::max(0, pp - 1), bsh);
+  r.boundary_bytes.assign(std::max(0, pp - 1), 0.0);
+  for (const auto& stage : partition)
+    r.ring_formula_bytes.push_back(tp > 1 ? 2.0 * stage.count * 2.0 * (tp - 1) / tp * bsh : 0.0);
+  r.allreduce_payload_bytes.assign(pp, 0.0);
+  return r;
+}
+
+TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan& plan, int hidden_size,
+                             int wire_bytes_per_token_per_hidden, const std::vector<model::StageRange>& partition,
+                             const pipeline::TrafficCounters& mine) {
+  // Elements on the wire: the backend's bytes per token over the hidden size.
+  const int bytes_per_element = std::max(1, wire_bytes_per_token_per_hidden / std::max(1, hidden_size));
+  TrafficReport r = traffic_formulas(plan, hidden_size, bytes_per_element, topo.tp, partition);
+  std::vector<char> bytes(sizeof mine);
+  std::memcpy(bytes.data(), &mine, sizeof mine);
+  const auto all = dist::gather_bytes(bytes, 0, MPI_COMM_WORLD);
+  for (size_t rank = 0; rank < all.size(); ++rank) {
+    pipeline::TrafficCounters c;
+    std::memcpy(&c, all[rank].data(), sizeof c);
+    const int stage = static_cast<int>(rank) / topo.tp;
+    if (stage + 1 < topo.pp) r.boundary_bytes[stage] += c.p2p_bytes_sent;
+    r.allreduce_payload_bytes[stage] += c.allreduce_payload_bytes / topo.tp;
+  }
+  return r;
+}
+
+void print_traffic(const TrafficReport& r, std::FILE* out) {
+  const double mib = 1024.0 * 1024.0;
+  for (size_t s = 0; s < r.boundary_bytes.size(); ++s)
+    std::fprintf(out, "PP boundary %zu->%zu: %.1f MiB sent (%d TP rank(s) x the hidden states); formula B*S*H = %.1f MiB\n",
+                 s, s + 1, r.boundary_bytes[s] / mib, r.tp, r.boundary_formula_bytes[s] / mib);
+  if (r.tp > 1 && r.allreduce_modelled)
+    for (size_t s = 0; s < r.ring_formula_bytes.size(); ++s)
+      std::fprintf(out, "TP group of stage %zu: all-reduces modelled, not performed; formula per rank 2 x layers x "
+                   "2(N-1)/N x S*H = %.1f MiB\n", s, r.ring_formula_bytes[s] / mib);
+  else if (r.tp > 1)
+    for (size_t s = 0; s < r.allreduce_payload_bytes.size(); ++s)
+      std::fprintf(out,
+                   "TP group of stage %zu: %.1f MiB all-reduced per rank; ring traffic per rank 2(N-1)/N x that = "
+                   "%.1f MiB, formula 2 x layers x 2(N-1)/N x S*H = %.1f MiB\n",
+                   s, r.allreduce_payload_bytes[s] / mib,
+                   r.allreduce_payload_bytes[s] * 2.0 * (r.tp - 1) / r.tp / mib, r.ring_formula_bytes[s] / mib);
+}
+
+}  // namespace pf::trace

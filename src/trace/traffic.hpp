@@ -1,0 +1,37 @@
+// Communication volume of a run beside the seed's formulas: hidden states over each stage
+// boundary (PP: B S H per boundary, B S H (P-1) in all) and the TP all-reduce per stage
+// (ring all-reduce: 2 (N-1)/N of the payload per rank, two per layer).
+#pragma once
+
+#include <cstdio>
+#include <vector>
+
+#include "dist/topology.hpp"
+#include "model/layer_partition.hpp"
+#include "pipeline/stage_loop.hpp"
+#include "sched/batch_plan.hpp"
+
+namespace pf::trace {
+
+struct TrafficReport {
+  int tp = 1;
+  int bytes_per_element = 4;
+  bool allreduce_modelled = false;  // emulate / simulate: inside the cost model, not performed
+  std::vector<double> boundary_bytes;          // measured: all TP ranks of stage s -> s + 1
+  std::vector<double> boundary_formula_bytes;  // B S H x bytes per element (one copy of the hidden states)
+  std::vector<double> allreduce_payload_bytes;  // measured per rank of each stage (mean over its TP ranks)
+  std::vector<double> ring_formula_bytes;       // per rank: 2 layers x 2 (N-1)/N x S H x bytes
+};
+
+// The formulas alone (the simulator's report): tokens S = the plan's total, per stage.
+TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, int bytes_per_element, int tp,
+                               const std::vector<model::StageRange>& partition);
+
+// Collective: every rank's counters to rank 0, beside the formulas (valid on rank 0).
+TrafficReport gather_traffic(const dist::Topology& topology, const sched::BatchPlan& plan, int hidden_size,
+                             int wire_bytes_per_token_per_hidden, const std::vector<model::StageRange>& partition,
+                             const pipeline::TrafficCounters& mine);
+
+void print_traffic(const TrafficReport& report, std::FILE* out);
+
+}  // namespace pf::trace
