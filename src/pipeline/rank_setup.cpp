@@ -24,8 +24,10 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
         model::validate_tensors(m.config(), *m.source->tensors, model_flag);
     } else if (model_flag.rfind("synthetic:", 0) == 0) {
       m.config_json = model::to_json(model::preset_config(model_flag.substr(10)));
-    } else {
-      const std::string path = (std::filesystem::path(model_flag) / "config.json").string();
+    } else {  // a model directory, or (the emulator needs nothing else) a config.json itself
+      const std::string path = std::filesystem::is_regular_file(model_flag)
+                                   ? model_flag
+                                   : (std::filesystem::path(model_flag) / "config.json").string();
       std::ifstream in(path);
       if (!in) throw UserError("cannot read model config " + path);
       m.config_json = nlohmann::json::parse(in, nullptr, false);

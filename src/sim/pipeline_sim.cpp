@@ -4,7 +4,8 @@
 //    the send it had to wait for);
 //  - stage s posts the receive of micro-batch j at the start of iteration j - depth + 1;
 //  - the transfer of micro-batch i from s to s+1 starts when the send is issued (compute
-//    end), the receive is posted, and the previous transfer on that link is done;
+//    end), the receive is posted, and the link has put the previous message on the wire
+//    (bandwidth is shared in time; latency overlaps);
 //  - after issuing send i, a full ring (more than `depth` sends outstanding) blocks until
 //    the transfer of send i - depth has ended (computed when stage s+1 took it, earlier).
 #include "sim/pipeline_sim.hpp"
@@ -29,6 +30,7 @@ SimResult simulate_pipeline(const sched::BatchPlan& plan, const std::vector<Stag
   std::vector<std::vector<double>> send_issue(pp, std::vector<double>(count, 0.0));
   std::vector<std::vector<double>> transfer_end(pp, std::vector<double>(count, 0.0));
   std::vector<double> stage_clock(pp, 0.0);  // when the stage's loop is free for its next iteration
+  std::vector<double> link_busy(pp, 0.0);    // the link s -> s+1 carries one message at a time (latency overlaps)
 
   auto emit = [&](int stage, EventKind kind, const sched::MicroBatch& mb, double t0, double t1) {
     result.events.push_back({stage * setup.tp, stage, 0, static_cast<int32_t>(kind), mb.index, mb.prompt, mb.start,
@@ -46,9 +48,10 @@ SimResult simulate_pipeline(const sched::BatchPlan& plan, const std::vector<Stag
         // Transfer s-1 -> s of micro-batch i.
         const long long post_iteration = std::max<long long>(0, i - depth + 1);
         const double posted = loop_start[s][post_iteration];
-        const double link_free = i > 0 ? transfer_end[s - 1][i - 1] : 0.0;
-        const double begin = std::max({send_issue[s - 1][i], posted, link_free});
-        transfer_end[s - 1][i] = begin + setup.links[s - 1].transfer_s(message_bytes);
+        const LinkSpec& link = setup.links[s - 1];
+        const double begin = std::max({send_issue[s - 1][i], posted, link_busy[s - 1]});
+        link_busy[s - 1] = begin + message_bytes / link.bandwidth_Bps;
+        transfer_end[s - 1][i] = begin + link.transfer_s(message_bytes);
         result.boundary_bytes[s - 1] += message_bytes * setup.tp;
         ready = std::max(start, transfer_end[s - 1][i]);
         if (ready > start) emit(s, EventKind::kRecvWait, mb, start, ready);

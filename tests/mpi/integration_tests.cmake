@@ -101,3 +101,11 @@ foreach(case ${PF_BAD_CASES})
                        FIXTURES_REQUIRED "model.tiny;prompts")
 endforeach()
 set_tests_properties(bad_input.cost_model_other_partition PROPERTIES FIXTURES_REQUIRED "model.tiny;prompts;cost_model")
+
+# The simulator against the emulated runtime (sleeps of the same cost model, real MPI and
+# message sizes): TTFT within 5 % at P = 2 and 4, fixed and dynamic chunks. The full table
+# (P up to 16) is scripts/validate_simulator.sh, in docs/performance.md.
+add_test(NAME slow.simulator_matches_emulated_runs
+         COMMAND ${CMAKE_SOURCE_DIR}/scripts/validate_simulator.sh "2 4" 32768 5)
+set_tests_properties(slow.simulator_matches_emulated_runs PROPERTIES LABELS "slow;mpi" TIMEOUT 600
+                     ENVIRONMENT "PIPEFILL_BIN=${CMAKE_BINARY_DIR}/pipefill")

@@ -1,0 +1,156 @@
+// The cost side of studies: FLOP counts of dense / MoE / MLA layers, analytic stage costs,
+// hardware files, and the pipeline simulator against hand-computed schedules.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+
+#include "compute/cpu/attention.hpp"
+#include "errors.hpp"
+#include "model/presets.hpp"
+#include "sim/hardware.hpp"
+#include "sim/model_shape.hpp"
+#include "sim/pipeline_sim.hpp"
+#include "sim/stage_costs.hpp"
+
+using namespace pf;
+using namespace pf::sim;
+
+TEST(ModelShape, DenseCountsMatchTheConfig) {
+  const auto config = model::preset_config("llama3-8b");
+  const ModelShape s = shape_from_config(config);
+  // Per token per layer: q, k, v, o and gate, up, down (2 FLOPs per multiply-add).
+  const double per_token = 2.0 * (4096.0 * 4096 * 2 + 4096.0 * 1024 * 2 + 3.0 * 4096 * 14336);
+  EXPECT_DOUBLE_EQ(s.matmul_flops(0, 1.0), per_token);
+  EXPECT_DOUBLE_EQ(s.attention_flops(100, 3), cpu::chunk_attention_flops(3, 100, 32, 128));
+  EXPECT_NEAR(s.active_parameters() / 1e9, 8.03, 0.02);
+}
+
+TEST(ModelShape, MixtureOfExpertsAndLatentAttention) {
+  const nlohmann::json qwen = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"hidden_size", 4096},
+                               {"num_hidden_layers", 94}, {"num_attention_heads", 64}, {"num_key_value_heads", 4},
+                               {"head_dim", 128}, {"intermediate_size", 12288}, {"moe_intermediate_size", 1536},
+                               {"num_experts", 128}, {"num_experts_per_tok", 8}, {"vocab_size", 151936},
+                               {"quantization_config", {{"quant_method", "fp8"}}}};
+  const ModelShape q = shape_from_json(qwen, "qwen");
+  EXPECT_TRUE(q.moe());
+  EXPECT_TRUE(q.fp8);
+  EXPECT_NEAR(q.active_parameters() / 1e9, 22.2, 0.3);  // "A22B"
+  const nlohmann::json deepseek = {{"architectures", {"DeepseekV3ForCausalLM"}}, {"hidden_size", 7168},
+                                   {"num_hidden_layers", 61}, {"num_attention_heads", 128}, {"q_lora_rank", 1536},
+                                   {"kv_lora_rank", 512}, {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64},
+                                   {"v_head_dim", 128}, {"intermediate_size", 18432}, {"moe_intermediate_size", 2048},
+                                   {"n_routed_experts", 256}, {"n_shared_experts", 1}, {"num_experts_per_tok", 8},
+                                   {"first_k_dense_replace", 3}, {"vocab_size", 129280}};
+  const ModelShape d = shape_from_json(deepseek, "deepseek");
+  EXPECT_TRUE(d.mla());
+  EXPECT_EQ(d.head_dim, 192);
+  EXPECT_NEAR(d.active_parameters() / 1e9, 37.5, 1.5);  // DeepSeek-V3: 37B activated
+  EXPECT_GT(d.matmul_flops(0, 1), 0);
+  // 8 routed + 1 shared experts of 2048 = the dense 18432 width: MoE layers differ by the router only.
+  EXPECT_DOUBLE_EQ(d.matmul_flops(5, 1) - d.matmul_flops(0, 1), 2.0 * 7168 * 256);
+  EXPECT_THROW(shape_from_json({{"hidden_size", 8}}, "bad"), UserError);
+}
+
+TEST(Hardware, FilesLoadAndNameTheirSources) {
+  for (const char* name : {"h20", "h100", "h200", "cpu"}) {
+    const HardwareSpec hw = load_hardware(name);
+    EXPECT_GT(hw.peak_bf16_flops, 0) << name;
+    EXPECT_GT(hw.inter_node.bandwidth_Bps, 0) << name;
+    std::ifstream in(hw.path);
+    const auto json = nlohmann::json::parse(in);
+    EXPECT_FALSE(json.at("sources").empty()) << name;
+  }
+  EXPECT_THROW(load_hardware("tpu9000"), UserError);
+}
+
+TEST(StageCosts, AnalyticModelIsThePrefixForm) {
+  const ModelShape s = shape_from_config(model::preset_config("llama3-8b"));
+  const HardwareSpec hw = load_hardware("h200");
+  const auto costs = analytic_stage_costs(s, hw, {{0, 16}, {16, 16}}, 2, false);
+  ASSERT_EQ(costs.size(), 2u);
+  // t(L, x) must equal FLOPs / rates + the TP all-reduces.
+  const double x = 4096, L = 65536;
+  double matmul = 0, attention = 0;
+  for (int layer = 0; layer < 16; ++layer) {
+    matmul += s.matmul_flops(layer, x);
+    attention += s.attention_flops(L, x);
+  }
+  const double ring = 2.0 * (2 - 1);
+  const double allreduce = 16 * 2 * (ring * hw.intra_node.latency_s + ring / 2 * x * s.hidden_size * 2 / hw.intra_node.bandwidth_Bps);
+  const double expected = matmul / (hw.peak_bf16_flops * hw.matmul_efficiency * 2) +
+                          attention / (hw.peak_bf16_flops * hw.attention_efficiency * 2) + allreduce;
+  EXPECT_NEAR(costs[0].chunk_seconds(L, x), expected, 1e-9 * expected);
+  EXPECT_EQ(costs[0].lm_head_s, 0.0);
+  EXPECT_GT(costs[1].lm_head_s, 0.0);
+  // Stages on different nodes talk over the inter-node link.
+  EXPECT_EQ(stage_link(hw, 0, 8).bandwidth_Bps, hw.inter_node.bandwidth_Bps);
+  EXPECT_EQ(stage_link(hw, 0, 4).bandwidth_Bps, hw.intra_node.bandwidth_Bps);
+}
+
+namespace {
+
+StageCost constant_cost(double seconds_per_token) {
+  StageCost c;
+  c.chunk.form = sched::CostForm::kPrefixAware;
+  c.chunk.b = seconds_per_token;
+  return c;
+}
+
+SimSetup free_links(int pp, int depth = 4) {
+  SimSetup setup;
+  setup.ring_depth = depth;
+  setup.hidden_size = 1;
+  setup.activation_bytes = 1;
+  setup.links.assign(pp - 1, LinkSpec{1e30, 0.0});
+  return setup;
+}
+
+}  // namespace
+
+TEST(PipelineSim, OneStageIsSequential) {
+  const auto plan = sched::make_plan({300, 100}, sched::FixedChunkPolicy(100));
+  const auto result = simulate_pipeline(plan, {constant_cost(0.01)}, free_links(1));
+  EXPECT_NEAR(result.ttft_s[0], 3.0, 1e-12);
+  EXPECT_NEAR(result.ttft_s[1], 4.0, 1e-12);
+  EXPECT_NEAR(result.makespan_s, 4.0, 1e-12);
+}
+
+TEST(PipelineSim, EqualStagesFollowTheIdealFormula) {
+  // P stages, M equal micro-batches of time t, free links: makespan (P - 1 + M) t.
+  const int pp = 4, m = 10;
+  const auto plan = sched::make_plan({1000}, sched::FixedChunkPolicy(100));
+  const auto result = simulate_pipeline(plan, std::vector<StageCost>(pp, constant_cost(0.001)), free_links(pp));
+  EXPECT_NEAR(result.makespan_s, (pp - 1 + m) * 0.1, 1e-9);
+  EXPECT_NEAR(result.ttft_s[0], result.makespan_s, 1e-12);
+}
+
+TEST(PipelineSim, LinksAndTheSlowestStageSetThePace) {
+  const auto plan = sched::make_plan({400}, sched::FixedChunkPolicy(100));  // 4 micro-batches
+  // Stage 1 twice as slow: it sets the beat after the first chunk.
+  auto result = simulate_pipeline(plan, {constant_cost(0.001), constant_cost(0.002)}, free_links(2));
+  EXPECT_NEAR(result.makespan_s, 0.1 + 4 * 0.2, 1e-9);
+  // A link of 1 s latency per message delays each arrival by 1 s; transfers overlap compute.
+  SimSetup slow = free_links(2);
+  slow.links[0] = LinkSpec{1e30, 1.0};
+  result = simulate_pipeline(plan, {constant_cost(0.001), constant_cost(0.001)}, slow);
+  EXPECT_NEAR(result.makespan_s, 0.1 + 1.0 + 4 * 0.1, 1e-9);
+  EXPECT_NEAR(result.boundary_bytes[0], 400.0, 1e-9);  // hidden 1 x 1 byte x 400 tokens x tp 1
+}
+
+TEST(PipelineSim, AFullRingBlocksTheSender) {
+  // Stage 1 is 10x slower; with ring depth 1 stage 0 can only be about two chunks ahead, so
+  // it records send-commit waits; with depth 8 it runs free.
+  const auto plan = sched::make_plan({1000}, sched::FixedChunkPolicy(100));
+  const std::vector<StageCost> costs = {constant_cost(0.0001), constant_cost(0.001)};
+  auto commits = [](const SimResult& r) {
+    int n = 0;
+    for (const auto& e : r.events) n += e.stage == 0 && e.kind == static_cast<int>(trace::EventKind::kSendCommit);
+    return n;
+  };
+  const auto tight = simulate_pipeline(plan, costs, free_links(2, 1));
+  const auto loose = simulate_pipeline(plan, costs, free_links(2, 8));
+  EXPECT_GT(commits(tight), 5);
+  EXPECT_LT(commits(loose), commits(tight));
+  EXPECT_NEAR(tight.makespan_s, loose.makespan_s, 1e-9);  // the slow stage sets the end either way
+}
