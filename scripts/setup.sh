@@ -11,6 +11,7 @@ packages=(
   libopenblas-dev                       # sgemm for every projection on the CPU backend
   libgtest-dev libgmock-dev libbenchmark-dev  # unit tests and micro-benchmarks
   python3-numpy python3-h5py            # independent numpy reference (tests only)
+  python3-matplotlib                    # timeline and scaling plots (scripts/plot_*.py)
 )
 
 missing=()

@@ -95,7 +95,8 @@ void add_chunking_options(cxxopts::Options& table) {
        cxxopts::value<std::string>())
       ("profile-stages", "first (stage 0, as SGLang) or all (the slowest stage sets the beat); default per policy",
        cxxopts::value<std::string>())
-      ("fold-tail", "fold a remainder smaller than C0/4 into the chunk before it (on with --chunk-policy pipefill)",
+      ("fold-tail", "fold a remainder smaller than C0/4 into the chunk before it when the cost model says the drain "
+       "gets shorter (on with --chunk-policy pipefill)",
        cxxopts::value<bool>()->default_value("false"))
       ("profile-points", "timed forwards per profile (9-128)", cxxopts::value<int>()->default_value(text(d.profile_points)))
       ("cost-model", "a profile written by `pipefill profile --out` (dynamic chunking reuses it instead of profiling); "
@@ -201,6 +202,7 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   const auto& r = *result;
   o.placement = read_placement(r);
   o.chunking = read_chunking(r);
+  o.chunking.stages = o.placement.pp;
   o.input = required<std::string>(r, "input");
   o.output = required<std::string>(r, "output");
   o.trace = r["trace"].as<std::string>();
@@ -281,6 +283,7 @@ bool parse_simulate(int argc, char** argv, SimulateOptions& o) {
   o.lengths = required<std::vector<int64_t>>(r, "length");
   o.ring_depth = r["ring-depth"].as<int>();
   o.chunking = read_chunking(r);
+  o.chunking.stages = o.pp;
   if (r.count("matmul-efficiency")) o.matmul_efficiency = r["matmul-efficiency"].as<double>();
   if (r.count("attention-efficiency")) o.attention_efficiency = r["attention-efficiency"].as<double>();
   o.timeline = r["timeline"].as<std::string>();
@@ -347,12 +350,16 @@ bool parse_plan(int argc, char** argv, PlanOptions& o) {
       ("length", "prompt length in tokens (repeat for several prompts)", cxxopts::value<std::vector<int64_t>>())
       ("coefficients", "cost model a,b (SGLang form) or a,b,c[,gamma] (prefix form) instead of --cost-model",
        cxxopts::value<std::vector<double>>())
+      ("pp", "pipeline stages the plan is for (tail folding weighs the drain through them)",
+       cxxopts::value<int>()->default_value("1"))
       ("json", "print JSON instead", cxxopts::value<bool>()->default_value("false"));
   add_chunking_options(table);
   auto result = parse(table, argc, argv);
   if (!result) return false;
   o.lengths = required<std::vector<int64_t>>(*result, "length");
   o.chunking = read_chunking(*result);
+  o.chunking.stages = (*result)["pp"].as<int>();
+  require_positive(o.chunking.stages, "--pp");
   if (result->count("coefficients")) o.coefficients = (*result)["coefficients"].as<std::vector<double>>();
   o.json = (*result)["json"].as<bool>();
   for (int64_t length : o.lengths) require_positive(length, "--length");

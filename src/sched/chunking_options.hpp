@@ -23,6 +23,7 @@ struct ChunkingOptions {
   bool fold_tail = false;
   int profile_points = 16;
   std::string cost_model_path;   // reuse a saved profile instead of profiling
+  int stages = 1;                // P, set from --pp (tail folding weighs the drain through P stages)
 
   bool dynamic() const { return policy != ChunkPolicyKind::kFixed; }
 };

@@ -15,20 +15,26 @@ DynamicChunkPolicy::DynamicChunkPolicy(const DynamicChunkConfig& config, std::ve
 
 int DynamicChunkPolicy::alignment() const { return std::max(config_.page_size, 64); }
 
-int DynamicChunkPolicy::cap_and_fold(int64_t size, int64_t remaining) const {
+int DynamicChunkPolicy::cap_and_fold(int64_t size, int64_t remaining, int64_t prefix) const {
   size = std::min<int64_t>(size, remaining);
-  if (config_.fold_tail && remaining - size > 0 && remaining - size < floor_tokens()) size = remaining;
-  return static_cast<int>(size);
+  const int64_t tail = remaining - size;
+  if (!config_.fold_tail || tail <= 0 || tail >= floor_tokens()) return static_cast<int>(size);
+  const double L = static_cast<double>(prefix), x = static_cast<double>(size), r = static_cast<double>(tail);
+  for (const auto& m : models_) {
+    const double extra_on_critical_path = config_.stages * (m.chunk_time(L, x + r) - m.chunk_time(L, x));
+    if (!(extra_on_critical_path < m.chunk_time(L + x, r))) return static_cast<int>(size);  // keep the tail
+  }
+  return static_cast<int>(remaining);
 }
 
 int DynamicChunkPolicy::next_chunk(int64_t prefix_len, int64_t remaining) const {
   const int c0 = config_.initial_chunk;
-  if (prefix_len == 0) return cap_and_fold(c0, remaining);  // the first chunk of every prompt is C0
+  if (prefix_len == 0) return cap_and_fold(c0, remaining, 0);  // the first chunk of every prompt is C0
   // The slowest stage sets the beat: every stage must finish its x tokens within it.
   double solved = INFINITY;
   for (const auto& model : models_) {
     const auto x = model.solve(static_cast<double>(prefix_len), beat_);
-    if (!x) return cap_and_fold(c0, remaining);  // no real positive root: fall back to C0
+    if (!x) return cap_and_fold(c0, remaining, prefix_len);  // no real positive root: fall back to C0
     solved = std::min(solved, *x);
   }
   double x = c0 + config_.smooth_factor * (solved - c0);
@@ -36,7 +42,7 @@ int DynamicChunkPolicy::next_chunk(int64_t prefix_len, int64_t remaining) const 
   const int align = alignment();
   int64_t size = static_cast<int64_t>(std::floor(x / align)) * align;
   if (size < align) size = align;
-  return cap_and_fold(size, remaining);
+  return cap_and_fold(size, remaining, prefix_len);
 }
 
 std::unique_ptr<ChunkPolicy> make_dynamic_policy(const ChunkingOptions& o, const std::vector<StageCostFit>& fits,
@@ -58,7 +64,7 @@ std::unique_ptr<ChunkPolicy> make_dynamic_policy(const ChunkingOptions& o, const
     return nullptr;
   }
   return std::make_unique<DynamicChunkPolicy>(
-      DynamicChunkConfig{o.initial_chunk, o.smooth_factor, o.page_size, o.fold_tail}, std::move(models));
+      DynamicChunkConfig{o.initial_chunk, o.smooth_factor, o.page_size, o.fold_tail, o.stages}, std::move(models));
 }
 
 }  // namespace pf::sched

@@ -6,7 +6,11 @@
 // max(page_size, 64) (raised to the alignment if below it); cap at the tokens left; C0
 // when the solve fails. pipefill additions: several stage models (the slowest stage sets the
 // beat: x is the smallest of the per-stage solutions) and, optionally, no tiny tail: if what
-// would remain after a chunk is below the floor, it is folded into that chunk.
+// would remain after a chunk is below the floor, it is folded into that chunk when the model
+// says that is faster. The last chunk crosses all P stages on the critical path, so folding
+// a tail of r tokens into a chunk of x costs P (t(L, x + r) - t(L, x)) and saves the tail's
+// own trip, t(L + x, r): worth it when per-chunk overheads (the c term) dominate, not when
+// the tail is nearly free.
 #pragma once
 
 #include <vector>
@@ -26,6 +30,7 @@ struct DynamicChunkConfig {
   double smooth_factor = 0.75;
   int page_size = 64;
   bool fold_tail = false;
+  int stages = 1;  // P: how many stages the last chunk crosses (for the fold decision)
 };
 
 class DynamicChunkPolicy final : public ChunkPolicy {
@@ -38,7 +43,7 @@ class DynamicChunkPolicy final : public ChunkPolicy {
   int alignment() const;
 
  private:
-  int cap_and_fold(int64_t size, int64_t remaining) const;
+  int cap_and_fold(int64_t size, int64_t remaining, int64_t prefix) const;
   DynamicChunkConfig config_;
   std::vector<ChunkCostModel> models_;
   double beat_ = 0;  // T: the slowest stage's time for C0 tokens at prefix 0

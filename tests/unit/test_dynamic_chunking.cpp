@@ -21,8 +21,8 @@ namespace {
 ChunkCostModel sglang_model(double a, double b) { return {CostForm::kFreshQuadratic, a, b, 0, 0}; }
 
 std::vector<int> plan(int64_t length, int c0, double s, int page, std::vector<ChunkCostModel> models,
-                      bool fold_tail = false) {
-  return chunk_sizes(length, DynamicChunkPolicy({c0, s, page, fold_tail}, std::move(models)));
+                      bool fold_tail = false, int stages = 1) {
+  return chunk_sizes(length, DynamicChunkPolicy({c0, s, page, fold_tail, stages}, std::move(models)));
 }
 
 void expect_valid(const std::vector<int>& sizes, int64_t length) {
@@ -90,12 +90,19 @@ TEST(DynamicChunking, FallsBackToC0WhenTheSolveFails) {
   EXPECT_EQ(policy.next_chunk(1024, 100000), 1024);
 }
 
-TEST(DynamicChunking, FoldTailAvoidsATinyLastChunk) {
-  EXPECT_EQ(plan(4196, 1024, 0.0, 64, {sglang_model(1, 0)}, false), (std::vector<int>{1024, 1024, 1024, 1024, 100}));
-  EXPECT_EQ(plan(4196, 1024, 0.0, 64, {sglang_model(1, 0)}, true), (std::vector<int>{1024, 1024, 1024, 1124}));
+TEST(DynamicChunking, FoldTailWhenTheDrainGetsShorter) {
+  // A per-chunk overhead c (launches, latencies) makes a 100-token tail cost nearly a whole
+  // chunk's trip through the pipe: fold it. 4 stages: extra 4 x 100 b = 400 b < c + 100 b.
+  const ChunkCostModel overhead{CostForm::kPrefixAware, 0, 1, 1000, 0};
+  EXPECT_EQ(plan(4196, 1024, 0.0, 64, {overhead}, false, 4), (std::vector<int>{1024, 1024, 1024, 1024, 100}));
+  EXPECT_EQ(plan(4196, 1024, 0.0, 64, {overhead}, true, 4), (std::vector<int>{1024, 1024, 1024, 1124}));
+  // Attention-bound with no overhead: growing the last chunk delays every stage's last
+  // step; the small tail is cheaper, so it stays.
+  EXPECT_EQ(plan(4196, 1024, 0.0, 64, {sglang_model(1, 0)}, true, 4), (std::vector<int>{1024, 1024, 1024, 1024, 100}));
   // The seed's example: 16K at C0 4096, s 0.65 leaves a 192-token tail with SGLang's rule;
   // here the tail is whatever the model gives, and folding removes any below C0/4.
-  const auto folded = plan(16384, 4096, 0.65, 64, {sglang_model(2e-8, 1.5e-5)}, true);
+  const ChunkCostModel gpu_like{CostForm::kPrefixAware, 2e-8, 1.5e-5, 0.05, 0};
+  const auto folded = plan(16384, 4096, 0.65, 64, {gpu_like}, true, 8);
   expect_valid(folded, 16384);
   EXPECT_GE(folded.back(), 1024);
 }
