@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  cmake g++ make pkg-config
+  cmake g++ make pkg-config time
   openmpi-bin libopenmpi-dev            # MPI runtime + headers (the SPMD launcher)
   libhdf5-openmpi-dev hdf5-tools        # parallel HDF5 (inputs and outputs), h5dump for debugging
   libcxxopts-dev nlohmann-json3-dev     # option table, config.json / safetensors headers

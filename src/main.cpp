@@ -40,6 +40,7 @@ static int run_command(int argc, char** argv) {
   const auto& place = options.placement;
   const auto& chunking = options.chunking;
   const bool emulate = place.backend == "emulate";
+  dist::set_watchdog_timeout(options.watchdog_timeout_s);
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
   const bool writer = topo.is_writer();
 
@@ -58,6 +59,7 @@ static int run_command(int argc, char** argv) {
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!writer) return;
     prompts = io::read_prompts(options.input, shape.vocab_size);
+    io::check_prompt_lengths(prompts, shape.max_position_embeddings, options.allow_long_prompts);
     if (!emulate)
       for (int stage = 0; stage < topo.pp; ++stage)
         kv::pool_pages_for(rank_model.kv_shape(stage, chunking.page_size), prompts.lengths(), place.kv_memory_mb,
@@ -97,6 +99,8 @@ static int run_command(int argc, char** argv) {
   // Run: one time base, then every rank walks the plan.
   const dist::RunClock clock = dist::synchronize_clocks(MPI_COMM_WORLD);
   trace::Timeline timeline(topo, clock);
+  pipeline::ProgressReporter progress(options.quiet ? 0 : options.progress_interval_s, plan.total_tokens(),
+                                      plan.num_prompts());
   pipeline::StageLoopContext loop{topo,
                                   shape.hidden_size,
                                   shape.vocab_size,
@@ -105,9 +109,13 @@ static int run_command(int argc, char** argv) {
                                   *backend.compute,
                                   timeline,
                                   options.ring_depth,
-                                  [&](int prompt, const float* logits) { results->write_logits(prompt, logits); }};
+                                  [&](int prompt, const float* logits) { results->write_logits(prompt, logits); },
+                                  writer ? &progress : nullptr};
   const pipeline::TrafficCounters traffic = pipeline::run_stage_loop(loop);
-  dist::barrier(MPI_COMM_WORLD);
+  {
+    dist::WaitLabel label("the end-of-run barrier (another rank is still in its loop)");
+    dist::barrier(MPI_COMM_WORLD);
+  }
   const double wall_s = clock.now();
 
   // Write: timeline and traffic gathered to rank 0, summary, output renamed into place.

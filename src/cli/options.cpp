@@ -183,7 +183,9 @@ nlohmann::json to_json(const RunOptions& o) {
           {"profile_points", c.profile_points},
           {"cost_model", c.cost_model_path},
           {"trace", o.trace},
-          {"ring_depth", o.ring_depth}};
+          {"ring_depth", o.ring_depth},
+          {"watchdog_timeout_s", o.watchdog_timeout_s},
+          {"allow_long_prompts", o.allow_long_prompts}};
 }
 
 bool parse_run(int argc, char** argv, RunOptions& o) {
@@ -194,7 +196,13 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
       ("output", "output HDF5 (written to OUTPUT.partial, renamed on success)", cxxopts::value<std::string>())
       ("trace", "also write a Chrome trace (Perfetto) to this JSON file", cxxopts::value<std::string>()->default_value(""))
       ("ring-depth", "receives posted ahead / sends in flight per rank", cxxopts::value<int>()->default_value(text(d.ring_depth)))
-      ("quiet", "no configuration echo or summary", cxxopts::value<bool>()->default_value("false"));
+      ("quiet", "no configuration echo, progress or summary", cxxopts::value<bool>()->default_value("false"))
+      ("watchdog-timeout", "seconds a rank may wait for a peer before the job is aborted with an error naming "
+       "the stage and micro-batch (0: never)", cxxopts::value<double>()->default_value(text(d.watchdog_timeout_s)))
+      ("progress-interval", "seconds between progress lines from rank 0 (0: none)",
+       cxxopts::value<double>()->default_value(text(d.progress_interval_s)))
+      ("allow-long-prompts", "accept prompts longer than the model's max_position_embeddings",
+       cxxopts::value<bool>()->default_value("false"));
   add_placement_options(table);
   add_chunking_options(table);
   auto result = parse(table, argc, argv);
@@ -208,7 +216,11 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   o.trace = r["trace"].as<std::string>();
   o.ring_depth = r["ring-depth"].as<int>();
   o.quiet = r["quiet"].as<bool>();
+  o.watchdog_timeout_s = r["watchdog-timeout"].as<double>();
+  o.progress_interval_s = r["progress-interval"].as<double>();
+  o.allow_long_prompts = r["allow-long-prompts"].as<bool>();
   require_positive(o.ring_depth, "--ring-depth");
+  if (o.watchdog_timeout_s < 0) throw UserError("--watchdog-timeout must not be negative");
   const bool emulate = o.placement.backend == "emulate";
   const std::string& costs = o.chunking.cost_model_path;
   if (emulate && costs.empty())

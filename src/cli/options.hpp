@@ -30,6 +30,9 @@ struct RunOptions {
   std::string trace;  // Chrome trace path, empty: none
   int ring_depth = 4;
   bool quiet = false;
+  double watchdog_timeout_s = 1800;  // a wait this long means a peer died or hung: abort the job
+  double progress_interval_s = 10;   // 0: no progress lines
+  bool allow_long_prompts = false;   // prompts beyond max_position_embeddings
 };
 nlohmann::json to_json(const RunOptions& options);
 

@@ -1,20 +1,50 @@
-// wait_polling: MPI_Test a few times, then nap between polls (see wait.hpp).
+// wait_polling with a watchdog (see wait.hpp).
 #include "dist/wait.hpp"
 
 #include <time.h>
+#include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
 
 #include "errors.hpp"
 
 namespace pf::dist {
+namespace {
+
+double g_timeout_s = 0;
+std::string g_label = "a collective during set-up";
+
+[[noreturn]] void watchdog_fired(double waited_s) {
+  int rank = -1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  char host[256] = "?";
+  gethostname(host, sizeof host);
+  std::fprintf(stderr,
+               "error: watchdog: rank %d (%s) waited %.0f s for %s; a rank has probably died or hung "
+               "(--watchdog-timeout %.0f s). Aborting the job.\n",
+               rank, host, waited_s, g_label.c_str(), g_timeout_s);
+  std::fflush(stderr);
+  MPI_Abort(MPI_COMM_WORLD, 4);
+  std::abort();
+}
+
+}  // namespace
+
+void set_watchdog_timeout(double seconds) { g_timeout_s = seconds; }
+double watchdog_timeout() { return g_timeout_s; }
+
+WaitLabel::WaitLabel(std::string text) : previous_(std::move(g_label)) { g_label = std::move(text); }
+WaitLabel::~WaitLabel() { g_label = std::move(previous_); }
 
 void wait_polling(MPI_Request* request, MPI_Status* status) {
-  constexpr int kSpinTests = 20;                // short waits (a TP all-reduce) finish while spinning
-  constexpr long kFirstNapNs = 50 * 1000;       // then naps from 50 us ...
-  constexpr long kLongestNapNs = 1000 * 1000;   // ... doubling up to 1 ms: a rank that waits long
-  long nap_ns = kFirstNapNs;                    // (a bubble, a slow stage) costs ~1 % of a core,
-  for (int i = 0;; ++i) {                       // and wakes at most 1 ms late.
+  constexpr int kSpinTests = 20;               // short waits (a TP all-reduce) finish while spinning
+  constexpr long kFirstNapNs = 50 * 1000;      // then naps from 50 us ...
+  constexpr long kLongestNapNs = 1000 * 1000;  // ... doubling up to 1 ms: a rank that waits long
+  long nap_ns = kFirstNapNs;                   // (a bubble, a slow stage) costs ~1 % of a core,
+  const auto start = std::chrono::steady_clock::now();  // and wakes at most 1 ms late.
+  for (int i = 0;; ++i) {
     int done = 0;
     MPI_CHECK(MPI_Test(request, &done, status));
     if (done) return;
@@ -22,6 +52,10 @@ void wait_polling(MPI_Request* request, MPI_Status* status) {
     const timespec nap{0, nap_ns};
     nanosleep(&nap, nullptr);
     nap_ns = std::min(2 * nap_ns, kLongestNapNs);
+    if (g_timeout_s > 0 && (i & 63) == 0) {
+      const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+      if (waited > g_timeout_s) watchdog_fired(waited);
+    }
   }
 }
 

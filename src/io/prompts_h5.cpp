@@ -73,6 +73,16 @@ PromptSet read_prompts(const std::string& path, int vocab_size) {
   return prompts;
 }
 
+void check_prompt_lengths(const PromptSet& prompts, int max_position_embeddings, bool allow_longer) {
+  if (max_position_embeddings <= 0 || allow_longer) return;
+  const auto lengths = prompts.lengths();
+  for (size_t p = 0; p < lengths.size(); ++p)
+    if (lengths[p] > max_position_embeddings)
+      throw UserError("prompt " + std::to_string(p) + " has " + std::to_string(lengths[p]) +
+                      " tokens, more than the model's max_position_embeddings (" +
+                      std::to_string(max_position_embeddings) + "); pass --allow-long-prompts to run it anyway");
+}
+
 void write_prompts(const std::string& path, const PromptSet& prompts) {
   quiet_hdf5_errors();
   H5Handle file{H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};

@@ -1,6 +1,8 @@
 // Loading a rank's slice of the weights, and the checkpoint-directory tensor source.
 #include "model/weights.hpp"
 
+#include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -68,10 +70,15 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return text + "]";
 }
 
+// Reads a slice; a slice holding NaN or Inf is loaded anyway but noted in `warnings`.
 std::vector<float> read(const TensorSource& source, const std::string& name, int64_t row0, int64_t rows, int64_t col0,
-                        int64_t cols) {
+                        int64_t cols, std::vector<std::string>& warnings) {
   std::vector<float> out(static_cast<size_t>(rows * cols));
   source.read_block(name, row0, rows, col0, cols, out.data());
+  const auto bad = std::count_if(out.begin(), out.end(), [](float v) { return !std::isfinite(v); });
+  if (bad > 0)
+    warnings.push_back(name + " holds " + std::to_string(bad) + " NaN/Inf value(s) in this rank's slice; its logits "
+                       "will likely be NaN");
   return out;
 }
 
@@ -139,36 +146,36 @@ StageWeights load_stage_weights(const ModelConfig& c, const TensorSource& source
   const int64_t q_row0 = shard.tp_rank * q_rows, kv_row0 = shard.tp_rank * kv_rows, i_row0 = shard.tp_rank * inter;
 
   StageWeights w;
-  if (first_stage) w.embedding = read(source, "model.embed_tokens.weight", 0, c.vocab_size, 0, h);
+  if (first_stage) w.embedding = read(source, "model.embed_tokens.weight", 0, c.vocab_size, 0, h, w.warnings);
   for (int layer = stage.first; layer < stage.first + stage.count; ++layer) {
     const std::string p = "model.layers." + std::to_string(layer) + ".";
     LayerWeights l;
-    l.input_norm = read(source, p + "input_layernorm.weight", 0, h, 0, 1);
+    l.input_norm = read(source, p + "input_layernorm.weight", 0, h, 0, 1, w.warnings);
     // Column parallel: each rank owns whole heads, i.e. a contiguous block of output rows.
-    l.qkv = read(source, p + "self_attn.q_proj.weight", q_row0, q_rows, 0, h);
-    append(l.qkv, read(source, p + "self_attn.k_proj.weight", kv_row0, kv_rows, 0, h));
-    append(l.qkv, read(source, p + "self_attn.v_proj.weight", kv_row0, kv_rows, 0, h));
+    l.qkv = read(source, p + "self_attn.q_proj.weight", q_row0, q_rows, 0, h, w.warnings);
+    append(l.qkv, read(source, p + "self_attn.k_proj.weight", kv_row0, kv_rows, 0, h, w.warnings));
+    append(l.qkv, read(source, p + "self_attn.v_proj.weight", kv_row0, kv_rows, 0, h, w.warnings));
     if (c.attention_bias) {
-      l.qkv_bias = read(source, p + "self_attn.q_proj.bias", q_row0, q_rows, 0, 1);
-      append(l.qkv_bias, read(source, p + "self_attn.k_proj.bias", kv_row0, kv_rows, 0, 1));
-      append(l.qkv_bias, read(source, p + "self_attn.v_proj.bias", kv_row0, kv_rows, 0, 1));
+      l.qkv_bias = read(source, p + "self_attn.q_proj.bias", q_row0, q_rows, 0, 1, w.warnings);
+      append(l.qkv_bias, read(source, p + "self_attn.k_proj.bias", kv_row0, kv_rows, 0, 1, w.warnings));
+      append(l.qkv_bias, read(source, p + "self_attn.v_proj.bias", kv_row0, kv_rows, 0, 1, w.warnings));
     }
     if (c.qk_norm) {
-      l.q_norm = read(source, p + "self_attn.q_norm.weight", 0, d, 0, 1);
-      l.k_norm = read(source, p + "self_attn.k_norm.weight", 0, d, 0, 1);
+      l.q_norm = read(source, p + "self_attn.q_norm.weight", 0, d, 0, 1, w.warnings);
+      l.k_norm = read(source, p + "self_attn.k_norm.weight", 0, d, 0, 1, w.warnings);
     }
     // Row parallel: each rank owns the input columns matching its heads.
-    l.o = read(source, p + "self_attn.o_proj.weight", 0, h, q_row0, q_rows);
-    l.post_norm = read(source, p + "post_attention_layernorm.weight", 0, h, 0, 1);
-    l.gate_up = read(source, p + "mlp.gate_proj.weight", i_row0, inter, 0, h);
-    append(l.gate_up, read(source, p + "mlp.up_proj.weight", i_row0, inter, 0, h));
-    l.down = read(source, p + "mlp.down_proj.weight", 0, h, i_row0, inter);
+    l.o = read(source, p + "self_attn.o_proj.weight", 0, h, q_row0, q_rows, w.warnings);
+    l.post_norm = read(source, p + "post_attention_layernorm.weight", 0, h, 0, 1, w.warnings);
+    l.gate_up = read(source, p + "mlp.gate_proj.weight", i_row0, inter, 0, h, w.warnings);
+    append(l.gate_up, read(source, p + "mlp.up_proj.weight", i_row0, inter, 0, h, w.warnings));
+    l.down = read(source, p + "mlp.down_proj.weight", 0, h, i_row0, inter, w.warnings);
     w.layers.push_back(std::move(l));
   }
   if (last_stage) {
-    w.final_norm = read(source, "model.norm.weight", 0, h, 0, 1);
+    w.final_norm = read(source, "model.norm.weight", 0, h, 0, 1, w.warnings);
     const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-    w.lm_head = read(source, head, shard.vocab_begin, shard.vocab_count, 0, h);  // vocabulary parallel
+    w.lm_head = read(source, head, shard.vocab_begin, shard.vocab_count, 0, h, w.warnings);  // vocabulary parallel
   }
   return w;
 }

@@ -3,6 +3,7 @@
 // and gate/up into another so each is a single GEMM.
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "model/config.hpp"
@@ -49,6 +50,7 @@ struct StageWeights {
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [H] on the last stage only
   std::vector<float> lm_head;     // [vocab_count, H] on the last stage only
+  std::vector<std::string> warnings;  // e.g. tensors holding NaN or Inf
   size_t bytes() const;
 };
 

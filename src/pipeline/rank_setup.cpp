@@ -2,6 +2,7 @@
 #include "pipeline/rank_setup.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -56,6 +57,7 @@ model::StageWeights load_rank_weights(const dist::Topology& topo, const RankMode
     weights = model::load_stage_weights(m.config(), *m.source->tensors, m.partition[topo.stage], topo.first_stage(),
                                         topo.last_stage(), m.shard);
   });
+  for (const auto& warning : weights.warnings) std::fprintf(stderr, "warning: rank %d: %s\n", topo.world_rank, warning.c_str());
   return weights;
 }
 

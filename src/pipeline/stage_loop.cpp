@@ -9,8 +9,12 @@
 #include "pipeline/stage_loop.hpp"
 
 #include <algorithm>
+#include <chrono>
+#include <cstdlib>
 #include <deque>
 #include <memory>
+#include <string>
+#include <thread>
 
 #include "dist/collectives.hpp"
 
@@ -34,6 +38,20 @@ class BufferPool {
   std::vector<dist::Buffer> free_;
 };
 
+std::string describe(const sched::MicroBatch& mb) {
+  return "micro-batch " + std::to_string(mb.index) + " (prompt " + std::to_string(mb.prompt) + ", tokens " +
+         std::to_string(mb.start) + ".." + std::to_string(mb.start + mb.length) + ")";
+}
+
+// Test hook: PIPEFILL_TEST_HANG_RANK=r and PIPEFILL_TEST_HANG_MICRO_BATCH=i make rank r stop
+// forever before micro-batch i, as a hung device would; the watchdog tests rely on it.
+void maybe_hang(int rank, int micro_batch) {
+  static const char* hang_rank = std::getenv("PIPEFILL_TEST_HANG_RANK");
+  static const char* hang_at = std::getenv("PIPEFILL_TEST_HANG_MICRO_BATCH");
+  if (!hang_rank || std::atoi(hang_rank) != rank || (hang_at && std::atoi(hang_at) != micro_batch)) return;
+  for (;;) std::this_thread::sleep_for(std::chrono::seconds(3600));
+}
+
 }  // namespace
 
 TrafficCounters run_stage_loop(StageLoopContext& ctx) {
@@ -45,6 +63,14 @@ TrafficCounters run_stage_loop(StageLoopContext& ctx) {
   const int depth = ctx.ring_depth;
   const long long count = static_cast<long long>(mbs.size());
   TrafficCounters traffic;
+  const std::string stage_name = "stage " + std::to_string(topo.stage);
+  // Rank 0 counts what it has done for the progress line.
+  int prompts_done = 0;
+  int64_t tokens_done = 0;
+  const LogitsSink sink = [&](int prompt, const float* logits) {
+    ++prompts_done;
+    ctx.sink(prompt, logits);
+  };
   BufferPool pool(static_cast<size_t>(ctx.plan.max_chunk()) * std::max(hidden, payload));
 
   std::deque<dist::PostedRecv> receives;  // receives[k] is micro-batch next_to_receive + k
@@ -53,16 +79,17 @@ TrafficCounters run_stage_loop(StageLoopContext& ctx) {
 
   std::unique_ptr<LogitsInbox> inbox;
   if (topo.is_writer() && topo.world_rank != topo.last_stage_leader())
-    inbox = std::make_unique<LogitsInbox>(topo, ctx.plan, ctx.vocab_size, ctx.sink);
+    inbox = std::make_unique<LogitsInbox>(topo, ctx.plan, ctx.vocab_size, sink);
   std::unique_ptr<LogitsSender> sender;
   std::vector<float> logits_shard;
   if (topo.last_stage()) {
-    sender = std::make_unique<LogitsSender>(topo, ctx.vocab_size, ctx.sink);
+    sender = std::make_unique<LogitsSender>(topo, ctx.vocab_size, sink);
     logits_shard.resize(ctx.compute.vocab_shard_size());
   }
 
   for (long long i = 0; i < count; ++i) {
     const sched::MicroBatch& mb = mbs[i];
+    maybe_hang(topo.world_rank, mb.index);
     // Keep `depth` receives posted ahead, so a sender never waits for us to post.
     while (!topo.first_stage() && next_to_post < count && next_to_post < i + depth) {
       const auto& ahead = mbs[next_to_post];
@@ -78,6 +105,7 @@ TrafficCounters run_stage_loop(StageLoopContext& ctx) {
       ctx.compute.embed(tokens, mb.length, state.data());
     } else {
       trace::Timeline::Scope wait(ctx.timeline, EventKind::kRecvWait, mb);
+      dist::WaitLabel label(stage_name + " receiving " + describe(mb) + " from rank " + std::to_string(topo.prev_rank));
       state = receives.front().wait();
       receives.pop_front();
     }
@@ -86,6 +114,7 @@ TrafficCounters run_stage_loop(StageLoopContext& ctx) {
       trace::Timeline::Scope compute(ctx.timeline, EventKind::kCompute, mb);
       ctx.compute.forward({mb.prompt, mb.start, mb.length}, state.data(), [&](float* data, int n) {
         trace::Timeline::Scope reduce(ctx.timeline, EventKind::kAllReduce, mb);
+        dist::WaitLabel label(stage_name + " TP all-reduce in " + describe(mb));
         dist::allreduce_sum(data, n, topo.tp_comm);
         traffic.allreduce_payload_bytes += 4.0 * n;
       });
@@ -96,6 +125,7 @@ TrafficCounters run_stage_loop(StageLoopContext& ctx) {
     if (topo.last_stage()) {
       if (mb.is_last) {
         trace::Timeline::Scope head(ctx.timeline, EventKind::kLmHead, mb);
+        dist::WaitLabel label(stage_name + " gathering and sending the logits of prompt " + std::to_string(mb.prompt));
         ctx.compute.lm_head(state.data() + static_cast<int64_t>(mb.length - 1) * hidden, logits_shard.data());
         sender->send(mb.prompt, logits_shard);
       }
@@ -107,18 +137,27 @@ TrafficCounters run_stage_loop(StageLoopContext& ctx) {
       // Commit finished sends early (cheap), and block only when the ring is full.
       while (!sends.empty() && (sends.size() > static_cast<size_t>(depth) || sends.front().test())) {
         trace::Timeline::Scope commit(ctx.timeline, EventKind::kSendCommit, mb);
+        dist::WaitLabel label(stage_name + " committing a send to rank " + std::to_string(topo.next_rank) +
+                              " (the ring is full at " + describe(mb) + ")");
         pool.give(sends.front().commit());
         sends.pop_front();
       }
     }
     if (inbox) inbox->poll();
+    if (ctx.progress) {
+      tokens_done += mb.length;
+      ctx.progress->update(tokens_done, prompts_done);
+    }
   }
 
   // Drain: every send is committed before the loop returns, never skipped.
+  dist::WaitLabel label(stage_name + " draining: last sends to rank " + std::to_string(topo.next_rank) +
+                        " and the logits still expected");
   for (auto& send : sends) send.commit();
   sends.clear();
   if (sender) sender->flush();
   if (inbox) inbox->drain();
+  if (ctx.progress) ctx.progress->finish();
   return traffic;
 }
 

@@ -7,6 +7,7 @@
 #include "dist/topology.hpp"
 #include "io/prompts_h5.hpp"
 #include "pipeline/logits_route.hpp"
+#include "pipeline/progress.hpp"
 #include "sched/batch_plan.hpp"
 #include "trace/timeline.hpp"
 
@@ -22,6 +23,7 @@ struct StageLoopContext {
   trace::Timeline& timeline;
   int ring_depth;   // receives posted ahead, and sends in flight, per rank
   LogitsSink sink;  // on world rank 0: stores one prompt's logits row
+  ProgressReporter* progress = nullptr;  // world rank 0 only
 };
 
 // Bytes this rank moved: hidden states sent to the next stage, and payload handed to the

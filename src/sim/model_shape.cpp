@@ -63,6 +63,7 @@ ModelShape shape_from_json(const nlohmann::json& j, const std::string& origin) {
     s.num_heads = get_int(j, "num_attention_heads", 0);
     s.num_kv_heads = get_int(j, "num_key_value_heads", s.num_heads);
     s.vocab_size = get_int(j, "vocab_size", 0);
+    s.max_position_embeddings = get_int(j, "max_position_embeddings", 0);
     s.intermediate_size = get_int(j, "intermediate_size", 0);
     s.kv_lora_rank = get_int(j, "kv_lora_rank", 0);
     if (s.mla()) {

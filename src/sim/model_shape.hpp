@@ -20,6 +20,7 @@ struct ModelShape {
   int head_dim = 0;  // q/k head dim for GQA; for MLA: qk_nope + qk_rope
   int v_head_dim = 0;
   int vocab_size = 0;
+  int max_position_embeddings = 0;  // 0: not given
   int intermediate_size = 0;  // dense MLP width
   // Mixture of experts (0 when dense).
   int experts = 0;

@@ -77,7 +77,9 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   bad_partition_count) extra=(--pp 2 --layer-partition 2,2,4); expect="has 3 entries" ;;
   tp_not_dividing_heads) ranks=3; extra=(--pp 1 --tp 3); expect="does not divide by --tp 3" ;;
   prompt_exceeds_kv_budget) make_input x 'f["tokens"] = np.ones(300000, dtype=np.int32); f["offsets"] = np.array([0, 300000])'
-    extra=(--pp 2 --kv-memory-mb 16); expect="needs" ;;
+    extra=(--pp 2 --kv-memory-mb 16 --allow-long-prompts); expect="needs" ;;
+  prompt_exceeds_context) make_input x 'f["tokens"] = np.ones(131073, dtype=np.int32); f["offsets"] = np.array([0, 131073])'
+    expect="more than the model's max_position_embeddings (131072)" ;;
   output_directory_missing) out=$work/missing/out.h5; expect="does not exist" ;;
   unknown_flag) extra=(--pp 2 --chunksize 5); expect="chunksize" ;;
   unknown_preset) model=synthetic:enormous; expect="unknown model preset" ;;
@@ -89,6 +91,9 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   cost_model_other_partition) extra=(--pp 2 --layer-partition 3,5 --dynamic-chunking --cost-model "$data/cost_tiny_pp2.json")
     expect="profiled for another layer_partition" ;;
   cost_model_missing) extra=(--pp 2 --dynamic-chunking --cost-model "$work/none.json"); expect="cannot read cost model" ;;
+  emulate_without_cost_model) extra=(--pp 2 --backend emulate); expect="--backend emulate needs --cost-model" ;;
+  analytic_without_emulate) extra=(--pp 2 --cost-model analytic:h20); expect="add --backend emulate" ;;
+  unknown_hardware) extra=(--pp 2 --backend emulate --cost-model analytic:tpu9000); expect="no hardware description" ;;
   *) echo "unknown case $case"; exit 1 ;;
 esac
 

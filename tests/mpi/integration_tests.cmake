@@ -91,16 +91,20 @@ set(PF_BAD_CASES
   offsets_decreasing offsets_past_end token_outside_vocab empty_prompt
   truncated_safetensors header_length_past_end bad_header_json tensor_range_outside_file
   shape_mismatch unknown_architecture missing_tensor world_size_mismatch more_stages_than_layers
-  bad_partition_sum bad_partition_count tp_not_dividing_heads prompt_exceeds_kv_budget
+  bad_partition_sum bad_partition_count tp_not_dividing_heads prompt_exceeds_kv_budget prompt_exceeds_context
   output_directory_missing unknown_flag unknown_preset zero_chunk_size
   smooth_factor_out_of_range smooth_factor_env_not_a_number cost_model_without_dynamic
-  cost_model_other_partition cost_model_missing)
+  cost_model_other_partition cost_model_missing
+  emulate_without_cost_model analytic_without_emulate unknown_hardware)
 foreach(case ${PF_BAD_CASES})
   add_test(NAME bad_input.${case} COMMAND ${PF_MPI}/bad_input.sh ${PF_BIN} ${case} ${PF_DATA})
   set_tests_properties(bad_input.${case} PROPERTIES LABELS mpi TIMEOUT 120
                        FIXTURES_REQUIRED "model.tiny;prompts")
 endforeach()
 set_tests_properties(bad_input.cost_model_other_partition PROPERTIES FIXTURES_REQUIRED "model.tiny;prompts;cost_model")
+
+add_test(NAME mpi.emulate_8_ranks_on_2_cores COMMAND ${PF_MPI}/emulate_run.sh ${PF_BIN})
+set_tests_properties(mpi.emulate_8_ranks_on_2_cores PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2)
 
 # The simulator against the emulated runtime (sleeps of the same cost model, real MPI and
 # message sizes): TTFT within 5 % at P = 2 and 4, fixed and dynamic chunks. The full table
@@ -109,3 +113,9 @@ add_test(NAME slow.simulator_matches_emulated_runs
          COMMAND ${CMAKE_SOURCE_DIR}/scripts/validate_simulator.sh "2 4" 32768 5)
 set_tests_properties(slow.simulator_matches_emulated_runs PROPERTIES LABELS "slow;mpi" TIMEOUT 600
                      ENVIRONMENT "PIPEFILL_BIN=${CMAKE_BINARY_DIR}/pipefill")
+
+# No hangs: a hung rank trips the watchdog, a killed rank ends the job.
+foreach(case hung_rank killed_rank)
+  add_test(NAME mpi.no_hang.${case} COMMAND ${PF_MPI}/watchdog.sh ${PF_BIN} ${PF_DATA} ${case})
+  set_tests_properties(mpi.no_hang.${case} PROPERTIES LABELS mpi TIMEOUT 120 FIXTURES_REQUIRED model.tiny)
+endforeach()

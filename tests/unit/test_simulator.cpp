@@ -5,6 +5,7 @@
 #include <cmath>
 #include <fstream>
 
+#include "cli/commands.hpp"
 #include "compute/cpu/attention.hpp"
 #include "errors.hpp"
 #include "model/presets.hpp"
@@ -153,4 +154,30 @@ TEST(PipelineSim, AFullRingBlocksTheSender) {
   EXPECT_GT(commits(tight), 5);
   EXPECT_LT(commits(loose), commits(tight));
   EXPECT_NEAR(tight.makespan_s, loose.makespan_s, 1e-9);  // the slow stage sets the end either way
+}
+
+namespace {
+
+int simulate(std::vector<std::string> args) {
+  args.insert(args.begin(), "simulate");
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return cli::simulate_command(static_cast<int>(argv.size()), argv.data());
+}
+
+}  // namespace
+
+TEST(SimulateCommand, RunsAndRejectsBadInput) {
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--pp", "2", "--length", "5000",
+                      "--chunk-size", "1024", "--dynamic-chunking"}),
+            0);
+  const std::string out = testing::internal::GetCapturedStdout();
+  EXPECT_NE(out.find("ttft_s: "), std::string::npos) << out;
+  EXPECT_NE(out.find("PP boundary 0->1"), std::string::npos) << out;
+  EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "nope", "--length", "5"}), UserError);
+  EXPECT_THROW(simulate({"--model-config", "/missing.json", "--hardware", "cpu", "--length", "5"}), UserError);
+  EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--pp", "9", "--length", "5"}),
+               UserError);  // more stages than layers
+  EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu"}), UserError);  // no --length
 }
