@@ -12,6 +12,7 @@ packages=(
   libgtest-dev libgmock-dev libbenchmark-dev  # unit tests and micro-benchmarks
   python3-numpy python3-h5py            # independent numpy reference (tests only)
   python3-matplotlib                    # timeline and scaling plots (scripts/plot_*.py)
+  slurm-wlm munge                       # a real single-node Slurm for tests/slurm
 )
 
 missing=()
