@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <optional>
@@ -34,6 +35,31 @@
 
 using namespace pf;
 
+// Set by SIGTERM (Slurm's time limit, scancel) or SIGUSR1 (what mpirun forwards): rank 0
+// then stops issuing prompts, finishes those in flight, saves, and exits with kExitStopped.
+static volatile int g_stop_requested = 0;
+static void request_stop(int) { g_stop_requested = 1; }
+constexpr int kExitStopped = 75;  // EX_TEMPFAIL: interrupted, resume me
+
+// What a partial output must match to be resumed: model, input, configuration.
+static nlohmann::json run_identity(const cli::RunOptions& o, const pipeline::RankModel& m, const io::PromptSet& prompts) {
+  const auto& c = o.chunking;
+  return {{"model", o.placement.model},
+          {"seed", o.placement.seed},
+          {"model_config", m.config_json},
+          {"backend", o.placement.backend},
+          {"input", o.input},
+          {"input_fingerprint", std::to_string(io::fingerprint(prompts))},
+          {"num_prompts", prompts.num_prompts()},
+          {"pp", o.placement.pp},
+          {"tp", o.placement.tp},
+          {"layer_partition", model::partition_text(m.partition)},
+          {"chunk_size", c.initial_chunk},
+          {"page_size", c.page_size},
+          {"chunk_policy", sched::policy_name(c.policy)},
+          {"smooth_factor", c.smooth_factor}};
+}
+
 static int run_command(int argc, char** argv) {
   cli::RunOptions options;
   if (!cli::parse_run(argc, argv, options)) return 0;  // --help; every rank parsed the same argv
@@ -41,6 +67,8 @@ static int run_command(int argc, char** argv) {
   const auto& chunking = options.chunking;
   const bool emulate = place.backend == "emulate";
   dist::set_watchdog_timeout(options.watchdog_timeout_s);
+  std::signal(SIGTERM, request_stop);
+  std::signal(SIGUSR1, request_stop);
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
   const bool writer = topo.is_writer();
 
@@ -56,8 +84,13 @@ static int run_command(int argc, char** argv) {
   std::optional<sched::CostProfile> saved_costs;
   std::unique_ptr<io::ResultWriter> results;
   const bool cost_file = !chunking.cost_model_path.empty() && chunking.cost_model_path.rfind("analytic:", 0) != 0;
+  int already_complete = 0;  // --resume on a finished output: nothing to do
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!writer) return;
+    if (options.resume && io::output_complete(options.output)) {
+      already_complete = 1;
+      return;
+    }
     prompts = io::read_prompts(options.input, shape.vocab_size);
     io::check_prompt_lengths(prompts, shape.max_position_embeddings, options.allow_long_prompts);
     if (!emulate)
@@ -71,8 +104,15 @@ static int run_command(int argc, char** argv) {
                                      chunking.cost_model_path);
     }
     results = std::make_unique<io::ResultWriter>(options.output, prompts.num_prompts(), shape.vocab_size,
-                                                 /*with_logits=*/!emulate);
+                                                 /*with_logits=*/!emulate, run_identity(options, rank_model, prompts),
+                                                 options.resume);
   });
+  dist::broadcast_int(already_complete, 0, MPI_COMM_WORLD);
+  if (already_complete) {
+    if (writer) std::printf("%s is already complete: nothing to resume\n", options.output.c_str());
+    dist::free_topology(topo);
+    return 0;
+  }
   const std::vector<int64_t> lengths = pipeline::share_prompts(topo, prompts);
 
   // Backend: the CPU (this rank's weights and a KV pool for the longest prompt, with room
@@ -83,15 +123,19 @@ static int run_command(int argc, char** argv) {
   pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, lengths);
 
   // Plan: fixed chunks, or dynamic ones from cost models (profiled now or loaded).
-  const pipeline::PlanDecision decision =
-      pipeline::decide_plan(topo, chunking, lengths, *backend.compute, shape.hidden_size, saved_costs);
+  const pipeline::PlanDecision decision = pipeline::decide_plan(topo, chunking, lengths, *backend.compute,
+                                                               shape.hidden_size, saved_costs,
+                                                               results ? results->completed() : std::vector<char>());
   const sched::BatchPlan& plan = decision.plan;
   if (writer && !options.quiet) {
     std::printf("pipefill %s | %s %s (%.1fM active params) | pp %d x tp %d | layers %s | chunk %d (%s) | page %d | %s\n",
                 PIPEFILL_VERSION, place.model.c_str(), shape.name.c_str(), shape.active_parameters() / 1e6, topo.pp,
                 topo.tp, model::partition_text(rank_model.partition).c_str(), chunking.initial_chunk,
                 decision.policy_used.c_str(), chunking.page_size, backend.description.c_str());
-    std::printf("input %s: %d prompts, %lld tokens, %zu micro-batches\n", options.input.c_str(), plan.num_prompts(),
+    std::printf("input %s: %d prompts%s, %lld tokens to compute, %zu micro-batches\n", options.input.c_str(),
+                plan.num_prompts(),
+                results->resumed() ? (" (" + std::to_string(results->completed_count()) + " done before, resumed)").c_str()
+                                   : "",
                 static_cast<long long>(plan.total_tokens()), plan.micro_batches.size());
     std::fflush(stdout);
   }
@@ -109,9 +153,13 @@ static int run_command(int argc, char** argv) {
                                   *backend.compute,
                                   timeline,
                                   options.ring_depth,
-                                  [&](int prompt, const float* logits) { results->write_logits(prompt, logits); },
-                                  writer ? &progress : nullptr};
-  const pipeline::TrafficCounters traffic = pipeline::run_stage_loop(loop);
+                                  [&](int prompt, const float* logits, double ttft_s) {
+                                    results->write_logits(prompt, logits, ttft_s);
+                                  },
+                                  writer ? &progress : nullptr,
+                                  &g_stop_requested};
+  const pipeline::LoopResult loop_result = pipeline::run_stage_loop(loop);
+  const pipeline::TrafficCounters& traffic = loop_result.traffic;
   {
     dist::WaitLabel label("the end-of-run barrier (another rank is still in its loop)");
     dist::barrier(MPI_COMM_WORLD);
@@ -135,17 +183,22 @@ static int run_command(int argc, char** argv) {
     attributes["backend_used"] = backend.description;
     if (emulate) attributes["logits"] = "not computed: emulate backend (compute replaced by cost-model sleeps)";
     attributes["wall_s"] = wall_s;
-    results->finish(summary.ttft_s, events, attributes);
+    const bool complete = results->finish(events, attributes);
     if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp);
     if (!options.quiet) {
       trace::print_summary(summary, stdout);
       trace::print_traffic(traffic_report, stdout);
+    }
+    if (complete) {
       std::printf("wrote %s%s%s\n", options.output.c_str(), options.trace.empty() ? "" : " and ",
                   options.trace.c_str());
+    } else {
+      std::printf("stopped: %d of %d prompts are in %s.partial; run again with --resume to finish\n",
+                  results->completed_count(), plan.num_prompts(), options.output.c_str());
     }
   }
   dist::free_topology(topo);
-  return 0;
+  return loop_result.stopped ? kExitStopped : 0;
 }
 
 int main(int argc, char** argv) {

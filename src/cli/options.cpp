@@ -185,7 +185,8 @@ nlohmann::json to_json(const RunOptions& o) {
           {"trace", o.trace},
           {"ring_depth", o.ring_depth},
           {"watchdog_timeout_s", o.watchdog_timeout_s},
-          {"allow_long_prompts", o.allow_long_prompts}};
+          {"allow_long_prompts", o.allow_long_prompts},
+          {"resume", o.resume}};
 }
 
 bool parse_run(int argc, char** argv, RunOptions& o) {
@@ -202,7 +203,9 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
       ("progress-interval", "seconds between progress lines from rank 0 (0: none)",
        cxxopts::value<double>()->default_value(text(d.progress_interval_s)))
       ("allow-long-prompts", "accept prompts longer than the model's max_position_embeddings",
-       cxxopts::value<bool>()->default_value("false"));
+       cxxopts::value<bool>()->default_value("false"))
+      ("resume", "continue an interrupted run: reopen OUTPUT.partial (model, input and configuration must match) "
+       "and skip the prompts it holds", cxxopts::value<bool>()->default_value("false"));
   add_placement_options(table);
   add_chunking_options(table);
   auto result = parse(table, argc, argv);
@@ -219,16 +222,17 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   o.watchdog_timeout_s = r["watchdog-timeout"].as<double>();
   o.progress_interval_s = r["progress-interval"].as<double>();
   o.allow_long_prompts = r["allow-long-prompts"].as<bool>();
+  o.resume = r["resume"].as<bool>();
   require_positive(o.ring_depth, "--ring-depth");
   if (o.watchdog_timeout_s < 0) throw UserError("--watchdog-timeout must not be negative");
   const bool emulate = o.placement.backend == "emulate";
   const std::string& costs = o.chunking.cost_model_path;
   if (emulate && costs.empty())
     throw UserError("--backend emulate needs --cost-model cost.json or --cost-model analytic:HARDWARE");
-  if (!emulate && !o.chunking.dynamic() && !costs.empty())
-    throw UserError("--cost-model is used by dynamic chunking: add --dynamic-chunking or --chunk-policy");
   if (!emulate && costs.rfind("analytic:", 0) == 0)
     throw UserError("--cost-model analytic:... drives the emulator: add --backend emulate");
+  if (!emulate && !o.chunking.dynamic() && !costs.empty())
+    throw UserError("--cost-model is used by dynamic chunking: add --dynamic-chunking or --chunk-policy");
   if (o.input == o.output) throw UserError("--output must differ from --input");
   return true;
 }

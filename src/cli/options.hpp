@@ -33,6 +33,7 @@ struct RunOptions {
   double watchdog_timeout_s = 1800;  // a wait this long means a peer died or hung: abort the job
   double progress_interval_s = 10;   // 0: no progress lines
   bool allow_long_prompts = false;   // prompts beyond max_position_embeddings
+  bool resume = false;               // continue OUTPUT.partial, skipping prompts it holds
 };
 nlohmann::json to_json(const RunOptions& options);
 

@@ -100,9 +100,10 @@ int simulate_command(int argc, char** argv) {
     trace::print_traffic(traffic, stdout);
   }
   if (!o.timeline.empty()) {
-    io::ResultWriter writer(o.timeline, plan.num_prompts(), shape.vocab_size, /*with_logits=*/false);
-    for (int p = 0; p < plan.num_prompts(); ++p) writer.write_logits(p, nullptr);
-    writer.finish(summary.ttft_s, result.events,
+    io::ResultWriter writer(o.timeline, plan.num_prompts(), shape.vocab_size, /*with_logits=*/false,
+                            {{"simulated", true}});
+    for (int p = 0; p < plan.num_prompts(); ++p) writer.write_logits(p, nullptr, summary.ttft_s[p]);
+    writer.finish(result.events,
                   {{"version", PIPEFILL_VERSION}, {"simulated", 1}, {"hardware", hw.name}, {"pp", o.pp},
                    {"tp", o.tp}, {"chunk_size", o.chunking.initial_chunk}, {"chunk_policy_used", policy_used},
                    {"model_config", o.model_config}, {"wall_s", result.makespan_s}});

@@ -24,6 +24,12 @@ void broadcast_bytes(std::vector<char>& bytes, int root, MPI_Comm comm) {
   wait_polling(&request);
 }
 
+void broadcast_int(int& value, int root, MPI_Comm comm) {
+  MPI_Request request;
+  MPI_CHECK(MPI_Ibcast(&value, 1, MPI_INT, root, comm, &request));
+  wait_polling(&request);
+}
+
 void barrier(MPI_Comm comm) {
   MPI_Request request;
   MPI_CHECK(MPI_Ibarrier(comm, &request));

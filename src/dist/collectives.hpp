@@ -13,6 +13,7 @@ namespace pf::dist {
 void allreduce_sum(float* data, int count, MPI_Comm comm);
 void broadcast_bytes(std::vector<char>& bytes, int root, MPI_Comm comm);  // resizes on receivers
 void barrier(MPI_Comm comm);
+void broadcast_int(int& value, int root, MPI_Comm comm);
 // Gathers variable-length byte blobs to `root`; returns one blob per rank there, nothing elsewhere.
 std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine, int root, MPI_Comm comm);
 

@@ -76,6 +76,18 @@ bool PostedRecv::test() {
   return done != 0;
 }
 
+std::optional<Buffer> PostedRecv::wait_or(MPI_Request* other) {
+  if (!active()) return std::move(buffer_);
+  if (wait_either(&request_, other) == 0) return std::move(buffer_);
+  return std::nullopt;
+}
+
+void PostedRecv::cancel() {
+  if (!active()) return;
+  MPI_CHECK(MPI_Cancel(&request_));
+  wait_polling(&request_);  // completes the cancellation (or the receive, if it raced in)
+}
+
 Buffer PostedRecv::wait() {
   if (active()) wait_polling(&request_);
   return std::move(buffer_);

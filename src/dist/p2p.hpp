@@ -6,6 +6,7 @@
 
 #include <mpi.h>
 
+#include <optional>
 #include <vector>
 
 namespace pf::dist {
@@ -45,7 +46,11 @@ class PostedRecv {
 
   bool active() const { return request_ != MPI_REQUEST_NULL; }
   bool test();    // true once the data has arrived (the handle still owns the buffer)
-  Buffer wait();  // waits (without spinning) and hands over the filled buffer
+  Buffer wait();
+  // Waits for the data or for `other` to complete, whichever is first: the buffer, or
+  // nullopt when `other` completed first (the receive stays posted).
+  std::optional<Buffer> wait_or(MPI_Request* other);
+  void cancel();  // withdraws a receive whose message will never be sent  // waits (without spinning) and hands over the filled buffer
 
  private:
   Buffer buffer_;

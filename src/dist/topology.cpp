@@ -26,11 +26,12 @@ Topology make_topology(int pp, int tp) {
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.stage, t.tp_rank, &t.tp_comm));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &t.pipeline_comm));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &t.result_comm));
+  MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &t.control_comm));
   return t;
 }
 
 void free_topology(Topology& t) {
-  for (MPI_Comm* comm : {&t.tp_comm, &t.pipeline_comm, &t.result_comm})
+  for (MPI_Comm* comm : {&t.tp_comm, &t.pipeline_comm, &t.result_comm, &t.control_comm})
     if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
 }
 

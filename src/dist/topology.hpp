@@ -19,6 +19,7 @@ struct Topology {
   MPI_Comm tp_comm = MPI_COMM_NULL;        // the ranks of this stage, ordered by tp_rank
   MPI_Comm pipeline_comm = MPI_COMM_NULL;  // hidden states between neighbouring stages
   MPI_Comm result_comm = MPI_COMM_NULL;    // logits from the last stage to the writer
+  MPI_Comm control_comm = MPI_COMM_NULL;   // rank 0's stop notice (graceful stop on SIGTERM)
 
   bool first_stage() const { return stage == 0; }
   bool last_stage() const { return stage == pp - 1; }

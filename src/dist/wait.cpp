@@ -38,16 +38,19 @@ double watchdog_timeout() { return g_timeout_s; }
 WaitLabel::WaitLabel(std::string text) : previous_(std::move(g_label)) { g_label = std::move(text); }
 WaitLabel::~WaitLabel() { g_label = std::move(previous_); }
 
-void wait_polling(MPI_Request* request, MPI_Status* status) {
+namespace {
+
+// Polls `test` until it returns >= 0, spinning briefly, then napping; fires the watchdog.
+template <typename Test>
+int poll_until(Test test) {
   constexpr int kSpinTests = 20;               // short waits (a TP all-reduce) finish while spinning
   constexpr long kFirstNapNs = 50 * 1000;      // then naps from 50 us ...
   constexpr long kLongestNapNs = 1000 * 1000;  // ... doubling up to 1 ms: a rank that waits long
   long nap_ns = kFirstNapNs;                   // (a bubble, a slow stage) costs ~1 % of a core,
   const auto start = std::chrono::steady_clock::now();  // and wakes at most 1 ms late.
   for (int i = 0;; ++i) {
-    int done = 0;
-    MPI_CHECK(MPI_Test(request, &done, status));
-    if (done) return;
+    const int which = test();
+    if (which >= 0) return which;
     if (i < kSpinTests) continue;
     const timespec nap{0, nap_ns};
     nanosleep(&nap, nullptr);
@@ -57,6 +60,26 @@ void wait_polling(MPI_Request* request, MPI_Status* status) {
       if (waited > g_timeout_s) watchdog_fired(waited);
     }
   }
+}
+
+}  // namespace
+
+void wait_polling(MPI_Request* request, MPI_Status* status) {
+  poll_until([&] {
+    int done = 0;
+    MPI_CHECK(MPI_Test(request, &done, status));
+    return done ? 0 : -1;
+  });
+}
+
+int wait_either(MPI_Request* first, MPI_Request* second) {
+  return poll_until([&] {
+    int done = 0;
+    MPI_CHECK(MPI_Test(first, &done, MPI_STATUS_IGNORE));
+    if (done) return 0;
+    MPI_CHECK(MPI_Test(second, &done, MPI_STATUS_IGNORE));
+    return done ? 1 : -1;
+  });
 }
 
 }  // namespace pf::dist

@@ -17,6 +17,8 @@
 namespace pf::dist {
 
 void wait_polling(MPI_Request* request, MPI_Status* status = MPI_STATUS_IGNORE);
+// Waits until `first` or `second` completes: 0 if `first` did (checked first), else 1.
+int wait_either(MPI_Request* first, MPI_Request* second);
 
 void set_watchdog_timeout(double seconds);  // 0 turns the watchdog off
 double watchdog_timeout();

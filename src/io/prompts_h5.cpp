@@ -73,6 +73,17 @@ PromptSet read_prompts(const std::string& path, int vocab_size) {
   return prompts;
 }
 
+uint64_t fingerprint(const PromptSet& prompts) {
+  uint64_t hash = 0xcbf29ce484222325ull;
+  auto mix = [&hash](const void* data, size_t bytes) {
+    const auto* p = static_cast<const unsigned char*>(data);
+    for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
+  };
+  mix(prompts.tokens.data(), prompts.tokens.size() * sizeof(int32_t));
+  mix(prompts.offsets.data(), prompts.offsets.size() * sizeof(int64_t));
+  return hash;
+}
+
 void check_prompt_lengths(const PromptSet& prompts, int max_position_embeddings, bool allow_longer) {
   if (max_position_embeddings <= 0 || allow_longer) return;
   const auto lengths = prompts.lengths();

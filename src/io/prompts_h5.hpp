@@ -23,6 +23,9 @@ PromptSet read_prompts(const std::string& path, int vocab_size);
 
 void write_prompts(const std::string& path, const PromptSet& prompts);
 
+// FNV-1a over the token ids and offsets: identifies an input for --resume.
+uint64_t fingerprint(const PromptSet& prompts);
+
 // UserError for a prompt longer than the model's context (max_position_embeddings > 0)
 // unless `allow_longer` (positions past it are extrapolation: results may be meaningless).
 void check_prompt_lengths(const PromptSet& prompts, int max_position_embeddings, bool allow_longer);

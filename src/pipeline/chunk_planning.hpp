@@ -29,9 +29,11 @@ std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topology, 
                                                 int hidden_size, int initial_chunk, int points, bool all_stages,
                                                 bool fresh, bool prefixed);
 
-// Collective. `saved` is the loaded --cost-model (rank 0 only). The plan is valid on all ranks.
+// Collective. `saved` is the loaded --cost-model and `done` the prompts a resumed output
+// already holds (both rank 0 only). The plan is valid on all ranks.
 PlanDecision decide_plan(const dist::Topology& topology, const sched::ChunkingOptions& options,
                          const std::vector<int64_t>& prompt_lengths, compute::StageCompute& compute,
-                         int hidden_size, const std::optional<sched::CostProfile>& saved);
+                         int hidden_size, const std::optional<sched::CostProfile>& saved,
+                         const std::vector<char>& done = {});
 
 }  // namespace pf::pipeline

@@ -1,6 +1,9 @@
 // Logits routing: TP gather on the last stage, then last stage -> writer.
 #include "pipeline/logits_route.hpp"
 
+#include <algorithm>
+#include <cstring>
+
 #include "dist/collectives.hpp"
 #include "errors.hpp"
 #include "model/weights.hpp"
@@ -8,8 +11,18 @@
 namespace pf::pipeline {
 
 namespace {
-constexpr int kLogitsDepth = 2;  // receives kept posted on the writer
+
+constexpr int kLogitsDepth = 2;   // receives kept posted on the writer
+constexpr int kTrailerFloats = 2;  // the TTFT, a double, rides after the row
+
+void put_ttft(dist::Buffer& row, int vocab, double ttft) { std::memcpy(row.data() + vocab, &ttft, sizeof ttft); }
+double get_ttft(const float* row, int vocab) {
+  double ttft;
+  std::memcpy(&ttft, row + vocab, sizeof ttft);
+  return ttft;
 }
+
+}  // namespace
 
 LogitsSender::LogitsSender(const dist::Topology& topology, int vocab_size, LogitsSink local_sink)
     : topology_(topology), vocab_size_(vocab_size), local_sink_(std::move(local_sink)) {
@@ -20,19 +33,21 @@ LogitsSender::LogitsSender(const dist::Topology& topology, int vocab_size, Logit
   }
 }
 
-void LogitsSender::send(int prompt, const std::vector<float>& shard) {
-  dist::Buffer row(topology_.tp_rank == 0 ? vocab_size_ : 0);
+void LogitsSender::send(int prompt, const std::vector<float>& shard, const std::function<double()>& now) {
+  dist::Buffer row(topology_.tp_rank == 0 ? vocab_size_ + kTrailerFloats : 0);
   MPI_Request request;
   MPI_CHECK(MPI_Igatherv(shard.data(), counts_[topology_.tp_rank], MPI_FLOAT, row.data(), counts_.data(),
                          displacements_.data(), MPI_FLOAT, 0, topology_.tp_comm, &request));
   dist::wait_polling(&request);
   if (topology_.tp_rank != 0) return;
+  const double ttft = now();
   if (topology_.is_writer()) {
-    local_sink_(prompt, row.data());
+    local_sink_(prompt, row.data(), ttft);
     return;
   }
-  pending_.push_back(
-      dist::PendingSend::start(std::move(row), vocab_size_, 0, dist::tag_of(prompt), topology_.result_comm));
+  put_ttft(row, vocab_size_, ttft);
+  pending_.push_back(dist::PendingSend::start(std::move(row), vocab_size_ + kTrailerFloats, 0, dist::tag_of(prompt),
+                                              topology_.result_comm));
   while (!pending_.empty() && pending_.front().test()) {
     pending_.front().commit();
     pending_.pop_front();
@@ -53,27 +68,42 @@ LogitsInbox::LogitsInbox(const dist::Topology& topology, const sched::BatchPlan&
 
 void LogitsInbox::post_next() {
   const int prompt = completion_order_[next_to_post_++];
-  posted_.emplace_back(prompt,
-                       dist::PostedRecv::post(dist::Buffer(vocab_size_), vocab_size_, topology_.last_stage_leader(),
-                                              dist::tag_of(prompt), topology_.result_comm));
+  const int count = vocab_size_ + kTrailerFloats;
+  posted_.emplace_back(prompt, dist::PostedRecv::post(dist::Buffer(count), count, topology_.last_stage_leader(),
+                                                      dist::tag_of(prompt), topology_.result_comm));
 }
 
 void LogitsInbox::poll() {
   while (!posted_.empty() && posted_.front().second.test()) {
-    auto [prompt, recv] = std::move(posted_.front());
-    posted_.pop_front();
-    sink_(prompt, recv.wait().data());
-    if (next_to_post_ < completion_order_.size()) post_next();
+    deliver_front();
   }
 }
 
 void LogitsInbox::drain() {
-  while (!posted_.empty()) {
-    auto [prompt, recv] = std::move(posted_.front());
-    posted_.pop_front();
-    sink_(prompt, recv.wait().data());
-    if (next_to_post_ < completion_order_.size()) post_next();
+  dist::WaitLabel label("the logits of the remaining prompts from rank " + std::to_string(topology_.last_stage_leader()));
+  while (!posted_.empty()) deliver_front();
+}
+
+void LogitsInbox::deliver_front() {
+  auto [prompt, recv] = std::move(posted_.front());
+  posted_.pop_front();
+  const dist::Buffer row = recv.wait();
+  sink_(prompt, row.data(), get_ttft(row.data(), vocab_size_));
+  if (next_to_post_ < completion_order_.size()) post_next();
+}
+
+void LogitsInbox::truncate(const sched::BatchPlan& plan, long long cutoff) {
+  // Prompts complete in the order of their last chunks, so the ones that still will are a
+  // prefix of completion_order_; posted receives cover indices [next - posted, next).
+  size_t keep = 0;
+  for (long long i = 0; i < cutoff && i < static_cast<long long>(plan.micro_batches.size()); ++i)
+    keep += plan.micro_batches[i].is_last ? 1 : 0;
+  while (!posted_.empty() && next_to_post_ > keep) {
+    posted_.back().second.cancel();
+    posted_.pop_back();
+    --next_to_post_;
   }
+  completion_order_.resize(std::min(keep, completion_order_.size()));
 }
 
 }  // namespace pf::pipeline

@@ -14,14 +14,17 @@
 
 namespace pf::pipeline {
 
-using LogitsSink = std::function<void(int prompt, const float* logits)>;
+// One prompt's logits row and its TTFT (seconds since the run's start, when the last stage
+// had the row gathered).
+using LogitsSink = std::function<void(int prompt, const float* logits, double ttft_s)>;
 
 // Last-stage side.
 class LogitsSender {
  public:
   LogitsSender(const dist::Topology& topology, int vocab_size, LogitsSink local_sink);
-  // Collective over the last stage's TP group. `shard` holds this rank's vocabulary slice.
-  void send(int prompt, const std::vector<float>& shard);
+  // Collective over the last stage's TP group. `shard` holds this rank's vocabulary slice;
+  // `now` reads the run clock (the TTFT is taken once the row is gathered).
+  void send(int prompt, const std::vector<float>& shard, const std::function<double()>& now);
   void flush();  // commits every pending send
 
  private:
@@ -38,9 +41,13 @@ class LogitsInbox {
   LogitsInbox(const dist::Topology& topology, const sched::BatchPlan& plan, int vocab_size, LogitsSink sink);
   void poll();   // delivers whatever has arrived, never blocks
   void drain();  // waits (without spinning) for every remaining row
+  // A stopped run: only micro-batches before `cutoff` run; cancel receives of prompts whose
+  // last chunk is at or after it.
+  void truncate(const sched::BatchPlan& plan, long long cutoff);
 
  private:
   void post_next();
+  void deliver_front();
   const dist::Topology& topology_;
   int vocab_size_;
   LogitsSink sink_;

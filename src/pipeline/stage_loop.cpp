@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <deque>
 #include <memory>
@@ -17,6 +18,7 @@
 #include <thread>
 
 #include "dist/collectives.hpp"
+#include "errors.hpp"
 
 namespace pf::pipeline {
 
@@ -54,22 +56,23 @@ void maybe_hang(int rank, int micro_batch) {
 
 }  // namespace
 
-TrafficCounters run_stage_loop(StageLoopContext& ctx) {
+LoopResult run_stage_loop(StageLoopContext& ctx) {
   using trace::EventKind;
   const auto& topo = ctx.topology;
   const auto& mbs = ctx.plan.micro_batches;
   const int hidden = ctx.hidden_size;
   const int payload = ctx.compute.payload_floats_per_token();  // floats per token on the wire
   const int depth = ctx.ring_depth;
-  const long long count = static_cast<long long>(mbs.size());
-  TrafficCounters traffic;
+  long long count = static_cast<long long>(mbs.size());  // shrinks if the run is stopped
+  LoopResult result;
+  TrafficCounters& traffic = result.traffic;
   const std::string stage_name = "stage " + std::to_string(topo.stage);
   // Rank 0 counts what it has done for the progress line.
   int prompts_done = 0;
   int64_t tokens_done = 0;
-  const LogitsSink sink = [&](int prompt, const float* logits) {
+  const LogitsSink sink = [&](int prompt, const float* logits, double ttft_s) {
     ++prompts_done;
-    ctx.sink(prompt, logits);
+    ctx.sink(prompt, logits, ttft_s);
   };
   BufferPool pool(static_cast<size_t>(ctx.plan.max_chunk()) * std::max(hidden, payload));
 
@@ -87,7 +90,45 @@ TrafficCounters run_stage_loop(StageLoopContext& ctx) {
     logits_shard.resize(ctx.compute.vocab_shard_size());
   }
 
+  // Graceful stop. Rank 0 picks a cutoff (the first micro-batch of the next prompt not yet
+  // started: prompts in flight finish) and sends it to every rank on the control
+  // communicator; the others keep a receive for it posted and look at it between
+  // micro-batches and while waiting for data, so none waits for a chunk that never comes.
+  constexpr int kStopTag = 9001;
+  long long notice = -1;
+  MPI_Request control = MPI_REQUEST_NULL;
+  std::vector<MPI_Request> notices_sent;
+  if (!topo.is_writer()) MPI_CHECK(MPI_Irecv(&notice, 1, MPI_LONG_LONG, 0, kStopTag, topo.control_comm, &control));
+  auto apply_cutoff = [&](long long cutoff) {
+    result.stopped = true;
+    count = std::min(count, cutoff);
+    while (!receives.empty() && next_to_post - 1 >= count) {  // receives cover [next_to_post - size, next_to_post)
+      receives.back().cancel();  // posted for a micro-batch that will not run
+      receives.pop_back();
+      --next_to_post;
+    }
+    if (inbox) inbox->truncate(ctx.plan, count);
+  };
+
   for (long long i = 0; i < count; ++i) {
+    if (topo.is_writer() && ctx.stop_requested && *ctx.stop_requested && !result.stopped) {
+      long long cutoff = i;
+      while (cutoff < count && mbs[cutoff].start != 0) ++cutoff;
+      notices_sent.resize(topo.world_size - 1);
+      for (int r = 1; r < topo.world_size; ++r)
+        MPI_CHECK(MPI_Isend(&cutoff, 1, MPI_LONG_LONG, r, kStopTag, topo.control_comm, &notices_sent[r - 1]));
+      apply_cutoff(cutoff);
+      std::fprintf(stderr, "stopping: finishing the %lld micro-batch(es) of prompts already started, then saving\n",
+                   count - i);
+      for (auto& request : notices_sent) dist::wait_polling(&request);  // tiny messages, eager
+      if (i >= count) break;
+    }
+    if (control != MPI_REQUEST_NULL) {
+      int arrived = 0;
+      MPI_CHECK(MPI_Test(&control, &arrived, MPI_STATUS_IGNORE));
+      if (arrived) apply_cutoff(notice);
+      if (i >= count) break;
+    }
     const sched::MicroBatch& mb = mbs[i];
     maybe_hang(topo.world_rank, mb.index);
     // Keep `depth` receives posted ahead, so a sender never waits for us to post.
@@ -106,7 +147,17 @@ TrafficCounters run_stage_loop(StageLoopContext& ctx) {
     } else {
       trace::Timeline::Scope wait(ctx.timeline, EventKind::kRecvWait, mb);
       dist::WaitLabel label(stage_name + " receiving " + describe(mb) + " from rank " + std::to_string(topo.prev_rank));
-      state = receives.front().wait();
+      if (control != MPI_REQUEST_NULL) {
+        auto arrived = receives.front().wait_or(&control);
+        if (!arrived) {  // a stop notice came first
+          apply_cutoff(notice);
+          if (i >= count) break;
+          arrived = receives.front().wait();
+        }
+        state = std::move(*arrived);
+      } else {
+        state = receives.front().wait();
+      }
       receives.pop_front();
     }
 
@@ -127,7 +178,7 @@ TrafficCounters run_stage_loop(StageLoopContext& ctx) {
         trace::Timeline::Scope head(ctx.timeline, EventKind::kLmHead, mb);
         dist::WaitLabel label(stage_name + " gathering and sending the logits of prompt " + std::to_string(mb.prompt));
         ctx.compute.lm_head(state.data() + static_cast<int64_t>(mb.length - 1) * hidden, logits_shard.data());
-        sender->send(mb.prompt, logits_shard);
+        sender->send(mb.prompt, logits_shard, [&] { return ctx.timeline.now(); });
       }
       pool.give(std::move(state));
     } else {
@@ -158,7 +209,11 @@ TrafficCounters run_stage_loop(StageLoopContext& ctx) {
   if (sender) sender->flush();
   if (inbox) inbox->drain();
   if (ctx.progress) ctx.progress->finish();
-  return traffic;
+  if (control != MPI_REQUEST_NULL) {  // no stop came: withdraw the notice's receive
+    MPI_CHECK(MPI_Cancel(&control));
+    dist::wait_polling(&control);
+  }
+  return result;
 }
 
 }  // namespace pf::pipeline

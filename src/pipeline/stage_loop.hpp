@@ -24,6 +24,9 @@ struct StageLoopContext {
   int ring_depth;   // receives posted ahead, and sends in flight, per rank
   LogitsSink sink;  // on world rank 0: stores one prompt's logits row
   ProgressReporter* progress = nullptr;  // world rank 0 only
+  // World rank 0 polls it between micro-batches: set (by a SIGTERM/SIGUSR1 handler), it
+  // stops issuing new prompts; prompts already started finish, every rank is told.
+  const volatile int* stop_requested = nullptr;
 };
 
 // Bytes this rank moved: hidden states sent to the next stage, and payload handed to the
@@ -33,6 +36,11 @@ struct TrafficCounters {
   double allreduce_payload_bytes = 0;
 };
 
-TrafficCounters run_stage_loop(StageLoopContext& context);
+struct LoopResult {
+  TrafficCounters traffic;
+  bool stopped = false;  // a graceful stop cut the plan short
+};
+
+LoopResult run_stage_loop(StageLoopContext& context);
 
 }  // namespace pf::pipeline

@@ -15,8 +15,14 @@ int BatchPlan::max_chunk() const {
 
 int64_t BatchPlan::total_tokens() const {
   int64_t total = 0;
-  for (int64_t length : prompt_lengths) total += length;
+  for (const auto& mb : micro_batches) total += mb.length;
   return total;
+}
+
+int BatchPlan::scheduled_prompts() const {
+  int count = 0;
+  for (const auto& mb : micro_batches) count += mb.is_last ? 1 : 0;
+  return count;
 }
 
 int FixedChunkPolicy::next_chunk(int64_t, int64_t remaining) const {
@@ -34,10 +40,12 @@ std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy) {
   return sizes;
 }
 
-BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolicy& policy) {
+BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolicy& policy,
+                    const std::vector<char>& skip) {
   BatchPlan plan;
   plan.prompt_lengths = prompt_lengths;
   for (int p = 0; p < static_cast<int>(prompt_lengths.size()); ++p) {
+    if (p < static_cast<int>(skip.size()) && skip[p]) continue;
     int64_t start = 0;
     const auto sizes = chunk_sizes(prompt_lengths[p], policy);
     for (size_t c = 0; c < sizes.size(); ++c) {

@@ -20,8 +20,9 @@ struct BatchPlan {
   std::vector<int64_t> prompt_lengths;
   std::vector<MicroBatch> micro_batches;
   int max_chunk() const;
-  int64_t total_tokens() const;
+  int64_t total_tokens() const;  // tokens this plan computes (skipped prompts excluded)
   int num_prompts() const { return static_cast<int>(prompt_lengths.size()); }
+  int scheduled_prompts() const;  // prompts with micro-batches in this plan
 };
 
 // A chunk policy decides the next chunk's size from the prefix already done.
@@ -41,7 +42,9 @@ class FixedChunkPolicy final : public ChunkPolicy {
 };
 
 // Prompts in input order, each cut by the policy; prompts follow each other without a drain.
-BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolicy& policy);
+// Prompts with skip[p] != 0 (already done, on --resume) get no micro-batches.
+BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolicy& policy,
+                    const std::vector<char>& skip = {});
 std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy);
 
 std::vector<char> serialize(const BatchPlan& plan);

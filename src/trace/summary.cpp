@@ -2,6 +2,7 @@
 #include "trace/summary.hpp"
 
 #include <algorithm>
+#include <cmath>
 
 namespace pf::trace {
 
@@ -10,12 +11,13 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
   RunSummary s;
   s.model_flops = model_flops;
   s.num_prompts = plan.num_prompts();
+  s.scheduled_prompts = plan.scheduled_prompts();
   s.num_tokens = plan.total_tokens();
   s.num_micro_batches = static_cast<int>(plan.micro_batches.size());
   s.pp = pp;
   s.wall_s = wall_s;
   s.tokens_per_s = wall_s > 0 ? static_cast<double>(s.num_tokens) / wall_s : 0;
-  s.ttft_s.assign(s.num_prompts, 0.0);
+  s.ttft_s.assign(s.num_prompts, NAN);  // NaN: not run now (done by an earlier, resumed run)
   std::vector<double> busy(pp, 0.0);
   for (const auto& e : events) {
     const auto kind = static_cast<EventKind>(e.kind);
@@ -36,13 +38,17 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
 
 void print_summary(const RunSummary& s, std::FILE* out, size_t max_prompts) {
   std::fprintf(out, "\n== pipefill summary ==\n");
-  std::fprintf(out, "prompts %d, tokens %lld, micro-batches %d\n", s.num_prompts, static_cast<long long>(s.num_tokens),
-               s.num_micro_batches);
+  std::fprintf(out, "prompts %d (%d run now), tokens %lld, micro-batches %d\n", s.num_prompts, s.scheduled_prompts,
+               static_cast<long long>(s.num_tokens), s.num_micro_batches);
   std::fprintf(out, "wall %.3f s, %.1f tokens/s, %.2f GFLOP/s achieved (%.3g model FLOPs)\n", s.wall_s, s.tokens_per_s,
                s.wall_s > 0 ? s.model_flops / s.wall_s / 1e9 : 0.0, s.model_flops);
-  const size_t shown = std::min(s.ttft_s.size(), max_prompts);
-  for (size_t p = 0; p < shown; ++p) std::fprintf(out, "  prompt %zu ttft_s: %.4f\n", p, s.ttft_s[p]);
-  if (shown < s.ttft_s.size()) std::fprintf(out, "  ... %zu more in /ttft_s\n", s.ttft_s.size() - shown);
+  size_t shown = 0, hidden = 0;
+  for (size_t p = 0; p < s.ttft_s.size(); ++p) {
+    if (std::isnan(s.ttft_s[p])) continue;
+    if (shown++ < max_prompts) std::fprintf(out, "  prompt %zu ttft_s: %.4f\n", p, s.ttft_s[p]);
+    else ++hidden;
+  }
+  if (hidden) std::fprintf(out, "  ... %zu more in /ttft_s\n", hidden);
   std::fprintf(out, "stage busy fraction:");
   for (double f : s.stage_busy_fraction) std::fprintf(out, " %.3f", f);
   std::fprintf(out, "\nbubble: measured %.3f, ideal (P-1)/(P-1+M) = %.3f (P=%d, M=%d)\n", s.bubble_measured,

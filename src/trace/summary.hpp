@@ -12,13 +12,14 @@ namespace pf::trace {
 
 struct RunSummary {
   int num_prompts = 0;
+  int scheduled_prompts = 0;  // run now (the rest were done by an earlier run)
   int64_t num_tokens = 0;
   int num_micro_batches = 0;
   int pp = 1;
   double wall_s = 0;
   double tokens_per_s = 0;
   double model_flops = 0;                   // compute/flops.hpp: all layers, all chunks, LM heads
-  std::vector<double> ttft_s;               // per prompt: its logits done on the last stage
+  std::vector<double> ttft_s;               // per prompt: its logits done on the last stage; NaN if not run now
   std::vector<double> stage_busy_fraction;  // compute + LM head time / wall, mean over TP ranks
   double bubble_measured = 0;               // mean over stages of 1 - busy fraction
   double bubble_ideal = 0;                  // (P-1)/(P-1+M)

@@ -119,3 +119,10 @@ foreach(case hung_rank killed_rank)
   add_test(NAME mpi.no_hang.${case} COMMAND ${PF_MPI}/watchdog.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.no_hang.${case} PROPERTIES LABELS mpi TIMEOUT 120 FIXTURES_REQUIRED model.tiny)
 endforeach()
+
+# Kill a run mid-batch (a forwarded signal, and SIGKILL of one rank), resume, compare.
+foreach(case signal kill)
+  add_test(NAME mpi.resume_after_${case} COMMAND ${PF_MPI}/resume.sh ${PF_BIN} ${PF_DATA} ${case})
+  set_tests_properties(mpi.resume_after_${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
+                       RUN_SERIAL TRUE)
+endforeach()

@@ -10,7 +10,7 @@ source "$here/mpi_env.sh"
 bin=$1 data=$2 case=$3
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-"$bin/pipefill" make-prompts --out "$work/in.h5" --num 6 --min-len 2000 --max-len 3000 --vocab 512 --seed 4 >/dev/null
+"$bin/pipefill" make-prompts --out "$work/in.h5" --num 40 --min-len 2000 --max-len 3000 --vocab 512 --seed 4 >/dev/null
 args=(run --model "$data/tiny" --input "$work/in.h5" --output "$work/out.h5" --pp 2 --chunk-size 64 --page-size 16)
 start=$(date +%s)
 set +e
@@ -23,7 +23,8 @@ else
   launcher=$!
   sleep 1.5
   victim=$(pgrep -f "pipefill run --model $data/tiny --input $work/in.h5" | sort -n | tail -1)
-  [ -n "$victim" ] && kill -9 "$victim"
+  [ -n "$victim" ] || { echo "FAILED: the run ended before a rank could be killed"; exit 1; }
+  kill -9 "$victim"
   wait $launcher
   status=$?
 fi
