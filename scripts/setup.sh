@@ -13,6 +13,7 @@ packages=(
   python3-numpy python3-h5py            # independent numpy reference (tests only)
   python3-matplotlib                    # timeline and scaling plots (scripts/plot_*.py)
   slurm-wlm munge                       # a real single-node Slurm for tests/slurm
+  clang libclang-rt-14-dev              # libFuzzer + sanitizers for tests/fuzz
 )
 
 missing=()

@@ -91,7 +91,7 @@ static int run_command(int argc, char** argv) {
       already_complete = 1;
       return;
     }
-    prompts = io::read_prompts(options.input, shape.vocab_size);
+    prompts = io::read_prompts_isolated(options.input, shape.vocab_size);
     io::check_prompt_lengths(prompts, shape.max_position_embeddings, options.allow_long_prompts);
     if (!emulate)
       for (int stage = 0; stage < topo.pp; ++stage)

@@ -2,7 +2,13 @@
 #include "io/prompts_h5.hpp"
 
 #include <hdf5.h>
+#include <sys/wait.h>
 #include <unistd.h>
+
+#include <cerrno>
+#include <stdexcept>
+
+#include <new>
 
 #include "errors.hpp"
 #include "io/h5_handle.hpp"
@@ -23,12 +29,109 @@ void read_int_dataset(hid_t file, const std::string& path, const char* name, hid
   if (H5Sget_simple_extent_ndims(space.id) != 1) throw UserError(where + " must be 1-D");
   hsize_t count = 0;
   H5Sget_simple_extent_dims(space.id, &count, nullptr);
-  out.resize(static_cast<size_t>(count));
+  // A file can declare a dataspace far larger than the data it stores (unwritten chunks
+  // read as fill values); refuse sizes no input can have before allocating for them.
+  constexpr hsize_t kMaxElements = hsize_t{1} << 36;
+  if (count > kMaxElements) throw UserError(where + " declares " + std::to_string(count) + " elements: not a real input");
+  H5Handle creation{H5Dget_create_plist(dataset.id), H5Pclose};
+  const hsize_t stored = H5Dget_storage_size(dataset.id);
+  const size_t element = H5Tget_size(type.id);
+  if (creation.id >= 0 && H5Pget_nfilters(creation.id) == 0 && element > 0 && stored / element < count)
+    throw UserError(where + " declares " + std::to_string(count) + " elements but stores only " +
+                    std::to_string(stored) + " bytes (truncated or corrupt file)");
+  try {
+    out.resize(static_cast<size_t>(count));
+  } catch (const std::bad_alloc&) {
+    throw UserError(where + ": not enough memory for " + std::to_string(count) + " elements");
+  }
   if (count > 0 && H5Dread(dataset.id, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
     throw UserError(where + " cannot be read as " + std::to_string(8 * sizeof(T)) + "-bit integers");
 }
 
 }  // namespace
+
+namespace {
+
+bool write_all(int fd, const void* data, size_t bytes) {
+  const char* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::write(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+bool read_all(int fd, void* data, size_t bytes) {
+  char* p = static_cast<char*>(data);
+  while (bytes > 0) {
+    const ssize_t n = ::read(fd, p, bytes);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    p += n;
+    bytes -= static_cast<size_t>(n);
+  }
+  return true;
+}
+
+}  // namespace
+
+PromptSet read_prompts_isolated(const std::string& path, int vocab_size) {
+  int fds[2];
+  if (pipe(fds) != 0) throw std::runtime_error("pipe() failed");
+  const pid_t child = fork();
+  if (child < 0) throw std::runtime_error("fork() failed");
+  if (child == 0) {  // child: read, then send [status][sizes][data] or [status][message]
+    ::close(fds[0]);
+    int64_t status = 0;
+    try {
+      const PromptSet p = read_prompts(path, vocab_size);
+      const int64_t sizes[2] = {static_cast<int64_t>(p.tokens.size()), static_cast<int64_t>(p.offsets.size())};
+      write_all(fds[1], &status, sizeof status) && write_all(fds[1], sizes, sizeof sizes) &&
+          write_all(fds[1], p.tokens.data(), p.tokens.size() * sizeof(int32_t)) &&
+          write_all(fds[1], p.offsets.data(), p.offsets.size() * sizeof(int64_t));
+    } catch (const std::exception& e) {
+      status = 1;
+      const std::string text = e.what();
+      const int64_t length = static_cast<int64_t>(text.size());
+      write_all(fds[1], &status, sizeof status) && write_all(fds[1], &length, sizeof length) &&
+          write_all(fds[1], text.data(), text.size());
+    }
+    _exit(0);
+  }
+  ::close(fds[1]);
+  PromptSet prompts;
+  int64_t status = -1;
+  std::string message;
+  bool ok = read_all(fds[0], &status, sizeof status);
+  if (ok && status == 0) {
+    int64_t sizes[2];
+    ok = read_all(fds[0], sizes, sizeof sizes);
+    if (ok) {
+      prompts.tokens.resize(static_cast<size_t>(sizes[0]));
+      prompts.offsets.resize(static_cast<size_t>(sizes[1]));
+      ok = read_all(fds[0], prompts.tokens.data(), prompts.tokens.size() * sizeof(int32_t)) &&
+           read_all(fds[0], prompts.offsets.data(), prompts.offsets.size() * sizeof(int64_t));
+    }
+  } else if (ok && status == 1) {
+    int64_t length = 0;
+    ok = read_all(fds[0], &length, sizeof length);
+    message.resize(static_cast<size_t>(ok ? length : 0));
+    ok = ok && read_all(fds[0], message.data(), message.size());
+  }
+  ::close(fds[0]);
+  int wait_status = 0;
+  while (waitpid(child, &wait_status, 0) < 0 && errno == EINTR) {
+  }
+  if (WIFSIGNALED(wait_status) || !ok)
+    throw UserError(path + ": the HDF5 library crashed reading this file (signal " +
+                    std::to_string(WIFSIGNALED(wait_status) ? WTERMSIG(wait_status) : 0) +
+                    "): it is corrupt or not an input file");
+  if (status == 1) throw UserError(message);
+  return prompts;
+}
 
 void quiet_hdf5_errors() {
   H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);

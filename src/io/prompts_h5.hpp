@@ -21,6 +21,11 @@ struct PromptSet {
 // Throws UserError naming the problem.
 PromptSet read_prompts(const std::string& path, int vocab_size);
 
+// read_prompts in a forked child process. libhdf5 (1.10) can crash on a corrupt file (a
+// fuzzer found a NULL memcpy in H5F__accum_read behind H5Lexists); here such a crash
+// becomes a UserError instead of taking the job down. The child never touches MPI.
+PromptSet read_prompts_isolated(const std::string& path, int vocab_size);
+
 void write_prompts(const std::string& path, const PromptSet& prompts);
 
 // FNV-1a over the token ids and offsets: identifies an input for --resume.

@@ -174,7 +174,10 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       if (begin > end || end > data_size)
         throw UserError(where + ": byte range [" + std::to_string(begin) + ", " + std::to_string(end) +
                         ") lies outside the data section (" + std::to_string(data_size) + " bytes)");
-      const uint64_t expected = static_cast<uint64_t>(info.numel()) * dtype_size(info.dtype);
+      uint64_t expected = static_cast<uint64_t>(dtype_size(info.dtype));
+      for (int64_t dim : info.shape)
+        if (__builtin_mul_overflow(expected, static_cast<uint64_t>(dim), &expected))
+          throw UserError(where + ": shape is too large (its byte size overflows)");
       if (end - begin != expected)
         throw UserError(where + ": byte range holds " + std::to_string(end - begin) + " bytes but the shape needs " +
                         std::to_string(expected));

@@ -94,6 +94,8 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   emulate_without_cost_model) extra=(--pp 2 --backend emulate); expect="--backend emulate needs --cost-model" ;;
   analytic_without_emulate) extra=(--pp 2 --cost-model analytic:h20); expect="add --backend emulate" ;;
   unknown_hardware) extra=(--pp 2 --backend emulate --cost-model analytic:tpu9000); expect="no hardware description" ;;
+  hdf5_library_crash) input=$here/libhdf5_crash_input.h5  # found by tests/fuzz: crashes libhdf5 1.10 in H5Lexists
+    expect="the HDF5 library crashed reading this file" ;;
   *) echo "unknown case $case"; exit 1 ;;
 esac
 

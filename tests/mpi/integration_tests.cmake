@@ -95,7 +95,7 @@ set(PF_BAD_CASES
   output_directory_missing unknown_flag unknown_preset zero_chunk_size
   smooth_factor_out_of_range smooth_factor_env_not_a_number cost_model_without_dynamic
   cost_model_other_partition cost_model_missing
-  emulate_without_cost_model analytic_without_emulate unknown_hardware)
+  emulate_without_cost_model analytic_without_emulate unknown_hardware hdf5_library_crash)
 foreach(case ${PF_BAD_CASES})
   add_test(NAME bad_input.${case} COMMAND ${PF_MPI}/bad_input.sh ${PF_BIN} ${case} ${PF_DATA})
   set_tests_properties(bad_input.${case} PROPERTIES LABELS mpi TIMEOUT 120
