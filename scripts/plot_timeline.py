@@ -9,6 +9,7 @@ send commit in red, TP all-reduces as thin green ticks inside compute. Dashed li
 start of each prompt's first chunk on stage 0.
 """
 import argparse
+import os
 
 import h5py
 import matplotlib
@@ -57,7 +58,7 @@ def main():
         ax.set_xlim(0, args.until)
     policy = attrs.get("chunk_policy_used", b"")
     policy = policy.decode() if isinstance(policy, bytes) else str(policy)
-    ax.set_title(f"{args.file}: pp {attrs.get('pp')} x tp {attrs.get('tp')}, chunk {attrs.get('chunk_size')} ({policy})")
+    ax.set_title(f"{os.path.basename(args.file)}: pp {attrs.get('pp')} x tp {attrs.get('tp')}, chunk {attrs.get('chunk_size')} ({policy})")
     ax.legend(handles=[Patch(color=PROMPT_BLUES[0], label="compute (prompts alternate shades)"),
                        Patch(color=COLORS["lm_head"], label="LM head"),
                        Patch(color=COLORS["recv_wait"], label="waiting for a receive"),
