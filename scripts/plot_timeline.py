@@ -42,7 +42,8 @@ def main():
         y = row_of[(int(e["stage"]), int(e["tp_rank"]))]
         start, width = e["t_start_s"], e["t_end_s"] - e["t_start_s"]
         if kind == "compute":
-            ax.broken_barh([(start, width)], (y - 0.4, 0.8), color=PROMPT_BLUES[int(e["prompt"]) % 2])
+            ax.broken_barh([(start, width)], (y - 0.4, 0.8), facecolor=PROMPT_BLUES[int(e["prompt"]) % 2],
+                           edgecolor="white", linewidth=0.4)  # chunk boundaries stay visible
         elif kind == "allreduce":
             ax.broken_barh([(start, width)], (y + 0.25, 0.15), color=COLORS[kind])
         else:
