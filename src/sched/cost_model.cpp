@@ -80,63 +80,64 @@ std::optional<std::vector<double>> least_squares(const std::vector<double>& a_in
 }
 
 namespace {
+
 constexpr int kMinPoints = 8;
+
+// Least squares of the samples' seconds on the design row `row(sample)` of `cols` columns.
+// Sets `problem` and returns nullopt with fewer than kMinPoints samples or a singular design.
+template <typename Row>
+std::optional<std::vector<double>> fit_columns(const std::vector<ChunkSample>& samples, int cols, Row row,
+                                               std::string& problem) {
+  if (static_cast<int>(samples.size()) < kMinPoints) {
+    problem = "only " + std::to_string(samples.size()) + " profile points (need 8)";
+    return std::nullopt;
+  }
+  std::vector<double> design, seconds;
+  for (const auto& s : samples) {
+    const std::vector<double> r = row(s);
+    design.insert(design.end(), r.begin(), r.end());
+    seconds.push_back(s.seconds);
+  }
+  auto w = least_squares(design, static_cast<int>(samples.size()), cols, seconds);
+  if (!w) problem = "the profile points do not determine the model (all of the same size?)";
+  return w;
 }
+
+// a must be positive: attention makes every chunk dearer as the prefix grows.
+bool check_quadratic(FitResult& result, double raw_a) {
+  if (raw_a > 0) return result.ok = true;
+  result.problem = "fitted quadratic coefficient a = " + std::to_string(raw_a) + " is not positive";
+  return false;
+}
+
+}  // namespace
 
 FitResult fit_fresh_quadratic(const std::vector<ChunkSample>& samples) {
   FitResult result;
   result.model.form = CostForm::kFreshQuadratic;
-  if (static_cast<int>(samples.size()) < kMinPoints) {
-    result.problem = "only " + std::to_string(samples.size()) + " profile points (need 8)";
-    return result;
-  }
-  std::vector<double> a, y;
-  for (const auto& s : samples) {
+  const auto w = fit_columns(samples, 3, [](const ChunkSample& s) {
     const double n = s.prefix + s.tokens;  // a fresh prompt: prefix is 0
-    a.insert(a.end(), {n * n, n, 1.0});
-    y.push_back(s.seconds);
-  }
-  const auto w = least_squares(a, static_cast<int>(samples.size()), 3, y);
-  if (!w) {
-    result.problem = "the profile points do not determine a quadratic (all the same length?)";
-    return result;
-  }
+    return std::vector<double>{n * n, n, 1.0};
+  }, result.problem);
+  if (!w) return result;
   result.model.a = (*w)[0];
   result.model.b = std::max(0.0, (*w)[1]);
-  if (!(result.model.a > 0)) {
-    result.problem = "fitted quadratic coefficient a = " + std::to_string((*w)[0]) + " is not positive";
-    return result;
-  }
-  result.ok = true;
+  check_quadratic(result, (*w)[0]);
   return result;
 }
 
 FitResult fit_prefix_aware(const std::vector<ChunkSample>& samples) {
   FitResult result;
   result.model.form = CostForm::kPrefixAware;
-  if (static_cast<int>(samples.size()) < kMinPoints) {
-    result.problem = "only " + std::to_string(samples.size()) + " profile points (need 8)";
-    return result;
-  }
-  std::vector<double> a, y;
-  for (const auto& s : samples) {
-    a.insert(a.end(), {2.0 * s.prefix * s.tokens + s.tokens * s.tokens, s.tokens, s.prefix, 1.0});
-    y.push_back(s.seconds);
-  }
-  const auto w = least_squares(a, static_cast<int>(samples.size()), 4, y);
-  if (!w) {
-    result.problem = "the profile points do not determine the model (need several prefixes and sizes)";
-    return result;
-  }
+  const auto w = fit_columns(samples, 4, [](const ChunkSample& s) {
+    return std::vector<double>{2.0 * s.prefix * s.tokens + s.tokens * s.tokens, s.tokens, s.prefix, 1.0};
+  }, result.problem);
+  if (!w) return result;
   result.model.a = (*w)[0];
   result.model.b = std::max(0.0, (*w)[1]);
   result.model.gamma = std::max(0.0, (*w)[2]);
   result.model.c = std::max(0.0, (*w)[3]);
-  if (!(result.model.a > 0)) {
-    result.problem = "fitted quadratic coefficient a = " + std::to_string((*w)[0]) + " is not positive";
-    return result;
-  }
-  result.ok = true;
+  check_quadratic(result, (*w)[0]);
   return result;
 }
 
