@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "dist/clock_sync.hpp"
@@ -20,6 +21,17 @@ std::string duration_text(double seconds) {
   return text;
 }
 
+// A live bar only on a real terminal. Under mpirun the rank's stdout is a pseudo-terminal
+// even when mpirun's own output goes to a file, so launched ranks print lines unless
+// PIPEFILL_PROGRESS=bar asks for the bar; PIPEFILL_PROGRESS=lines forces lines anywhere.
+bool use_live_bar(std::FILE* out) {
+  const char* choice = std::getenv("PIPEFILL_PROGRESS");
+  if (choice && std::string(choice) == "bar") return true;
+  if (choice && std::string(choice) == "lines") return false;
+  const bool launched = std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("SLURM_JOB_ID");
+  return !launched && isatty(fileno(out)) != 0;
+}
+
 }  // namespace
 
 ProgressReporter::ProgressReporter(double interval_s, int64_t total_tokens, int total_prompts, std::FILE* out)
@@ -27,7 +39,7 @@ ProgressReporter::ProgressReporter(double interval_s, int64_t total_tokens, int 
       total_tokens_(total_tokens),
       total_prompts_(total_prompts),
       out_(out),
-      live_(isatty(fileno(out)) != 0),
+      live_(use_live_bar(out)),
       start_s_(dist::steady_seconds()),
       last_print_s_(start_s_) {}
 

@@ -1,6 +1,7 @@
 // Progress of a long run, printed by world rank 0 at a steady interval: prompts done,
-// tokens through stage 0, throughput and an ETA. A live bar redrawn in place on a terminal;
-// plain lines otherwise (Slurm logs, files).
+// tokens through stage 0, throughput and an ETA. Plain lines (Slurm logs, files, anything
+// launched by mpirun or srun); a live bar redrawn in place on a terminal when run without a
+// launcher, or when PIPEFILL_PROGRESS=bar.
 #pragma once
 
 #include <cstdint>

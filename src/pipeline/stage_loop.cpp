@@ -73,6 +73,7 @@ LoopResult run_stage_loop(StageLoopContext& ctx) {
   const LogitsSink sink = [&](int prompt, const float* logits, double ttft_s) {
     ++prompts_done;
     ctx.sink(prompt, logits, ttft_s);
+    if (ctx.progress) ctx.progress->update(tokens_done, prompts_done);  // also while draining
   };
   BufferPool pool(static_cast<size_t>(ctx.plan.max_chunk()) * std::max(hidden, payload));
 

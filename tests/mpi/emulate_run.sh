@@ -13,7 +13,7 @@ trap 'rm -rf "$work"' EXIT
 start=$(date +%s.%N)
 /usr/bin/time -f "%U %S" -o "$work/cpu" timeout 300 mpirun -n 8 "$bin/pipefill" run --backend emulate \
   --cost-model analytic:h20 --model synthetic:llama3-8b --pp 4 --tp 2 --chunk-size 4096 --dynamic-chunking \
-  --input "$work/in.h5" --output "$work/out.h5" | tee "$work/log"
+  --input "$work/in.h5" --output "$work/out.h5" --progress-interval 0.1 | tee "$work/log"
 wall=$(/usr/bin/python3 -c "import time; print(time.time() - $start)")
 "$PYTHON" - "$work/out.h5" "$work/cpu" "$wall" <<'PY'
 import sys, h5py
@@ -33,3 +33,6 @@ print(f"emulate ok: TTFT {ttft.round(3)}, wall {wall:.1f} s, CPU user {user:.1f}
 assert user < 0.25 * wall, f"ranks are spinning: {user:.1f} s of user CPU in {wall:.1f} s"
 PY
 grep -q "ttft_s:" "$work/log"
+# Not a terminal: progress comes as plain lines.
+grep -qE '^progress: +[0-9.]+% of tokens through stage 0, prompts [0-9]+/3 done' "$work/log" ||
+  { echo "FAILED: no progress lines"; exit 1; }

@@ -121,8 +121,12 @@ foreach(case hung_rank killed_rank)
 endforeach()
 
 # Kill a run mid-batch (a forwarded signal, and SIGKILL of one rank), resume, compare.
-foreach(case signal kill)
+foreach(case signal sigterm kill)
   add_test(NAME mpi.resume_after_${case} COMMAND ${PF_MPI}/resume.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_after_${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        RUN_SERIAL TRUE)
 endforeach()
+
+# Weights holding NaN load with a warning naming the tensor (the run itself completes).
+add_test(NAME mpi.nan_weights_warn COMMAND ${PF_MPI}/nan_weights.sh ${PF_BIN} ${PF_DATA})
+set_tests_properties(mpi.nan_weights_warn PROPERTIES LABELS mpi TIMEOUT 120 FIXTURES_REQUIRED "model.tiny;prompts")

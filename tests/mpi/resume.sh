@@ -2,7 +2,8 @@
 # Interrupted runs lose nothing and duplicate nothing. A batch is run uninterrupted for
 # reference; then the same batch is interrupted mid-way (CASE signal: SIGUSR1 to mpirun,
 # which forwards it, as Slurm's --signal=B:TERM reaches the job script; CASE kill: SIGKILL of
-# one rank), resumed with --resume, and every prompt's logits must equal the reference's.
+# one rank; CASE sigterm: SIGTERM to every rank, as srun delivers scancel), resumed with
+# --resume, and every prompt's logits must equal the reference's.
 # usage: resume.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
@@ -20,6 +21,8 @@ launcher=$!
 sleep 1.5
 if [ "$case" = signal ]; then
   pkill -USR1 -P "$launcher" -x mpirun  # mpirun (the child of timeout) forwards SIGUSR1 to every rank
+elif [ "$case" = sigterm ]; then
+  pkill -TERM -f "^$bin/pipefill run --model $data/tiny --input $work/in.h5"  # the ranks, not mpirun
 else
   victim=$(pgrep -f "pipefill run --model $data/tiny --input $work/in.h5" | sort -n | tail -1)
   kill -9 "$victim"
@@ -29,7 +32,7 @@ status=$?
 set -e
 echo "interrupted run: status $status"; cat "$work/first.log" | grep -v '^$' | head -8
 [ "$status" -ne 0 ] || { echo "FAILED: the interrupted run finished anyway (interrupt came too late?)"; exit 1; }
-[ "$case" != signal ] || [ "$status" -eq 75 ] || { echo "FAILED: a stopped run must exit 75"; exit 1; }
+[ "$case" = kill ] || [ "$status" -eq 75 ] || { echo "FAILED: a stopped run must exit 75"; exit 1; }
 [ ! -e "$work/out.h5" ] || { echo "FAILED: an interrupted run left a file under the final name"; exit 1; }
 [ -e "$work/out.h5.partial" ] || { echo "FAILED: no partial file to resume"; exit 1; }
 done_before=$("$PYTHON" -c "import h5py; print(int(h5py.File('$work/out.h5.partial')['completed'][:].sum()))")
