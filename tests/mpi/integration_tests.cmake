@@ -111,7 +111,7 @@ set_tests_properties(mpi.emulate_8_ranks_on_2_cores PROPERTIES LABELS mpi TIMEOU
 # (P up to 16) is scripts/validate_simulator.sh, in docs/performance.md.
 add_test(NAME slow.simulator_matches_emulated_runs
          COMMAND ${CMAKE_SOURCE_DIR}/scripts/validate_simulator.sh "2 4" 32768 5)
-set_tests_properties(slow.simulator_matches_emulated_runs PROPERTIES LABELS "slow;mpi" TIMEOUT 600
+set_tests_properties(slow.simulator_matches_emulated_runs PROPERTIES LABELS "slow;mpi" TIMEOUT 600 RUN_SERIAL TRUE
                      ENVIRONMENT "PIPEFILL_BIN=${CMAKE_BINARY_DIR}/pipefill")
 
 # No hangs: a hung rank trips the watchdog, a killed rank ends the job.
