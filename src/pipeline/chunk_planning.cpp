@@ -54,9 +54,7 @@ PlanDecision decide_plan(const dist::Topology& topo, const sched::ChunkingOption
   std::vector<sched::StageCostFit> fits;
   // Profile unless a saved profile was loaded (rank 0 decides; every rank must agree).
   int must_profile = o.dynamic() && !(topo.is_writer() && saved) ? 1 : 0;
-  MPI_Request request;
-  MPI_CHECK(MPI_Ibcast(&must_profile, 1, MPI_INT, 0, MPI_COMM_WORLD, &request));
-  dist::wait_polling(&request);
+  dist::broadcast_int(must_profile, 0, MPI_COMM_WORLD);
   if (must_profile) {
     const bool fresh = o.cost_form == sched::CostForm::kFreshQuadratic;
     fits = profile_stages(topo, compute, hidden_size, o.initial_chunk, o.profile_points, o.all_stages, fresh, !fresh);
