@@ -36,8 +36,15 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
     const int activation_bytes = request.cost_model.rfind("analytic:", 0) == 0
                                      ? sim::load_hardware(request.cost_model.substr(9)).activation_bytes
                                      : 2;
-    backend.compute = std::make_unique<compute::EmulatedStageCompute>(
+    auto emulated = std::make_unique<compute::EmulatedStageCompute>(
         costs[topo.stage], m.shape.hidden_size, activation_bytes, m.shard.vocab_count, request.profile_room_tokens);
+    // MPI_Iprobe runs Open MPI's progress engine: posted receives pull their data meanwhile.
+    const MPI_Comm comm = topo.pipeline_comm;
+    emulated->set_background_progress([comm] {
+      int flag = 0;
+      MPI_Iprobe(MPI_ANY_SOURCE, MPI_ANY_TAG, comm, &flag, MPI_STATUS_IGNORE);
+    });
+    backend.compute = std::move(emulated);
     backend.description = "emulate, " + backend.description;
     return backend;
   }

@@ -27,13 +27,27 @@ EmulatedStageCompute::EmulatedStageCompute(const sim::StageCost& cost, int hidde
       vocab_shard_(vocab_shard),
       capacity_tokens_(capacity_tokens) {}
 
+void EmulatedStageCompute::sleep_with_progress(double seconds) const {
+  if (!progress_) return sleep_for_seconds(seconds);
+  timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const double deadline = now.tv_sec + now.tv_nsec * 1e-9 + seconds;
+  for (;;) {
+    progress_();
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    const double left = deadline - (now.tv_sec + now.tv_nsec * 1e-9);
+    if (left <= 0) return;
+    sleep_for_seconds(std::min(left, 1e-3));
+  }
+}
+
 void EmulatedStageCompute::forward(const ChunkContext& chunk, float*, const AllReduce&) {
   // The TP all-reduces are inside the modelled time (sim/stage_costs.cpp), not performed.
-  sleep_for_seconds(cost_.chunk_seconds(static_cast<double>(chunk.pos0), chunk.tokens));
+  sleep_with_progress(cost_.chunk_seconds(static_cast<double>(chunk.pos0), chunk.tokens));
 }
 
 void EmulatedStageCompute::lm_head(const float*, float* logits_shard) {
-  sleep_for_seconds(cost_.lm_head_s);
+  sleep_with_progress(cost_.lm_head_s);
   std::fill(logits_shard, logits_shard + vocab_shard_, 0.0f);
 }
 

@@ -5,6 +5,8 @@
 // run honestly on a 2-core machine. The logits it produces are zeros.
 #pragma once
 
+#include <functional>
+
 #include "compute/stage_compute.hpp"
 #include "sim/stage_costs.hpp"
 
@@ -15,6 +17,10 @@ class EmulatedStageCompute final : public StageCompute {
   // `capacity_tokens`: what a profile may use (no memory is held; it only bounds the grid).
   EmulatedStageCompute(const sim::StageCost& cost, int hidden_size, int activation_bytes, int vocab_shard,
                        int64_t capacity_tokens);
+  // Called every millisecond while "computing": a GPU's copy engines move data during
+  // compute, but MPI moves it only inside MPI calls, so the emulator drives MPI's progress
+  // engine in its sleeps (otherwise every transfer would wait for the compute to end).
+  void set_background_progress(std::function<void()> progress) { progress_ = std::move(progress); }
 
   void embed(const int32_t*, int, float*) override {}
   void forward(const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce) override;
@@ -33,6 +39,8 @@ class EmulatedStageCompute final : public StageCompute {
   int payload_floats_;
   int vocab_shard_;
   int64_t capacity_tokens_;
+  std::function<void()> progress_;
+  void sleep_with_progress(double seconds) const;
 };
 
 // Sleeps until `seconds` from now (absolute deadline: immune to early wake-ups).
