@@ -33,7 +33,6 @@ class CpuStageCompute final : public StageCompute {
   }
   int payload_floats_per_token() const override { return config_.hidden_size; }
 
-  const model::ShardSpec& shard() const { return shard_; }
 
  private:
   void layer_forward(int layer, const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce);

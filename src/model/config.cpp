@@ -98,7 +98,7 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   return c;
 }
 
-ModelConfig load_config_file(const std::string& path) {
+nlohmann::json read_config_json(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw UserError("cannot read model config " + path);
   nlohmann::json json;
@@ -107,8 +107,10 @@ ModelConfig load_config_file(const std::string& path) {
   } catch (const nlohmann::json::exception& e) {
     throw UserError(path + ": malformed JSON (" + std::string(e.what()) + ")");
   }
-  return parse_config(json, path);
+  return json;
 }
+
+ModelConfig load_config_file(const std::string& path) { return parse_config(read_config_json(path), path); }
 
 nlohmann::json to_json(const ModelConfig& c) {
   nlohmann::json json = {

@@ -47,6 +47,8 @@ struct ModelConfig {
 // Parses and validates; throws UserError naming the field that is missing or wrong.
 ModelConfig parse_config(const nlohmann::json& json, const std::string& origin);
 ModelConfig load_config_file(const std::string& path);
+// The JSON of a config.json, without interpreting it (UserError if unreadable or malformed).
+nlohmann::json read_config_json(const std::string& path);
 nlohmann::json to_json(const ModelConfig& config);
 
 }  // namespace pf::model

@@ -5,7 +5,6 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
-#include <fstream>
 
 #include "dist/checked_step.hpp"
 #include "dist/collectives.hpp"
@@ -29,10 +28,7 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
       const std::string path = std::filesystem::is_regular_file(model_flag)
                                    ? model_flag
                                    : (std::filesystem::path(model_flag) / "config.json").string();
-      std::ifstream in(path);
-      if (!in) throw UserError("cannot read model config " + path);
-      m.config_json = nlohmann::json::parse(in, nullptr, false);
-      if (m.config_json.is_discarded()) throw UserError(path + ": malformed JSON");
+      m.config_json = model::read_config_json(path);
     }
     m.shape = sim::shape_from_json(m.config_json, model_flag);
     const int layers = m.shape.num_layers;

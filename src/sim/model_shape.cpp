@@ -1,7 +1,6 @@
 // FLOP counts of dense, MoE and MLA layers.
 #include "sim/model_shape.hpp"
 
-#include <fstream>
 
 #include "errors.hpp"
 
@@ -98,11 +97,7 @@ ModelShape shape_from_json(const nlohmann::json& j, const std::string& origin) {
 }
 
 ModelShape load_model_shape(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw UserError("cannot read model config " + path);
-  const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
-  if (j.is_discarded()) throw UserError(path + ": malformed JSON");
-  return shape_from_json(j, path);
+  return shape_from_json(model::read_config_json(path), path);
 }
 
 ModelShape shape_from_config(const model::ModelConfig& c) { return shape_from_json(model::to_json(c), c.architecture_name); }
