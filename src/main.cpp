@@ -93,7 +93,7 @@ static int run_command(int argc, char** argv) {
     }
     prompts = io::read_prompts_isolated(options.input, shape.vocab_size);
     io::check_prompt_lengths(prompts, shape.max_position_embeddings, options.allow_long_prompts);
-    if (!emulate)
+    if (!emulate && place.backend != "cuda")  // cuda sizes its pool from device memory, on each rank
       for (int stage = 0; stage < topo.pp; ++stage)
         kv::pool_pages_for(rank_model.kv_shape(stage, chunking.page_size), prompts.lengths(), place.kv_memory_mb,
                            stage);
@@ -118,6 +118,9 @@ static int run_command(int argc, char** argv) {
   // Backend: the CPU (this rank's weights and a KV pool for the longest prompt, with room
   // for profiling when this run profiles) or the emulator (sleeps of the cost model).
   pipeline::BackendRequest request{place.backend, chunking.cost_model_path, chunking.page_size, place.kv_memory_mb, 0};
+  request.transport = place.transport;
+  request.kv_memory_fraction = place.kv_memory_fraction;
+  request.max_chunk_tokens = chunking.initial_chunk + chunking.initial_chunk / 4 + chunking.page_size;  // + folded tail
   if (chunking.dynamic() && !saved_costs)
     request.profile_room_tokens = pipeline::profile_capacity_tokens(lengths, chunking.initial_chunk);
   pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, lengths);
@@ -140,6 +143,10 @@ static int run_command(int argc, char** argv) {
     std::fflush(stdout);
   }
 
+  // Transport of hidden states between stages (host MPI, or device buffers over NCCL).
+  const std::unique_ptr<dist::Transport> transport = backend.make_transport(
+      static_cast<size_t>(plan.max_chunk()) * std::max(shape.hidden_size, backend.compute->payload_floats_per_token()));
+
   // Run: one time base, then every rank walks the plan.
   const dist::RunClock clock = dist::synchronize_clocks(MPI_COMM_WORLD);
   trace::Timeline timeline(topo, clock);
@@ -151,6 +158,7 @@ static int run_command(int argc, char** argv) {
                                   plan,
                                   prompts,
                                   *backend.compute,
+                                  *transport,
                                   timeline,
                                   options.ring_depth,
                                   [&](int prompt, const float* logits, double ttft_s) {

@@ -55,8 +55,13 @@ void add_placement_options(cxxopts::Options& table) {
       ("layer-partition", "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages)",
        cxxopts::value<std::string>()->default_value(d.layer_partition))
       ("kv-memory-mb", "KV-cache budget per rank in MiB", cxxopts::value<int64_t>()->default_value(text(d.kv_memory_mb)))
-      ("backend", "compute backend: cpu, or emulate (sleeps of --cost-model; real MPI, schedule and message sizes)",
-       cxxopts::value<std::string>()->default_value(d.backend));
+      ("backend", "compute backend: cpu, cuda (one GPU per rank, bf16), or emulate (sleeps of --cost-model; "
+       "real MPI, schedule and message sizes)",
+       cxxopts::value<std::string>()->default_value(d.backend))
+      ("transport", "cuda: how hidden states move between stages: nccl, or mpi (staged through host memory; "
+       "lets ranks share a GPU)", cxxopts::value<std::string>()->default_value(d.transport))
+      ("kv-memory-fraction", "cuda: share of the device memory left after weights and workspace given to the KV pool",
+       cxxopts::value<double>()->default_value(text(d.kv_memory_fraction)));
 }
 
 PlacementOptions read_placement(const cxxopts::ParseResult& r) {
@@ -71,8 +76,21 @@ PlacementOptions read_placement(const cxxopts::ParseResult& r) {
   require_positive(p.pp, "--pp");
   require_positive(p.tp, "--tp");
   require_positive(p.kv_memory_mb, "--kv-memory-mb");
-  if (p.backend != "cpu" && p.backend != "emulate")
-    throw UserError("--backend " + p.backend + " is not available in this build (available: cpu, emulate)");
+  p.transport = r["transport"].as<std::string>();
+  p.kv_memory_fraction = r["kv-memory-fraction"].as<double>();
+#ifdef PIPEFILL_HAVE_CUDA
+  const bool cuda_built = true;
+#else
+  const bool cuda_built = false;
+#endif
+  if (p.backend == "cuda" && !cuda_built)
+    throw UserError("--backend cuda: this pipefill was built without the CUDA toolkit (available: cpu, emulate)");
+  if (p.backend != "cpu" && p.backend != "emulate" && p.backend != "cuda")
+    throw UserError("--backend " + p.backend + " is unknown (available: cpu, cuda, emulate)");
+  if (p.transport != "nccl" && p.transport != "mpi")
+    throw UserError("--transport " + p.transport + " is unknown (available: nccl, mpi)");
+  if (!(p.kv_memory_fraction > 0 && p.kv_memory_fraction <= 1))
+    throw UserError("--kv-memory-fraction must be in (0, 1]");
   return p;
 }
 
@@ -171,6 +189,8 @@ nlohmann::json to_json(const RunOptions& o) {
           {"layer_partition", p.layer_partition},
           {"kv_memory_mb", p.kv_memory_mb},
           {"backend", p.backend},
+          {"transport", p.transport},
+          {"kv_memory_fraction", p.kv_memory_fraction},
           {"input", o.input},
           {"output", o.output},
           {"chunk_size", c.initial_chunk},

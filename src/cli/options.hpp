@@ -19,7 +19,9 @@ struct PlacementOptions {
   int tp = 1;
   std::string layer_partition;  // empty: SGLang default
   int64_t kv_memory_mb = 8192;  // KV pool budget per rank
-  std::string backend = "cpu";
+  std::string backend = "cpu";           // cpu | cuda | emulate
+  std::string transport = "nccl";        // cuda: nccl | mpi (staged through host memory)
+  double kv_memory_fraction = 0.85;      // cuda: of the device memory left after weights + workspace
 };
 
 struct RunOptions {

@@ -20,17 +20,22 @@ int profile_command(int argc, char** argv) {
   ProfileOptions options;
   if (!parse_profile(argc, argv, options)) return 0;
   const auto& place = options.placement;
-  if (place.backend != "cpu") throw UserError("pipefill profile measures a backend that computes: use --backend cpu");
+  if (place.backend == "emulate")
+    throw UserError("pipefill profile measures a backend that computes: use --backend cpu or cuda");
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
   const pipeline::RankModel rank_model = pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition);
   const int longest_chunk = options.chunk_size + options.chunk_size / 4;
   dist::checked_step(MPI_COMM_WORLD, [&] {
     // The pool must hold at least one chunk of 1.25 C0 (the rest of the prefix range is optional).
-    kv::pool_pages_for(rank_model.kv_shape(topo.stage, options.page_size), {longest_chunk}, place.kv_memory_mb,
+    if (place.backend == "cpu")  // cuda checks against device memory as it sets up
+      kv::pool_pages_for(rank_model.kv_shape(topo.stage, options.page_size), {longest_chunk}, place.kv_memory_mb,
                        topo.stage);
   });
-  const pipeline::BackendRequest request{place.backend, "", options.page_size, place.kv_memory_mb,
-                                         options.max_prefix + longest_chunk};
+  pipeline::BackendRequest request{place.backend, "", options.page_size, place.kv_memory_mb,
+                                   options.max_prefix + longest_chunk};
+  request.transport = place.transport;
+  request.kv_memory_fraction = place.kv_memory_fraction;
+  request.max_chunk_tokens = longest_chunk + options.page_size;
   pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, {longest_chunk});
 
   const auto fits = pipeline::profile_stages(topo, *backend.compute, rank_model.shape.hidden_size, options.chunk_size,

@@ -1,11 +1,15 @@
 // The backend interface: what a pipeline stage asks of its compute. The stage loop, the
 // profiler and the plan never know which backend runs: the CPU (float32, OpenBLAS), the
-// emulator (sleeps of a cost model), later CUDA.
+// emulator (sleeps of a cost model), CUDA (bf16, asynchronous on device streams).
+//
+// Hidden-state pointers are where the backend computes: host memory for cpu/emulate,
+// device memory for cuda (the transport hands out buffers of the same kind).
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <optional>
+#include <vector>
 
 namespace pf::compute {
 
@@ -13,6 +17,13 @@ struct ChunkContext {
   int prompt = 0;
   int64_t pos0 = 0;  // prefix already in the cache = position of the chunk's first token
   int tokens = 0;
+  long long micro_batch = -1;  // for device-timed backends' timeline spans
+};
+
+// A stretch of device time a backend measured itself (CUDA events), in run-clock seconds.
+struct DeviceSpan {
+  long long micro_batch = -1;
+  double start_s = 0, end_s = 0;
 };
 
 // Sums `count` floats in place across the TP group (never called when tp == 1).
@@ -40,6 +51,22 @@ class StageCompute {
   virtual std::optional<double> modelled_seconds(const ChunkContext&) const { return std::nullopt; }
   // Floats per token on the wire between stages (hidden states; emulate: bf16 sizes).
   virtual int payload_floats_per_token() const = 0;
+
+  // Asynchronous backends (cuda) return from embed/forward before the work is done.
+  // synchronize() waits for all of it (the profiler times forwards with it).
+  virtual void synchronize() {}
+  // Device-timed backends: align their clock with the run clock (`host_now_s` is now), then
+  // report finished forwards; the stage loop puts them on the timeline as compute.
+  virtual bool timed_on_device() const { return false; }
+  virtual void align_clock(double /*host_now_s*/) {}
+  virtual void take_finished_spans(std::vector<DeviceSpan>& /*out*/, bool /*wait_for_all*/) {}
+  // A backend whose hidden states live on a device reduces them there (NCCL on its own
+  // stream, or staged through host memory): callers pass this to forward() instead of a
+  // host MPI all-reduce. Empty: reduce host memory with MPI.
+  virtual AllReduce device_all_reduce() const { return {}; }
+  // The profiler's random hidden states, where forward() can read them: the host vector
+  // itself, or (device backends) a device copy of it.
+  virtual float* profiling_hidden(std::vector<float>& host) { return host.data(); }
 };
 
 }  // namespace pf::compute

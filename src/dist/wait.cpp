@@ -82,4 +82,8 @@ int wait_either(MPI_Request* first, MPI_Request* second) {
   });
 }
 
+void wait_until(const std::function<bool()>& ready) {
+  poll_until([&] { return ready() ? 0 : -1; });
+}
+
 }  // namespace pf::dist

@@ -8,8 +8,9 @@
 #pragma once
 
 #include <cstdint>
-#include <map>
 #include <vector>
+
+#include "kvcache/page_table.hpp"
 
 namespace pf::kv {
 
@@ -18,8 +19,9 @@ struct KvShape {
   int kv_heads = 0;  // local KV heads of the TP shard
   int head_dim = 0;
   int page_size = 0;  // tokens per page
+  int element_bytes = 4;  // float on the CPU, bf16 on the GPU
   int64_t floats_per_page_layer() const { return 2ll * kv_heads * page_size * head_dim; }
-  int64_t bytes_per_page() const { return floats_per_page_layer() * layers * static_cast<int64_t>(sizeof(float)); }
+  int64_t bytes_per_page() const { return floats_per_page_layer() * layers * element_bytes; }
   int pages_for(int64_t tokens) const { return static_cast<int>((tokens + page_size - 1) / page_size); }
 };
 
@@ -28,15 +30,14 @@ class PagedKvPool {
   PagedKvPool(const KvShape& shape, int num_pages);
 
   const KvShape& shape() const { return shape_; }
-  int num_pages() const { return num_pages_; }
-  int free_pages() const { return static_cast<int>(free_list_.size()); }
-  int peak_pages_in_use() const { return peak_in_use_; }
+  int num_pages() const { return table_.num_pages(); }
+  int free_pages() const { return table_.free_pages(); }
+  int peak_pages_in_use() const { return table_.peak_pages_in_use(); }
 
-  // Grows `prompt`'s page table to cover `tokens` tokens. Throws std::logic_error when the
-  // pool is exhausted: capacity is checked against the plan before any compute.
-  void reserve(int prompt, int64_t tokens);
-  void release(int prompt);
-  const std::vector<int>& pages(int prompt) const;
+  // Page bookkeeping (PageTable): reserve throws std::logic_error when the pool is exhausted.
+  void reserve(int prompt, int64_t tokens) { table_.reserve(prompt, tokens); }
+  void release(int prompt) { table_.release(prompt); }
+  const std::vector<int>& pages(int prompt) const { return table_.pages(prompt); }
 
   // Copies K and V rows of `count` tokens at positions pos0.. into the prompt's pages.
   // k and v are [count, kv_heads * head_dim] with the given row strides.
@@ -58,11 +59,8 @@ class PagedKvPool {
   int64_t head_offset(int kv_head) const { return static_cast<int64_t>(kv_head) * shape_.page_size * shape_.head_dim; }
 
   KvShape shape_;
-  int num_pages_;
+  PageTable table_;
   std::vector<float> storage_;
-  std::vector<int> free_list_;
-  std::map<int, std::vector<int>> tables_;
-  int peak_in_use_ = 0;
 };
 
 // A read-only view of one layer of one prompt, what attention needs.

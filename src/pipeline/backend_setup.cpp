@@ -6,7 +6,11 @@
 #include "compute/emulate/emulated_stage_compute.hpp"
 #include "compute/stage_forward.hpp"
 #include "dist/checked_step.hpp"
+#include "dist/host_transport.hpp"
 #include "kvcache/kv_capacity.hpp"
+#ifdef PIPEFILL_HAVE_CUDA
+#include "pipeline/cuda_backend.hpp"
+#endif
 
 namespace pf::pipeline {
 
@@ -28,7 +32,13 @@ std::vector<sim::StageCost> stage_costs_for(const std::string& cost_model, const
 
 StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, const BackendRequest& request,
                                 const std::vector<int64_t>& lengths) {
+#ifdef PIPEFILL_HAVE_CUDA
+  if (request.backend == "cuda") return make_cuda_backend(topo, m, request, lengths);
+#endif
   StageBackend backend;
+  backend.make_transport = [&topo](size_t floats) {
+    return std::make_unique<dist::HostTransport>(floats, topo.prev_rank, topo.next_rank, topo.pipeline_comm);
+  };
   if (request.backend == "emulate") {
     std::vector<sim::StageCost> costs;
     dist::checked_step(MPI_COMM_WORLD, [&] { costs = stage_costs_for(request.cost_model, topo, m, backend.description); });

@@ -17,9 +17,8 @@ std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topo, comp
   std::vector<char> mine;
   if (all_stages || topo.first_stage()) {
     const ProfileGrid grid{initial_chunk, points, compute.capacity_tokens()};
-    const compute::AllReduce all_reduce = [&](float* data, int count) {
-      dist::allreduce_sum(data, count, topo.tp_comm);
-    };
+    compute::AllReduce all_reduce = compute.device_all_reduce();
+    if (!all_reduce) all_reduce = [&](float* data, int count) { dist::allreduce_sum(data, count, topo.tp_comm); };
     const GroupMax group_max = [&](double local) {
       double result = local;
       MPI_Request request;

@@ -1,11 +1,12 @@
 // The stage event loop. Every rank walks the same micro-batch list; prompts follow one
 // another without draining the pipe.
 //
-// Buffers circulate: a receive is posted into a free buffer; once it has arrived the
-// buffer *is* the chunk's hidden state, computed on in place, then handed to a
-// PendingSend; when that send is committed the buffer returns to the free list. So at
-// most ring_depth receives are posted ahead and ring_depth sends are in flight, and no
-// buffer is written while MPI may still be reading it.
+// Buffers circulate as transport slots: a receive is posted into a free slot; once it has
+// arrived the slot *is* the chunk's hidden state, computed on in place, then sent on;
+// when that send is committed the slot returns to the free list. So at most ring_depth
+// receives are posted ahead and ring_depth sends are in flight, and no buffer is written
+// while a transfer may still be reading it. The transport decides where slots live (host
+// or device) and how they move (MPI, NCCL); see dist/transport.hpp.
 #include "pipeline/stage_loop.hpp"
 
 #include <algorithm>
@@ -14,6 +15,7 @@
 #include <cstdlib>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 
@@ -23,22 +25,6 @@
 namespace pf::pipeline {
 
 namespace {
-
-class BufferPool {
- public:
-  explicit BufferPool(size_t floats) : floats_(floats) {}
-  dist::Buffer take() {
-    if (free_.empty()) return dist::Buffer(floats_);
-    dist::Buffer b = std::move(free_.back());
-    free_.pop_back();
-    return b;
-  }
-  void give(dist::Buffer b) { free_.push_back(std::move(b)); }
-
- private:
-  size_t floats_;
-  std::vector<dist::Buffer> free_;
-};
 
 std::string describe(const sched::MicroBatch& mb) {
   return "micro-batch " + std::to_string(mb.index) + " (prompt " + std::to_string(mb.prompt) + ", tokens " +
@@ -75,11 +61,23 @@ LoopResult run_stage_loop(StageLoopContext& ctx) {
     ctx.sink(prompt, logits, ttft_s);
     if (ctx.progress) ctx.progress->update(tokens_done, prompts_done);  // also while draining
   };
-  BufferPool pool(static_cast<size_t>(ctx.plan.max_chunk()) * std::max(hidden, payload));
-
-  std::deque<dist::PostedRecv> receives;  // receives[k] is micro-batch next_to_receive + k
+  dist::Transport& transport = ctx.transport;
+  std::deque<int> receives;  // slots; receives[k] is micro-batch i + k
   long long next_to_post = 0;
-  std::deque<dist::PendingSend> sends;
+  std::deque<int> sends;     // slots whose sends are not committed yet
+
+  // Device-timed backends report their compute spans themselves (CUDA events).
+  const bool device_timed = ctx.compute.timed_on_device();
+  std::vector<compute::DeviceSpan> spans;
+  auto record_device_spans = [&](bool wait_for_all) {
+    if (!device_timed) return;
+    spans.clear();
+    ctx.compute.take_finished_spans(spans, wait_for_all);
+    for (const auto& span : spans)
+      ctx.timeline.record(EventKind::kCompute, mbs[span.micro_batch], span.start_s, span.end_s);
+  };
+  if (device_timed) ctx.compute.align_clock(ctx.timeline.now());
+  const compute::AllReduce device_reduce = ctx.compute.device_all_reduce();
 
   std::unique_ptr<LogitsInbox> inbox;
   if (topo.is_writer() && topo.world_rank != topo.last_stage_leader())
@@ -104,7 +102,8 @@ LoopResult run_stage_loop(StageLoopContext& ctx) {
     result.stopped = true;
     count = std::min(count, cutoff);
     while (!receives.empty() && next_to_post - 1 >= count) {  // receives cover [next_to_post - size, next_to_post)
-      receives.back().cancel();  // posted for a micro-batch that will not run
+      transport.cancel_recv(receives.back());  // posted for a micro-batch that will not run
+      transport.release(receives.back());
       receives.pop_back();
       --next_to_post;
     }
@@ -135,41 +134,48 @@ LoopResult run_stage_loop(StageLoopContext& ctx) {
     // Keep `depth` receives posted ahead, so a sender never waits for us to post.
     while (!topo.first_stage() && next_to_post < count && next_to_post < i + depth) {
       const auto& ahead = mbs[next_to_post];
-      receives.push_back(dist::PostedRecv::post(pool.take(), ahead.length * payload, topo.prev_rank,
-                                                dist::tag_of(next_to_post), topo.pipeline_comm));
+      const int slot = transport.acquire();
+      transport.post_recv(slot, ahead.length * payload, dist::tag_of(next_to_post));
+      receives.push_back(slot);
       ++next_to_post;
     }
 
-    dist::Buffer state;
+    int state = -1;  // the slot holding this micro-batch's hidden states
     if (topo.first_stage()) {
-      state = pool.take();
+      state = transport.acquire();
       const int32_t* tokens = ctx.prompts.tokens.data() + ctx.prompts.offsets[mb.prompt] + mb.start;
-      ctx.compute.embed(tokens, mb.length, state.data());
+      ctx.compute.embed(tokens, mb.length, transport.data(state));
     } else {
       trace::Timeline::Scope wait(ctx.timeline, EventKind::kRecvWait, mb);
       dist::WaitLabel label(stage_name + " receiving " + describe(mb) + " from rank " + std::to_string(topo.prev_rank));
-      if (control != MPI_REQUEST_NULL) {
-        auto arrived = receives.front().wait_or(&control);
-        if (!arrived) {  // a stop notice came first
-          apply_cutoff(notice);
-          if (i >= count) break;
-          arrived = receives.front().wait();
-        }
-        state = std::move(*arrived);
-      } else {
-        state = receives.front().wait();
+      if (!transport.wait_recv(receives.front(), &control)) {  // a stop notice came first
+        apply_cutoff(notice);
+        if (i >= count) break;
+        transport.wait_recv(receives.front(), nullptr);
       }
+      state = receives.front();
       receives.pop_front();
     }
 
     {
-      trace::Timeline::Scope compute(ctx.timeline, EventKind::kCompute, mb);
-      ctx.compute.forward({mb.prompt, mb.start, mb.length}, state.data(), [&](float* data, int n) {
-        trace::Timeline::Scope reduce(ctx.timeline, EventKind::kAllReduce, mb);
-        dist::WaitLabel label(stage_name + " TP all-reduce in " + describe(mb));
-        dist::allreduce_sum(data, n, topo.tp_comm);
-        traffic.allreduce_payload_bytes += 4.0 * n;
-      });
+      // Host-timed backends: the span is the forward call. Device-timed ones return at once
+      // and report the span from CUDA events (record_device_spans).
+      std::optional<trace::Timeline::Scope> compute;
+      if (!device_timed) compute.emplace(ctx.timeline, EventKind::kCompute, mb);
+      const compute::ChunkContext chunk{mb.prompt, mb.start, mb.length, mb.index};
+      if (device_reduce) {
+        ctx.compute.forward(chunk, transport.data(state), [&](float* data, int n) {
+          device_reduce(data, n);
+          traffic.allreduce_payload_bytes += 4.0 * n;
+        });
+      } else {
+        ctx.compute.forward(chunk, transport.data(state), [&](float* data, int n) {
+          trace::Timeline::Scope reduce(ctx.timeline, EventKind::kAllReduce, mb);
+          dist::WaitLabel label(stage_name + " TP all-reduce in " + describe(mb));
+          dist::allreduce_sum(data, n, topo.tp_comm);
+          traffic.allreduce_payload_bytes += 4.0 * n;
+        });
+      }
     }
     // The prompt's last chunk has passed this stage: its KV pages are free again.
     if (mb.is_last) ctx.compute.finish_prompt(mb.prompt);
@@ -178,23 +184,26 @@ LoopResult run_stage_loop(StageLoopContext& ctx) {
       if (mb.is_last) {
         trace::Timeline::Scope head(ctx.timeline, EventKind::kLmHead, mb);
         dist::WaitLabel label(stage_name + " gathering and sending the logits of prompt " + std::to_string(mb.prompt));
-        ctx.compute.lm_head(state.data() + static_cast<int64_t>(mb.length - 1) * hidden, logits_shard.data());
+        ctx.compute.lm_head(transport.data(state) + static_cast<int64_t>(mb.length - 1) * hidden,
+                            logits_shard.data());
         sender->send(mb.prompt, logits_shard, [&] { return ctx.timeline.now(); });
       }
-      pool.give(std::move(state));
+      transport.release(state);
     } else {
-      sends.push_back(dist::PendingSend::start(std::move(state), mb.length * payload, topo.next_rank, dist::tag_of(i),
-                                               topo.pipeline_comm));
+      transport.start_send(state, mb.length * payload, dist::tag_of(i));
+      sends.push_back(state);
       traffic.p2p_bytes_sent += 4.0 * mb.length * payload;
       // Commit finished sends early (cheap), and block only when the ring is full.
-      while (!sends.empty() && (sends.size() > static_cast<size_t>(depth) || sends.front().test())) {
+      while (!sends.empty() && (sends.size() > static_cast<size_t>(depth) || transport.send_done(sends.front()))) {
         trace::Timeline::Scope commit(ctx.timeline, EventKind::kSendCommit, mb);
         dist::WaitLabel label(stage_name + " committing a send to rank " + std::to_string(topo.next_rank) +
                               " (the ring is full at " + describe(mb) + ")");
-        pool.give(sends.front().commit());
+        transport.finish_send(sends.front());
+        transport.release(sends.front());
         sends.pop_front();
       }
     }
+    record_device_spans(false);
     if (inbox) inbox->poll();
     if (ctx.progress) {
       tokens_done += mb.length;
@@ -205,8 +214,10 @@ LoopResult run_stage_loop(StageLoopContext& ctx) {
   // Drain: every send is committed before the loop returns, never skipped.
   dist::WaitLabel label(stage_name + " draining: last sends to rank " + std::to_string(topo.next_rank) +
                         " and the logits still expected");
-  for (auto& send : sends) send.commit();
+  for (int slot : sends) transport.finish_send(slot);
   sends.clear();
+  ctx.compute.synchronize();
+  record_device_spans(true);
   if (sender) sender->flush();
   if (inbox) inbox->drain();
   if (ctx.progress) ctx.progress->finish();

@@ -5,6 +5,7 @@
 
 #include "compute/stage_compute.hpp"
 #include "dist/topology.hpp"
+#include "dist/transport.hpp"
 #include "io/prompts_h5.hpp"
 #include "pipeline/logits_route.hpp"
 #include "pipeline/progress.hpp"
@@ -20,6 +21,7 @@ struct StageLoopContext {
   const sched::BatchPlan& plan;
   const io::PromptSet& prompts;  // token ids; only stage 0 reads them
   compute::StageCompute& compute;
+  dist::Transport& transport;  // hidden states to and from the neighbouring stages
   trace::Timeline& timeline;
   int ring_depth;   // receives posted ahead, and sends in flight, per rank
   LogitsSink sink;  // on world rank 0: stores one prompt's logits row

@@ -20,8 +20,11 @@ double timed_forward(compute::StageCompute& compute, const compute::AllReduce& a
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<float> hidden(static_cast<size_t>(tokens) * hidden_size);
   for (auto& v : hidden) v = uniform(rng);
+  float* input = compute.profiling_hidden(hidden);
+  compute.synchronize();
   const auto start = std::chrono::steady_clock::now();
-  compute.forward(chunk, hidden.data(), all_reduce);
+  compute.forward(chunk, input, all_reduce);
+  compute.synchronize();  // asynchronous backends: time the work, not its enqueueing
   const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return group_max(local);
 }

@@ -1,0 +1,86 @@
+// Host-side launchers of the CUDA kernels, one op per .cu file beside this header. They
+// enqueue on the given stream and return at once; none synchronises. Activations on the
+// residual stream are float32; GEMM inputs, weights and the KV cache are bfloat16.
+// This header is plain C++ (no device code), so the backend's .cpp files include it.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace pf::kernels {
+
+using bf16 = __nv_bfloat16;
+
+// out[t, :] = float(table[tokens[t], :])                                    (embedding.cu)
+void embedding_gather(const bf16* table, int hidden, const int32_t* tokens, int count, float* out, cudaStream_t stream);
+
+// y[r, :] = bf16(x[r, :] / sqrt(mean(x[r, :]^2) + eps) * weight)             (rmsnorm.cu)
+void rms_norm_rows(const float* x, int rows, int width, int64_t x_stride, const bf16* weight, float eps, bf16* y,
+                   int64_t y_stride, cudaStream_t stream);
+// Per-head RMSNorm in place (Qwen3's q/k norm): `heads` heads of head_dim per row.
+void rms_norm_heads(float* x, int rows, int heads, int head_dim, int64_t row_stride, const bf16* weight, float eps,
+                    cudaStream_t stream);
+
+// Rotate-half RoPE in place on the q heads at x[r, 0:] and the k heads at x[r, k_offset:]
+// of each row, token r at position pos0 + r. inv_freq: [head_dim / 2] doubles on the
+// device (llama3 scaling already applied); angles are formed in double.   (rope.cu)
+void rope(float* x, int rows, int64_t row_stride, int q_heads, int k_heads, int64_t k_offset, int head_dim,
+          int64_t pos0, const double* inv_freq, cudaStream_t stream);
+
+// out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, width + i])              (swiglu.cu)
+void swiglu(const float* gate_up, int rows, int width, bf16* out, cudaStream_t stream);
+
+// hidden[i] += delta[i]                                                      (residual_add.cu)
+void residual_add(float* hidden, const float* delta, int64_t n, cudaStream_t stream);
+
+// x[r, c] += bias[c] for c < width (q/k/v biases of Qwen2)                   (bias_add.cu)
+void bias_add(float* x, int rows, int width, int64_t row_stride, const bf16* bias, cudaStream_t stream);
+
+// The paged KV cache of one stage, on the device: page p of layer l starts at
+// base + (p * layers + l) * 2 * kv_heads * page_size * head_dim; inside it K is
+// [kv_heads][page_size][head_dim], then V the same (the CPU pool's layout, in bf16).
+struct PagedKv {
+  bf16* base = nullptr;
+  const int32_t* page_table = nullptr;  // the prompt's pages, in token order (device)
+  int layers = 0;
+  int kv_heads = 0;
+  int head_dim = 0;
+  int page_size = 0;
+  __host__ __device__ int64_t page_layer_elements() const { return 2ll * kv_heads * page_size * head_dim; }
+};
+
+// Writes K and V rows of `count` tokens at positions pos0.. of `layer` into their pages,
+// as bf16. k, v: [count, kv_heads * head_dim] float rows with the given stride. (kv_append.cu)
+void kv_append(const PagedKv& kv, int layer, int64_t pos0, int count, const float* k, const float* v,
+               int64_t row_stride, cudaStream_t stream);
+
+// Attention of one chunk's queries (positions pos0 .. pos0 + tokens - 1, already RoPE'd,
+// float rows of q_stride) against the prompt's K/V at positions 0 .. pos0 + tokens - 1 in
+// `kv` (the chunk's own K/V appended first), causally masked, GQA. Online softmax in float,
+// bf16 tensor-core products; never forms a tokens x prefix matrix. out: bf16 rows.
+// Needs head_dim 64 or 128 and page_size a multiple of 64.               (attention.cu)
+struct AttentionArgs {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  int tokens = 0;
+  int64_t pos0 = 0;
+  int heads = 0;
+  PagedKv kv;
+  int layer = 0;
+  bf16* out = nullptr;
+  int64_t out_stride = 0;
+};
+void chunk_attention(const AttentionArgs& args, cudaStream_t stream);
+bool attention_supports(int head_dim, int page_size);
+
+// Conversions used when weights are uploaded or filled on the device.     (convert.cu)
+void float_to_bf16(const float* in, bf16* out, int64_t n, cudaStream_t stream);
+// Fills with a hash of (seed, index) uniform in [-scale, scale]: benchmarks' weights.
+void fill_uniform_bf16(bf16* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
+
+// Launch failures are reported through the usual CUDA error state; callers check
+// cudaGetLastError() after each launcher (CUDA_CHECK_LAUNCH in compute/cuda/cuda_check.hpp).
+
+}  // namespace pf::kernels

@@ -1,0 +1,113 @@
+// One pipeline stage's compute on a GPU: bf16 weights of this rank's layers and TP shard,
+// a paged bf16 KV pool sized from the device memory left after weights and workspace,
+// cuBLASLt GEMMs and the kernels of kernels/. Everything is enqueued on the forward stream
+// and returns at once (the host prepares the next micro-batch while the GPU runs this
+// one); the logits go device -> host on a separate copy stream. Each forward is bracketed
+// by CUDA events, which is where the timeline's compute spans come from.
+//
+// MPI-free: the TP all-reduce is a callback (NCCL on this stream, or staged through host
+// memory), installed by whoever builds the communicators.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <deque>
+#include <memory>
+#include <vector>
+
+#include "compute/cuda/device_array.hpp"
+#include "compute/cuda/device_weights.hpp"
+#include "compute/cuda/lt_gemm.hpp"
+#include "compute/stage_compute.hpp"
+#include "kvcache/page_table.hpp"
+#include "kvcache/paged_kv_pool.hpp"
+#include "model/config.hpp"
+#include "model/weights.hpp"
+
+namespace pf::cuda {
+
+class CudaStageCompute final : public compute::StageCompute {
+ public:
+  // Takes the weights (already on the device) and reserves the workspace of a chunk of
+  // `max_chunk_tokens` (it grows if a longer chunk ever comes). The KV pool comes later,
+  // from allocate_kv(), once the caller has sized it from free_device_bytes().
+  CudaStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard, DeviceWeights weights,
+                   int page_size, int max_chunk_tokens);
+  ~CudaStageCompute() override;
+
+  static int64_t free_device_bytes();
+  kv::KvShape kv_shape() const;
+  void allocate_kv(int num_pages);
+  // Installs the TP all-reduce (device pointer, float count), run in stream order.
+  void set_all_reduce(compute::AllReduce all_reduce) { all_reduce_ = std::move(all_reduce); }
+  cudaStream_t forward_stream() const { return forward_stream_; }
+
+  void embed(const int32_t* tokens, int count, float* hidden) override;
+  void forward(const compute::ChunkContext& chunk, float* hidden, const compute::AllReduce& all_reduce) override;
+  void lm_head(const float* hidden_row, float* logits_shard) override;
+  int vocab_shard_size() const override { return shard_.vocab_count; }
+  void finish_prompt(int prompt) override;
+  void prepare_prefix(int prompt, int64_t prefix, int tokens) override;
+  int64_t capacity_tokens() const override;
+  int payload_floats_per_token() const override { return config_.hidden_size; }
+  void synchronize() override;
+  bool timed_on_device() const override { return true; }
+  void align_clock(double host_now_s) override;
+  void take_finished_spans(std::vector<compute::DeviceSpan>& out, bool wait_for_all) override;
+  compute::AllReduce device_all_reduce() const override { return all_reduce_; }
+  float* profiling_hidden(std::vector<float>& host) override;
+
+  int peak_kv_pages() const { return pages_ ? pages_->peak_pages_in_use() : 0; }
+
+ private:
+  void layer_forward(int layer, const compute::ChunkContext& chunk, float* hidden, const compute::AllReduce& reduce);
+  void ensure_workspace(int tokens);
+  void upload_page_table(int prompt);
+  // Host -> device copy through a pinned staging slot, in forward-stream order, without
+  // waiting for the stream (the slot is reused only once its copy has run).
+  void upload_async(void* device, const void* host, size_t bytes);
+
+  model::ModelConfig config_;
+  model::ShardSpec shard_;
+  DeviceWeights weights_;
+  int page_size_;
+  cudaStream_t forward_stream_ = nullptr, copy_stream_ = nullptr;
+  LtGemm gemm_;
+  compute::AllReduce all_reduce_;
+  DeviceArray<double> inv_freq_;
+
+  // Workspace for one chunk.
+  int workspace_tokens_ = 0;
+  DeviceArray<bf16> normed_, attn_, act_;
+  DeviceArray<float> qkv_, proj_, gate_up_, profile_hidden_;
+  DeviceArray<int32_t> tokens_, page_table_;
+  DeviceArray<float> logits_;
+  float* logits_host_ = nullptr;  // pinned
+  cudaEvent_t logits_ready_ = nullptr, logits_copied_ = nullptr;
+
+  // KV pool.
+  std::unique_ptr<kv::PageTable> pages_;
+  DeviceArray<bf16> kv_storage_;
+
+  // Pinned staging slots for small uploads (token ids, page tables).
+  struct Staging {
+    void* host = nullptr;
+    size_t bytes = 0;
+    cudaEvent_t done = nullptr;
+  };
+  std::vector<Staging> staging_;
+  size_t next_staging_ = 0;
+
+  // Device timing of forwards.
+  struct PendingSpan {
+    long long micro_batch;
+    cudaEvent_t start, end;
+  };
+  std::deque<PendingSpan> spans_;
+  std::vector<cudaEvent_t> free_events_;
+  cudaEvent_t clock_origin_ = nullptr;
+  double clock_origin_s_ = 0;
+  cudaEvent_t take_event();
+};
+
+}  // namespace pf::cuda

@@ -1,0 +1,115 @@
+// Weight upload and device-side fill (see device_weights.hpp).
+#include "compute/cuda/device_weights.hpp"
+
+#include <cmath>
+#include <cstring>
+
+namespace pf::cuda {
+
+uint16_t float_to_bf16_bits(float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof(bits));
+  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);  // stay a (quiet) NaN
+  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
+  return static_cast<uint16_t>((bits + rounding) >> 16);
+}
+
+std::vector<bf16> to_bf16(const std::vector<float>& values) {
+  std::vector<bf16> out(values.size());
+  for (size_t i = 0; i < values.size(); ++i) {
+    __nv_bfloat16_raw raw;
+    raw.x = float_to_bf16_bits(values[i]);
+    out[i] = raw;
+  }
+  return out;
+}
+
+namespace {
+
+DeviceArray<bf16> put(const std::vector<float>& host) {
+  DeviceArray<bf16> d;
+  d.upload(to_bf16(host));
+  return d;
+}
+
+size_t sum_bytes(const DeviceLayer& l) {
+  return l.input_norm.bytes() + l.qkv.bytes() + l.qkv_bias.bytes() + l.q_norm.bytes() + l.k_norm.bytes() +
+         l.o.bytes() + l.post_norm.bytes() + l.gate_up.bytes() + l.down.bytes();
+}
+
+// Matches the synthetic presets' ranges: projections uniform in +-sqrt(3 / fan_in)
+// (unit-variance outputs), embeddings in +-1, norm gains 1 +- 0.1, biases +-0.1.
+DeviceArray<bf16> filled(size_t count, uint64_t seed, float scale, float offset = 0.0f) {
+  DeviceArray<bf16> d(count);
+  if (offset == 0.0f) {
+    kernels::fill_uniform_bf16(d.data(), static_cast<int64_t>(count), seed, scale, nullptr);
+  } else {  // gains near 1: small enough to fill on the host
+    std::vector<float> host(count);
+    for (size_t i = 0; i < count; ++i) host[i] = offset + scale * std::sin(static_cast<float>(seed * 7919 + i));
+    d.upload(to_bf16(host));
+  }
+  CUDA_CHECK_LAUNCH();
+  return d;
+}
+
+}  // namespace
+
+size_t DeviceWeights::bytes() const {
+  size_t total = embedding.bytes() + final_norm.bytes() + lm_head.bytes();
+  for (const auto& l : layers) total += sum_bytes(l);
+  return total;
+}
+
+DeviceWeights DeviceWeights::upload(const model::StageWeights& host) {
+  DeviceWeights w;
+  w.embedding = put(host.embedding);
+  for (const auto& l : host.layers) {
+    DeviceLayer d;
+    d.input_norm = put(l.input_norm);
+    d.qkv = put(l.qkv);
+    d.qkv_bias = put(l.qkv_bias);
+    d.q_norm = put(l.q_norm);
+    d.k_norm = put(l.k_norm);
+    d.o = put(l.o);
+    d.post_norm = put(l.post_norm);
+    d.gate_up = put(l.gate_up);
+    d.down = put(l.down);
+    w.layers.push_back(std::move(d));
+  }
+  w.final_norm = put(host.final_norm);
+  w.lm_head = put(host.lm_head);
+  return w;
+}
+
+DeviceWeights DeviceWeights::random(const model::ModelConfig& c, const model::ShardSpec& s, int num_layers,
+                                    bool first_stage, bool last_stage, uint64_t seed) {
+  DeviceWeights w;
+  const size_t h = c.hidden_size, d = c.head_dim;
+  const size_t qkv_rows = (s.heads + 2 * s.kv_heads) * d;
+  uint64_t next = seed * 1000003;
+  auto proj = [&](size_t rows, size_t fan_in) { return filled(rows * fan_in, ++next, std::sqrt(3.0f / fan_in)); };
+  if (first_stage) w.embedding = filled(static_cast<size_t>(c.vocab_size) * h, ++next, 1.0f);
+  for (int i = 0; i < num_layers; ++i) {
+    DeviceLayer l;
+    l.input_norm = filled(h, ++next, 0.1f, 1.0f);
+    l.qkv = proj(qkv_rows, h);
+    if (c.attention_bias) l.qkv_bias = filled(qkv_rows, ++next, 0.1f);
+    if (c.qk_norm) {
+      l.q_norm = filled(d, ++next, 0.1f, 1.0f);
+      l.k_norm = filled(d, ++next, 0.1f, 1.0f);
+    }
+    l.o = proj(h, s.heads * d);
+    l.post_norm = filled(h, ++next, 0.1f, 1.0f);
+    l.gate_up = proj(2ull * s.intermediate, h);
+    l.down = proj(h, s.intermediate);
+    w.layers.push_back(std::move(l));
+  }
+  if (last_stage) {
+    w.final_norm = filled(h, ++next, 0.1f, 1.0f);
+    w.lm_head = proj(s.vocab_count, h);
+  }
+  CUDA_CHECK(cudaDeviceSynchronize());
+  return w;
+}
+
+}  // namespace pf::cuda

@@ -1,0 +1,81 @@
+// Transports of device-resident hidden states (cuda backend); see transport.hpp for the
+// contract, nccl_comms.hpp for the communicators.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <memory>
+#include <vector>
+
+#include "compute/cuda/device_array.hpp"
+#include "compute/stage_compute.hpp"
+#include "dist/host_transport.hpp"
+#include "dist/nccl_comms.hpp"
+#include "dist/transport.hpp"
+
+namespace pf::dist {
+
+// ncclSend / ncclRecv on their own streams, ordered against `forward` by events.
+class NcclTransport final : public Transport {
+ public:
+  NcclTransport(size_t floats_per_slot, const Topology& topology, const NcclComms& comms, cudaStream_t forward);
+  ~NcclTransport() override;
+
+  int acquire() override;
+  void release(int slot) override { free_.push_back(slot); }
+  float* data(int slot) override { return slots_[slot]->buffer.data(); }
+  void post_recv(int slot, int floats, int tag) override;
+  bool wait_recv(int slot, MPI_Request* control) override;
+  void cancel_recv(int slot) override;
+  void start_send(int slot, int floats, int tag) override;
+  bool send_done(int slot) override;
+  void finish_send(int slot) override;
+  const char* name() const override { return "nccl"; }
+
+ private:
+  struct Slot {
+    cuda::DeviceArray<float> buffer;
+    long long header_in = 0, header_out = 0;  // floats of the chunk (a check, and the signal)
+    MPI_Request recv_header = MPI_REQUEST_NULL, send_header = MPI_REQUEST_NULL;
+    cudaEvent_t received = nullptr, computed = nullptr, sent = nullptr;
+  };
+  size_t floats_per_slot_;
+  const Topology& topo_;
+  NcclComms comms_;
+  cudaStream_t forward_, send_stream_ = nullptr, recv_stream_ = nullptr;
+  std::vector<std::unique_ptr<Slot>> slots_;  // stable addresses: MPI writes the headers
+  std::vector<int> free_;
+};
+
+// Device slots staged through host memory and MPI (several ranks may share a GPU).
+// Synchronous with the forward stream at each hop: this transport is for tests and
+// machines without NCCL peers, not for speed.
+class StagedTransport final : public Transport {
+ public:
+  StagedTransport(size_t floats_per_slot, const Topology& topology, cudaStream_t forward);
+
+  int acquire() override;
+  void release(int slot) override { host_.release(slot); }
+  float* data(int slot) override { return device_[slot].data(); }
+  void post_recv(int slot, int floats, int tag) override;
+  bool wait_recv(int slot, MPI_Request* control) override;
+  void cancel_recv(int slot) override { host_.cancel_recv(slot); }
+  void start_send(int slot, int floats, int tag) override;
+  bool send_done(int slot) override { return host_.send_done(slot); }
+  void finish_send(int slot) override { host_.finish_send(slot); }
+  const char* name() const override { return "mpi (staged through host memory)"; }
+
+ private:
+  size_t floats_per_slot_;
+  cudaStream_t forward_;
+  HostTransport host_;  // slot ids are shared with host_
+  std::vector<cuda::DeviceArray<float>> device_;
+  std::vector<int> pending_floats_;  // of the receive posted on each slot
+};
+
+// TP all-reduces of device buffers: NCCL on the forward stream (no host wait), or staged
+// through host memory and MPI_Allreduce (synchronous).
+compute::AllReduce nccl_all_reduce(ncclComm_t tp_comm, cudaStream_t forward);
+compute::AllReduce staged_all_reduce(MPI_Comm tp_comm, cudaStream_t forward);
+
+}  // namespace pf::dist

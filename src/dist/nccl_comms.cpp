@@ -1,0 +1,78 @@
+// Device selection and NCCL bootstrap (see nccl_comms.hpp).
+#include "dist/nccl_comms.hpp"
+
+#include <cuda_runtime.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "dist/checked_step.hpp"
+
+namespace pf::dist {
+
+int select_device(const Topology& topo, bool allow_shared_device) {
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, topo.world_rank, MPI_INFO_NULL, &node));
+  int local_rank = 0, local_size = 1;
+  MPI_CHECK(MPI_Comm_rank(node, &local_rank));
+  MPI_CHECK(MPI_Comm_size(node, &local_size));
+  MPI_CHECK(MPI_Comm_free(&node));
+  int devices = 0;
+  const cudaError_t status = cudaGetDeviceCount(&devices);
+  char host[256] = "?";
+  gethostname(host, sizeof host - 1);
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+  if (status != cudaSuccess || devices == 0) {
+    throw UserError(std::string("--backend cuda: no usable CUDA device on ") + host + " (" +
+              (status != cudaSuccess ? cudaGetErrorString(status) : "none visible") + ")");
+  } else if (local_size > devices && !allow_shared_device) {
+    throw UserError(std::to_string(local_size) + " ranks on " + host + " share " + std::to_string(devices) +
+              " GPU(s): NCCL needs one GPU per rank; use --transport mpi to share a GPU (tests), or fewer ranks");
+  }
+  });  // a UserError on any rank ends every rank cleanly
+  const int device = local_rank % devices;
+  if (cudaSetDevice(device) != cudaSuccess) throw std::runtime_error("cudaSetDevice failed");
+  return device;
+}
+
+namespace {
+
+// The colour of the link between stage s and s + 1 (same TP rank) in the split that holds
+// links whose lower stage has parity `parity`; NOCOLOR when this rank is on no such link.
+int link_colour(const Topology& topo, int parity) {
+  const int s = topo.stage;
+  if (s % 2 == parity && s + 1 < topo.pp) return (s / 2) * topo.tp + topo.tp_rank;        // sender end
+  if (s >= 1 && (s - 1) % 2 == parity) return ((s - 1) / 2) * topo.tp + topo.tp_rank;  // receiver end
+  return NCCL_SPLIT_NOCOLOR;
+}
+
+}  // namespace
+
+NcclComms make_nccl_comms(const Topology& topo) {
+  NcclComms comms;
+  ncclUniqueId id;
+  if (topo.world_rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
+  MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
+  NCCL_CHECK(ncclCommInitRank(&comms.world, topo.world_size, id, topo.world_rank));
+  NCCL_CHECK(ncclCommSplit(comms.world, topo.stage, topo.tp_rank, &comms.tp, nullptr));
+  for (int parity = 0; parity < 2; ++parity) {
+    ncclComm_t link = nullptr;
+    // key = stage: the lower stage is rank 0 of the 2-rank link.
+    NCCL_CHECK(ncclCommSplit(comms.world, link_colour(topo, parity), topo.stage, &link, nullptr));
+    if (!link) continue;
+    if (topo.stage % 2 == parity)
+      comms.send_link = link;
+    else
+      comms.recv_link = link;
+  }
+  return comms;
+}
+
+void destroy_nccl_comms(NcclComms& comms) {
+  for (ncclComm_t* c : {&comms.send_link, &comms.recv_link, &comms.tp, &comms.world}) {
+    if (*c) ncclCommDestroy(*c);
+    *c = nullptr;
+  }
+}
+
+}  // namespace pf::dist
