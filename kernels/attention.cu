@@ -15,8 +15,12 @@
 //   C (16x8):       {C[g][2q], C[g][2q+1], C[g+8][2q], C[g+8][2q+1]}
 #include <cfloat>
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "common.cuh"
 #include "kernels.hpp"
+#include "ptx.cuh"
 
 namespace pf::kernels {
 namespace {
@@ -25,35 +29,6 @@ constexpr int kBlockM = 64;  // query rows a block
 constexpr int kBlockN = 64;  // keys a tile
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
-
-__device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);  // .x (lo) in the low half
-  return *reinterpret_cast<const uint32_t*>(&v);
-}
-
-__device__ __forceinline__ uint32_t pack_raw(uint16_t lo, uint16_t hi) {
-  return static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
-}
-
-// d += a * b on one 16x8x16 tile.
-__device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool valid) {
-  const unsigned dst = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  const int bytes = valid ? 16 : 0;  // 0: the 16 bytes are zero-filled (rows past the prompt)
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
-}
 
 template <int D>
 struct Tiles {
@@ -76,8 +51,8 @@ __device__ __forceinline__ void load_tile(uint16_t* k_dst, uint16_t* v_dst, cons
     const int row = c / kChunksPerRow, col = (c % kChunksPerRow) * 8;
     const bool valid = key0 + row < kv_len;
     const int64_t src = valid ? static_cast<int64_t>(row) * D + col : 0;
-    cp_async_16(k_dst + row * Tiles<D>::kLd + col, k_src + src, valid);
-    cp_async_16(v_dst + row * Tiles<D>::kLd + col, v_src + src, valid);
+    detail::cp_async_16(k_dst + row * Tiles<D>::kLd + col, k_src + src, valid);
+    detail::cp_async_16(v_dst + row * Tiles<D>::kLd + col, v_src + src, valid);
   }
 }
 
@@ -87,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) chunk_attention_kernel(AttentionArgs
   constexpr int kKeyTiles = kBlockN / 8;  // n-tiles of S
   constexpr int kOutTiles = D / 8;  // n-tiles of O
   constexpr int kLd = Tiles<D>::kLd;
-  extern __shared__ __align__(16) uint16_t smem[];
+  PF_DYNAMIC_SHARED(uint16_t, smem);
   // Buffer b: K at smem + 2b tiles, V at smem + (2b + 1) tiles (indexed by arithmetic, not
   // a pointer array, which would live in local memory).
   auto k_tile = [&](int b) { return smem + (2 * b) * Tiles<D>::kTileElems; };
@@ -106,7 +81,7 @@ __global__ void __launch_bounds__(kThreads) chunk_attention_kernel(AttentionArgs
   const int tiles = static_cast<int>(block_last_q / kBlockN) + 1;
 
   load_tile<D>(k_tile(0), v_tile(0), args.kv, args.layer, kv_head, 0, kv_len);
-  cp_async_commit();
+  detail::cp_async_commit();
 
   // Q fragments (bf16) for the warp's 16 rows; rows past the chunk read as zeros.
   uint32_t qf[kSteps][4];
@@ -117,10 +92,10 @@ __global__ void __launch_bounds__(kThreads) chunk_attention_kernel(AttentionArgs
 #pragma unroll
     for (int s = 0; s < kSteps; ++s) {
       const int c0 = s * 16 + 2 * q, c1 = c0 + 8;
-      qf[s][0] = va ? pack_bf16(qa[c0], qa[c0 + 1]) : 0u;
-      qf[s][1] = vb ? pack_bf16(qb[c0], qb[c0 + 1]) : 0u;
-      qf[s][2] = va ? pack_bf16(qa[c1], qa[c1 + 1]) : 0u;
-      qf[s][3] = vb ? pack_bf16(qb[c1], qb[c1 + 1]) : 0u;
+      qf[s][0] = va ? detail::pack_bf16(qa[c0], qa[c0 + 1]) : 0u;
+      qf[s][1] = vb ? detail::pack_bf16(qb[c0], qb[c0 + 1]) : 0u;
+      qf[s][2] = va ? detail::pack_bf16(qa[c1], qa[c1 + 1]) : 0u;
+      qf[s][3] = vb ? detail::pack_bf16(qb[c1], qb[c1 + 1]) : 0u;
     }
   }
 
@@ -133,10 +108,10 @@ __global__ void __launch_bounds__(kThreads) chunk_attention_kernel(AttentionArgs
     if (j + 1 < tiles) {
       load_tile<D>(k_tile((j + 1) & 1), v_tile((j + 1) & 1), args.kv, args.layer, kv_head,
                    static_cast<int64_t>(j + 1) * kBlockN, kv_len);
-      cp_async_commit();
-      cp_async_wait<1>();
+      detail::cp_async_commit();
+      detail::cp_async_wait<1>();
     } else {
-      cp_async_wait<0>();
+      detail::cp_async_wait<0>();
     }
     __syncthreads();
     const uint16_t* ks = k_tile(j & 1);
@@ -153,7 +128,7 @@ __global__ void __launch_bounds__(kThreads) chunk_attention_kernel(AttentionArgs
       for (int st = 0; st < kSteps; ++st) {
         const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + st * 16);
         const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + st * 16 + 8);
-        mma_bf16(s[n], qf[st], b0, b1);
+        detail::mma_bf16(s[n], qf[st], b0, b1);
       }
     }
 
@@ -206,16 +181,16 @@ __global__ void __launch_bounds__(kThreads) chunk_attention_kernel(AttentionArgs
     // O += P V: keys 16k .. 16k+15 form one k-step; P's A fragment comes from S tiles 2k, 2k+1.
 #pragma unroll
     for (int kk = 0; kk < kBlockN / 16; ++kk) {
-      const uint32_t p[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                             pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                             pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+      const uint32_t p[4] = {detail::pack_bf16(s[2 * kk][0], s[2 * kk][1]), detail::pack_bf16(s[2 * kk][2], s[2 * kk][3]),
+                             detail::pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                             detail::pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
       const uint16_t* v0 = vs + (kk * 16 + 2 * q) * kLd + g;
 #pragma unroll
       for (int t = 0; t < kOutTiles; ++t) {
         const uint16_t* vt = v0 + t * 8;
-        const uint32_t b0 = pack_raw(vt[0], vt[kLd]);
-        const uint32_t b1 = pack_raw(vt[8 * kLd], vt[9 * kLd]);
-        mma_bf16(o[t], p, b0, b1);
+        const uint32_t b0 = detail::pack_raw(vt[0], vt[kLd]);
+        const uint32_t b1 = detail::pack_raw(vt[8 * kLd], vt[9 * kLd]);
+        detail::mma_bf16(o[t], p, b0, b1);
       }
     }
     __syncthreads();  // the next iteration refills this buffer
@@ -243,27 +218,32 @@ void launch(const AttentionArgs& args, cudaStream_t stream) {
   constexpr size_t smem = Tiles<D>::kSmemBytes;
   static bool configured = false;  // the attribute is per function, set once
   if (!configured) {
-    cudaFuncSetAttribute(chunk_attention_kernel<D>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                         static_cast<int>(smem));
+    PF_SET_MAX_DYNAMIC_SHARED(chunk_attention_kernel<D>, smem);
     configured = true;
   }
   const dim3 grid((args.tokens + kBlockM - 1) / kBlockM, args.heads);
   const float scale_log2 = 1.4426950408889634f / sqrtf(static_cast<float>(D));
-  chunk_attention_kernel<D><<<grid, kThreads, smem, stream>>>(args, scale_log2);
+  PF_LAUNCH(chunk_attention_kernel<D>, grid, kThreads, smem, stream, args, scale_log2);
 }
 
 }  // namespace
 
 bool attention_supports(int head_dim, int page_size) {
-  return (head_dim == 64 || head_dim == 128) && page_size > 0 && page_size % kBlockN == 0;
+  const bool dim_ok = head_dim == 32 || head_dim == 48 || head_dim == 64 || head_dim == 128;
+  return dim_ok && page_size > 0 && page_size % kBlockN == 0;
 }
 
 void chunk_attention(const AttentionArgs& args, cudaStream_t stream) {
   if (args.tokens <= 0) return;
-  if (args.kv.head_dim == 128)
-    launch<128>(args, stream);
-  else
-    launch<64>(args, stream);
+  switch (args.kv.head_dim) {
+    case 128: launch<128>(args, stream); break;
+    case 64: launch<64>(args, stream); break;
+    case 48: launch<48>(args, stream); break;
+    case 32: launch<32>(args, stream); break;
+    default:  // attention_supports() is checked at set-up: reaching this is a bug
+      std::fprintf(stderr, "fatal: chunk_attention called with unsupported head_dim %d\n", args.kv.head_dim);
+      std::abort();
+  }
 }
 
 }  // namespace pf::kernels

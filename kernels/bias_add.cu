@@ -18,7 +18,7 @@ __global__ void bias_add_kernel(float* x, int rows, int width, int64_t row_strid
 void bias_add(float* x, int rows, int width, int64_t row_stride, const bf16* bias, cudaStream_t stream) {
   const int64_t items = static_cast<int64_t>(rows) * width;
   if (items <= 0) return;
-  bias_add_kernel<<<detail::blocks_for(items, 256), 256, 0, stream>>>(x, rows, width, row_stride, bias);
+  PF_LAUNCH(bias_add_kernel, detail::blocks_for(items, 256), 256, 0, stream, x, rows, width, row_stride, bias);
 }
 
 }  // namespace pf::kernels

@@ -6,6 +6,8 @@
 
 #include <cstdint>
 
+#include "device_compat.cuh"
+
 namespace pf::kernels::detail {
 
 __device__ __forceinline__ float warp_sum(float v) {

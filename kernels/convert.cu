@@ -31,12 +31,12 @@ __global__ void fill_uniform_kernel(bf16* out, int64_t n, uint64_t seed, float s
 
 void float_to_bf16(const float* in, bf16* out, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
-  float_to_bf16_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(in, out, n);
+  PF_LAUNCH(float_to_bf16_kernel, detail::blocks_for(n, 256), 256, 0, stream, in, out, n);
 }
 
 void fill_uniform_bf16(bf16* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream) {
   if (n <= 0) return;
-  fill_uniform_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(out, n, seed, scale);
+  PF_LAUNCH(fill_uniform_kernel, detail::blocks_for(n, 256), 256, 0, stream, out, n, seed, scale);
 }
 
 }  // namespace pf::kernels

@@ -17,7 +17,7 @@ __global__ void embedding_gather_kernel(const bf16* table, int hidden, const int
 void embedding_gather(const bf16* table, int hidden, const int32_t* tokens, int count, float* out,
                       cudaStream_t stream) {
   if (count <= 0) return;
-  embedding_gather_kernel<<<count, 256, 0, stream>>>(table, hidden, tokens, out);
+  PF_LAUNCH(embedding_gather_kernel, count, 256, 0, stream, table, hidden, tokens, out);
 }
 
 }  // namespace pf::kernels

@@ -60,7 +60,7 @@ void kv_append(const PagedKv& kv, int layer, int64_t pos0, int count, const floa
 // float rows of q_stride) against the prompt's K/V at positions 0 .. pos0 + tokens - 1 in
 // `kv` (the chunk's own K/V appended first), causally masked, GQA. Online softmax in float,
 // bf16 tensor-core products; never forms a tokens x prefix matrix. out: bf16 rows.
-// Needs head_dim 64 or 128 and page_size a multiple of 64.               (attention.cu)
+// Needs head_dim 32, 48, 64 or 128 and page_size a multiple of 64.               (attention.cu)
 struct AttentionArgs {
   const float* q = nullptr;
   int64_t q_stride = 0;

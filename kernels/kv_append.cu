@@ -29,7 +29,7 @@ void kv_append(const PagedKv& kv, int layer, int64_t pos0, int count, const floa
                int64_t row_stride, cudaStream_t stream) {
   const int64_t items = static_cast<int64_t>(count) * kv.kv_heads * kv.head_dim;
   if (items <= 0) return;
-  kv_append_kernel<<<detail::blocks_for(items, 256), 256, 0, stream>>>(kv, layer, pos0, count, k, v, row_stride);
+  PF_LAUNCH(kv_append_kernel, detail::blocks_for(items, 256), 256, 0, stream, kv, layer, pos0, count, k, v, row_stride);
 }
 
 }  // namespace pf::kernels

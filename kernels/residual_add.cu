@@ -28,10 +28,9 @@ void residual_add(float* hidden, const float* delta, int64_t n, cudaStream_t str
   if (n <= 0) return;
   const bool aligned = (reinterpret_cast<uintptr_t>(hidden) | reinterpret_cast<uintptr_t>(delta)) % 16 == 0;
   if (aligned && n % 4 == 0) {
-    residual_add4_kernel<<<detail::blocks_for(n / 4, 256), 256, 0, stream>>>(
-        reinterpret_cast<float4*>(hidden), reinterpret_cast<const float4*>(delta), n / 4);
+    PF_LAUNCH(residual_add4_kernel, detail::blocks_for(n / 4, 256), 256, 0, stream, reinterpret_cast<float4*>(hidden), reinterpret_cast<const float4*>(delta), n / 4);
   } else {
-    residual_add_kernel<<<detail::blocks_for(n, 256), 256, 0, stream>>>(hidden, delta, n);
+    PF_LAUNCH(residual_add_kernel, detail::blocks_for(n, 256), 256, 0, stream, hidden, delta, n);
   }
 }
 

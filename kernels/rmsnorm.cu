@@ -35,7 +35,7 @@ __global__ void rms_norm_heads_kernel(float* x, int rows, int heads, int head_di
 void rms_norm_rows(const float* x, int rows, int width, int64_t x_stride, const bf16* weight, float eps, bf16* y,
                    int64_t y_stride, cudaStream_t stream) {
   if (rows <= 0) return;
-  rms_norm_rows_kernel<<<rows, 256, 0, stream>>>(x, width, x_stride, weight, eps, y, y_stride);
+  PF_LAUNCH(rms_norm_rows_kernel, rows, 256, 0, stream, x, width, x_stride, weight, eps, y, y_stride);
 }
 
 void rms_norm_heads(float* x, int rows, int heads, int head_dim, int64_t row_stride, const bf16* weight, float eps,
@@ -43,7 +43,7 @@ void rms_norm_heads(float* x, int rows, int heads, int head_dim, int64_t row_str
   const int64_t items = static_cast<int64_t>(rows) * heads;
   if (items <= 0) return;
   constexpr int kWarps = 8;
-  rms_norm_heads_kernel<<<detail::blocks_for(items, kWarps), kWarps * 32, 0, stream>>>(x, rows, heads, head_dim,
+  PF_LAUNCH(rms_norm_heads_kernel, detail::blocks_for(items, kWarps), kWarps * 32, 0, stream, x, rows, heads, head_dim,
                                                                                       row_stride, weight, eps);
 }
 

@@ -35,7 +35,7 @@ void rope(float* x, int rows, int64_t row_stride, int q_heads, int k_heads, int6
           int64_t pos0, const double* inv_freq, cudaStream_t stream) {
   const int64_t items = static_cast<int64_t>(rows) * (head_dim / 2);
   if (items <= 0) return;
-  rope_kernel<<<detail::blocks_for(items, 256), 256, 0, stream>>>(x, rows, row_stride, q_heads, k_heads, k_offset,
+  PF_LAUNCH(rope_kernel, detail::blocks_for(items, 256), 256, 0, stream, x, rows, row_stride, q_heads, k_heads, k_offset,
                                                                   head_dim, pos0, inv_freq);
 }
 

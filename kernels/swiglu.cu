@@ -19,7 +19,7 @@ __global__ void swiglu_kernel(const float* gate_up, int rows, int width, bf16* o
 void swiglu(const float* gate_up, int rows, int width, bf16* out, cudaStream_t stream) {
   const int64_t items = static_cast<int64_t>(rows) * width;
   if (items <= 0) return;
-  swiglu_kernel<<<detail::blocks_for(items, 256), 256, 0, stream>>>(gate_up, rows, width, out);
+  PF_LAUNCH(swiglu_kernel, detail::blocks_for(items, 256), 256, 0, stream, gate_up, rows, width, out);
 }
 
 }  // namespace pf::kernels

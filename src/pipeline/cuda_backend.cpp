@@ -18,7 +18,7 @@ StageBackend make_cuda_backend(const dist::Topology& topo, const RankModel& m, c
   const model::ModelConfig& config = m.config();
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!kernels::attention_supports(config.head_dim, request.page_size))
-      throw UserError("--backend cuda needs head_dim 64 or 128 (this model: " + std::to_string(config.head_dim) +
+      throw UserError("--backend cuda needs head_dim 32, 48, 64 or 128 (this model: " + std::to_string(config.head_dim) +
                       ") and --page-size a multiple of 64 (given: " + std::to_string(request.page_size) + ")");
   });
   const int device = dist::select_device(topo, /*allow_shared_device=*/!nccl);

@@ -131,6 +131,13 @@ LoopResult run_stage_loop(StageLoopContext& ctx) {
     }
     const sched::MicroBatch& mb = mbs[i];
     maybe_hang(topo.world_rank, mb.index);
+    // A device all-reduce does not hold the host back, so stage 0's TP ranks could enqueue
+    // different numbers of micro-batches; a stop cutoff chosen by rank 0 must not be behind
+    // any of them. A barrier of the TP group per micro-batch (microseconds) keeps them in step.
+    if (device_reduce && topo.first_stage() && topo.tp > 1) {
+      dist::WaitLabel label(stage_name + " keeping TP ranks in step at " + describe(mb));
+      dist::barrier(topo.tp_comm);
+    }
     // Keep `depth` receives posted ahead, so a sender never waits for us to post.
     while (!topo.first_stage() && next_to_post < count && next_to_post < i + depth) {
       const auto& ahead = mbs[next_to_post];

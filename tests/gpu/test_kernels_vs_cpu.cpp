@@ -1,0 +1,293 @@
+// Each CUDA kernel of kernels/ against the CPU backend's op (src/compute/cpu), on random
+// data: bf16 tolerance (relative error <= 1e-2 in the 2-norm), NaN never passes, outputs
+// poisoned with NaN first so an unwritten element fails.
+//
+// Built twice from this source: gpu_kernel_tests (real kernels; skips itself without a
+// device) and sim_kernel_tests (the same kernel code under the host simulator,
+// tests/gpu/host_sim, so machines without a GPU run it too). No MPI, no HDF5.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <ostream>
+#include <random>
+#include <vector>
+
+#include "compute/cpu/attention.hpp"
+#include "compute/cpu/elementwise.hpp"
+#include "device_memory.hpp"
+#include "kernels/kernels.hpp"
+#include "kvcache/paged_kv_pool.hpp"
+#include "model/config.hpp"
+
+using namespace pf;
+using kernels::bf16;
+using test::DeviceMemory;
+
+namespace {
+
+constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
+
+#define REQUIRE_DEVICE()                                            \
+  do {                                                              \
+    const std::string reason = test::no_device_reason();            \
+    if (!reason.empty()) GTEST_SKIP() << "skipped: " << reason;     \
+  } while (0)
+#define EXPECT_SYNCED() EXPECT_EQ(test::sync_device(), "")
+
+std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<float> u(-scale, scale);
+  std::vector<float> v(n);
+  for (auto& x : v) x = u(rng);
+  return v;
+}
+
+uint16_t bf16_bits(float f) {
+  uint32_t b;
+  std::memcpy(&b, &f, 4);
+  return static_cast<uint16_t>((b + 0x7fff + ((b >> 16) & 1)) >> 16);
+}
+float bf16_round(float f) {
+  const uint32_t b = static_cast<uint32_t>(bf16_bits(f)) << 16;
+  float r;
+  std::memcpy(&r, &b, 4);
+  return r;
+}
+std::vector<float> rounded(std::vector<float> v) {
+  for (auto& x : v) x = bf16_round(x);
+  return v;
+}
+std::vector<bf16> as_bf16(const std::vector<float>& v) {
+  std::vector<bf16> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) {
+    __nv_bfloat16_raw raw;
+    raw.x = bf16_bits(v[i]);
+    out[i] = raw;
+  }
+  return out;
+}
+std::vector<float> as_float(const std::vector<bf16>& v) {
+  std::vector<float> out(v.size());
+  for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(v[i]);
+  return out;
+}
+
+// ||got - want|| / ||want||; infinity if any element is NaN (unwritten or broken).
+double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < want.size(); ++i) {
+    if (std::isnan(got[i])) return std::numeric_limits<double>::infinity();
+    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
+    norm += double(want[i]) * want[i];
+  }
+  return std::sqrt(diff / std::max(norm, 1e-300));
+}
+
+constexpr double kBf16Tolerance = 1e-2;
+
+TEST(Kernels, EmbeddingGather) {
+  REQUIRE_DEVICE();
+  const int vocab = 50, hidden = 96, count = 7;
+  const std::vector<float> table = rounded(random_vector(size_t(vocab) * hidden, 1));
+  const std::vector<int32_t> tokens = {3, 0, 49, 3, 17, 8, 25};
+  std::vector<float> want(size_t(count) * hidden);
+  cpu::embed(table.data(), hidden, tokens.data(), count, want.data());
+  DeviceMemory<bf16> d_table(as_bf16(table));
+  DeviceMemory<int32_t> d_tokens(tokens);
+  DeviceMemory<float> d_out(std::vector<float>(want.size(), kNaN));
+  kernels::embedding_gather(d_table.get(), hidden, d_tokens.get(), count, d_out.get(), nullptr);
+  EXPECT_SYNCED();
+  EXPECT_EQ(relative_error(d_out.read(), want), 0.0);  // a gather of bf16 values is exact
+}
+
+TEST(Kernels, RmsNormRows) {
+  REQUIRE_DEVICE();
+  const int rows = 5, width = 300, stride = 320;
+  const std::vector<float> x = random_vector(size_t(rows) * stride, 2, 3.0f);
+  const std::vector<float> weight = rounded(random_vector(width, 3));
+  std::vector<float> want(size_t(rows) * width);
+  cpu::rms_norm(x.data(), rows, width, stride, weight.data(), 1e-5f, want.data(), width);
+  DeviceMemory<float> d_x(x);
+  DeviceMemory<bf16> d_w(as_bf16(weight));
+  DeviceMemory<bf16> d_y(as_bf16(std::vector<float>(want.size(), kNaN)));
+  kernels::rms_norm_rows(d_x.get(), rows, width, stride, d_w.get(), 1e-5f, d_y.get(), width, nullptr);
+  EXPECT_SYNCED();
+  EXPECT_LE(relative_error(as_float(d_y.read()), want), kBf16Tolerance);
+}
+
+TEST(Kernels, RmsNormHeadsInPlace) {
+  REQUIRE_DEVICE();
+  const int rows = 6, heads = 3, d = 48, stride = heads * d + 40;
+  std::vector<float> x = random_vector(size_t(rows) * stride, 4, 2.0f);
+  const std::vector<float> weight = rounded(random_vector(d, 5));
+  std::vector<float> want = x;
+  for (int r = 0; r < rows; ++r)
+    cpu::rms_norm(want.data() + size_t(r) * stride, heads, d, d, weight.data(), 1e-6f, want.data() + size_t(r) * stride, d);
+  DeviceMemory<float> d_x(x);
+  DeviceMemory<bf16> d_w(as_bf16(weight));
+  kernels::rms_norm_heads(d_x.get(), rows, heads, d, stride, d_w.get(), 1e-6f, nullptr);
+  EXPECT_SYNCED();
+  EXPECT_LE(relative_error(d_x.read(), want), 1e-5);  // float in, float out
+}
+
+// Positions far past 2^24 / inv_freq: float angles would be wrong by radians.
+TEST(Kernels, RopeLlama3ScalingAtLongPositions) {
+  REQUIRE_DEVICE();
+  model::ModelConfig c;
+  c.head_dim = 64;
+  c.rope_theta = 500000;
+  c.rope_scaling.llama3 = true;
+  c.rope_scaling.factor = 8;
+  const std::vector<double> inv_freq = cpu::rope_inv_freq(c);
+  const int rows = 9, q_heads = 4, k_heads = 2, d = 64, stride = (q_heads + 2 * k_heads) * d;
+  for (const int64_t pos0 : {int64_t{0}, int64_t{1000003}}) {
+    std::vector<float> x = random_vector(size_t(rows) * stride, 6);
+    std::vector<float> want = x;
+    cpu::apply_rope(want.data(), rows, stride, q_heads, d, static_cast<int>(pos0), inv_freq);
+    cpu::apply_rope(want.data() + q_heads * d, rows, stride, k_heads, d, static_cast<int>(pos0), inv_freq);
+    DeviceMemory<float> d_x(x);
+    DeviceMemory<double> d_freq(inv_freq);
+    kernels::rope(d_x.get(), rows, stride, q_heads, k_heads, q_heads * d, d, pos0, d_freq.get(), nullptr);
+    EXPECT_SYNCED();
+    EXPECT_LE(relative_error(d_x.read(), want), 1e-5) << "pos0 " << pos0;
+  }
+}
+
+TEST(Kernels, Swiglu) {
+  REQUIRE_DEVICE();
+  const int rows = 4, width = 130;
+  const std::vector<float> gate_up = random_vector(size_t(rows) * 2 * width, 7, 4.0f);
+  std::vector<float> want(size_t(rows) * width);
+  cpu::swiglu(gate_up.data(), rows, width, want.data());
+  DeviceMemory<float> d_in(gate_up);
+  DeviceMemory<bf16> d_out(as_bf16(std::vector<float>(want.size(), kNaN)));
+  kernels::swiglu(d_in.get(), rows, width, d_out.get(), nullptr);
+  EXPECT_SYNCED();
+  EXPECT_LE(relative_error(as_float(d_out.read()), want), kBf16Tolerance);
+}
+
+TEST(Kernels, ResidualAddAlignedAndNot) {
+  REQUIRE_DEVICE();
+  for (const int64_t n : {int64_t{1024}, int64_t{1023}}) {
+    const std::vector<float> h = random_vector(n, 8), delta = random_vector(n, 9);
+    std::vector<float> want = h;
+    cpu::add_inplace(want.data(), delta.data(), n);
+    DeviceMemory<float> d_h(h), d_delta(delta);
+    kernels::residual_add(d_h.get(), d_delta.get(), n, nullptr);
+    EXPECT_SYNCED();
+    EXPECT_EQ(relative_error(d_h.read(), want), 0.0) << n;
+  }
+}
+
+TEST(Kernels, BiasAddStrided) {
+  REQUIRE_DEVICE();
+  const int rows = 3, width = 70, stride = 80;
+  const std::vector<float> x = random_vector(size_t(rows) * stride, 10);
+  const std::vector<float> bias = rounded(random_vector(width, 11));
+  std::vector<float> want = x;
+  for (int r = 0; r < rows; ++r)
+    for (int c = 0; c < width; ++c) want[size_t(r) * stride + c] += bias[c];
+  DeviceMemory<float> d_x(x);
+  DeviceMemory<bf16> d_b(as_bf16(bias));
+  kernels::bias_add(d_x.get(), rows, width, stride, d_b.get(), nullptr);
+  EXPECT_SYNCED();
+  EXPECT_LE(relative_error(d_x.read(), want), 1e-7);
+}
+
+TEST(Kernels, ConvertAndFill) {
+  REQUIRE_DEVICE();
+  const std::vector<float> x = random_vector(1000, 12, 100.0f);
+  DeviceMemory<float> d_x(x);
+  DeviceMemory<bf16> d_y(1000);
+  kernels::float_to_bf16(d_x.get(), d_y.get(), 1000, nullptr);
+  DeviceMemory<bf16> d_fill(4096);
+  kernels::fill_uniform_bf16(d_fill.get(), 4096, 42, 0.5f, nullptr);
+  EXPECT_SYNCED();
+  EXPECT_EQ(relative_error(as_float(d_y.read()), rounded(x)), 0.0);
+  const std::vector<float> filled = as_float(d_fill.read());
+  double sum = 0, lo = 1, hi = -1;
+  for (float v : filled) {
+    sum += v;
+    lo = std::min<double>(lo, v);
+    hi = std::max<double>(hi, v);
+  }
+  EXPECT_LT(std::abs(sum / filled.size()), 0.05);  // centred
+  EXPECT_GE(lo, -0.5);
+  EXPECT_LE(hi, 0.5);
+  EXPECT_LT(lo, -0.45);  // and spread over the range
+  EXPECT_GT(hi, 0.45);
+}
+
+struct AttentionCase {
+  int head_dim, heads, kv_heads, page_size, pos0, tokens;
+};
+
+std::ostream& operator<<(std::ostream& os, const AttentionCase& c) {
+  return os << "head_dim " << c.head_dim << ", heads " << c.heads << "/" << c.kv_heads << ", page " << c.page_size
+            << ", prefix " << c.pos0 << ", tokens " << c.tokens;
+}
+
+class ChunkAttention : public ::testing::TestWithParam<AttentionCase> {};
+
+// K/V appended to pages (kv_append, a scrambled page table), then the chunk's queries
+// against the prefix and themselves; the CPU backend sees the same bf16-rounded K/V.
+TEST_P(ChunkAttention, MatchesCpuBackend) {
+  REQUIRE_DEVICE();
+  const AttentionCase c = GetParam();
+  const int d = c.head_dim, kv_len = c.pos0 + c.tokens, kv_width = c.kv_heads * d, layers = 2, layer = 1;
+  const std::vector<float> k = rounded(random_vector(size_t(kv_len) * kv_width, 20 + d));
+  const std::vector<float> v = rounded(random_vector(size_t(kv_len) * kv_width, 40 + d));
+  const int q_stride = c.heads * d + 16;  // strided rows, as inside the fused qkv buffer
+  const std::vector<float> q = random_vector(size_t(c.tokens) * q_stride, 60 + d, 2.0f);
+
+  // CPU backend.
+  const int pages = (kv_len + c.page_size - 1) / c.page_size;
+  kv::PagedKvPool pool({layers, c.kv_heads, d, c.page_size}, pages + 2);
+  pool.reserve(0, kv_len);
+  pool.write(layer, 0, 0, kv_len, k.data(), kv_width, v.data(), kv_width);
+  std::vector<float> want(size_t(c.tokens) * c.heads * d);
+  cpu::AttentionWorkspace ws;
+  cpu::chunk_attention(q.data(), q_stride, c.tokens, c.pos0, {&pool, layer, &pool.pages(0)}, c.heads, want.data(),
+                       c.heads * d, ws);
+
+  // Kernels: pages in reverse order, so paging errors cannot hide.
+  std::vector<int32_t> table(pages);
+  for (int p = 0; p < pages; ++p) table[p] = pages + 1 - p;
+  kernels::PagedKv kv;
+  kv.layers = layers;
+  kv.kv_heads = c.kv_heads;
+  kv.head_dim = d;
+  kv.page_size = c.page_size;
+  DeviceMemory<bf16> d_cache(as_bf16(std::vector<float>(size_t(pages + 2) * layers * kv.page_layer_elements(), kNaN)));
+  DeviceMemory<int32_t> d_table(table);
+  kv.base = d_cache.get();
+  kv.page_table = d_table.get();
+  DeviceMemory<float> d_k(k), d_v(v), d_q(q);
+  kernels::kv_append(kv, layer, 0, kv_len, d_k.get(), d_v.get(), kv_width, nullptr);
+  DeviceMemory<bf16> d_out(as_bf16(std::vector<float>(want.size(), kNaN)));
+  kernels::AttentionArgs args;
+  args.q = d_q.get();
+  args.q_stride = q_stride;
+  args.tokens = c.tokens;
+  args.pos0 = c.pos0;
+  args.heads = c.heads;
+  args.kv = kv;
+  args.layer = layer;
+  args.out = d_out.get();
+  args.out_stride = c.heads * d;
+  ASSERT_TRUE(kernels::attention_supports(d, c.page_size));
+  kernels::chunk_attention(args, nullptr);
+  EXPECT_SYNCED();
+  EXPECT_LE(relative_error(as_float(d_out.read()), want), kBf16Tolerance);
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ChunkAttention,
+                         ::testing::Values(AttentionCase{128, 4, 2, 64, 0, 70},     // fresh prompt, GQA
+                                           AttentionCase{128, 2, 2, 128, 150, 40},  // prefix, MHA, 128-token pages
+                                           AttentionCase{64, 4, 1, 64, 64, 64},     // aligned chunk after one page
+                                           AttentionCase{48, 2, 1, 64, 30, 90},     // Qwen3-tiny head size
+                                           AttentionCase{32, 4, 2, 64, 200, 1}));   // one query (decode-like)
+
+}  // namespace
