@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# End to end on a GPU: a bf16 model (so both backends hold the same weights), a few
+# prompts, a CPU-backend run, then a cuda-backend run with the given placement; the cuda
+# logits must match the CPU's within the bf16 tolerance (relative 1e-2) and the output be
+# complete. Exits 77 (skipped) without a device, before making anything.
+# usage: e2e_vs_cpu.sh BIN_DIR WORK_DIR PRESET RANKS -- <pipefill run arguments for the cuda run>
+set -euo pipefail
+here=$(dirname "$0")
+source "$here/../mpi/mpi_env.sh"
+bin=$1 work=$2 preset=$3 ranks=$4
+shift 4
+[ "$1" = "--" ] && shift
+"$bin/tests/gpu/cuda_probe" || exit $?
+mkdir -p "$work"
+model=$work/$preset-bf16
+[ -f "$model/config.json" ] || "$bin/pipefill" make-model --preset "$preset" --dtype bf16 --seed 11 --out "$model" >/dev/null
+prompts=$work/prompts.h5
+[ -f "$prompts" ] || "$bin/pipefill" make-prompts --out "$prompts" --num 3 --min-len 40 --max-len 400 --vocab 500 --seed 4 >/dev/null
+cpu=$work/$preset-cpu.h5
+[ -f "$cpu" ] || OPENBLAS_NUM_THREADS=2 timeout 600 mpirun -n 1 "$bin/pipefill" run --quiet --model "$model" \
+  --input "$prompts" --output "$cpu" --chunk-size 128
+out=$work/$preset-cuda-$ranks-$(echo "$@" | tr -c 'a-z0-9' '_').h5
+rm -f "$out" "$out.partial"
+timeout 300 mpirun -n "$ranks" "$bin/pipefill" run --quiet --model "$model" --input "$prompts" --output "$out" \
+  --backend cuda "$@"
+"$bin/tests/compare_logits" "$out" "$cpu" --rtol 1e-2
+"$PYTHON" "$here/../mpi/check_output.py" "$out"
