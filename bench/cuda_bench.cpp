@@ -1,0 +1,243 @@
+// The GPU benchmark that scripts/gpu_check.sh runs: the device's own ceilings (copy
+// bandwidth, a large cuBLASLt GEMM), then pipefill's attention kernel at long prefixes,
+// its GEMMs at Llama-3-8B shapes, and end-to-end single-GPU prefill of Llama-3-8B-shaped
+// random weights (made on the device) at 32K and 128K tokens, with MFU. One table out.
+// No MPI, no HDF5: it runs on a bare GPU machine.
+//
+// usage: pipefill_cuda_bench [--quick] [--chunk N] [--lengths 32768,131072]
+#include <cuda_runtime.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "compute/cuda/cuda_stage_compute.hpp"
+#include "compute/cuda/lt_gemm.hpp"
+#include "compute/flops.hpp"
+#include "model/presets.hpp"
+#include "sim/model_shape.hpp"
+
+using namespace pf;
+
+namespace {
+
+constexpr double kDatasheetBf16Tflops = 989.4;  // H100/H200 SXM dense bf16
+
+struct Row {
+  std::string what, value, versus;
+};
+std::vector<Row> g_rows;
+void add_row(std::string what, std::string value, std::string versus = "") {
+  std::printf("  %-58s %-16s %s\n", what.c_str(), value.c_str(), versus.c_str());
+  std::fflush(stdout);
+  g_rows.push_back({std::move(what), std::move(value), std::move(versus)});
+}
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+// Mean seconds of `reps` runs of `work` on `stream` after `warmup` runs (CUDA events).
+template <typename Work>
+double time_on(cudaStream_t stream, int warmup, int reps, Work&& work) {
+  for (int i = 0; i < warmup; ++i) work();
+  cudaEvent_t start, stop;
+  CUDA_CHECK(cudaEventCreate(&start));
+  CUDA_CHECK(cudaEventCreate(&stop));
+  CUDA_CHECK(cudaEventRecord(start, stream));
+  for (int i = 0; i < reps; ++i) work();
+  CUDA_CHECK(cudaEventRecord(stop, stream));
+  CUDA_CHECK(cudaEventSynchronize(stop));
+  CUDA_CHECK_LAUNCH();
+  float ms = 0;
+  CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  cudaEventDestroy(start);
+  cudaEventDestroy(stop);
+  return ms * 1e-3 / reps;
+}
+
+double copy_bandwidth() {
+  const size_t bytes = size_t(4) << 30;
+  cuda::DeviceArray<unsigned char> a(bytes), b(bytes);
+  CUDA_CHECK(cudaMemset(a.data(), 1, bytes));
+  const double s = time_on(nullptr, 2, 5, [&] { CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, nullptr)); });
+  return 2.0 * bytes / s;  // read + write
+}
+
+double gemm_tflops(cuda::LtGemm& gemm, int rows, int in, int out, int reps) {
+  cuda::DeviceArray<kernels::bf16> x(size_t(rows) * in), w(size_t(out) * in);
+  cuda::DeviceArray<float> y(size_t(rows) * out);
+  kernels::fill_uniform_bf16(x.data(), x.size(), 1, 1.0f, nullptr);  // random, never zeros
+  kernels::fill_uniform_bf16(w.data(), w.size(), 2, 0.05f, nullptr);
+  const double s = time_on(nullptr, 2, reps, [&] { gemm.linear(x.data(), rows, in, w.data(), out, y.data(), nullptr); });
+  return 2.0 * rows * in * out / s / 1e12;
+}
+
+// One chunk of `tokens` queries after `prefix` keys, Llama-3-8B's heads (32 q / 8 kv, d 128).
+double attention_tflops(int64_t prefix, int tokens, int reps) {
+  const int heads = 32, kv_heads = 8, d = 128, page = 64;
+  const int64_t kv_len = prefix + tokens;
+  const int pages = static_cast<int>((kv_len + page - 1) / page);
+  kernels::PagedKv kv;
+  kv.layers = 1;
+  kv.kv_heads = kv_heads;
+  kv.head_dim = d;
+  kv.page_size = page;
+  cuda::DeviceArray<kernels::bf16> cache(size_t(pages) * kv.page_layer_elements());
+  kernels::fill_uniform_bf16(cache.data(), cache.size(), 3, 1.0f, nullptr);
+  std::vector<int32_t> table(pages);
+  for (int p = 0; p < pages; ++p) table[p] = p;
+  cuda::DeviceArray<int32_t> d_table;
+  d_table.upload(table);
+  kv.base = cache.data();
+  kv.page_table = d_table.data();
+  const int q_stride = (heads + 2 * kv_heads) * d;
+  cuda::DeviceArray<float> q(size_t(tokens) * q_stride);
+  std::vector<float> host_q(q.size());
+  for (size_t i = 0; i < host_q.size(); ++i) host_q[i] = static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+  CUDA_CHECK(cudaMemcpy(q.data(), host_q.data(), host_q.size() * sizeof(float), cudaMemcpyHostToDevice));
+  cuda::DeviceArray<kernels::bf16> out(size_t(tokens) * heads * d);
+  kernels::AttentionArgs args;
+  args.q = q.data();
+  args.q_stride = q_stride;
+  args.tokens = tokens;
+  args.pos0 = prefix;
+  args.heads = heads;
+  args.kv = kv;
+  args.out = out.data();
+  args.out_stride = heads * d;
+  const double s = time_on(nullptr, 1, reps, [&] { kernels::chunk_attention(args, nullptr); });
+  const double flops = 4.0 * heads * d * (double(tokens) * prefix + double(tokens) * (tokens + 1) / 2);
+  return flops / s / 1e12;
+}
+
+struct PrefillResult {
+  double seconds, flops, first_chunk_s, last_chunk_s;
+};
+
+// Every layer of the model on one GPU, the prompt in chunks of `chunk`, then the LM head.
+PrefillResult prefill(cuda::CudaStageCompute& gpu, const model::ModelConfig& config, int64_t length, int chunk,
+                      int prompt_id) {
+  const sim::ModelShape shape = sim::shape_from_config(config);
+  std::vector<int32_t> tokens(length);
+  for (int64_t i = 0; i < length; ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
+  cuda::DeviceArray<float> hidden(size_t(chunk) * config.hidden_size);
+  std::vector<float> logits(config.vocab_size);
+  const compute::AllReduce none = [](float*, int) {};
+  PrefillResult r{0, 0, 0, 0};
+  gpu.synchronize();
+  cudaEvent_t t0, t1;
+  CUDA_CHECK(cudaEventCreate(&t0));
+  CUDA_CHECK(cudaEventCreate(&t1));
+  const auto wall0 = std::chrono::steady_clock::now();
+  for (int64_t start = 0; start < length; start += chunk) {
+    const int t = static_cast<int>(std::min<int64_t>(chunk, length - start));
+    const bool first = start == 0, last = start + t == length;
+    if (first || last) CUDA_CHECK(cudaEventRecord(t0, gpu.forward_stream()));
+    gpu.embed(tokens.data() + start, t, hidden.data());
+    gpu.forward({prompt_id, start, t}, hidden.data(), none);
+    if (first || last) {
+      CUDA_CHECK(cudaEventRecord(t1, gpu.forward_stream()));
+      CUDA_CHECK(cudaEventSynchronize(t1));
+      float ms = 0;
+      CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
+      (first ? r.first_chunk_s : r.last_chunk_s) = ms * 1e-3;
+    }
+    r.flops += compute::chunk_flops(shape, 0, config.num_layers, t, start);
+    if (last) gpu.lm_head(hidden.data() + size_t(t - 1) * config.hidden_size, logits.data());
+  }
+  gpu.synchronize();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  r.flops += 2.0 * config.hidden_size * config.vocab_size;
+  gpu.finish_prompt(prompt_id);
+  cudaEventDestroy(t0);
+  cudaEventDestroy(t1);
+  return r;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false;
+  int chunk = 8192;
+  std::vector<int64_t> lengths = {32768, 131072};
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else if (!std::strcmp(argv[i], "--chunk") && i + 1 < argc) {
+      chunk = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--lengths") && i + 1 < argc) {
+      lengths.clear();
+      for (char* s = std::strtok(argv[++i], ","); s; s = std::strtok(nullptr, ",")) lengths.push_back(std::atoll(s));
+    } else {
+      std::fprintf(stderr, "usage: %s [--quick] [--chunk N] [--lengths 32768,131072]\n", argv[0]);
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "error: no usable CUDA device\n");
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("pipefill GPU benchmark on %s (%d SMs, %.1f GiB)%s\n", prop.name, prop.multiProcessorCount,
+              prop.totalGlobalMem / 1073741824.0, quick ? " [quick]" : "");
+  const int reps = quick ? 3 : 10;
+
+  const double bandwidth = copy_bandwidth();
+  add_row("device copy bandwidth (read + write)", fmt("%.2f TB/s", bandwidth / 1e12));
+  cuda::LtGemm gemm;
+  const double ceiling = gemm_tflops(gemm, 8192, 8192, 8192, reps);
+  add_row("GEMM 8192^3 bf16 in, f32 out (cuBLASLt): the ceiling", fmt("%.0f TFLOP/s", ceiling),
+          fmt("%.0f%% of datasheet 989", 100 * ceiling / kDatasheetBf16Tflops));
+
+  const model::ModelConfig config = model::preset_config("llama3-8b");
+  const int h = config.hidden_size, inter = config.intermediate_size;
+  const int qkv = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
+  struct Shape {
+    const char* name;
+    int in, out;
+  } shapes[] = {{"qkv", h, qkv}, {"o", config.num_heads * config.head_dim, h}, {"gate_up", h, 2 * inter}, {"down", inter, h}};
+  for (const auto& s : shapes) {
+    const double t = gemm_tflops(gemm, chunk, s.in, s.out, reps);
+    add_row(std::string("GEMM llama3-8b ") + s.name + " (" + std::to_string(chunk) + " x " + std::to_string(s.in) +
+                " x " + std::to_string(s.out) + ")",
+            fmt("%.0f TFLOP/s", t), fmt("%.0f%% of the ceiling", 100 * t / ceiling));
+  }
+
+  const int attn_chunk = 4096;
+  for (const int64_t prefix : {int64_t{8192}, int64_t{65536}, int64_t{262144}}) {
+    const double t = attention_tflops(prefix, attn_chunk, quick ? 2 : 5);
+    add_row("attention d128 GQA 32/8, 4096 queries at prefix " + std::to_string(prefix / 1024) + "K",
+            fmt("%.0f TFLOP/s", t), fmt("%.0f%% of the ceiling", 100 * t / ceiling));
+  }
+
+  // End to end: all 32 layers of Llama-3-8B's shape on this GPU.
+  const model::ShardSpec shard = model::make_shard_spec(config, 1, 0);
+  cuda::CudaStageCompute gpu(config, shard, cuda::DeviceWeights::random(config, shard, config.num_layers, true, true, 1),
+                             64, chunk);
+  int64_t longest = 0;
+  for (int64_t l : lengths) longest = std::max(longest, l);
+  const kv::KvShape kv_shape = gpu.kv_shape();
+  gpu.allocate_kv(kv_shape.pages_for(longest + chunk));
+  prefill(gpu, config, 2 * 1024, 1024, 0);  // warm-up: GEMM plans, allocations
+  int prompt = 1;
+  for (const int64_t length : lengths) {
+    const PrefillResult r = prefill(gpu, config, length, chunk, prompt++);
+    const double tflops = r.flops / r.seconds / 1e12;
+    add_row("prefill llama3-8b " + std::to_string(length / 1024) + "K tokens, chunk " + std::to_string(chunk),
+            fmt("%.0f tok/s", length / r.seconds),
+            fmt("%.1f s, ", r.seconds) + fmt("%.0f TFLOP/s, ", tflops) +
+                fmt("MFU %.1f%% (989 peak), ", 100 * tflops / kDatasheetBf16Tflops) +
+                fmt("%.0f%% of the measured ceiling; ", 100 * tflops / ceiling) +
+                fmt("chunk time first %.3f s, ", r.first_chunk_s) + fmt("last %.3f s", r.last_chunk_s));
+  }
+
+  std::printf("\n| figure | value | against |\n|---|---|---|\n");
+  for (const auto& row : g_rows) std::printf("| %s | %s | %s |\n", row.what.c_str(), row.value.c_str(), row.versus.c_str());
+  return 0;
+}
