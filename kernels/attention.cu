@@ -1,13 +1,14 @@
 // Chunk attention against a paged KV prefix: FlashAttention-2's scheme on bf16 tensor cores
 // (mma.sync m16n8k16, float accumulators), written for this cache layout.
 //
-// A block of 4 warps owns 64 query rows of one head (16 rows a warp) and walks the prompt's
+// A block of 8 warps owns 128 query rows of one head (16 rows a warp) and walks the prompt's
 // keys in tiles of 64 (a page holds whole tiles: page_size % 64 == 0). K and V tiles are
 // staged in shared memory by cp.async, two buffers deep, so tile j+1 loads while tile j is
 // multiplied. Per tile: S = Q K^T (Q held in registers as bf16 fragments, converted from the
 // float activations once), causal mask, online softmax in float with exp2, then O += P V with
 // P re-used straight from the S accumulators (the m16n8 C fragment of two adjacent key tiles
-// is the m16k16 A fragment of P). Nothing of size tokens x keys ever leaves registers.
+// is the m16k16 A fragment of P). K and V fragments come from shared memory by ldmatrix
+// (V transposed on the way). Nothing of size tokens x keys ever leaves registers.
 //
 // Fragment layouts (PTX ISA, mma.m16n8k16 with .bf16): lane = 4 * g + q;
 //   A (16x16, row): {A[g][2q..2q+1], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]}
@@ -25,9 +26,9 @@
 namespace pf::kernels {
 namespace {
 
-constexpr int kBlockM = 64;  // query rows a block
-constexpr int kBlockN = 64;  // keys a tile
-constexpr int kWarps = 4;
+constexpr int kBlockM = 128;  // query rows a block: each K/V tile serves 128 queries
+constexpr int kBlockN = 64;   // keys a tile
+constexpr int kWarps = 8;     // 16 query rows a warp
 constexpr int kThreads = kWarps * 32;
 
 template <int D>
@@ -118,17 +119,23 @@ __global__ void __launch_bounds__(kThreads) chunk_attention_kernel(AttentionArgs
     const uint16_t* vs = v_tile(j & 1);
     const int64_t key0 = static_cast<int64_t>(j) * kBlockN;
 
-    // S = Q K^T for 16 rows x 64 keys.
+    // S = Q K^T for 16 rows x 64 keys. One ldmatrix.x4 gives the B fragments of two key
+    // tiles at one k-step: matrices (keys n, d lo), (keys n, d hi), (keys n+1, d lo), (n+1, hi).
     float s[kKeyTiles][4];
 #pragma unroll
-    for (int n = 0; n < kKeyTiles; ++n) {
-      s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-      const uint16_t* krow = ks + (n * 8 + g) * kLd + 2 * q;
+    for (int n = 0; n < kKeyTiles; ++n) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+    {
+      const int m = lane >> 3, r = lane & 7;  // this lane addresses row r of matrix m
+      const uint16_t* k_row = ks + ((m >> 1) * 8 + r) * kLd + (m & 1) * 8;
 #pragma unroll
       for (int st = 0; st < kSteps; ++st) {
-        const uint32_t b0 = *reinterpret_cast<const uint32_t*>(krow + st * 16);
-        const uint32_t b1 = *reinterpret_cast<const uint32_t*>(krow + st * 16 + 8);
-        detail::mma_bf16(s[n], qf[st], b0, b1);
+#pragma unroll
+        for (int n = 0; n < kKeyTiles; n += 2) {
+          uint32_t b[4];
+          detail::ldmatrix_x4(b, k_row + n * 8 * kLd + st * 16);
+          detail::mma_bf16(s[n], qf[st], b[0], b[1]);
+          detail::mma_bf16(s[n + 1], qf[st], b[2], b[3]);
+        }
       }
     }
 
@@ -184,13 +191,16 @@ __global__ void __launch_bounds__(kThreads) chunk_attention_kernel(AttentionArgs
       const uint32_t p[4] = {detail::pack_bf16(s[2 * kk][0], s[2 * kk][1]), detail::pack_bf16(s[2 * kk][2], s[2 * kk][3]),
                              detail::pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
                              detail::pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
-      const uint16_t* v0 = vs + (kk * 16 + 2 * q) * kLd + g;
+      // ldmatrix.x4.trans: matrices (keys lo, d t), (keys hi, d t), (keys lo, d t+1), (keys hi, d t+1)
+      // give the B fragments of output tiles t and t+1.
+      const int m = lane >> 3, r = lane & 7;
+      const uint16_t* v_row = vs + (kk * 16 + (m & 1) * 8 + r) * kLd + (m >> 1) * 8;
 #pragma unroll
-      for (int t = 0; t < kOutTiles; ++t) {
-        const uint16_t* vt = v0 + t * 8;
-        const uint32_t b0 = detail::pack_raw(vt[0], vt[kLd]);
-        const uint32_t b1 = detail::pack_raw(vt[8 * kLd], vt[9 * kLd]);
-        detail::mma_bf16(o[t], p, b0, b1);
+      for (int t = 0; t < kOutTiles; t += 2) {
+        uint32_t b[4];
+        detail::ldmatrix_x4_trans(b, v_row + t * 8);
+        detail::mma_bf16(o[t], p, b[0], b[1]);
+        detail::mma_bf16(o[t + 1], p, b[2], b[3]);
       }
     }
     __syncthreads();  // the next iteration refills this buffer

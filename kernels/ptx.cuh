@@ -1,5 +1,6 @@
 // The PTX instructions the attention kernel uses, each in one inline function: bf16 tensor
-// core MMA (m16n8k16, float accumulators) and asynchronous global -> shared copies. Under
+// core MMA (m16n8k16, float accumulators), asynchronous global -> shared copies, and
+// shared -> register matrix loads (ldmatrix). Under
 // PF_HOST_SIM the same functions follow the PTX ISA's definitions on the host.
 #pragma once
 
@@ -41,6 +42,22 @@ __device__ __forceinline__ void cp_async_16(void* smem, const void* gmem, bool v
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(gmem), "r"(bytes));
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
+
+// Four 8x8 b16 matrices from shared memory: lane l gives the address of row l % 8 of matrix
+// l / 8, and receives in r[i] row l / 4, columns 2 (l % 4) and 2 (l % 4) + 1 of matrix i
+// (.trans: rows 2 (l % 4) and 2 (l % 4) + 1 of column l / 4).
+__device__ __forceinline__ void ldmatrix_x4(uint32_t (&r)[4], const void* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) {
+  const unsigned address = static_cast<unsigned>(__cvta_generic_to_shared(row));
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(address));
+}
 template <int N>
 __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
@@ -53,6 +70,8 @@ inline void mma_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_
 }
 inline void cp_async_16(void* smem, const void* gmem, bool valid) { ::pf::sim::copy_16(smem, gmem, valid); }
 inline void cp_async_commit() {}
+inline void ldmatrix_x4(uint32_t (&r)[4], const void* row) { ::pf::sim::ldmatrix_x4(r, row, false); }
+inline void ldmatrix_x4_trans(uint32_t (&r)[4], const void* row) { ::pf::sim::ldmatrix_x4(r, row, true); }
 template <int N>
 inline void cp_async_wait() {}  // the simulator's copies complete at once
 

@@ -288,6 +288,13 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ChunkAttention,
                                            AttentionCase{128, 2, 2, 128, 150, 40},  // prefix, MHA, 128-token pages
                                            AttentionCase{64, 4, 1, 64, 64, 64},     // aligned chunk after one page
                                            AttentionCase{48, 2, 1, 64, 30, 90},     // Qwen3-tiny head size
-                                           AttentionCase{32, 4, 2, 64, 200, 1}));   // one query (decode-like)
+                                           AttentionCase{32, 4, 2, 64, 200, 1},     // one query (decode-like)
+                                           AttentionCase{128, 2, 1, 64, 10, 200}),  // two query blocks, GQA
+                         [](const ::testing::TestParamInfo<AttentionCase>& info) {
+                           const AttentionCase& c = info.param;
+                           return "d" + std::to_string(c.head_dim) + "_h" + std::to_string(c.heads) + "x" +
+                                  std::to_string(c.kv_heads) + "_page" + std::to_string(c.page_size) + "_prefix" +
+                                  std::to_string(c.pos0) + "_t" + std::to_string(c.tokens);
+                         });
 
 }  // namespace

@@ -40,6 +40,7 @@ struct Warp {
   Barrier barrier;
   float shuffle[32] = {};
   uint32_t a[32][4] = {}, b[32][2] = {};
+  const void* rows[32] = {};
 };
 
 struct Block {
@@ -117,6 +118,23 @@ void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint3
   }
   w.barrier.wait();  // everyone has read the fragments before the next mma overwrites them
   for (int e = 0; e < 4; ++e) d[e] = out[e];
+}
+
+void ldmatrix_x4(uint32_t (&r)[4], const void* row, bool transpose) {
+  Warp& w = my_warp();
+  const int lane = t_linear % 32;
+  w.rows[lane] = row;
+  w.barrier.wait();
+  uint32_t out[4];
+  for (int i = 0; i < 4; ++i) {
+    auto element = [&](int mrow, int mcol) { return static_cast<const uint16_t*>(w.rows[8 * i + mrow])[mcol]; };
+    const int a = lane / 4, b = 2 * (lane % 4);
+    const uint16_t lo = transpose ? element(b, a) : element(a, b);
+    const uint16_t hi = transpose ? element(b + 1, a) : element(a, b + 1);
+    out[i] = static_cast<uint32_t>(lo) | (static_cast<uint32_t>(hi) << 16);
+  }
+  w.barrier.wait();
+  for (int i = 0; i < 4; ++i) r[i] = out[i];
 }
 
 void copy_16(void* dst, const void* src, bool valid) {

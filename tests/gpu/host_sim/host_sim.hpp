@@ -27,6 +27,8 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::funct
 
 // d += a * b for the warp: each lane passes its own fragments (PTX ISA layouts).
 void mma_m16n8k16_bf16(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1);
+// ldmatrix.sync.aligned.m8n8.x4(.trans).shared.b16: `row` is this lane's row address.
+void ldmatrix_x4(uint32_t (&r)[4], const void* row, bool transpose);
 // cp.async of 16 bytes (src-size 16, or 0: zero-fill).
 void copy_16(void* dst, const void* src, bool valid);
 
