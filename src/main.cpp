@@ -23,7 +23,7 @@
 #include "io/prompts_h5.hpp"          // defines: read_prompts (validated HDF5 input)
 #include "io/results_h5.hpp"          // defines: ResultWriter (temporary file, renamed on success)
 #include "kvcache/kv_capacity.hpp"    // defines: pool_pages_for (capacity check before compute)
-#include "pipeline/backend_setup.hpp"  // defines: make_stage_backend (cpu or emulate)
+#include "pipeline/backend_setup.hpp"  // defines: make_stage_backend (cpu, cuda or emulate)
 #include "pipeline/chunk_planning.hpp"  // defines: decide_plan (fixed or dynamic chunks, profiled or loaded)
 #include "pipeline/rank_setup.hpp"   // defines: open_rank_model, load_rank_weights, share_prompts
 #include "pipeline/stage_profiler.hpp"  // defines: profile_capacity_tokens
@@ -115,8 +115,8 @@ static int run_command(int argc, char** argv) {
   }
   const std::vector<int64_t> lengths = pipeline::share_prompts(topo, prompts);
 
-  // Backend: the CPU (this rank's weights and a KV pool for the longest prompt, with room
-  // for profiling when this run profiles) or the emulator (sleeps of the cost model).
+  // Backend: the CPU or a GPU (this rank's weights and a KV pool for the longest prompt,
+  // with room for profiling when this run profiles) or the emulator (cost-model sleeps).
   pipeline::BackendRequest request{place.backend, chunking.cost_model_path, chunking.page_size, place.kv_memory_mb, 0};
   request.transport = place.transport;
   request.kv_memory_fraction = place.kv_memory_fraction;

@@ -121,23 +121,25 @@ LoopResult run_stage_loop(StageLoopContext& ctx) {
       std::fprintf(stderr, "stopping: finishing the %lld micro-batch(es) of prompts already started, then saving\n",
                    count - i);
       for (auto& request : notices_sent) dist::wait_polling(&request);  // tiny messages, eager
-      if (i >= count) break;
     }
     if (control != MPI_REQUEST_NULL) {
       int arrived = 0;
       MPI_CHECK(MPI_Test(&control, &arrived, MPI_STATUS_IGNORE));
       if (arrived) apply_cutoff(notice);
-      if (i >= count) break;
     }
+    // A device all-reduce does not hold the host back, so stage 0's TP ranks could enqueue
+    // different numbers of micro-batches, and rank 0's stop cutoff could fall behind one of
+    // them. So with a device all-reduce, stage 0's TP group agrees on the micro-batch count
+    // before each micro-batch (rank 0 is its TP rank 0): a tiny broadcast, microseconds.
+    if (device_reduce && topo.first_stage() && topo.tp > 1) {
+      dist::WaitLabel label(stage_name + " keeping TP ranks in step at micro-batch " + std::to_string(i));
+      int agreed = static_cast<int>(count);
+      dist::broadcast_int(agreed, 0, topo.tp_comm);
+      if (agreed < count) apply_cutoff(agreed);
+    }
+    if (i >= count) break;
     const sched::MicroBatch& mb = mbs[i];
     maybe_hang(topo.world_rank, mb.index);
-    // A device all-reduce does not hold the host back, so stage 0's TP ranks could enqueue
-    // different numbers of micro-batches; a stop cutoff chosen by rank 0 must not be behind
-    // any of them. A barrier of the TP group per micro-batch (microseconds) keeps them in step.
-    if (device_reduce && topo.first_stage() && topo.tp > 1) {
-      dist::WaitLabel label(stage_name + " keeping TP ranks in step at " + describe(mb));
-      dist::barrier(topo.tp_comm);
-    }
     // Keep `depth` receives posted ahead, so a sender never waits for us to post.
     while (!topo.first_stage() && next_to_post < count && next_to_post < i + depth) {
       const auto& ahead = mbs[next_to_post];
