@@ -94,6 +94,15 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   emulate_without_cost_model) extra=(--pp 2 --backend emulate); expect="--backend emulate needs --cost-model" ;;
   analytic_without_emulate) extra=(--pp 2 --cost-model analytic:h20); expect="add --backend emulate" ;;
   unknown_hardware) extra=(--pp 2 --backend emulate --cost-model analytic:tpu9000); expect="no hardware description" ;;
+  cuda_without_device) extra=(--pp 2 --backend cuda)
+    if [ -x "$bin/tests/gpu/cuda_probe" ] && "$bin/tests/gpu/cuda_probe" >/dev/null; then
+      echo "skipped: this machine has a GPU, so --backend cuda is not a bad input here"; exit 77
+    fi
+    expect="--backend cuda: no usable CUDA device" ;;
+  cuda_page_size) extra=(--pp 2 --backend cuda --page-size 16); expect="--page-size a multiple of 64 (given: 16)" ;;
+  unknown_transport) extra=(--pp 2 --backend cuda --transport pigeon); expect="--transport pigeon is unknown" ;;
+  kv_memory_fraction_out_of_range) extra=(--pp 2 --backend cuda --kv-memory-fraction 1.5)
+    expect="--kv-memory-fraction must be in (0, 1]" ;;
   hdf5_library_crash) input=$here/libhdf5_crash_input.h5  # found by tests/fuzz: crashes libhdf5 1.10 in H5Lexists
     expect="the HDF5 library crashed reading this file" ;;
   *) echo "unknown case $case"; exit 1 ;;

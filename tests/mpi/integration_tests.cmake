@@ -96,9 +96,12 @@ set(PF_BAD_CASES
   smooth_factor_out_of_range smooth_factor_env_not_a_number cost_model_without_dynamic
   cost_model_other_partition cost_model_missing
   emulate_without_cost_model analytic_without_emulate unknown_hardware hdf5_library_crash)
+if(PIPEFILL_HAVE_CUDA)  # --backend cuda exists in this build
+  list(APPEND PF_BAD_CASES cuda_without_device cuda_page_size unknown_transport kv_memory_fraction_out_of_range)
+endif()
 foreach(case ${PF_BAD_CASES})
   add_test(NAME bad_input.${case} COMMAND ${PF_MPI}/bad_input.sh ${PF_BIN} ${case} ${PF_DATA})
-  set_tests_properties(bad_input.${case} PROPERTIES LABELS mpi TIMEOUT 120
+  set_tests_properties(bad_input.${case} PROPERTIES LABELS mpi TIMEOUT 120 SKIP_RETURN_CODE 77
                        FIXTURES_REQUIRED "model.tiny;prompts")
 endforeach()
 set_tests_properties(bad_input.cost_model_other_partition PROPERTIES FIXTURES_REQUIRED "model.tiny;prompts;cost_model")
