@@ -35,7 +35,7 @@ NcclTransport::~NcclTransport() {
   cudaStreamSynchronize(send_stream_);
   cudaStreamSynchronize(recv_stream_);
   for (auto& slot : slots_)
-    for (cudaEvent_t e : {slot->received, slot->computed, slot->sent}) cudaEventDestroy(e);
+    for (cudaEvent_t e : {slot->received, slot->computed, slot->sent, slot->released}) cudaEventDestroy(e);
   cudaStreamDestroy(send_stream_);
   cudaStreamDestroy(recv_stream_);
 }
@@ -48,10 +48,15 @@ int NcclTransport::acquire() {
   }
   auto slot = std::make_unique<Slot>();
   slot->buffer = cuda::DeviceArray<float>(floats_per_slot_);
-  for (cudaEvent_t* e : {&slot->received, &slot->computed, &slot->sent})
+  for (cudaEvent_t* e : {&slot->received, &slot->computed, &slot->sent, &slot->released})
     CUDA_CHECK(cudaEventCreateWithFlags(e, cudaEventDisableTiming));
   slots_.push_back(std::move(slot));
   return static_cast<int>(slots_.size()) - 1;
+}
+
+void NcclTransport::release(int slot) {
+  CUDA_CHECK(cudaEventRecord(slots_[slot]->released, forward_));
+  free_.push_back(slot);
 }
 
 void NcclTransport::post_recv(int slot, int /*floats*/, int tag) {
@@ -69,6 +74,7 @@ bool NcclTransport::wait_recv(int slot, MPI_Request* control) {
   }
   if (s.header_in <= 0 || static_cast<size_t>(s.header_in) > floats_per_slot_)
     throw std::logic_error("NCCL transport: header announces " + std::to_string(s.header_in) + " floats");
+  CUDA_CHECK(cudaStreamWaitEvent(recv_stream_, s.released, 0));  // the slot's last forward is done
   NCCL_CHECK(ncclRecv(s.buffer.data(), static_cast<size_t>(s.header_in), ncclFloat, /*peer=*/0, comms_.recv_link,
                       recv_stream_));
   CUDA_CHECK(cudaEventRecord(s.received, recv_stream_));

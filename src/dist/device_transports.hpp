@@ -22,7 +22,9 @@ class NcclTransport final : public Transport {
   ~NcclTransport() override;
 
   int acquire() override;
-  void release(int slot) override { free_.push_back(slot); }
+  // The forward stream may still be computing on a released slot (the last stage releases
+  // right after enqueueing): its next receive waits for that on the device.
+  void release(int slot) override;
   float* data(int slot) override { return slots_[slot]->buffer.data(); }
   void post_recv(int slot, int floats, int tag) override;
   bool wait_recv(int slot, MPI_Request* control) override;
@@ -37,7 +39,7 @@ class NcclTransport final : public Transport {
     cuda::DeviceArray<float> buffer;
     long long header_in = 0, header_out = 0;  // floats of the chunk (a check, and the signal)
     MPI_Request recv_header = MPI_REQUEST_NULL, send_header = MPI_REQUEST_NULL;
-    cudaEvent_t received = nullptr, computed = nullptr, sent = nullptr;
+    cudaEvent_t received = nullptr, computed = nullptr, sent = nullptr, released = nullptr;
   };
   size_t floats_per_slot_;
   const Topology& topo_;

@@ -36,10 +36,12 @@ class DeviceArray {
   size_t bytes() const { return size_ * sizeof(T); }
   bool empty() const { return size_ == 0; }
 
-  // Grows to at least `count` elements; the contents are not kept. The caller orders this
-  // against work still reading the old buffer (cudaFree waits for the device anyway).
+  // Grows to at least `count` elements; the contents are not kept. Growing waits for the
+  // device first: queued work may still use the old buffer (rare: a longer chunk than any
+  // before it).
   void ensure(size_t count) {
     if (count <= size_) return;
+    if (ptr_) CUDA_CHECK(cudaDeviceSynchronize());
     release();
     allocate(count);
   }
