@@ -42,7 +42,18 @@ deps=/tmp/pipefill-deps
 if ls .gpu_deps/*.deb >/dev/null 2>&1; then
   step "unpacking $(ls .gpu_deps/*.deb | wc -l) carried packages into $deps"
   mkdir -p "$deps"
-  for deb in .gpu_deps/*.deb; do dpkg-deb -x "$deb" "$deps" || echo "could not unpack $deb"; done
+  for deb in .gpu_deps/*.deb; do
+    if command -v dpkg-deb >/dev/null; then
+      dpkg-deb -x "$deb" "$deps"
+    else  # not a Debian-family image: a .deb is an ar archive holding data.tar.*
+      member=$(ar t "$deb" | grep '^data.tar')
+      case $member in
+        *.xz) ar p "$deb" "$member" | tar -xJ -C "$deps" ;;
+        *.zst) ar p "$deb" "$member" | tar --zstd -x -C "$deps" ;;
+        *) ar p "$deb" "$member" | tar -xz -C "$deps" ;;
+      esac
+    fi || echo "could not unpack $deb"
+  done
   # Absolute links point into /usr of the machine they were made for: re-point them here.
   find "$deps" -type l | while read -r link; do
     target=$(readlink "$link")
