@@ -8,6 +8,7 @@
 #include "dist/checked_step.hpp"
 #include "dist/device_transports.hpp"
 #include "dist/nccl_comms.hpp"
+#include "dist/wait.hpp"
 #include "kvcache/kv_capacity.hpp"
 
 namespace pf::pipeline {
@@ -52,6 +53,7 @@ StageBackend make_cuda_backend(const dist::Topology& topo, const RankModel& m, c
 
   StageBackend backend;
   const cudaStream_t forward = compute->forward_stream();
+  compute->set_waiter([](const std::function<bool()>& ready) { dist::wait_until(ready); });  // with the watchdog
   if (topo.tp > 1)
     compute->set_all_reduce(nccl ? dist::nccl_all_reduce(comms->tp, forward)
                                  : dist::staged_all_reduce(topo.tp_comm, forward));

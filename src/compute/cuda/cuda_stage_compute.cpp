@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <functional>
 #include <thread>
 
 #include "compute/cpu/elementwise.hpp"
@@ -16,14 +17,18 @@ namespace {
 
 constexpr int kStagingSlots = 8;
 
-// Waits for an event without spinning a core at 100 % (other ranks may share the host).
-void wait_event(cudaEvent_t event) {
-  for (int spins = 0;; ++spins) {
-    const cudaError_t status = cudaEventQuery(event);
-    if (status == cudaSuccess) return;
-    if (status != cudaErrorNotReady) CUDA_CHECK(status);
+bool event_done(cudaEvent_t event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) return false;
+  CUDA_CHECK(status);
+  return true;
+}
+
+// Polls with short naps: other ranks may share the host, and a core spinning in
+// cudaEventSynchronize would slow them.
+void nap_until(const std::function<bool()>& ready) {
+  for (int spins = 0; !ready(); ++spins)
     if (spins > 100) std::this_thread::sleep_for(std::chrono::microseconds(50));
-  }
 }
 
 }  // namespace
@@ -35,6 +40,7 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&logits_ready_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&logits_copied_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming));
   inv_freq_.upload(cpu::rope_inv_freq(config_));
   ensure_workspace(max_chunk_tokens);
   if (shard_.vocab_count > 0) {
@@ -43,6 +49,14 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
   }
   staging_.resize(kStagingSlots);
   for (auto& slot : staging_) CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
+}
+
+void CudaStageCompute::wait_event(cudaEvent_t event) {
+  const std::function<bool()> ready = [event] { return event_done(event); };
+  if (waiter_)
+    waiter_(ready);
+  else
+    nap_until(ready);
 }
 
 CudaStageCompute::~CudaStageCompute() {
@@ -61,6 +75,7 @@ CudaStageCompute::~CudaStageCompute() {
   if (logits_host_) cudaFreeHost(logits_host_);
   cudaEventDestroy(logits_ready_);
   cudaEventDestroy(logits_copied_);
+  cudaEventDestroy(drained_);
   cudaStreamDestroy(copy_stream_);
   cudaStreamDestroy(forward_stream_);
 }
@@ -248,8 +263,10 @@ int64_t CudaStageCompute::capacity_tokens() const {
 }
 
 void CudaStageCompute::synchronize() {
-  CUDA_CHECK(cudaStreamSynchronize(forward_stream_));
-  CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  for (cudaStream_t stream : {forward_stream_, copy_stream_}) {
+    CUDA_CHECK(cudaEventRecord(drained_, stream));
+    wait_event(drained_);
+  }
 }
 
 void CudaStageCompute::align_clock(double host_now_s) {

@@ -12,6 +12,7 @@
 #include <cuda_runtime.h>
 
 #include <deque>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -41,6 +42,11 @@ class CudaStageCompute final : public compute::StageCompute {
   // Installs the TP all-reduce (device pointer, float count), run in stream order.
   void set_all_reduce(compute::AllReduce all_reduce) { all_reduce_ = std::move(all_reduce); }
   cudaStream_t forward_stream() const { return forward_stream_; }
+  // How the host waits for the device (the logits copy, synchronize()): `ready` polled until
+  // true. The pipeline installs its watchdog wait, so a hung GPU ends the job with a message
+  // naming what was awaited; by default, polling with short naps.
+  using Waiter = std::function<void(const std::function<bool()>& ready)>;
+  void set_waiter(Waiter waiter) { waiter_ = std::move(waiter); }
 
   void embed(const int32_t* tokens, int count, float* hidden) override;
   void forward(const compute::ChunkContext& chunk, float* hidden, const compute::AllReduce& all_reduce) override;
@@ -66,6 +72,7 @@ class CudaStageCompute final : public compute::StageCompute {
   // Host -> device copy through a pinned staging slot, in forward-stream order, without
   // waiting for the stream (the slot is reused only once its copy has run).
   void upload_async(void* device, const void* host, size_t bytes);
+  void wait_event(cudaEvent_t event);
 
   model::ModelConfig config_;
   model::ShardSpec shard_;
@@ -83,7 +90,8 @@ class CudaStageCompute final : public compute::StageCompute {
   DeviceArray<int32_t> tokens_, page_table_;
   DeviceArray<float> logits_;
   float* logits_host_ = nullptr;  // pinned
-  cudaEvent_t logits_ready_ = nullptr, logits_copied_ = nullptr;
+  cudaEvent_t logits_ready_ = nullptr, logits_copied_ = nullptr, drained_ = nullptr;
+  Waiter waiter_;
 
   // KV pool.
   std::unique_ptr<kv::PageTable> pages_;
