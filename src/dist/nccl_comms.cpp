@@ -4,7 +4,9 @@
 #include <cuda_runtime.h>
 #include <unistd.h>
 
+#include <cstring>
 #include <string>
+#include <vector>
 
 #include "dist/checked_step.hpp"
 
@@ -16,22 +18,37 @@ int select_device(const Topology& topo, bool allow_shared_device) {
   int local_rank = 0, local_size = 1;
   MPI_CHECK(MPI_Comm_rank(node, &local_rank));
   MPI_CHECK(MPI_Comm_size(node, &local_size));
-  MPI_CHECK(MPI_Comm_free(&node));
-  int devices = 0;
-  const cudaError_t status = cudaGetDeviceCount(&devices);
   char host[256] = "?";
   gethostname(host, sizeof host - 1);
+
+  // Each rank takes the GPU of its local rank among those it sees: all of the node's, or
+  // the one a launcher bound to it (CUDA_VISIBLE_DEVICES per task).
+  int devices = 0, device = -1;
+  cudaDeviceProp prop{};
   dist::checked_step(MPI_COMM_WORLD, [&] {
-  if (status != cudaSuccess || devices == 0) {
-    throw UserError(std::string("--backend cuda: no usable CUDA device on ") + host + " (" +
-              (status != cudaSuccess ? cudaGetErrorString(status) : "none visible") + ")");
-  } else if (local_size > devices && !allow_shared_device) {
-    throw UserError(std::to_string(local_size) + " ranks on " + host + " share " + std::to_string(devices) +
-              " GPU(s): NCCL needs one GPU per rank; use --transport mpi to share a GPU (tests), or fewer ranks");
-  }
-  });  // a UserError on any rank ends every rank cleanly
-  const int device = local_rank % devices;
-  if (cudaSetDevice(device) != cudaSuccess) throw std::runtime_error("cudaSetDevice failed");
+    const cudaError_t status = cudaGetDeviceCount(&devices);
+    if (status != cudaSuccess || devices == 0)
+      throw UserError(std::string("--backend cuda: no usable CUDA device on ") + host + " (" +
+                      (status != cudaSuccess ? cudaGetErrorString(status) : "none visible") + ")");
+    device = local_rank % devices;
+    if (cudaSetDevice(device) != cudaSuccess || cudaGetDeviceProperties(&prop, device) != cudaSuccess)
+      throw UserError(std::string("--backend cuda: cannot use GPU ") + std::to_string(device) + " on " + host);
+  });
+
+  // Two ranks of a node on one physical GPU (same UUID) is for --transport mpi only:
+  // NCCL refuses it, and it would halve each rank's memory.
+  std::vector<char> uuids(static_cast<size_t>(local_size) * sizeof(prop.uuid));
+  MPI_CHECK(MPI_Allgather(&prop.uuid, sizeof(prop.uuid), MPI_BYTE, uuids.data(), sizeof(prop.uuid), MPI_BYTE, node));
+  MPI_CHECK(MPI_Comm_free(&node));
+  int sharing = 0;
+  for (int r = 0; r < local_size; ++r)
+    if (r != local_rank && std::memcmp(&uuids[r * sizeof(prop.uuid)], &prop.uuid, sizeof(prop.uuid)) == 0) ++sharing;
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    if (sharing > 0 && !allow_shared_device)
+      throw UserError(std::to_string(sharing + 1) + " ranks on " + host + " share GPU " + std::to_string(device) +
+                      " (" + prop.name + "): NCCL needs one GPU per rank; use --transport mpi to share a GPU "
+                      "(tests), or fewer ranks per node");
+  });
   return device;
 }
 

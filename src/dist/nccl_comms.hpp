@@ -21,8 +21,9 @@
 namespace pf::dist {
 
 // Collective. Local rank = rank within MPI_COMM_TYPE_SHARED; device = local rank modulo
-// the visible devices (several ranks share one only with the mpi transport). UserError
-// when no device is visible. Returns the device ordinal, already set with cudaSetDevice.
+// the visible devices (all of the node's, or one bound per task by the launcher). Two ranks
+// on one physical GPU (same UUID) only with the mpi transport. UserError when no device is
+// usable. Returns the device ordinal, already set with cudaSetDevice.
 int select_device(const Topology& topology, bool allow_shared_device);
 
 struct NcclComms {
