@@ -59,8 +59,9 @@ void NcclTransport::release(int slot) {
   free_.push_back(slot);
 }
 
-void NcclTransport::post_recv(int slot, int /*floats*/, int tag) {
+void NcclTransport::post_recv(int slot, int floats, int tag) {
   Slot& s = *slots_[slot];
+  s.expected = floats;
   MPI_CHECK(MPI_Irecv(&s.header_in, 1, MPI_LONG_LONG, topo_.prev_rank, tag, topo_.pipeline_comm, &s.recv_header));
 }
 
@@ -72,8 +73,9 @@ bool NcclTransport::wait_recv(int slot, MPI_Request* control) {
   } else {
     wait_polling(&s.recv_header);
   }
-  if (s.header_in <= 0 || static_cast<size_t>(s.header_in) > floats_per_slot_)
-    throw std::logic_error("NCCL transport: header announces " + std::to_string(s.header_in) + " floats");
+  if (s.header_in != s.expected)  // both ends walk the same plan: a mismatch is a bug
+    throw std::logic_error("NCCL transport: the previous stage announces " + std::to_string(s.header_in) +
+                           " floats, the plan says " + std::to_string(s.expected));
   CUDA_CHECK(cudaStreamWaitEvent(recv_stream_, s.released, 0));  // the slot's last forward is done
   NCCL_CHECK(ncclRecv(s.buffer.data(), static_cast<size_t>(s.header_in), ncclFloat, /*peer=*/0, comms_.recv_link,
                       recv_stream_));

@@ -37,7 +37,8 @@ class NcclTransport final : public Transport {
  private:
   struct Slot {
     cuda::DeviceArray<float> buffer;
-    long long header_in = 0, header_out = 0;  // floats of the chunk (a check, and the signal)
+    long long header_in = 0, header_out = 0;  // floats of the chunk (the signal, and a check)
+    long long expected = 0;                   // floats the receiver's plan says are coming
     MPI_Request recv_header = MPI_REQUEST_NULL, send_header = MPI_REQUEST_NULL;
     cudaEvent_t received = nullptr, computed = nullptr, sent = nullptr, released = nullptr;
   };
