@@ -2,15 +2,16 @@
 # End to end on a GPU: a bf16 model (so both backends hold the same weights), a few
 # prompts, a CPU-backend run, then a cuda-backend run with the given placement; the cuda
 # logits must match the CPU's within the bf16 tolerance (relative 1e-2) and the output be
-# complete. Exits 77 (skipped) without a device, before making anything.
-# usage: e2e_vs_cpu.sh BIN_DIR WORK_DIR PRESET RANKS -- <pipefill run arguments for the cuda run>
+# complete. Exits 77 (skipped) without a device (or without PF_MIN_GPUS of them), before
+# making anything.
+# usage: [PF_MIN_GPUS=N] e2e_vs_cpu.sh BIN_DIR WORK_DIR PRESET RANKS -- <pipefill run arguments for the cuda run>
 set -euo pipefail
 here=$(dirname "$0")
 source "$here/../mpi/mpi_env.sh"
 bin=$1 work=$2 preset=$3 ranks=$4
 shift 4
 [ "$1" = "--" ] && shift
-"$bin/tests/gpu/cuda_probe" || exit $?
+"$bin/tests/gpu/cuda_probe" "${PF_MIN_GPUS:-1}" || exit $?
 mkdir -p "$work"
 model=$work/$preset-bf16
 [ -f "$model/config.json" ] || "$bin/pipefill" make-model --preset "$preset" --dtype bf16 --seed 11 --out "$model" >/dev/null
