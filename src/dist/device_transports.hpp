@@ -32,7 +32,6 @@ class NcclTransport final : public Transport {
   void start_send(int slot, int floats, int tag) override;
   bool send_done(int slot) override;
   void finish_send(int slot) override;
-  const char* name() const override { return "nccl"; }
 
  private:
   struct Slot {
@@ -66,7 +65,6 @@ class StagedTransport final : public Transport {
   void start_send(int slot, int floats, int tag) override;
   bool send_done(int slot) override { return host_.send_done(slot); }
   void finish_send(int slot) override { host_.finish_send(slot); }
-  const char* name() const override { return "mpi (staged through host memory)"; }
 
  private:
   size_t floats_per_slot_;

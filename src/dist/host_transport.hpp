@@ -22,7 +22,6 @@ class HostTransport final : public Transport {
   void start_send(int slot, int floats, int tag) override;
   bool send_done(int slot) override { return sends_.at(slot).test(); }
   void finish_send(int slot) override;
-  const char* name() const override { return "mpi"; }
 
  private:
   size_t floats_per_slot_;

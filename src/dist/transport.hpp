@@ -33,8 +33,6 @@ class Transport {
   virtual void start_send(int slot, int floats, int tag) = 0;
   virtual bool send_done(int slot) = 0;    // the buffer could be reused now
   virtual void finish_send(int slot) = 0;  // waits for that (never skipped)
-
-  virtual const char* name() const = 0;
 };
 
 }  // namespace pf::dist

@@ -1,7 +1,6 @@
 // cuda backend set-up (see cuda_backend.hpp).
 #include "pipeline/cuda_backend.hpp"
 
-#include <cstdio>
 #include <string>
 
 #include "compute/cuda/cuda_stage_compute.hpp"
