@@ -70,8 +70,11 @@ else
 fi
 deplib="$deps/usr/lib/$arch:$deps/usr/lib/$arch/openblas-pthread:$deps/usr/lib/$arch/openmpi/lib:$deps/usr/lib/$arch/hdf5/openmpi"
 ours() { LD_LIBRARY_PATH="$deplib:${LD_LIBRARY_PATH:-}" "$@"; }
+# The linker must find what the carried libraries need (libgfortran for OpenBLAS, ...) in
+# the prefix too, also in CMake's link checks.
 prefix_args=(-DCMAKE_PREFIX_PATH="$deps/usr" -DCMAKE_LIBRARY_PATH="$deps/usr/lib/$arch/openblas-pthread"
-             -DCMAKE_INCLUDE_PATH="$deps/usr/include/$arch/openblas-pthread")
+             -DCMAKE_INCLUDE_PATH="$deps/usr/include/$arch/openblas-pthread"
+             -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$deplib")
 
 # ---- 1. GPU-only build: kernels, tests, benchmark ----------------------------------
 step "GPU-only build"
