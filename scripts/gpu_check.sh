@@ -104,11 +104,12 @@ if [ "$skip_full" = 0 ]; then
   # NCCL: beside the toolkit, or else the nvidia-nccl wheel of the machine's Python.
   nccl_root=$(python3 -c 'import nvidia.nccl, os; print(os.path.dirname(nvidia.nccl.__file__))' 2>/dev/null || true)
   [ -n "$nccl_root" ] && deplib="$deplib:$nccl_root/lib"
+  # Configure under the carried library path: FindMPI runs the carried mpicc wrapper.
   if ours cmake -S . -B build-full -DCMAKE_BUILD_TYPE=Release "${prefix_args[@]}" \
         -DMPI_C_COMPILER="$deps/usr/bin/mpicc" -DMPI_CXX_COMPILER="$deps/usr/bin/mpicxx" \
         -DHDF5_ROOT="$deps/usr/lib/$arch/hdf5/openmpi" -DHDF5_NO_FIND_PACKAGE_CONFIG_FILE=ON \
         -DNCCL_ROOT="$nccl_root" >"$out/cmake-full.log" 2>&1 &&
-     ours cmake --build build-full -j "$jobs" --target pipefill compare_logits cuda_probe >"$out/build-full.log" 2>&1; then
+     cmake --build build-full -j "$jobs" --target pipefill compare_logits cuda_probe >"$out/build-full.log" 2>&1; then
     note "full build: ok"
     step "end to end: pipefill run --backend cuda against the CPU backend"
     if (cd build-full && PATH="$deps/usr/bin:$PATH" PYTHON=$(command -v python3) ours ctest -L gpu -R e2e \
