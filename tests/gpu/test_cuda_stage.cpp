@@ -4,14 +4,13 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <limits>
-#include <random>
 
 #include "compute/cpu/gemm.hpp"
 #include "compute/cuda/cuda_stage_compute.hpp"
 #include "compute/cuda/lt_gemm.hpp"
 #include "compute/stage_forward.hpp"
 #include "device_memory.hpp"
+#include "support/test_data.hpp"
 #include "model/model_source.hpp"
 #include "model/weights.hpp"
 
@@ -25,31 +24,14 @@ namespace {
     if (!reason.empty()) GTEST_SKIP() << "skipped: " << reason; \
   } while (0)
 
-float bf16_round(float f) { return static_cast<float>(kernels::bf16(f)); }
-void round_all(std::vector<float>& v) {
-  for (auto& x : v) x = bf16_round(x);
-}
-std::vector<float> random_vector(size_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-1, 1);
-  std::vector<float> v(n);
-  for (auto& x : v) x = bf16_round(u(rng));
-  return v;
-}
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::isnan(got[i])) return std::numeric_limits<double>::infinity();
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / norm);
-}
+void round_all(std::vector<float>& v) { v = test::rounded(std::move(v)); }
+std::vector<float> random_bf16_vector(size_t n, uint32_t seed) { return test::rounded(test::random_vector(n, seed)); }
+using test::relative_error;
 
 TEST(LtGemm, MatchesCpuLinear) {
   REQUIRE_DEVICE();
   const int rows = 37, in = 96, out = 130;
-  const auto x = random_vector(size_t(rows) * in, 1), w = random_vector(size_t(out) * in, 2);
+  const auto x = random_bf16_vector(size_t(rows) * in, 1), w = random_bf16_vector(size_t(out) * in, 2);
   std::vector<float> want(size_t(rows) * out);
   cpu::linear(x.data(), rows, in, w.data(), out, want.data());
   test::DeviceMemory<kernels::bf16> d_x(cuda::to_bf16(x)), d_w(cuda::to_bf16(w));

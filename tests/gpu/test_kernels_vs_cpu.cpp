@@ -8,15 +8,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <limits>
 #include <ostream>
-#include <random>
 #include <vector>
 
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/elementwise.hpp"
 #include "device_memory.hpp"
+#include "support/test_data.hpp"
 #include "kernels/kernels.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
@@ -24,6 +23,9 @@
 using namespace pf;
 using kernels::bf16;
 using test::DeviceMemory;
+using test::random_vector;
+using test::relative_error;
+using test::rounded;
 
 namespace {
 
@@ -36,34 +38,11 @@ constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
   } while (0)
 #define EXPECT_SYNCED() EXPECT_EQ(test::sync_device(), "")
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
-
-uint16_t bf16_bits(float f) {
-  uint32_t b;
-  std::memcpy(&b, &f, 4);
-  return static_cast<uint16_t>((b + 0x7fff + ((b >> 16) & 1)) >> 16);
-}
-float bf16_round(float f) {
-  const uint32_t b = static_cast<uint32_t>(bf16_bits(f)) << 16;
-  float r;
-  std::memcpy(&r, &b, 4);
-  return r;
-}
-std::vector<float> rounded(std::vector<float> v) {
-  for (auto& x : v) x = bf16_round(x);
-  return v;
-}
 std::vector<bf16> as_bf16(const std::vector<float>& v) {
   std::vector<bf16> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) {
     __nv_bfloat16_raw raw;
-    raw.x = bf16_bits(v[i]);
+    raw.x = io::float_to_bf16(v[i]);
     out[i] = raw;
   }
   return out;
@@ -72,17 +51,6 @@ std::vector<float> as_float(const std::vector<bf16>& v) {
   std::vector<float> out(v.size());
   for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(v[i]);
   return out;
-}
-
-// ||got - want|| / ||want||; infinity if any element is NaN (unwritten or broken).
-double relative_error(const std::vector<float>& got, const std::vector<float>& want) {
-  double diff = 0, norm = 0;
-  for (size_t i = 0; i < want.size(); ++i) {
-    if (std::isnan(got[i])) return std::numeric_limits<double>::infinity();
-    diff += (double(got[i]) - want[i]) * (double(got[i]) - want[i]);
-    norm += double(want[i]) * want[i];
-  }
-  return std::sqrt(diff / std::max(norm, 1e-300));
 }
 
 constexpr double kBf16Tolerance = 1e-2;

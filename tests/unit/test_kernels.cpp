@@ -3,23 +3,17 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <random>
 
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/elementwise.hpp"
 #include "model/presets.hpp"
+#include "support/test_data.hpp"
 
 using namespace pf;
 
 namespace {
 
-std::vector<float> random_vector(size_t n, uint32_t seed, float scale = 1.0f) {
-  std::mt19937 rng(seed);
-  std::uniform_real_distribution<float> u(-scale, scale);
-  std::vector<float> v(n);
-  for (auto& x : v) x = u(rng);
-  return v;
-}
+using test::random_vector;
 
 // Causal attention of all `n` tokens, double precision, GQA by head // group.
 std::vector<double> naive_attention(const std::vector<float>& q, const std::vector<float>& k,

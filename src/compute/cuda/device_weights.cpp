@@ -2,23 +2,16 @@
 #include "compute/cuda/device_weights.hpp"
 
 #include <cmath>
-#include <cstring>
+
+#include "io/safetensors.hpp"
 
 namespace pf::cuda {
-
-uint16_t float_to_bf16_bits(float value) {
-  uint32_t bits;
-  std::memcpy(&bits, &value, sizeof(bits));
-  if (std::isnan(value)) return static_cast<uint16_t>((bits >> 16) | 0x40);  // stay a (quiet) NaN
-  const uint32_t rounding = 0x7fff + ((bits >> 16) & 1);
-  return static_cast<uint16_t>((bits + rounding) >> 16);
-}
 
 std::vector<bf16> to_bf16(const std::vector<float>& values) {
   std::vector<bf16> out(values.size());
   for (size_t i = 0; i < values.size(); ++i) {
     __nv_bfloat16_raw raw;
-    raw.x = float_to_bf16_bits(values[i]);
+    raw.x = io::float_to_bf16(values[i]);  // round to nearest even, as the safetensors writer
     out[i] = raw;
   }
   return out;

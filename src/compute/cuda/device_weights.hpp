@@ -31,8 +31,7 @@ struct DeviceWeights {
                               bool first_stage, bool last_stage, uint64_t seed);
 };
 
-// Host float -> bf16, round to nearest even (NaN kept a NaN).
-uint16_t float_to_bf16_bits(float value);
+// Host float -> bf16 (io::float_to_bf16: round to nearest even, NaN kept a NaN).
 std::vector<bf16> to_bf16(const std::vector<float>& values);
 
 }  // namespace pf::cuda
