@@ -26,13 +26,17 @@ std::string mpi_error_string(int code);
 
 }  // namespace pf
 
-// One template for every library's check macro: evaluate, test, report with context.
-#define PF_CHECK_TEMPLATE(lib, stmt, is_ok, detail_of)                                      \
-  do {                                                                                      \
-    auto pf_check_result_ = (stmt);                                                         \
-    if (!(is_ok(pf_check_result_)))                                                         \
-      ::pf::fail_library_call(lib, #stmt, detail_of(pf_check_result_), __FILE__, __LINE__); \
+// One template for every library's check macro: evaluate, test, report with context
+// through `fail` (lib, statement, detail, file, line). MPI-free code (the CUDA backend)
+// passes its own `fail`; the rest reports through fail_library_call.
+#define PF_CHECK_WITH(fail, lib, stmt, is_ok, detail_of)                     \
+  do {                                                                       \
+    auto pf_check_result_ = (stmt);                                          \
+    if (!(is_ok(pf_check_result_)))                                          \
+      fail(lib, #stmt, detail_of(pf_check_result_), __FILE__, __LINE__);     \
   } while (0)
+#define PF_CHECK_TEMPLATE(lib, stmt, is_ok, detail_of) \
+  PF_CHECK_WITH(::pf::fail_library_call, lib, stmt, is_ok, detail_of)
 
 #define PF_MPI_OK(r) ((r) == MPI_SUCCESS)
 #define PF_H5_OK(r) ((r) >= 0)

@@ -9,13 +9,6 @@
 namespace pf::dist {
 namespace {
 
-bool event_done(cudaEvent_t event) {
-  const cudaError_t status = cudaEventQuery(event);
-  if (status == cudaErrorNotReady) return false;
-  CUDA_CHECK(status);
-  return true;
-}
-
 bool request_done(MPI_Request* request) {
   int done = 0;
   MPI_CHECK(MPI_Test(request, &done, MPI_STATUS_IGNORE));
@@ -104,12 +97,12 @@ void NcclTransport::start_send(int slot, int floats, int tag) {
 
 bool NcclTransport::send_done(int slot) {
   Slot& s = *slots_[slot];
-  return event_done(s.sent) && request_done(&s.send_header);
+  return cuda::event_done(s.sent) && request_done(&s.send_header);
 }
 
 void NcclTransport::finish_send(int slot) {
   Slot& s = *slots_[slot];
-  wait_until([&] { return event_done(s.sent) && request_done(&s.send_header); });
+  wait_until([&] { return cuda::event_done(s.sent) && request_done(&s.send_header); });
 }
 
 StagedTransport::StagedTransport(size_t floats_per_slot, const Topology& topo, cudaStream_t forward)

@@ -19,4 +19,11 @@ void fail(const char* library, const char* statement, const std::string& detail,
   std::abort();
 }
 
+bool event_done(cudaEvent_t event) {
+  const cudaError_t status = cudaEventQuery(event);
+  if (status == cudaErrorNotReady) return false;
+  CUDA_CHECK(status);
+  return true;
+}
+
 }  // namespace pf::cuda

@@ -8,26 +8,22 @@
 
 #include <string>
 
+#include "errors.hpp"
+
 namespace pf::cuda {
 
 [[noreturn]] void fail(const char* library, const char* statement, const std::string& detail, const char* file,
                        int line);
 
+// True once the work before `event` has run; a failed query is a fatal error.
+bool event_done(cudaEvent_t event);
+
 }  // namespace pf::cuda
 
-#define CUDA_CHECK(stmt)                                                                           \
-  do {                                                                                             \
-    const cudaError_t pf_cuda_status_ = (stmt);                                                    \
-    if (pf_cuda_status_ != cudaSuccess)                                                            \
-      ::pf::cuda::fail("CUDA", #stmt, cudaGetErrorString(pf_cuda_status_), __FILE__, __LINE__);    \
-  } while (0)
+#define PF_CUDA_OK(r) ((r) == cudaSuccess)
+#define PF_CUBLAS_OK(r) ((r) == CUBLAS_STATUS_SUCCESS)
+#define CUDA_CHECK(stmt) PF_CHECK_WITH(::pf::cuda::fail, "CUDA", stmt, PF_CUDA_OK, cudaGetErrorString)
+#define CUBLAS_CHECK(stmt) PF_CHECK_WITH(::pf::cuda::fail, "cuBLASLt", stmt, PF_CUBLAS_OK, cublasLtGetStatusString)
 
 // After a kernel launcher: launch-configuration errors surface here, not at the next sync.
 #define CUDA_CHECK_LAUNCH() CUDA_CHECK(cudaGetLastError())
-
-#define CUBLAS_CHECK(stmt)                                                                           \
-  do {                                                                                               \
-    const cublasStatus_t pf_cublas_status_ = (stmt);                                                 \
-    if (pf_cublas_status_ != CUBLAS_STATUS_SUCCESS)                                                  \
-      ::pf::cuda::fail("cuBLASLt", #stmt, cublasLtGetStatusString(pf_cublas_status_), __FILE__, __LINE__); \
-  } while (0)

@@ -17,13 +17,6 @@ namespace {
 
 constexpr int kStagingSlots = 8;
 
-bool event_done(cudaEvent_t event) {
-  const cudaError_t status = cudaEventQuery(event);
-  if (status == cudaErrorNotReady) return false;
-  CUDA_CHECK(status);
-  return true;
-}
-
 // Polls with short naps: other ranks may share the host, and a core spinning in
 // cudaEventSynchronize would slow them.
 void nap_until(const std::function<bool()>& ready) {
