@@ -172,19 +172,13 @@ LoopResult run_stage_loop(StageLoopContext& ctx) {
       std::optional<trace::Timeline::Scope> compute;
       if (!device_timed) compute.emplace(ctx.timeline, EventKind::kCompute, mb);
       const compute::ChunkContext chunk{mb.prompt, mb.start, mb.length, mb.index};
-      if (device_reduce) {
-        ctx.compute.forward(chunk, transport.data(state), [&](float* data, int n) {
-          device_reduce(data, n);
-          traffic.allreduce_payload_bytes += 4.0 * n;
-        });
-      } else {
-        ctx.compute.forward(chunk, transport.data(state), [&](float* data, int n) {
-          trace::Timeline::Scope reduce(ctx.timeline, EventKind::kAllReduce, mb);
-          dist::WaitLabel label(stage_name + " TP all-reduce in " + describe(mb));
-          dist::allreduce_sum(data, n, topo.tp_comm);
-          traffic.allreduce_payload_bytes += 4.0 * n;
-        });
-      }
+      ctx.compute.forward(chunk, transport.data(state), [&](float* data, int n) {
+        traffic.allreduce_payload_bytes += 4.0 * n;
+        if (device_reduce) return device_reduce(data, n);  // enqueued on the device, timed inside compute
+        trace::Timeline::Scope reduce(ctx.timeline, EventKind::kAllReduce, mb);
+        dist::WaitLabel label(stage_name + " TP all-reduce in " + describe(mb));
+        dist::allreduce_sum(data, n, topo.tp_comm);
+      });
     }
     // The prompt's last chunk has passed this stage: its KV pages are free again.
     if (mb.is_last) ctx.compute.finish_prompt(mb.prompt);
