@@ -145,10 +145,7 @@ __global__ void __launch_bounds__(kThreads) chunk_attention_kernel(AttentionArgs
         uint32_t b[4];
         detail::ldmatrix_x4(b, ks + k_offset + n * 8 * kLd + st * 16);
 #pragma unroll
-        for (int t = 0; t < kMTiles; ++t) {
-          detail::mma_bf16(s[t][n], a[t], b[0], b[1]);
-          detail::mma_bf16(s[t][n + 1], a[t], b[2], b[3]);
-        }
+        for (int t = 0; t < kMTiles; ++t) detail::mma_bf16_x2(s[t][n], s[t][n + 1], a[t], b);
       }
     }
 
@@ -211,10 +208,7 @@ __global__ void __launch_bounds__(kThreads) chunk_attention_kernel(AttentionArgs
         uint32_t b[4];
         detail::ldmatrix_x4_trans(b, vs + v_offset + kk * 16 * kLd + n * 8);
 #pragma unroll
-        for (int t = 0; t < kMTiles; ++t) {
-          detail::mma_bf16(o[t][n], p[t], b[0], b[1]);
-          detail::mma_bf16(o[t][n + 1], p[t], b[2], b[3]);
-        }
+        for (int t = 0; t < kMTiles; ++t) detail::mma_bf16_x2(o[t][n], o[t][n + 1], p[t], b);
       }
     }
     __syncthreads();  // the next iteration refills this buffer

@@ -77,4 +77,11 @@ inline void cp_async_wait() {}  // the simulator's copies complete at once
 
 #endif
 
+// Two adjacent 8-column tiles from one ldmatrix.x4: lo += a * {b[0], b[1]}, hi += a * {b[2], b[3]}.
+__device__ __forceinline__ void mma_bf16_x2(float (&lo)[4], float (&hi)[4], const uint32_t (&a)[4],
+                                            const uint32_t (&b)[4]) {
+  mma_bf16(lo, a, b[0], b[1]);
+  mma_bf16(hi, a, b[2], b[3]);
+}
+
 }  // namespace pf::kernels::detail
