@@ -93,8 +93,7 @@ void CudaStageCompute::allocate_kv(int num_pages) {
 }
 
 void CudaStageCompute::ensure_workspace(int tokens) {
-  if (tokens <= workspace_tokens_) return;
-  CUDA_CHECK(cudaStreamSynchronize(forward_stream_));  // the old buffers may still be in use
+  if (tokens <= workspace_tokens_) return;  // (growing a DeviceArray waits for queued work)
   const size_t t = tokens, h = config_.hidden_size, d = config_.head_dim;
   const size_t q_width = shard_.heads * d, qkv_width = q_width + 2 * shard_.kv_heads * d;
   normed_.ensure(t * h);
