@@ -16,7 +16,6 @@
 //   A (16x16, row): {A[g][2q..2q+1], A[g+8][2q..], A[g][2q+8..], A[g+8][2q+8..]}
 //   B (16x8, col):  {B[2q..2q+1][g], B[2q+8..2q+9][g]}
 //   C (16x8):       {C[g][2q], C[g][2q+1], C[g+8][2q], C[g+8][2q+1]}
-#include <cfloat>
 #include <cstdio>
 #include <cstdlib>
 
