@@ -1,17 +1,27 @@
-// FLOP counts of dense, MoE and MLA layers.
+// FLOP counts of dense, MoE and MLA layers, and the permissive config.json reader behind them.
 #include "sim/model_shape.hpp"
-
 
 #include "errors.hpp"
 
 namespace pf::sim {
 namespace {
 
-int get_int(const nlohmann::json& j, const char* key, int fallback) {
-  if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_number()) throw UserError(std::string("config field ") + key + " must be a number");
-  return j[key].get<int>();
-}
+using model::field::IntField;
+using model::field::kMaxCount;
+using model::field::kMaxWidth;
+// Fields only the cost model reads (MoE, MLA); 0 means absent where the minimum is 0.
+constexpr IntField kKvLoraRank{"kv_lora_rank", 0, kMaxWidth};
+constexpr IntField kQLoraRank{"q_lora_rank", 0, kMaxWidth};
+constexpr IntField kQkRopeHeadDim{"qk_rope_head_dim", 0, kMaxWidth};
+constexpr IntField kQkNopeHeadDim{"qk_nope_head_dim", 0, kMaxWidth};
+constexpr IntField kVHeadDim{"v_head_dim", 1, kMaxWidth};
+constexpr IntField kNumExperts{"num_experts", 0, kMaxCount};
+constexpr IntField kRoutedExperts{"n_routed_experts", 0, kMaxCount};
+constexpr IntField kExpertsPerToken{"num_experts_per_tok", 1, kMaxCount};
+constexpr IntField kMoeIntermediateSize{"moe_intermediate_size", 1, kMaxWidth};
+constexpr IntField kSharedExperts{"n_shared_experts", 0, kMaxCount};
+constexpr IntField kSharedExpertSize{"shared_expert_intermediate_size", 0, kMaxWidth};
+constexpr IntField kFirstDenseLayers{"first_k_dense_replace", 0, kMaxCount};
 
 }  // namespace
 
@@ -47,52 +57,60 @@ double ModelShape::attention_flops(double prefix, double x) const {
 double ModelShape::active_parameters() const {
   double total = 0;
   for (int layer = 0; layer < num_layers; ++layer) total += matmul_flops(layer, 1.0) / 2.0;
-  return total + 2.0 * hidden_size * vocab_size;
+  const double embedding = static_cast<double>(hidden_size) * vocab_size;
+  return total + embedding * (tie_word_embeddings ? 1.0 : 2.0);
 }
 
 ModelShape shape_from_json(const nlohmann::json& j, const std::string& origin) {
+  using namespace model::field;
   if (!j.is_object()) throw UserError(origin + ": not a JSON object");
+  const Reader config(j, origin);
   ModelShape s;
   try {
     s.name = j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()
                  ? j["architectures"][0].get<std::string>()
                  : j.value("model_type", std::string("unknown"));
-    s.hidden_size = get_int(j, "hidden_size", 0);
-    s.num_layers = get_int(j, "num_hidden_layers", 0);
-    s.num_heads = get_int(j, "num_attention_heads", 0);
-    s.num_kv_heads = get_int(j, "num_key_value_heads", s.num_heads);
-    s.vocab_size = get_int(j, "vocab_size", 0);
-    s.max_position_embeddings = get_int(j, "max_position_embeddings", 0);
-    s.intermediate_size = get_int(j, "intermediate_size", 0);
-    s.kv_lora_rank = get_int(j, "kv_lora_rank", 0);
-    if (s.mla()) {
-      s.q_lora_rank = get_int(j, "q_lora_rank", 0);
-      s.qk_rope_head_dim = get_int(j, "qk_rope_head_dim", 0);
-      s.head_dim = get_int(j, "qk_nope_head_dim", 0) + s.qk_rope_head_dim;
-      s.v_head_dim = get_int(j, "v_head_dim", s.head_dim);
-    } else {
-      s.head_dim = get_int(j, "head_dim", s.num_heads > 0 ? s.hidden_size / s.num_heads : 0);
-      s.v_head_dim = s.head_dim;
-    }
-    s.experts = get_int(j, "num_experts", get_int(j, "n_routed_experts", 0));
-    if (s.moe()) {
-      s.experts_per_token = get_int(j, "num_experts_per_tok", 0);
-      s.moe_intermediate_size = get_int(j, "moe_intermediate_size", 0);
-      const int shared_experts = get_int(j, "n_shared_experts", 0);
-      s.shared_expert_intermediate_size =
-          get_int(j, "shared_expert_intermediate_size", shared_experts * s.moe_intermediate_size);
-      s.first_dense_layers = get_int(j, "first_k_dense_replace", 0);
-    }
     if (j.contains("quantization_config") && j["quantization_config"].is_object())
       s.fp8 = j["quantization_config"].value("quant_method", std::string()) == "fp8";
   } catch (const nlohmann::json::exception& e) {
     throw UserError(origin + ": " + e.what());
   }
-  if (s.hidden_size <= 0 || s.num_layers <= 0 || s.num_heads <= 0 || s.vocab_size <= 0 || s.head_dim <= 0)
-    throw UserError(origin + ": needs hidden_size, num_hidden_layers, num_attention_heads and vocab_size");
-  if (s.moe() && (s.experts_per_token <= 0 || s.moe_intermediate_size <= 0))
-    throw UserError(origin + ": an MoE config needs num_experts_per_tok and moe_intermediate_size");
-  if (!s.moe() && s.intermediate_size <= 0) throw UserError(origin + ": needs intermediate_size");
+  s.hidden_size = config.integer(kHiddenSize);
+  s.num_layers = config.integer(kNumLayers);
+  s.num_heads = config.integer(kNumHeads);
+  s.num_kv_heads = config.integer_or(kNumKvHeads, s.num_heads);
+  s.vocab_size = config.integer(kVocabSize);
+  s.tie_word_embeddings = config.boolean_or("tie_word_embeddings", false);
+  s.max_position_embeddings = config.integer_or(kMaxPositions, 0);
+  s.intermediate_size = config.integer_or(kIntermediateSize, 0);
+  // FLOPs do not depend on RoPE, so any rope type is accepted (DeepSeek's yarn), but its
+  // values are held to the same rules as a run's.
+  (void)read_rope(config, RopeTypes::kAny);
+  s.kv_lora_rank = config.integer_or(kKvLoraRank, 0);
+  if (s.mla()) {
+    s.q_lora_rank = config.integer_or(kQLoraRank, 0);
+    s.qk_rope_head_dim = config.integer_or(kQkRopeHeadDim, 0);
+    s.head_dim = config.integer_or(kQkNopeHeadDim, 0) + s.qk_rope_head_dim;
+    s.v_head_dim = config.integer_or(kVHeadDim, s.head_dim);
+    if (s.head_dim <= 0) throw UserError(origin + ": an MLA config needs qk_nope_head_dim or qk_rope_head_dim");
+  } else {
+    s.head_dim = read_head_dim(config, s.hidden_size, s.num_heads);
+    s.v_head_dim = s.head_dim;
+  }
+  s.experts = config.integer_or(kNumExperts, config.integer_or(kRoutedExperts, 0));
+  if (s.moe()) {
+    s.experts_per_token = config.integer(kExpertsPerToken);
+    s.moe_intermediate_size = config.integer(kMoeIntermediateSize);
+    const int shared_experts = config.integer_or(kSharedExperts, 0);
+    // shared experts * width: both capped, so the product fits (2^16 * 2^24 < 2^63) before the check.
+    const long long shared_width = static_cast<long long>(shared_experts) * s.moe_intermediate_size;
+    if (!config.has(kSharedExpertSize.key) && shared_width > kMaxWidth)
+      config.fail(kSharedExperts.key, "times moe_intermediate_size must be at most " + std::to_string(kMaxWidth),
+                  shared_experts);
+    s.shared_expert_intermediate_size = config.integer_or(kSharedExpertSize, static_cast<int>(shared_width));
+    s.first_dense_layers = config.integer_or(kFirstDenseLayers, 0);
+  }
+  if (!s.moe() && s.intermediate_size <= 0) throw UserError(origin + ": missing field \"intermediate_size\"");
   return s;
 }
 
@@ -100,6 +118,8 @@ ModelShape load_model_shape(const std::string& path) {
   return shape_from_json(model::read_config_json(path), path);
 }
 
-ModelShape shape_from_config(const model::ModelConfig& c) { return shape_from_json(model::to_json(c), c.architecture_name); }
+ModelShape shape_from_config(const model::ModelConfig& c) {
+  return shape_from_json(model::to_json(c), c.architecture_name);
+}
 
 }  // namespace pf::sim

@@ -1,7 +1,8 @@
 // The shape of a model as far as cost is concerned, read from any Hugging Face config.json
 // a user might bring for a what-if study: dense Llama/Qwen, Qwen3-MoE / Qwen2-MoE experts,
 // DeepSeek-V3 style MoE with multi-head latent attention (MLA). Only FLOP counting and
-// message sizes use it; the CPU backend needs the stricter model::ModelConfig.
+// message sizes use it; the CPU backend needs the stricter model::ModelConfig. Fields the two
+// readers share are read by the same model::field rules (type and range).
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -20,8 +21,9 @@ struct ModelShape {
   int head_dim = 0;  // q/k head dim for GQA; for MLA: qk_nope + qk_rope
   int v_head_dim = 0;
   int vocab_size = 0;
-  int max_position_embeddings = 0;  // 0: not given
-  int intermediate_size = 0;  // dense MLP width
+  bool tie_word_embeddings = false;  // lm_head is the embedding matrix: its parameters count once
+  int max_position_embeddings = 0;   // 0: not given
+  int intermediate_size = 0;         // dense MLP width
   // Mixture of experts (0 when dense).
   int experts = 0;
   int experts_per_token = 0;
@@ -37,10 +39,11 @@ struct ModelShape {
   bool mla() const { return kv_lora_rank > 0; }
   bool moe() const { return experts > 0; }
   // FLOPs of one layer (all TP ranks together) for a chunk of x tokens after a prefix of L.
-  double matmul_flops(int layer, double tokens) const;   // projections, MLP / experts, router
-  double attention_flops(double prefix, double tokens) const;  // QK^T and PV, causal
+  double matmul_flops(int layer, double tokens) const;                     // projections, MLP / experts, router
+  double attention_flops(double prefix, double tokens) const;              // QK^T and PV, causal
   double lm_head_flops() const { return 2.0 * hidden_size * vocab_size; }  // one position
-  // Parameters that take part in one token's forward (active parameters).
+  // Parameters that take part in one token's forward (active parameters), the embedding
+  // and lm_head included (once when tied).
   double active_parameters() const;
 };
 
