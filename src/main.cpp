@@ -7,6 +7,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -18,8 +19,10 @@
 #include "dist/checked_step.hpp"      // defines: checked_step (collective user-error agreement)
 #include "dist/clock_sync.hpp"        // defines: synchronize_clocks (one time base for the timeline)
 #include "dist/collectives.hpp"       // defines: broadcast_bytes, allreduce_sum, barrier
+#include "dist/same_everywhere.hpp"   // defines: require_same_as_rank0 (options agree on every rank)
 #include "dist/topology.hpp"          // defines: Topology (rank -> stage, tp_rank; communicators)
 #include "errors.hpp"                 // defines: UserError, check macros
+#include "io/file_checks.hpp"         // defines: require_writable_file_path, require_distinct_paths
 #include "io/prompts_h5.hpp"          // defines: read_prompts (validated HDF5 input)
 #include "io/results_h5.hpp"          // defines: ResultWriter (temporary file, renamed on success)
 #include "kvcache/kv_capacity.hpp"    // defines: pool_pages_for (capacity check before compute)
@@ -41,12 +44,14 @@ static volatile int g_stop_requested = 0;
 static void request_stop(int) { g_stop_requested = 1; }
 constexpr int kExitStopped = 75;  // EX_TEMPFAIL: interrupted, resume me
 
-// What a partial output must match to be resumed: model, input, configuration.
+// What an output must match to be resumed or accepted as done: model (config and weights),
+// input, configuration.
 static nlohmann::json run_identity(const cli::RunOptions& o, const pipeline::RankModel& m, const io::PromptSet& prompts) {
   const auto& c = o.chunking;
   return {{"model", o.placement.model},
           {"seed", o.placement.seed},
           {"model_config", m.config_json},
+          {"weights_fingerprint", m.weights_fingerprint},
           {"backend", o.placement.backend},
           {"input", o.input},
           {"input_fingerprint", std::to_string(io::fingerprint(prompts))},
@@ -60,6 +65,26 @@ static nlohmann::json run_identity(const cli::RunOptions& o, const pipeline::Ran
           {"smooth_factor", c.smooth_factor}};
 }
 
+// Every path the run reads or writes, checked before anything is read, written or computed:
+// outputs must be creatable files, and no two roles may be the same file.
+static void check_run_paths(const cli::RunOptions& o, bool cost_file) {
+  io::require_writable_file_path(o.output, "--output");
+  io::require_writable_file_path(o.output + ".partial", "the output's partial file");
+  if (!o.trace.empty()) io::require_writable_file_path(o.trace, "--trace");
+  if (cost_file) io::require_regular_file(o.chunking.cost_model_path, "--cost-model");
+  io::require_distinct_paths({{"--input", o.input},
+                              {"--output", o.output},
+                              {"the output's partial file", o.output + ".partial"},
+                              {"--trace", o.trace},
+                              {"--cost-model", cost_file ? o.chunking.cost_model_path : ""}});
+}
+
+static bool all_finite(const float* row, int count) {
+  for (int i = 0; i < count; ++i)
+    if (!std::isfinite(row[i])) return false;
+  return true;
+}
+
 static int run_command(int argc, char** argv) {
   cli::RunOptions options;
   if (!cli::parse_run(argc, argv, options)) return 0;  // --help; every rank parsed the same argv
@@ -69,6 +94,8 @@ static int run_command(int argc, char** argv) {
   dist::set_watchdog_timeout(options.watchdog_timeout_s);
   std::signal(SIGTERM, request_stop);
   std::signal(SIGUSR1, request_stop);
+  // A heterogeneous launch (`mpirun A : B`) must not run ranks with different options.
+  dist::require_same_as_rank0(cli::to_json(options).dump(), "command line", MPI_COMM_WORLD);
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
   const bool writer = topo.is_writer();
 
@@ -87,11 +114,8 @@ static int run_command(int argc, char** argv) {
   int already_complete = 0;  // --resume on a finished output: nothing to do
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!writer) return;
-    if (options.resume && io::output_complete(options.output)) {
-      already_complete = 1;
-      return;
-    }
-    prompts = io::read_prompts_isolated(options.input, shape.vocab_size);
+    check_run_paths(options, cost_file);
+    prompts = io::read_prompts_isolated(options.input, shape.vocab_size, options.watchdog_timeout_s);
     io::check_prompt_lengths(prompts, shape.max_position_embeddings, options.allow_long_prompts);
     if (!emulate && place.backend != "cuda")  // cuda sizes its pool from device memory, on each rank
       for (int stage = 0; stage < topo.pp; ++stage)
@@ -103,9 +127,18 @@ static int run_command(int argc, char** argv) {
         sched::check_profile_matches(*saved_costs, pipeline::placement_identity(topo, rank_model, place.backend),
                                      chunking.cost_model_path);
     }
-    results = std::make_unique<io::ResultWriter>(options.output, prompts.num_prompts(), shape.vocab_size,
-                                                 /*with_logits=*/!emulate, run_identity(options, rank_model, prompts),
-                                                 options.resume);
+    const io::OutputLayout layout{prompts.num_prompts(), shape.vocab_size, /*with_logits=*/!emulate};
+    const nlohmann::json identity = run_identity(options, rank_model, prompts);
+    if (options.resume &&
+        io::verified_complete_output(options.output, layout, identity, options.watchdog_timeout_s)) {
+      already_complete = 1;
+      return;
+    }
+    results = std::make_unique<io::ResultWriter>(options.output, layout, identity, options.resume,
+                                                 options.watchdog_timeout_s);
+    for (int prompt : results->torn_rows())
+      std::fprintf(stderr, "warning: prompt %d in %s.partial failed its checksum (a write torn by a crash): "
+                   "computing it again\n", prompt, options.output.c_str());
   });
   dist::broadcast_int(already_complete, 0, MPI_COMM_WORLD);
   if (already_complete) {
@@ -144,6 +177,7 @@ static int run_command(int argc, char** argv) {
   }
 
   // Transport of hidden states between stages (host MPI, or device buffers over NCCL).
+  std::vector<int> nonfinite_prompts;  // rank 0: prompts whose logits came out NaN or Inf
   const std::unique_ptr<dist::Transport> transport = backend.make_transport(
       static_cast<size_t>(plan.max_chunk()) * std::max(shape.hidden_size, backend.compute->payload_floats_per_token()));
 
@@ -162,7 +196,11 @@ static int run_command(int argc, char** argv) {
                                   timeline,
                                   options.ring_depth,
                                   [&](int prompt, const float* logits, double ttft_s) {
-                                    results->write_logits(prompt, logits, ttft_s);
+                                    // A non-finite row is never stored as a result.
+                                    if (logits && !all_finite(logits, shape.vocab_size))
+                                      nonfinite_prompts.push_back(prompt);
+                                    else
+                                      results->write_logits(prompt, logits, ttft_s);
                                   },
                                   writer ? &progress : nullptr,
                                   &g_stop_requested};
@@ -173,6 +211,8 @@ static int run_command(int argc, char** argv) {
     dist::barrier(MPI_COMM_WORLD);
   }
   const double wall_s = clock.now();
+  int nonfinite_count = static_cast<int>(nonfinite_prompts.size());
+  dist::broadcast_int(nonfinite_count, 0, MPI_COMM_WORLD);
 
   // Write: timeline and traffic gathered to rank 0, summary, output renamed into place.
   const auto events = trace::gather_timeline(timeline, MPI_COMM_WORLD);
@@ -200,12 +240,22 @@ static int run_command(int argc, char** argv) {
     if (complete) {
       std::printf("wrote %s%s%s\n", options.output.c_str(), options.trace.empty() ? "" : " and ",
                   options.trace.c_str());
+    } else if (nonfinite_count > 0) {
+      std::string which;
+      for (size_t i = 0; i < nonfinite_prompts.size() && i < 8; ++i) which += (i ? ", " : "") + std::to_string(nonfinite_prompts[i]);
+      std::fprintf(stderr,
+                   "error: the logits of %d prompt(s) are not finite (NaN or Inf): prompt %s%s; they were not "
+                   "stored (do the weights or the config make NaN? see the warnings above). %d prompt(s) are in "
+                   "%s.partial\n",
+                   nonfinite_count, which.c_str(), nonfinite_count > 8 ? ", ..." : "", results->completed_count(),
+                   options.output.c_str());
     } else {
       std::printf("stopped: %d of %d prompts are in %s.partial; run again with --resume to finish\n",
                   results->completed_count(), plan.num_prompts(), options.output.c_str());
     }
   }
   dist::free_topology(topo);
+  if (nonfinite_count > 0) return kExitUserError;
   return loop_result.stopped ? kExitStopped : 0;
 }
 

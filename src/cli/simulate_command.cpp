@@ -10,6 +10,7 @@
 #include "compute/emulate/emulated_stage_compute.hpp"
 #include "compute/flops.hpp"
 #include "errors.hpp"
+#include "io/file_checks.hpp"
 #include "io/results_h5.hpp"
 #include "model/presets.hpp"
 #include "pipeline/stage_profiler.hpp"
@@ -100,8 +101,9 @@ int simulate_command(int argc, char** argv) {
     trace::print_traffic(traffic, stdout);
   }
   if (!o.timeline.empty()) {
-    io::ResultWriter writer(o.timeline, plan.num_prompts(), shape.vocab_size, /*with_logits=*/false,
-                            {{"simulated", true}});
+    io::require_writable_file_path(o.timeline, "--timeline");
+    io::ResultWriter writer(o.timeline, {plan.num_prompts(), shape.vocab_size, /*with_logits=*/false},
+                            {{"simulated", true}}, /*resume=*/false, /*timeout_s=*/0);
     for (int p = 0; p < plan.num_prompts(); ++p) writer.write_logits(p, nullptr, summary.ttft_s[p]);
     writer.finish(result.events,
                   {{"version", PIPEFILL_VERSION}, {"simulated", 1}, {"hardware", hw.name}, {"pp", o.pp},

@@ -2,16 +2,16 @@
 #include "io/prompts_h5.hpp"
 
 #include <hdf5.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <cerrno>
-#include <stdexcept>
-
+#include <cstring>
 #include <new>
 
 #include "errors.hpp"
+#include "io/file_checks.hpp"
+#include "io/fnv1a.hpp"
 #include "io/h5_handle.hpp"
+#include "io/isolated_call.hpp"
 
 namespace pf::io {
 namespace {
@@ -50,86 +50,25 @@ void read_int_dataset(hid_t file, const std::string& path, const char* name, hid
 
 }  // namespace
 
-namespace {
-
-bool write_all(int fd, const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-bool read_all(int fd, void* data, size_t bytes) {
-  char* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::read(fd, p, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    bytes -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-}  // namespace
-
-PromptSet read_prompts_isolated(const std::string& path, int vocab_size) {
-  int fds[2];
-  if (pipe(fds) != 0) throw std::runtime_error("pipe() failed");
-  const pid_t child = fork();
-  if (child < 0) throw std::runtime_error("fork() failed");
-  if (child == 0) {  // child: read, then send [status][sizes][data] or [status][message]
-    ::close(fds[0]);
-    int64_t status = 0;
-    try {
-      const PromptSet p = read_prompts(path, vocab_size);
-      const int64_t sizes[2] = {static_cast<int64_t>(p.tokens.size()), static_cast<int64_t>(p.offsets.size())};
-      write_all(fds[1], &status, sizeof status) && write_all(fds[1], sizes, sizeof sizes) &&
-          write_all(fds[1], p.tokens.data(), p.tokens.size() * sizeof(int32_t)) &&
-          write_all(fds[1], p.offsets.data(), p.offsets.size() * sizeof(int64_t));
-    } catch (const std::exception& e) {
-      status = 1;
-      const std::string text = e.what();
-      const int64_t length = static_cast<int64_t>(text.size());
-      write_all(fds[1], &status, sizeof status) && write_all(fds[1], &length, sizeof length) &&
-          write_all(fds[1], text.data(), text.size());
-    }
-    _exit(0);
-  }
-  ::close(fds[1]);
+PromptSet read_prompts_isolated(const std::string& path, int vocab_size, double timeout_s) {
+  // The child sends [sizes][tokens][offsets] as one string.
+  const std::string bytes = run_isolated("input file " + path, timeout_s, [&] {
+    const PromptSet p = read_prompts(path, vocab_size);
+    const int64_t sizes[2] = {static_cast<int64_t>(p.tokens.size()), static_cast<int64_t>(p.offsets.size())};
+    std::string out(reinterpret_cast<const char*>(sizes), sizeof sizes);
+    out.append(reinterpret_cast<const char*>(p.tokens.data()), p.tokens.size() * sizeof(int32_t));
+    out.append(reinterpret_cast<const char*>(p.offsets.data()), p.offsets.size() * sizeof(int64_t));
+    return out;
+  });
+  int64_t sizes[2];
+  std::memcpy(sizes, bytes.data(), sizeof sizes);
   PromptSet prompts;
-  int64_t status = -1;
-  std::string message;
-  bool ok = read_all(fds[0], &status, sizeof status);
-  if (ok && status == 0) {
-    int64_t sizes[2];
-    ok = read_all(fds[0], sizes, sizeof sizes);
-    if (ok) {
-      prompts.tokens.resize(static_cast<size_t>(sizes[0]));
-      prompts.offsets.resize(static_cast<size_t>(sizes[1]));
-      ok = read_all(fds[0], prompts.tokens.data(), prompts.tokens.size() * sizeof(int32_t)) &&
-           read_all(fds[0], prompts.offsets.data(), prompts.offsets.size() * sizeof(int64_t));
-    }
-  } else if (ok && status == 1) {
-    int64_t length = 0;
-    ok = read_all(fds[0], &length, sizeof length);
-    message.resize(static_cast<size_t>(ok ? length : 0));
-    ok = ok && read_all(fds[0], message.data(), message.size());
-  }
-  ::close(fds[0]);
-  int wait_status = 0;
-  while (waitpid(child, &wait_status, 0) < 0 && errno == EINTR) {
-  }
-  if (WIFSIGNALED(wait_status) || !ok)
-    throw UserError(path + ": the HDF5 library crashed reading this file (signal " +
-                    std::to_string(WIFSIGNALED(wait_status) ? WTERMSIG(wait_status) : 0) +
-                    "): it is corrupt or not an input file");
-  if (status == 1) throw UserError(message);
+  prompts.tokens.resize(static_cast<size_t>(sizes[0]));
+  prompts.offsets.resize(static_cast<size_t>(sizes[1]));
+  const char* data = bytes.data() + sizeof sizes;
+  std::memcpy(prompts.tokens.data(), data, prompts.tokens.size() * sizeof(int32_t));
+  std::memcpy(prompts.offsets.data(), data + prompts.tokens.size() * sizeof(int32_t),
+              prompts.offsets.size() * sizeof(int64_t));
   return prompts;
 }
 
@@ -145,6 +84,7 @@ std::vector<int64_t> PromptSet::lengths() const {
 
 PromptSet read_prompts(const std::string& path, int vocab_size) {
   quiet_hdf5_errors();
+  require_regular_file(path, "input file");
   if (access(path.c_str(), R_OK) != 0) throw UserError("cannot read input file " + path);
   if (H5Fis_hdf5(path.c_str()) <= 0) throw UserError(path + " is not an HDF5 file");
   H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
@@ -177,14 +117,10 @@ PromptSet read_prompts(const std::string& path, int vocab_size) {
 }
 
 uint64_t fingerprint(const PromptSet& prompts) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  auto mix = [&hash](const void* data, size_t bytes) {
-    const auto* p = static_cast<const unsigned char*>(data);
-    for (size_t i = 0; i < bytes; ++i) hash = (hash ^ p[i]) * 0x100000001b3ull;
-  };
-  mix(prompts.tokens.data(), prompts.tokens.size() * sizeof(int32_t));
-  mix(prompts.offsets.data(), prompts.offsets.size() * sizeof(int64_t));
-  return hash;
+  return Fnv1a()
+      .add(prompts.tokens.data(), prompts.tokens.size() * sizeof(int32_t))
+      .add(prompts.offsets.data(), prompts.offsets.size() * sizeof(int64_t))
+      .value;
 }
 
 void check_prompt_lengths(const PromptSet& prompts, int max_position_embeddings, bool allow_longer) {

@@ -16,15 +16,14 @@ struct PromptSet {
   std::vector<int64_t> lengths() const;
 };
 
-// Reads and validates: datasets present, 1-D integer, offsets start at 0, strictly
+// Reads and validates: a regular file (a FIFO would block), datasets present, 1-D integer, offsets start at 0, strictly
 // increase (no empty prompt) and end at the token count, every id in [0, vocab_size).
 // Throws UserError naming the problem.
 PromptSet read_prompts(const std::string& path, int vocab_size);
 
-// read_prompts in a forked child process. libhdf5 (1.10) can crash on a corrupt file (a
-// fuzzer found a NULL memcpy in H5F__accum_read behind H5Lexists); here such a crash
-// becomes a UserError instead of taking the job down. The child never touches MPI.
-PromptSet read_prompts_isolated(const std::string& path, int vocab_size);
+// read_prompts in a forked child process (io/isolated_call.hpp): a libhdf5 crash on a
+// corrupt file, or a read that overruns `timeout_s` (0: none), becomes a UserError.
+PromptSet read_prompts_isolated(const std::string& path, int vocab_size, double timeout_s = 0);
 
 void write_prompts(const std::string& path, const PromptSet& prompts);
 

@@ -1,6 +1,9 @@
 // Output HDF5: /logits float32 [n, vocab], /completed uint8 [n], /ttft_s float64 [n],
-// /timeline (compound), root attributes (identity, configuration, version).
+// /row_checksum uint64 [n], /timeline (compound), root attributes (identity, configuration,
+// version).
 #include "io/results_h5.hpp"
+
+#include <sys/stat.h>
 
 #include <cmath>
 #include <cstdio>
@@ -9,6 +12,7 @@
 #include "errors.hpp"
 #include "io/h5_handle.hpp"
 #include "io/prompts_h5.hpp"
+#include "io/stored_output.hpp"
 
 namespace pf::io {
 namespace {
@@ -33,24 +37,26 @@ void write_attribute(hid_t object, const std::string& name, const nlohmann::json
   }
 }
 
-std::string read_string_attribute(hid_t object, const char* name) {
-  if (H5Aexists(object, name) <= 0) return "";
-  H5Handle attr{H5Aopen(object, name, H5P_DEFAULT), H5Aclose};
-  H5Handle type{H5Aget_type(attr.id), H5Tclose};
-  std::string text(H5Tget_size(type.id), '\0');
-  H5Handle memory{H5Tcopy(H5T_C_S1), H5Tclose};
-  H5Tset_size(memory.id, text.size());
-  if (H5Aread(attr.id, memory.id, text.data()) < 0) return "";
-  return text;
-}
-
-hid_t create_dataset(hid_t file, const char* name, hid_t type, int rank, const hsize_t* dims, const hsize_t* chunk) {
+// Per-prompt datasets are contiguous and allocated at creation (never filled: every row is
+// written before its flag says so). A row's write then lands in bytes reserved for it and
+// changes no HDF5 metadata, so a kill in the middle of it cannot damage the file's structure.
+hid_t create_dataset(hid_t file, const char* name, hid_t type, int rank, const hsize_t* dims) {
   H5Handle space{H5Screate_simple(rank, dims, nullptr), H5Sclose};
   H5Handle properties{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
-  if (dims[0] > 0) H5_CHECK(H5Pset_chunk(properties.id, rank, chunk));  // written row by row
+  H5_CHECK(H5Pset_layout(properties.id, H5D_CONTIGUOUS));
+  H5_CHECK(H5Pset_alloc_time(properties.id, H5D_ALLOC_TIME_EARLY));
+  H5_CHECK(H5Pset_fill_time(properties.id, H5D_FILL_TIME_NEVER));
   const hid_t dataset = H5Dcreate2(file, name, type, space.id, H5P_DEFAULT, properties.id, H5P_DEFAULT);
   H5_CHECK(dataset);
   return dataset;
+}
+
+// Our own flock (io/output_lock.hpp) guards the file; HDF5's own lock on a second
+// descriptor of it would conflict with ours.
+hid_t unlocked_file_access() {
+  const hid_t access = H5Pcreate(H5P_FILE_ACCESS);
+  H5_CHECK(H5Pset_file_locking(access, false, true));
+  return access;
 }
 
 void write_row(hid_t dataset, hid_t memory_type, hsize_t row, hsize_t width, const void* data) {
@@ -90,67 +96,104 @@ void write_timeline(hid_t file, const std::vector<trace::TimelineEvent>& events)
 
 }  // namespace
 
-bool output_complete(const std::string& path) { return std::filesystem::exists(path); }
+bool verified_complete_output(const std::string& path, const OutputLayout& layout, const nlohmann::json& identity,
+                              double timeout_s) {
+  struct stat info {};
+  if (::lstat(path.c_str(), &info) != 0) return false;
+  const StoredOutput stored = [&] {
+    try {
+      return inspect_output(path, layout, identity, timeout_s);
+    } catch (const UserError& e) {
+      throw UserError(std::string("--resume: ") + e.what() +
+                      ": it is not this run's output (move it aside, or choose another --output)");
+    }
+  }();
+  if (!stored.torn_rows.empty())
+    throw UserError(path + " exists but " + std::to_string(stored.torn_rows.size()) +
+                    " row(s) fail their checksum (first: prompt " + std::to_string(stored.torn_rows[0]) +
+                    "): the file is damaged; move it aside and run again");
+  for (char done : stored.completed)
+    if (!done) throw UserError(path + " exists but is not complete: it is damaged; move it aside and run again");
+  return true;
+}
 
-ResultWriter::ResultWriter(const std::string& path, int num_prompts, int vocab_size, bool with_logits,
-                           const nlohmann::json& identity, bool resume)
-    : path_(path),
-      temporary_path_(path + ".partial"),
-      vocab_size_(vocab_size),
-      with_logits_(with_logits),
-      completed_(num_prompts, 0) {
+ResultWriter::ResultWriter(const std::string& path, const OutputLayout& layout, const nlohmann::json& identity,
+                           bool resume, double timeout_s)
+    : path_(path), temporary_path_(path + ".partial"), layout_(layout), completed_(layout.num_prompts, 0) {
   quiet_hdf5_errors();
-  const auto parent = std::filesystem::path(path).parent_path();
-  if (!parent.empty() && !std::filesystem::is_directory(parent))
-    throw UserError("output directory " + parent.string() + " does not exist (create it first)");
-  const std::string identity_text = identity.dump();
-  if (resume && std::filesystem::exists(temporary_path_)) {
-    file_ = H5Fopen(temporary_path_.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
-    if (file_ < 0)
-      throw UserError(temporary_path_ + " cannot be opened to resume (damaged by a crash?); delete it to start over");
-    const nlohmann::json stored = nlohmann::json::parse(read_string_attribute(file_, "resume_identity"), nullptr, false);
-    for (auto& [key, value] : identity.items())
-      if (stored.is_discarded() || !stored.contains(key) || stored[key] != value) {
-        H5Fclose(file_);
-        file_ = -1;
-        throw UserError("cannot resume " + temporary_path_ + ": it was written with another " + key + " (" +
-                        (stored.is_discarded() || !stored.contains(key) ? "none" : stored[key].dump()) +
-                        ", this run: " + value.dump() + ")");
+  lock_ = std::make_unique<OutputLock>(temporary_path_, path_);
+  const bool has_content = lock_->existed() && lock_->size_before() > 0;
+  if (resume && has_content) {
+    StoredOutput stored = [&] {
+      try {
+        return inspect_output(temporary_path_, layout_, identity, timeout_s);
+      } catch (const UserError& e) {
+        throw UserError(std::string("cannot resume: ") + e.what() + "; move it aside to start over");
       }
-    completed_set_ = H5Dopen2(file_, "completed", H5P_DEFAULT);
-    ttft_set_ = H5Dopen2(file_, "ttft_s", H5P_DEFAULT);
-    if (with_logits_) logits_ = H5Dopen2(file_, "logits", H5P_DEFAULT);
-    H5_CHECK(completed_set_);
-    H5_CHECK(ttft_set_);
-    H5_CHECK(H5Dread(completed_set_, H5T_NATIVE_CHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, completed_.data()));
-    resumed_ = true;
+    }();
+    completed_ = stored.completed;
+    torn_rows_ = stored.torn_rows;
+    reopen();
     return;
   }
-  file_ = H5Fcreate(temporary_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT);
-  if (file_ < 0) throw UserError("cannot create output file " + temporary_path_ + " (permissions?)");
-  const hsize_t n = static_cast<hsize_t>(num_prompts), chunk_rows = 1;
-  if (with_logits_) {
-    const hsize_t dims[2] = {n, static_cast<hsize_t>(vocab_size)}, chunk[2] = {1, static_cast<hsize_t>(vocab_size)};
-    logits_ = create_dataset(file_, "logits", H5T_IEEE_F32LE, 2, dims, chunk);
+  if (resume && lock_->existed())
+    std::fprintf(stderr, "note: %s is empty (a run killed before its first prompt?): starting over\n",
+                 temporary_path_.c_str());
+  if (!resume && has_content)
+    std::fprintf(stderr, "warning: replacing %s, left by an earlier run (--resume would have continued it)\n",
+                 temporary_path_.c_str());
+  create(identity);
+}
+
+void ResultWriter::reopen() {
+  H5Handle access{unlocked_file_access(), H5Pclose};
+  file_ = H5Fopen(temporary_path_.c_str(), H5F_ACC_RDWR, access.id);
+  if (file_ < 0) throw UserError("cannot reopen " + temporary_path_ + " for writing");
+  completed_set_ = H5Dopen2(file_, "completed", H5P_DEFAULT);
+  ttft_set_ = H5Dopen2(file_, "ttft_s", H5P_DEFAULT);
+  checksum_set_ = H5Dopen2(file_, "row_checksum", H5P_DEFAULT);
+  if (layout_.with_logits) H5_CHECK(logits_ = H5Dopen2(file_, "logits", H5P_DEFAULT));
+  H5_CHECK(completed_set_);
+  H5_CHECK(ttft_set_);
+  H5_CHECK(checksum_set_);
+  // A torn row loses its flag now, so that a kill before it is recomputed cannot hide it.
+  const unsigned char not_done = 0;
+  for (int prompt : torn_rows_) write_row(completed_set_, H5T_NATIVE_UCHAR, static_cast<hsize_t>(prompt), 0, &not_done);
+  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  resumed_ = true;
+}
+
+void ResultWriter::create(const nlohmann::json& identity) {
+  H5Handle access{unlocked_file_access(), H5Pclose};
+  file_ = H5Fcreate(temporary_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.id);
+  if (file_ < 0) throw UserError("cannot create output file " + temporary_path_);
+  const hsize_t n = static_cast<hsize_t>(layout_.num_prompts);
+  if (layout_.with_logits) {
+    const hsize_t dims[2] = {n, static_cast<hsize_t>(layout_.vocab_size)};
+    logits_ = create_dataset(file_, "logits", H5T_IEEE_F32LE, 2, dims);
   }
-  completed_set_ = create_dataset(file_, "completed", H5T_STD_U8LE, 1, &n, &chunk_rows);
-  ttft_set_ = create_dataset(file_, "ttft_s", H5T_IEEE_F64LE, 1, &n, &chunk_rows);
-  const std::vector<char> zeros(num_prompts, 0);
-  const std::vector<double> unknown(num_prompts, NAN);
-  if (n > 0) {
-    H5_CHECK(H5Dwrite(completed_set_, H5T_NATIVE_CHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()));
-    H5_CHECK(H5Dwrite(ttft_set_, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, unknown.data()));
-  }
-  write_attribute(file_, "resume_identity", identity_text);
+  completed_set_ = create_dataset(file_, "completed", H5T_STD_U8LE, 1, &n);
+  ttft_set_ = create_dataset(file_, "ttft_s", H5T_IEEE_F64LE, 1, &n);
+  checksum_set_ = create_dataset(file_, "row_checksum", H5T_STD_U64LE, 1, &n);
+  const std::vector<unsigned char> zeros(n, 0);
+  const std::vector<double> unknown(n, NAN);
+  const std::vector<uint64_t> no_checksum(n, 0);
+  H5_CHECK(H5Dwrite(completed_set_, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()));
+  H5_CHECK(H5Dwrite(ttft_set_, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, unknown.data()));
+  H5_CHECK(H5Dwrite(checksum_set_, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, no_checksum.data()));
+  write_attribute(file_, "resume_identity", identity.dump());
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
 }
 
 ResultWriter::~ResultWriter() {
-  for (hid_t dataset : {logits_, completed_set_, ttft_set_})
+  for (hid_t dataset : {logits_, completed_set_, ttft_set_, checksum_set_})
     if (dataset >= 0) H5Dclose(dataset);
   if (file_ < 0) return;
   H5Fclose(file_);
-  if (completed_count() == 0) std::remove(temporary_path_.c_str());  // nothing worth resuming
+  if (completed_count() == 0) {  // nothing worth resuming
+    std::remove(temporary_path_.c_str());
+    lock_->forget_path();
+  }
 }
 
 int ResultWriter::completed_count() const {
@@ -160,12 +203,16 @@ int ResultWriter::completed_count() const {
 }
 
 void ResultWriter::write_logits(int prompt, const float* row, double ttft_s) {
-  if (with_logits_) write_row(logits_, H5T_NATIVE_FLOAT, static_cast<hsize_t>(prompt), vocab_size_, row);
-  write_row(ttft_set_, H5T_NATIVE_DOUBLE, static_cast<hsize_t>(prompt), 0, &ttft_s);
-  const char done = 1;
-  write_row(completed_set_, H5T_NATIVE_CHAR, static_cast<hsize_t>(prompt), 0, &done);
-  // The flag is written after the row and both are flushed: a kill leaves no prompt marked
-  // complete without its logits.
+  const hsize_t at = static_cast<hsize_t>(prompt);
+  const uint64_t checksum = row_checksum(row, layout_.with_logits ? layout_.vocab_size : 0, ttft_s);
+  if (layout_.with_logits) write_row(logits_, H5T_NATIVE_FLOAT, at, layout_.vocab_size, row);
+  write_row(ttft_set_, H5T_NATIVE_DOUBLE, at, 0, &ttft_s);
+  write_row(checksum_set_, H5T_NATIVE_UINT64, at, 0, &checksum);
+  // Two flushes order the writes: the flag reaches the file only after its row is there.
+  // One flush would not: HDF5 writes its dirty pieces in no promised order.
+  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  const unsigned char done = 1;
+  write_row(completed_set_, H5T_NATIVE_UCHAR, at, 0, &done);
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
   completed_.at(prompt) = 1;
   ++written_this_run_;
@@ -176,14 +223,16 @@ bool ResultWriter::finish(const std::vector<trace::TimelineEvent>& timeline, con
   for (auto& [key, value] : attributes.items()) write_attribute(file_, key, value);
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
   if (completed_count() < static_cast<int>(completed_.size())) return false;  // stopped early: keep .partial
-  for (hid_t* dataset : {&logits_, &completed_set_, &ttft_set_})
+  for (hid_t* dataset : {&logits_, &completed_set_, &ttft_set_, &checksum_set_})
     if (*dataset >= 0) {
       H5_CHECK(H5Dclose(*dataset));
       *dataset = -1;
     }
   H5_CHECK(H5Fclose(file_));
   file_ = -1;
+  // Renamed while still locked: no other run can slip in between.
   std::filesystem::rename(temporary_path_, path_);
+  lock_->forget_path();
   return true;
 }
 

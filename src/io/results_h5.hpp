@@ -1,30 +1,46 @@
 // The output file, owned by world rank 0. It is written to "<output>.partial" as prompts
-// complete: a logits row, its completion flag in /completed, then a flush, so a job that is
-// killed keeps every prompt it finished. The run's identity (model, input fingerprint,
-// configuration) is stored when the file is created; `--resume` reopens a partial file only
-// if it matches. When every prompt is done, TTFT, the timeline and the attributes are
-// written and the file is renamed to <output>: a file under the final name is complete.
+// complete, under an exclusive lock (io/output_lock.hpp). Every per-prompt dataset is
+// contiguous and allocated when the file is created, so a prompt's write touches only its
+// own bytes and never HDF5's metadata. A prompt is stored in two flushed steps: its row,
+// TTFT and row checksum, then its flag in /completed; a kill at any instant leaves at worst a
+// row without its flag, and a flag whose row fails its checksum (a torn write the OS did not
+// order) is caught on resume and recomputed. The run's identity (model and weights
+// fingerprints, input fingerprint, configuration) is stored at creation; `--resume` reopens a
+// partial file, or accepts a complete one, only if the identity, layout and checksums match.
+// Both are inspected in a forked child first (io/isolated_call.hpp): a damaged file cannot
+// crash the job. When every prompt is done, the timeline and the attributes are written and
+// the file is renamed to <output>: a file under the final name is complete.
 #pragma once
 
 #include <hdf5.h>
 
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "io/output_lock.hpp"
 #include "trace/timeline.hpp"
 
 namespace pf::io {
 
+// The shape an output of this run has. Without logits (the emulate backend computes none)
+// there is no /logits dataset.
+struct OutputLayout {
+  int num_prompts = 0;
+  int vocab_size = 0;
+  bool with_logits = true;
+};
+
 class ResultWriter {
  public:
-  // Creates "<path>.partial" (UserError if it cannot: missing directory, permissions), or,
-  // with `resume` and an existing partial file, reopens it after checking `identity`
-  // against the one stored in it (UserError naming the first difference). Without logits
-  // (the emulate backend computes none) there is no /logits dataset.
-  ResultWriter(const std::string& path, int num_prompts, int vocab_size, bool with_logits,
-               const nlohmann::json& identity, bool resume = false);
+  // Locks and creates "<path>.partial" (UserError if another run holds it, or it cannot be
+  // written), or, with `resume` and a non-empty partial file, reopens it after checking its
+  // layout, `identity` (UserError naming the first difference) and every completed row's
+  // checksum (rows that fail are recomputed). `timeout_s` bounds the inspection (0: none).
+  ResultWriter(const std::string& path, const OutputLayout& layout, const nlohmann::json& identity, bool resume,
+               double timeout_s);
   // A partial file that holds finished prompts is kept (for --resume); an empty one is removed.
   ~ResultWriter();
   ResultWriter(const ResultWriter&) = delete;
@@ -35,7 +51,11 @@ class ResultWriter {
   int completed_count() const;
   bool resumed() const { return resumed_; }
 
-  // Stores one prompt's logits (nullptr without logits) and its TTFT, marks it complete, flushes.
+  // Prompts a resumed file marked complete whose rows failed their checksum (recomputed).
+  const std::vector<int>& torn_rows() const { return torn_rows_; }
+
+  // Stores one prompt's logits (nullptr without logits), TTFT and checksum, flushes, then
+  // marks it complete and flushes again.
   void write_logits(int prompt, const float* row, double ttft_s);
   // Writes /timeline (this run's events) and the root attributes. If every prompt is
   // complete: closes and renames into place, returns true. Otherwise (a stopped run) the
@@ -43,20 +63,28 @@ class ResultWriter {
   bool finish(const std::vector<trace::TimelineEvent>& timeline, const nlohmann::json& attributes);
 
  private:
+  void create(const nlohmann::json& identity);
+  void reopen();
+
   std::string path_;
   std::string temporary_path_;
-  int vocab_size_;
-  bool with_logits_;
+  OutputLayout layout_;
   bool resumed_ = false;
+  std::unique_ptr<OutputLock> lock_;
   hid_t file_ = -1;
   hid_t logits_ = -1;
   hid_t completed_set_ = -1;
   hid_t ttft_set_ = -1;
+  hid_t checksum_set_ = -1;
   std::vector<char> completed_;
+  std::vector<int> torn_rows_;
   int written_this_run_ = 0;
 };
 
-// Whether a finished output already exists under `path` (then --resume has nothing to do).
-bool output_complete(const std::string& path);
+// --resume on an existing <path>: true if it is this run's complete output (identity, layout
+// and every row's checksum verified, in a forked child); UserError if it is anything else
+// (another model or input, a damaged file, not an output). False if there is no such file.
+bool verified_complete_output(const std::string& path, const OutputLayout& layout, const nlohmann::json& identity,
+                              double timeout_s);
 
 }  // namespace pf::io

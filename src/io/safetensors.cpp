@@ -13,6 +13,8 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
+#include "io/file_checks.hpp"
+#include "io/fnv1a.hpp"
 
 namespace pf::io {
 
@@ -128,6 +130,7 @@ void convert_to_float(Dtype dtype, const char* raw, int64_t count, float* out) {
 }  // namespace
 
 SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  require_regular_file(path, "weights file");  // a FIFO would block open() forever
   fd_ = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd_ < 0) throw UserError("cannot open weights file " + path + ": " + std::strerror(errno));
   try {
@@ -259,6 +262,29 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     }
   }
   if (!out) throw UserError("write failed: " + path + " (disk full?)");
+}
+
+uint64_t SafetensorsFile::content_fingerprint(const std::string& name) const {
+  const TensorInfo& t = info(name);
+  Fnv1a hash;
+  hash.add(name).add_value(static_cast<int>(t.dtype));
+  for (int64_t d : t.shape) hash.add_value(d);
+  const uint64_t bytes = t.file_end - t.file_begin;
+  // Small tensors whole; large ones by 16 windows spread over them, first and last bytes
+  // included: enough to tell a rebuilt or re-trained checkpoint, at a few reads per tensor.
+  constexpr uint64_t kWhole = 1 << 20, kWindows = 16, kWindow = 4096;
+  std::vector<unsigned char> buffer(std::min(bytes, kWhole));
+  if (bytes <= kWhole) {
+    pread_all(fd_, buffer.data(), bytes, t.file_begin, path_);
+    hash.add(buffer.data(), bytes);
+  } else {
+    for (uint64_t w = 0; w < kWindows; ++w) {
+      const uint64_t offset = t.file_begin + (bytes - kWindow) * w / (kWindows - 1);
+      pread_all(fd_, buffer.data(), kWindow, offset, path_);
+      hash.add(buffer.data(), kWindow);
+    }
+  }
+  return hash.value;
 }
 
 }  // namespace pf::io

@@ -4,6 +4,7 @@
 #include <filesystem>
 
 #include "errors.hpp"
+#include "io/file_checks.hpp"
 #include "model/presets.hpp"
 
 namespace pf::model {
@@ -19,7 +20,9 @@ ModelSource open_model(const std::string& model_flag, uint64_t seed) {
   }
   if (!std::filesystem::is_directory(model_flag))
     throw UserError("model directory " + model_flag + " does not exist (or use --model synthetic:PRESET)");
-  source.config = load_config_file((std::filesystem::path(model_flag) / "config.json").string());
+  const std::string config_path = (std::filesystem::path(model_flag) / "config.json").string();
+  io::require_regular_file(config_path, "model config");  // a FIFO would block the read
+  source.config = load_config_file(config_path);
   source.tensors = open_checkpoint(model_flag);
   return source;
 }

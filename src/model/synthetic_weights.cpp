@@ -78,6 +78,11 @@ class SyntheticSource final : public TensorSource {
       for (int64_t c = 0; c < cols; ++c)
         out[r * cols + c] = synthetic_value(seed_, name, fan_in, (row0 + r) * width + (col0 + c));
   }
+  uint64_t fingerprint(const std::string& name) const override {
+    uint64_t hash = splitmix64(seed_ ^ fnv1a(name));
+    for (int64_t d : shape(name)) hash = splitmix64(hash + static_cast<uint64_t>(d));
+    return hash;
+  }
 
  private:
   uint64_t seed_;

@@ -27,6 +27,9 @@ class TensorSource {
   // Rows [row0, row0+rows) x cols [col0, col0+cols) of the 2-D view ([n] is [n, 1]).
   virtual void read_block(const std::string& name, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                           float* out) const = 0;
+  // Identifies the tensor's values (a checkpoint: a hash of its stored bytes, sampled when
+  // large; synthetic: the seed). Ranks compare these to be sure they read the same model.
+  virtual uint64_t fingerprint(const std::string& name) const = 0;
 };
 
 // A directory with config.json and model.safetensors, or shards listed by

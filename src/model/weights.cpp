@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
+#include "io/file_checks.hpp"
 #include "io/safetensors.hpp"
 
 namespace pf::model {
@@ -23,6 +24,7 @@ class CheckpointSource final : public TensorSource {
     const fs::path index_path = fs::path(directory) / "model.safetensors.index.json";
     const fs::path single_path = fs::path(directory) / "model.safetensors";
     if (fs::exists(index_path)) {
+      io::require_regular_file(index_path.string(), "weight index");
       std::ifstream in(index_path);
       nlohmann::json index = nlohmann::json::parse(in, nullptr, false);
       if (index.is_discarded() || !index.contains("weight_map") || !index["weight_map"].is_object())
@@ -45,6 +47,7 @@ class CheckpointSource final : public TensorSource {
                   float* out) const override {
     file_for(name).read_block(name, row0, rows, col0, cols, out);
   }
+  uint64_t fingerprint(const std::string& name) const override { return file_for(name).content_fingerprint(name); }
 
  private:
   const io::SafetensorsFile& open(const std::string& path) const {

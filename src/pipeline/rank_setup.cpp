@@ -8,9 +8,50 @@
 
 #include "dist/checked_step.hpp"
 #include "dist/collectives.hpp"
+#include "dist/same_everywhere.hpp"
+#include "io/fnv1a.hpp"
+#include "io/file_checks.hpp"
 #include "model/presets.hpp"
 
 namespace pf::pipeline {
+namespace {
+
+// The layer a tensor belongs to ("model.layers.12.mlp..." -> 12), or -1 for the others
+// (embedding, final norm, LM head).
+int layer_of(const std::string& name) {
+  int layer = -1;
+  return std::sscanf(name.c_str(), "model.layers.%d.", &layer) == 1 ? layer : -1;
+}
+
+// Rank 0 fingerprints every tensor (the weights' identity in the output, for --resume); each
+// rank then checks the tensors it will load against rank 0's.
+void agree_on_weights(const dist::Topology& topo, RankModel& m) {
+  std::string table;
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    if (!topo.is_writer()) return;
+    io::Fnv1a whole;
+    for (const auto& spec : model::expected_tensors(m.config())) {
+      const std::string line = spec.name + " " + io::Fnv1a().add_value(m.source->tensors->fingerprint(spec.name)).hex();
+      table += line + "\n";
+      whole.add(line);
+    }
+    m.weights_fingerprint = whole.hex();
+  });
+  const model::StageRange layers = m.partition[topo.stage];
+  dist::require_table_entries_as_rank0(
+      table, "weights",
+      [&](const std::string& name) {
+        const int layer = layer_of(name);
+        return layer < 0 || (layer >= layers.first && layer < layers.first + layers.count);
+      },
+      [&](const std::string& name) {
+        return m.source->tensors->has(name) ? io::Fnv1a().add_value(m.source->tensors->fingerprint(name)).hex()
+                                            : std::string("missing");
+      },
+      MPI_COMM_WORLD);
+}
+
+}  // namespace
 
 RankModel open_rank_model(const dist::Topology& topo, const std::string& model_flag, uint64_t seed,
                           const std::string& partition_text, bool with_weights) {
@@ -25,9 +66,10 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
     } else if (model_flag.rfind("synthetic:", 0) == 0) {
       m.config_json = model::to_json(model::preset_config(model_flag.substr(10)));
     } else {  // a model directory, or (the emulator needs nothing else) a config.json itself
-      const std::string path = std::filesystem::is_regular_file(model_flag)
-                                   ? model_flag
-                                   : (std::filesystem::path(model_flag) / "config.json").string();
+      const std::string path = std::filesystem::is_directory(model_flag)
+                                   ? (std::filesystem::path(model_flag) / "config.json").string()
+                                   : model_flag;
+      io::require_regular_file(path, "model config");
       m.config_json = model::read_config_json(path);
     }
     m.shape = sim::shape_from_json(m.config_json, model_flag);
@@ -35,6 +77,9 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
     m.partition = partition_text.empty() ? model::default_partition(layers, topo.pp)
                                          : model::parse_partition(partition_text, layers, topo.pp);
   });
+  // Every rank must hold the same model as rank 0 before anything sizes itself from it.
+  dist::require_same_as_rank0(m.config_json.dump(), "model config (" + model_flag + ")", MPI_COMM_WORLD);
+  if (m.source) agree_on_weights(topo, m);
   if (m.source) {
     m.shard = model::make_shard_spec(m.config(), topo.tp, topo.tp_rank);
   } else {

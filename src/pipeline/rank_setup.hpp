@@ -25,6 +25,8 @@ struct RankModel {
   model::ShardSpec shard;      // this rank's TP shard (heads, MLP width, vocabulary slice)
   // Backends that compute for real: the strict config (Llama / Qwen2 / Qwen3) and the weights.
   std::optional<model::ModelSource> source;
+  // Rank 0 only, backends with weights: a fingerprint of every tensor (--resume identity).
+  std::string weights_fingerprint;
 
   const model::ModelConfig& config() const { return source->config; }
   kv::KvShape kv_shape(int stage, int page_size) const {
@@ -33,7 +35,8 @@ struct RankModel {
 };
 
 // Collective. Opens config.json (or the preset), partitions the layers (`partition_text`
-// empty: SGLang's default). With `with_weights` (real compute): the strict config, TP
+// empty: SGLang's default), and checks that every rank sees rank 0's config and, for the
+// tensors it will load, rank 0's weights (fingerprints). With `with_weights` (real compute): the strict config, TP
 // divisibility, and rank 0 checks every tensor's shape. Without (emulate): any config.json
 // the cost model can count (dense, MoE, MLA).
 RankModel open_rank_model(const dist::Topology& topology, const std::string& model_flag, uint64_t seed,

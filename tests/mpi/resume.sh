@@ -42,7 +42,7 @@ set +e
 timeout 60 mpirun -n 2 "$bin/pipefill" "${args[@]}" --chunk-size 32 --output "$work/out.h5" --resume 2>"$work/mismatch.err"
 mismatch=$?
 set -e
-[ "$mismatch" -eq 2 ] && grep -q "^error: cannot resume .*chunk_size" "$work/mismatch.err" ||
+[ "$mismatch" -eq 2 ] && grep -q "^error: cannot resume.*chunk_size" "$work/mismatch.err" ||
   { echo "FAILED: a resume with another chunk size was not refused (status $mismatch)"; cat "$work/mismatch.err"; exit 1; }
 [ -e "$work/out.h5.partial" ] || { echo "FAILED: the refused resume removed the partial file"; exit 1; }
 

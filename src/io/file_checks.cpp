@@ -1,0 +1,80 @@
+// Path checks (see file_checks.hpp).
+#include "io/file_checks.hpp"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "errors.hpp"
+
+namespace pf::io {
+namespace fs = std::filesystem;
+
+void require_regular_file(const std::string& path, const std::string& role) {
+  struct stat info {};
+  if (path.empty()) throw UserError(role + ": empty path");
+  if (::stat(path.c_str(), &info) != 0) throw UserError("cannot read " + role + " " + path + " (no such file)");
+  if (S_ISDIR(info.st_mode)) throw UserError(role + " " + path + " is a directory, not a file");
+  if (!S_ISREG(info.st_mode))
+    throw UserError(role + " " + path + " is not a regular file (a FIFO, socket or device would block the run)");
+}
+
+void require_writable_file_path(const std::string& path, const std::string& role) {
+  if (path.empty()) throw UserError(role + " is empty: give a file name");
+  if (path.back() == '/') throw UserError(role + " " + path + " ends in '/': give a file name, not a directory");
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0) {
+    if (S_ISDIR(info.st_mode)) throw UserError(role + " " + path + " is a directory: give a file name");
+    if (!S_ISREG(info.st_mode)) throw UserError(role + " " + path + " exists and is not a regular file");
+  }
+  fs::path parent = fs::path(path).parent_path();
+  if (parent.empty()) parent = ".";
+  std::error_code error;
+  if (!fs::is_directory(parent, error))
+    throw UserError(role + " " + path + ": directory " + parent.string() + " does not exist (create it first)");
+  if (::access(parent.c_str(), W_OK | X_OK) != 0)
+    throw UserError(role + " " + path + ": directory " + parent.string() + " is not writable");
+}
+
+namespace {
+
+struct Identity {
+  bool exists = false;
+  dev_t device = 0;
+  ino_t inode = 0;
+  std::string normalised;
+};
+
+Identity identify(const std::string& path) {
+  Identity id;
+  struct stat info {};
+  if (::stat(path.c_str(), &info) == 0) {
+    id.exists = true;
+    id.device = info.st_dev;
+    id.inode = info.st_ino;
+  }
+  std::error_code error;
+  fs::path absolute = fs::weakly_canonical(fs::absolute(path, error), error);
+  id.normalised = (error ? fs::absolute(path).lexically_normal() : absolute).string();
+  return id;
+}
+
+bool same_file(const Identity& a, const Identity& b) {
+  if (a.exists && b.exists) return a.device == b.device && a.inode == b.inode;
+  return a.normalised == b.normalised;
+}
+
+}  // namespace
+
+void require_distinct_paths(const std::vector<PathRole>& roles) {
+  std::vector<Identity> ids;
+  for (const auto& r : roles) ids.push_back(r.path.empty() ? Identity{} : identify(r.path));
+  for (size_t i = 0; i < roles.size(); ++i)
+    for (size_t j = i + 1; j < roles.size(); ++j)
+      if (!roles[i].path.empty() && !roles[j].path.empty() && same_file(ids[i], ids[j]))
+        throw UserError(roles[i].role + " (" + roles[i].path + ") and " + roles[j].role + " (" + roles[j].path +
+                        ") are the same file: writing one would destroy the other");
+}
+
+}  // namespace pf::io

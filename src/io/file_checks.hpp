@@ -1,0 +1,27 @@
+// Checks on the paths a run reads and writes, made before any compute: what is read must be
+// a regular file (a FIFO or a device would block or change under us), what is written must
+// be writable, and no two roles may name the same file (an output over its own input).
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace pf::io {
+
+// UserError unless `path` is an existing regular file (symlinks to one are fine).
+void require_regular_file(const std::string& path, const std::string& role);
+
+// UserError unless `path` can be created or replaced as a file: not empty, not ending in
+// '/', not a directory or other non-regular file, in an existing writable directory.
+void require_writable_file_path(const std::string& path, const std::string& role);
+
+struct PathRole {
+  std::string role;  // "--input", "--output", "the output's .partial", ...
+  std::string path;  // empty: not used in this run
+};
+
+// UserError naming the first two roles that are the same file: by device and inode where
+// both exist, by normalised absolute path (symlinks resolved) otherwise.
+void require_distinct_paths(const std::vector<PathRole>& roles);
+
+}  // namespace pf::io

@@ -1,0 +1,124 @@
+// Inspecting an existing output (see stored_output.hpp).
+#include "io/stored_output.hpp"
+
+#include <hdf5.h>
+
+#include "errors.hpp"
+#include "io/file_checks.hpp"
+#include "io/fnv1a.hpp"
+#include "io/h5_handle.hpp"
+#include "io/isolated_call.hpp"
+#include "io/prompts_h5.hpp"
+#include "io/results_h5.hpp"
+
+namespace pf::io {
+namespace {
+
+// Opens `name` and checks its class, element size and shape; UserError naming what is off.
+hid_t open_checked(hid_t file, const std::string& path, const char* name, H5T_class_t type_class, size_t element,
+                   const std::vector<hsize_t>& dims) {
+  const std::string where = path + ": /" + name;
+  if (H5Lexists(file, name, H5P_DEFAULT) <= 0) throw UserError(where + " is missing");
+  const hid_t dataset = H5Dopen2(file, name, H5P_DEFAULT);
+  if (dataset < 0) throw UserError(where + " is not a dataset");
+  H5Handle type{H5Dget_type(dataset), H5Tclose};
+  H5Handle space{H5Dget_space(dataset), H5Sclose};
+  const int rank = H5Sget_simple_extent_ndims(space.id);
+  std::vector<hsize_t> actual(rank > 0 ? rank : 0);
+  if (rank > 0) H5Sget_simple_extent_dims(space.id, actual.data(), nullptr);
+  if (H5Tget_class(type.id) != type_class || H5Tget_size(type.id) != element || actual != dims) {
+    H5Dclose(dataset);
+    std::string expected;
+    for (hsize_t d : dims) expected += (expected.empty() ? "" : " x ") + std::to_string(d);
+    throw UserError(where + " does not have this run's type and shape (" + expected + ")");
+  }
+  return dataset;
+}
+
+void read_row(hid_t dataset, hid_t memory_type, hsize_t row, hsize_t width, void* out) {
+  const int rank = width > 0 ? 2 : 1;
+  hsize_t start[2] = {row, 0}, count[2] = {1, width};
+  H5Handle file_space{H5Dget_space(dataset), H5Sclose};
+  H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start, nullptr, count, nullptr);
+  H5Handle memory_space{H5Screate_simple(rank, count, nullptr), H5Sclose};
+  if (H5Dread(dataset, memory_type, memory_space.id, file_space.id, H5P_DEFAULT, out) < 0)
+    throw UserError("cannot read row " + std::to_string(row));
+}
+
+// The inspection proper, in the child: returns {"identity", "completed", "torn"} as JSON.
+std::string inspect_in_child(const std::string& path, const OutputLayout& layout, const nlohmann::json& expected) {
+  quiet_hdf5_errors();
+  if (H5Fis_hdf5(path.c_str()) <= 0) throw UserError(path + " is not an HDF5 file");
+  H5Handle access{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
+  H5Pset_file_locking(access.id, false, true);  // the parent holds our own flock on it
+  H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.id), H5Fclose};
+  if (file.id < 0) throw UserError(path + " cannot be opened as HDF5 (damaged?)");
+  if (H5Aexists(file.id, "resume_identity") <= 0) throw UserError(path + " has no resume_identity: not a pipefill output");
+  std::string identity_text;
+  {
+    H5Handle attr{H5Aopen(file.id, "resume_identity", H5P_DEFAULT), H5Aclose};
+    H5Handle type{H5Aget_type(attr.id), H5Tclose};
+    if (H5Tget_class(type.id) != H5T_STRING || H5Tis_variable_str(type.id) > 0)
+      throw UserError(path + ": resume_identity is not a fixed-length string");
+    identity_text.assign(H5Tget_size(type.id), '\0');
+    H5Handle memory{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(memory.id, identity_text.size());
+    if (H5Aread(attr.id, memory.id, identity_text.data()) < 0) throw UserError(path + ": resume_identity unreadable");
+  }
+  const nlohmann::json identity = nlohmann::json::parse(identity_text.c_str(), nullptr, false);
+  if (identity.is_discarded() || !identity.is_object()) throw UserError(path + ": resume_identity is not JSON");
+  // The identity first: "another input" says more than the shape that follows from it.
+  if (auto difference = identity_difference(identity, expected))
+    throw UserError(path + " was written with another " + *difference);
+
+  const hsize_t n = static_cast<hsize_t>(layout.num_prompts), vocab = static_cast<hsize_t>(layout.vocab_size);
+  H5Handle completed_set{open_checked(file.id, path, "completed", H5T_INTEGER, 1, {n}), H5Dclose};
+  H5Handle ttft_set{open_checked(file.id, path, "ttft_s", H5T_FLOAT, 8, {n}), H5Dclose};
+  H5Handle checksum_set{open_checked(file.id, path, "row_checksum", H5T_INTEGER, 8, {n}), H5Dclose};
+  H5Handle logits{layout.with_logits ? open_checked(file.id, path, "logits", H5T_FLOAT, 4, {n, vocab}) : -1,
+                  H5Dclose};
+  std::vector<unsigned char> completed(n);
+  if (H5Dread(completed_set.id, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, completed.data()) < 0)
+    throw UserError(path + ": /completed cannot be read");
+  nlohmann::json done = nlohmann::json::array(), torn = nlohmann::json::array();
+  std::vector<float> row(layout.with_logits ? vocab : 0);
+  for (hsize_t p = 0; p < n; ++p) {
+    if (completed[p] != 1) continue;
+    double ttft = 0;
+    uint64_t stored = 0;
+    read_row(ttft_set.id, H5T_NATIVE_DOUBLE, p, 0, &ttft);
+    read_row(checksum_set.id, H5T_NATIVE_UINT64, p, 0, &stored);
+    if (layout.with_logits) read_row(logits.id, H5T_NATIVE_FLOAT, p, vocab, row.data());
+    (row_checksum(row.data(), layout.with_logits ? layout.vocab_size : 0, ttft) == stored ? done : torn)
+        .push_back(static_cast<int>(p));
+  }
+  return nlohmann::json{{"completed", done}, {"torn", torn}}.dump();
+}
+
+}  // namespace
+
+StoredOutput inspect_output(const std::string& path, const OutputLayout& layout, const nlohmann::json& identity,
+                            double timeout_s) {
+  require_regular_file(path, "output");
+  const nlohmann::json found = nlohmann::json::parse(
+      run_isolated(path, timeout_s, [&] { return inspect_in_child(path, layout, identity); }));
+  StoredOutput stored;
+  stored.completed.assign(layout.num_prompts, 0);
+  for (int p : found["completed"]) stored.completed[p] = 1;
+  for (int p : found["torn"]) stored.torn_rows.push_back(p);
+  return stored;
+}
+
+std::optional<std::string> identity_difference(const nlohmann::json& stored, const nlohmann::json& current) {
+  for (auto& [key, value] : current.items())
+    if (!stored.is_object() || !stored.contains(key) || stored[key] != value)
+      return key + " (" + (stored.is_object() && stored.contains(key) ? stored[key].dump() : std::string("none")) +
+             ", this run: " + value.dump() + ")";
+  return std::nullopt;
+}
+
+uint64_t row_checksum(const float* row, int vocab_size, double ttft_s) {
+  return Fnv1a().add(row, vocab_size > 0 ? sizeof(float) * vocab_size : 0).add_value(ttft_s).value;
+}
+
+}  // namespace pf::io

@@ -1,0 +1,35 @@
+// What an existing output file holds, read and verified before a run trusts it (--resume):
+// its layout (datasets, types, shapes), the identity it was written with, and which rows are
+// complete with a row that matches its checksum. Read in a forked child, so a damaged file
+// is a UserError, never a crash of the job.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace pf::io {
+
+struct OutputLayout;
+
+struct StoredOutput {
+  std::vector<char> completed;  // complete and verified
+  std::vector<int> torn_rows;   // marked complete, but the row fails its checksum
+};
+
+// UserError (starting with `path`) if the file was written with another identity (naming
+// the first difference), or is not an output of `layout`'s shape.
+StoredOutput inspect_output(const std::string& path, const OutputLayout& layout, const nlohmann::json& identity,
+                            double timeout_s);
+
+// The first key of `current` that `stored` lacks or holds with another value, described
+// for an error message ("chunk_size (64, this run: 32)"); nullopt when they match.
+std::optional<std::string> identity_difference(const nlohmann::json& stored, const nlohmann::json& current);
+
+// The checksum stored per completed row: the logits row's bytes (none without logits) and
+// the TTFT's.
+uint64_t row_checksum(const float* row, int vocab_size, double ttft_s);
+
+}  // namespace pf::io
