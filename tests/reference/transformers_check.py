@@ -1,0 +1,139 @@
+#!/usr/bin/env python3
+"""pipefill against Hugging Face transformers itself, on checkpoints transformers 5 wrote.
+
+For each case a tiny float32 model is built with transformers' own config class, saved with
+save_pretrained (which writes the transformers-5 layout: `rope_parameters`, no top-level
+rope_theta / rope_scaling), run through `mpirun -n 2 pipefill run --pp 2`, and the logits
+of each prompt's last position are compared with transformers' forward. The same weights
+under a wrong rope (theta 10000, or llama3 scaling dropped) must give logits far from
+pipefill's, so the test cannot pass by ignoring the rope fields.
+
+usage: transformers_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
+"""
+import json
+import os
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import torch
+import transformers
+from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+# float32 pipefill vs float32 transformers: the two sum in different orders (chunks of 64,
+# pages of 16, BLAS blocking), so they agree to float32 rounding amplified by depth.
+# Measured (torch 2.15, transformers 5.24): max abs error 1.9e-6 to 2.3e-6 with max|logit|
+# 2.8 to 3.2, i.e. below 1e-6 of max|logit|; the bound leaves more than 10x room.
+RTOL = 1e-5
+# A wrong rope must move the logits by far more than the bound and by a tenth of their scale
+# (measured: 1.6 to 2.2, half of max|logit| or more).
+WRONG_FACTOR = 20.0
+WRONG_FRACTION = 0.1
+
+SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=512, max_position_embeddings=4096, rms_norm_eps=1e-6,
+             # Weights larger than the default 0.02 so that attention is far from uniform and
+             # the logits depend strongly on the positions (that is, on the rope).
+             initializer_range=0.1)
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0,
+          # Short, so that at 100-300 tokens every band of the remap changes the frequencies.
+          "original_max_position_embeddings": 64}
+DEFAULT_THETA = {"rope_type": "default", "rope_theta": 10000.0}
+
+# name, config class, model class, rope_parameters, extra config, wrong ropes to tell apart
+CASES = [
+    ("llama_theta_500k", LlamaConfig, LlamaForCausalLM, {"rope_type": "default", "rope_theta": 500000.0},
+     dict(tie_word_embeddings=False), {"theta 10000": DEFAULT_THETA}),
+    ("llama3_rope_scaling", LlamaConfig, LlamaForCausalLM, LLAMA3, dict(tie_word_embeddings=False),
+     {"theta 10000": DEFAULT_THETA, "llama3 scaling dropped": {"rope_type": "default", "rope_theta": 500000.0}}),
+    ("qwen3_theta_1m_tied", Qwen3Config, Qwen3ForCausalLM, {"rope_type": "default", "rope_theta": 1000000.0},
+     dict(head_dim=16, tie_word_embeddings=True), {"theta 10000": DEFAULT_THETA}),
+]
+PROMPT_LENGTHS = [100, 300, 173]
+
+
+def make_prompts(path, vocab):
+    rng = np.random.default_rng(11)
+    prompts = [rng.integers(0, vocab, size=n, dtype=np.int32) for n in PROMPT_LENGTHS]
+    with h5py.File(path, "w") as f:
+        f["tokens"] = np.concatenate(prompts).astype(np.int32)
+        f["offsets"] = np.cumsum([0] + PROMPT_LENGTHS).astype(np.int64)
+    return prompts
+
+
+def last_logits(model, prompts):
+    with torch.no_grad():
+        return np.stack([model(input_ids=torch.tensor(p[None, :], dtype=torch.long)).logits[0, -1].numpy()
+                         for p in prompts]).astype(np.float64)
+
+
+def with_rope(config_class, model_class, model, rope_parameters, extra):
+    """The same weights under another rope (inv_freq is a buffer built from the config)."""
+    config = config_class(**SIZES, **extra, rope_parameters=dict(rope_parameters))
+    other = model_class(config).eval()
+    other.load_state_dict(model.state_dict())
+    return other
+
+
+def run_pipefill(build, model_dir, prompts_h5, out_h5):
+    here = os.path.dirname(os.path.abspath(__file__))
+    mpi_env = os.path.join(here, "..", "mpi", "mpi_env.sh")
+    if os.path.exists(out_h5):
+        os.remove(out_h5)
+    command = (f'source "{mpi_env}" && exec timeout 300 mpirun -n 2 "{build}/pipefill" run --model "{model_dir}" '
+               f'--input "{prompts_h5}" --output "{out_h5}" --pp 2 --chunk-size 64 --page-size 16 --quiet')
+    subprocess.run(["bash", "-c", command], check=True)
+    with h5py.File(out_h5, "r") as f:
+        return f["logits"][:].astype(np.float64)
+
+
+def check_case(build, work, name, config_class, model_class, rope, extra, wrong_ropes):
+    torch.manual_seed(1234)
+    config = config_class(**SIZES, **extra, rope_parameters=dict(rope))
+    model = model_class(config).eval()
+    model_dir = os.path.join(work, name)
+    model.save_pretrained(model_dir, safe_serialization=True)
+    with open(os.path.join(model_dir, "config.json")) as f:
+        written = json.load(f)
+    # The point of the test: the checkpoint is in the transformers-5 layout.
+    assert "rope_parameters" in written, f"{name}: save_pretrained wrote no rope_parameters"
+    assert "rope_theta" not in written and "rope_scaling" not in written, f"{name}: top-level rope keys written"
+    assert written["rope_parameters"]["rope_theta"] == rope["rope_theta"], written["rope_parameters"]
+
+    prompts_h5 = os.path.join(work, "prompts.h5")
+    prompts = make_prompts(prompts_h5, SIZES["vocab_size"])
+    expected = last_logits(model, prompts)
+    got = run_pipefill(build, model_dir, prompts_h5, os.path.join(work, name + ".h5"))
+    assert got.shape == expected.shape, f"{name}: logits {got.shape}, expected {expected.shape}"
+
+    scale = max(1.0, float(np.abs(expected).max()))
+    bound = RTOL * scale
+    error = float(np.abs(got - expected).max())
+    print(f"{name}: max|logit| {np.abs(expected).max():.3f}, max abs error {error:.3e} (bound {bound:.1e})")
+    ok = error <= bound
+    for wrong_name, wrong_rope in wrong_ropes.items():
+        wrong = last_logits(with_rope(config_class, model_class, model, wrong_rope, extra), prompts)
+        distance = float(np.abs(got - wrong).max())
+        needed = max(WRONG_FACTOR * bound, WRONG_FRACTION * scale)
+        print(f"  vs {wrong_name}: max abs difference {distance:.3e} (must exceed {needed:.1e})")
+        ok = ok and distance > needed
+    return ok
+
+
+def main():
+    build, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    failed = [case[0] for case in CASES if not check_case(build, work, *case)]
+    if failed:
+        print("FAILED:", ", ".join(failed))
+        return 1
+    print("Passed: pipefill matches transformers on transformers-5 checkpoints")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
