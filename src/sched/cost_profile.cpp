@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <fstream>
+#include <sstream>
 #include <thread>
 
 #include "errors.hpp"
@@ -81,21 +83,62 @@ nlohmann::json to_json(const CostProfile& p) {
           {"initial_chunk", p.initial_chunk},     {"stages", stages}};
 }
 
+void check_coefficients(const ChunkCostModel& m, const std::string& what) {
+  const std::pair<const char*, double> coefficients[] = {{"a", m.a}, {"b", m.b}, {"c", m.c}, {"gamma", m.gamma}};
+  for (const auto& [name, value] : coefficients) {
+    const bool is_a = name[0] == 'a';
+    if (std::isfinite(value) && (is_a ? value > 0 : value >= 0)) continue;
+    std::ostringstream text;
+    text << what << " has " << name << " = " << value << ": a cost model needs a > 0 and b, c, gamma >= 0 (all finite)";
+    throw UserError(text.str());
+  }
+}
+
+namespace {
+
+std::string stages_text(size_t count) { return std::to_string(count) + (count == 1 ? " stage" : " stages"); }
+
+// A profile that cannot be one, whatever run it is used for (see load_cost_profile).
+void check_profile(const CostProfile& p, const std::string& path) {
+  if (p.initial_chunk < 1)
+    throw UserError(path + ": initial_chunk is " + std::to_string(p.initial_chunk) + ", it must be at least 1");
+  const int count = static_cast<int>(p.stages.size());
+  if (count == 0) throw UserError(path + ": the stages array is empty; profile again with `pipefill profile`");
+  std::vector<bool> seen(count, false);
+  for (const auto& fit : p.stages) {
+    if (fit.stage < 0 || fit.stage >= count || seen[fit.stage])
+      throw UserError(path + ": " + (fit.stage >= 0 && fit.stage < count ? "a second entry for" : "an entry for") +
+                      " stage " + std::to_string(fit.stage) + " (a profile of " + std::to_string(count) +
+                      " stages holds stages 0.." + std::to_string(count - 1) + " once each)");
+    seen[fit.stage] = true;
+    const std::string stage = path + ": stage " + std::to_string(fit.stage) + "'s ";
+    if (fit.sglang.ok) check_coefficients(fit.sglang.model, stage + "sglang fit");
+    if (fit.prefix.ok) check_coefficients(fit.prefix.model, stage + "prefix fit");
+  }
+  const auto pp = p.identity.find("pp");
+  if (pp != p.identity.end() && pp->is_number_integer() && pp->get<int>() != count)
+    throw UserError(path + " has " + stages_text(count) + " but its identity says pp " +
+                    std::to_string(pp->get<int>()) + "; profile again with `pipefill profile`");
+}
+
+}  // namespace
+
 CostProfile load_cost_profile(const std::string& path) {
   std::ifstream in(path);
   if (!in) throw UserError("cannot read cost model " + path);
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded() || !j.is_object()) throw UserError(path + ": not a JSON cost profile");
+  CostProfile p;
   try {
-    CostProfile p;
     p.identity = j.at("identity");
     p.hardware = j.value("hardware", nlohmann::json::object());
     p.initial_chunk = j.at("initial_chunk").get<int>();
     for (const auto& s : j.at("stages")) p.stages.push_back(stage_fit_from_json(s));
-    return p;
   } catch (const nlohmann::json::exception& e) {
     throw UserError(path + ": malformed cost profile (" + std::string(e.what()) + ")");
   }
+  check_profile(p, path);
+  return p;
 }
 
 void save_cost_profile(const std::string& path, const CostProfile& profile) {
@@ -124,6 +167,14 @@ void check_profile_matches(const CostProfile& profile, const nlohmann::json& ide
                       (profile.identity.contains(key) ? profile.identity[key].dump() : "none") + ", this run: " +
                       value.dump() + "); profile again with `pipefill profile` for this configuration");
   }
+  const auto pp = identity.find("pp");
+  if (pp != identity.end() && pp->is_number_integer()) check_profile_stages(profile, pp->get<int>(), path);
+}
+
+void check_profile_stages(const CostProfile& profile, int pp, const std::string& path) {
+  if (static_cast<int>(profile.stages.size()) != pp)
+    throw UserError(path + " has " + stages_text(profile.stages.size()) + " but --pp is " +
+                    std::to_string(pp) + "; profile again with `pipefill profile --pp " + std::to_string(pp) + "`");
 }
 
 }  // namespace pf::sched

@@ -40,14 +40,25 @@ struct CostProfile {
 };
 
 nlohmann::json to_json(const CostProfile& profile);
-// Throws UserError if the file is unreadable or malformed.
+// Throws UserError if the file is unreadable or malformed, or cannot be a profile: a fit
+// marked ok whose coefficients break check_coefficients, stages other than 0..N-1 once
+// each, or N different from the pp its identity names.
 CostProfile load_cost_profile(const std::string& path);
 void save_cost_profile(const std::string& path, const CostProfile& profile);
 
 // This machine, for CostProfile::hardware.
 nlohmann::json describe_hardware();
 
-// UserError naming the first field of `identity` that differs from the profile's.
+// UserError naming the first field of `identity` that differs from the profile's; when
+// `identity` names pp, also check_profile_stages against it.
 void check_profile_matches(const CostProfile& profile, const nlohmann::json& identity, const std::string& path);
+
+// UserError unless the profile holds one fit for each of the pp stages of this run.
+void check_profile_stages(const CostProfile& profile, int pp, const std::string& path);
+
+// UserError unless `model` can be a chunk's cost: a > 0 and b, c, gamma >= 0, all finite
+// (what every fit marked ok satisfies; the dynamic chunker's solve relies on it). `what`
+// names the model in the message: "<what> has a = -3e-09: a cost model needs ...".
+void check_coefficients(const ChunkCostModel& model, const std::string& what);
 
 }  // namespace pf::sched

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <fstream>
 #include <numeric>
 #include <random>
 
@@ -201,7 +202,7 @@ TEST(CostProfile, JsonRoundTripAndIdentityCheck) {
   CostProfile profile;
   profile.identity = {{"pp", 2}, {"tp", 1}, {"layer_partition", "4,4"}};
   profile.initial_chunk = 1024;
-  profile.stages = {fit_stage(0, fresh, prefixed)};
+  profile.stages = {fit_stage(0, fresh, prefixed), fit_stage(1, fresh, prefixed)};
   EXPECT_EQ(profile.stages[0].heldout_points, 4);
   EXPECT_EQ(profile.stages[0].prefixed_points, 12);
   EXPECT_GE(profile.stages[0].prefix_heldout_error, 0.0);
@@ -213,6 +214,108 @@ TEST(CostProfile, JsonRoundTripAndIdentityCheck) {
   EXPECT_NO_THROW(check_profile_matches(back, profile.identity, path));
   EXPECT_THROW(check_profile_matches(back, {{"pp", 4}}, path), UserError);
   EXPECT_THROW(load_cost_profile(testing::TempDir() + "/missing.json"), UserError);
+}
+
+namespace {
+
+// The UserError message of `f`, or "" when it does not throw one.
+template <typename F>
+std::string user_error_of(F f) {
+  try {
+    f();
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// A profile of `stages` stages whose fits are all ok, a = 1e-9, b = 1e-6, c = 1e-4, gamma = 1e-8.
+nlohmann::json good_profile(int stages, int pp) {
+  StageCostFit fit;
+  fit.sglang = {{CostForm::kFreshQuadratic, 1e-9, 1e-6, 0, 0}, true, ""};
+  fit.prefix = {{CostForm::kPrefixAware, 1e-9, 1e-6, 1e-4, 1e-8}, true, ""};
+  CostProfile profile;
+  profile.identity = {{"pp", pp}, {"tp", 1}};
+  profile.initial_chunk = 1024;
+  for (int s = 0; s < stages; ++s) {
+    fit.stage = s;
+    profile.stages.push_back(fit);
+  }
+  return to_json(profile);
+}
+
+std::string write_json(const std::string& name, const std::string& text) {
+  const std::string path = testing::TempDir() + "/" + name;
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST(CostProfile, RefusesCoefficientsNoCostModelHas) {
+  nlohmann::json j = good_profile(2, 2);
+  const std::string good = write_json("good.json", j.dump());
+  EXPECT_NO_THROW(load_cost_profile(good));
+
+  j["stages"][1]["prefix"]["a"] = -3e-9;
+  const std::string negative = write_json("negative_a.json", j.dump());
+  EXPECT_EQ(user_error_of([&] { load_cost_profile(negative); }),
+            negative + ": stage 1's prefix fit has a = -3e-09: a cost model needs a > 0 and b, c, gamma >= 0 (all "
+                       "finite)");
+
+  // A failed fit's coefficients are never used: no reason to refuse the file.
+  j["stages"][1]["prefix"]["ok"] = false;
+  EXPECT_NO_THROW(load_cost_profile(write_json("failed_fit.json", j.dump())));
+
+  j = good_profile(2, 2);
+  j["stages"][0]["sglang"]["b"] = -1e-6;
+  EXPECT_NE(user_error_of([&] { load_cost_profile(write_json("negative_b.json", j.dump())); })
+                .find("stage 0's sglang fit has b = -1e-06"),
+            std::string::npos);
+
+  // 1e400 is no double: read as infinity, or refused by the parser; a UserError either way.
+  std::string text = good_profile(2, 2).dump();
+  const std::string gamma = "\"gamma\":1e-08";
+  ASSERT_NE(text.find(gamma), std::string::npos);
+  text.replace(text.find(gamma), gamma.size(), "\"gamma\":1e400");
+  EXPECT_THROW(load_cost_profile(write_json("infinite.json", text)), UserError);
+
+  // The same rule for plan's --coefficients.
+  EXPECT_NO_THROW(check_coefficients({CostForm::kPrefixAware, 1e-9, 0, 0, 0}, "--coefficients"));
+  EXPECT_THROW(check_coefficients({CostForm::kPrefixAware, 0, 1e-6, 0, 0}, "--coefficients"), UserError);
+  EXPECT_THROW(check_coefficients({CostForm::kPrefixAware, 1e-9, NAN, 0, 0}, "--coefficients"), UserError);
+}
+
+TEST(CostProfile, RefusesStageCountsThatDoNotMatch) {
+  // The file against itself: 3 stages measured for pp 2.
+  const std::string three = write_json("three_stages.json", good_profile(3, 2).dump());
+  EXPECT_EQ(user_error_of([&] { load_cost_profile(three); }),
+            three + " has 3 stages but its identity says pp 2; profile again with `pipefill profile`");
+
+  // The file against the run.
+  const std::string two = write_json("two_stages.json", good_profile(2, 2).dump());
+  const CostProfile profile = load_cost_profile(two);
+  EXPECT_NO_THROW(check_profile_stages(profile, 2, two));
+  EXPECT_EQ(user_error_of([&] { check_profile_stages(profile, 4, two); }),
+            two + " has 2 stages but --pp is 4; profile again with `pipefill profile --pp 4`");
+  EXPECT_NE(user_error_of([&] { check_profile_matches(profile, {{"pp", 4}}, two); }), "");
+  CostProfile edited = profile;  // identity says pp 2, stages say otherwise (built in memory, not loaded)
+  edited.stages.pop_back();
+  EXPECT_NE(user_error_of([&] { check_profile_matches(edited, {{"pp", 2}}, two); }).find("has 1 stage but --pp is 2"),
+            std::string::npos);
+
+  // Stages 0..N-1 once each.
+  nlohmann::json j = good_profile(2, 2);
+  j["stages"][1]["stage"] = 0;
+  EXPECT_NE(user_error_of([&] { load_cost_profile(write_json("twice.json", j.dump())); })
+                .find("a second entry for stage 0"),
+            std::string::npos);
+  j["stages"][1]["stage"] = 5;
+  EXPECT_NE(user_error_of([&] { load_cost_profile(write_json("beyond.json", j.dump())); }).find("stage 5"),
+            std::string::npos);
+  j = good_profile(0, 0);
+  EXPECT_NE(user_error_of([&] { load_cost_profile(write_json("empty.json", j.dump())); }).find("empty"),
+            std::string::npos);
 }
 
 TEST(Profiler, FreshLengthsFollowSglang) {
