@@ -96,7 +96,9 @@ void check_coefficients(const ChunkCostModel& m, const std::string& what) {
 
 namespace {
 
-std::string stages_text(size_t count) { return std::to_string(count) + (count == 1 ? " stage" : " stages"); }
+std::string stages_text(size_t count) {
+  return std::to_string(count) + (count == 1 ? " stage" : " stages");
+}
 
 // A profile that cannot be one, whatever run it is used for (see load_cost_profile).
 void check_profile(const CostProfile& p, const std::string& path) {
@@ -173,8 +175,8 @@ void check_profile_matches(const CostProfile& profile, const nlohmann::json& ide
 
 void check_profile_stages(const CostProfile& profile, int pp, const std::string& path) {
   if (static_cast<int>(profile.stages.size()) != pp)
-    throw UserError(path + " has " + stages_text(profile.stages.size()) + " but --pp is " +
-                    std::to_string(pp) + "; profile again with `pipefill profile --pp " + std::to_string(pp) + "`");
+    throw UserError(path + " has " + stages_text(profile.stages.size()) + " but --pp is " + std::to_string(pp) +
+                    "; profile again with `pipefill profile --pp " + std::to_string(pp) + "`");
 }
 
 }  // namespace pf::sched
