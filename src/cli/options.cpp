@@ -2,15 +2,147 @@
 // topology exists. Conflicts and impossible values are rejected right after parsing.
 #include "cli/options.hpp"
 
+#include <cctype>
+#include <cmath>
 #include <cstdlib>
 #include <cxxopts.hpp>
 #include <iostream>
+#include <limits>
 #include <optional>
+#include <sstream>
+#include <type_traits>
 
 #include "errors.hpp"
+#include "sched/cost_profile.hpp"
 
 namespace pf::cli {
 namespace {
+
+// A flag's text that does not convert to the flag's type. Thrown by CheckedValue while
+// cxxopts parses; parse() adds the flag it was given to (cxxopts' own exception names only
+// the text). A UserError, so that it still reads sensibly if it ever escapes elsewhere.
+struct InvalidValue : UserError {
+  InvalidValue(std::string text_, std::string element_, std::string problem_)
+      : UserError("\"" + element_ + "\" " + problem_),
+        text(std::move(text_)),
+        element(std::move(element_)),
+        problem(std::move(problem_)) {}
+  std::string text;     // the whole value given
+  std::string element;  // the list element that failed (the whole value for a scalar)
+  std::string problem;  // "is not a valid integer", ...
+};
+
+// Each convert returns "" or what is wrong with the text.
+template <typename T, std::enable_if_t<std::is_integral_v<T>, int> = 0>
+std::string convert(const std::string& text, T& out) {
+  try {
+    cxxopts::values::parse_value(text, out);
+    return "";
+  } catch (const cxxopts::exceptions::incorrect_argument_type&) {
+  }
+  if constexpr (std::is_same_v<T, bool>) {
+    return "is not true or false";
+  } else {
+    const bool negative = !text.empty() && text[0] == '-';
+    const std::string digits = text.substr(negative ? 1 : 0);
+    const bool integer = !digits.empty() && digits.find_first_not_of("0123456789") == std::string::npos;
+    const std::string range = "an integer from " + std::to_string(std::numeric_limits<T>::min()) + " to " +
+                              std::to_string(std::numeric_limits<T>::max());
+    if (integer) return "is out of range (" + range + ")";
+    return std::is_signed_v<T> ? "is not a valid integer" : "is not a valid non-negative integer";
+  }
+}
+
+// Stricter than cxxopts' stream parse, which takes "0.5x" as 0.5.
+std::string convert(const std::string& text, double& out) {
+  char* end = nullptr;
+  out = std::strtod(text.c_str(), &end);
+  if (text.empty() || std::isspace(static_cast<unsigned char>(text[0])) || end != text.c_str() + text.size())
+    return "is not a valid number";
+  if (!std::isfinite(out)) return "is not a finite number";
+  return "";
+}
+
+std::string convert(const std::string& text, std::string& out) {
+  out = text;
+  return "";
+}
+
+template <typename T>
+void store(const std::string& text, T& target) {
+  T value{};
+  const std::string problem = convert(text, value);
+  if (!problem.empty()) throw InvalidValue(text, text, problem);
+  target = value;
+}
+
+// A list flag takes comma-separated elements and may be repeated: each occurrence appends.
+template <typename T>
+void store(const std::string& text, std::vector<T>& target) {
+  std::vector<T> values;
+  for (size_t begin = 0;;) {
+    const size_t comma = text.find(',', begin);
+    const std::string element = text.substr(begin, comma == std::string::npos ? std::string::npos : comma - begin);
+    T value{};
+    const std::string problem = convert(element, value);
+    if (!problem.empty()) throw InvalidValue(text, element, problem);
+    values.push_back(value);
+    if (comma == std::string::npos) break;
+    begin = comma + 1;
+  }
+  target.insert(target.end(), values.begin(), values.end());
+}
+
+// cxxopts' value with our conversions and messages. A subclass of standard_value<T>, so
+// ParseResult::as<T>() finds it as usual.
+template <typename T>
+class CheckedValue final : public cxxopts::values::standard_value<T> {
+ public:
+  void parse(const std::string& text) const override { store(text, *this->m_store); }
+  std::shared_ptr<cxxopts::Value> clone() const override { return std::make_shared<CheckedValue<T>>(*this); }
+};
+
+template <typename T>
+std::shared_ptr<cxxopts::Value> value() {
+  return std::make_shared<CheckedValue<T>>();
+}
+
+// The flag that was given `text` as its value: the first `--flag text`, `--flag=text`,
+// `-x text` or `-xtext` in argv that fails alone with the same table. Empty if none does
+// (a bad default: a bug, not a user error).
+std::string flag_given(cxxopts::Options& table, int argc, char** argv, const std::string& text) {
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--") break;
+    if (arg.size() < 2 || arg[0] != '-' || arg == "-") continue;
+    std::string flag, given;
+    const bool is_long = arg[1] == '-';
+    const size_t equals = arg.find('=');
+    const bool attached = (is_long && equals != std::string::npos) || (!is_long && arg.size() > 2);
+    if (is_long && equals != std::string::npos) {
+      flag = arg.substr(0, equals);
+      given = arg.substr(equals + 1);
+    } else if (!is_long && arg.size() > 2) {
+      flag = arg.substr(0, 2);
+      given = arg.substr(2);
+    } else if (i + 1 < argc) {
+      flag = arg;
+      given = argv[i + 1];
+    } else {
+      continue;
+    }
+    if (given != text) continue;
+    // Probe in the form given: `--quiet maybe` leaves "maybe" unmatched, `--quiet=maybe` fails.
+    const char* probe[] = {"pipefill", argv[i], attached ? nullptr : argv[i + 1]};
+    try {
+      table.parse(attached ? 2 : 3, probe);
+    } catch (const InvalidValue&) {
+      return flag;
+    } catch (const cxxopts::exceptions::exception&) {
+    }
+  }
+  return "";
+}
 
 // Parses, turning cxxopts' exceptions into UserError; prints help and returns nullopt on --help.
 std::optional<cxxopts::ParseResult> parse(cxxopts::Options& table, int argc, char** argv) {
@@ -24,6 +156,12 @@ std::optional<cxxopts::ParseResult> parse(cxxopts::Options& table, int argc, cha
     if (!result.unmatched().empty())
       throw UserError("unexpected argument \"" + result.unmatched().front() + "\" (see --help)");
     return result;
+  } catch (const InvalidValue& e) {
+    const std::string flag = flag_given(table, argc, argv, e.text);
+    if (!flag.empty() && e.text.rfind("--", 0) == 0)  // `--chunk-size --pp 2`: the next flag was taken as the value
+      throw UserError(flag + " needs a value (it got the flag \"" + e.text + "\") (see --help)");
+    const std::string where = e.element == e.text ? "" : " (in \"" + e.text + "\")";
+    throw UserError((flag.empty() ? "" : flag + ": ") + "\"" + e.element + "\" " + e.problem + where + " (see --help)");
   } catch (const cxxopts::exceptions::exception& e) {
     throw UserError(std::string(e.what()) + " (see --help)");
   }
@@ -44,24 +182,31 @@ std::string text(const T& value) {
   return std::to_string(value);
 }
 
+// A number as a user would write it ("-1", "0.5"), for messages.
+std::string shortest(double value) {
+  std::ostringstream out;
+  out << value;
+  return out.str();
+}
+
 // --model ... --backend: shared by run and profile.
 void add_placement_options(cxxopts::Options& table) {
   const PlacementOptions d;
   table.add_options("placement")
-      ("model", "model directory (config.json + safetensors) or synthetic:PRESET", cxxopts::value<std::string>())
-      ("seed", "seed of synthetic:PRESET weights", cxxopts::value<uint64_t>()->default_value(text(d.seed)))
-      ("pp", "pipeline stages", cxxopts::value<int>()->default_value(text(d.pp)))
-      ("tp", "tensor-parallel ranks per stage", cxxopts::value<int>()->default_value(text(d.tp)))
+      ("model", "model directory (config.json + safetensors) or synthetic:PRESET", value<std::string>())
+      ("seed", "seed of synthetic:PRESET weights", value<uint64_t>()->default_value(text(d.seed)))
+      ("pp", "pipeline stages", value<int>()->default_value(text(d.pp)))
+      ("tp", "tensor-parallel ranks per stage", value<int>()->default_value(text(d.tp)))
       ("layer-partition", "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages)",
-       cxxopts::value<std::string>()->default_value(d.layer_partition))
-      ("kv-memory-mb", "KV-cache budget per rank in MiB", cxxopts::value<int64_t>()->default_value(text(d.kv_memory_mb)))
+       value<std::string>()->default_value(d.layer_partition))
+      ("kv-memory-mb", "KV-cache budget per rank in MiB", value<int64_t>()->default_value(text(d.kv_memory_mb)))
       ("backend", "compute backend: cpu, cuda (one GPU per rank, bf16), or emulate (sleeps of --cost-model; "
        "real MPI, schedule and message sizes)",
-       cxxopts::value<std::string>()->default_value(d.backend))
+       value<std::string>()->default_value(d.backend))
       ("transport", "cuda: how hidden states move between stages: nccl, or mpi (staged through host memory; "
-       "lets ranks share a GPU)", cxxopts::value<std::string>()->default_value(d.transport))
+       "lets ranks share a GPU)", value<std::string>()->default_value(d.transport))
       ("kv-memory-fraction", "cuda: share of the device memory left after weights and workspace given to the KV pool",
-       cxxopts::value<double>()->default_value(text(d.kv_memory_fraction)));
+       value<double>()->default_value(text(d.kv_memory_fraction)));
 }
 
 PlacementOptions read_placement(const cxxopts::ParseResult& r) {
@@ -99,27 +244,27 @@ void add_chunking_options(cxxopts::Options& table) {
   const sched::ChunkingOptions d;
   table.add_options("chunking")
       ("chunk-size", "tokens per chunk; with dynamic chunking the initial chunk C0",
-       cxxopts::value<int>()->default_value(text(d.initial_chunk)))
+       value<int>()->default_value(text(d.initial_chunk)))
       ("page-size", "tokens per KV-cache page (dynamic chunks align to max(page, 64))",
-       cxxopts::value<int>()->default_value(text(d.page_size)))
+       value<int>()->default_value(text(d.page_size)))
       ("chunk-policy", "fixed | sglang (SGLang dynamic chunking) | pipefill (prefix-aware, every stage, no tiny tail)",
-       cxxopts::value<std::string>())
-      ("dynamic-chunking", "same as --chunk-policy sglang", cxxopts::value<bool>()->default_value("false"))
+       value<std::string>())
+      ("dynamic-chunking", "same as --chunk-policy sglang", value<bool>()->default_value("false"))
       ("enable-dynamic-chunking", "same as --dynamic-chunking (SGLang's flag name)",
-       cxxopts::value<bool>()->default_value("false"))
+       value<bool>()->default_value("false"))
       ("smooth-factor", "s in x = C0 + s (x* - C0); default: $SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR or 0.75",
-       cxxopts::value<double>())
+       value<double>())
       ("cost-form", "cost model: sglang (fresh-prompt quadratic) or prefix (chunk after a prefix); default per policy",
-       cxxopts::value<std::string>())
+       value<std::string>())
       ("profile-stages", "first (stage 0, as SGLang) or all (the slowest stage sets the beat); default per policy",
-       cxxopts::value<std::string>())
+       value<std::string>())
       ("fold-tail", "fold a remainder smaller than C0/4 into the chunk before it when the cost model says the drain "
        "gets shorter (on with --chunk-policy pipefill)",
-       cxxopts::value<bool>()->default_value("false"))
-      ("profile-points", "timed forwards per profile (9-128)", cxxopts::value<int>()->default_value(text(d.profile_points)))
+       value<bool>()->default_value("false"))
+      ("profile-points", "timed forwards per profile (9-128)", value<int>()->default_value(text(d.profile_points)))
       ("cost-model", "a profile written by `pipefill profile --out` (dynamic chunking reuses it instead of profiling); "
        "with --backend emulate also analytic:HARDWARE (hardware/HARDWARE.json)",
-       cxxopts::value<std::string>());
+       value<std::string>());
 }
 
 sched::ChunkingOptions read_chunking(const cxxopts::ParseResult& r) {
@@ -156,7 +301,7 @@ sched::ChunkingOptions read_chunking(const cxxopts::ParseResult& r) {
       throw UserError(std::string("SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR=\"") + env + "\" is not a number");
   }
   if (!(c.smooth_factor >= 0.0 && c.smooth_factor <= 1.0))
-    throw UserError("the smooth factor must lie in [0, 1] (got " + text(c.smooth_factor) + ")");
+    throw UserError("the smooth factor must lie in [0, 1] (got " + shortest(c.smooth_factor) + ")");
   c.profile_points = r["profile-points"].as<int>();
   if (c.profile_points < 9 || c.profile_points > 128)
     throw UserError("--profile-points must lie in [9, 128] (8 points at least after the warm-up)");
@@ -213,19 +358,19 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   cxxopts::Options table("pipefill run", "Prefill every prompt of an HDF5 input through a pp x tp pipeline.");
   const RunOptions d;
   table.add_options()
-      ("input", "input HDF5 (/tokens int32, /offsets int64)", cxxopts::value<std::string>())
-      ("output", "output HDF5 (written to OUTPUT.partial, renamed on success)", cxxopts::value<std::string>())
-      ("trace", "also write a Chrome trace (Perfetto) to this JSON file", cxxopts::value<std::string>()->default_value(""))
-      ("ring-depth", "receives posted ahead / sends in flight per rank", cxxopts::value<int>()->default_value(text(d.ring_depth)))
-      ("quiet", "no configuration echo, progress or summary", cxxopts::value<bool>()->default_value("false"))
+      ("input", "input HDF5 (/tokens int32, /offsets int64)", value<std::string>())
+      ("output", "output HDF5 (written to OUTPUT.partial, renamed on success)", value<std::string>())
+      ("trace", "also write a Chrome trace (Perfetto) to this JSON file", value<std::string>()->default_value(""))
+      ("ring-depth", "receives posted ahead / sends in flight per rank", value<int>()->default_value(text(d.ring_depth)))
+      ("quiet", "no configuration echo, progress or summary", value<bool>()->default_value("false"))
       ("watchdog-timeout", "seconds a rank may wait for a peer before the job is aborted with an error naming "
-       "the stage and micro-batch (0: never)", cxxopts::value<double>()->default_value(text(d.watchdog_timeout_s)))
+       "the stage and micro-batch (0: never)", value<double>()->default_value(text(d.watchdog_timeout_s)))
       ("progress-interval", "seconds between progress lines from rank 0 (0: none)",
-       cxxopts::value<double>()->default_value(text(d.progress_interval_s)))
+       value<double>()->default_value(text(d.progress_interval_s)))
       ("allow-long-prompts", "accept prompts longer than the model's max_position_embeddings",
-       cxxopts::value<bool>()->default_value("false"))
+       value<bool>()->default_value("false"))
       ("resume", "continue an interrupted run: reopen OUTPUT.partial (model, input and configuration must match) "
-       "and skip the prompts it holds", cxxopts::value<bool>()->default_value("false"));
+       "and skip the prompts it holds", value<bool>()->default_value("false"));
   add_placement_options(table);
   add_chunking_options(table);
   auto result = parse(table, argc, argv);
@@ -244,7 +389,11 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   o.allow_long_prompts = r["allow-long-prompts"].as<bool>();
   o.resume = r["resume"].as<bool>();
   require_positive(o.ring_depth, "--ring-depth");
-  if (o.watchdog_timeout_s < 0) throw UserError("--watchdog-timeout must not be negative");
+  if (o.watchdog_timeout_s < 0)
+    throw UserError("--watchdog-timeout must not be negative (got " + shortest(o.watchdog_timeout_s) + "; 0: never)");
+  if (o.progress_interval_s < 0)
+    throw UserError("--progress-interval must not be negative (got " + shortest(o.progress_interval_s) +
+                    "; 0: no progress lines)");
   const bool emulate = o.placement.backend == "emulate";
   const std::string& costs = o.chunking.cost_model_path;
   if (emulate && costs.empty())
@@ -263,12 +412,12 @@ bool parse_profile(int argc, char** argv, ProfileOptions& o) {
                          "models, and save them for `run --cost-model` and `plan --cost-model`.");
   const ProfileOptions d;
   table.add_options()
-      ("out", "cost profile JSON to write", cxxopts::value<std::string>())
-      ("chunk-size", "initial chunk C0 the profile is centred on", cxxopts::value<int>()->default_value(text(d.chunk_size)))
-      ("page-size", "tokens per KV-cache page", cxxopts::value<int>()->default_value(text(d.page_size)))
-      ("profile-points", "timed forwards per sample set (9-128)", cxxopts::value<int>()->default_value(text(d.points)))
+      ("out", "cost profile JSON to write", value<std::string>())
+      ("chunk-size", "initial chunk C0 the profile is centred on", value<int>()->default_value(text(d.chunk_size)))
+      ("page-size", "tokens per KV-cache page", value<int>()->default_value(text(d.page_size)))
+      ("profile-points", "timed forwards per sample set (9-128)", value<int>()->default_value(text(d.points)))
       ("max-prefix", "longest prefix to profile, in tokens (default 4 x chunk size; use your longest prompt)",
-       cxxopts::value<int64_t>()->default_value("0"));
+       value<int64_t>()->default_value("0"));
   add_placement_options(table);
   auto result = parse(table, argc, argv);
   if (!result) return false;
@@ -293,20 +442,20 @@ bool parse_simulate(int argc, char** argv, SimulateOptions& o) {
                          "TTFT per prompt, throughput, busy fractions, bubble, traffic. No MPI, no weights.");
   const SimulateOptions d;
   table.add_options()
-      ("model-config", "the model's config.json (dense, MoE or MLA), or synthetic:PRESET", cxxopts::value<std::string>())
+      ("model-config", "the model's config.json (dense, MoE or MLA), or synthetic:PRESET", value<std::string>())
       ("hardware", "hardware description: h20, h100, h200, cpu (hardware/NAME.json) or a JSON path",
-       cxxopts::value<std::string>())
-      ("pp", "pipeline stages", cxxopts::value<int>()->default_value(text(d.pp)))
-      ("tp", "tensor-parallel ranks per stage", cxxopts::value<int>()->default_value(text(d.tp)))
+       value<std::string>())
+      ("pp", "pipeline stages", value<int>()->default_value(text(d.pp)))
+      ("tp", "tensor-parallel ranks per stage", value<int>()->default_value(text(d.tp)))
       ("layer-partition", "layers per stage (default: equal, remainder on the last stages)",
-       cxxopts::value<std::string>()->default_value(""))
-      ("length", "prompt length in tokens (repeat for several prompts)", cxxopts::value<std::vector<int64_t>>())
-      ("ring-depth", "receives posted ahead / sends in flight per rank", cxxopts::value<int>()->default_value(text(d.ring_depth)))
-      ("matmul-efficiency", "override the hardware file's matmul efficiency", cxxopts::value<double>())
-      ("attention-efficiency", "override the hardware file's attention efficiency", cxxopts::value<double>())
+       value<std::string>()->default_value(""))
+      ("length", "prompt length in tokens (repeat for several prompts)", value<std::vector<int64_t>>())
+      ("ring-depth", "receives posted ahead / sends in flight per rank", value<int>()->default_value(text(d.ring_depth)))
+      ("matmul-efficiency", "override the hardware file's matmul efficiency", value<double>())
+      ("attention-efficiency", "override the hardware file's attention efficiency", value<double>())
       ("timeline", "write the simulated timeline (the output file's format, no logits) to this HDF5 file",
-       cxxopts::value<std::string>()->default_value(""))
-      ("json", "print the results as JSON", cxxopts::value<bool>()->default_value("false"));
+       value<std::string>()->default_value(""))
+      ("json", "print the results as JSON", value<bool>()->default_value("false"));
   add_chunking_options(table);
   auto result = parse(table, argc, argv);
   if (!result) return false;
@@ -337,12 +486,12 @@ bool parse_make_model(int argc, char** argv, MakeModelOptions& o) {
   cxxopts::Options table("pipefill make-model", "Write a seeded random model in Hugging Face layout.");
   const MakeModelOptions d;
   table.add_options()
-      ("preset", "tiny, tiny-qwen2, tiny-qwen3, small or llama3-8b", cxxopts::value<std::string>())
-      ("out", "directory to create", cxxopts::value<std::string>())
-      ("seed", "weight seed", cxxopts::value<uint64_t>()->default_value(text(d.seed)))
-      ("dtype", "stored dtype: f32 or bf16", cxxopts::value<std::string>()->default_value(d.dtype))
+      ("preset", "tiny, tiny-qwen2, tiny-qwen3, small or llama3-8b", value<std::string>())
+      ("out", "directory to create", value<std::string>())
+      ("seed", "weight seed", value<uint64_t>()->default_value(text(d.seed)))
+      ("dtype", "stored dtype: f32 or bf16", value<std::string>()->default_value(d.dtype))
       ("max-shard-mb", "largest safetensors file in MiB; bigger models are sharded with an index",
-       cxxopts::value<int64_t>()->default_value(text(d.max_shard_mb)));
+       value<int64_t>()->default_value(text(d.max_shard_mb)));
   auto result = parse(table, argc, argv);
   if (!result) return false;
   o.preset = required<std::string>(*result, "preset");
@@ -358,12 +507,12 @@ bool parse_make_model(int argc, char** argv, MakeModelOptions& o) {
 bool parse_make_prompts(int argc, char** argv, MakePromptsOptions& o) {
   cxxopts::Options table("pipefill make-prompts", "Write an HDF5 input of random prompts.");
   table.add_options()
-      ("out", "HDF5 file to write", cxxopts::value<std::string>())
-      ("num", "number of prompts", cxxopts::value<int>())
-      ("min-len", "shortest prompt in tokens", cxxopts::value<int64_t>())
-      ("max-len", "longest prompt in tokens", cxxopts::value<int64_t>())
-      ("vocab", "token ids are drawn from [0, vocab)", cxxopts::value<int>())
-      ("seed", "random seed", cxxopts::value<uint64_t>()->default_value("0"));
+      ("out", "HDF5 file to write", value<std::string>())
+      ("num", "number of prompts", value<int>())
+      ("min-len", "shortest prompt in tokens", value<int64_t>())
+      ("max-len", "longest prompt in tokens", value<int64_t>())
+      ("vocab", "token ids are drawn from [0, vocab)", value<int>())
+      ("seed", "random seed", value<uint64_t>()->default_value("0"));
   auto result = parse(table, argc, argv);
   if (!result) return false;
   o.out = required<std::string>(*result, "out");
@@ -383,12 +532,12 @@ bool parse_plan(int argc, char** argv, PlanOptions& o) {
   cxxopts::Options table("pipefill plan",
                          "Print the chunk sizes a chunk policy gives, one per line (a blank line between prompts).");
   table.add_options()
-      ("length", "prompt length in tokens (repeat for several prompts)", cxxopts::value<std::vector<int64_t>>())
+      ("length", "prompt length in tokens (repeat for several prompts)", value<std::vector<int64_t>>())
       ("coefficients", "cost model a,b (SGLang form) or a,b,c[,gamma] (prefix form) instead of --cost-model",
-       cxxopts::value<std::vector<double>>())
+       value<std::vector<double>>())
       ("pp", "pipeline stages the plan is for (tail folding weighs the drain through them)",
-       cxxopts::value<int>()->default_value("1"))
-      ("json", "print JSON instead", cxxopts::value<bool>()->default_value("false"));
+       value<int>()->default_value("1"))
+      ("json", "print JSON instead", value<bool>()->default_value("false"));
   add_chunking_options(table);
   auto result = parse(table, argc, argv);
   if (!result) return false;
@@ -406,6 +555,12 @@ bool parse_plan(int argc, char** argv, PlanOptions& o) {
       throw UserError("dynamic chunking in `plan` needs exactly one of --cost-model or --coefficients");
     if (!o.coefficients.empty() && (o.coefficients.size() < 2 || o.coefficients.size() > 4))
       throw UserError("--coefficients takes a,b or a,b,c or a,b,c,gamma");
+    if (!o.coefficients.empty()) {
+      const auto& k = o.coefficients;
+      sched::check_coefficients({sched::CostForm::kPrefixAware, k[0], k[1], k.size() > 2 ? k[2] : 0.0,
+                                 k.size() > 3 ? k[3] : 0.0},
+                                "--coefficients");
+    }
   } else if (!o.coefficients.empty()) {
     throw UserError("--coefficients is used by dynamic chunking: add --dynamic-chunking or --chunk-policy");
   }
