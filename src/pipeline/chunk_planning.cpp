@@ -83,6 +83,7 @@ PlanDecision decide_plan(const dist::Topology& topo, const sched::ChunkingOption
   }
   dist::broadcast_bytes(bytes, 0, MPI_COMM_WORLD);
   decision.plan = sched::deserialize(bytes);
+  if (topo.is_writer()) decision.fits = std::move(fits);
   return decision;
 }
 

@@ -20,6 +20,9 @@ struct PlanDecision {
   sched::BatchPlan plan;
   std::string policy_used;  // "fixed", "sglang" or "pipefill"; "fixed" also after a failed profile
   std::string note;         // why dynamic chunking was turned off, if it was
+  // The stage fits the plan was decided from (profiled now or loaded); rank 0 only, empty
+  // for fixed chunks. The progress reporter predicts the run's time from them.
+  std::vector<sched::StageCostFit> fits;
 };
 
 // Collective over MPI_COMM_WORLD: when profiling is needed, each profiled stage times its

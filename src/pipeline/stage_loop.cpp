@@ -54,12 +54,11 @@ LoopResult run_stage_loop(StageLoopContext& ctx) {
   TrafficCounters& traffic = result.traffic;
   const std::string stage_name = "stage " + std::to_string(topo.stage);
   // Rank 0 counts what it has done for the progress line.
-  int prompts_done = 0;
-  int64_t tokens_done = 0;
+  ProgressCounts done;
   const LogitsSink sink = [&](int prompt, const float* logits, double ttft_s) {
-    ++prompts_done;
+    ++done.prompts;
     ctx.sink(prompt, logits, ttft_s);
-    if (ctx.progress) ctx.progress->update(tokens_done, prompts_done);  // also while draining
+    if (ctx.progress) ctx.progress->update(done);  // also while draining
   };
   dist::Transport& transport = ctx.transport;
   std::deque<int> receives;  // slots; receives[k] is micro-batch i + k
@@ -209,8 +208,9 @@ LoopResult run_stage_loop(StageLoopContext& ctx) {
     record_device_spans(false);
     if (inbox) inbox->poll();
     if (ctx.progress) {
-      tokens_done += mb.length;
-      ctx.progress->update(tokens_done, prompts_done);
+      ++done.micro_batches;  // stage 0 walks the plan in order: micro-batches 0..i are done
+      done.tokens += mb.length;
+      ctx.progress->update(done);
     }
   }
 

@@ -1,0 +1,181 @@
+// The progress reporter's arithmetic: work fractions weighed by FLOPs against closed forms
+// (attention over a prompt tiled by chunks sums to N^2 + N per head and width), the ETA of
+// one 1M-token prompt early on, the time the stage cost models predict against a schedule
+// worked by hand, and the lines themselves (written to a temporary file, fake clock).
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <regex>
+#include <string>
+
+#include "compute/flops.hpp"
+#include "model/presets.hpp"
+#include "pipeline/progress.hpp"
+#include "sched/batch_plan.hpp"
+
+using namespace pf;
+using namespace pf::pipeline;
+
+namespace {
+
+// Everything written to `file` so far.
+std::string contents(std::FILE* file) {
+  std::fflush(file);
+  std::rewind(file);
+  std::string text;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, file)) > 0;) text.append(buffer, n);
+  return text;
+}
+
+// Lines, not a live bar, whatever the test's terminal.
+struct PlainLines {
+  PlainLines() { setenv("PIPEFILL_PROGRESS", "lines", 1); }
+  ~PlainLines() { unsetenv("PIPEFILL_PROGRESS"); }
+};
+
+sched::StageCostFit fit_of(int stage, sched::FitResult sglang, sched::FitResult prefix) {
+  sched::StageCostFit fit;
+  fit.stage = stage;
+  fit.sglang = sglang;
+  fit.prefix = prefix;
+  return fit;
+}
+
+}  // namespace
+
+// One prompt of 1M tokens in chunks of 4096 (llama3-8b), 10 % of the chunks done after 100 s.
+TEST(Progress, MillionTokenPromptEtaIsWeighedByFlops) {
+  const PlainLines lines;
+  const sim::ModelShape shape = sim::shape_from_config(model::preset_config("llama3-8b"));
+  constexpr int64_t kLength = 1'000'000;
+  const sched::BatchPlan plan = sched::make_plan({kLength}, sched::FixedChunkPolicy(4096));
+  ASSERT_EQ(plan.micro_batches.size(), 245u);  // 244 x 4096 + 576
+  const long long done_chunks = 24;            // 10 % of 245, rounded down
+  const double prefix = done_chunks * 4096.0;  // P tokens done
+
+  // Closed form: per layer, projections m per token and attention k (P^2 + P) over any
+  // tiling of [0, P) (sum of 2 L x + x^2 + x over the chunks); the LM head once, at the end.
+  const double layers = shape.num_layers;
+  const double m = shape.matmul_flops(0, 1.0);
+  const double k = static_cast<double>(shape.num_heads) * (shape.head_dim + shape.v_head_dim);
+  const double n = static_cast<double>(kLength);
+  const double total = layers * (m * n + k * (n * n + n)) + shape.lm_head_flops();
+  const double expected_fraction = layers * (m * prefix + k * (prefix * prefix + prefix)) / total;
+
+  const PlanWork work = plan_work(plan, shape);
+  EXPECT_NEAR(work.total() / total, 1.0, 1e-12);
+  EXPECT_NEAR(work.total() / compute::plan_flops(shape, plan), 1.0, 1e-12);  // the summary's count
+  EXPECT_NEAR(work.attention_flops / (layers * k * (n * n + n)), 1.0, 1e-12);
+  EXPECT_NEAR(work.fraction_done(done_chunks) / expected_fraction, 1.0, 1e-12);
+  EXPECT_EQ(work.fraction_done(0), 0.0);
+  EXPECT_EQ(work.fraction_done(245), 1.0);
+
+  const double token_fraction = prefix / n;                          // 9.8 %
+  EXPECT_LT(work.fraction_done(done_chunks), 0.2 * token_fraction);  // about 1.4 %: far below 10 %
+
+  // The reporter, on a fake clock: 100 s after the start, 24 chunks through stage 0.
+  double now = 1000;
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  ProgressReporter progress(1.0, plan.total_tokens(), 1, out, [&] { return now; });
+  progress.set_work(plan, shape, 4, nullptr);
+  now += 100;
+  const ProgressCounts done{done_chunks, static_cast<int64_t>(prefix), 0};
+  const double linear_eta = 100 * (1 - token_fraction) / token_fraction;  // what the token count says: 15m17s
+  const double eta = progress.eta_seconds(done, 100);
+  EXPECT_NEAR(eta, 100 * (1 - expected_fraction) / expected_fraction, 1e-6 * eta);
+  EXPECT_GT(eta, 5 * linear_eta);  // about 1h56m
+  progress.update(done);
+
+  const std::string text = contents(out);
+  std::fclose(out);
+  EXPECT_NE(text.find("work: 276 PFLOP in 245 micro-batches (attention 95%, projections and LM head 5%); "
+                      "the time estimate comes with the first progress line\n"),
+            std::string::npos)
+      << text;
+  char line[256];
+  std::snprintf(line, sizeof line,
+                "progress:   9.8%% of tokens through stage 0, prompts 0/1 done, %.1f%% of the work (FLOPs), "
+                "983 tokens/s, elapsed 1m40s, ETA %s\n",
+                100 * expected_fraction, duration_text(eta).c_str());
+  EXPECT_NE(text.find(line), std::string::npos) << text << "\nexpected: " << line;
+  // tests/mpi/emulate_run.sh reads the line up to "prompts N/M done".
+  EXPECT_TRUE(std::regex_search(text, std::regex("(^|\n)progress: +[0-9.]+% of tokens through stage 0, prompts "
+                                                 "[0-9]+/1 done")));
+}
+
+TEST(Progress, WithoutThePlanTheEtaIsTokenLinear) {
+  const PlainLines lines;
+  double now = 0;
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  ProgressReporter progress(10.0, 1000, 2, out, [&] { return now; });
+  const ProgressCounts done{1, 250, 0};
+  EXPECT_DOUBLE_EQ(progress.fraction_done(done), 0.25);
+  EXPECT_DOUBLE_EQ(progress.eta_seconds(done, 30), 90);
+  now = 5;
+  progress.update(done);  // within the interval: nothing
+  EXPECT_EQ(contents(out), "");
+  now = 30;
+  progress.update(done);
+  EXPECT_EQ(contents(out),
+            "progress:  25.0% of tokens through stage 0, prompts 0/2 done, 8 tokens/s, elapsed 30s, "
+            "ETA 1m30s\n");
+  std::fclose(out);
+  EXPECT_EQ(remaining_seconds(10, 0), -1);  // nothing done: unknown
+  EXPECT_EQ(duration_text(-1), "?");
+  EXPECT_EQ(duration_text(0.72), "0.7s");
+  EXPECT_EQ(duration_text(7265), "2h01m");
+}
+
+// Two prompts (300 and 100 tokens) in chunks of 100 on two stages, worked by hand.
+TEST(Progress, StageCostModelsPredictBeatPlusDrain) {
+  const sched::BatchPlan plan = sched::make_plan({300, 100}, sched::FixedChunkPolicy(100));
+  ASSERT_EQ(plan.micro_batches.size(), 4u);  // prefixes 0, 100, 200 of prompt 0; 0 of prompt 1
+  const sched::ChunkCostModel stage0{sched::CostForm::kPrefixAware, 1e-6, 1e-3, 0.01, 1e-5};
+  const sched::ChunkCostModel stage1{sched::CostForm::kFreshQuadratic, 2e-6, 1e-3, 0, 0};
+  // t0 = 0.01 + 1e-5 L + 1e-3 x + 1e-6 (2 L x + x^2): 0.12, 0.141, 0.162, 0.12
+  // t1 = 1e-3 x + 2e-6 (2 L x + x^2):                  0.12, 0.16,  0.20,  0.12
+  // beat: 0.12 + 0.16 + 0.20 + 0.12 = 0.60; drain: stage 0's 0.12 of the last = 0.72 s.
+  EXPECT_NEAR(predicted_seconds(plan, {stage0, stage1}), 0.72, 1e-12);
+  EXPECT_NEAR(predicted_seconds(plan, {stage0}), 0.12 + 0.141 + 0.162 + 0.12, 1e-12);
+  EXPECT_NEAR(predicted_seconds(plan, {stage0, stage1, stage0}), 0.60 + 0.24, 1e-12);  // a longer drain
+
+  // Fits to models: the prefix fit when ok, else the SGLang fit; stage 0's for the rest.
+  const sched::FitResult failed{};
+  const std::vector<sched::StageCostFit> fits = {fit_of(0, {stage1, true, ""}, {stage0, true, ""}),
+                                                 fit_of(1, {stage1, true, ""}, failed)};
+  int own = 0;
+  auto models = stage_models(fits, 2, &own);
+  ASSERT_EQ(models.size(), 2u);
+  EXPECT_EQ(own, 2);
+  EXPECT_EQ(models[0].c, stage0.c);
+  EXPECT_EQ(models[1].a, stage1.a);
+  models = stage_models({fits[0]}, 3, &own);  // SGLang profiles stage 0 only
+  ASSERT_EQ(models.size(), 3u);
+  EXPECT_EQ(own, 1);
+  EXPECT_EQ(models[2].gamma, stage0.gamma);
+  EXPECT_TRUE(stage_models({fit_of(0, failed, failed), fits[1]}, 2).empty());
+
+  // The announcement, with the whole model's FLOPs of this plan (tiny preset).
+  const PlainLines lines;
+  const sim::ModelShape shape = sim::shape_from_config(model::preset_config("tiny"));
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  ProgressReporter progress(0, plan.total_tokens(), 2, out, [] { return 0.0; });
+  progress.set_work(plan, shape, 2, &fits);
+  progress.set_work(plan, shape, 3, &fits);
+  const std::vector<sched::StageCostFit> none;
+  progress.set_work(plan, shape, 2, &none);
+  progress.set_work(plan, shape, 2, nullptr, /*announce=*/false);
+  const std::string text = contents(out);
+  std::fclose(out);
+  const std::regex announcement(
+      "work: [0-9.e+]+ [GTPE]FLOP in 4 micro-batches \\(attention [0-9]+%, projections and LM head [0-9]+%\\); "
+      "expected 0.7s from the stage cost models\n"
+      "work: .*; expected 0.8s from the stage cost models \\(stage 0's stands in for the 1 stage\\(s\\) without "
+      "one\\)\n"
+      "work: .*; the time estimate comes with the first progress line\n");
+  EXPECT_TRUE(std::regex_match(text, announcement)) << text;
+}
