@@ -1,18 +1,23 @@
 #!/usr/bin/env bash
 # One bad-input case: pipefill must print exactly one `error:` line (from rank 0), exit
-# with status 2, leave no output file (nor its .partial), and not hang (timeout = failure).
+# with status 2, not hang (timeout = failure), and leave every file as it was: no output
+# file (nor its .partial) appears, and every file that existed before (the case's own, the
+# input) is byte-identical afterwards.
 # usage: bad_input.sh BIN_DIR CASE DATA_DIR
 set -euo pipefail
 here=$(dirname "$0")
 source "$here/mpi_env.sh"
 bin=$1 case=$2 data=$3
 work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+logs=$(mktemp -d)
+holder=
+trap '[ -z "$holder" ] || kill "$holder" 2>/dev/null; rm -rf "$work" "$logs"' EXIT
 out=$work/out.h5
 model=$data/tiny
 input=$data/prompts.h5
 ranks=2
 extra=(--pp 2)
+launch=()  # a whole mpirun command line instead of the usual one (heterogeneous launches)
 
 # make_input NAME PYTHON-CODE: writes $work/NAME.h5 with h5py (f is the open file).
 make_input() {
@@ -48,12 +53,68 @@ json.dump(c, open(sys.argv[1], "w"))
 PY
 }
 
+# finished_output PATH [ARGS...]: a complete output of the tiny model written to PATH.
+finished_output() {
+  local path=$1; shift
+  mpirun -n 2 "$bin/pipefill" run --model "$model" --input "$input" --output "$path" --pp 2 --quiet "$@" >/dev/null
+}
+# private_input: a copy of the prompts to aim outputs at.
+private_input() { cp "$data/prompts.h5" "$work/in.h5"; input=$work/in.h5; }
+
 case $case in
+  # Paths: nothing the run writes may be something it reads, and every path is checked
+  # before any compute.
+  output_is_input) private_input; out=$input; expect="--input ($input) and --output ($input) are the same file" ;;
+  output_links_to_input) private_input; ln -s "$input" "$work/link.h5"; out=$work/link.h5; expect="are the same file" ;;
+  trace_is_input) private_input; extra=(--pp 2 --trace "$input"); expect="--input ($input) and --trace ($input) are the same file" ;;
+  trace_is_output) finished_output "$out"; extra=(--pp 2 --trace "$out"); expect="are the same file" ;;
+  trace_is_partial) extra=(--pp 2 --trace "$out.partial"); expect="the output's partial file ($out.partial) and --trace" ;;
+  output_is_directory) mkdir "$work/dir"; out=$work/dir; expect="is a directory: give a file name" ;;
+  output_ends_in_slash) out=$work/new/; expect="ends in '/'" ;;
+  output_empty) out=""; expect="--output is empty" ;;
+  trace_directory_missing) extra=(--pp 2 --trace "$work/missing/t.json"); expect="does not exist" ;;
+  trace_is_directory) extra=(--pp 2 --trace "$work"); expect="--trace $work is a directory" ;;
+  output_held_by_another_run)  # another run holds the partial: it must not be touched
+    ( exec 9>"$out.partial"; flock -n 9; echo "held" >&9; exec sleep 100 ) & holder=$!
+    sleep 0.5; expect="another pipefill run is writing $out" ;;
+  input_is_fifo) mkfifo "$work/in.fifo"; input=$work/in.fifo; expect="is not a regular file" ;;
+  config_is_fifo) copy_model; rm "$model/config.json"; mkfifo "$model/config.json"; expect="is not a regular file" ;;
+  weights_are_fifo) copy_model; rm "$model/model.safetensors"; mkfifo "$model/model.safetensors"; expect="is not a regular file" ;;
+  # --resume trusts nothing it has not verified.
+  resume_complete_other_input) finished_output "$out"
+    make_input other 'f["tokens"] = np.arange(40, dtype=np.int32); f["offsets"] = np.array([0, 15, 40])'
+    extra=(--pp 2 --resume); expect="was written with another input" ;;
+  resume_complete_rebuilt_weights) copy_model; finished_output "$out"
+    "$bin/pipefill" make-model --preset tiny --seed 5 --out "$model" >/dev/null  # rebuilt in place
+    extra=(--pp 2 --resume); expect="was written with another weights_fingerprint" ;;
+  resume_complete_other_chunking) finished_output "$out"; extra=(--pp 2 --resume --chunk-size 32); expect="another chunk_size" ;;
+  resume_over_garbage) echo "not an output" >"$out"; extra=(--pp 2 --resume); expect="is not an HDF5 file" ;;
+  resume_over_foreign_hdf5) cp "$data/prompts.h5" "$out"; extra=(--pp 2 --resume); expect="has no resume_identity" ;;
+  resume_partial_wrong_shape) finished_output "$work/done.h5"; mv "$work/done.h5" "$out.partial"
+    "$PYTHON" -c "import h5py; f=h5py.File('$out.partial','r+'); del f['logits']; f['logits']=[[1.0]]"
+    extra=(--pp 2 --resume); expect="/logits does not have this run's type and shape" ;;
+  resume_partial_truncated) finished_output "$work/done.h5"; head -c 3000 "$work/done.h5" >"$out.partial"; rm "$work/done.h5"
+    extra=(--pp 2 --resume); expect="cannot resume" ;;
+  resume_partial_garbage) head -c 5000 /dev/urandom >"$out.partial"; extra=(--pp 2 --resume); expect="is not an HDF5 file" ;;
+  # Ranks must see one model and one command line.
+  heterogeneous_arguments) launch=(-n 1 "$bin/pipefill" run --model "$model" --input "$input" --output "$out" --pp 2 :
+                                   -n 1 "$bin/pipefill" run --model "$model" --input "$input" --output "$out" --pp 2 --chunk-size 7)
+    expect="rank 1 (host $(hostname)) does not see the same command line as rank 0" ;;
+  stale_weights_on_a_node) mkdir "$work/a" "$work/b"; cp -r "$data/tiny" "$work/a/m"
+    "$bin/pipefill" make-model --preset tiny --seed 6 --out "$work/b/m" >/dev/null  # same path, other bytes
+    launch=(-n 1 --wdir "$work/a" "$bin/pipefill" run --model m --input "$input" --output "$out" --pp 2 :
+            -n 1 --wdir "$work/b" "$bin/pipefill" run --model m --input "$input" --output "$out" --pp 2)
+    expect="does not see the same weights as rank 0 for model.embed_tokens.weight" ;;
+  stale_config_on_a_node) mkdir "$work/a" "$work/b"; cp -r "$data/tiny" "$work/a/m"
+    "$bin/pipefill" make-model --preset tiny-qwen2 --out "$work/b/m" >/dev/null
+    launch=(-n 1 --wdir "$work/a" "$bin/pipefill" run --model m --input "$input" --output "$out" --pp 2 :
+            -n 1 --wdir "$work/b" "$bin/pipefill" run --model m --input "$input" --output "$out" --pp 2)
+    expect="does not see the same model config (m) as rank 0" ;;
   missing_model) model=$work/nope; expect="model directory" ;;
   missing_weights_file) copy_model; rm "$model/model.safetensors"; expect="no weights in" ;;
   bad_config_json) copy_model; echo '{"hidden_size": ' >"$model/config.json"; expect="malformed JSON" ;;
   missing_input) input=$work/nope.h5; expect="cannot read input file" ;;
-  input_is_directory) input=$work; expect="is not an HDF5 file" ;;
+  input_is_directory) input=$work; expect="is a directory" ;;
   missing_tokens) make_input x 'f["offsets"] = np.array([0, 3], dtype=np.int64)'; expect="/tokens is missing" ;;
   float_tokens) make_input x 'f["tokens"] = np.ones(3, dtype=np.float32); f["offsets"] = np.array([0, 3])'; expect="must hold integers" ;;
   offsets_not_zero) make_input x 'f["tokens"] = np.ones(3, dtype=np.int32); f["offsets"] = np.array([1, 3])'; expect="must start at 0" ;;
@@ -90,7 +151,7 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   cost_model_without_dynamic) extra=(--pp 2 --cost-model "$data/cost_tiny_pp2.json"); expect="--cost-model is used by dynamic chunking" ;;
   cost_model_other_partition) extra=(--pp 2 --layer-partition 3,5 --dynamic-chunking --cost-model "$data/cost_tiny_pp2.json")
     expect="profiled for another layer_partition" ;;
-  cost_model_missing) extra=(--pp 2 --dynamic-chunking --cost-model "$work/none.json"); expect="cannot read cost model" ;;
+  cost_model_missing) extra=(--pp 2 --dynamic-chunking --cost-model "$work/none.json"); expect="cannot read --cost-model" ;;
   emulate_without_cost_model) extra=(--pp 2 --backend emulate); expect="--backend emulate needs --cost-model" ;;
   analytic_without_emulate) extra=(--pp 2 --cost-model analytic:h20); expect="add --backend emulate" ;;
   unknown_hardware) extra=(--pp 2 --backend emulate --cost-model analytic:tpu9000); expect="no hardware description" ;;
@@ -108,16 +169,20 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   *) echo "unknown case $case"; exit 1 ;;
 esac
 
+# Every file there is before the run (the case's own files, the input), with its checksum.
+snapshot() { { find "$work" -type f -print0 | sort -z | xargs -0 -r md5sum; [ ! -f "$input" ] || md5sum "$input"; } 2>/dev/null; }
+before=$(snapshot)
+[ ${#launch[@]} -gt 0 ] || launch=(-n "$ranks" "$bin/pipefill" run --model "$model" --input "$input" --output "$out" "${extra[@]}")
 set +e
-timeout 120 mpirun -n "$ranks" "$bin/pipefill" run --model "$model" --input "$input" --output "$out" "${extra[@]}" \
-  >"$work/stdout" 2>"$work/stderr"
+timeout 120 mpirun "${launch[@]}" >"$logs/stdout" 2>"$logs/stderr"
 status=$?
 set -e
-errors=$(grep -c '^error:' "$work/stderr" || true)
-echo "status $status, stderr:"; cat "$work/stderr"
+errors=$(grep -c '^error:' "$logs/stderr" || true)
+echo "status $status, stderr:"; cat "$logs/stderr"
 [ "$status" -ne 124 ] || { echo "FAILED: hung (killed by timeout)"; exit 1; }
 [ "$status" -eq 2 ] || { echo "FAILED: exit status $status, expected 2"; exit 1; }
 [ "$errors" -eq 1 ] || { echo "FAILED: $errors error: lines, expected exactly 1"; exit 1; }
-grep '^error:' "$work/stderr" | grep -qF -- "$expect" || { echo "FAILED: error line lacks \"$expect\""; exit 1; }
-[ ! -e "$out" ] && [ ! -e "$out.partial" ] || { echo "FAILED: output file left behind"; exit 1; }
+grep '^error:' "$logs/stderr" | grep -qF -- "$expect" || { echo "FAILED: error line lacks \"$expect\""; exit 1; }
+after=$(snapshot)
+[ "$before" = "$after" ] || { echo "FAILED: files changed:"; diff <(echo "$before") <(echo "$after"); exit 1; }
 echo "Passed: $case"

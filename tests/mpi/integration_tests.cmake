@@ -95,7 +95,13 @@ set(PF_BAD_CASES
   output_directory_missing unknown_flag unknown_preset zero_chunk_size
   smooth_factor_out_of_range smooth_factor_env_not_a_number cost_model_without_dynamic
   cost_model_other_partition cost_model_missing
-  emulate_without_cost_model analytic_without_emulate unknown_hardware hdf5_library_crash)
+  emulate_without_cost_model analytic_without_emulate unknown_hardware hdf5_library_crash
+  output_is_input output_links_to_input trace_is_input trace_is_output trace_is_partial output_is_directory
+  output_ends_in_slash output_empty trace_directory_missing trace_is_directory output_held_by_another_run
+  input_is_fifo config_is_fifo weights_are_fifo
+  resume_complete_other_input resume_complete_rebuilt_weights resume_complete_other_chunking resume_over_garbage
+  resume_over_foreign_hdf5 resume_partial_wrong_shape resume_partial_truncated resume_partial_garbage
+  heterogeneous_arguments stale_weights_on_a_node stale_config_on_a_node)
 if(PIPEFILL_HAVE_CUDA)  # --backend cuda exists in this build
   list(APPEND PF_BAD_CASES cuda_without_device cuda_page_size unknown_transport kv_memory_fraction_out_of_range)
 endif()
@@ -129,6 +135,17 @@ foreach(case signal sigterm kill)
   set_tests_properties(mpi.resume_after_${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        RUN_SERIAL TRUE)
 endforeach()
+
+# What a crash can leave in a partial output, and SIGTERM to mpirun; each resumed output
+# must equal an uninterrupted run's.
+foreach(case torn_row empty_partial stale_partial mpirun_sigterm)
+  add_test(NAME mpi.resume_integrity.${case} COMMAND ${PF_MPI}/resume_integrity.sh ${PF_BIN} ${PF_DATA} ${case})
+  set_tests_properties(mpi.resume_integrity.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
+endforeach()
+set_tests_properties(mpi.resume_integrity.mpirun_sigterm PROPERTIES RUN_SERIAL TRUE)
+add_test(NAME slow.kill_and_resume_soak COMMAND ${PF_MPI}/kill_soak.sh ${PF_BIN} ${PF_DATA} 30)
+set_tests_properties(slow.kill_and_resume_soak PROPERTIES LABELS "slow;mpi" TIMEOUT 900 RUN_SERIAL TRUE
+                     FIXTURES_REQUIRED model.tiny)
 
 # Weights holding NaN load with a warning naming the tensor (the run itself completes).
 add_test(NAME mpi.nan_weights_warn COMMAND ${PF_MPI}/nan_weights.sh ${PF_BIN} ${PF_DATA})
