@@ -402,7 +402,8 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
     throw UserError("--cost-model analytic:... drives the emulator: add --backend emulate");
   if (!emulate && !o.chunking.dynamic() && !costs.empty())
     throw UserError("--cost-model is used by dynamic chunking: add --dynamic-chunking or --chunk-policy");
-  if (o.input == o.output) throw UserError("--output must differ from --input");
+  // --output equal to --input (or any other clash of paths, links included) is refused by
+  // io::require_distinct_paths before anything is read, with both paths in the message.
   return true;
 }
 
