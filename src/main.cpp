@@ -186,6 +186,7 @@ static int run_command(int argc, char** argv) {
   trace::Timeline timeline(topo, clock);
   pipeline::ProgressReporter progress(options.quiet ? 0 : options.progress_interval_s, plan.total_tokens(),
                                       plan.num_prompts());
+  if (writer) progress.set_work(plan, shape, topo.pp, &decision.fits, /*announce=*/!options.quiet);
   pipeline::StageLoopContext loop{topo,
                                   shape.hidden_size,
                                   shape.vocab_size,

@@ -53,6 +53,16 @@ json.dump(c, open(sys.argv[1], "w"))
 PY
 }
 
+# patch_cost PYTHON-CODE: a copy of the saved cost profile, edited (`c` is its JSON).
+patch_cost() {
+  cost=$work/cost.json
+  "$PYTHON" - "$data/cost_tiny_pp2.json" "$cost" <<PY
+import sys, json
+c = json.load(open(sys.argv[1]))
+$1
+json.dump(c, open(sys.argv[2], "w"))
+PY
+}
 # finished_output PATH [ARGS...]: a complete output of the tiny model written to PATH.
 finished_output() {
   local path=$1; shift
@@ -151,6 +161,11 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   cost_model_without_dynamic) extra=(--pp 2 --cost-model "$data/cost_tiny_pp2.json"); expect="--cost-model is used by dynamic chunking" ;;
   cost_model_other_partition) extra=(--pp 2 --layer-partition 3,5 --dynamic-chunking --cost-model "$data/cost_tiny_pp2.json")
     expect="profiled for another layer_partition" ;;
+  cost_model_negative_coefficient) patch_cost 'c["stages"][1]["prefix"]["a"] = -3e-9'
+    extra=(--pp 2 --chunk-policy pipefill --cost-model "$cost"); expect="a cost model needs a > 0" ;;
+  cost_model_stage_count) patch_cost 'c["stages"] = c["stages"][:1]'
+    extra=(--pp 2 --dynamic-chunking --cost-model "$cost"); expect="stage" ;;
+  flag_value_not_a_number) extra=(--pp 2 --chunk-size abc); expect='--chunk-size: "abc" is not a valid integer' ;;
   cost_model_missing) extra=(--pp 2 --dynamic-chunking --cost-model "$work/none.json"); expect="cannot read --cost-model" ;;
   emulate_without_cost_model) extra=(--pp 2 --backend emulate); expect="--backend emulate needs --cost-model" ;;
   analytic_without_emulate) extra=(--pp 2 --cost-model analytic:h20); expect="add --backend emulate" ;;

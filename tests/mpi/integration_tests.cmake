@@ -101,7 +101,8 @@ set(PF_BAD_CASES
   input_is_fifo config_is_fifo weights_are_fifo
   resume_complete_other_input resume_complete_rebuilt_weights resume_complete_other_chunking resume_over_garbage
   resume_over_foreign_hdf5 resume_partial_wrong_shape resume_partial_truncated resume_partial_garbage
-  heterogeneous_arguments stale_weights_on_a_node stale_config_on_a_node)
+  heterogeneous_arguments stale_weights_on_a_node stale_config_on_a_node
+  cost_model_negative_coefficient cost_model_stage_count flag_value_not_a_number)
 if(PIPEFILL_HAVE_CUDA)  # --backend cuda exists in this build
   list(APPEND PF_BAD_CASES cuda_without_device cuda_page_size unknown_transport kv_memory_fraction_out_of_range)
 endif()
@@ -110,7 +111,8 @@ foreach(case ${PF_BAD_CASES})
   set_tests_properties(bad_input.${case} PROPERTIES LABELS mpi TIMEOUT 120 SKIP_RETURN_CODE 77
                        FIXTURES_REQUIRED "model.tiny;prompts")
 endforeach()
-set_tests_properties(bad_input.cost_model_other_partition PROPERTIES FIXTURES_REQUIRED "model.tiny;prompts;cost_model")
+set_tests_properties(bad_input.cost_model_other_partition bad_input.cost_model_negative_coefficient
+                     bad_input.cost_model_stage_count PROPERTIES FIXTURES_REQUIRED "model.tiny;prompts;cost_model")
 
 add_test(NAME mpi.emulate_8_ranks_on_2_cores COMMAND ${PF_MPI}/emulate_run.sh ${PF_BIN})
 set_tests_properties(mpi.emulate_8_ranks_on_2_cores PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2)
@@ -143,7 +145,7 @@ foreach(case torn_row empty_partial stale_partial mpirun_sigterm)
   set_tests_properties(mpi.resume_integrity.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
 endforeach()
 set_tests_properties(mpi.resume_integrity.mpirun_sigterm PROPERTIES RUN_SERIAL TRUE)
-add_test(NAME slow.kill_and_resume_soak COMMAND ${PF_MPI}/kill_soak.sh ${PF_BIN} ${PF_DATA} 30)
+add_test(NAME slow.kill_and_resume_soak COMMAND ${PF_MPI}/kill_soak.sh ${PF_BIN} ${PF_DATA} 24)
 set_tests_properties(slow.kill_and_resume_soak PROPERTIES LABELS "slow;mpi" TIMEOUT 900 RUN_SERIAL TRUE
                      FIXTURES_REQUIRED model.tiny)
 

@@ -156,5 +156,5 @@ TEST(SafetensorsMalformed, MissingFields) {
 }
 
 TEST(SafetensorsMalformed, MissingFile) {
-  expect_user_error(temp_path("does-not-exist"), "cannot open");
+  expect_user_error(temp_path("does-not-exist"), "cannot read weights file");
 }
