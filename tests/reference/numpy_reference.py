@@ -57,9 +57,12 @@ def load_weights(model_dir):
 
 def rope_inv_freq(config, head_dim):
     """transformers' _compute_default_rope_parameters and _compute_llama3_parameters."""
-    base = config.get("rope_theta", 10000.0)
+    # transformers 5 writes rope_parameters (theta and type together); older files the
+    # top-level rope_theta and rope_scaling.
+    parameters = config.get("rope_parameters") or {}
+    base = parameters.get("rope_theta", config.get("rope_theta", 10000.0))
     inv_freq = 1.0 / (base ** (np.arange(0, head_dim, 2, dtype=np.int64).astype(np.float32) / head_dim))
-    scaling = config.get("rope_scaling") or {}
+    scaling = parameters if "rope_parameters" in config else (config.get("rope_scaling") or {})
     if scaling.get("rope_type", scaling.get("type")) == "llama3":
         factor = scaling["factor"]
         low, high = scaling["low_freq_factor"], scaling["high_freq_factor"]
