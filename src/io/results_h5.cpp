@@ -219,10 +219,13 @@ void ResultWriter::write_logits(int prompt, const float* row, double ttft_s) {
 }
 
 bool ResultWriter::finish(const std::vector<trace::TimelineEvent>& timeline, const nlohmann::json& attributes) {
+  // A stopped run leaves its partial file as its rows made it: the timeline and attributes
+  // change HDF5's metadata, which a kill at the wrong instant could leave unreadable, and a
+  // partial file holds hours of rows. They are written once, when every prompt is done.
+  if (completed_count() < static_cast<int>(completed_.size())) return false;
   write_timeline(file_, timeline);
   for (auto& [key, value] : attributes.items()) write_attribute(file_, key, value);
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
-  if (completed_count() < static_cast<int>(completed_.size())) return false;  // stopped early: keep .partial
   for (hid_t* dataset : {&logits_, &completed_set_, &ttft_set_, &checksum_set_})
     if (*dataset >= 0) {
       H5_CHECK(H5Dclose(*dataset));

@@ -57,9 +57,9 @@ class ResultWriter {
   // Stores one prompt's logits (nullptr without logits), TTFT and checksum, flushes, then
   // marks it complete and flushes again.
   void write_logits(int prompt, const float* row, double ttft_s);
-  // Writes /timeline (this run's events) and the root attributes. If every prompt is
-  // complete: closes and renames into place, returns true. Otherwise (a stopped run) the
-  // partial file stays, flushed, for --resume, and it returns false.
+  // If every prompt is complete: writes /timeline (this run's events) and the root
+  // attributes, closes and renames into place, returns true. Otherwise (a stopped run) the
+  // partial file stays as its rows left it, for --resume, and it returns false.
   bool finish(const std::vector<trace::TimelineEvent>& timeline, const nlohmann::json& attributes);
 
  private:

@@ -30,7 +30,10 @@ print(f"emulate ok: TTFT {ttft.round(3)}, wall {wall:.1f} s, CPU user {user:.1f}
 # Sleeping and waiting ranks must not burn the cores. Spinning in MPI_Test shows as user
 # time (8 spinning ranks would take both cores: 2 core-seconds per second); system time is
 # the real work of moving the hidden states (kernel copies, page faults of fresh buffers).
-assert user < 0.25 * wall, f"ranks are spinning: {user:.1f} s of user CPU in {wall:.1f} s"
+# Start-up (MPI_Init, set-up checks) costs about 0.1 s of user CPU per rank whatever the run's
+# length; with runs of ~2 s that alone is near a quarter of the wall time, so it is allowed
+# for on top. Spinning ranks would show several core-seconds.
+assert user < 0.25 * wall + 0.1 * 8, f"ranks are spinning: {user:.1f} s of user CPU in {wall:.1f} s"
 PY
 grep -q "ttft_s:" "$work/log"
 # Not a terminal: progress comes as plain lines.
