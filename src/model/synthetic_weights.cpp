@@ -5,6 +5,7 @@
 #include <map>
 
 #include "errors.hpp"
+#include "io/fnv1a.hpp"
 #include "model/tensor_source.hpp"
 
 namespace pf::model {
@@ -48,11 +49,7 @@ uint64_t splitmix64(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-uint64_t fnv1a(const std::string& text) {
-  uint64_t hash = 0xcbf29ce484222325ull;
-  for (unsigned char ch : text) hash = (hash ^ ch) * 0x100000001b3ull;
-  return hash;
-}
+uint64_t fnv1a(const std::string& text) { return io::Fnv1a().add(text).value; }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;

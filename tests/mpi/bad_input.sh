@@ -120,6 +120,22 @@ case $case in
     launch=(-n 1 --wdir "$work/a" "$bin/pipefill" run --model m --input "$input" --output "$out" --pp 2 :
             -n 1 --wdir "$work/b" "$bin/pipefill" run --model m --input "$input" --output "$out" --pp 2)
     expect="does not see the same model config (m) as rank 0" ;;
+  # config.json values the program cannot honour (tests/mpi/bad_config.cmake): the error
+  # names the field. The tiny model is Llama with llama3 rope_scaling, in the legacy layout.
+  rope_theta_zero) patch_config 'c["rope_theta"] = 0'; expect='field "rope_theta" must be a finite number > 0 (got 0)' ;;
+  rope_theta_negative) patch_config 'c["rope_theta"] = -10000.0'; expect='field "rope_theta"' ;;
+  rms_norm_eps_negative) patch_config 'c["rms_norm_eps"] = -1e-5'; expect='field "rms_norm_eps"' ;;
+  llama3_factor_zero) patch_config 'c["rope_scaling"]["factor"] = 0'; expect='field "rope_scaling.factor"' ;;
+  hidden_size_2pow32_plus) patch_config 'c["hidden_size"] = 2**32 + 128'; expect='field "hidden_size"' ;;
+  layers_2pow32_plus) patch_config 'c["num_hidden_layers"] = 2**32 + 8'; expect='field "num_hidden_layers"' ;;
+  hidden_fractional) patch_config 'c["hidden_size"] = 128.5'; expect='field "hidden_size" must be an integer' ;;
+  max_position_negative) patch_config 'c["max_position_embeddings"] = -5'; expect='field "max_position_embeddings"' ;;
+  rope_scaling_string) patch_config 'c["rope_scaling"] = "llama3"'; expect='field "rope_scaling" must be an object' ;;
+  optional_field_wrong_type) patch_config 'c["tie_word_embeddings"] = "yes"'; expect='field "tie_word_embeddings"' ;;
+  unknown_rope_type_in_rope_parameters) patch_config '
+del c["rope_theta"], c["rope_scaling"]
+c["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}'
+    expect='field "rope_parameters.rope_type"' ;;
   missing_model) model=$work/nope; expect="model directory" ;;
   missing_weights_file) copy_model; rm "$model/model.safetensors"; expect="no weights in" ;;
   bad_config_json) copy_model; echo '{"hidden_size": ' >"$model/config.json"; expect="malformed JSON" ;;
