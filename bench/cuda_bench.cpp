@@ -15,9 +15,8 @@
 
 #include "compute/cuda/cuda_stage_compute.hpp"
 #include "compute/cuda/lt_gemm.hpp"
-#include "compute/flops.hpp"
+#include "model/model_shape.hpp"
 #include "model/presets.hpp"
-#include "sim/model_shape.hpp"
 
 using namespace pf;
 
@@ -121,12 +120,11 @@ struct PrefillResult {
 // Every layer of the model on one GPU, the prompt in chunks of `chunk`, then the LM head.
 PrefillResult prefill(cuda::CudaStageCompute& gpu, const model::ModelConfig& config, int64_t length, int chunk,
                       int prompt_id) {
-  const sim::ModelShape shape = sim::shape_from_config(config);
+  const model::ModelShape shape = model::shape_from_config(config);
   std::vector<int32_t> tokens(length);
   for (int64_t i = 0; i < length; ++i) tokens[i] = static_cast<int32_t>((i * 7919 + 13) % config.vocab_size);
   cuda::DeviceArray<float> hidden(size_t(chunk) * config.hidden_size);
   std::vector<float> logits(config.vocab_size);
-  const compute::AllReduce none = [](float*, int) {};
   PrefillResult r{0, 0, 0, 0};
   gpu.synchronize();
   cudaEvent_t t0, t1;
@@ -138,7 +136,7 @@ PrefillResult prefill(cuda::CudaStageCompute& gpu, const model::ModelConfig& con
     const bool first = start == 0, last = start + t == length;
     if (first || last) CUDA_CHECK(cudaEventRecord(t0, gpu.forward_stream()));
     gpu.embed(tokens.data() + start, t, hidden.data());
-    gpu.forward({prompt_id, start, t}, hidden.data(), none);
+    gpu.forward({prompt_id, start, t}, hidden.data());
     if (first || last) {
       CUDA_CHECK(cudaEventRecord(t1, gpu.forward_stream()));
       CUDA_CHECK(cudaEventSynchronize(t1));
@@ -146,7 +144,7 @@ PrefillResult prefill(cuda::CudaStageCompute& gpu, const model::ModelConfig& con
       CUDA_CHECK(cudaEventElapsedTime(&ms, t0, t1));
       (first ? r.first_chunk_s : r.last_chunk_s) = ms * 1e-3;
     }
-    r.flops += compute::chunk_flops(shape, 0, config.num_layers, t, start);
+    r.flops += model::chunk_flops(shape, 0, config.num_layers, t, start);
     if (last) gpu.lm_head(hidden.data() + size_t(t - 1) * config.hidden_size, logits.data());
   }
   gpu.synchronize();

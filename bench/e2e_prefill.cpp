@@ -14,8 +14,8 @@
 #include <random>
 #include <string>
 
-#include "compute/flops.hpp"
-#include "compute/stage_forward.hpp"
+#include "compute/cpu/cpu_stage_compute.hpp"
+#include "model/model_shape.hpp"
 #include "model/presets.hpp"
 #include "model/weights.hpp"
 #include "sched/batch_plan.hpp"
@@ -48,7 +48,7 @@ struct Prefill {
 Prefill prefill(const model::ModelConfig& config, const model::StageWeights& weights,
                 const std::vector<int32_t>& tokens, int chunk_size, int page_size) {
   const auto shard = model::make_shard_spec(config, 1, 0);
-  const sim::ModelShape model_shape = sim::shape_from_config(config);
+  const model::ModelShape model_shape = model::shape_from_config(config);
   const kv::KvShape shape{config.num_layers, config.num_kv_heads, config.head_dim, page_size};
   kv::PagedKvPool pool(shape, shape.pages_for(static_cast<int64_t>(tokens.size())));
   compute::CpuStageCompute compute(config, shard, weights, pool);
@@ -61,8 +61,8 @@ Prefill prefill(const model::ModelConfig& config, const model::StageWeights& wei
   for (int size : sizes) {
     compute.embed(tokens.data() + start, size, hidden.data());
     const compute::ChunkContext chunk{0, start, size};
-    compute.forward(chunk, hidden.data(), [](float*, int) {});  // tp 1: never called
-    result.flops += compute::chunk_flops(model_shape, 0, config.num_layers, size, start);
+    compute.forward(chunk, hidden.data());
+    result.flops += model::chunk_flops(model_shape, 0, config.num_layers, size, start);
     start += size;
     if (start == static_cast<int64_t>(tokens.size()))
       compute.lm_head(hidden.data() + size_t(size - 1) * config.hidden_size, result.logits.data());

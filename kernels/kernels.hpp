@@ -81,6 +81,6 @@ void float_to_bf16(const float* in, bf16* out, int64_t n, cudaStream_t stream);
 void fill_uniform_bf16(bf16* out, int64_t n, uint64_t seed, float scale, cudaStream_t stream);
 
 // Launch failures are reported through the usual CUDA error state; callers check
-// cudaGetLastError() after each launcher (CUDA_CHECK_LAUNCH in compute/cuda/cuda_check.hpp).
+// cudaGetLastError() after each launcher (CUDA_CHECK_LAUNCH in device/cuda_check.hpp).
 
 }  // namespace pf::kernels

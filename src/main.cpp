@@ -13,25 +13,27 @@
 #include <cstring>
 #include <optional>
 
+#include "cli/backend_request.hpp"    // defines: backend_request (placement options -> backend)
 #include "cli/commands.hpp"           // defines: profile, plan, make-model, make-prompts subcommands
 #include "cli/options.hpp"            // defines: RunOptions and its option table
-#include "compute/flops.hpp"          // defines: plan_flops (for the achieved rate)
+#include "cli/run_inputs.hpp"         // defines: rank 0's checks and reads before a run, open_output
+#include "cli/run_record.hpp"         // defines: placement_identity, output_attributes
 #include "dist/checked_step.hpp"      // defines: checked_step (collective user-error agreement)
 #include "dist/clock_sync.hpp"        // defines: synchronize_clocks (one time base for the timeline)
 #include "dist/collectives.hpp"       // defines: broadcast_bytes, allreduce_sum, barrier
 #include "dist/same_everywhere.hpp"   // defines: require_same_as_rank0 (options agree on every rank)
 #include "dist/topology.hpp"          // defines: Topology (rank -> stage, tp_rank; communicators)
 #include "errors.hpp"                 // defines: UserError, check macros
-#include "io/file_checks.hpp"         // defines: require_writable_file_path, require_distinct_paths
 #include "io/prompts_h5.hpp"          // defines: read_prompts (validated HDF5 input)
 #include "io/results_h5.hpp"          // defines: ResultWriter (temporary file, renamed on success)
-#include "kvcache/kv_capacity.hpp"    // defines: pool_pages_for (capacity check before compute)
 #include "pipeline/backend_setup.hpp"  // defines: make_stage_backend (cpu, cuda or emulate)
 #include "pipeline/chunk_planning.hpp"  // defines: decide_plan (fixed or dynamic chunks, profiled or loaded)
 #include "pipeline/rank_setup.hpp"   // defines: open_rank_model, load_rank_weights, share_prompts
 #include "pipeline/stage_profiler.hpp"  // defines: profile_capacity_tokens
 #include "pipeline/stage_loop.hpp"   // defines: run_stage_loop (the per-rank event loop)
 #include "sched/cost_profile.hpp"    // defines: CostProfile (a saved --cost-model)
+#include "sched/dynamic_chunker.hpp"  // defines: longest_chunk (the workspace a backend reserves)
+#include "sched/plan_flops.hpp"       // defines: plan_flops (for the achieved rate)
 #include "trace/chrome_trace.hpp"     // defines: write_chrome_trace
 #include "trace/summary.hpp"          // defines: summarize, print_summary
 #include "trace/traffic.hpp"          // defines: gather_traffic, print_traffic (bytes vs the seed's formulas)
@@ -44,41 +46,6 @@ static volatile int g_stop_requested = 0;
 static void request_stop(int) { g_stop_requested = 1; }
 constexpr int kExitStopped = 75;  // EX_TEMPFAIL: interrupted, resume me
 
-// What an output must match to be resumed or accepted as done: model (config and weights),
-// input, configuration.
-static nlohmann::json run_identity(const cli::RunOptions& o, const pipeline::RankModel& m, const io::PromptSet& prompts) {
-  const auto& c = o.chunking;
-  return {{"model", o.placement.model},
-          {"seed", o.placement.seed},
-          {"model_config", m.config_json},
-          {"weights_fingerprint", m.weights_fingerprint},
-          {"backend", o.placement.backend},
-          {"input", o.input},
-          {"input_fingerprint", std::to_string(io::fingerprint(prompts))},
-          {"num_prompts", prompts.num_prompts()},
-          {"pp", o.placement.pp},
-          {"tp", o.placement.tp},
-          {"layer_partition", model::partition_text(m.partition)},
-          {"chunk_size", c.initial_chunk},
-          {"page_size", c.page_size},
-          {"chunk_policy", sched::policy_name(c.policy)},
-          {"smooth_factor", c.smooth_factor}};
-}
-
-// Every path the run reads or writes, checked before anything is read, written or computed:
-// outputs must be creatable files, and no two roles may be the same file.
-static void check_run_paths(const cli::RunOptions& o, bool cost_file) {
-  io::require_writable_file_path(o.output, "--output");
-  io::require_writable_file_path(o.output + ".partial", "the output's partial file");
-  if (!o.trace.empty()) io::require_writable_file_path(o.trace, "--trace");
-  if (cost_file) io::require_regular_file(o.chunking.cost_model_path, "--cost-model");
-  io::require_distinct_paths({{"--input", o.input},
-                              {"--output", o.output},
-                              {"the output's partial file", o.output + ".partial"},
-                              {"--trace", o.trace},
-                              {"--cost-model", cost_file ? o.chunking.cost_model_path : ""}});
-}
-
 static bool all_finite(const float* row, int count) {
   for (int i = 0; i < count; ++i)
     if (!std::isfinite(row[i])) return false;
@@ -90,7 +57,7 @@ static int run_command(int argc, char** argv) {
   if (!cli::parse_run(argc, argv, options)) return 0;  // --help; every rank parsed the same argv
   const auto& place = options.placement;
   const auto& chunking = options.chunking;
-  const bool emulate = place.backend == "emulate";
+  const bool emulate = place.backend == compute::BackendKind::kEmulate;
   dist::set_watchdog_timeout(options.watchdog_timeout_s);
   std::signal(SIGTERM, request_stop);
   std::signal(SIGUSR1, request_stop);
@@ -103,42 +70,22 @@ static int run_command(int argc, char** argv) {
   // and every tensor's shape. The emulator only counts FLOPs, so any config.json will do.
   const pipeline::RankModel rank_model =
       pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition, /*with_weights=*/!emulate);
-  const sim::ModelShape& shape = rank_model.shape;
+  const model::ModelShape& shape = rank_model.shape;
 
-  // Prompts: rank 0 reads and validates the input, checks every stage's KV capacity,
-  // checks a saved cost model against this configuration, and opens the output.
+  // Prompts: rank 0 checks every path, reads and validates the input, checks every stage's
+  // KV capacity and a saved cost model against this placement, and opens the output.
   io::PromptSet prompts;
   std::optional<sched::CostProfile> saved_costs;
   std::unique_ptr<io::ResultWriter> results;
-  const bool cost_file = !chunking.cost_model_path.empty() && chunking.cost_model_path.rfind("analytic:", 0) != 0;
   int already_complete = 0;  // --resume on a finished output: nothing to do
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!writer) return;
-    check_run_paths(options, cost_file);
-    prompts = io::read_prompts_isolated(options.input, shape.vocab_size, options.watchdog_timeout_s);
-    io::check_prompt_lengths(prompts, shape.max_position_embeddings, options.allow_long_prompts);
-    if (!emulate && place.backend != "cuda")  // cuda sizes its pool from device memory, on each rank
-      for (int stage = 0; stage < topo.pp; ++stage)
-        kv::pool_pages_for(rank_model.kv_shape(stage, chunking.page_size), prompts.lengths(), place.kv_memory_mb,
-                           stage);
-    if (cost_file && chunking.dynamic()) {
-      saved_costs = sched::load_cost_profile(chunking.cost_model_path);
-      if (!emulate)
-        sched::check_profile_matches(*saved_costs, pipeline::placement_identity(topo, rank_model, place.backend),
-                                     chunking.cost_model_path);
-    }
-    const io::OutputLayout layout{prompts.num_prompts(), shape.vocab_size, /*with_logits=*/!emulate};
-    const nlohmann::json identity = run_identity(options, rank_model, prompts);
-    if (options.resume &&
-        io::verified_complete_output(options.output, layout, identity, options.watchdog_timeout_s)) {
-      already_complete = 1;
-      return;
-    }
-    results = std::make_unique<io::ResultWriter>(options.output, layout, identity, options.resume,
-                                                 options.watchdog_timeout_s);
-    for (int prompt : results->torn_rows())
-      std::fprintf(stderr, "warning: prompt %d in %s.partial failed its checksum (a write torn by a crash): "
-                   "computing it again\n", prompt, options.output.c_str());
+    cli::check_run_paths(options);
+    prompts = cli::read_run_prompts(options, rank_model);
+    cli::check_kv_capacity(options, topo, rank_model, prompts);
+    saved_costs = cli::load_saved_costs(options, cli::placement_identity(place, topo, rank_model));
+    results = cli::open_output(options, rank_model, prompts);
+    already_complete = !results;
   });
   dist::broadcast_int(already_complete, 0, MPI_COMM_WORLD);
   if (already_complete) {
@@ -150,10 +97,9 @@ static int run_command(int argc, char** argv) {
 
   // Backend: the CPU or a GPU (this rank's weights and a KV pool for the longest prompt,
   // with room for profiling when this run profiles) or the emulator (cost-model sleeps).
-  pipeline::BackendRequest request{place.backend, chunking.cost_model_path, chunking.page_size, place.kv_memory_mb, 0};
-  request.transport = place.transport;
-  request.kv_memory_fraction = place.kv_memory_fraction;
-  request.max_chunk_tokens = chunking.initial_chunk + chunking.initial_chunk / 4 + chunking.page_size;  // + folded tail
+  pipeline::BackendRequest request =
+      cli::backend_request(place, chunking.page_size, sched::longest_chunk(chunking.initial_chunk, chunking.page_size));
+  request.cost_source = chunking.cost_source;
   if (chunking.dynamic() && !saved_costs)
     request.profile_room_tokens = pipeline::profile_capacity_tokens(lengths, chunking.initial_chunk);
   pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, lengths);
@@ -187,26 +133,23 @@ static int run_command(int argc, char** argv) {
   pipeline::ProgressReporter progress(options.quiet ? 0 : options.progress_interval_s, plan.total_tokens(),
                                       plan.num_prompts());
   if (writer) progress.set_work(plan, shape, topo.pp, &decision.fits, /*announce=*/!options.quiet);
-  pipeline::StageLoopContext loop{topo,
-                                  shape.hidden_size,
-                                  shape.vocab_size,
-                                  plan,
-                                  prompts,
-                                  *backend.compute,
-                                  *transport,
-                                  timeline,
-                                  options.ring_depth,
-                                  [&](int prompt, const float* logits, double ttft_s) {
-                                    // A non-finite row is never stored as a result.
-                                    if (logits && !all_finite(logits, shape.vocab_size))
-                                      nonfinite_prompts.push_back(prompt);
-                                    else
-                                      results->write_logits(prompt, logits, ttft_s);
-                                  },
-                                  writer ? &progress : nullptr,
-                                  &g_stop_requested};
+  const pipeline::LogitsSink store_logits = [&](int prompt, const float* logits, double ttft_s) {
+    // A non-finite row is never stored as a result.
+    if (logits && !all_finite(logits, shape.vocab_size))
+      nonfinite_prompts.push_back(prompt);
+    else
+      results->write_logits(prompt, logits, ttft_s);
+  };
+  pipeline::StageLoopContext loop{topo, plan, prompts, *backend.compute, *transport, timeline};
+  loop.hidden_size = shape.hidden_size;
+  loop.vocab_size = shape.vocab_size;
+  loop.ring_depth = options.ring_depth;
+  loop.sink = store_logits;
+  loop.progress = writer ? &progress : nullptr;
+  loop.stop_requested = &g_stop_requested;
+  loop.all_reduce = backend.all_reduce.get();
   const pipeline::LoopResult loop_result = pipeline::run_stage_loop(loop);
-  const pipeline::TrafficCounters& traffic = loop_result.traffic;
+  const trace::TrafficCounters& traffic = loop_result.traffic;
   {
     dist::WaitLabel label("the end-of-run barrier (another rank is still in its loop)");
     dist::barrier(MPI_COMM_WORLD);
@@ -222,17 +165,9 @@ static int run_command(int argc, char** argv) {
                             rank_model.partition, traffic);
   traffic_report.allreduce_modelled = emulate;
   if (writer) {
-    const trace::RunSummary summary = trace::summarize(plan, events, topo.pp, topo.tp, wall_s, compute::plan_flops(shape, plan));
-    nlohmann::json attributes = cli::to_json(options);
-    attributes["version"] = PIPEFILL_VERSION;
-    attributes["model_config"] = rank_model.config_json.dump();
-    attributes["layer_partition_used"] = model::partition_text(rank_model.partition);
-    attributes["chunk_policy_used"] = decision.policy_used;
-    attributes["chunk_policy_note"] = decision.note;
-    attributes["backend_used"] = backend.description;
-    if (emulate) attributes["logits"] = "not computed: emulate backend (compute replaced by cost-model sleeps)";
-    attributes["wall_s"] = wall_s;
-    const bool complete = results->finish(events, attributes);
+    const trace::RunSummary summary = trace::summarize(plan, events, topo.pp, topo.tp, wall_s, sched::plan_flops(shape, plan));
+    const bool complete =
+        results->finish(events, cli::output_attributes(options, rank_model, decision, backend.description, wall_s));
     if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp);
     if (!options.quiet) {
       trace::print_summary(summary, stdout);

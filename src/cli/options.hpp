@@ -1,5 +1,6 @@
-// Command-line options of every subcommand. All defaults live in the option tables in
-// options.cpp; help text is generated from the same tables (cxxopts).
+// Command-line options of every subcommand. The defaults are the member initializers below;
+// everything else about an option (flag, help, checks, echo and identity keys) is its one
+// descriptor in options.cpp, from which parsing, --help and the echoed JSON are generated.
 #pragma once
 
 #include <cstdint>
@@ -7,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "compute/backend_kind.hpp"
 #include "sched/chunking_options.hpp"
 
 namespace pf::cli {
@@ -19,7 +21,7 @@ struct PlacementOptions {
   int tp = 1;
   std::string layer_partition;  // empty: SGLang default
   int64_t kv_memory_mb = 8192;  // KV pool budget per rank
-  std::string backend = "cpu";           // cpu | cuda | emulate
+  compute::BackendKind backend = compute::BackendKind::kCpu;
   std::string transport = "nccl";        // cuda: nccl | mpi (staged through host memory)
   double kv_memory_fraction = 0.85;      // cuda: of the device memory left after weights + workspace
 };
@@ -37,7 +39,13 @@ struct RunOptions {
   bool allow_long_prompts = false;   // prompts beyond max_position_embeddings
   bool resume = false;               // continue OUTPUT.partial, skipping prompts it holds
 };
+// The echoed configuration: every option with a key (rank 0's command-line check, the output's
+// attributes).
 nlohmann::json to_json(const RunOptions& options);
+// The options that are part of the run identity, and of the placement identity (the keys the
+// options do not decide are added by run_record.hpp).
+nlohmann::json run_identity_options(const RunOptions& options);
+nlohmann::json placement_identity_options(const PlacementOptions& options);
 
 struct ProfileOptions {
   PlacementOptions placement;
@@ -84,6 +92,7 @@ struct PlanOptions {
   std::vector<int64_t> lengths;
   sched::ChunkingOptions chunking;
   std::vector<double> coefficients;  // a,b[,c[,gamma]] instead of a cost model file
+  int pp = 1;                        // chunking.stages
   bool json = false;
 };
 

@@ -31,10 +31,10 @@ std::unique_ptr<sched::ChunkPolicy> policy_for(const PlanOptions& options) {
     if (!policy) throw UserError("--coefficients: " + problem);
     return policy;
   }
-  fits = sched::load_cost_profile(c.cost_model_path).stages;
+  fits = sched::load_cost_profile(c.cost_source.value).stages;
   std::string problem;
   auto policy = sched::make_dynamic_policy(c, fits, problem);
-  if (!policy) throw UserError(c.cost_model_path + " cannot drive dynamic chunking: " + problem);
+  if (!policy) throw UserError(c.cost_source.value + " cannot drive dynamic chunking: " + problem);
   return policy;
 }
 

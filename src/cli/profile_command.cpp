@@ -4,15 +4,17 @@
 // with the same pp x tp (and partition) as the runs that will reuse it.
 #include <cstdio>
 
+#include "cli/backend_request.hpp"
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "cli/run_record.hpp"
 #include "dist/checked_step.hpp"
 #include "errors.hpp"
-#include "kvcache/kv_capacity.hpp"
 #include "pipeline/backend_setup.hpp"
 #include "pipeline/chunk_planning.hpp"
 #include "pipeline/rank_setup.hpp"
 #include "sched/cost_profile.hpp"
+#include "sched/dynamic_chunker.hpp"
 
 namespace pf::cli {
 
@@ -20,30 +22,24 @@ int profile_command(int argc, char** argv) {
   ProfileOptions options;
   if (!parse_profile(argc, argv, options)) return 0;
   const auto& place = options.placement;
-  if (place.backend == "emulate")
+  if (!compute::computes_logits(place.backend))
     throw UserError("pipefill profile measures a backend that computes: use --backend cpu or cuda");
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
   const pipeline::RankModel rank_model = pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition);
-  const int longest_chunk = options.chunk_size + options.chunk_size / 4;
-  dist::checked_step(MPI_COMM_WORLD, [&] {
-    // The pool must hold at least one chunk of 1.25 C0 (the rest of the prefix range is optional).
-    if (place.backend == "cpu")  // cuda checks against device memory as it sets up
-      kv::pool_pages_for(rank_model.kv_shape(topo.stage, options.page_size), {longest_chunk}, place.kv_memory_mb,
-                       topo.stage);
-  });
-  pipeline::BackendRequest request{place.backend, "", options.page_size, place.kv_memory_mb,
-                                   options.max_prefix + longest_chunk};
-  request.transport = place.transport;
-  request.kv_memory_fraction = place.kv_memory_fraction;
-  request.max_chunk_tokens = longest_chunk + options.page_size;
-  pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, {longest_chunk});
+  const int longest_profiled = options.chunk_size + sched::chunk_floor(options.chunk_size);  // 1.25 C0
+  pipeline::BackendRequest request = backend_request(
+      place, options.page_size, sched::longest_chunk(options.chunk_size, options.page_size));
+  request.profile_room_tokens = options.max_prefix + longest_profiled;
+  // The backend's KV rule checks that the pool holds a chunk of 1.25 C0 (the rest of the
+  // prefix range is optional), collectively, before any weights are read.
+  pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, {longest_profiled});
 
   const auto fits = pipeline::profile_stages(topo, *backend.compute, rank_model.shape.hidden_size, options.chunk_size,
                                              options.points, /*all_stages=*/true, /*fresh=*/true, /*prefixed=*/true);
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!topo.is_writer()) return;
     sched::CostProfile profile;
-    profile.identity = pipeline::placement_identity(topo, rank_model, place.backend);
+    profile.identity = placement_identity(place, topo, rank_model);
     profile.hardware = sched::describe_hardware();
     profile.initial_chunk = options.chunk_size;
     profile.stages = fits;

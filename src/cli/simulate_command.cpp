@@ -7,14 +7,15 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "compute/activation_wire.hpp"
 #include "compute/emulate/emulated_stage_compute.hpp"
-#include "compute/flops.hpp"
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/results_h5.hpp"
 #include "model/presets.hpp"
 #include "pipeline/stage_profiler.hpp"
 #include "sched/dynamic_chunker.hpp"
+#include "sched/plan_flops.hpp"
 #include "sim/pipeline_sim.hpp"
 #include "trace/summary.hpp"
 #include "trace/traffic.hpp"
@@ -22,29 +23,29 @@
 namespace pf::cli {
 namespace {
 
-sim::ModelShape load_shape(const std::string& flag) {
-  if (flag.rfind("synthetic:", 0) == 0) return sim::shape_from_config(model::preset_config(flag.substr(10)));
-  return sim::load_model_shape(flag);
+model::ModelShape load_shape(const std::string& flag) {
+  if (flag.rfind("synthetic:", 0) == 0) return model::shape_from_config(model::preset_config(flag.substr(10)));
+  return model::load_model_shape(flag);
 }
 
 // The plan `run` would make: fixed, or dynamic from fits obtained as the run would obtain them.
 sched::BatchPlan plan_for(const SimulateOptions& o, const std::vector<sim::StageCost>& costs, int hidden,
-                          int activation_bytes, std::string& policy_used, std::string& note) {
+                          std::string& policy_used, std::string& note) {
   const auto& c = o.chunking;
   std::unique_ptr<sched::ChunkPolicy> policy;
   if (c.dynamic()) {
     std::vector<sched::StageCostFit> fits;
-    if (!c.cost_model_path.empty()) {
-      fits = sched::load_cost_profile(c.cost_model_path).stages;
+    if (c.cost_source.profile_file()) {
+      fits = sched::load_cost_profile(c.cost_source.value).stages;
     } else {
       const pipeline::ProfileGrid grid{c.initial_chunk, c.profile_points,
                                        pipeline::profile_capacity_tokens(o.lengths, c.initial_chunk)};
       const bool fresh = c.cost_form == sched::CostForm::kFreshQuadratic;
       for (int s = 0; s < static_cast<int>(costs.size()); ++s) {
         if (!c.all_stages && s > 0) break;
-        compute::EmulatedStageCompute stage(costs[s], hidden, activation_bytes, 0, grid.max_tokens);
+        compute::EmulatedStageCompute stage(costs[s], hidden, 0, grid.max_tokens);
         fits.push_back(pipeline::profile_and_fit(
-            s, stage, [](float*, int) {}, [](double x) { return x; }, grid, hidden, fresh, !fresh));
+            s, stage, [](double x) { return x; }, grid, hidden, fresh, !fresh));
       }
     }
     std::string problem;
@@ -61,25 +62,26 @@ sched::BatchPlan plan_for(const SimulateOptions& o, const std::vector<sim::Stage
 int simulate_command(int argc, char** argv) {
   SimulateOptions o;
   if (!parse_simulate(argc, argv, o)) return 0;
-  const sim::ModelShape shape = load_shape(o.model_config);
+  const model::ModelShape shape = load_shape(o.model_config);
   sim::HardwareSpec hw = sim::load_hardware(o.hardware);
   if (o.matmul_efficiency > 0) hw.matmul_efficiency = o.matmul_efficiency;
   if (o.attention_efficiency > 0) hw.attention_efficiency = o.attention_efficiency;
   const auto partition = o.layer_partition.empty() ? model::default_partition(shape.num_layers, o.pp)
                                                    : model::parse_partition(o.layer_partition, shape.num_layers, o.pp);
+  const sched::CostSource& saved = o.chunking.cost_source;  // a profile, or none (options.cpp)
   const std::vector<sim::StageCost> costs =
-      o.chunking.cost_model_path.empty() ? sim::analytic_stage_costs(shape, hw, partition, o.tp, shape.fp8)
-                                         : sim::profiled_stage_costs(sched::load_cost_profile(o.chunking.cost_model_path), o.pp);
+      saved.profile_file() ? sim::profiled_stage_costs(sched::load_cost_profile(saved.value), o.pp)
+                           : sim::analytic_stage_costs(shape, hw, partition, o.tp, shape.fp8);
 
   std::string policy_used, note;
-  const sched::BatchPlan plan = plan_for(o, costs, shape.hidden_size, hw.activation_bytes, policy_used, note);
-  sim::SimSetup setup{o.tp, o.ring_depth, shape.hidden_size, hw.activation_bytes, {}};
+  const sched::BatchPlan plan = plan_for(o, costs, shape.hidden_size, policy_used, note);
+  sim::SimSetup setup{o.tp, o.ring_depth, shape.hidden_size, compute::kActivationWireBytes, {}};
   for (int s = 0; s + 1 < o.pp; ++s) setup.links.push_back(sim::stage_link(hw, s, o.tp));
   const sim::SimResult result = sim::simulate_pipeline(plan, costs, setup);
 
   const trace::RunSummary summary =
-      trace::summarize(plan, result.events, o.pp, 1, result.makespan_s, compute::plan_flops(shape, plan));
-  trace::TrafficReport traffic = trace::traffic_formulas(plan, shape.hidden_size, hw.activation_bytes, o.tp, partition);
+      trace::summarize(plan, result.events, o.pp, 1, result.makespan_s, sched::plan_flops(shape, plan));
+  trace::TrafficReport traffic = trace::traffic_formulas(plan, shape.hidden_size, compute::kActivationWireBytes, o.tp, partition);
   traffic.boundary_bytes = result.boundary_bytes;
   traffic.allreduce_modelled = true;
 

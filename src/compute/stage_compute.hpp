@@ -7,7 +7,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <optional>
 #include <vector>
 
@@ -26,17 +25,15 @@ struct DeviceSpan {
   double start_s = 0, end_s = 0;
 };
 
-// Sums `count` floats in place across the TP group (never called when tp == 1).
-using AllReduce = std::function<void(float* data, int count)>;
-
 class StageCompute {
  public:
   virtual ~StageCompute() = default;
 
   // hidden[t, :] = embedding[tokens[t], :] (stage 0).
   virtual void embed(const int32_t* tokens, int count, float* hidden) = 0;
-  // Every local layer on hidden [tokens, H] in place; appends the chunk's K/V.
-  virtual void forward(const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce) = 0;
+  // Every local layer on hidden [tokens, H] in place; appends the chunk's K/V. With TP, the
+  // row-parallel partial sums go through the dist::TpAllReduce the backend was built with.
+  virtual void forward(const ChunkContext& chunk, float* hidden) = 0;
   // Final norm + this rank's vocabulary shard of the LM head on one hidden row (last stage).
   virtual void lm_head(const float* hidden_row, float* logits_shard) = 0;
   virtual int vocab_shard_size() const = 0;
@@ -49,7 +46,8 @@ class StageCompute {
   virtual int64_t capacity_tokens() const = 0;
   // A backend whose cost is a model (emulate) answers here instead of being timed.
   virtual std::optional<double> modelled_seconds(const ChunkContext&) const { return std::nullopt; }
-  // Floats per token on the wire between stages (hidden states; emulate: bf16 sizes).
+  // Floats per token on the wire between stages: the hidden states, float32 on every backend
+  // (emulate too: compute/activation_wire.hpp).
   virtual int payload_floats_per_token() const = 0;
 
   // Asynchronous backends (cuda) return from embed/forward before the work is done.
@@ -60,10 +58,6 @@ class StageCompute {
   virtual bool timed_on_device() const { return false; }
   virtual void align_clock(double /*host_now_s*/) {}
   virtual void take_finished_spans(std::vector<DeviceSpan>& /*out*/, bool /*wait_for_all*/) {}
-  // A backend whose hidden states live on a device reduces them there (NCCL on its own
-  // stream, or staged through host memory): callers pass this to forward() instead of a
-  // host MPI all-reduce. Empty: reduce host memory with MPI.
-  virtual AllReduce device_all_reduce() const { return {}; }
   // The profiler's random hidden states, where forward() can read them: the host vector
   // itself, or (device backends) a device copy of it.
   virtual float* profiling_hidden(std::vector<float>& host) { return host.data(); }

@@ -1,17 +1,12 @@
 // Clock offset measurement (see clock_sync.hpp).
 #include "dist/clock_sync.hpp"
 
-#include <chrono>
 #include <vector>
 
 #include "dist/collectives.hpp"
 #include "errors.hpp"
 
 namespace pf::dist {
-
-double steady_seconds() {
-  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
-}
 
 RunClock synchronize_clocks(MPI_Comm comm) {
   constexpr int kRounds = 8, kTag = 7101;

@@ -5,9 +5,9 @@
 
 #include <mpi.h>
 
-namespace pf::dist {
+#include "dist/steady_clock.hpp"  // defines: steady_seconds (the local monotonic clock)
 
-double steady_seconds();  // local monotonic clock
+namespace pf::dist {
 
 struct RunClock {
   double offset_s = 0.0;     // local clock minus rank 0's clock

@@ -3,8 +3,8 @@
 
 #include <string>
 
-#include "dist/collectives.hpp"
 #include "dist/wait.hpp"
+#include "dist/wait_interrupt.hpp"
 
 namespace pf::dist {
 namespace {
@@ -33,7 +33,7 @@ NcclTransport::~NcclTransport() {
   cudaStreamDestroy(recv_stream_);
 }
 
-int NcclTransport::acquire() {
+int NcclTransport::acquire_slot() {
   if (!free_.empty()) {
     const int slot = free_.back();
     free_.pop_back();
@@ -47,25 +47,21 @@ int NcclTransport::acquire() {
   return static_cast<int>(slots_.size()) - 1;
 }
 
-void NcclTransport::release(int slot) {
+void NcclTransport::release_slot(int slot) {
   CUDA_CHECK(cudaEventRecord(slots_[slot]->released, forward_));
   free_.push_back(slot);
 }
 
-void NcclTransport::post_recv(int slot, int floats, int tag) {
+void NcclTransport::start_recv(int slot, int floats, int tag) {
   Slot& s = *slots_[slot];
   s.expected = floats;
   MPI_CHECK(MPI_Irecv(&s.header_in, 1, MPI_LONG_LONG, topo_.prev_rank, tag, topo_.pipeline_comm, &s.recv_header));
 }
 
-bool NcclTransport::wait_recv(int slot, MPI_Request* control) {
+bool NcclTransport::wait_recv(int slot, WaitInterrupt* interrupt) {
   Slot& s = *slots_[slot];
   // The header says the previous stage has enqueued its ncclSend of this chunk.
-  if (control && *control != MPI_REQUEST_NULL) {
-    if (wait_either(&s.recv_header, control) == 1) return false;
-  } else {
-    wait_polling(&s.recv_header);
-  }
+  if (!wait_unless(&s.recv_header, interrupt)) return false;
   if (s.header_in != s.expected)  // both ends walk the same plan: a mismatch is a bug
     throw std::logic_error("NCCL transport: the previous stage announces " + std::to_string(s.header_in) +
                            " floats, the plan says " + std::to_string(s.expected));
@@ -110,8 +106,8 @@ StagedTransport::StagedTransport(size_t floats_per_slot, const Topology& topo, c
       forward_(forward),
       host_(floats_per_slot, topo.prev_rank, topo.next_rank, topo.pipeline_comm) {}
 
-int StagedTransport::acquire() {
-  const int slot = host_.acquire();
+int StagedTransport::acquire_slot() {
+  const int slot = host_.acquire_slot();
   if (slot >= static_cast<int>(device_.size())) {
     device_.resize(slot + 1);
     pending_floats_.resize(slot + 1, 0);
@@ -120,42 +116,24 @@ int StagedTransport::acquire() {
   return slot;
 }
 
-void StagedTransport::post_recv(int slot, int floats, int tag) {
+void StagedTransport::start_recv(int slot, int floats, int tag) {
   pending_floats_[slot] = floats;
-  host_.post_recv(slot, floats, tag);
+  host_.start_recv(slot, floats, tag);
 }
 
-bool StagedTransport::wait_recv(int slot, MPI_Request* control) {
-  if (!host_.wait_recv(slot, control)) return false;
-  CUDA_CHECK(cudaMemcpyAsync(device_[slot].data(), host_.data(slot), sizeof(float) * pending_floats_[slot],
+bool StagedTransport::wait_recv(int slot, WaitInterrupt* interrupt) {
+  if (!host_.wait_recv(slot, interrupt)) return false;
+  CUDA_CHECK(cudaMemcpyAsync(device_[slot].data(), host_.slot_data(slot), sizeof(float) * pending_floats_[slot],
                              cudaMemcpyHostToDevice, forward_));
   CUDA_CHECK(cudaStreamSynchronize(forward_));  // the host buffer goes back to MPI after this
   return true;
 }
 
 void StagedTransport::start_send(int slot, int floats, int tag) {
-  CUDA_CHECK(cudaMemcpyAsync(host_.data(slot), device_[slot].data(), sizeof(float) * floats, cudaMemcpyDeviceToHost,
-                             forward_));
+  CUDA_CHECK(cudaMemcpyAsync(host_.slot_data(slot), device_[slot].data(), sizeof(float) * floats,
+                             cudaMemcpyDeviceToHost, forward_));
   CUDA_CHECK(cudaStreamSynchronize(forward_));
   host_.start_send(slot, floats, tag);
-}
-
-compute::AllReduce nccl_all_reduce(ncclComm_t tp_comm, cudaStream_t forward) {
-  return [tp_comm, forward](float* data, int count) {
-    NCCL_CHECK(ncclAllReduce(data, data, static_cast<size_t>(count), ncclFloat, ncclSum, tp_comm, forward));
-  };
-}
-
-compute::AllReduce staged_all_reduce(MPI_Comm tp_comm, cudaStream_t forward) {
-  auto host = std::make_shared<std::vector<float>>();
-  return [tp_comm, forward, host](float* data, int count) {
-    host->resize(count);
-    CUDA_CHECK(cudaMemcpyAsync(host->data(), data, sizeof(float) * count, cudaMemcpyDeviceToHost, forward));
-    CUDA_CHECK(cudaStreamSynchronize(forward));
-    allreduce_sum(host->data(), count, tp_comm);
-    CUDA_CHECK(cudaMemcpyAsync(data, host->data(), sizeof(float) * count, cudaMemcpyHostToDevice, forward));
-    CUDA_CHECK(cudaStreamSynchronize(forward));
-  };
 }
 
 }  // namespace pf::dist

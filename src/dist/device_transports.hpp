@@ -7,8 +7,7 @@
 #include <memory>
 #include <vector>
 
-#include "compute/cuda/device_array.hpp"
-#include "compute/stage_compute.hpp"
+#include "device/device_array.hpp"
 #include "dist/host_transport.hpp"
 #include "dist/nccl_comms.hpp"
 #include "dist/transport.hpp"
@@ -21,19 +20,19 @@ class NcclTransport final : public Transport {
   NcclTransport(size_t floats_per_slot, const Topology& topology, const NcclComms& comms, cudaStream_t forward);
   ~NcclTransport() override;
 
-  int acquire() override;
+ private:
+  int acquire_slot() override;
   // The forward stream may still be computing on a released slot (the last stage releases
   // right after enqueueing): its next receive waits for that on the device.
-  void release(int slot) override;
-  float* data(int slot) override { return slots_[slot]->buffer.data(); }
-  void post_recv(int slot, int floats, int tag) override;
-  bool wait_recv(int slot, MPI_Request* control) override;
+  void release_slot(int slot) override;
+  float* slot_data(int slot) override { return slots_[slot]->buffer.data(); }
+  void start_recv(int slot, int floats, int tag) override;
+  bool wait_recv(int slot, WaitInterrupt* interrupt) override;
   void cancel_recv(int slot) override;
   void start_send(int slot, int floats, int tag) override;
   bool send_done(int slot) override;
   void finish_send(int slot) override;
 
- private:
   struct Slot {
     cuda::DeviceArray<float> buffer;
     long long header_in = 0, header_out = 0;  // floats of the chunk (the signal, and a check)
@@ -56,27 +55,22 @@ class StagedTransport final : public Transport {
  public:
   StagedTransport(size_t floats_per_slot, const Topology& topology, cudaStream_t forward);
 
-  int acquire() override;
-  void release(int slot) override { host_.release(slot); }
-  float* data(int slot) override { return device_[slot].data(); }
-  void post_recv(int slot, int floats, int tag) override;
-  bool wait_recv(int slot, MPI_Request* control) override;
+ private:
+  int acquire_slot() override;
+  void release_slot(int slot) override { host_.release_slot(slot); }
+  float* slot_data(int slot) override { return device_[slot].data(); }
+  void start_recv(int slot, int floats, int tag) override;
+  bool wait_recv(int slot, WaitInterrupt* interrupt) override;
   void cancel_recv(int slot) override { host_.cancel_recv(slot); }
   void start_send(int slot, int floats, int tag) override;
   bool send_done(int slot) override { return host_.send_done(slot); }
   void finish_send(int slot) override { host_.finish_send(slot); }
 
- private:
   size_t floats_per_slot_;
   cudaStream_t forward_;
   HostTransport host_;  // slot ids are shared with host_
   std::vector<cuda::DeviceArray<float>> device_;
   std::vector<int> pending_floats_;  // of the receive posted on each slot
 };
-
-// TP all-reduces of device buffers: NCCL on the forward stream (no host wait), or staged
-// through host memory and MPI_Allreduce (synchronous).
-compute::AllReduce nccl_all_reduce(ncclComm_t tp_comm, cudaStream_t forward);
-compute::AllReduce staged_all_reduce(MPI_Comm tp_comm, cudaStream_t forward);
 
 }  // namespace pf::dist

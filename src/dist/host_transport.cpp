@@ -1,4 +1,5 @@
-// MPI transport of host buffers (see host_transport.hpp).
+// MPI transport of host buffers (see host_transport.hpp): while a receive or a send holds
+// a slot, its buffer lives inside the PostedRecv / PendingSend, not in buffers_.
 #include "dist/host_transport.hpp"
 
 namespace pf::dist {
@@ -6,7 +7,7 @@ namespace pf::dist {
 HostTransport::HostTransport(size_t floats_per_slot, int prev_rank, int next_rank, MPI_Comm comm)
     : floats_per_slot_(floats_per_slot), prev_(prev_rank), next_(next_rank), comm_(comm) {}
 
-int HostTransport::acquire() {
+int HostTransport::acquire_slot() {
   if (!free_.empty()) {
     const int slot = free_.back();
     free_.pop_back();
@@ -16,14 +17,14 @@ int HostTransport::acquire() {
   return static_cast<int>(buffers_.size()) - 1;
 }
 
-void HostTransport::post_recv(int slot, int floats, int tag) {
+void HostTransport::start_recv(int slot, int floats, int tag) {
   recvs_.emplace(slot, PostedRecv::post(std::move(buffers_[slot]), floats, prev_, tag, comm_));
 }
 
-bool HostTransport::wait_recv(int slot, MPI_Request* control) {
+bool HostTransport::wait_recv(int slot, WaitInterrupt* interrupt) {
   PostedRecv& recv = recvs_.at(slot);
-  if (control && *control != MPI_REQUEST_NULL) {
-    auto arrived = recv.wait_or(control);
+  if (interrupt) {
+    auto arrived = recv.wait_unless(*interrupt);
     if (!arrived) return false;
     buffers_[slot] = std::move(*arrived);
   } else {

@@ -13,17 +13,19 @@ class HostTransport final : public Transport {
  public:
   HostTransport(size_t floats_per_slot, int prev_rank, int next_rank, MPI_Comm comm);
 
-  int acquire() override;
-  void release(int slot) override { free_.push_back(slot); }
-  float* data(int slot) override { return buffers_[slot].data(); }
-  void post_recv(int slot, int floats, int tag) override;
-  bool wait_recv(int slot, MPI_Request* control) override;
+ private:
+  friend class StagedTransport;  // stages device slots through these host slots, one for one
+
+  int acquire_slot() override;
+  void release_slot(int slot) override { free_.push_back(slot); }
+  float* slot_data(int slot) override { return buffers_[slot].data(); }
+  void start_recv(int slot, int floats, int tag) override;
+  bool wait_recv(int slot, WaitInterrupt* interrupt) override;
   void cancel_recv(int slot) override;
   void start_send(int slot, int floats, int tag) override;
   bool send_done(int slot) override { return sends_.at(slot).test(); }
   void finish_send(int slot) override;
 
- private:
   size_t floats_per_slot_;
   int prev_, next_;
   MPI_Comm comm_;

@@ -76,9 +76,8 @@ bool PostedRecv::test() {
   return done != 0;
 }
 
-std::optional<Buffer> PostedRecv::wait_or(MPI_Request* other) {
-  if (!active()) return std::move(buffer_);
-  if (wait_either(&request_, other) == 0) return std::move(buffer_);
+std::optional<Buffer> PostedRecv::wait_unless(WaitInterrupt& interrupt) {
+  if (!active() || dist::wait_unless(&request_, &interrupt)) return std::move(buffer_);
   return std::nullopt;
 }
 

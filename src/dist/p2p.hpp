@@ -9,6 +9,8 @@
 #include <optional>
 #include <vector>
 
+#include "dist/wait_interrupt.hpp"
+
 namespace pf::dist {
 
 using Buffer = std::vector<float>;
@@ -46,11 +48,11 @@ class PostedRecv {
 
   bool active() const { return request_ != MPI_REQUEST_NULL; }
   bool test();    // true once the data has arrived (the handle still owns the buffer)
-  Buffer wait();
-  // Waits for the data or for `other` to complete, whichever is first: the buffer, or
-  // nullopt when `other` completed first (the receive stays posted).
-  std::optional<Buffer> wait_or(MPI_Request* other);
-  void cancel();  // withdraws a receive whose message will never be sent  // waits (without spinning) and hands over the filled buffer
+  Buffer wait();  // waits (without spinning) and hands over the filled buffer
+  // Waits for the data unless `interrupt` is raised first: the buffer, or nullopt (the
+  // receive stays posted).
+  std::optional<Buffer> wait_unless(WaitInterrupt& interrupt);
+  void cancel();  // withdraws a receive whose message will never be sent
 
  private:
   Buffer buffer_;

@@ -72,16 +72,6 @@ void wait_polling(MPI_Request* request, MPI_Status* status) {
   });
 }
 
-int wait_either(MPI_Request* first, MPI_Request* second) {
-  return poll_until([&] {
-    int done = 0;
-    MPI_CHECK(MPI_Test(first, &done, MPI_STATUS_IGNORE));
-    if (done) return 0;
-    MPI_CHECK(MPI_Test(second, &done, MPI_STATUS_IGNORE));
-    return done ? 1 : -1;
-  });
-}
-
 void wait_until(const std::function<bool()>& ready) {
   poll_until([&] { return ready() ? 0 : -1; });
 }

@@ -18,8 +18,6 @@
 namespace pf::dist {
 
 void wait_polling(MPI_Request* request, MPI_Status* status = MPI_STATUS_IGNORE);
-// Waits until `first` or `second` completes: 0 if `first` did (checked first), else 1.
-int wait_either(MPI_Request* first, MPI_Request* second);
 // Polls `ready` the same way (naps, watchdog): device events, several requests at once.
 void wait_until(const std::function<bool()>& ready);
 

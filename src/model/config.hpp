@@ -1,6 +1,6 @@
 // The model's shape, read from a Hugging Face config.json (or a built-in preset).
 // Everything downstream (weights, partition, kernels, KV pool) sizes itself from this.
-// The field readers below are shared with sim::shape_from_json, so that each field's
+// The field readers below are shared with model::shape_from_json, so that each field's
 // type and range rule is written once.
 #pragma once
 

@@ -17,8 +17,6 @@ std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topo, comp
   std::vector<char> mine;
   if (all_stages || topo.first_stage()) {
     const ProfileGrid grid{initial_chunk, points, compute.capacity_tokens()};
-    compute::AllReduce all_reduce = compute.device_all_reduce();
-    if (!all_reduce) all_reduce = [&](float* data, int count) { dist::allreduce_sum(data, count, topo.tp_comm); };
     const GroupMax group_max = [&](double local) {
       double result = local;
       MPI_Request request;
@@ -26,8 +24,7 @@ std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topo, comp
       dist::wait_polling(&request);
       return result;
     };
-    sched::StageCostFit fit =
-        profile_and_fit(topo.stage, compute, all_reduce, group_max, grid, hidden_size, fresh, prefixed);
+    sched::StageCostFit fit = profile_and_fit(topo.stage, compute, group_max, grid, hidden_size, fresh, prefixed);
     if (topo.tp_rank == 0) {
       // Test hook: make this stage's fit fail, to prove the failure reaches every rank.
       if (const char* failing = std::getenv("PIPEFILL_TEST_FAIL_PROFILE_STAGE");

@@ -7,7 +7,6 @@
 #include <cstdlib>
 #include <string>
 
-#include "compute/flops.hpp"
 #include "dist/clock_sync.hpp"
 
 namespace pf::pipeline {
@@ -61,13 +60,13 @@ double PlanWork::fraction_done(long long micro_batches) const {
   return flops_through[last] / total();
 }
 
-PlanWork plan_work(const sched::BatchPlan& plan, const sim::ModelShape& shape) {
+PlanWork plan_work(const sched::BatchPlan& plan, const model::ModelShape& shape) {
   PlanWork work;
   work.flops_through.reserve(plan.micro_batches.size());
   double through = 0;
   for (const auto& mb : plan.micro_batches) {
-    // compute::chunk_flops's two parts, kept apart for the announcement's split.
-    const double all = compute::chunk_flops(shape, 0, shape.num_layers, mb.length, mb.start);
+    // model::chunk_flops's two parts, kept apart for the announcement's split.
+    const double all = model::chunk_flops(shape, 0, shape.num_layers, mb.length, mb.start);
     const double attention = shape.num_layers * shape.attention_flops(static_cast<double>(mb.start), mb.length);
     const double head = mb.is_last ? shape.lm_head_flops() : 0.0;
     work.attention_flops += attention;
@@ -125,7 +124,7 @@ ProgressReporter::ProgressReporter(double interval_s, int64_t total_tokens, int 
       start_s_(clock_()),
       last_print_s_(start_s_) {}
 
-void ProgressReporter::set_work(const sched::BatchPlan& plan, const sim::ModelShape& shape, int stages,
+void ProgressReporter::set_work(const sched::BatchPlan& plan, const model::ModelShape& shape, int stages,
                                 const std::vector<sched::StageCostFit>* fits, bool announce) {
   work_ = plan_work(plan, shape);
   weighted_ = true;

@@ -7,7 +7,7 @@
 // attends to all of them, so for one 1M-token prompt the last chunks cost hundreds of
 // times the first, and a token-linear ETA is off by orders of magnitude (18 minutes said,
 // 28 hours taken). Given the plan (set_work), the fraction done is FLOPs of the
-// micro-batches stage 0 has finished over the plan's FLOPs (compute/flops.hpp).
+// micro-batches stage 0 has finished over the plan's FLOPs (sched/plan_flops.hpp).
 #pragma once
 
 #include <cstdint>
@@ -16,9 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "model/model_shape.hpp"
 #include "sched/batch_plan.hpp"
 #include "sched/cost_profile.hpp"
-#include "sim/model_shape.hpp"
 
 namespace pf::pipeline {
 
@@ -31,7 +31,7 @@ struct PlanWork {
   // Share of the total in the first `micro_batches` micro-batches (1 for an empty plan).
   double fraction_done(long long micro_batches) const;
 };
-PlanWork plan_work(const sched::BatchPlan& plan, const sim::ModelShape& shape);
+PlanWork plan_work(const sched::BatchPlan& plan, const model::ModelShape& shape);
 
 // Seconds still to go when `fraction` of the work took `elapsed_s`, at the rate so far;
 // -1 (unknown) before anything is done.
@@ -65,7 +65,7 @@ class ProgressReporter {
   // From now on weigh progress by the plan's FLOPs. With `announce`, print the total work,
   // how it splits, and the time the stage fits predict (rank 0's decision.fits; null or
   // empty: the estimate comes with the first progress line). `stages` is the pipeline depth.
-  void set_work(const sched::BatchPlan& plan, const sim::ModelShape& shape, int stages,
+  void set_work(const sched::BatchPlan& plan, const model::ModelShape& shape, int stages,
                 const std::vector<sched::StageCostFit>* fits, bool announce = true);
   // Called between micro-batches and when a prompt's logits arrive; prints at most once
   // per interval.

@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <stdexcept>
 
 #include "dist/checked_step.hpp"
 #include "dist/collectives.hpp"
@@ -53,6 +54,13 @@ void agree_on_weights(const dist::Topology& topo, RankModel& m) {
 
 }  // namespace
 
+const model::ModelConfig& RankModel::config() const {
+  if (!source)
+    throw std::logic_error("RankModel::config(): the model was opened without weights (emulate backend), so it has "
+                           "no strict config; use RankModel::shape");
+  return source->config;
+}
+
 RankModel open_rank_model(const dist::Topology& topo, const std::string& model_flag, uint64_t seed,
                           const std::string& partition_text, bool with_weights) {
   RankModel m;
@@ -72,7 +80,7 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
       io::require_regular_file(path, "model config");
       m.config_json = model::read_config_json(path);
     }
-    m.shape = sim::shape_from_json(m.config_json, model_flag);
+    m.shape = model::shape_from_json(m.config_json, model_flag);
     const int layers = m.shape.num_layers;
     m.partition = partition_text.empty() ? model::default_partition(layers, topo.pp)
                                          : model::parse_partition(partition_text, layers, topo.pp);
@@ -126,12 +134,11 @@ std::vector<int64_t> share_prompts(const dist::Topology& topo, io::PromptSet& pr
   return lengths;
 }
 
-nlohmann::json placement_identity(const dist::Topology& topo, const RankModel& m, const std::string& backend) {
+nlohmann::json placed_model_identity(const dist::Topology& topo, const RankModel& m) {
   return {{"model_config", m.config_json},
           {"pp", topo.pp},
           {"tp", topo.tp},
-          {"layer_partition", model::partition_text(m.partition)},
-          {"backend", backend}};
+          {"layer_partition", model::partition_text(m.partition)}};
 }
 
 }  // namespace pf::pipeline

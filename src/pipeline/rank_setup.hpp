@@ -12,14 +12,14 @@
 #include "io/prompts_h5.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/layer_partition.hpp"
+#include "model/model_shape.hpp"
 #include "model/model_source.hpp"
 #include "model/weights.hpp"
-#include "sim/model_shape.hpp"
 
 namespace pf::pipeline {
 
 struct RankModel {
-  sim::ModelShape shape;       // every backend: sizes and FLOP counts
+  model::ModelShape shape;     // every backend: sizes and FLOP counts
   nlohmann::json config_json;  // config.json as read (output attributes, profile identity)
   std::vector<model::StageRange> partition;
   model::ShardSpec shard;      // this rank's TP shard (heads, MLP width, vocabulary slice)
@@ -28,7 +28,9 @@ struct RankModel {
   // Rank 0 only, backends with weights: a fingerprint of every tensor (--resume identity).
   std::string weights_fingerprint;
 
-  const model::ModelConfig& config() const { return source->config; }
+  // The strict config of a backend that computes; std::logic_error (a bug, not a user error)
+  // when the model was opened without weights (emulate), which has none.
+  const model::ModelConfig& config() const;
   kv::KvShape kv_shape(int stage, int page_size) const {
     return {partition[stage].count, shard.kv_heads, config().head_dim, page_size};
   }
@@ -49,8 +51,9 @@ model::StageWeights load_rank_weights(const dist::Topology& topology, const Rank
 // (returned) and stage 0's ranks, which embed, also hold the token ids.
 std::vector<int64_t> share_prompts(const dist::Topology& topology, io::PromptSet& prompts);
 
-// What a cost profile must match to be reused: model, pp, tp, partition, backend.
-nlohmann::json placement_identity(const dist::Topology& topology, const RankModel& rank_model,
-                                  const std::string& backend);
+// The part of a placement identity (what a cost profile must match to be reused) that the
+// topology and the opened model settle: config.json, pp, tp, the layer partition used. The
+// options that belong to it (the backend) are added by cli::placement_identity.
+nlohmann::json placed_model_identity(const dist::Topology& topology, const RankModel& rank_model);
 
 }  // namespace pf::pipeline

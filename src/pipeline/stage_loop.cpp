@@ -1,12 +1,20 @@
 // The stage event loop. Every rank walks the same micro-batch list; prompts follow one
-// another without draining the pipe.
+// another without draining the pipe. Written as a schedule in three phases:
 //
-// Buffers circulate as transport slots: a receive is posted into a free slot; once it has
-// arrived the slot *is* the chunk's hidden state, computed on in place, then sent on;
-// when that send is committed the slot returns to the free list. So at most ring_depth
-// receives are posted ahead and ring_depth sends are in flight, and no buffer is written
-// while a transfer may still be reading it. The transport decides where slots live (host
-// or device) and how they move (MPI, NCCL); see dist/transport.hpp.
+//   warm-up       post the receives of micro-batches [0, min(depth, count)) (stages > 0)
+//   steady state  for each micro-batch i < count (count shrinks if a stop cuts the plan):
+//                   keep receives posted for [i, min(i + depth, count)),
+//                   receive-forward i (stage 0: embed it), compute, then send-forward i
+//                   (the last stage: its logits), committing sends while more than `depth`
+//                   are in flight or the oldest has finished
+//   drain         commit every send still in flight (at most `depth`; never skipped),
+//                 wait for the device, flush the logits
+//
+// Buffers circulate as transport slots (dist/transport.hpp): a posted receive (RecvTicket)
+// becomes the chunk's hidden state (ReadySlot), computed on in place, then a send in
+// flight (SendTicket) whose commit returns the slot for a later receive. So at most `depth`
+// receives are posted ahead and `depth` sends are in flight, and no buffer is written
+// while a transfer may still read it. The graceful stop is dist/stop_notice.hpp.
 #include "pipeline/stage_loop.hpp"
 
 #include <algorithm>
@@ -20,11 +28,14 @@
 #include <thread>
 
 #include "dist/collectives.hpp"
-#include "errors.hpp"
+#include "dist/stop_notice.hpp"
+#include "dist/wait.hpp"
 
 namespace pf::pipeline {
 
 namespace {
+
+using trace::EventKind;
 
 std::string describe(const sched::MicroBatch& mb) {
   return "micro-batch " + std::to_string(mb.index) + " (prompt " + std::to_string(mb.prompt) + ", tokens " +
@@ -40,195 +51,265 @@ void maybe_hang(int rank, int micro_batch) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(3600));
 }
 
+class StageLoop {
+ public:
+  explicit StageLoop(StageLoopContext& context);
+  LoopResult run() {
+    warm_up();
+    for (long long i = 0; i < count_; ++i)
+      if (!steady_state(i)) break;
+    drain();
+    return result_;
+  }
+
+ private:
+  // The phases.
+  void warm_up() { post_receives_until(std::min<long long>(depth_, count_)); }
+  bool steady_state(long long i);  // false: a stop cut the plan at i
+  void drain();
+
+  // One micro-batch's steps.
+  void look_for_stop(long long i);
+  std::optional<dist::ReadySlot> receive_forward(long long i);  // nullopt: cut off while waiting
+  void compute(const sched::MicroBatch& mb, dist::ReadySlot& state);
+  void send_forward(long long i, dist::ReadySlot state);
+  void emit_logits(const sched::MicroBatch& mb, dist::ReadySlot state);  // the last stage
+  void finish_micro_batch(const sched::MicroBatch& mb);
+
+  void post_receives_until(long long end);
+  void apply_cutoff(long long cutoff);
+  void record_device_spans(bool wait_for_all);
+  void record_all_reduces(const sched::MicroBatch& mb);
+
+  StageLoopContext& ctx_;
+  const dist::Topology& topo_;
+  const std::vector<sched::MicroBatch>& mbs_;
+  dist::Transport& transport_;
+  const int payload_;  // floats per token on the wire
+  const int depth_;
+  const bool device_timed_;  // the backend reports its compute spans itself (CUDA events)
+  const std::string stage_name_;
+  long long count_;  // micro-batches to run; shrinks if the run is stopped
+  LoopResult result_;
+  ProgressCounts done_;  // rank 0: what it has done, for the progress line
+
+  std::deque<dist::RecvTicket> receives_;  // receives_[k] is micro-batch next_to_post_ - size + k
+  long long next_to_post_ = 0;
+  std::deque<dist::SendTicket> sends_;  // oldest first
+
+  // Graceful stop: rank 0 announces a cutoff (the first micro-batch of the next prompt not
+  // yet started: prompts in flight finish); the others take it between micro-batches, or
+  // when it interrupts a receive-wait.
+  dist::StopNotice notice_;
+
+  LogitsSink sink_;                       // ctx_.sink, counting prompts for the progress line
+  std::unique_ptr<LogitsInbox> inbox_;    // world rank 0, unless it is the last stage's leader
+  std::unique_ptr<LogitsSender> sender_;  // the last stage
+  std::vector<float> logits_shard_;
+
+  std::vector<compute::DeviceSpan> spans_;
+  int64_t reduced_bytes_ = 0;  // the TP reducer's payload counted so far
+};
+
+StageLoop::StageLoop(StageLoopContext& ctx)
+    : ctx_(ctx),
+      topo_(ctx.topology),
+      mbs_(ctx.plan.micro_batches),
+      transport_(ctx.transport),
+      payload_(ctx.compute.payload_floats_per_token()),
+      depth_(ctx.ring_depth),
+      device_timed_(ctx.compute.timed_on_device()),
+      stage_name_("stage " + std::to_string(ctx.topology.stage)),
+      count_(static_cast<long long>(ctx.plan.micro_batches.size())),
+      notice_(ctx.topology.control_comm) {
+  sink_ = [this](int prompt, const float* logits, double ttft_s) {
+    ++done_.prompts;
+    ctx_.sink(prompt, logits, ttft_s);
+    if (ctx_.progress) ctx_.progress->update(done_);  // also while draining
+  };
+  if (device_timed_) ctx.compute.align_clock(ctx.timeline.now());
+  // What the TP reducer did before the loop (the profile) is not the loop's.
+  if (ctx.all_reduce) {
+    reduced_bytes_ = ctx.all_reduce->payload_bytes();
+    ctx.all_reduce->take_spans();
+  }
+  if (topo_.is_writer() && topo_.world_rank != topo_.last_stage_leader())
+    inbox_ = std::make_unique<LogitsInbox>(topo_, ctx.plan, ctx.vocab_size, sink_);
+  if (topo_.last_stage()) {
+    sender_ = std::make_unique<LogitsSender>(topo_, ctx.vocab_size, sink_);
+    logits_shard_.resize(ctx.compute.vocab_shard_size());
+  }
+}
+
+bool StageLoop::steady_state(long long i) {
+  look_for_stop(i);
+  if (i >= count_) return false;
+  const sched::MicroBatch& mb = mbs_[i];
+  maybe_hang(topo_.world_rank, mb.index);
+  post_receives_until(std::min(i + depth_, count_));  // after the warm-up: one more per step
+  std::optional<dist::ReadySlot> state = receive_forward(i);
+  if (!state) return false;
+  compute(mb, *state);
+  if (topo_.last_stage())
+    emit_logits(mb, std::move(*state));
+  else
+    send_forward(i, std::move(*state));
+  finish_micro_batch(mb);
+  return true;
+}
+
+void StageLoop::drain() {
+  dist::WaitLabel label(stage_name_ + " draining: last sends to rank " + std::to_string(topo_.next_rank) +
+                        " and the logits still expected");
+  for (dist::SendTicket& send : sends_) send.commit();
+  sends_.clear();
+  ctx_.compute.synchronize();
+  record_device_spans(true);
+  if (sender_) sender_->flush();
+  if (inbox_) inbox_->drain();
+  if (ctx_.progress) ctx_.progress->finish();
+}
+
+// Rank 0 turns a stop request into a cutoff and announces it; the others take it once it
+// has arrived; and stage 0's TP group agrees on the count.
+void StageLoop::look_for_stop(long long i) {
+  if (topo_.is_writer() && ctx_.stop_requested && *ctx_.stop_requested && !notice_.announced()) {
+    long long cutoff = i;
+    while (cutoff < count_ && mbs_[cutoff].start != 0) ++cutoff;
+    notice_.announce(cutoff);
+    apply_cutoff(cutoff);
+    std::fprintf(stderr, "stopping: finishing the %lld micro-batch(es) of prompts already started, then saving\n",
+                 count_ - i);
+  }
+  if (const std::optional<long long> cutoff = notice_.take()) apply_cutoff(*cutoff);
+  // Stage 0's TP ranks embed without waiting for anyone, and nothing else makes them agree
+  // on where a stop cuts the plan: a host all-reduce keeps them in step only inside a
+  // micro-batch (a TP rank that missed the notice would enter micro-batch `cutoff` and wait
+  // in its all-reduce for a peer that stopped), a device one (NCCL) or the emulator's
+  // modelled one not even that. So stage 0's TP group agrees on the micro-batch count
+  // before each micro-batch (rank 0 is its TP rank 0): a tiny broadcast, microseconds.
+  if (topo_.first_stage() && topo_.tp > 1) {
+    dist::WaitLabel label(stage_name_ + " keeping TP ranks in step at micro-batch " + std::to_string(i));
+    int agreed = static_cast<int>(count_);
+    dist::broadcast_int(agreed, 0, topo_.tp_comm);
+    if (agreed < count_) apply_cutoff(agreed);
+  }
+}
+
+// Stage 0 embeds the chunk's tokens into a fresh slot; the others take the oldest posted
+// receive, unless a stop notice cuts the plan before micro-batch i while they wait.
+std::optional<dist::ReadySlot> StageLoop::receive_forward(long long i) {
+  const sched::MicroBatch& mb = mbs_[i];
+  if (topo_.first_stage()) {
+    dist::ReadySlot state = transport_.fresh();
+    const int32_t* tokens = ctx_.prompts.tokens.data() + ctx_.prompts.offsets[mb.prompt] + mb.start;
+    ctx_.compute.embed(tokens, mb.length, state.data());
+    return std::optional<dist::ReadySlot>(std::move(state));
+  }
+  trace::Timeline::Scope wait(ctx_.timeline, EventKind::kRecvWait, mb);
+  dist::WaitLabel label(stage_name_ + " receiving " + describe(mb) + " from rank " + std::to_string(topo_.prev_rank));
+  std::optional<dist::ReadySlot> state = receives_.front().wait_unless(notice_);
+  if (!state) {  // a stop notice came first
+    apply_cutoff(*notice_.take());
+    if (i >= count_) return std::nullopt;
+    state = receives_.front().wait();
+  }
+  receives_.pop_front();
+  return state;
+}
+
+void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
+  {
+    // Host-timed backends: the span is the forward call. Device-timed ones return at once
+    // and report the span from CUDA events (record_device_spans).
+    std::optional<trace::Timeline::Scope> span;
+    if (!device_timed_) span.emplace(ctx_.timeline, EventKind::kCompute, mb);
+    // Names the micro-batch for the watchdog, should a TP all-reduce inside never complete.
+    dist::WaitLabel label(stage_name_ + " computing " + describe(mb) + " (TP all-reduces)");
+    const compute::ChunkContext chunk{mb.prompt, mb.start, mb.length, mb.index};
+    ctx_.compute.forward(chunk, state.data());
+  }
+  record_all_reduces(mb);
+  // The prompt's last chunk has passed this stage: its KV pages are free again.
+  if (mb.is_last) ctx_.compute.finish_prompt(mb.prompt);
+}
+
+void StageLoop::send_forward(long long i, dist::ReadySlot state) {
+  const sched::MicroBatch& mb = mbs_[i];
+  sends_.push_back(transport_.send(std::move(state), mb.length * payload_, dist::tag_of(i)));
+  result_.traffic.p2p_bytes_sent += 4.0 * mb.length * payload_;
+  // Commit finished sends early (cheap), and block only when the ring is full.
+  while (!sends_.empty() && (sends_.size() > static_cast<size_t>(depth_) || sends_.front().done())) {
+    trace::Timeline::Scope commit(ctx_.timeline, EventKind::kSendCommit, mb);
+    dist::WaitLabel label(stage_name_ + " committing a send to rank " + std::to_string(topo_.next_rank) +
+                          " (the ring is full at " + describe(mb) + ")");
+    sends_.front().commit();
+    sends_.pop_front();
+  }
+}
+
+// The last stage: on a prompt's last chunk, the LM head on its last position, gathered and
+// sent to rank 0. The slot goes back to the pool either way.
+void StageLoop::emit_logits(const sched::MicroBatch& mb, dist::ReadySlot state) {
+  if (mb.is_last) {
+    trace::Timeline::Scope head(ctx_.timeline, EventKind::kLmHead, mb);
+    dist::WaitLabel label(stage_name_ + " gathering and sending the logits of prompt " + std::to_string(mb.prompt));
+    ctx_.compute.lm_head(state.data() + static_cast<int64_t>(mb.length - 1) * ctx_.hidden_size, logits_shard_.data());
+    sender_->send(mb.prompt, logits_shard_, [&] { return ctx_.timeline.now(); });
+  }
+  transport_.release(std::move(state));
+}
+
+void StageLoop::finish_micro_batch(const sched::MicroBatch& mb) {
+  record_device_spans(false);
+  if (inbox_) inbox_->poll();
+  if (ctx_.progress) {
+    ++done_.micro_batches;  // stage 0 walks the plan in order: micro-batches 0..i are done
+    done_.tokens += mb.length;
+    ctx_.progress->update(done_);
+  }
+}
+
+// Keeps receives posted for [next micro-batch to take, end), so a sender never waits for us.
+void StageLoop::post_receives_until(long long end) {
+  if (topo_.first_stage()) return;
+  for (; next_to_post_ < end; ++next_to_post_)
+    receives_.push_back(transport_.post_recv(mbs_[next_to_post_].length * payload_, dist::tag_of(next_to_post_)));
+}
+
+void StageLoop::apply_cutoff(long long cutoff) {
+  // A stop after the last prompt has started cuts nothing: the run completes as planned.
+  if (cutoff < count_) result_.stopped = true;
+  count_ = std::min(count_, cutoff);
+  while (!receives_.empty() && next_to_post_ - 1 >= count_) {  // posted for a micro-batch that will not run
+    receives_.back().cancel();
+    receives_.pop_back();
+    --next_to_post_;
+  }
+  if (inbox_) inbox_->truncate(ctx_.plan, count_);
+}
+
+void StageLoop::record_device_spans(bool wait_for_all) {
+  if (!device_timed_) return;
+  spans_.clear();
+  ctx_.compute.take_finished_spans(spans_, wait_for_all);
+  for (const auto& span : spans_)
+    ctx_.timeline.record(EventKind::kCompute, mbs_[span.micro_batch], span.start_s, span.end_s);
+}
+
+// The TP reducer's host spans become all-reduce events of `mb`; its payload, traffic.
+void StageLoop::record_all_reduces(const sched::MicroBatch& mb) {
+  dist::TpAllReduce* const reducer = ctx_.all_reduce;
+  if (!reducer) return;
+  for (const dist::HostSpan& span : reducer->take_spans())
+    ctx_.timeline.record(EventKind::kAllReduce, mb, ctx_.timeline.to_run_time(span.start_s),
+                         ctx_.timeline.to_run_time(span.end_s));
+  result_.traffic.allreduce_payload_bytes += static_cast<double>(reducer->payload_bytes() - reduced_bytes_);
+  reduced_bytes_ = reducer->payload_bytes();
+}
+
 }  // namespace
 
-LoopResult run_stage_loop(StageLoopContext& ctx) {
-  using trace::EventKind;
-  const auto& topo = ctx.topology;
-  const auto& mbs = ctx.plan.micro_batches;
-  const int hidden = ctx.hidden_size;
-  const int payload = ctx.compute.payload_floats_per_token();  // floats per token on the wire
-  const int depth = ctx.ring_depth;
-  long long count = static_cast<long long>(mbs.size());  // shrinks if the run is stopped
-  LoopResult result;
-  TrafficCounters& traffic = result.traffic;
-  const std::string stage_name = "stage " + std::to_string(topo.stage);
-  // Rank 0 counts what it has done for the progress line.
-  ProgressCounts done;
-  const LogitsSink sink = [&](int prompt, const float* logits, double ttft_s) {
-    ++done.prompts;
-    ctx.sink(prompt, logits, ttft_s);
-    if (ctx.progress) ctx.progress->update(done);  // also while draining
-  };
-  dist::Transport& transport = ctx.transport;
-  std::deque<int> receives;  // slots; receives[k] is micro-batch i + k
-  long long next_to_post = 0;
-  std::deque<int> sends;     // slots whose sends are not committed yet
-
-  // Device-timed backends report their compute spans themselves (CUDA events).
-  const bool device_timed = ctx.compute.timed_on_device();
-  std::vector<compute::DeviceSpan> spans;
-  auto record_device_spans = [&](bool wait_for_all) {
-    if (!device_timed) return;
-    spans.clear();
-    ctx.compute.take_finished_spans(spans, wait_for_all);
-    for (const auto& span : spans)
-      ctx.timeline.record(EventKind::kCompute, mbs[span.micro_batch], span.start_s, span.end_s);
-  };
-  if (device_timed) ctx.compute.align_clock(ctx.timeline.now());
-  const compute::AllReduce device_reduce = ctx.compute.device_all_reduce();
-
-  std::unique_ptr<LogitsInbox> inbox;
-  if (topo.is_writer() && topo.world_rank != topo.last_stage_leader())
-    inbox = std::make_unique<LogitsInbox>(topo, ctx.plan, ctx.vocab_size, sink);
-  std::unique_ptr<LogitsSender> sender;
-  std::vector<float> logits_shard;
-  if (topo.last_stage()) {
-    sender = std::make_unique<LogitsSender>(topo, ctx.vocab_size, sink);
-    logits_shard.resize(ctx.compute.vocab_shard_size());
-  }
-
-  // Graceful stop. Rank 0 picks a cutoff (the first micro-batch of the next prompt not yet
-  // started: prompts in flight finish) and sends it to every rank on the control
-  // communicator; the others keep a receive for it posted and look at it between
-  // micro-batches and while waiting for data, so none waits for a chunk that never comes.
-  constexpr int kStopTag = 9001;
-  long long notice = -1;
-  MPI_Request control = MPI_REQUEST_NULL;
-  std::vector<MPI_Request> notices_sent;
-  if (!topo.is_writer()) MPI_CHECK(MPI_Irecv(&notice, 1, MPI_LONG_LONG, 0, kStopTag, topo.control_comm, &control));
-  auto apply_cutoff = [&](long long cutoff) {
-    result.stopped = true;
-    count = std::min(count, cutoff);
-    while (!receives.empty() && next_to_post - 1 >= count) {  // receives cover [next_to_post - size, next_to_post)
-      transport.cancel_recv(receives.back());  // posted for a micro-batch that will not run
-      transport.release(receives.back());
-      receives.pop_back();
-      --next_to_post;
-    }
-    if (inbox) inbox->truncate(ctx.plan, count);
-  };
-
-  for (long long i = 0; i < count; ++i) {
-    if (topo.is_writer() && ctx.stop_requested && *ctx.stop_requested && !result.stopped) {
-      long long cutoff = i;
-      while (cutoff < count && mbs[cutoff].start != 0) ++cutoff;
-      notices_sent.resize(topo.world_size - 1);
-      for (int r = 1; r < topo.world_size; ++r)
-        MPI_CHECK(MPI_Isend(&cutoff, 1, MPI_LONG_LONG, r, kStopTag, topo.control_comm, &notices_sent[r - 1]));
-      apply_cutoff(cutoff);
-      std::fprintf(stderr, "stopping: finishing the %lld micro-batch(es) of prompts already started, then saving\n",
-                   count - i);
-      for (auto& request : notices_sent) dist::wait_polling(&request);  // tiny messages, eager
-    }
-    if (control != MPI_REQUEST_NULL) {
-      int arrived = 0;
-      MPI_CHECK(MPI_Test(&control, &arrived, MPI_STATUS_IGNORE));
-      if (arrived) apply_cutoff(notice);
-    }
-    // A device all-reduce does not hold the host back, so stage 0's TP ranks could enqueue
-    // different numbers of micro-batches, and rank 0's stop cutoff could fall behind one of
-    // them. So with a device all-reduce, stage 0's TP group agrees on the micro-batch count
-    // before each micro-batch (rank 0 is its TP rank 0): a tiny broadcast, microseconds.
-    if (device_reduce && topo.first_stage() && topo.tp > 1) {
-      dist::WaitLabel label(stage_name + " keeping TP ranks in step at micro-batch " + std::to_string(i));
-      int agreed = static_cast<int>(count);
-      dist::broadcast_int(agreed, 0, topo.tp_comm);
-      if (agreed < count) apply_cutoff(agreed);
-    }
-    if (i >= count) break;
-    const sched::MicroBatch& mb = mbs[i];
-    maybe_hang(topo.world_rank, mb.index);
-    // Keep `depth` receives posted ahead, so a sender never waits for us to post.
-    while (!topo.first_stage() && next_to_post < count && next_to_post < i + depth) {
-      const auto& ahead = mbs[next_to_post];
-      const int slot = transport.acquire();
-      transport.post_recv(slot, ahead.length * payload, dist::tag_of(next_to_post));
-      receives.push_back(slot);
-      ++next_to_post;
-    }
-
-    int state = -1;  // the slot holding this micro-batch's hidden states
-    if (topo.first_stage()) {
-      state = transport.acquire();
-      const int32_t* tokens = ctx.prompts.tokens.data() + ctx.prompts.offsets[mb.prompt] + mb.start;
-      ctx.compute.embed(tokens, mb.length, transport.data(state));
-    } else {
-      trace::Timeline::Scope wait(ctx.timeline, EventKind::kRecvWait, mb);
-      dist::WaitLabel label(stage_name + " receiving " + describe(mb) + " from rank " + std::to_string(topo.prev_rank));
-      if (!transport.wait_recv(receives.front(), &control)) {  // a stop notice came first
-        apply_cutoff(notice);
-        if (i >= count) break;
-        transport.wait_recv(receives.front(), nullptr);
-      }
-      state = receives.front();
-      receives.pop_front();
-    }
-
-    {
-      // Host-timed backends: the span is the forward call. Device-timed ones return at once
-      // and report the span from CUDA events (record_device_spans).
-      std::optional<trace::Timeline::Scope> compute;
-      if (!device_timed) compute.emplace(ctx.timeline, EventKind::kCompute, mb);
-      const compute::ChunkContext chunk{mb.prompt, mb.start, mb.length, mb.index};
-      ctx.compute.forward(chunk, transport.data(state), [&](float* data, int n) {
-        traffic.allreduce_payload_bytes += 4.0 * n;
-        if (device_reduce) return device_reduce(data, n);  // enqueued on the device, timed inside compute
-        trace::Timeline::Scope reduce(ctx.timeline, EventKind::kAllReduce, mb);
-        dist::WaitLabel label(stage_name + " TP all-reduce in " + describe(mb));
-        dist::allreduce_sum(data, n, topo.tp_comm);
-      });
-    }
-    // The prompt's last chunk has passed this stage: its KV pages are free again.
-    if (mb.is_last) ctx.compute.finish_prompt(mb.prompt);
-
-    if (topo.last_stage()) {
-      if (mb.is_last) {
-        trace::Timeline::Scope head(ctx.timeline, EventKind::kLmHead, mb);
-        dist::WaitLabel label(stage_name + " gathering and sending the logits of prompt " + std::to_string(mb.prompt));
-        ctx.compute.lm_head(transport.data(state) + static_cast<int64_t>(mb.length - 1) * hidden,
-                            logits_shard.data());
-        sender->send(mb.prompt, logits_shard, [&] { return ctx.timeline.now(); });
-      }
-      transport.release(state);
-    } else {
-      transport.start_send(state, mb.length * payload, dist::tag_of(i));
-      sends.push_back(state);
-      traffic.p2p_bytes_sent += 4.0 * mb.length * payload;
-      // Commit finished sends early (cheap), and block only when the ring is full.
-      while (!sends.empty() && (sends.size() > static_cast<size_t>(depth) || transport.send_done(sends.front()))) {
-        trace::Timeline::Scope commit(ctx.timeline, EventKind::kSendCommit, mb);
-        dist::WaitLabel label(stage_name + " committing a send to rank " + std::to_string(topo.next_rank) +
-                              " (the ring is full at " + describe(mb) + ")");
-        transport.finish_send(sends.front());
-        transport.release(sends.front());
-        sends.pop_front();
-      }
-    }
-    record_device_spans(false);
-    if (inbox) inbox->poll();
-    if (ctx.progress) {
-      ++done.micro_batches;  // stage 0 walks the plan in order: micro-batches 0..i are done
-      done.tokens += mb.length;
-      ctx.progress->update(done);
-    }
-  }
-
-  // Drain: every send is committed before the loop returns, never skipped.
-  dist::WaitLabel label(stage_name + " draining: last sends to rank " + std::to_string(topo.next_rank) +
-                        " and the logits still expected");
-  for (int slot : sends) transport.finish_send(slot);
-  sends.clear();
-  ctx.compute.synchronize();
-  record_device_spans(true);
-  if (sender) sender->flush();
-  if (inbox) inbox->drain();
-  if (ctx.progress) ctx.progress->finish();
-  if (control != MPI_REQUEST_NULL) {  // no stop came: withdraw the notice's receive
-    MPI_CHECK(MPI_Cancel(&control));
-    dist::wait_polling(&control);
-  }
-  return result;
-}
+LoopResult run_stage_loop(StageLoopContext& context) { return StageLoop(context).run(); }
 
 }  // namespace pf::pipeline

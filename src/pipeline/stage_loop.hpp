@@ -5,41 +5,42 @@
 
 #include "compute/stage_compute.hpp"
 #include "dist/topology.hpp"
+#include "dist/tp_all_reduce.hpp"
 #include "dist/transport.hpp"
 #include "io/prompts_h5.hpp"
 #include "pipeline/logits_route.hpp"
 #include "pipeline/progress.hpp"
 #include "sched/batch_plan.hpp"
 #include "trace/timeline.hpp"
+#include "trace/traffic.hpp"
 
 namespace pf::pipeline {
 
+// What the loop runs on come first: references of distinct types, so a mix-up does not
+// compile. The values follow, each with a default, and are set by name.
 struct StageLoopContext {
   const dist::Topology& topology;
-  int hidden_size;
-  int vocab_size;
   const sched::BatchPlan& plan;
   const io::PromptSet& prompts;  // token ids; only stage 0 reads them
   compute::StageCompute& compute;
   dist::Transport& transport;  // hidden states to and from the neighbouring stages
   trace::Timeline& timeline;
-  int ring_depth;   // receives posted ahead, and sends in flight, per rank
-  LogitsSink sink;  // on world rank 0: stores one prompt's logits row
+
+  int hidden_size = 0;
+  int vocab_size = 0;
+  int ring_depth = 1;  // receives posted ahead, and sends in flight, per rank
+  LogitsSink sink = nullptr;  // on world rank 0: stores one prompt's logits row
   ProgressReporter* progress = nullptr;  // world rank 0 only
   // World rank 0 polls it between micro-batches: set (by a SIGTERM/SIGUSR1 handler), it
   // stops issuing new prompts; prompts already started finish, every rank is told.
   const volatile int* stop_requested = nullptr;
-};
-
-// Bytes this rank moved: hidden states sent to the next stage, and payload handed to the
-// TP all-reduce (the summary compares them with the seed's volume formulas).
-struct TrafficCounters {
-  double p2p_bytes_sent = 0;
-  double allreduce_payload_bytes = 0;
+  // The backend's TP reducer (null when tp == 1 or emulated), read only: payload bytes, and
+  // the host spans of reduces that block, which become the timeline's all-reduce events.
+  dist::TpAllReduce* all_reduce = nullptr;
 };
 
 struct LoopResult {
-  TrafficCounters traffic;
+  trace::TrafficCounters traffic;
   bool stopped = false;  // a graceful stop cut the plan short
 };
 

@@ -12,8 +12,8 @@ namespace {
 constexpr int kProfilePrompt = -1;  // a prompt id no real prompt uses
 
 // Times one forward of `tokens` tokens after `prefix` tokens already in the stage.
-double timed_forward(compute::StageCompute& compute, const compute::AllReduce& all_reduce,
-                     const GroupMax& group_max, int64_t prefix, int tokens, int hidden_size) {
+double timed_forward(compute::StageCompute& compute, const GroupMax& group_max, int64_t prefix, int tokens,
+                     int hidden_size) {
   const compute::ChunkContext chunk{kProfilePrompt, prefix, tokens};
   if (auto modelled = compute.modelled_seconds(chunk)) return *modelled;
   std::mt19937 rng(7);
@@ -23,7 +23,7 @@ double timed_forward(compute::StageCompute& compute, const compute::AllReduce& a
   float* input = compute.profiling_hidden(hidden);
   compute.synchronize();
   const auto start = std::chrono::steady_clock::now();
-  compute.forward(chunk, input, all_reduce);
+  compute.forward(chunk, input);
   compute.synchronize();  // asynchronous backends: time the work, not its enqueueing
   const double local = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   return group_max(local);
@@ -41,29 +41,26 @@ std::vector<int> fresh_prompt_lengths(const ProfileGrid& grid) {
   return lengths;
 }
 
-std::vector<sched::ChunkSample> profile_fresh_prompts(compute::StageCompute& compute,
-                                                      const compute::AllReduce& all_reduce, const GroupMax& group_max,
+std::vector<sched::ChunkSample> profile_fresh_prompts(compute::StageCompute& compute, const GroupMax& group_max,
                                                       const ProfileGrid& grid, int hidden_size) {
   std::vector<sched::ChunkSample> samples;
   const auto lengths = fresh_prompt_lengths(grid);
   for (size_t i = 0; i < lengths.size(); ++i) {
-    const double seconds = timed_forward(compute, all_reduce, group_max, 0, lengths[i], hidden_size);
+    const double seconds = timed_forward(compute, group_max, 0, lengths[i], hidden_size);
     compute.finish_prompt(kProfilePrompt);
     if (i > 0) samples.push_back({0, static_cast<double>(lengths[i]), seconds});  // first: warm-up
   }
   return samples;
 }
 
-std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::StageCompute& compute,
-                                                        const compute::AllReduce& all_reduce,
-                                                        const GroupMax& group_max, const ProfileGrid& grid,
-                                                        int hidden_size) {
+std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::StageCompute& compute, const GroupMax& group_max,
+                                                        const ProfileGrid& grid, int hidden_size) {
   const int c0 = grid.initial_chunk;
   const std::vector<int> sizes = {std::max(1, c0 / 4), std::max(1, c0 / 2), c0, c0 + c0 / 4};
   const int64_t max_prefix = std::max<int64_t>(0, grid.max_tokens - sizes.back());
   const int levels = std::max(3, (std::clamp(grid.points, 8, 128) + 3) / 4);
 
-  timed_forward(compute, all_reduce, group_max, 0, sizes[0], hidden_size);  // warm-up, not recorded
+  timed_forward(compute, group_max, 0, sizes[0], hidden_size);  // warm-up, not recorded
   compute.finish_prompt(kProfilePrompt);
 
   std::vector<sched::ChunkSample> samples;
@@ -73,7 +70,7 @@ std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::StageCompute& c
       const int tokens = static_cast<int>(std::min<int64_t>(size, grid.max_tokens - prefix));
       if (tokens <= 0) continue;
       compute.prepare_prefix(kProfilePrompt, prefix, tokens);
-      const double seconds = timed_forward(compute, all_reduce, group_max, prefix, tokens, hidden_size);
+      const double seconds = timed_forward(compute, group_max, prefix, tokens, hidden_size);
       compute.finish_prompt(kProfilePrompt);
       samples.push_back({static_cast<double>(prefix), static_cast<double>(tokens), seconds});
     }
@@ -81,12 +78,11 @@ std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::StageCompute& c
   return samples;
 }
 
-sched::StageCostFit profile_and_fit(int stage, compute::StageCompute& compute, const compute::AllReduce& all_reduce,
-                                    const GroupMax& group_max, const ProfileGrid& grid, int hidden_size, bool fresh,
-                                    bool prefixed) {
+sched::StageCostFit profile_and_fit(int stage, compute::StageCompute& compute, const GroupMax& group_max,
+                                    const ProfileGrid& grid, int hidden_size, bool fresh, bool prefixed) {
   std::vector<sched::ChunkSample> fresh_samples, prefixed_samples;
-  if (fresh) fresh_samples = profile_fresh_prompts(compute, all_reduce, group_max, grid, hidden_size);
-  if (prefixed) prefixed_samples = profile_prefixed_chunks(compute, all_reduce, group_max, grid, hidden_size);
+  if (fresh) fresh_samples = profile_fresh_prompts(compute, group_max, grid, hidden_size);
+  if (prefixed) prefixed_samples = profile_prefixed_chunks(compute, group_max, grid, hidden_size);
   return sched::fit_stage(stage, fresh_samples, prefixed_samples);
 }
 

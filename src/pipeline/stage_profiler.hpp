@@ -27,20 +27,16 @@ struct ProfileGrid {
 // Reduces a local duration to the TP group's maximum (the group finishes together).
 using GroupMax = std::function<double(double)>;
 
-std::vector<sched::ChunkSample> profile_fresh_prompts(compute::StageCompute& compute,
-                                                      const compute::AllReduce& all_reduce, const GroupMax& group_max,
+std::vector<sched::ChunkSample> profile_fresh_prompts(compute::StageCompute& compute, const GroupMax& group_max,
                                                       const ProfileGrid& grid, int hidden_size);
 
-std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::StageCompute& compute,
-                                                        const compute::AllReduce& all_reduce,
-                                                        const GroupMax& group_max, const ProfileGrid& grid,
-                                                        int hidden_size);
+std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::StageCompute& compute, const GroupMax& group_max,
+                                                        const ProfileGrid& grid, int hidden_size);
 
 // Both sample sets as asked, then the fits (sched::fit_stage). Collective over the TP group
 // unless the backend answers modelled_seconds (then nothing is run or communicated).
-sched::StageCostFit profile_and_fit(int stage, compute::StageCompute& compute, const compute::AllReduce& all_reduce,
-                                    const GroupMax& group_max, const ProfileGrid& grid, int hidden_size, bool fresh,
-                                    bool prefixed);
+sched::StageCostFit profile_and_fit(int stage, compute::StageCompute& compute, const GroupMax& group_max,
+                                    const ProfileGrid& grid, int hidden_size, bool fresh, bool prefixed);
 
 // Tokens (prefix + chunk) a run's profile may use: the longest prompt plus two chunks.
 int64_t profile_capacity_tokens(const std::vector<int64_t>& prompt_lengths, int initial_chunk);

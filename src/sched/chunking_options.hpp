@@ -4,6 +4,7 @@
 #include <string>
 
 #include "sched/cost_model.hpp"
+#include "sched/cost_source.hpp"
 
 namespace pf::sched {
 
@@ -22,7 +23,7 @@ struct ChunkingOptions {
   bool all_stages = false;       // profile every stage (else stage 0 only)
   bool fold_tail = false;
   int profile_points = 16;
-  std::string cost_model_path;   // reuse a saved profile instead of profiling
+  CostSource cost_source;        // --cost-model: reuse a saved profile instead of profiling
   int stages = 1;                // P, set from --pp (tail folding weighs the drain through P stages)
 
   bool dynamic() const { return policy != ChunkPolicyKind::kFixed; }

@@ -7,6 +7,8 @@
 
 namespace pf::sched {
 
+constexpr char kAnalyticPrefix[] = "analytic:";  // --cost-model analytic:NAME
+
 struct CostSource {
   enum class Kind { kNone, kProfileFile, kAnalytic };
   Kind kind = Kind::kNone;
@@ -16,7 +18,7 @@ struct CostSource {
   bool profile_file() const { return kind == Kind::kProfileFile; }
   bool analytic() const { return kind == Kind::kAnalytic; }
   // As the user wrote it: "", "cost.json" or "analytic:h20".
-  std::string flag_text() const { return analytic() ? "analytic:" + value : value; }
+  std::string flag_text() const { return analytic() ? kAnalyticPrefix + value : value; }
 };
 
 }  // namespace pf::sched

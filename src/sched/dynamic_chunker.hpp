@@ -25,6 +25,16 @@
 
 namespace pf::sched {
 
+// Dynamic chunks are multiples of max(page_size, 64), raised to it when smaller.
+int chunk_alignment(int page_size);
+// C0/4: no dynamic chunk is cut below it, and a tail below it may be folded into the chunk before.
+int chunk_floor(int initial_chunk);
+// A bound on the longest chunk a plan for C0 and this page size can hold (a profile's longest,
+// 1.25 C0, included), for the workspace a backend reserves before it sizes its KV pool: the
+// first chunk C0 (no later one is longer) or the alignment a dynamic chunk is raised to, plus
+// a folded tail.
+int longest_chunk(int initial_chunk, int page_size);
+
 struct DynamicChunkConfig {
   int initial_chunk = 4096;   // C0
   double smooth_factor = 0.75;
@@ -39,7 +49,7 @@ class DynamicChunkPolicy final : public ChunkPolicy {
   DynamicChunkPolicy(const DynamicChunkConfig& config, std::vector<ChunkCostModel> stage_models);
   int next_chunk(int64_t prefix_len, int64_t remaining) const override;
 
-  int floor_tokens() const { return config_.initial_chunk / 4; }
+  int floor_tokens() const { return chunk_floor(config_.initial_chunk); }
   int alignment() const;
 
  private:

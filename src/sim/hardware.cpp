@@ -29,7 +29,6 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
     h.peak_fp8_flops = j.at("peak_tflops").value("fp8", j.at("peak_tflops").at("bf16").get<double>()) * 1e12;
     h.matmul_efficiency = j.at("matmul_efficiency").get<double>();
     h.attention_efficiency = j.at("attention_efficiency").get<double>();
-    h.activation_bytes = j.value("activation_bytes", 2);
     h.devices_per_node = j.value("gpus_per_node", 8);
     for (auto [key, link] : {std::pair{"intra_node", &h.intra_node}, {"inter_node", &h.inter_node}}) {
       link->bandwidth_Bps = j.at(key).at("bandwidth_GBps").get<double>() * 1e9;

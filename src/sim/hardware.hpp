@@ -20,7 +20,6 @@ struct HardwareSpec {
   double peak_fp8_flops = 0;
   double matmul_efficiency = 0.6;
   double attention_efficiency = 0.5;
-  int activation_bytes = 2;  // hidden states on the wire (bf16 on GPUs)
   int devices_per_node = 8;
   LinkSpec intra_node, inter_node;
 };

@@ -1,11 +1,12 @@
 // Analytic and profiled stage costs.
 #include "sim/stage_costs.hpp"
 
+#include "compute/activation_wire.hpp"
 #include "errors.hpp"
 
 namespace pf::sim {
 
-std::vector<StageCost> analytic_stage_costs(const ModelShape& shape, const HardwareSpec& hw,
+std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, const HardwareSpec& hw,
                                             const std::vector<model::StageRange>& partition, int tp, bool fp8) {
   const double matmul_rate = (fp8 ? hw.peak_fp8_flops : hw.peak_bf16_flops) * hw.matmul_efficiency * tp;
   const double attention_rate = hw.peak_bf16_flops * hw.attention_efficiency * tp;
@@ -23,7 +24,7 @@ std::vector<StageCost> analytic_stage_costs(const ModelShape& shape, const Hardw
       if (tp > 1) {  // two ring all-reduces of x * H activations per layer
         const double ring = 2.0 * (tp - 1);
         cost.chunk.c += 2 * ring * tp_link.latency_s;
-        cost.chunk.b += 2 * ring / tp * shape.hidden_size * hw.activation_bytes / tp_link.bandwidth_Bps;
+        cost.chunk.b += 2 * ring / tp * shape.hidden_size * compute::kActivationWireBytes / tp_link.bandwidth_Bps;
       }
     }
     if (s + 1 == partition.size()) cost.lm_head_s = shape.lm_head_flops() / matmul_rate;

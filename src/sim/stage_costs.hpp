@@ -6,10 +6,10 @@
 #include <vector>
 
 #include "model/layer_partition.hpp"
+#include "model/model_shape.hpp"
 #include "sched/cost_model.hpp"
 #include "sched/cost_profile.hpp"
 #include "sim/hardware.hpp"
-#include "sim/model_shape.hpp"
 
 namespace pf::sim {
 
@@ -21,7 +21,7 @@ struct StageCost {
 
 // Matmuls at the fp8 rate when `fp8` (an FP8 checkpoint), attention at the bf16 rate; TP
 // all-reduces (two per layer, ring) on the intra-node link when the TP group fits a node.
-std::vector<StageCost> analytic_stage_costs(const ModelShape& shape, const HardwareSpec& hw,
+std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, const HardwareSpec& hw,
                                             const std::vector<model::StageRange>& partition, int tp, bool fp8);
 
 // Stage costs from a saved profile, in the chosen form (prefix-aware if every stage has it).

@@ -18,7 +18,7 @@ struct RunSummary {
   int pp = 1;
   double wall_s = 0;
   double tokens_per_s = 0;
-  double model_flops = 0;                   // compute/flops.hpp: all layers, all chunks, LM heads
+  double model_flops = 0;                   // sched/plan_flops.hpp: all layers, all chunks, LM heads
   std::vector<double> ttft_s;               // per prompt: its logits done on the last stage; NaN if not run now
   std::vector<double> stage_busy_fraction;  // compute + LM head time / wall, mean over TP ranks
   double bubble_measured = 0;               // mean over stages of 1 - busy fraction

@@ -36,6 +36,8 @@ class Timeline {
   Timeline(const dist::Topology& topology, const dist::RunClock& clock) : topology_(topology), clock_(clock) {}
 
   double now() const { return clock_.now(); }
+  // A local steady-clock reading (dist::steady_seconds) on this timeline's clock.
+  double to_run_time(double local_s) const { return clock_.to_run_time(local_s); }
   void record(EventKind kind, const sched::MicroBatch& mb, double t_start, double t_end);
   const std::vector<TimelineEvent>& events() const { return events_; }
 

@@ -1,6 +1,7 @@
 // Traffic report (see traffic.hpp).
 #include "trace/traffic.hpp"
 
+#include <algorithm>
 #include <cstring>
 
 #include "dist/collectives.hpp"
@@ -24,7 +25,7 @@ TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, in
 
 TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan& plan, int hidden_size,
                              int wire_bytes_per_token_per_hidden, const std::vector<model::StageRange>& partition,
-                             const pipeline::TrafficCounters& mine) {
+                             const TrafficCounters& mine) {
   // Elements on the wire: the backend's bytes per token over the hidden size.
   const int bytes_per_element = std::max(1, wire_bytes_per_token_per_hidden / std::max(1, hidden_size));
   TrafficReport r = traffic_formulas(plan, hidden_size, bytes_per_element, topo.tp, partition);
@@ -32,7 +33,7 @@ TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan&
   std::memcpy(bytes.data(), &mine, sizeof mine);
   const auto all = dist::gather_bytes(bytes, 0, MPI_COMM_WORLD);
   for (size_t rank = 0; rank < all.size(); ++rank) {
-    pipeline::TrafficCounters c;
+    TrafficCounters c;
     std::memcpy(&c, all[rank].data(), sizeof c);
     const int stage = static_cast<int>(rank) / topo.tp;
     if (stage + 1 < topo.pp) r.boundary_bytes[stage] += c.p2p_bytes_sent;

@@ -8,10 +8,16 @@
 
 #include "dist/topology.hpp"
 #include "model/layer_partition.hpp"
-#include "pipeline/stage_loop.hpp"
 #include "sched/batch_plan.hpp"
 
 namespace pf::trace {
+
+// Bytes one rank moved (counted by the stage loop): hidden states sent to the next stage,
+// and payload handed to the TP all-reduce.
+struct TrafficCounters {
+  double p2p_bytes_sent = 0;
+  double allreduce_payload_bytes = 0;
+};
 
 struct TrafficReport {
   int tp = 1;
@@ -30,7 +36,7 @@ TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, in
 // Collective: every rank's counters to rank 0, beside the formulas (valid on rank 0).
 TrafficReport gather_traffic(const dist::Topology& topology, const sched::BatchPlan& plan, int hidden_size,
                              int wire_bytes_per_token_per_hidden, const std::vector<model::StageRange>& partition,
-                             const pipeline::TrafficCounters& mine);
+                             const TrafficCounters& mine);
 
 void print_traffic(const TrafficReport& report, std::FILE* out);
 

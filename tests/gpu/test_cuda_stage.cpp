@@ -8,7 +8,7 @@
 #include "compute/cpu/gemm.hpp"
 #include "compute/cuda/cuda_stage_compute.hpp"
 #include "compute/cuda/lt_gemm.hpp"
-#include "compute/stage_forward.hpp"
+#include "compute/cpu/cpu_stage_compute.hpp"
 #include "device_memory.hpp"
 #include "support/test_data.hpp"
 #include "model/model_source.hpp"
@@ -72,7 +72,6 @@ TEST_P(CudaStage, PrefillInChunksMatchesCpuBackend) {
   compute::CpuStageCompute cpu(c, shard, weights, pool);
   cuda::CudaStageCompute gpu(c, shard, cuda::DeviceWeights::upload(weights), page, 64);
   gpu.allocate_kv(4);
-  const compute::AllReduce unused = [](float*, int) { FAIL() << "no all-reduce at tp 1"; };
 
   std::vector<float> cpu_hidden, cpu_logits(shard.vocab_count), gpu_logits(shard.vocab_count);
   test::DeviceMemory<float> gpu_hidden(size_t(64) * h);
@@ -80,9 +79,9 @@ TEST_P(CudaStage, PrefillInChunksMatchesCpuBackend) {
     const int t = chunk[1] - chunk[0];
     cpu_hidden.assign(size_t(t) * h, 0);
     cpu.embed(tokens.data() + chunk[0], t, cpu_hidden.data());
-    cpu.forward({0, chunk[0], t}, cpu_hidden.data(), unused);
+    cpu.forward({0, chunk[0], t}, cpu_hidden.data());
     gpu.embed(tokens.data() + chunk[0], t, gpu_hidden.get());
-    gpu.forward({0, chunk[0], t}, gpu_hidden.get(), unused);
+    gpu.forward({0, chunk[0], t}, gpu_hidden.get());
   }
   const int last = chunks[2][1] - chunks[2][0] - 1;
   cpu.lm_head(cpu_hidden.data() + size_t(last) * h, cpu_logits.data());

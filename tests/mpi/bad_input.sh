@@ -8,10 +8,8 @@ set -euo pipefail
 here=$(dirname "$0")
 source "$here/mpi_env.sh"
 bin=$1 case=$2 data=$3
-work=$(mktemp -d)
-logs=$(mktemp -d)
-holder=
-trap '[ -z "$holder" ] || kill "$holder" 2>/dev/null; rm -rf "$work" "$logs"' EXIT
+temp_dir work
+temp_dir logs
 out=$work/out.h5
 model=$data/tiny
 input=$data/prompts.h5
@@ -66,7 +64,7 @@ PY
 # finished_output PATH [ARGS...]: a complete output of the tiny model written to PATH.
 finished_output() {
   local path=$1; shift
-  mpirun -n 2 "$bin/pipefill" run --model "$model" --input "$input" --output "$path" --pp 2 --quiet "$@" >/dev/null
+  pipefill_mpi 2 run --model "$model" --input "$input" --output "$path" --pp 2 --quiet "$@" >/dev/null
 }
 # private_input: a copy of the prompts to aim outputs at.
 private_input() { cp "$data/prompts.h5" "$work/in.h5"; input=$work/in.h5; }
@@ -85,8 +83,10 @@ case $case in
   trace_directory_missing) extra=(--pp 2 --trace "$work/missing/t.json"); expect="does not exist" ;;
   trace_is_directory) extra=(--pp 2 --trace "$work"); expect="--trace $work is a directory" ;;
   output_held_by_another_run)  # another run holds the partial: it must not be touched
-    ( exec 9>"$out.partial"; flock -n 9; echo "held" >&9; exec sleep 100 ) & holder=$!
-    sleep 0.5; expect="another pipefill run is writing $out" ;;
+    ( exec 9>"$out.partial"; flock -n 9 && echo "held" >&9; exec sleep 100 ) &
+    on_exit "kill $!"
+    wait_until 10 "the holder's lock on $out.partial" grep -qs held "$out.partial"
+    expect="another pipefill run is writing $out" ;;
   input_is_fifo) mkfifo "$work/in.fifo"; input=$work/in.fifo; expect="is not a regular file" ;;
   config_is_fifo) copy_model; rm "$model/config.json"; mkfifo "$model/config.json"; expect="is not a regular file" ;;
   weights_are_fifo) copy_model; rm "$model/model.safetensors"; mkfifo "$model/model.safetensors"; expect="is not a regular file" ;;
@@ -197,23 +197,19 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
     expect="--kv-memory-fraction must be in (0, 1]" ;;
   hdf5_library_crash) input=$here/libhdf5_crash_input.h5  # found by tests/fuzz: crashes libhdf5 1.10 in H5Lexists
     expect="the HDF5 library crashed reading this file" ;;
-  *) echo "unknown case $case"; exit 1 ;;
+  *) fail "unknown case $case" ;;
 esac
 
 # Every file there is before the run (the case's own files, the input), with its checksum.
 snapshot() { { find "$work" -type f -print0 | sort -z | xargs -0 -r md5sum; [ ! -f "$input" ] || md5sum "$input"; } 2>/dev/null; }
 before=$(snapshot)
 [ ${#launch[@]} -gt 0 ] || launch=(-n "$ranks" "$bin/pipefill" run --model "$model" --input "$input" --output "$out" "${extra[@]}")
-set +e
-timeout 120 mpirun "${launch[@]}" >"$logs/stdout" 2>"$logs/stderr"
-status=$?
-set -e
+status_of timeout 120 mpirun "${launch[@]}" >"$logs/stdout" 2>"$logs/stderr"
 errors=$(grep -c '^error:' "$logs/stderr" || true)
 echo "status $status, stderr:"; cat "$logs/stderr"
-[ "$status" -ne 124 ] || { echo "FAILED: hung (killed by timeout)"; exit 1; }
-[ "$status" -eq 2 ] || { echo "FAILED: exit status $status, expected 2"; exit 1; }
-[ "$errors" -eq 1 ] || { echo "FAILED: $errors error: lines, expected exactly 1"; exit 1; }
-grep '^error:' "$logs/stderr" | grep -qF -- "$expect" || { echo "FAILED: error line lacks \"$expect\""; exit 1; }
+expect_status 2 "pipefill"
+[ "$errors" -eq 1 ] || fail "$errors error: lines, expected exactly 1"
+grep '^error:' "$logs/stderr" | grep -qF -- "$expect" || fail "error line lacks \"$expect\""
 after=$(snapshot)
-[ "$before" = "$after" ] || { echo "FAILED: files changed:"; diff <(echo "$before") <(echo "$after"); exit 1; }
+[ "$before" = "$after" ] || { diff <(echo "$before") <(echo "$after"); fail "files changed (above)"; }
 echo "Passed: $case"

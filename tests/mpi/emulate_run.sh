@@ -7,14 +7,13 @@ set -euo pipefail
 here=$(dirname "$0")
 source "$here/mpi_env.sh"
 bin=$1
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+temp_dir work
 "$bin/pipefill" make-prompts --out "$work/in.h5" --num 3 --min-len 8000 --max-len 12000 --vocab 128256 --seed 5
 start=$(date +%s.%N)
 /usr/bin/time -f "%U %S" -o "$work/cpu" timeout 300 mpirun -n 8 "$bin/pipefill" run --backend emulate \
   --cost-model analytic:h20 --model synthetic:llama3-8b --pp 4 --tp 2 --chunk-size 4096 --dynamic-chunking \
   --input "$work/in.h5" --output "$work/out.h5" --progress-interval 0.1 | tee "$work/log"
-wall=$(/usr/bin/python3 -c "import time; print(time.time() - $start)")
+wall=$("$PYTHON" -c "import time; print(time.time() - $start)")
 "$PYTHON" - "$work/out.h5" "$work/cpu" "$wall" <<'PY'
 import sys, h5py
 path, cpu_file, wall = sys.argv[1], sys.argv[2], float(sys.argv[3])
@@ -37,5 +36,4 @@ assert user < 0.25 * wall + 0.1 * 8, f"ranks are spinning: {user:.1f} s of user 
 PY
 grep -q "ttft_s:" "$work/log"
 # Not a terminal: progress comes as plain lines.
-grep -qE '^progress: +[0-9.]+% of tokens through stage 0, prompts [0-9]+/3 done' "$work/log" ||
-  { echo "FAILED: no progress lines"; exit 1; }
+grep -qE '^progress: +[0-9.]+% of tokens through stage 0, prompts [0-9]+/3 done' "$work/log" || fail "no progress lines"

@@ -62,6 +62,10 @@ foreach(source tiny synthetic-tiny)
   pf_mpi_case(${source}.pp2_page64_chunk100 ${source} 2 --pp 2 --chunk-size 100 --page-size 64)
   pf_mpi_case(${source}.pp8_one_layer_each_ring1 ${source} 8 --pp 8 --chunk-size 32 --page-size 16 --ring-depth 1)
 endforeach()
+# Ring depths other than the default 4: small chunks keep many micro-batches in flight, so
+# up to `depth` receives are posted ahead and `depth` sends are uncommitted at once.
+pf_mpi_case(tiny.pp4_ring2 tiny 4 --pp 4 --chunk-size 24 --page-size 16 --ring-depth 2)
+pf_mpi_case(synthetic-tiny.pp2_tp2_ring8 synthetic-tiny 4 --pp 2 --tp 2 --chunk-size 24 --page-size 16 --ring-depth 8)
 # Dynamic chunking: profiled now (timings vary, the logits must not), or from a saved
 # profile with fixed coefficients (deterministic plans that really vary the chunk size).
 pf_mpi_case(tiny.pp2_dynamic_profiled tiny 2 --pp 2 --dynamic-chunking --chunk-size 128 --page-size 16 --profile-points 12)
@@ -132,7 +136,7 @@ foreach(case hung_rank killed_rank)
 endforeach()
 
 # Kill a run mid-batch (a forwarded signal, and SIGKILL of one rank), resume, compare.
-foreach(case signal sigterm kill)
+foreach(case signal sigterm kill signal_tp2)
   add_test(NAME mpi.resume_after_${case} COMMAND ${PF_MPI}/resume.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_after_${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        RUN_SERIAL TRUE)

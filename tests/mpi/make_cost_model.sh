@@ -7,7 +7,7 @@ set -euo pipefail
 here=$(dirname "$0")
 source "$here/mpi_env.sh"
 bin=$1 data=$2
-timeout 300 mpirun -n 2 "$bin/pipefill" profile --model "$data/tiny" --pp 2 --chunk-size 128 --page-size 16 \
+pipefill_mpi 2 profile --model "$data/tiny" --pp 2 --chunk-size 128 --page-size 16 \
   --max-prefix 300 --profile-points 12 --out "$data/cost_measured.json"
 "$PYTHON" - "$data/cost_measured.json" "$data/cost_tiny_pp2.json" <<'PY'
 import json, sys

@@ -8,8 +8,7 @@ set -euo pipefail
 here=$(dirname "$0")
 source "$here/mpi_env.sh"
 bin=$1 data=$2
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
+temp_dir work
 cp -r "$data/tiny" "$work/model"
 "$PYTHON" - "$work/model/model.safetensors" <<'PY'
 import sys, struct, json
@@ -20,16 +19,13 @@ begin = json.loads(raw[8:8 + hl])["model.norm.weight"]["data_offsets"][0]
 raw[8 + hl + begin:8 + hl + begin + 4] = struct.pack("<f", float("nan"))
 open(path, "wb").write(raw)
 PY
-set +e
-timeout 120 mpirun -n 2 "$bin/pipefill" run --model "$work/model" --input "$data/prompts.h5" --output "$work/out.h5" \
+MPI_TIMEOUT=120 status_of pipefill_mpi 2 run --model "$work/model" --input "$data/prompts.h5" --output "$work/out.h5" \
   --pp 2 --quiet 2>"$work/stderr"
-status=$?
-set -e
 cat "$work/stderr"
-grep -q '^warning: rank 1: model.norm.weight holds 1 NaN/Inf' "$work/stderr" || { echo "FAILED: no warning"; exit 1; }
-[ "$status" -eq 2 ] || { echo "FAILED: exit status $status, expected 2"; exit 1; }
-[ "$(grep -c '^error:' "$work/stderr")" -eq 1 ] || { echo "FAILED: expected one error: line"; exit 1; }
+grep -q '^warning: rank 1: model.norm.weight holds 1 NaN/Inf' "$work/stderr" || fail "no warning"
+expect_status 2 "the run"
+[ "$(grep -c '^error:' "$work/stderr")" -eq 1 ] || fail "expected one error: line"
 grep -q '^error: the logits of 4 prompt(s) are not finite (NaN or Inf): prompt 0, 1, 2, 3' "$work/stderr" ||
-  { echo "FAILED: the error line does not name the prompts"; exit 1; }
-[ ! -e "$work/out.h5" ] && [ ! -e "$work/out.h5.partial" ] || { echo "FAILED: NaN rows were stored"; exit 1; }
+  fail "the error line does not name the prompts"
+[ ! -e "$work/out.h5" ] && [ ! -e "$work/out.h5.partial" ] || fail "NaN rows were stored"
 echo "Passed: NaN weights warned about, NaN logits refused"

@@ -2,60 +2,62 @@
 # Interrupted runs lose nothing and duplicate nothing. A batch is run uninterrupted for
 # reference; then the same batch is interrupted mid-way (CASE signal: SIGUSR1 to mpirun,
 # which forwards it, as Slurm's --signal=B:TERM reaches the job script; CASE kill: SIGKILL of
-# one rank; CASE sigterm: SIGTERM to every rank, as srun delivers scancel), resumed with
-# --resume, and every prompt's logits must equal the reference's.
+# rank 1; CASE sigterm: SIGTERM to every rank, as srun delivers scancel; CASE signal_tp2:
+# SIGUSR1 with pp 2 x tp 2, where stage 0's TP ranks must agree on the cutoff), resumed with
+# --resume, and every prompt's logits must equal the reference's. The interruption waits
+# for a readiness sign, not a time: a progress line saying a prompt is stored. Then every
+# rank is in its loop, and with 24 long prompts in small chunks most of the batch is left.
 # usage: resume.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
 source "$here/mpi_env.sh"
 bin=$1 data=$2 case=$3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-"$bin/pipefill" make-prompts --out "$work/in.h5" --num 24 --min-len 1500 --max-len 2500 --vocab 512 --seed 8 >/dev/null
-args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size 16 --page-size 16 --quiet)
-timeout 300 mpirun -n 2 "$bin/pipefill" "${args[@]}" --output "$work/reference.h5"
+temp_dir work
+num=24
+"$bin/pipefill" make-prompts --out "$work/in.h5" --num $num --min-len 1500 --max-len 2500 --vocab 512 --seed 8 >/dev/null
+args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size 16 --page-size 16)
+ranks=2
+if [ "$case" = signal_tp2 ]; then ranks=4; args+=(--tp 2); fi
+pipefill_mpi $ranks "${args[@]}" --quiet --output "$work/reference.h5"
 
-set +e
-timeout 300 mpirun -n 2 "$bin/pipefill" "${args[@]}" --output "$work/out.h5" >"$work/first.log" 2>&1 &
-launcher=$!
-sleep 1.5
-if [ "$case" = signal ]; then
-  pkill -USR1 -P "$launcher" -x mpirun  # mpirun (the child of timeout) forwards SIGUSR1 to every rank
-elif [ "$case" = sigterm ]; then
-  pkill -TERM -f "^$bin/pipefill run --model $data/tiny --input $work/in.h5"  # the ranks, not mpirun
-else
-  victim=$(pgrep -f "pipefill run --model $data/tiny --input $work/in.h5" | sort -n | tail -1)
-  kill -9 "$victim"
-fi
-wait "$launcher"
-status=$?
-set -e
-echo "interrupted run: status $status"; cat "$work/first.log" | grep -v '^$' | head -8
-[ "$status" -ne 0 ] || { echo "FAILED: the interrupted run finished anyway (interrupt came too late?)"; exit 1; }
-[ "$case" = kill ] || [ "$status" -eq 75 ] || { echo "FAILED: a stopped run must exit 75"; exit 1; }
-[ ! -e "$work/out.h5" ] || { echo "FAILED: an interrupted run left a file under the final name"; exit 1; }
-[ -e "$work/out.h5.partial" ] || { echo "FAILED: no partial file to resume"; exit 1; }
+# Progress lines are not part of the run's identity: the resumed runs may be --quiet.
+start_run "$work/first.log" $ranks "${args[@]}" --progress-interval 0.05 --output "$work/out.h5"
+wait_for_prompts 1
+stored=$(prompts_done "$work/first.log")
+case $case in
+  signal|signal_tp2) signal_run USR1 mpirun ;;  # mpirun forwards SIGUSR1 to every rank
+  sigterm) signal_run TERM ranks ;;
+  kill) signal_run KILL 1 ;;
+  *) fail "unknown case $case" ;;
+esac
+finish_run
+echo "interrupted run: status $status"; grep -v -e '^$' -e '^progress:' "$work/first.log" | head -8
+expect_failed "the interrupted run"
+[ "$case" = kill ] || expect_status 75 "a stopped run"
+[ ! -e "$work/out.h5" ] || fail "an interrupted run left a file under the final name"
+[ -e "$work/out.h5.partial" ] || fail "no partial file to resume"
 done_before=$("$PYTHON" -c "import h5py; print(int(h5py.File('$work/out.h5.partial')['completed'][:].sum()))")
-echo "partial file holds $done_before of 24 prompts"
-# Resuming with another configuration is refused, and leaves the partial file as it was.
-set +e
-timeout 60 mpirun -n 2 "$bin/pipefill" "${args[@]}" --chunk-size 32 --output "$work/out.h5" --resume 2>"$work/mismatch.err"
-mismatch=$?
-set -e
-[ "$mismatch" -eq 2 ] && grep -q "^error: cannot resume.*chunk_size" "$work/mismatch.err" ||
-  { echo "FAILED: a resume with another chunk size was not refused (status $mismatch)"; cat "$work/mismatch.err"; exit 1; }
-[ -e "$work/out.h5.partial" ] || { echo "FAILED: the refused resume removed the partial file"; exit 1; }
+echo "partial file holds $done_before of $num prompts ($stored stored when the signal was sent)"
+[ "$done_before" -ge "$stored" ] || fail "prompts stored before the interruption were lost"
+[ "$done_before" -lt $num ] || fail "the interruption came too late: nothing was left for --resume"
 
-timeout 300 mpirun -n 2 "$bin/pipefill" "${args[@]}" --output "$work/out.h5" --resume
-[ -e "$work/out.h5" ] && [ ! -e "$work/out.h5.partial" ] || { echo "FAILED: resume did not complete the file"; exit 1; }
+# Resuming with another configuration is refused, and leaves the partial file as it was.
+MPI_TIMEOUT=60 status_of pipefill_mpi $ranks "${args[@]}" --quiet --chunk-size 32 --output "$work/out.h5" --resume \
+  2>"$work/mismatch.err"
+[ "$status" -eq 2 ] && grep -q "^error: cannot resume.*chunk_size" "$work/mismatch.err" ||
+  { cat "$work/mismatch.err"; fail "a resume with another chunk size was not refused (status $status)"; }
+[ -e "$work/out.h5.partial" ] || fail "the refused resume removed the partial file"
+
+pipefill_mpi $ranks "${args[@]}" --quiet --output "$work/out.h5" --resume
+[ -e "$work/out.h5" ] && [ ! -e "$work/out.h5.partial" ] || fail "resume did not complete the file"
 "$bin/tests/compare_logits" "$work/out.h5" "$work/reference.h5" --rtol 1e-6
-"$PYTHON" - "$work/out.h5" <<'PY'
+"$PYTHON" - "$work/out.h5" $num <<'PY'
 import sys, h5py, numpy as np
 with h5py.File(sys.argv[1]) as f:
     done, ttft = f["completed"][:], f["ttft_s"][:]
-assert done.all() and len(done) == 24, done
+assert done.all() and len(done) == int(sys.argv[2]), done
 assert np.isfinite(ttft).all() and (ttft > 0).all(), ttft
 PY
-# A second --resume has nothing left to do; a mismatched resume is refused.
-timeout 60 mpirun -n 2 "$bin/pipefill" "${args[@]}" --output "$work/out.h5" --resume | grep -q "already complete"
+# A second --resume has nothing left to do.
+MPI_TIMEOUT=60 pipefill_mpi $ranks "${args[@]}" --quiet --output "$work/out.h5" --resume | grep -q "already complete"
 echo "Passed: $case (the first run finished $done_before prompts, --resume the rest)"

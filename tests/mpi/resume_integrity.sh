@@ -7,19 +7,19 @@
 #   empty_partial   a 0-byte partial (a kill before the first write): a note, a fresh start
 #   stale_partial   a partial left by an earlier run, run again *without* --resume: a
 #                   warning says it is replaced
-#   mpirun_sigterm  SIGTERM to mpirun itself (plain `kill`, `timeout`): Open MPI forwards it
-#                   to the ranks, SIGKILLs them 1 s later (odls_base_sigkill_timeout) and
-#                   exits 1. Prompts finished before are safe; those in flight are lost and
+#   mpirun_sigterm  SIGTERM to mpirun itself (plain `kill`, `timeout`), mid-run: Open MPI
+#                   forwards it to the ranks, SIGKILLs them 1 s later (odls_base_sigkill_timeout)
+#                   and exits 1. Prompts finished before are safe; those in flight are lost and
 #                   computed again by --resume. (SIGUSR1 is the clean stop: see resume.sh.)
 # usage: resume_integrity.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
 source "$here/mpi_env.sh"
 bin=$1 data=$2 case=$3
-work=$(mktemp -d)
-trap 'rm -rf "$work"' EXIT
-args=(run --model "$data/tiny" --pp 2 --chunk-size 64 --page-size 16 --quiet)
-run() { timeout 120 mpirun -n 2 "$bin/pipefill" "${args[@]}" "$@"; }
+temp_dir work
+MPI_TIMEOUT=120
+args=(run --model "$data/tiny" --pp 2 --chunk-size 64 --page-size 16)
+run() { pipefill_mpi 2 "${args[@]}" --quiet "$@"; }
 "$bin/pipefill" make-prompts --out "$work/in.h5" --num 6 --min-len 100 --max-len 400 --vocab 512 --seed 4 >/dev/null
 run --input "$work/in.h5" --output "$work/reference.h5"
 
@@ -39,42 +39,42 @@ case $case in
     run --input "$work/in.h5" --output "$work/out.h5" --resume 2>"$work/stderr"
     cat "$work/stderr"
     for p in 1 3; do
-      grep -q "^warning: prompt $p in .*failed its checksum" "$work/stderr" || { echo "FAILED: torn prompt $p not named"; exit 1; }
+      grep -q "^warning: prompt $p in .*failed its checksum" "$work/stderr" || fail "torn prompt $p not named"
     done
-    [ "$(grep -c 'failed its checksum' "$work/stderr")" -eq 2 ] || { echo "FAILED: intact rows were called torn"; exit 1; } ;;
+    [ "$(grep -c 'failed its checksum' "$work/stderr")" -eq 2 ] || fail "intact rows were called torn" ;;
   empty_partial)
     : >"$work/out.h5.partial"
     run --input "$work/in.h5" --output "$work/out.h5" --resume 2>"$work/stderr"
     cat "$work/stderr"
-    grep -q "^note: .*out.h5.partial is empty" "$work/stderr" || { echo "FAILED: no note about the empty partial"; exit 1; } ;;
+    grep -q "^note: .*out.h5.partial is empty" "$work/stderr" || fail "no note about the empty partial" ;;
   stale_partial)
     forge 'f["completed"][0:3] = 0'
     run --input "$work/in.h5" --output "$work/out.h5" 2>"$work/stderr"
     cat "$work/stderr"
-    grep -q "^warning: replacing .*out.h5.partial" "$work/stderr" || { echo "FAILED: the stale partial was replaced silently"; exit 1; } ;;
+    grep -q "^warning: replacing .*out.h5.partial" "$work/stderr" || fail "the stale partial was replaced silently" ;;
   mpirun_sigterm)
-    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 12 --min-len 800 --max-len 1200 --vocab 512 --seed 8 >/dev/null
-    args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16 --quiet)
+    num=24
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num $num --min-len 1500 --max-len 2500 --vocab 512 --seed 8 >/dev/null
+    args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16)
     run --input "$work/in.h5" --output "$work/reference.h5"
-    set +e
-    timeout 120 mpirun -n 2 "$bin/pipefill" "${args[@]}" --input "$work/in.h5" \
-      --output "$work/out.h5" >"$work/first.log" 2>&1 &
-    launcher=$!
-    sleep 1.0
-    pkill -TERM -P "$launcher" -x mpirun
-    wait "$launcher"
-    status=$?
-    set -e
-    cat "$work/first.log"
+    # Mid-run: once a progress line says a prompt is stored, with most of the batch left.
+    start_run "$work/first.log" 2 "${args[@]}" --progress-interval 0.05 --input "$work/in.h5" --output "$work/out.h5"
+    wait_for_prompts 1
+    stored=$(prompts_done "$work/first.log")
+    signal_run TERM mpirun
+    finish_run
+    grep -v '^progress:' "$work/first.log"
     echo "mpirun exit status after SIGTERM: $status"
-    # Open MPI decides what its ranks see (at times the whole run finishes and mpirun still
-    # exits 1); whatever it did, what is on disk must be right, and --resume must finish it.
-    if [ -e "$work/out.h5.partial" ]; then
-      "$PYTHON" -c "import h5py; print('saved before the kill:', int(h5py.File('$work/out.h5.partial')['completed'][:].sum()), 'prompts')"
-    fi
+    # Open MPI decides what its ranks see (a clean stop, or SIGKILL before it is done); either
+    # way the prompts stored before the signal are on disk, and --resume finishes the rest.
+    [ -e "$work/out.h5.partial" ] || fail "no partial file after the SIGTERM"
+    saved=$("$PYTHON" -c "import h5py; print(int(h5py.File('$work/out.h5.partial')['completed'][:].sum()))")
+    echo "saved before the kill: $saved of $num prompts ($stored stored when the signal was sent)"
+    [ "$saved" -ge "$stored" ] || fail "prompts stored before the SIGTERM were lost"
+    [ "$saved" -lt $num ] || fail "the SIGTERM came too late: nothing was left for --resume"
     run --input "$work/in.h5" --output "$work/out.h5" --resume | grep -v "^$" || true ;;
-  *) echo "unknown case $case"; exit 1 ;;
+  *) fail "unknown case $case" ;;
 esac
-[ -e "$work/out.h5" ] && [ ! -e "$work/out.h5.partial" ] || { echo "FAILED: the run did not complete the output"; exit 1; }
+[ -e "$work/out.h5" ] && [ ! -e "$work/out.h5.partial" ] || fail "the run did not complete the output"
 "$bin/tests/compare_logits" "$work/out.h5" "$work/reference.h5" --rtol 1e-6
 echo "Passed: $case"

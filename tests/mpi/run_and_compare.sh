@@ -9,8 +9,8 @@ bin=$1 ranks=$2 out=$3 refs=$4
 shift 4
 [ "$1" = "--" ] && shift
 rm -f "$out" "$out.partial"
-timeout 300 mpirun -n "$ranks" "$bin/pipefill" run --quiet --output "$out" "$@"
-[ ! -e "$out.partial" ] || { echo "FAILED: $out.partial left behind"; exit 1; }
+pipefill_mpi "$ranks" run --quiet --output "$out" "$@"
+[ ! -e "$out.partial" ] || fail "$out.partial left behind"
 for ref in $refs; do
   "$bin/tests/compare_logits" "$out" "$ref" --rtol 1e-4
 done

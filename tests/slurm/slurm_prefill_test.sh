@@ -5,51 +5,41 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 repo=$(cd "$here/../.." && pwd)
+source "$repo/tests/mpi/mpi_env.sh"
 bin=$(cd "$1" && pwd) data=$(cd "$2" && pwd)
-work=$(mktemp -d)
+temp_dir work
 cluster=$work/slurm
-trap '"$here/slurm_cluster.sh" stop "$cluster"; rm -rf "$work"' EXIT
-start=$(date +%s)
+on_exit '"$here/slurm_cluster.sh" stop "$cluster"'
+start=$SECONDS
 "$here/slurm_cluster.sh" start "$cluster"
 # shellcheck disable=SC1091
 source "$cluster/env.sh"
+# job_done JOB: Slurm no longer lists JOB (finished, failed or cancelled).
+job_done() { [ -z "$(squeue -h -j "$1" -o %T 2>/dev/null || true)" ]; }
 
 # Reference: the same run launched directly.
-source "$repo/tests/mpi/mpi_env.sh"
-mpirun -n 4 "$bin/pipefill" run --model "$data/tiny" --input "$data/prompts.h5" --output "$work/direct.h5" \
+pipefill_mpi 4 run --model "$data/tiny" --input "$data/prompts.h5" --output "$work/direct.h5" \
   --pp 2 --tp 2 --chunk-size 64 --quiet
 
 cd "$work"
 job=$(MODEL="$data/tiny" INPUT="$data/prompts.h5" OUTPUT="$work/slurm.h5" PP=2 TP=2 CHUNK_SIZE=64 \
       PIPEFILL_BIN="$bin/pipefill" sbatch --parsable --export=ALL -n 4 "$repo/jobs/slurm/prefill_cpu.sbatch")
 echo "submitted job $job"
-for _ in $(seq 600); do
-  state=$(squeue -h -j "$job" -o %T 2>/dev/null || true)
-  [ -z "$state" ] && break
-  sleep 0.2
-done
-[ -z "$state" ] || { echo "FAILED: job $job still $state"; scancel "$job"; exit 1; }
+wait_until 120 "the end of job $job" job_done "$job"
 echo "--- job log"; cat "$work"/pipefill-cpu-"$job".out
-[ -f "$work/slurm.h5" ] || { echo "FAILED: the job wrote no output"; exit 1; }
+[ -f "$work/slurm.h5" ] || fail "the job wrote no output"
 "$bin/tests/compare_logits" "$work/slurm.h5" "$work/direct.h5" --rtol 1e-6
 "$bin/tests/compare_logits" "$work/slurm.h5" "$data/ref_tiny.h5" --rtol 1e-4
 
 # The strong-scaling array (P = 1, 2) and its dependent collect step.
-wait_for() {
-  for _ in $(seq 900); do
-    [ -z "$(squeue -h -j "$1" -o %T 2>/dev/null || true)" ] && return 0
-    sleep 0.2
-  done
-  echo "FAILED: job $1 did not finish"; return 1
-}
 submitted=$(PPS="1 2" TP=1 MODEL="$data/tiny" INPUT="$data/prompts.h5" OUT_DIR="$work/scaling" CHUNK_SIZE=64 \
             PIPEFILL_BIN="$bin/pipefill" "$repo/jobs/slurm/submit_strong_scaling.sh")
 echo "$submitted"
 read -r _ _ array _ _ collect <<<"$submitted"
-wait_for "$array"
-wait_for "$collect"
+wait_until 180 "the end of job $array" job_done "$array"
+wait_until 180 "the end of job $collect" job_done "$collect"
 cat "$work"/pipefill-scaling-*.out | tail -n 5
 rows=$(grep -c '^slurm,' "$work/scaling/scaling.csv" || true)
-[ "$rows" -eq 2 ] || { echo "FAILED: scaling.csv has $rows rows, expected 2"; exit 1; }
+[ "$rows" -eq 2 ] || fail "scaling.csv has $rows rows, expected 2"
 "$bin/tests/compare_logits" "$work/scaling/pp2.h5" "$data/ref_tiny.h5" --rtol 1e-4
-echo "Passed: Slurm jobs in $(( $(date +%s) - start )) s (cluster start, prefill job, scaling array + collect)"
+echo "Passed: Slurm jobs in $((SECONDS - start)) s (cluster start, prefill job, scaling array + collect)"

@@ -1,14 +1,14 @@
 // config.json read strictly: every rejected class of value throws UserError naming the file
 // and the field; transformers 5 `rope_parameters` is read and wins over the top-level keys;
-// the cost model's reader (sim::shape_from_json) holds the fields it shares to the same rules.
+// the cost model's reader (model::shape_from_json) holds the fields it shares to the same rules.
 #include <gtest/gtest.h>
 
 #include <limits>
 
 #include "errors.hpp"
 #include "model/config.hpp"
+#include "model/model_shape.hpp"
 #include "model/presets.hpp"
-#include "sim/model_shape.hpp"
 
 using namespace pf;
 using namespace pf::model;
@@ -243,8 +243,8 @@ TEST(ConfigValidation, TiedEmbeddingsCountOnce) {
   const long long embedding = static_cast<long long>(tied.vocab_size) * tied.hidden_size;
   EXPECT_EQ(untied.total_parameters() - tied.total_parameters(), embedding);
   // The banner's active parameters: layers' matmuls + embedding (+ lm_head when untied).
-  const sim::ModelShape tied_shape = sim::shape_from_config(tied);
-  const sim::ModelShape untied_shape = sim::shape_from_config(untied);
+  const model::ModelShape tied_shape = model::shape_from_config(tied);
+  const model::ModelShape untied_shape = model::shape_from_config(untied);
   EXPECT_TRUE(tied_shape.tie_word_embeddings);
   const double h = 128, q = 4 * 32, kv = 2 * 32, inter = 256;
   const double per_layer = h * q + 2 * h * kv + q * h + 3 * h * inter;
@@ -253,7 +253,7 @@ TEST(ConfigValidation, TiedEmbeddingsCountOnce) {
 }
 
 TEST(ConfigValidation, CostModelReaderSharesTheRules) {
-  using sim::shape_from_json;
+  using model::shape_from_json;
   const auto shape_error = [](const nlohmann::json& j, const std::string& field, const std::string& also = "") {
     expect_field_error([&] { shape_from_json(j, "cfg.json"); }, field, also);
   };

@@ -51,20 +51,25 @@ TEST(DynamicChunking, HandComputedSequenceHitsAlignmentThenFloor) {
 TEST(DynamicChunking, SmoothFactorInterpolates) {
   // L = 1024: x* = 424.16; s = 0.5 -> 1024 + 0.5 (424.16 - 1024) = 724.1 -> 704.
   EXPECT_EQ(plan(4096, 1024, 0.5, 64, {sglang_model(1, 0)})[1], 704);
-  // s = 0 gives fixed chunks (C0 a multiple of the alignment).
-  const auto fixed = plan(10000, 1024, 0.0, 64, {sglang_model(1, 0)});
-  EXPECT_EQ(fixed, chunk_sizes(10000, FixedChunkPolicy(1024)));
+  // s = 0 gives fixed chunks (C0 a multiple of the alignment): 9 x 1024, then the 784 left.
+  std::vector<int> fixed(9, 1024);
+  fixed.push_back(784);
+  EXPECT_EQ(plan(10000, 1024, 0.0, 64, {sglang_model(1, 0)}), fixed);
 }
 
 TEST(DynamicChunking, SmoothOneIsTheRawSolveAfterAlignment) {
-  const ChunkCostModel model = sglang_model(3e-9, 2e-5);
-  const DynamicChunkPolicy policy({4096, 1.0, 64, false}, {model});
-  const double target = model.target_time(4096);
-  for (int64_t prefix : {4096, 10000, 50000, 200000}) {
-    const double raw = *model.solve(static_cast<double>(prefix), target);
-    const int64_t expected = std::max<int64_t>(static_cast<int64_t>(std::max(raw, 1024.0)) / 64 * 64, 64);
-    EXPECT_EQ(policy.next_chunk(prefix, 1 << 30), expected) << prefix;
-  }
+  // DESIGN.md's rule by hand, a = 3e-9, b = 2e-5, C0 = 4096, s = 1, page 64:
+  // T = a C0^2 + b C0 = 0.050331648 + 0.08192 = 0.132251648, and at prefix L
+  // x* = (-(2aL + b) + sqrt((2aL + b)^2 + 4aT)) / (2a); floor C0/4 = 1024, align down to 64.
+  //   L =   4096: 2aL + b = 4.4576e-5 -> x* = 2534.5 -> 2496
+  //   L =  10000: 2aL + b = 8.0e-5    -> x* = 1561.7 -> 1536
+  //   L =  50000: 2aL + b = 3.2e-4    -> x* =  411.7 -> floor 1024
+  //   L = 200000: 2aL + b = 1.22e-3   -> x* =  108.4 -> floor 1024
+  const DynamicChunkPolicy policy({4096, 1.0, 64, false}, {sglang_model(3e-9, 2e-5)});
+  const std::vector<std::pair<int64_t, int64_t>> expected = {{4096, 2496}, {10000, 1536}, {50000, 1024}, {200000, 1024}};
+  for (const auto& [prefix, size] : expected) EXPECT_EQ(policy.next_chunk(prefix, 1 << 30), size) << prefix;
+  // s = 0.75 at L = 4096: 4096 + 0.75 (2534.5 - 4096) = 2924.9 -> 2880.
+  EXPECT_EQ(DynamicChunkPolicy({4096, 0.75, 64, false}, {sglang_model(3e-9, 2e-5)}).next_chunk(4096, 1 << 30), 2880);
 }
 
 TEST(DynamicChunking, RaisedToTheAlignmentWhenBelowIt) {

@@ -8,10 +8,10 @@
 #include <regex>
 #include <string>
 
-#include "compute/flops.hpp"
 #include "model/presets.hpp"
 #include "pipeline/progress.hpp"
 #include "sched/batch_plan.hpp"
+#include "sched/plan_flops.hpp"
 
 using namespace pf;
 using namespace pf::pipeline;
@@ -47,7 +47,7 @@ sched::StageCostFit fit_of(int stage, sched::FitResult sglang, sched::FitResult 
 // One prompt of 1M tokens in chunks of 4096 (llama3-8b), 10 % of the chunks done after 100 s.
 TEST(Progress, MillionTokenPromptEtaIsWeighedByFlops) {
   const PlainLines lines;
-  const sim::ModelShape shape = sim::shape_from_config(model::preset_config("llama3-8b"));
+  const model::ModelShape shape = model::shape_from_config(model::preset_config("llama3-8b"));
   constexpr int64_t kLength = 1'000'000;
   const sched::BatchPlan plan = sched::make_plan({kLength}, sched::FixedChunkPolicy(4096));
   ASSERT_EQ(plan.micro_batches.size(), 245u);  // 244 x 4096 + 576
@@ -65,7 +65,7 @@ TEST(Progress, MillionTokenPromptEtaIsWeighedByFlops) {
 
   const PlanWork work = plan_work(plan, shape);
   EXPECT_NEAR(work.total() / total, 1.0, 1e-12);
-  EXPECT_NEAR(work.total() / compute::plan_flops(shape, plan), 1.0, 1e-12);  // the summary's count
+  EXPECT_NEAR(work.total() / sched::plan_flops(shape, plan), 1.0, 1e-12);  // the summary's count
   EXPECT_NEAR(work.attention_flops / (layers * k * (n * n + n)), 1.0, 1e-12);
   EXPECT_NEAR(work.fraction_done(done_chunks) / expected_fraction, 1.0, 1e-12);
   EXPECT_EQ(work.fraction_done(0), 0.0);
@@ -160,7 +160,7 @@ TEST(Progress, StageCostModelsPredictBeatPlusDrain) {
 
   // The announcement, with the whole model's FLOPs of this plan (tiny preset).
   const PlainLines lines;
-  const sim::ModelShape shape = sim::shape_from_config(model::preset_config("tiny"));
+  const model::ModelShape shape = model::shape_from_config(model::preset_config("tiny"));
   std::FILE* out = std::tmpfile();
   ASSERT_NE(out, nullptr);
   ProgressReporter progress(0, plan.total_tokens(), 2, out, [] { return 0.0; });

@@ -8,14 +8,17 @@
 #include "cli/commands.hpp"
 #include "compute/cpu/attention.hpp"
 #include "errors.hpp"
+#include "model/model_shape.hpp"
 #include "model/presets.hpp"
 #include "sim/hardware.hpp"
-#include "sim/model_shape.hpp"
 #include "sim/pipeline_sim.hpp"
 #include "sim/stage_costs.hpp"
 
 using namespace pf;
 using namespace pf::sim;
+using model::ModelShape;
+using model::shape_from_config;
+using model::shape_from_json;
 
 TEST(ModelShape, DenseCountsMatchTheConfig) {
   const auto config = model::preset_config("llama3-8b");
@@ -23,6 +26,8 @@ TEST(ModelShape, DenseCountsMatchTheConfig) {
   // Per token per layer: q, k, v, o and gate, up, down (2 FLOPs per multiply-add).
   const double per_token = 2.0 * (4096.0 * 4096 * 2 + 4096.0 * 1024 * 2 + 3.0 * 4096 * 14336);
   EXPECT_DOUBLE_EQ(s.matmul_flops(0, 1.0), per_token);
+  // 3 queries at prefix 100 see 101, 102, 103 keys: 4·128 FLOPs each, 32 heads.
+  EXPECT_DOUBLE_EQ(s.attention_flops(100, 3), 4.0 * 128 * 32 * (101 + 102 + 103));
   EXPECT_DOUBLE_EQ(s.attention_flops(100, 3), cpu::chunk_attention_flops(3, 100, 32, 128));
   EXPECT_NEAR(s.active_parameters() / 1e9, 8.03, 0.02);
 }
@@ -70,20 +75,26 @@ TEST(StageCosts, AnalyticModelIsThePrefixForm) {
   const HardwareSpec hw = load_hardware("h200");
   const auto costs = analytic_stage_costs(s, hw, {{0, 16}, {16, 16}}, 2, false);
   ASSERT_EQ(costs.size(), 2u);
-  // t(L, x) must equal FLOPs / rates + the TP all-reduces.
-  const double x = 4096, L = 65536;
-  double matmul = 0, attention = 0;
-  for (int layer = 0; layer < 16; ++layer) {
-    matmul += s.matmul_flops(layer, x);
-    attention += s.attention_flops(L, x);
-  }
-  const double ring = 2.0 * (2 - 1);
-  const double allreduce = 16 * 2 * (ring * hw.intra_node.latency_s + ring / 2 * x * s.hidden_size * 2 / hw.intra_node.bandwidth_Bps);
-  const double expected = matmul / (hw.peak_bf16_flops * hw.matmul_efficiency * 2) +
-                          attention / (hw.peak_bf16_flops * hw.attention_efficiency * 2) + allreduce;
+  // t(L, x) = FLOPs / rates + the TP all-reduces, counted by hand for 16 layers of
+  // Llama-3-8B (hidden 4096, 32 query and 8 KV heads of 128, MLP 14336, vocabulary 128256):
+  //   projections 2 (4096·4096·2 [q, o] + 4096·1024·2 [k, v] + 3·4096·14336) = 436207616 FLOPs a token;
+  //   attention 4·128 FLOPs per (query, visible key, head): 32 heads, x L + x (x + 1) / 2 keys;
+  //   tp 2 shares both over 2 devices, each at the bf16 peak times its efficiency;
+  //   two ring all-reduces of x·4096 float32 activations a layer, 2 (tp - 1) steps of 1/tp of them.
+  const double x = 4096, L = 65536, tp = 2;
+  const double matmul = 16 * 436207616.0 * x;
+  const double attention = 16 * 4.0 * 128 * 32 * (x * L + x * (x + 1) / 2);
+  const double steps = 2 * (tp - 1);
+  const double allreduce = 16 * 2 *
+                           (steps * hw.intra_node.latency_s +
+                            steps * (x * 4096 / tp) * 4 / hw.intra_node.bandwidth_Bps);
+  const double expected = matmul / (hw.peak_bf16_flops * hw.matmul_efficiency * tp) +
+                          attention / (hw.peak_bf16_flops * hw.attention_efficiency * tp) + allreduce;
   EXPECT_NEAR(costs[0].chunk_seconds(L, x), expected, 1e-9 * expected);
+  // Only the last stage has the LM head: one position, 2·4096·128256 FLOPs.
   EXPECT_EQ(costs[0].lm_head_s, 0.0);
-  EXPECT_GT(costs[1].lm_head_s, 0.0);
+  const double lm_head = 2.0 * 4096 * 128256 / (hw.peak_bf16_flops * hw.matmul_efficiency * tp);
+  EXPECT_NEAR(costs[1].lm_head_s, lm_head, 1e-12 * lm_head);
   // Stages on different nodes talk over the inter-node link.
   EXPECT_EQ(stage_link(hw, 0, 8).bandwidth_Bps, hw.inter_node.bandwidth_Bps);
   EXPECT_EQ(stage_link(hw, 0, 4).bandwidth_Bps, hw.intra_node.bandwidth_Bps);

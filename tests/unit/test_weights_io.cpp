@@ -4,8 +4,10 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <map>
 
 #include "cli/commands.hpp"
 #include "errors.hpp"
@@ -89,31 +91,111 @@ TEST(Checkpoint, ShapeMismatchIsNamed) {
   fs::remove_all(dir);
 }
 
+namespace {
+
+// The full tensors of a source, and how often each element was found in a shard.
+class TileCheck {
+ public:
+  explicit TileCheck(const model::TensorSource& source) : source_(source) {}
+
+  // The shard block `got` ([rows, cols], row-major) must be rows [row0, row0 + rows) x
+  // columns [col0, col0 + cols) of tensor `name`, element for element.
+  void block(const std::string& name, const float* got, int64_t row0, int64_t rows, int64_t col0, int64_t cols) {
+    Full& full = full_tensor(name);
+    ASSERT_LE(row0 + rows, full.rows) << name;
+    ASSERT_LE(col0 + cols, full.cols) << name;
+    int64_t wrong = 0;
+    for (int64_t r = 0; r < rows; ++r)
+      for (int64_t c = 0; c < cols; ++c) {
+        const int64_t at = (row0 + r) * full.cols + col0 + c;
+        wrong += full.values[at] != got[r * cols + c];
+        ++full.seen[at];
+      }
+    EXPECT_EQ(wrong, 0) << name << " rows " << row0 << "+" << rows << " columns " << col0 << "+" << cols;
+  }
+
+  // The shards together hold every element of every tensor checked, each exactly once.
+  void expect_tiled() const {
+    for (const auto& [name, full] : tensors_) {
+      const auto once = std::count(full.seen.begin(), full.seen.end(), 1);
+      EXPECT_EQ(once, static_cast<int64_t>(full.seen.size())) << name << ": elements not held exactly once";
+    }
+  }
+
+ private:
+  struct Full {
+    int64_t rows = 0, cols = 0;
+    std::vector<float> values;
+    std::vector<int> seen;
+  };
+  Full& full_tensor(const std::string& name) {
+    auto it = tensors_.find(name);
+    if (it != tensors_.end()) return it->second;
+    const auto shape = source_.shape(name);
+    Full full;
+    full.rows = shape.at(0);
+    full.cols = shape.size() > 1 ? shape[1] : 1;
+    full.values.resize(full.rows * full.cols);
+    source_.read_block(name, 0, full.rows, 0, full.cols, full.values.data());
+    full.seen.assign(full.values.size(), 0);
+    return tensors_.emplace(name, std::move(full)).first->second;
+  }
+
+  const model::TensorSource& source_;
+  std::map<std::string, Full> tensors_;
+};
+
+// Loads layer 2 and the LM head on each of `tp` ranks and checks every sharded matrix
+// against the full one. Column parallel (q/k/v, gate/up, the vocabulary): rank r holds rows
+// [r n, (r + 1) n) of n = rows / tp; row parallel (o, down): the same range of columns.
+void expect_shards_tile(const model::ModelConfig& c, int tp) {
+  const auto source = model::make_synthetic_source(c, 0);
+  const std::string p = "model.layers.2.";
+  const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
+  const int64_t h = c.hidden_size, q = c.num_heads / tp * c.head_dim, kv = c.num_kv_heads / tp * c.head_dim;
+  const int64_t inter = c.intermediate_size / tp;
+  TileCheck check(*source);
+  int64_t vocab_row = 0;
+  for (int r = 0; r < tp; ++r) {
+    const auto w = model::load_stage_weights(c, *source, {2, 1}, false, true, model::make_shard_spec(c, tp, r));
+    ASSERT_EQ(w.layers.size(), 1u);
+    const auto& l = w.layers[0];
+    ASSERT_EQ(l.qkv.size(), size_t((q + 2 * kv) * h));
+    check.block(p + "self_attn.q_proj.weight", l.qkv.data(), r * q, q, 0, h);
+    check.block(p + "self_attn.k_proj.weight", l.qkv.data() + q * h, r * kv, kv, 0, h);
+    check.block(p + "self_attn.v_proj.weight", l.qkv.data() + (q + kv) * h, r * kv, kv, 0, h);
+    if (c.attention_bias) {
+      ASSERT_EQ(l.qkv_bias.size(), size_t(q + 2 * kv));
+      check.block(p + "self_attn.q_proj.bias", l.qkv_bias.data(), r * q, q, 0, 1);
+      check.block(p + "self_attn.k_proj.bias", l.qkv_bias.data() + q, r * kv, kv, 0, 1);
+      check.block(p + "self_attn.v_proj.bias", l.qkv_bias.data() + q + kv, r * kv, kv, 0, 1);
+    }
+    ASSERT_EQ(l.o.size(), size_t(h * q));
+    check.block(p + "self_attn.o_proj.weight", l.o.data(), 0, h, r * q, q);
+    ASSERT_EQ(l.gate_up.size(), size_t(2 * inter * h));
+    check.block(p + "mlp.gate_proj.weight", l.gate_up.data(), r * inter, inter, 0, h);
+    check.block(p + "mlp.up_proj.weight", l.gate_up.data() + inter * h, r * inter, inter, 0, h);
+    ASSERT_EQ(l.down.size(), size_t(h * inter));
+    check.block(p + "mlp.down_proj.weight", l.down.data(), 0, h, r * inter, inter);
+    // The vocabulary in rank order, the remainder of V / tp on the first ranks.
+    const int64_t vocab_rows = c.vocab_size / tp + (r < c.vocab_size % tp ? 1 : 0);
+    ASSERT_EQ(w.lm_head.size(), size_t(vocab_rows * h));
+    check.block(head, w.lm_head.data(), vocab_row, vocab_rows, 0, h);
+    vocab_row += vocab_rows;
+  }
+  check.expect_tiled();
+}
+
+}  // namespace
+
 TEST(Weights, TensorParallelShardsTileTheFullMatrices) {
   const auto c = model::preset_config("tiny");
-  const auto source = model::make_synthetic_source(c, 0);
-  const model::StageRange stage{2, 1};
-  const int tp = 2;
-  std::vector<model::StageWeights> shards;
-  for (int r = 0; r < tp; ++r)
-    shards.push_back(model::load_stage_weights(c, *source, stage, true, true, model::make_shard_spec(c, tp, r)));
-  // q rows of rank 1 start at head 2 of q_proj.
-  std::vector<float> q_row(c.hidden_size);
-  source->read_block("model.layers.2.self_attn.q_proj.weight", 2 * c.head_dim, 1, 0, c.hidden_size, q_row.data());
-  EXPECT_TRUE(std::equal(q_row.begin(), q_row.end(), shards[1].layers[0].qkv.begin()));
-  // o_proj columns: rank 1 owns columns [64, 128) of every row.
-  std::vector<float> o_part(64);
-  source->read_block("model.layers.2.self_attn.o_proj.weight", 7, 1, 64, 64, o_part.data());
-  EXPECT_TRUE(std::equal(o_part.begin(), o_part.end(), shards[1].layers[0].o.begin() + 7 * 64));
-  // Vocabulary split covers [0, V) exactly once.
-  EXPECT_EQ(shards[0].lm_head.size() + shards[1].lm_head.size(), size_t(c.vocab_size) * c.hidden_size);
-  const auto odd = model::make_shard_spec(
-      [] {
-        auto x = model::preset_config("tiny");
-        x.vocab_size = 511;
-        return x;
-      }(),
-      2, 1);
+  expect_shards_tile(c, 2);
+  // Biases sharded with their rows, a tied LM head, a vocabulary that does not divide by tp.
+  auto qwen2 = model::preset_config("tiny-qwen2");
+  qwen2.vocab_size = 511;
+  expect_shards_tile(qwen2, 2);
+  const auto odd = model::make_shard_spec(qwen2, 2, 1);
   EXPECT_EQ(odd.vocab_begin, 256);
   EXPECT_EQ(odd.vocab_count, 255);
   EXPECT_THROW(model::validate_tensor_parallel(c, 4), UserError);  // 2 KV heads

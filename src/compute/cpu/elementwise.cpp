@@ -79,6 +79,11 @@ void swiglu(const float* gate_up, int rows, int width, float* out) {
   }
 }
 
+void bias_add(float* x, int rows, int width, int64_t stride, const float* bias) {
+  for (int r = 0; r < rows; ++r)
+    for (int i = 0; i < width; ++i) x[r * stride + i] += bias[i];
+}
+
 void add_inplace(float* x, const float* y, int64_t n) {
   for (int64_t i = 0; i < n; ++i) x[i] += y[i];
 }

@@ -26,6 +26,9 @@ void apply_rope(float* x, int rows, int row_stride, int heads, int head_dim, int
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, width + i]
 void swiglu(const float* gate_up, int rows, int width, float* out);
 
+// x[r, i] += bias[i] for `rows` rows of `width` (row stride `stride`)
+void bias_add(float* x, int rows, int width, int64_t stride, const float* bias);
+
 // x += y (n elements)
 void add_inplace(float* x, const float* y, int64_t n);
 

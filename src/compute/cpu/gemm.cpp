@@ -5,11 +5,8 @@
 
 namespace pf::cpu {
 
-void linear(const float* x, int rows, int in, const float* weight, int out, float* y, const float* bias) {
+void linear(const float* x, int rows, int in, const float* weight, int out, float* y) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, weight, in, 0.0f, y, out);
-  if (bias == nullptr) return;
-  for (int r = 0; r < rows; ++r)
-    for (int o = 0; o < out; ++o) y[static_cast<long>(r) * out + o] += bias[o];
 }
 
 }  // namespace pf::cpu

@@ -3,7 +3,7 @@
 
 namespace pf::cpu {
 
-// y[rows, out] = x[rows, in] . W^T (+ bias), W stored [out, in] as Hugging Face does.
-void linear(const float* x, int rows, int in, const float* weight, int out, float* y, const float* bias = nullptr);
+// y[rows, out] = x[rows, in] . W^T, W stored [out, in] as Hugging Face does.
+void linear(const float* x, int rows, int in, const float* weight, int out, float* y);
 
 }  // namespace pf::cpu

@@ -1,8 +1,6 @@
-// The CUDA stage compute (see cuda_stage_compute.hpp). One decoder layer, Megatron TP:
-//   rmsnorm -> qkv GEMM (+bias) [-> q/k norm] -> RoPE -> K/V into pages -> chunk attention
-//   -> o GEMM [-> all-reduce] -> residual -> rmsnorm -> gate_up GEMM -> SwiGLU -> down GEMM
-//   [-> all-reduce] -> residual.
-// With tp == 1 the o and down GEMMs add into the residual stream directly (beta = 1).
+// The CUDA stage compute (see cuda_stage_compute.hpp): set-up, the chunk's uploads and
+// timing around the layer recipe (compute/decoder_layer.cpp), the recipe's ops as cuBLASLt
+// GEMMs and kernels/ launches, and the LM head.
 #include "compute/cuda/cuda_stage_compute.hpp"
 
 #include <chrono>
@@ -27,9 +25,18 @@ void nap_until(const std::function<bool()>& ready) {
 }  // namespace
 
 CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard,
-                                   DeviceWeights weights, int page_size, int max_chunk_tokens)
-    : config_(config), shard_(shard), weights_(std::move(weights)), page_size_(page_size) {
-  CUDA_CHECK(cudaStreamCreateWithFlags(&forward_stream_, cudaStreamNonBlocking));
+                                   DeviceWeights weights, int page_size, int max_chunk_tokens, cudaStream_t forward,
+                                   dist::TpAllReduce* all_reduce)
+    : config_(config),
+      shard_(shard),
+      shape_(config, shard),
+      recipe_(compute::LayerRecipe::of(config, shard)),
+      weights_(std::move(weights)),
+      page_size_(page_size),
+      forward_stream_(forward ? forward : create_forward_stream()),
+      all_reduce_(all_reduce) {
+  if (recipe_.tensor_parallel && !all_reduce_)
+    fail("pipefill", "CudaStageCompute", "tp > 1 needs a TP all-reduce", __FILE__, __LINE__);
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&logits_ready_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&logits_copied_, cudaEventDisableTiming));
@@ -71,6 +78,12 @@ CudaStageCompute::~CudaStageCompute() {
   cudaEventDestroy(drained_);
   cudaStreamDestroy(copy_stream_);
   cudaStreamDestroy(forward_stream_);
+}
+
+cudaStream_t CudaStageCompute::create_forward_stream() {
+  cudaStream_t stream = nullptr;
+  CUDA_CHECK(cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking));
+  return stream;
 }
 
 int64_t CudaStageCompute::free_device_bytes() {
@@ -144,7 +157,141 @@ cudaEvent_t CudaStageCompute::take_event() {
   return e;
 }
 
-void CudaStageCompute::forward(const compute::ChunkContext& chunk, float* hidden, const compute::AllReduce& reduce) {
+// The decoder-layer ops (decoder_layer.hpp) of one chunk, enqueued on the forward stream:
+// cuBLASLt GEMMs read bf16 buffers and write float ones; kernels/ do the rest.
+class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
+ public:
+  LayerOnGpu(CudaStageCompute& stage, const compute::ChunkContext& chunk, float* hidden)
+      : g_(stage),
+        shape_(stage.shape_),
+        chunk_(chunk),
+        hidden_(hidden),
+        stream_(stage.forward_stream_),
+        eps_(static_cast<float>(stage.config_.rms_norm_eps)) {
+    kv_.base = stage.kv_storage_.data();
+    kv_.page_table = stage.page_table_.data();
+    kv_.layers = static_cast<int>(stage.weights_.layers.size());
+    kv_.kv_heads = stage.shard_.kv_heads;
+    kv_.head_dim = stage.config_.head_dim;
+    kv_.page_size = stage.page_size_;
+  }
+
+  void select_layer(int layer) override {
+    layer_ = layer;
+    w_ = &g_.weights_.layers[layer];
+  }
+
+  void rms_norm(compute::Norm norm) override {
+    const int h = shape_.hidden;
+    kernels::rms_norm_rows(hidden_, chunk_.tokens, h, h, compute::weight_of(*w_, norm).data(), eps_, g_.normed_.data(),
+                           h, stream_);
+  }
+
+  void project(compute::Buffer in, compute::Projection projection, compute::Buffer out) override {
+    g_.gemm_.linear(gemm_input(in), chunk_.tokens, shape_.in_width(projection),
+                    compute::weight_of(*w_, projection).data(), shape_.out_width(projection), float_buffer(out),
+                    stream_);
+  }
+
+  // The GEMM adds into the residual stream itself (beta = 1).
+  void project_onto_residual(compute::Buffer in, compute::Projection projection) override {
+    g_.gemm_.linear(gemm_input(in), chunk_.tokens, shape_.in_width(projection),
+                    compute::weight_of(*w_, projection).data(), shape_.out_width(projection), hidden_, stream_,
+                    /*beta=*/1.0f);
+  }
+
+  void add_qkv_bias() override {
+    const int width = shape_.qkv_width();
+    kernels::bias_add(g_.qkv_.data(), chunk_.tokens, width, width, w_->qkv_bias.data(), stream_);
+  }
+
+  void qk_norm() override {
+    float* q = g_.qkv_.data();
+    const int t = chunk_.tokens, d = shape_.head_dim, stride = shape_.qkv_width();
+    kernels::rms_norm_heads(q, t, shape_.heads, d, stride, w_->q_norm.data(), eps_, stream_);
+    kernels::rms_norm_heads(q + shape_.q_width(), t, shape_.kv_heads, d, stride, w_->k_norm.data(), eps_, stream_);
+  }
+
+  // q and k heads in one launch.
+  void rope() override {
+    kernels::rope(g_.qkv_.data(), chunk_.tokens, shape_.qkv_width(), shape_.heads, shape_.kv_heads, shape_.q_width(),
+                  shape_.head_dim, chunk_.pos0, g_.inv_freq_.data(), stream_);
+  }
+
+  void append_kv() override {
+    const float* k = g_.qkv_.data() + shape_.q_width();
+    kernels::kv_append(kv_, layer_, chunk_.pos0, chunk_.tokens, k, k + shape_.kv_width(), shape_.qkv_width(), stream_);
+  }
+
+  void attention() override {
+    kernels::AttentionArgs args;
+    args.q = g_.qkv_.data();
+    args.q_stride = shape_.qkv_width();
+    args.tokens = chunk_.tokens;
+    args.pos0 = chunk_.pos0;
+    args.heads = shape_.heads;
+    args.kv = kv_;
+    args.layer = layer_;
+    args.out = g_.attn_.data();
+    args.out_stride = shape_.q_width();
+    kernels::chunk_attention(args, stream_);
+    CUDA_CHECK_LAUNCH();
+  }
+
+  void swiglu() override {
+    kernels::swiglu(g_.gate_up_.data(), chunk_.tokens, shape_.intermediate, g_.act_.data(), stream_);
+  }
+
+  void all_reduce(compute::Buffer role) override {
+    g_.all_reduce_->sum(float_buffer(role), chunk_.tokens * shape_.width(role));
+  }
+
+  void add_to_residual(compute::Buffer role) override {
+    kernels::residual_add(hidden_, float_buffer(role), static_cast<int64_t>(chunk_.tokens) * shape_.width(role),
+                          stream_);
+  }
+
+ private:
+  bf16* gemm_input(compute::Buffer role) {
+    switch (role) {
+      case compute::Buffer::kNormed:
+        return g_.normed_.data();
+      case compute::Buffer::kAttention:
+        return g_.attn_.data();
+      case compute::Buffer::kActivation:
+        return g_.act_.data();
+      default:
+        fail("pipefill", "CudaStageCompute", "a GEMM input that is not a bf16 buffer", __FILE__, __LINE__);
+    }
+  }
+
+  float* float_buffer(compute::Buffer role) {
+    switch (role) {
+      case compute::Buffer::kHidden:
+        return hidden_;
+      case compute::Buffer::kQkv:
+        return g_.qkv_.data();
+      case compute::Buffer::kPartial:
+        return g_.proj_.data();
+      case compute::Buffer::kGateUp:
+        return g_.gate_up_.data();
+      default:
+        fail("pipefill", "CudaStageCompute", "not a float buffer", __FILE__, __LINE__);
+    }
+  }
+
+  CudaStageCompute& g_;
+  const compute::LayerShape& shape_;
+  const compute::ChunkContext& chunk_;
+  float* const hidden_;
+  const cudaStream_t stream_;
+  const float eps_;
+  kernels::PagedKv kv_;  // this prompt's pages (the page table uploaded for the chunk)
+  int layer_ = 0;
+  const DeviceLayer* w_ = nullptr;
+};
+
+void CudaStageCompute::forward(const compute::ChunkContext& chunk, float* hidden) {
   if (!pages_) fail("pipefill", "CudaStageCompute::forward", "allocate_kv() was not called", __FILE__, __LINE__);
   ensure_workspace(chunk.tokens);
   pages_->reserve(chunk.prompt, chunk.pos0 + chunk.tokens);
@@ -156,69 +303,13 @@ void CudaStageCompute::forward(const compute::ChunkContext& chunk, float* hidden
     span.end = take_event();
     CUDA_CHECK(cudaEventRecord(span.start, forward_stream_));
   }
-  for (int layer = 0; layer < static_cast<int>(weights_.layers.size()); ++layer)
-    layer_forward(layer, chunk, hidden, reduce);
+  LayerOnGpu ops(*this, chunk, hidden);
+  compute::forward_layers(ops, static_cast<int>(weights_.layers.size()), recipe_);
+  CUDA_CHECK_LAUNCH();
   if (timed) {
     CUDA_CHECK(cudaEventRecord(span.end, forward_stream_));
     spans_.push_back(span);
   }
-}
-
-void CudaStageCompute::layer_forward(int layer, const compute::ChunkContext& chunk, float* hidden,
-                                     const compute::AllReduce& reduce) {
-  const DeviceLayer& w = weights_.layers[layer];
-  const int h = config_.hidden_size, d = config_.head_dim, t = chunk.tokens;
-  const int heads = shard_.heads, kv_heads = shard_.kv_heads, inter = shard_.intermediate;
-  const int q_width = heads * d, kv_width = kv_heads * d, qkv_width = q_width + 2 * kv_width;
-  const float eps = static_cast<float>(config_.rms_norm_eps);
-  const cudaStream_t s = forward_stream_;
-  const bool sharded = shard_.tp > 1;
-  float* qkv = qkv_.data();
-
-  // Attention block.
-  kernels::rms_norm_rows(hidden, t, h, h, w.input_norm.data(), eps, normed_.data(), h, s);
-  gemm_.linear(normed_.data(), t, h, w.qkv.data(), qkv_width, qkv, s);
-  if (!w.qkv_bias.empty()) kernels::bias_add(qkv, t, qkv_width, qkv_width, w.qkv_bias.data(), s);
-  if (config_.qk_norm) {
-    kernels::rms_norm_heads(qkv, t, heads, d, qkv_width, w.q_norm.data(), eps, s);
-    kernels::rms_norm_heads(qkv + q_width, t, kv_heads, d, qkv_width, w.k_norm.data(), eps, s);
-  }
-  kernels::rope(qkv, t, qkv_width, heads, kv_heads, q_width, d, chunk.pos0, inv_freq_.data(), s);
-  kernels::PagedKv kv{kv_storage_.data(), page_table_.data(), static_cast<int>(weights_.layers.size()), kv_heads, d,
-                      page_size_};
-  kernels::kv_append(kv, layer, chunk.pos0, t, qkv + q_width, qkv + q_width + kv_width, qkv_width, s);
-  kernels::AttentionArgs args;
-  args.q = qkv;
-  args.q_stride = qkv_width;
-  args.tokens = t;
-  args.pos0 = chunk.pos0;
-  args.heads = heads;
-  args.kv = kv;
-  args.layer = layer;
-  args.out = attn_.data();
-  args.out_stride = q_width;
-  kernels::chunk_attention(args, s);
-  CUDA_CHECK_LAUNCH();
-  if (sharded) {  // row parallel: partial sums, reduced, then added
-    gemm_.linear(attn_.data(), t, q_width, w.o.data(), h, proj_.data(), s);
-    reduce(proj_.data(), t * h);
-    kernels::residual_add(hidden, proj_.data(), static_cast<int64_t>(t) * h, s);
-  } else {
-    gemm_.linear(attn_.data(), t, q_width, w.o.data(), h, hidden, s, /*beta=*/1.0f);
-  }
-
-  // MLP block.
-  kernels::rms_norm_rows(hidden, t, h, h, w.post_norm.data(), eps, normed_.data(), h, s);
-  gemm_.linear(normed_.data(), t, h, w.gate_up.data(), 2 * inter, gate_up_.data(), s);
-  kernels::swiglu(gate_up_.data(), t, inter, act_.data(), s);
-  if (sharded) {
-    gemm_.linear(act_.data(), t, inter, w.down.data(), h, proj_.data(), s);
-    reduce(proj_.data(), t * h);
-    kernels::residual_add(hidden, proj_.data(), static_cast<int64_t>(t) * h, s);
-  } else {
-    gemm_.linear(act_.data(), t, inter, w.down.data(), h, hidden, s, /*beta=*/1.0f);
-  }
-  CUDA_CHECK_LAUNCH();
 }
 
 void CudaStageCompute::lm_head(const float* hidden_row, float* logits_shard) {

@@ -3,10 +3,11 @@
 // cuBLASLt GEMMs and the kernels of kernels/. Everything is enqueued on the forward stream
 // and returns at once (the host prepares the next micro-batch while the GPU runs this
 // one); the logits go device -> host on a separate copy stream. Each forward is bracketed
-// by CUDA events, which is where the timeline's compute spans come from.
+// by CUDA events, which is where the timeline's compute spans come from. The layer itself
+// is the recipe of compute/decoder_layer.hpp over this class's ops.
 //
-// MPI-free: the TP all-reduce is a callback (NCCL on this stream, or staged through host
-// memory), installed by whoever builds the communicators.
+// MPI-free: the TP all-reduce is a dist::TpAllReduce (NCCL on the forward stream, or staged
+// through host memory) built and owned by whoever builds the communicators.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -16,10 +17,12 @@
 #include <memory>
 #include <vector>
 
-#include "compute/cuda/device_array.hpp"
+#include "device/device_array.hpp"
 #include "compute/cuda/device_weights.hpp"
 #include "compute/cuda/lt_gemm.hpp"
+#include "compute/decoder_layer.hpp"
 #include "compute/stage_compute.hpp"
+#include "dist/tp_all_reduce.hpp"
 #include "kvcache/page_table.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
@@ -32,15 +35,19 @@ class CudaStageCompute final : public compute::StageCompute {
   // Takes the weights (already on the device) and reserves the workspace of a chunk of
   // `max_chunk_tokens` (it grows if a longer chunk ever comes). The KV pool comes later,
   // from allocate_kv(), once the caller has sized it from free_device_bytes().
+  // `forward`: the stream everything is enqueued on, owned from here on (null: a new one);
+  // a TP reducer built before this enqueues on it too. `all_reduce`: null when tp == 1,
+  // else it must outlive this.
   CudaStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard, DeviceWeights weights,
-                   int page_size, int max_chunk_tokens);
+                   int page_size, int max_chunk_tokens, cudaStream_t forward = nullptr,
+                   dist::TpAllReduce* all_reduce = nullptr);
+  // A stream of the kind forward() runs on, for a caller that builds the reducer first.
+  static cudaStream_t create_forward_stream();
   ~CudaStageCompute() override;
 
   static int64_t free_device_bytes();
   kv::KvShape kv_shape() const;
   void allocate_kv(int num_pages);
-  // Installs the TP all-reduce (device pointer, float count), run in stream order.
-  void set_all_reduce(compute::AllReduce all_reduce) { all_reduce_ = std::move(all_reduce); }
   cudaStream_t forward_stream() const { return forward_stream_; }
   // How the host waits for the device (the logits copy, synchronize()): `ready` polled until
   // true. The pipeline installs its watchdog wait, so a hung GPU ends the job with a message
@@ -49,7 +56,7 @@ class CudaStageCompute final : public compute::StageCompute {
   void set_waiter(Waiter waiter) { waiter_ = std::move(waiter); }
 
   void embed(const int32_t* tokens, int count, float* hidden) override;
-  void forward(const compute::ChunkContext& chunk, float* hidden, const compute::AllReduce& all_reduce) override;
+  void forward(const compute::ChunkContext& chunk, float* hidden) override;
   void lm_head(const float* hidden_row, float* logits_shard) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void finish_prompt(int prompt) override;
@@ -60,13 +67,12 @@ class CudaStageCompute final : public compute::StageCompute {
   bool timed_on_device() const override { return true; }
   void align_clock(double host_now_s) override;
   void take_finished_spans(std::vector<compute::DeviceSpan>& out, bool wait_for_all) override;
-  compute::AllReduce device_all_reduce() const override { return all_reduce_; }
   float* profiling_hidden(std::vector<float>& host) override;
 
   int peak_kv_pages() const { return pages_ ? pages_->peak_pages_in_use() : 0; }
 
  private:
-  void layer_forward(int layer, const compute::ChunkContext& chunk, float* hidden, const compute::AllReduce& reduce);
+  class LayerOnGpu;  // the decoder-layer ops on one chunk (cuda_stage_compute.cpp)
   void ensure_workspace(int tokens);
   void upload_page_table(int prompt);
   // Host -> device copy through a pinned staging slot, in forward-stream order, without
@@ -76,11 +82,13 @@ class CudaStageCompute final : public compute::StageCompute {
 
   model::ModelConfig config_;
   model::ShardSpec shard_;
+  compute::LayerShape shape_;
+  compute::LayerRecipe recipe_;
   DeviceWeights weights_;
   int page_size_;
   cudaStream_t forward_stream_ = nullptr, copy_stream_ = nullptr;
   LtGemm gemm_;
-  compute::AllReduce all_reduce_;
+  dist::TpAllReduce* all_reduce_;
   DeviceArray<double> inv_freq_;
 
   // Workspace for one chunk.

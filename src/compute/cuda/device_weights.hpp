@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "compute/cuda/device_array.hpp"
+#include "device/device_array.hpp"
 #include "kernels/kernels.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"

@@ -9,7 +9,7 @@
 #include <map>
 #include <tuple>
 
-#include "compute/cuda/device_array.hpp"
+#include "device/device_array.hpp"
 #include "kernels/kernels.hpp"
 
 namespace pf::cuda {

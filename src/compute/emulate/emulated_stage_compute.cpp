@@ -7,6 +7,8 @@
 #include <cerrno>
 #include <cstring>
 
+#include "compute/activation_wire.hpp"
+
 namespace pf::compute {
 
 void sleep_for_seconds(double seconds) {
@@ -20,12 +22,13 @@ void sleep_for_seconds(double seconds) {
   }
 }
 
-EmulatedStageCompute::EmulatedStageCompute(const sim::StageCost& cost, int hidden_size, int activation_bytes,
-                                           int vocab_shard, int64_t capacity_tokens)
-    : cost_(cost),
-      payload_floats_((hidden_size * activation_bytes + 3) / 4),  // bytes on the wire, in float units
-      vocab_shard_(vocab_shard),
-      capacity_tokens_(capacity_tokens) {}
+// The transport carries floats: the wire format must be float32 for the messages to have
+// the real sizes.
+static_assert(kActivationWireBytes == sizeof(float), "emulated messages are float32 hidden states");
+
+EmulatedStageCompute::EmulatedStageCompute(const sim::StageCost& cost, int hidden_size, int vocab_shard,
+                                           int64_t capacity_tokens)
+    : cost_(cost), payload_floats_(hidden_size), vocab_shard_(vocab_shard), capacity_tokens_(capacity_tokens) {}
 
 void EmulatedStageCompute::sleep_with_progress(double seconds) const {
   if (!progress_) return sleep_for_seconds(seconds);
@@ -41,7 +44,7 @@ void EmulatedStageCompute::sleep_with_progress(double seconds) const {
   }
 }
 
-void EmulatedStageCompute::forward(const ChunkContext& chunk, float*, const AllReduce&) {
+void EmulatedStageCompute::forward(const ChunkContext& chunk, float*) {
   // The TP all-reduces are inside the modelled time (sim/stage_costs.cpp), not performed.
   sleep_with_progress(cost_.chunk_seconds(static_cast<double>(chunk.pos0), chunk.tokens));
 }

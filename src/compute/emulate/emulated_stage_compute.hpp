@@ -1,8 +1,9 @@
 // The emulate backend: a stage whose compute is a sleep of the time its cost model
 // predicts for that chunk after that prefix (and for the LM head). Everything around it
-// stays real: MPI, the schedule, the ring of buffers, sends of the real byte sizes
-// (bf16 activations by default), the timeline. Sleeping ranks use no CPU, so 8-32 ranks
-// run honestly on a 2-core machine. The logits it produces are zeros.
+// stays real: MPI, the schedule, the ring of buffers, sends of the real byte sizes (the
+// float32 hidden states the cuda backend sends: compute/activation_wire.hpp), the
+// timeline. Sleeping ranks use no CPU, so 8-32 ranks run honestly on a 2-core machine. The
+// logits it produces are zeros.
 #pragma once
 
 #include <functional>
@@ -15,15 +16,14 @@ namespace pf::compute {
 class EmulatedStageCompute final : public StageCompute {
  public:
   // `capacity_tokens`: what a profile may use (no memory is held; it only bounds the grid).
-  EmulatedStageCompute(const sim::StageCost& cost, int hidden_size, int activation_bytes, int vocab_shard,
-                       int64_t capacity_tokens);
+  EmulatedStageCompute(const sim::StageCost& cost, int hidden_size, int vocab_shard, int64_t capacity_tokens);
   // Called every millisecond while "computing": a GPU's copy engines move data during
   // compute, but MPI moves it only inside MPI calls, so the emulator drives MPI's progress
   // engine in its sleeps (otherwise every transfer would wait for the compute to end).
   void set_background_progress(std::function<void()> progress) { progress_ = std::move(progress); }
 
   void embed(const int32_t*, int, float*) override {}
-  void forward(const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce) override;
+  void forward(const ChunkContext& chunk, float* hidden) override;
   void lm_head(const float* hidden_row, float* logits_shard) override;
   int vocab_shard_size() const override { return vocab_shard_; }
   void finish_prompt(int) override {}

@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "compute/cuda/cuda_check.hpp"
+#include "device/cuda_check.hpp"
 
 namespace pf::cuda {
 

@@ -1,5 +1,5 @@
 // Failure report for CUDA calls (see cuda_check.hpp).
-#include "compute/cuda/cuda_check.hpp"
+#include "device/cuda_check.hpp"
 
 #include <unistd.h>
 

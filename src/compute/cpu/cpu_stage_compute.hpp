@@ -1,14 +1,18 @@
-// One pipeline stage's compute on the CPU backend: embed (stage 0), the stage's decoder
-// layers on one chunk, and the LM head (last stage). It owns the weights and a workspace,
-// writes K/V into the stage's paged pool, and calls back for the TP all-reduce so it stays
-// free of MPI (benchmarks run it in one process).
+// One pipeline stage's compute on the CPU backend (float32, OpenBLAS): embed (stage 0),
+// the stage's decoder layers on one chunk, and the LM head (last stage). It owns the
+// weights and a workspace, writes K/V into the stage's paged pool, and implements the ops
+// of compute/decoder_layer.hpp, whose recipe runs each layer. The TP all-reduce is a
+// dist::TpAllReduce it is given, so it stays MPI-free itself (benchmarks run it in one
+// process).
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 #include "compute/cpu/attention.hpp"
+#include "compute/decoder_layer.hpp"
 #include "compute/stage_compute.hpp"
+#include "dist/tp_all_reduce.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"
@@ -17,12 +21,13 @@ namespace pf::compute {
 
 class CpuStageCompute final : public StageCompute {
  public:
+  // `all_reduce` sums the row-parallel partial results (o, down) across the TP group: null
+  // when tp == 1, else it must outlive this.
   CpuStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard, model::StageWeights weights,
-                  kv::PagedKvPool& kv_pool);
+                  kv::PagedKvPool& kv_pool, dist::TpAllReduce* all_reduce = nullptr);
 
   void embed(const int32_t* tokens, int count, float* hidden) override;
-  // `all_reduce` sums the row-parallel partial results (o, down) across the TP group.
-  void forward(const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce) override;
+  void forward(const ChunkContext& chunk, float* hidden) override;
   void lm_head(const float* hidden_row, float* logits_shard) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void finish_prompt(int prompt) override { kv_pool_.release(prompt); }
@@ -33,14 +38,16 @@ class CpuStageCompute final : public StageCompute {
   }
   int payload_floats_per_token() const override { return config_.hidden_size; }
 
-
  private:
-  void layer_forward(int layer, const ChunkContext& chunk, float* hidden, const AllReduce& all_reduce);
+  class LayerOnCpu;  // the decoder-layer ops on one chunk (cpu_stage_compute.cpp)
 
   model::ModelConfig config_;
   model::ShardSpec shard_;
+  LayerShape shape_;
+  LayerRecipe recipe_;
   model::StageWeights weights_;
   kv::PagedKvPool& kv_pool_;
+  dist::TpAllReduce* all_reduce_;
   std::vector<double> inv_freq_;
   // Workspace, grown to the largest chunk seen.
   std::vector<float> normed_, qkv_, attn_, proj_, gate_up_, act_;

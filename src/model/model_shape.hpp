@@ -1,16 +1,17 @@
 // The shape of a model as far as cost is concerned, read from any Hugging Face config.json
 // a user might bring for a what-if study: dense Llama/Qwen, Qwen3-MoE / Qwen2-MoE experts,
 // DeepSeek-V3 style MoE with multi-head latent attention (MLA). Only FLOP counting and
-// message sizes use it; the CPU backend needs the stricter model::ModelConfig. Fields the two
+// message sizes use it; the CPU backend needs the stricter ModelConfig. Fields the two
 // readers share are read by the same model::field rules (type and range).
 #pragma once
 
+#include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
 
 #include "model/config.hpp"
 
-namespace pf::sim {
+namespace pf::model {
 
 struct ModelShape {
   std::string name;
@@ -47,8 +48,13 @@ struct ModelShape {
   double active_parameters() const;
 };
 
+// FLOPs of layers [first, first + count) on a chunk of `tokens` after `pos0` tokens, whole
+// model width (divide by tp for one rank's share): matmuls and attention; norms, RoPE and
+// activations are left out.
+double chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0);
+
 ModelShape shape_from_json(const nlohmann::json& config, const std::string& origin);
 ModelShape load_model_shape(const std::string& config_path);  // UserError on a bad file
-ModelShape shape_from_config(const model::ModelConfig& config);
+ModelShape shape_from_config(const ModelConfig& config);
 
-}  // namespace pf::sim
+}  // namespace pf::model

@@ -1,14 +1,14 @@
 // FLOP counts of dense, MoE and MLA layers, and the permissive config.json reader behind them.
-#include "sim/model_shape.hpp"
+#include "model/model_shape.hpp"
 
 #include "errors.hpp"
 
-namespace pf::sim {
+namespace pf::model {
 namespace {
 
-using model::field::IntField;
-using model::field::kMaxCount;
-using model::field::kMaxWidth;
+using field::IntField;
+using field::kMaxCount;
+using field::kMaxWidth;
 // Fields only the cost model reads (MoE, MLA); 0 means absent where the minimum is 0.
 constexpr IntField kKvLoraRank{"kv_lora_rank", 0, kMaxWidth};
 constexpr IntField kQLoraRank{"q_lora_rank", 0, kMaxWidth};
@@ -24,6 +24,13 @@ constexpr IntField kSharedExpertSize{"shared_expert_intermediate_size", 0, kMaxW
 constexpr IntField kFirstDenseLayers{"first_k_dense_replace", 0, kMaxCount};
 
 }  // namespace
+
+double chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0) {
+  double total = 0;
+  for (int layer = first_layer; layer < first_layer + layer_count; ++layer)
+    total += shape.matmul_flops(layer, tokens) + shape.attention_flops(static_cast<double>(pos0), tokens);
+  return total;
+}
 
 double ModelShape::matmul_flops(int layer, double x) const {
   const double h = hidden_size;
@@ -118,8 +125,8 @@ ModelShape load_model_shape(const std::string& path) {
   return shape_from_json(model::read_config_json(path), path);
 }
 
-ModelShape shape_from_config(const model::ModelConfig& c) {
+ModelShape shape_from_config(const ModelConfig& c) {
   return shape_from_json(model::to_json(c), c.architecture_name);
 }
 
-}  // namespace pf::sim
+}  // namespace pf::model

@@ -1,0 +1,62 @@
+// Rank 0's checks and reads before a run (see run_inputs.hpp).
+#include "cli/run_inputs.hpp"
+
+#include <cstdio>
+
+#include "cli/run_record.hpp"
+#include "io/file_checks.hpp"
+#include "pipeline/backend_setup.hpp"
+
+namespace pf::cli {
+
+void check_run_paths(const RunOptions& o) {
+  const bool cost_file = o.chunking.cost_source.profile_file();
+  const std::string& cost_path = o.chunking.cost_source.value;
+  io::require_writable_file_path(o.output, "--output");
+  io::require_writable_file_path(o.output + ".partial", "the output's partial file");
+  if (!o.trace.empty()) io::require_writable_file_path(o.trace, "--trace");
+  if (cost_file) io::require_regular_file(cost_path, "--cost-model");
+  io::require_distinct_paths({{"--input", o.input},
+                              {"--output", o.output},
+                              {"the output's partial file", o.output + ".partial"},
+                              {"--trace", o.trace},
+                              {"--cost-model", cost_file ? cost_path : ""}});
+}
+
+io::PromptSet read_run_prompts(const RunOptions& o, const pipeline::RankModel& m) {
+  io::PromptSet prompts = io::read_prompts_isolated(o.input, m.shape.vocab_size, o.watchdog_timeout_s);
+  io::check_prompt_lengths(prompts, m.shape.max_position_embeddings, o.allow_long_prompts);
+  return prompts;
+}
+
+void check_kv_capacity(const RunOptions& o, const dist::Topology& topo, const pipeline::RankModel& m,
+                       const io::PromptSet& prompts) {
+  pipeline::check_kv_capacity(o.placement.backend, topo, m, o.chunking.page_size, o.placement.kv_memory_mb,
+                              prompts.lengths());
+}
+
+std::optional<sched::CostProfile> load_saved_costs(const RunOptions& o, const nlohmann::json& placement_identity) {
+  const sched::CostSource& source = o.chunking.cost_source;
+  if (!source.profile_file() || !o.chunking.dynamic()) return std::nullopt;
+  sched::CostProfile profile = sched::load_cost_profile(source.value);
+  if (o.placement.backend != compute::BackendKind::kEmulate)
+    sched::check_profile_matches(profile, placement_identity, source.value);
+  return profile;
+}
+
+std::unique_ptr<io::ResultWriter> open_output(const RunOptions& o, const pipeline::RankModel& m,
+                                              const io::PromptSet& prompts) {
+  const io::OutputLayout layout{prompts.num_prompts(), m.shape.vocab_size,
+                                /*with_logits=*/compute::computes_logits(o.placement.backend)};
+  const nlohmann::json identity = run_identity(o, m, prompts);
+  if (o.resume && io::verified_complete_output(o.output, layout, identity, o.watchdog_timeout_s)) return nullptr;
+  auto results = std::make_unique<io::ResultWriter>(o.output, layout, identity, o.resume, o.watchdog_timeout_s);
+  for (int prompt : results->torn_rows())
+    std::fprintf(stderr,
+                 "warning: prompt %d in %s.partial failed its checksum (a write torn by a crash): "
+                 "computing it again\n",
+                 prompt, o.output.c_str());
+  return results;
+}
+
+}  // namespace pf::cli

@@ -1,0 +1,41 @@
+// Rank 0's part of starting a run, before anything is computed: the paths checked, the input
+// read and validated, the KV capacity checked, a saved cost profile loaded and matched, the
+// output opened. Each throws UserError; main.cpp runs them in one checked_step, so every rank
+// learns of a failure and no file is touched by a run that cannot start.
+#pragma once
+
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+
+#include "cli/options.hpp"
+#include "dist/topology.hpp"
+#include "io/prompts_h5.hpp"
+#include "io/results_h5.hpp"
+#include "pipeline/rank_setup.hpp"
+#include "sched/cost_profile.hpp"
+
+namespace pf::cli {
+
+// Every path the run reads or writes, before anything is read, written or computed: outputs
+// must be creatable files, and no two roles may be the same file.
+void check_run_paths(const RunOptions& options);
+
+// The prompts, validated against the model's vocabulary and context length.
+io::PromptSet read_run_prompts(const RunOptions& options, const pipeline::RankModel& rank_model);
+
+// Every stage's KV pool holds the longest prompt, by the backend's own rule where the options
+// alone decide it (pipeline::check_kv_capacity).
+void check_kv_capacity(const RunOptions& options, const dist::Topology& topology, const pipeline::RankModel& rank_model,
+                       const io::PromptSet& prompts);
+
+// The saved --cost-model a dynamic policy will use instead of profiling (nullopt when there
+// is none), matched against `placement_identity` (the emulator matches its own profile,
+// backend aside, as it is built).
+std::optional<sched::CostProfile> load_saved_costs(const RunOptions& options, const nlohmann::json& placement_identity);
+
+// The output, created, or reopened with --resume; null when --resume finds it complete.
+std::unique_ptr<io::ResultWriter> open_output(const RunOptions& options, const pipeline::RankModel& rank_model,
+                                              const io::PromptSet& prompts);
+
+}  // namespace pf::cli

@@ -1,0 +1,42 @@
+// Identities and output attributes (see run_record.hpp).
+#include "cli/run_record.hpp"
+
+#include "model/layer_partition.hpp"
+
+namespace pf::cli {
+
+nlohmann::json run_identity(const RunOptions& options, const pipeline::RankModel& m, const io::PromptSet& prompts) {
+  nlohmann::json identity = run_identity_options(options);
+  // Not options: what the model, the partition and the input turned out to be.
+  identity["model_config"] = m.config_json;
+  identity["weights_fingerprint"] = m.weights_fingerprint;
+  identity["layer_partition"] = model::partition_text(m.partition);
+  identity["input_fingerprint"] = std::to_string(io::fingerprint(prompts));
+  identity["num_prompts"] = prompts.num_prompts();
+  return identity;
+}
+
+nlohmann::json placement_identity(const PlacementOptions& options, const dist::Topology& topology,
+                                  const pipeline::RankModel& rank_model) {
+  nlohmann::json identity = pipeline::placed_model_identity(topology, rank_model);
+  identity.update(placement_identity_options(options));
+  return identity;
+}
+
+nlohmann::json output_attributes(const RunOptions& options, const pipeline::RankModel& m,
+                                 const pipeline::PlanDecision& decision, const std::string& backend_used,
+                                 double wall_s) {
+  nlohmann::json attributes = to_json(options);
+  attributes["version"] = PIPEFILL_VERSION;
+  attributes["model_config"] = m.config_json.dump();
+  attributes["layer_partition_used"] = model::partition_text(m.partition);
+  attributes["chunk_policy_used"] = decision.policy_used;
+  attributes["chunk_policy_note"] = decision.note;
+  attributes["backend_used"] = backend_used;
+  if (!compute::computes_logits(options.placement.backend))
+    attributes["logits"] = "not computed: emulate backend (compute replaced by cost-model sleeps)";
+  attributes["wall_s"] = wall_s;
+  return attributes;
+}
+
+}  // namespace pf::cli

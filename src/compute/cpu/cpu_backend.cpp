@@ -1,0 +1,36 @@
+// cpu backend factory (see cpu_backend.hpp).
+#include "compute/cpu/cpu_backend.hpp"
+
+#include "compute/cpu/cpu_stage_compute.hpp"
+#include "dist/checked_step.hpp"
+#include "dist/host_all_reduce.hpp"
+#include "dist/host_transport.hpp"
+#include "kvcache/kv_capacity.hpp"
+
+namespace pf::compute {
+
+int cpu_kv_pages(const kv::KvShape& shape, int stage, const KvDemand& demand, int64_t kv_memory_mb) {
+  int pages = kv::pool_pages_for(shape, demand.prompt_lengths, kv_memory_mb, stage);
+  if (demand.profile_room_tokens > 0)
+    pages = kv::profiling_pages(shape, demand.profile_room_tokens, kv_memory_mb, pages);
+  return pages;
+}
+
+StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConfig& config,
+                              const model::ShardSpec& shard, const kv::KvShape& kv_shape, int64_t kv_memory_mb,
+                              const KvDemand& demand, const WeightsLoader& load_weights) {
+  int pages = 0;
+  dist::checked_step(MPI_COMM_WORLD, [&] { pages = cpu_kv_pages(kv_shape, topo.stage, demand, kv_memory_mb); });
+  StageBackend backend;
+  backend.kv_pool = std::make_unique<kv::PagedKvPool>(kv_shape, pages);
+  if (topo.tp > 1) backend.all_reduce = std::make_unique<dist::HostAllReduce>(topo.tp_comm);
+  backend.compute =
+      std::make_unique<CpuStageCompute>(config, shard, load_weights(), *backend.kv_pool, backend.all_reduce.get());
+  backend.make_transport = [&topo](size_t floats) {
+    return std::make_unique<dist::HostTransport>(floats, topo.prev_rank, topo.next_rank, topo.pipeline_comm);
+  };
+  backend.description = "cpu";
+  return backend;
+}
+
+}  // namespace pf::compute

@@ -1,0 +1,180 @@
+// The CPU backend's stage compute and its decoder-layer ops (see cpu_stage_compute.hpp).
+// Megatron TP: column-parallel q/k/v and gate/up, row-parallel o and down (the recipe in
+// compute/decoder_layer.cpp reduces their partial sums).
+#include "compute/cpu/cpu_stage_compute.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <random>
+#include <stdexcept>
+
+#include "compute/cpu/elementwise.hpp"
+#include "compute/cpu/gemm.hpp"
+
+namespace pf::compute {
+
+CpuStageCompute::CpuStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard,
+                                 model::StageWeights weights, kv::PagedKvPool& kv_pool, dist::TpAllReduce* all_reduce)
+    : config_(config),
+      shard_(shard),
+      shape_(config, shard),
+      recipe_(LayerRecipe::of(config, shard)),
+      weights_(std::move(weights)),
+      kv_pool_(kv_pool),
+      all_reduce_(all_reduce),
+      inv_freq_(cpu::rope_inv_freq(config)) {
+  if (recipe_.tensor_parallel && !all_reduce_)
+    throw std::invalid_argument("CpuStageCompute: tp > 1 needs a TP all-reduce");
+}
+
+void CpuStageCompute::embed(const int32_t* tokens, int count, float* hidden) {
+  cpu::embed(weights_.embedding.data(), config_.hidden_size, tokens, count, hidden);
+}
+
+// The decoder-layer ops (decoder_layer.hpp) of one chunk: float32 buffers of the
+// workspace, OpenBLAS projections, K/V into the paged pool.
+class CpuStageCompute::LayerOnCpu final : public LayerOps {
+ public:
+  LayerOnCpu(CpuStageCompute& stage, const ChunkContext& chunk, float* hidden)
+      : s_(stage),
+        shape_(stage.shape_),
+        chunk_(chunk),
+        t_(chunk.tokens),
+        pos0_(static_cast<int>(chunk.pos0)),
+        hidden_(hidden),
+        eps_(static_cast<float>(stage.config_.rms_norm_eps)) {}
+
+  void select_layer(int layer) override {
+    layer_ = layer;
+    w_ = &s_.weights_.layers[layer];
+  }
+
+  void rms_norm(Norm norm) override {
+    const int h = shape_.hidden;
+    cpu::rms_norm(hidden_, t_, h, h, weight_of(*w_, norm).data(), eps_, s_.normed_.data(), h);
+  }
+
+  void project(Buffer in, Projection projection, Buffer out) override {
+    cpu::linear(buffer(in), t_, shape_.in_width(projection), weight_of(*w_, projection).data(),
+                shape_.out_width(projection), buffer(out));
+  }
+
+  // No fusion on the CPU: the GEMM, then the add (sgemm with beta = 1 would round differently).
+  void project_onto_residual(Buffer in, Projection projection) override {
+    project(in, projection, Buffer::kPartial);
+    add_to_residual(Buffer::kPartial);
+  }
+
+  void add_qkv_bias() override {
+    cpu::bias_add(s_.qkv_.data(), t_, shape_.qkv_width(), shape_.qkv_width(), w_->qkv_bias.data());
+  }
+
+  void qk_norm() override {
+    const int d = shape_.head_dim, stride = shape_.qkv_width();
+    for (int row = 0; row < t_; ++row) {
+      float* q_row = s_.qkv_.data() + static_cast<int64_t>(row) * stride;
+      float* k_row = q_row + shape_.q_width();
+      cpu::rms_norm(q_row, shape_.heads, d, d, w_->q_norm.data(), eps_, q_row, d);
+      cpu::rms_norm(k_row, shape_.kv_heads, d, d, w_->k_norm.data(), eps_, k_row, d);
+    }
+  }
+
+  void rope() override {
+    float* q = s_.qkv_.data();
+    const int stride = shape_.qkv_width();
+    cpu::apply_rope(q, t_, stride, shape_.heads, shape_.head_dim, pos0_, s_.inv_freq_);
+    cpu::apply_rope(q + shape_.q_width(), t_, stride, shape_.kv_heads, shape_.head_dim, pos0_, s_.inv_freq_);
+  }
+
+  void append_kv() override {
+    const float* k = s_.qkv_.data() + shape_.q_width();
+    const int stride = shape_.qkv_width();
+    s_.kv_pool_.write(layer_, chunk_.prompt, pos0_, t_, k, stride, k + shape_.kv_width(), stride);
+  }
+
+  void attention() override {
+    const kv::KvLayerView view{&s_.kv_pool_, layer_, &s_.kv_pool_.pages(chunk_.prompt)};
+    cpu::chunk_attention(s_.qkv_.data(), shape_.qkv_width(), t_, pos0_, view, shape_.heads, s_.attn_.data(),
+                         shape_.q_width(), s_.attention_ws_);
+  }
+
+  void swiglu() override { cpu::swiglu(s_.gate_up_.data(), t_, shape_.intermediate, s_.act_.data()); }
+
+  void all_reduce(Buffer role) override { s_.all_reduce_->sum(buffer(role), t_ * shape_.width(role)); }
+
+  void add_to_residual(Buffer role) override {
+    cpu::add_inplace(hidden_, buffer(role), static_cast<int64_t>(t_) * shape_.width(role));
+  }
+
+ private:
+  float* buffer(Buffer role) {
+    switch (role) {
+      case Buffer::kHidden:
+        return hidden_;
+      case Buffer::kNormed:
+        return s_.normed_.data();
+      case Buffer::kQkv:
+        return s_.qkv_.data();
+      case Buffer::kAttention:
+        return s_.attn_.data();
+      case Buffer::kPartial:
+        return s_.proj_.data();
+      case Buffer::kGateUp:
+        return s_.gate_up_.data();
+      case Buffer::kActivation:
+        return s_.act_.data();
+    }
+    throw std::logic_error("CpuStageCompute: unknown buffer");
+  }
+
+  CpuStageCompute& s_;
+  const LayerShape& shape_;
+  const ChunkContext& chunk_;
+  const int t_, pos0_;
+  float* const hidden_;
+  const float eps_;
+  int layer_ = 0;
+  const model::LayerWeights* w_ = nullptr;
+};
+
+void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
+  const int64_t t = chunk.tokens;
+  normed_.resize(t * shape_.width(Buffer::kNormed));
+  qkv_.resize(t * shape_.width(Buffer::kQkv));
+  attn_.resize(t * shape_.width(Buffer::kAttention));
+  proj_.resize(t * shape_.width(Buffer::kPartial));
+  gate_up_.resize(t * shape_.width(Buffer::kGateUp));
+  act_.resize(t * shape_.width(Buffer::kActivation));
+  kv_pool_.reserve(chunk.prompt, chunk.pos0 + chunk.tokens);
+  LayerOnCpu ops(*this, chunk, hidden);
+  forward_layers(ops, static_cast<int>(weights_.layers.size()), recipe_);
+}
+
+void CpuStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
+  const int h = config_.hidden_size;
+  std::vector<float> normed(h);
+  cpu::rms_norm(hidden_row, 1, h, h, weights_.final_norm.data(), static_cast<float>(config_.rms_norm_eps),
+                normed.data(), h);
+  cblas_sgemv(CblasRowMajor, CblasNoTrans, shard_.vocab_count, h, 1.0f, weights_.lm_head.data(), h, normed.data(), 1,
+              0.0f, logits_shard, 1);
+}
+
+void CpuStageCompute::prepare_prefix(int prompt, int64_t prefix, int tokens) {
+  kv_pool_.reserve(prompt, prefix + tokens);
+  const kv::KvShape& shape = kv_pool_.shape();
+  const int kv_width = shape.kv_heads * shape.head_dim;
+  constexpr int kBlock = 4096;
+  std::mt19937 rng(static_cast<uint32_t>(prefix));
+  std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
+  std::vector<float> values;
+  for (int64_t start = 0; start < prefix; start += kBlock) {
+    const int count = static_cast<int>(std::min<int64_t>(kBlock, prefix - start));
+    values.resize(static_cast<size_t>(count) * kv_width);
+    for (auto& v : values) v = uniform(rng);
+    for (int layer = 0; layer < shape.layers; ++layer)
+      kv_pool_.write(layer, prompt, static_cast<int>(start), count, values.data(), kv_width, values.data(), kv_width);
+  }
+}
+
+}  // namespace pf::compute

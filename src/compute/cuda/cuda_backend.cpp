@@ -1,0 +1,85 @@
+// cuda backend factory (see cuda_backend.hpp).
+#include "compute/cuda/cuda_backend.hpp"
+
+#include <string>
+
+#include "compute/cuda/cuda_stage_compute.hpp"
+#include "dist/checked_step.hpp"
+#include "dist/device_all_reduce.hpp"
+#include "dist/device_transports.hpp"
+#include "dist/nccl_comms.hpp"
+#include "dist/wait.hpp"
+#include "kvcache/kv_capacity.hpp"
+
+namespace pf::cuda {
+
+int cuda_kv_pages(const kv::KvShape& shape, int stage, const compute::KvDemand& demand, double kv_memory_fraction,
+                  int device) {
+  const int64_t budget_mb = static_cast<int64_t>(kv_memory_fraction * CudaStageCompute::free_device_bytes()) >> 20;
+  int pages = 0;
+  try {
+    pages = kv::pool_pages_for(shape, demand.prompt_lengths, budget_mb, stage);
+  } catch (const UserError& e) {
+    throw UserError(std::string(e.what()) + " (GPU " + std::to_string(device) +
+                    ": --kv-memory-fraction of the memory left after weights and workspace)");
+  }
+  if (demand.profile_room_tokens > 0) pages = kv::profiling_pages(shape, demand.profile_room_tokens, budget_mb, pages);
+  return pages;
+}
+
+compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model::ModelConfig& config,
+                                        const model::ShardSpec& shard, const CudaBackendRequest& request,
+                                        const compute::KvDemand& demand, const compute::WeightsLoader& load_weights) {
+  const bool nccl = request.transport == "nccl";
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    if (!kernels::attention_supports(config.head_dim, request.page_size))
+      throw UserError(
+          "--backend cuda needs head_dim 32, 48, 64 or 128 (this model: " + std::to_string(config.head_dim) +
+          ") and --page-size a multiple of 64 (given: " + std::to_string(request.page_size) + ")");
+  });
+  const int device = dist::select_device(topo, /*allow_shared_device=*/!nccl);
+
+  // Communicators first: NCCL's own buffers come out of the same device memory.
+  auto comms = std::make_shared<dist::NcclComms>();
+  if (nccl) *comms = dist::make_nccl_comms(topo);
+
+  compute::StageBackend backend;
+  // The TP reducer enqueues on the forward stream, so the stream comes first; the compute
+  // owns it from then on.
+  const cudaStream_t forward = CudaStageCompute::create_forward_stream();
+  if (topo.tp > 1) {
+    if (nccl)
+      backend.all_reduce = std::make_unique<dist::NcclAllReduce>(comms->tp, forward);
+    else
+      backend.all_reduce = std::make_unique<dist::StagedAllReduce>(topo.tp_comm, forward);
+  }
+  model::StageWeights host_weights = load_weights();
+  auto compute =
+      std::make_unique<CudaStageCompute>(config, shard, DeviceWeights::upload(host_weights), request.page_size,
+                                         request.max_chunk_tokens, forward, backend.all_reduce.get());
+  host_weights = model::StageWeights();  // the host copy is not needed any more
+
+  int pages = 0;
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    pages = cuda_kv_pages(compute->kv_shape(), topo.stage, demand, request.kv_memory_fraction, device);
+  });
+  compute->allocate_kv(pages);
+
+  compute->set_waiter([](const std::function<bool()>& ready) { dist::wait_until(ready); });  // with the watchdog
+  if (nccl) {
+    backend.make_transport = [&topo, comms, forward](size_t floats) -> std::unique_ptr<dist::Transport> {
+      return std::make_unique<dist::NcclTransport>(floats, topo, *comms, forward);
+    };
+  } else {
+    backend.make_transport = [&topo, forward](size_t floats) -> std::unique_ptr<dist::Transport> {
+      return std::make_unique<dist::StagedTransport>(floats, topo, forward);
+    };
+  }
+  backend.device_context = std::shared_ptr<void>(comms.get(), [comms](void*) { dist::destroy_nccl_comms(*comms); });
+  backend.description = std::string("cuda (GPU ") + std::to_string(device) + ", bf16, transport " +
+                        (nccl ? "nccl" : "mpi via host") + ", KV " + std::to_string(pages) + " pages)";
+  backend.compute = std::move(compute);
+  return backend;
+}
+
+}  // namespace pf::cuda

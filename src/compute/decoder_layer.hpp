@@ -1,0 +1,118 @@
+// One decoder layer, written once for every backend: which ops run, in which order, and
+// where the tensor-parallel all-reduce goes (Megatron: q/k/v and gate/up column parallel,
+// o and down row parallel, so each block's output is a partial sum until reduced). The
+// backends (compute/cpu, compute/cuda) implement LayerOps; the recipe in decoder_layer.cpp
+// calls them.
+//
+// The ops name buffers and weights by role (enums), not by pointer: a backend's buffers
+// have different types (CPU: float everywhere; CUDA: bf16 GEMM inputs, float outputs), so
+// each backend maps a role to its own storage. Virtual ops rather than a template over an
+// Ops type: the recipe is compiled once (MPI- and CUDA-free), reads as plain calls, and a
+// dozen virtual calls per layer are nothing next to its GEMMs.
+//
+// A layer is two residual blocks: an attention mixer, then a feed-forward. Each ends in a
+// row-parallel projection whose partial sums are reduced and added to the residual stream
+// (residual_projection in the .cpp decides the order, and that with tp == 1 the backend
+// may add the projection straight into the residual stream). Other architectures slot in
+// there, chosen from the config in LayerRecipe, as new ops of LayerOps and a new branch of
+// the recipe, not as another copy of the layer:
+//  - MLA (DeepSeek) replaces the mixer: latent q/kv projections, the compressed KV
+//    append, attention over the latent cache; it still ends in the row-parallel o.
+//  - MoE replaces the feed-forward: router, top-k experts, weighted combine; its output is
+//    a partial sum reduced like the dense down projection's.
+#pragma once
+
+#include <cstdint>
+
+#include "model/config.hpp"
+#include "model/weights.hpp"
+
+namespace pf::compute {
+
+// Per-chunk buffers of a layer, by role; [tokens, width] row-major each.
+enum class Buffer {
+  kHidden,      // the residual stream (the caller's hidden states, float)
+  kNormed,      // RMSNorm of the residual stream
+  kQkv,         // fused q | k | v projection, heads of this TP rank
+  kAttention,   // attention output, [tokens, heads * head_dim]
+  kPartial,     // a row-parallel projection's output (a partial sum when tp > 1)
+  kGateUp,      // fused gate | up projection
+  kActivation,  // SwiGLU(gate, up)
+};
+
+enum class Norm { kInput, kPost };                   // the layer's two RMSNorm weights
+enum class Projection { kQkv, kO, kGateUp, kDown };  // its four GEMM weights, [out, in]
+
+// What of the layer runs, decided from the config and the TP shard.
+struct LayerRecipe {
+  bool qkv_bias = false;         // Qwen2: q/k/v biases
+  bool qk_norm = false;          // Qwen3: per-head RMSNorm of q and k before RoPE
+  bool tensor_parallel = false;  // tp > 1: o and down give partial sums, all-reduced
+
+  static LayerRecipe of(const model::ModelConfig& config, const model::ShardSpec& shard);
+};
+
+// Widths of one TP rank's layer (per token), shared by every backend's ops and workspace.
+struct LayerShape {
+  int hidden = 0, head_dim = 0, heads = 0, kv_heads = 0, intermediate = 0;
+
+  LayerShape(const model::ModelConfig& config, const model::ShardSpec& shard);
+  int q_width() const { return heads * head_dim; }
+  int kv_width() const { return kv_heads * head_dim; }
+  int qkv_width() const { return q_width() + 2 * kv_width(); }
+  int width(Buffer buffer) const;
+  int in_width(Projection projection) const;
+  int out_width(Projection projection) const;
+};
+
+// A layer's weights by role; `Layer` is a backend's weight struct (model::LayerWeights,
+// cuda::DeviceLayer), whose members carry the same names.
+template <class Layer>
+const auto& weight_of(const Layer& layer, Norm norm) {
+  return norm == Norm::kInput ? layer.input_norm : layer.post_norm;
+}
+template <class Layer>
+const auto& weight_of(const Layer& layer, Projection projection) {
+  if (projection == Projection::kQkv) return layer.qkv;
+  if (projection == Projection::kO) return layer.o;
+  if (projection == Projection::kGateUp) return layer.gate_up;
+  return layer.down;
+}
+
+// The ops of a layer, on the chunk the backend is computing (its tokens, positions, prompt
+// and hidden states are the backend's state, set before forward_layers).
+class LayerOps {
+ public:
+  virtual ~LayerOps() = default;
+  // The layer the following ops use (weights, K/V pages).
+  virtual void select_layer(int layer) = 0;
+
+  // kNormed = RMSNorm(kHidden) with the `norm` weight.
+  virtual void rms_norm(Norm norm) = 0;
+  // out = in . W^T for W = `projection` [out_width, in_width].
+  virtual void project(Buffer in, Projection projection, Buffer out) = 0;
+  // kHidden += in . W^T: a row-parallel projection that needs no reduction (tp == 1). A
+  // backend may fuse the add into the GEMM.
+  virtual void project_onto_residual(Buffer in, Projection projection) = 0;
+  // kQkv += the q/k/v bias, per row.
+  virtual void add_qkv_bias() = 0;
+  // Per-head RMSNorm of the q and k heads of kQkv, in place.
+  virtual void qk_norm() = 0;
+  // Rotary embedding of the q and k heads of kQkv at the chunk's positions, in place.
+  virtual void rope() = 0;
+  // The chunk's k and v (from kQkv) into the layer's KV pages.
+  virtual void append_kv() = 0;
+  // kAttention = causal attention of the chunk's q over the prompt's K/V (prefix and chunk).
+  virtual void attention() = 0;
+  // kActivation = SiLU(gate) * up of kGateUp.
+  virtual void swiglu() = 0;
+  // Sums `buffer` in place across the TP group (only when the recipe is tensor parallel).
+  virtual void all_reduce(Buffer buffer) = 0;
+  // kHidden += `buffer`.
+  virtual void add_to_residual(Buffer buffer) = 0;
+};
+
+// Every layer in turn on the backend's current chunk.
+void forward_layers(LayerOps& ops, int num_layers, const LayerRecipe& recipe);
+
+}  // namespace pf::compute

@@ -1,0 +1,109 @@
+// The option tables' generated JSON against the keys and values written out by hand: outputs
+// and cost profiles written before must still match on --resume and --cost-model, so the
+// echoed configuration and the identities may not drift when an option is added or moved.
+// Also the rules between options that the tables encode (policy defaults, aliases).
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "cli/options.hpp"
+#include "errors.hpp"
+
+using namespace pf;
+
+namespace {
+
+// `run` with the required flags and then `flags` (split at spaces).
+bool try_parse_run(const std::string& flags, cli::RunOptions& options) {
+  std::vector<std::string> args = {"run", "--model", "m", "--input", "in.h5", "--output", "out.h5"};
+  std::istringstream words(flags);
+  for (std::string word; words >> word;) args.push_back(word);
+  std::vector<char*> argv;
+  for (auto& a : args) argv.push_back(a.data());
+  return cli::parse_run(static_cast<int>(argv.size()), argv.data(), options);
+}
+
+cli::RunOptions parse_run(const std::string& flags) {
+  cli::RunOptions options;
+  EXPECT_TRUE(try_parse_run(flags, options));
+  return options;
+}
+
+}  // namespace
+
+TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
+  unsetenv("SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR");  // the smooth factor's own default
+  const cli::RunOptions o = parse_run(
+      "--seed 7 --pp 2 --tp 2 --layer-partition 3,5 --backend emulate --cost-model analytic:h20 --chunk-size 256 "
+      "--chunk-policy pipefill --trace t.json --ring-depth 3 --resume");
+  const nlohmann::json expected = {{"model", "m"},
+                                   {"seed", 7},
+                                   {"pp", 2},
+                                   {"tp", 2},
+                                   {"layer_partition", "3,5"},
+                                   {"kv_memory_mb", 8192},
+                                   {"backend", "emulate"},
+                                   {"transport", "nccl"},
+                                   {"kv_memory_fraction", 0.85},
+                                   {"input", "in.h5"},
+                                   {"output", "out.h5"},
+                                   {"chunk_size", 256},
+                                   {"page_size", 64},
+                                   {"chunk_policy", "pipefill"},
+                                   {"smooth_factor", 0.75},
+                                   {"cost_form", "prefix"},
+                                   {"profile_stages", "all"},
+                                   {"fold_tail", true},
+                                   {"profile_points", 16},
+                                   {"cost_model", "analytic:h20"},
+                                   {"trace", "t.json"},
+                                   {"ring_depth", 3},
+                                   {"watchdog_timeout_s", 1800.0},
+                                   {"allow_long_prompts", false},
+                                   {"resume", true}};
+  EXPECT_EQ(cli::to_json(o), expected);
+}
+
+TEST(RunOptions, IdentitiesHoldTheirOptionsOnly) {
+  const cli::RunOptions o = parse_run("--pp 2 --dynamic-chunking --smooth-factor 0.5 --cost-model cost.json --quiet");
+  const nlohmann::json run = {
+      {"model", "m"}, {"seed", 0},          {"backend", "cpu"}, {"input", "in.h5"},         {"pp", 2},
+      {"tp", 1},      {"chunk_size", 4096}, {"page_size", 64},  {"chunk_policy", "sglang"}, {"smooth_factor", 0.5}};
+  EXPECT_EQ(cli::run_identity_options(o), run);
+  EXPECT_EQ(cli::placement_identity_options(o.placement), (nlohmann::json{{"backend", "cpu"}}));
+  EXPECT_EQ(cli::to_json(o)["cost_model"], "cost.json");
+  EXPECT_TRUE(o.chunking.cost_source.profile_file());
+  EXPECT_EQ(o.chunking.cost_source.value, "cost.json");
+  EXPECT_TRUE(o.quiet);
+}
+
+TEST(RunOptions, PolicyDecidesTheDefaultsItDoesNotOverride) {
+  cli::RunOptions o = parse_run("--chunk-policy pipefill --cost-form sglang");
+  EXPECT_EQ(o.chunking.cost_form, sched::CostForm::kFreshQuadratic);  // given: kept
+  EXPECT_TRUE(o.chunking.all_stages);
+  EXPECT_TRUE(o.chunking.fold_tail);
+  o = parse_run("--chunk-policy pipefill --fold-tail=false --profile-stages first");
+  EXPECT_TRUE(o.chunking.fold_tail);  // pipefill always folds
+  EXPECT_FALSE(o.chunking.all_stages);
+  o = parse_run("--enable-dynamic-chunking --pp 3");
+  EXPECT_EQ(o.chunking.policy, sched::ChunkPolicyKind::kSglang);
+  EXPECT_EQ(o.chunking.cost_form, sched::CostForm::kFreshQuadratic);
+  EXPECT_FALSE(o.chunking.fold_tail);
+  EXPECT_EQ(o.chunking.stages, 3);
+  o = parse_run("--dynamic-chunking --chunk-policy fixed");
+  EXPECT_EQ(o.chunking.policy, sched::ChunkPolicyKind::kFixed);  // the explicit policy wins
+}
+
+TEST(RunOptions, BackendAndCostModelAreParsedOnce) {
+  const cli::RunOptions o = parse_run("--backend emulate --cost-model analytic:h20");
+  EXPECT_EQ(o.placement.backend, compute::BackendKind::kEmulate);
+  EXPECT_TRUE(o.chunking.cost_source.analytic());
+  EXPECT_EQ(o.chunking.cost_source.value, "h20");
+  EXPECT_EQ(parse_run("").placement.backend, compute::BackendKind::kCpu);
+  EXPECT_TRUE(parse_run("").chunking.cost_source.none());
+  cli::RunOptions unused;
+  EXPECT_THROW(try_parse_run("--backend tpu", unused), UserError);
+}
