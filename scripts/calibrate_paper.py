@@ -5,7 +5,8 @@ The seed (LMSYS post) reports Qwen3-235B-A22B-FP8 on H20, PP8 x TP4, dynamic chu
 ("DCK 18K"): TTFT 10.54 s at 128K, 32.68 s at 256K, 114.33 s at 512K, 420.91 s at 1M.
 Only `matmul_efficiency` and `attention_efficiency` are fitted, on the 128K and 256K points
 (bounded least squares of the log errors, efficiencies in (0, 1], a coarse then a fine grid
-search with `pipefill simulate` as the function); 512K and 1M are then predicted.
+search with `pipefill simulate` as the function); 512K and 1M are then predicted. The
+simulation models SGLang, which sends bf16 activations (--wire-bytes 2; pipefill sends float32).
 
 usage: scripts/calibrate_paper.py [--pipefill build/pipefill] [--write hardware/h20.json]
 """
@@ -21,7 +22,7 @@ CONFIG = "configs/qwen3-235b-a22b-fp8.json"
 
 def ttft(binary, length, mm, attn):
     out = subprocess.run([binary, "simulate", "--model-config", CONFIG, "--hardware", "h20", "--pp", "8", "--tp", "4",
-                          "--chunk-size", "18432", "--dynamic-chunking", "--length", str(length),
+                          "--chunk-size", "18432", "--dynamic-chunking", "--length", str(length), "--wire-bytes", "2",
                           "--matmul-efficiency", f"{mm:.6f}", "--attention-efficiency", f"{attn:.6f}", "--json"],
                          check=True, capture_output=True, text=True).stdout
     return json.loads(out)["ttft_s"][0]

@@ -32,7 +32,8 @@ run_case() {
   if [ "$mode" = simulate ]; then
     local lengths=()
     for _ in $(seq "$count"); do lengths+=(--length "$length"); done
-    "$bin" simulate --model-config "$model" --hardware "$hardware" "${lengths[@]}" "${flags[@]}" --json |
+    "$bin" simulate --model-config "$model" --hardware "$hardware" "${lengths[@]}" "${flags[@]}" \
+      --wire-bytes "${WIRE_BYTES:-4}" --json |
       /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(d['makespan_s'], d['tokens_per_s'], d['bubble'])"
   else
     "$bin" make-prompts --out "$work/in.h5" --num "$count" --min-len "$length" --max-len "$length" --vocab 1000 >/dev/null

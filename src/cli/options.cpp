@@ -272,6 +272,11 @@ OptionTable<SimulateOptions> simulate_table() {
   t.add("attention-efficiency", "override the hardware file's attention efficiency", &S::attention_efficiency)
       .optional()
       .check(efficiency);
+  t.add("wire-bytes", "bytes per activation on the wire (P2P and TP all-reduce): 4, what pipefill sends "
+        "(float32), or 2 to model a system that sends bf16 (SGLang: its published figures)", &S::wire_bytes)
+      .check([](const int& bytes) {
+        if (bytes != 2 && bytes != 4) throw UserError("--wire-bytes must be 2 (bf16) or 4 (float32)");
+      });
   t.add("timeline", "write the simulated timeline (the output file's format, no logits) to this HDF5 file",
         &S::timeline);
   t.add("json", "print the results as JSON", &S::json);

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compute/backend_kind.hpp"
+#include "dist/activation_wire.hpp"
 #include "sched/chunking_options.hpp"
 
 namespace pf::cli {
@@ -67,6 +68,7 @@ struct SimulateOptions {
   int ring_depth = 4;
   double matmul_efficiency = 0;     // 0: the hardware file's
   double attention_efficiency = 0;
+  int wire_bytes = dist::kActivationWireBytes;  // 2: model a bf16 sender (SGLang)
   std::string timeline;             // write the timeline format to this HDF5 file
   bool json = false;
 };

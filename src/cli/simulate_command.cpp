@@ -7,7 +7,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
-#include "compute/activation_wire.hpp"
+#include "dist/activation_wire.hpp"
 #include "compute/emulate/emulated_stage_compute.hpp"
 #include "errors.hpp"
 #include "io/file_checks.hpp"
@@ -71,17 +71,17 @@ int simulate_command(int argc, char** argv) {
   const sched::CostSource& saved = o.chunking.cost_source;  // a profile, or none (options.cpp)
   const std::vector<sim::StageCost> costs =
       saved.profile_file() ? sim::profiled_stage_costs(sched::load_cost_profile(saved.value), o.pp)
-                           : sim::analytic_stage_costs(shape, hw, partition, o.tp, shape.fp8);
+                           : sim::analytic_stage_costs(shape, hw, partition, o.tp, shape.fp8, o.wire_bytes);
 
   std::string policy_used, note;
   const sched::BatchPlan plan = plan_for(o, costs, shape.hidden_size, policy_used, note);
-  sim::SimSetup setup{o.tp, o.ring_depth, shape.hidden_size, compute::kActivationWireBytes, {}};
+  sim::SimSetup setup{o.tp, o.ring_depth, shape.hidden_size, o.wire_bytes, {}};
   for (int s = 0; s + 1 < o.pp; ++s) setup.links.push_back(sim::stage_link(hw, s, o.tp));
   const sim::SimResult result = sim::simulate_pipeline(plan, costs, setup);
 
   const trace::RunSummary summary =
       trace::summarize(plan, result.events, o.pp, 1, result.makespan_s, sched::plan_flops(shape, plan));
-  trace::TrafficReport traffic = trace::traffic_formulas(plan, shape.hidden_size, compute::kActivationWireBytes, o.tp, partition);
+  trace::TrafficReport traffic = trace::traffic_formulas(plan, shape.hidden_size, o.wire_bytes, o.tp, partition);
   traffic.boundary_bytes = result.boundary_bytes;
   traffic.allreduce_modelled = true;
 

@@ -32,8 +32,9 @@ class Transport;
 namespace detail {
 
 // What the three handles share: a transport, one of its slots, move-only ownership, and
-// the loud destructor. While an exception unwinds a held slot is left alone instead: the
-// transport still owns the buffer, and the exception says what went wrong.
+// the loud destructor. While an exception unwinds, a held handle does not abort itself, so
+// that it does not hide the exception; the transport's own MPI handles (PendingSend,
+// PostedRecv, p2p.hpp) still abort if they are destroyed while MPI may touch their buffer.
 class SlotHandle {
  public:
   SlotHandle(SlotHandle&& other) noexcept;

@@ -225,7 +225,7 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
     std::optional<trace::Timeline::Scope> span;
     if (!device_timed_) span.emplace(ctx_.timeline, EventKind::kCompute, mb);
     // Names the micro-batch for the watchdog, should a TP all-reduce inside never complete.
-    dist::WaitLabel label(stage_name_ + " computing " + describe(mb) + " (TP all-reduces)");
+    dist::WaitLabel label(stage_name_ + " computing " + describe(mb) + (topo_.tp > 1 ? " (TP all-reduces)" : ""));
     const compute::ChunkContext chunk{mb.prompt, mb.start, mb.length, mb.index};
     ctx_.compute.forward(chunk, state.data());
   }

@@ -7,7 +7,7 @@
 
 #include <vector>
 
-#include "compute/activation_wire.hpp"
+#include "dist/activation_wire.hpp"
 #include "sched/batch_plan.hpp"
 #include "sim/hardware.hpp"
 #include "sim/stage_costs.hpp"
@@ -19,7 +19,7 @@ struct SimSetup {
   int tp = 1;
   int ring_depth = 4;
   int hidden_size = 0;
-  int activation_bytes = compute::kActivationWireBytes;
+  int activation_bytes = dist::kActivationWireBytes;
   std::vector<LinkSpec> links;  // links[s]: stage s -> s + 1
 };
 

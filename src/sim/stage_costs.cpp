@@ -1,13 +1,14 @@
 // Analytic and profiled stage costs.
 #include "sim/stage_costs.hpp"
 
-#include "compute/activation_wire.hpp"
+#include "dist/activation_wire.hpp"
 #include "errors.hpp"
 
 namespace pf::sim {
 
 std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, const HardwareSpec& hw,
-                                            const std::vector<model::StageRange>& partition, int tp, bool fp8) {
+                                            const std::vector<model::StageRange>& partition, int tp, bool fp8,
+                                            int wire_bytes) {
   const double matmul_rate = (fp8 ? hw.peak_fp8_flops : hw.peak_bf16_flops) * hw.matmul_efficiency * tp;
   const double attention_rate = hw.peak_bf16_flops * hw.attention_efficiency * tp;
   const LinkSpec tp_link = tp <= hw.devices_per_node ? hw.intra_node : hw.inter_node;
@@ -24,7 +25,7 @@ std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, cons
       if (tp > 1) {  // two ring all-reduces of x * H activations per layer
         const double ring = 2.0 * (tp - 1);
         cost.chunk.c += 2 * ring * tp_link.latency_s;
-        cost.chunk.b += 2 * ring / tp * shape.hidden_size * compute::kActivationWireBytes / tp_link.bandwidth_Bps;
+        cost.chunk.b += 2 * ring / tp * shape.hidden_size * wire_bytes / tp_link.bandwidth_Bps;
       }
     }
     if (s + 1 == partition.size()) cost.lm_head_s = shape.lm_head_flops() / matmul_rate;

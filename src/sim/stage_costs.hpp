@@ -9,6 +9,7 @@
 #include "model/model_shape.hpp"
 #include "sched/cost_model.hpp"
 #include "sched/cost_profile.hpp"
+#include "dist/activation_wire.hpp"
 #include "sim/hardware.hpp"
 
 namespace pf::sim {
@@ -20,9 +21,11 @@ struct StageCost {
 };
 
 // Matmuls at the fp8 rate when `fp8` (an FP8 checkpoint), attention at the bf16 rate; TP
-// all-reduces (two per layer, ring) on the intra-node link when the TP group fits a node.
+// all-reduces (two per layer, ring) on the intra-node link when the TP group fits a node,
+// `wire_bytes` per activation (pipefill sends float32; 2 models a bf16 sender).
 std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, const HardwareSpec& hw,
-                                            const std::vector<model::StageRange>& partition, int tp, bool fp8);
+                                            const std::vector<model::StageRange>& partition, int tp, bool fp8,
+                                            int wire_bytes = dist::kActivationWireBytes);
 
 // Stage costs from a saved profile, in the chosen form (prefix-aware if every stage has it).
 std::vector<StageCost> profiled_stage_costs(const sched::CostProfile& profile, int pp);

@@ -4,10 +4,11 @@
 usage: same_logits.py BEFORE_DIR AFTER_DIR [GLOB]
 
 Compares /logits (bytes, not values) of every file matching GLOB (default out_*.h5) that
-exists in both directories. Runs whose chunk plan was profiled during the run (timings
-decide the plan, so two runs of the same code may cut different chunks) are reported
-apart: they are compared only when both runs made the same plan (/timeline micro-batch
-boundaries). Exit status 1 if any comparable pair differs, 2 if nothing was compared.
+exists in both directories. A run whose chunk plan was profiled during the run (a dynamic
+policy without --cost-model: timings decide the plan, so two runs of the same code may cut
+different chunks) is skipped, reported as such, when the two runs' plans differ (/timeline
+micro-batch boundaries); every other difference is a failure, a different plan included.
+Exit status 1 if any pair differs, 2 if nothing was compared.
 """
 import glob
 import os
@@ -23,6 +24,14 @@ def plan_of(f):
     t = f["timeline"][...]
     return sorted(set(zip(t["micro_batch"].tolist(), t["prompt"].tolist(), t["chunk_start"].tolist(),
                           t["chunk_length"].tolist())))
+
+
+def profiled(f):
+    """A dynamic chunk policy with no saved cost model: the plan came from timings."""
+    policy = f.attrs.get("chunk_policy", b"fixed")
+    cost_model = f.attrs.get("cost_model", b"")
+    as_text = lambda v: v.decode() if isinstance(v, bytes) else str(v)
+    return as_text(policy) != "fixed" and as_text(cost_model) == ""
 
 
 def main():
@@ -42,7 +51,7 @@ def main():
             lb, la = b["logits"][...], a["logits"][...]
             same_plan = plan_of(b) == plan_of(a)
             identical = lb.shape == la.shape and lb.tobytes() == la.tobytes()
-            if not identical and not same_plan:
+            if not identical and not same_plan and profiled(b) and profiled(a):
                 print(f"skipped  {name}: the plans differ (profiled during the run)")
                 skipped += 1
                 continue

@@ -8,6 +8,7 @@
 #include <mpi.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <deque>
 #include <optional>
 #include <set>
@@ -280,10 +281,25 @@ TEST(StopNotice, ACutoffInterruptsAWaitingReceiveAndCancelsThoseBeyondIt) {
 }  // namespace
 }  // namespace pf::dist
 
+namespace {
+
+// A fatal assertion returns from one rank's test body while its peer goes on to a plain
+// MPI_Barrier, which no watchdog covers: end the job at once instead of at ctest's timeout.
+class AbortOnFatalFailure : public testing::EmptyTestEventListener {
+  void OnTestPartResult(const testing::TestPartResult& result) override {
+    if (!result.fatally_failed()) return;
+    std::fprintf(stderr, "%s:%d: fatal test failure, aborting the job\n", result.file_name(), result.line_number());
+    MPI_Abort(MPI_COMM_WORLD, 1);
+  }
+};
+
+}  // namespace
+
 // Every rank runs every test (they talk to each other); the job fails if any rank fails.
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
   testing::InitGoogleTest(&argc, argv);
+  testing::UnitTest::GetInstance()->listeners().Append(new AbortOnFatalFailure);
   pf::dist::set_watchdog_timeout(60);  // a lost message aborts the job instead of hanging it
   int failed = RUN_ALL_TESTS() != 0;
   int any_failed = 0;

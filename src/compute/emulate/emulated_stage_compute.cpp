@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "compute/activation_wire.hpp"
+#include "dist/activation_wire.hpp"
 
 namespace pf::compute {
 
@@ -24,7 +24,7 @@ void sleep_for_seconds(double seconds) {
 
 // The transport carries floats: the wire format must be float32 for the messages to have
 // the real sizes.
-static_assert(kActivationWireBytes == sizeof(float), "emulated messages are float32 hidden states");
+static_assert(dist::kActivationWireBytes == sizeof(float), "emulated messages are float32 hidden states");
 
 EmulatedStageCompute::EmulatedStageCompute(const sim::StageCost& cost, int hidden_size, int vocab_shard,
                                            int64_t capacity_tokens)

@@ -1,7 +1,7 @@
 // The emulate backend: a stage whose compute is a sleep of the time its cost model
 // predicts for that chunk after that prefix (and for the LM head). Everything around it
 // stays real: MPI, the schedule, the ring of buffers, sends of the real byte sizes (the
-// float32 hidden states the cuda backend sends: compute/activation_wire.hpp), the
+// float32 hidden states the cuda backend sends: dist/activation_wire.hpp), the
 // timeline. Sleeping ranks use no CPU, so 8-32 ranks run honestly on a 2-core machine. The
 // logits it produces are zeros.
 #pragma once

@@ -6,8 +6,8 @@
 // messages, and the simulator's transfers and all-reduce times (docs/choices.md).
 #pragma once
 
-namespace pf::compute {
+namespace pf::dist {
 
 inline constexpr int kActivationWireBytes = 4;  // float32
 
-}  // namespace pf::compute
+}  // namespace pf::dist
