@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs the Debian packages pipefill needs to build, test and plot. Idempotent:
-# packages already present are skipped, so a second run costs a dpkg query only.
+# Installs the Debian packages pipefill needs to build, test and plot, then the Python
+# environment of its text tools and reference tests (scripts/setup_venv.sh: tokenizers,
+# transformers and a CPU torch, outside the checkout). Idempotent: what is present is skipped,
+# so a second run costs a dpkg query and an import check.
 set -euo pipefail
 
 packages=(
@@ -11,6 +13,7 @@ packages=(
   libopenblas-dev                       # sgemm for every projection on the CPU backend
   libgtest-dev libgmock-dev libbenchmark-dev  # unit tests and micro-benchmarks
   python3-numpy python3-h5py            # independent numpy reference (tests only)
+  python3-venv                          # the venv of scripts/setup_venv.sh
   python3-matplotlib                    # timeline and scaling plots (scripts/plot_*.py)
   slurm-wlm munge                       # a real single-node Slurm for tests/slurm
   clang libclang-rt-14-dev              # libFuzzer + sanitizers for tests/fuzz
@@ -23,13 +26,14 @@ done
 
 if [ ${#missing[@]} -eq 0 ]; then
   echo "setup: all ${#packages[@]} packages present"
-  exit 0
+else
+  echo "setup: installing ${missing[*]}"
+  SUDO=""
+  [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+  echo "setup: packages done"
 fi
-
-echo "setup: installing ${missing[*]}"
-SUDO=""
-[ "$(id -u)" -eq 0 ] || SUDO="sudo"
-export DEBIAN_FRONTEND=noninteractive
-$SUDO apt-get update -qq
-$SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-echo "setup: done"
+# The Debian interpreter, which python3-venv serves (not whatever python3 comes first on PATH).
+PIPEFILL_PYTHON=${PIPEFILL_PYTHON:-/usr/bin/python3} "$(dirname "$0")/setup_venv.sh"

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# The Python environment of the transformers reference test (tests/reference/transformers_check.py):
-# torch (used on the CPU), transformers 5, safetensors, h5py, numpy, tokenizers, at versions
-# known to work together. Lives outside the checkout, so that a fresh clone (CI) reuses it:
+# The Python environment of the transformers reference tests (tests/reference/*_check.py) and of
+# scripts/get_model.sh: torch (used on the CPU), transformers 5, safetensors, h5py, numpy, tokenizers,
+# gguf (reads llama.cpp checkpoints), at versions known to work together. Lives outside the
+# checkout, so that a fresh clone (CI) reuses it:
 #   ${PIPEFILL_VENV:-$HOME/.cache/pipefill/venv}
 # Idempotent: when the venv holds exactly these pins and imports them, it does nothing (< 1 s).
 # Cold, it downloads ~3.5 GB (torch from PyPI brings its CUDA libraries, which `import torch` needs).
@@ -9,13 +10,14 @@
 set -euo pipefail
 venv=${PIPEFILL_VENV:-$HOME/.cache/pipefill/venv}
 python=${PIPEFILL_PYTHON:-python3}
-# Pins: the set tests/reference/transformers_check.py was written and measured against.
-pins=(torch==2.15.0 transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 h5py==3.16.0 numpy==2.4.6)
+# Pins: the set tests/reference/*_check.py were written and measured against.
+pins=(torch==2.15.0 transformers==5.24.0 tokenizers==0.23.3 safetensors==0.8.0 h5py==3.16.0 numpy==2.4.6
+      gguf==0.19.0 jinja2==3.1.6)
 stamp=$venv/.pipefill-pins
 want="${pins[*]}"
 
 if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$want" ] &&
-   "$venv/bin/python" -c "import torch, transformers, safetensors, h5py, numpy, tokenizers" 2>/dev/null; then
+   "$venv/bin/python" -c "import torch, transformers, safetensors, h5py, numpy, tokenizers, gguf, jinja2" 2>/dev/null; then
   echo "setup_venv: $venv already has: $want"
   exit 0
 fi

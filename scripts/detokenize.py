@@ -1,0 +1,200 @@
+#!/usr/bin/env python3
+"""Token ids in a pipefill input or output, back to text, with the model directory's tokenizer.
+
+usage: scripts/detokenize.py --model DIR FILE.h5 [--dataset NAME] [--input IN.h5] [--prompt I]
+                             [--boundaries] [--skip-special] [--last N] [--top K]
+
+What is printed depends on the dataset (default: tokens):
+  ids [T]        (/tokens)     each prompt's text; --boundaries: one token per line
+                               (position, id, the token's text as a JSON string)
+  ids [T, K]     (/topk_ids)   per position: the token there, then the K candidates after it
+  ids [n, K]                   per prompt: the K ids of its row
+  floats [n, V]  (/logits)     per prompt: the --top K most likely next tokens and their probabilities
+Prompt boundaries (/offsets), the tokens and each prompt's source file and line come from FILE,
+or from --input (the tokenize.py file a run read) when FILE is a run's output.
+Runs itself under the venv scripts/setup.sh makes, like tokenize.py.
+"""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+# Beside scripts/tokenize.py, which shadows the standard library's `tokenize`: same fix as there.
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE] + [HERE]
+
+import python_tool  # noqa: E402  (standard library only: it picks the interpreter first)
+
+python_tool.run_in_venv(__file__)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+
+from model_tokenizer import ModelTokenizer  # noqa: E402
+from python_tool import UserError  # noqa: E402
+
+
+def help_text():
+    return "\n\n".join(p for p in __doc__.strip().split("\n\n") if not p.startswith("usage:"))
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UserError(f"{message} (see {os.path.basename(sys.argv[0])} --help)")
+
+
+def parse_args():
+    parser = ArgumentParser(description=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", required=True, help="model directory holding tokenizer.json")
+    parser.add_argument("file", metavar="FILE.h5", help="tokenize.py's file, or a pipefill run's output")
+    parser.add_argument("--dataset", default="tokens", help="dataset holding the ids (default: tokens)")
+    parser.add_argument("--input", help="the input file of the run that wrote FILE (offsets, tokens, sources)")
+    parser.add_argument("--prompt", type=int, help="only this prompt (0-based); default: all")
+    parser.add_argument("--boundaries", action="store_true", help="one token per line instead of running text")
+    parser.add_argument("--skip-special", action="store_true", help="leave out special tokens such as BOS")
+    parser.add_argument("--last", type=int, metavar="N", help="per-position datasets: only each prompt's last N")
+    parser.add_argument("--top", type=int, default=5, metavar="K", help="float datasets: how many ids (default 5)")
+    args = parser.parse_args()
+    if args.last is not None and args.last < 1:
+        raise UserError("--last must be at least 1")
+    if args.top < 1:
+        raise UserError("--top must be at least 1")
+    return args
+
+
+def open_h5(path):
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such file")
+    try:
+        return h5py.File(path, "r", locking=False)
+    except OSError:
+        raise UserError(f"{path} is not an HDF5 file")
+
+
+def text_of(value):
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class Prompts:
+    """Prompt boundaries, tokens and sources: from FILE when it has /offsets, else from --input."""
+
+    def __init__(self, data_file, input_path):
+        source = data_file if "offsets" in data_file else (open_h5(input_path) if input_path else None)
+        self.offsets = self.tokens = None
+        self.labels = None
+        if source is None:
+            return
+        if "offsets" not in source:
+            raise UserError(f"--input {input_path} has no /offsets: give the file the run read")
+        self.offsets = source["offsets"][:].astype(np.int64)
+        self.tokens = source["tokens"][:] if "tokens" in source else None
+        if all(name in source for name in ("source_files", "source_file", "source_line")):
+            files = [text_of(f) for f in source["source_files"][:]]
+            self.labels = [files[f] + (f":{line}" if line else "")
+                           for f, line in zip(source["source_file"][:], source["source_line"][:])]
+
+    def count(self):
+        return None if self.offsets is None else len(self.offsets) - 1
+
+    def name(self, prompt):
+        return f"prompt {prompt}" + (f" ({self.labels[prompt]})" if self.labels else "")
+
+
+def token_text(model, token_id):
+    if not model.has_id(token_id):
+        return f"<id {int(token_id)}>"
+    return model.decode([token_id])
+
+
+def quoted(text):
+    # Escaped too: U+2028 / U+2029, which JSON leaves raw but some viewers break lines at.
+    return json.dumps(text, ensure_ascii=False).replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
+
+
+def chosen_prompts(args, n):
+    if args.prompt is None:
+        return range(n)
+    if not 0 <= args.prompt < n:
+        raise UserError(f"--prompt {args.prompt} is out of range: the file has {n} prompts")
+    return [args.prompt]
+
+
+def print_texts(args, model, prompts, ids):
+    """ids [T]: each prompt's text, or its tokens one per line."""
+    offsets = prompts.offsets if prompts.offsets is not None else np.array([0, len(ids)])
+    if offsets[-1] != len(ids):
+        raise UserError(f"/{args.dataset} holds {len(ids)} ids but the offsets end at {offsets[-1]}")
+    chosen = chosen_prompts(args, len(offsets) - 1)
+    for prompt in chosen:
+        segment = ids[offsets[prompt]:offsets[prompt + 1]]
+        if len(chosen) > 1:
+            print(f"--- {prompts.name(prompt)} ---")
+        if args.boundaries:
+            for position, token_id in enumerate(segment, start=int(offsets[prompt])):
+                print(f"{position}\t{int(token_id)}\t{quoted(token_text(model, token_id))}")
+            continue
+        unknown = segment[(segment < 0) | (segment >= model.vocab_size)]
+        if len(unknown):
+            raise UserError(f"prompt {prompt}: id {int(unknown[0])} is not in {model.tokenizer_json}")
+        print(model.decode(segment, skip_special_tokens=args.skip_special))
+
+
+def print_candidates(args, model, prompts, rows, describe):
+    """rows [T, K] (per position) or [n, K] (per prompt): each row's ids as texts."""
+    n = prompts.count()
+    if n is None:  # nothing says which rows belong to which prompt
+        if args.prompt is not None:
+            raise UserError(f"{args.file} has no /offsets: give the run's input with --input to pick a prompt")
+        for row in range(len(rows)):
+            print(f"row {row}: {describe(rows[row])}")
+        return
+    if len(rows) == n:
+        for prompt in chosen_prompts(args, n):
+            print(f"{prompts.name(prompt)}: {describe(rows[prompt])}")
+        return
+    if len(rows) != prompts.offsets[-1]:
+        raise UserError(f"/{args.dataset} has {len(rows)} rows: neither one per prompt ({n}) "
+                        f"nor one per token ({prompts.offsets[-1]})")
+    chosen = chosen_prompts(args, n)
+    for prompt in chosen:
+        start, end = int(prompts.offsets[prompt]), int(prompts.offsets[prompt + 1])
+        if args.last is not None:
+            start = max(start, end - args.last)
+        if len(chosen) > 1:
+            print(f"--- {prompts.name(prompt)} ---")
+        for position in range(start, end):
+            here = f"{quoted(token_text(model, prompts.tokens[position]))} -> " if prompts.tokens is not None else ""
+            print(f"{position}\t{here}{describe(rows[position])}")
+
+
+def main():
+    args = parse_args()
+    model = ModelTokenizer(args.model)
+    data_file = open_h5(args.file)
+    if args.dataset not in data_file or not isinstance(data_file[args.dataset], h5py.Dataset):
+        names = ", ".join(sorted(k for k in data_file if isinstance(data_file[k], h5py.Dataset)))
+        raise UserError(f"{args.file} has no dataset /{args.dataset} (it has: {names})")
+    dataset = data_file[args.dataset]
+    prompts = Prompts(data_file, args.input)
+    kind = dataset.dtype.kind
+    if kind in "iu" and dataset.ndim == 1:
+        print_texts(args, model, prompts, dataset[:])
+    elif kind in "iu" and dataset.ndim == 2:
+        print_candidates(args, model, prompts, dataset[:],
+                         lambda row: " ".join(quoted(token_text(model, i)) for i in row))
+    elif kind == "f" and dataset.ndim == 2:
+        def most_likely(logits):
+            logits = logits.astype(np.float64)
+            top = np.argsort(-logits, kind="stable")[:args.top]
+            probabilities = np.exp(logits - logits.max())
+            probabilities /= probabilities.sum()
+            return " ".join(f"{quoted(token_text(model, i))} {probabilities[i]:.3f}" for i in top)
+        print_candidates(args, model, prompts, dataset, most_likely)
+    else:
+        raise UserError(f"/{args.dataset} is {dataset.dtype} {list(dataset.shape)}: not token ids "
+                        f"(integers [T] or [rows, K]) nor logits (floats [n, vocab])")
+
+
+if __name__ == "__main__":
+    python_tool.main_with_user_errors(main)

@@ -1,0 +1,87 @@
+"""The prompts tokenize.py builds, and the HDF5 file it writes them to: pipefill's input format
+(/tokens, /offsets, read by src/io/prompts_h5.cpp) plus each prompt's source (docs/formats.md).
+"""
+import itertools
+import os
+import tempfile
+
+import h5py
+import numpy as np
+
+from python_tool import UserError
+
+INT32_LIMIT = 2**31
+
+
+class PromptSet:
+    """The ids of every prompt back to back, their lengths and sources, checked as they come."""
+
+    def __init__(self, paths, model_vocab_size):
+        self.paths = paths
+        self.model_vocab_size = model_vocab_size
+        self.token_arrays = []
+        self.lengths = []
+        self.source_file = []
+        self.source_line = []
+        self.tokens = 0
+
+    def add_batch(self, docs, id_lists):
+        """docs: objects with file_index, line and label; id_lists: each one's token ids."""
+        for doc, ids in zip(docs, id_lists):
+            if not ids:
+                raise UserError(f"{doc.label}: the tokenizer gives no tokens for this text")
+        count = sum(len(ids) for ids in id_lists)
+        ids = np.fromiter(itertools.chain.from_iterable(id_lists), dtype=np.int64, count=count)
+        self.check_range(docs, id_lists, ids)
+        self.token_arrays.append(ids.astype(np.int32))
+        self.lengths.extend(len(i) for i in id_lists)
+        self.source_file.extend(d.file_index for d in docs)
+        self.source_line.extend(d.line for d in docs)
+        self.tokens += count
+
+    def check_range(self, docs, id_lists, ids):
+        # pipefill reads int32 ids below config.json's vocab_size; refuse here, naming the prompt.
+        bounds = [(INT32_LIMIT, "does not fit the input's int32 ids")]
+        if self.model_vocab_size is not None:
+            bounds.append((self.model_vocab_size, f"is not below the model's vocab_size {self.model_vocab_size} "
+                                                  f"(config.json): tokenizer.json and the weights disagree"))
+        for limit, reason in bounds:
+            if ids.max() >= limit:
+                position = int(np.argmax(ids >= limit))
+                ends = np.cumsum([len(i) for i in id_lists])
+                doc = docs[int(np.searchsorted(ends, position, side="right"))]
+                raise UserError(f"{doc.label}: token id {int(ids[position])} {reason}")
+
+    def offsets(self):
+        return np.concatenate([[0], np.cumsum(self.lengths, dtype=np.int64)]).astype(np.int64)
+
+
+def write_prompt_file(out, prompts, attrs):
+    """Writes beside OUT under a temporary name, then renames: OUT is never half written, and an
+    existing OUT stays as it was until the new file is complete."""
+    directory = os.path.dirname(os.path.abspath(out))
+    partial = None
+    try:
+        fd, partial = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".partial", dir=directory)
+        os.close(fd)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(partial, 0o666 & ~umask)  # mkstemp's 0600 would outlive the rename
+        # locking=False: the name is ours alone, and HDF5's locks fail on some network file systems.
+        with h5py.File(partial, "w", locking=False) as f:
+            f.create_dataset("tokens", data=np.concatenate(prompts.token_arrays), dtype="<i4")
+            f.create_dataset("offsets", data=prompts.offsets(), dtype="<i8")
+            names = [p.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for p in prompts.paths]
+            f.create_dataset("source_files", data=names, dtype=h5py.string_dtype("utf-8"))
+            f.create_dataset("source_file", data=np.asarray(prompts.source_file, dtype=np.int32), dtype="<i4")
+            f.create_dataset("source_line", data=np.asarray(prompts.source_line, dtype=np.int64), dtype="<i8")
+            for key, value in attrs.items():
+                f.attrs[key] = value
+        with open(partial, "rb") as f:
+            os.fsync(f.fileno())
+        os.replace(partial, out)
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}")
+    finally:
+        if partial is not None and os.path.exists(partial):
+            os.unlink(partial)

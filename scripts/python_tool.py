@@ -1,0 +1,59 @@
+"""What pipefill's Python tools in scripts/ (tokenize.py, detokenize.py) share: they run under
+the Python environment scripts/setup_venv.sh makes, whoever launches them, and a user's mistake
+is one `error:` line with exit status 2, like the C++ binary's.
+
+Imported before anything outside the standard library: it picks the interpreter first.
+"""
+import os
+import sys
+
+VENV_HINT = "run scripts/setup.sh (it makes the Python environment with scripts/setup_venv.sh)"
+
+
+class UserError(Exception):
+    """Bad input or usage: reported as `error: MESSAGE`, exit status 2, never a traceback."""
+
+
+def venv_dir():
+    # The same default as scripts/setup_venv.sh and the ctest cases.
+    return os.environ.get("PIPEFILL_VENV") or os.path.join(os.path.expanduser("~"), ".cache", "pipefill", "venv")
+
+
+def run_in_venv(script):
+    """Re-executes `script` with the venv's interpreter unless this process already is it, so that
+    `scripts/tool.py ...` works without activating anything."""
+    venv = venv_dir()
+    if os.path.realpath(sys.prefix) == os.path.realpath(venv):
+        return
+    python = os.path.join(venv, "bin", "python")
+    if not os.access(python, os.X_OK):
+        fail(f"no Python environment at {venv} (tokenizers, transformers, h5py): {VENV_HINT}")
+    # The marker stops a loop if the venv's python somehow reports another prefix.
+    if os.environ.get("PIPEFILL_VENV_REEXEC") == venv:
+        fail(f"{python} does not run inside {venv}: remove it and {VENV_HINT}")
+    os.environ["PIPEFILL_VENV_REEXEC"] = venv
+    try:
+        os.execv(python, [python, os.path.abspath(script)] + sys.argv[1:])
+    except OSError as e:
+        fail(f"cannot run {python}: {e.strerror}; {VENV_HINT}")
+
+
+def fail(message):
+    sys.stdout.flush()
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def main_with_user_errors(main):
+    """Runs main(); a UserError becomes the `error:` line, Ctrl-C a quiet exit 130. Anything else
+    is a bug and keeps its traceback."""
+    try:
+        main()
+    except UserError as e:
+        fail(str(e))
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except BrokenPipeError:
+        # `detokenize.py ... | head`: the reader left; nothing more to say.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

@@ -1,0 +1,255 @@
+#!/usr/bin/env python3
+"""Text in: documents -> pipefill's input HDF5 (token ids and offsets), with each prompt's source.
+(The tool behind scripts/tokenize.py; see there why it is a file of its own.)
+
+usage: scripts/tokenize.py --model DIR --out IN.h5 [--field text] [--chat] [--quiet] FILE...
+
+  FILE.txt     the whole file is one prompt
+  FILE.jsonl   one prompt per non-blank line: the string in the field --field (default "text")
+  --chat       each prompt becomes one user message in the model's chat template, followed by
+               the assistant's header (what transformers' apply_chat_template builds)
+
+Token ids come from DIR/tokenizer.json (Hugging Face tokenizers, batch API), with the special
+tokens its post-processor adds (e.g. a BOS). The file (docs/formats.md) is written beside OUT
+under a temporary name and renamed: OUT is either left as it was or is the complete new file.
+Runs itself under the venv scripts/setup.sh makes (${PIPEFILL_VENV:-~/.cache/pipefill/venv}).
+"""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+# This file's name shadows the standard library's `tokenize`, which inspect and linecache import:
+# its folder goes behind the standard library on the path, where our modules are still found.
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE] + [HERE]
+
+import python_tool  # noqa: E402  (standard library only: it picks the interpreter first)
+
+python_tool.run_in_venv(__file__)
+
+import argparse  # noqa: E402
+import hashlib  # noqa: E402
+import json  # noqa: E402
+import time  # noqa: E402
+from dataclasses import dataclass  # noqa: E402
+
+from python_tool import UserError  # noqa: E402
+
+EXTENSIONS = (".txt", ".jsonl")
+# Text handed to the tokenizer per call: ~2M tokens, a few seconds on one core, so that every core
+# has documents and progress still comes every few seconds. A longer document is a batch alone.
+BATCH_CHARS = 8 << 20
+BATCH_DOCS = 8192
+PROGRESS_INTERVAL_S = 2.0
+
+
+@dataclass
+class Document:
+    file_index: int
+    line: int  # 1-based line of a .jsonl file; 0 for a .txt file (the whole file)
+    label: str  # how error messages name it: "FILE" or "FILE line N"
+    text: str
+
+
+def help_text():
+    return "\n\n".join(p for p in __doc__.strip().split("\n\n") if not p.startswith("usage:"))
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UserError(f"{message} (see scripts/tokenize.py --help)")
+
+
+def parse_args():
+    parser = ArgumentParser(prog="scripts/tokenize.py", description=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter,
+                            epilog="Each prompt's file and line are stored beside the ids (docs/formats.md).")
+    parser.add_argument("--model", required=True, help="model directory holding tokenizer.json")
+    parser.add_argument("--out", required=True, help="HDF5 file to write (pipefill run --input)")
+    parser.add_argument("--field", default="text", help="field of each .jsonl line holding the prompt (default: text)")
+    parser.add_argument("--chat", action="store_true", help="apply the model's chat template (one user message)")
+    parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
+    parser.add_argument("files", nargs="*", metavar="FILE", help=".txt (one prompt) or .jsonl (one per line)")
+    args = parser.parse_args()
+    if not args.files:
+        raise UserError("no input files: give .txt files (one prompt each) or .jsonl files (one prompt per line)")
+    return args
+
+
+def check_output(out, inputs):
+    if not out or out.endswith(os.sep):
+        raise UserError(f"--out {out!r} is not a file name")
+    if os.path.isdir(out):
+        raise UserError(f"--out {out} is a directory")
+    directory = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(directory):
+        raise UserError(f"the directory of --out {out} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write into {directory} (the directory of --out {out})")
+    if any(os.path.exists(p) and os.path.exists(out) and os.path.samefile(p, out) for p in inputs):
+        raise UserError(f"--out {out} is also an input file")
+
+
+def check_inputs(paths):
+    """Every input is refused before any work: a typo in the last file costs nothing."""
+    for path in paths:
+        if not path.lower().endswith(EXTENSIONS):
+            raise UserError(f"{path}: unknown kind of file (want .txt for one prompt per file "
+                            f"or .jsonl for one prompt per line)")
+        if not os.path.exists(path):
+            raise UserError(f"{path}: no such file")
+        if not os.path.isfile(path):
+            raise UserError(f"{path} is not a regular file")
+        if not os.access(path, os.R_OK):
+            raise UserError(f"cannot read {path}")
+
+
+def decode_utf8(path, data):
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = data.count(b"\n", 0, e.start) + 1
+        raise UserError(f"{path} is not valid UTF-8: byte 0x{data[e.start]:02x} at byte offset {e.start} "
+                        f"(line {line})")
+    return text[1:] if text.startswith("\ufeff") else text  # a byte-order mark is not text
+
+
+def read_bytes(path):
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        raise UserError(f"cannot read {path}: {e.strerror}")
+
+
+def require_text(doc):
+    if not doc.text.strip():
+        raise UserError(f"{doc.label}: empty document" + (" (only whitespace)" if doc.text else ""))
+    return doc
+
+
+def json_type(value):
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
+            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+
+
+def jsonl_documents(paths, index, text, field):
+    found = 0
+    # split("\n"), not splitlines(): U+2028 and friends may stand raw inside JSON strings.
+    for number, line in enumerate(text.split("\n"), start=1):
+        if not line.strip():
+            continue
+        label = f"{paths[index]} line {number}"
+        try:
+            record = json.loads(line)
+        except ValueError as e:
+            raise UserError(f"{label} is not JSON ({e})")
+        if not isinstance(record, dict):
+            raise UserError(f"{label} is {json_type(record)}, not a JSON object with a \"{field}\" field")
+        if field not in record:
+            fields = ", ".join(f'"{k}"' for k in list(record)[:8]) or "none"
+            raise UserError(f"{label} has no field \"{field}\" (its fields: {fields}; choose one with --field)")
+        value = record[field]
+        if not isinstance(value, str):
+            raise UserError(f"{label}: field \"{field}\" is {json_type(value)}, not a string")
+        found += 1
+        yield require_text(Document(index, number, label, value))
+    if not found:
+        raise UserError(f"{paths[index]} holds no prompts (no non-blank lines)")
+
+
+class Progress:
+    """Progress on stderr, every few seconds, only for runs long enough to want it."""
+
+    def __init__(self, files, quiet):
+        self.files = files
+        self.quiet = quiet
+        self.start = self.last = time.monotonic()
+
+    def elapsed(self):
+        return time.monotonic() - self.start
+
+    def note(self, message):
+        if not self.quiet:
+            print(f"tokenize: {message}", file=sys.stderr, flush=True)
+
+    def update(self, file_index, prompts, tokens):
+        now = time.monotonic()
+        if now - self.last >= PROGRESS_INTERVAL_S:
+            self.last = now
+            self.note(f"file {file_index + 1}/{len(self.files)} ({self.files[file_index]}), {prompts} prompts, "
+                      f"{tokens:,} tokens, {now - self.start:.0f} s")
+
+
+def tokenize_all(args, model, prompts):
+    paths = args.files
+    render = model.chat_renderer() if args.chat else None
+    progress = Progress(paths, args.quiet)
+    batch, batch_chars = [], 0
+
+    def flush():
+        nonlocal batch, batch_chars
+        if not batch:
+            return
+        if len(batch) == 1 and batch_chars >= BATCH_CHARS:  # one core, ~1-3 s per million tokens
+            progress.note(f"{batch[0].label}: one prompt of {batch_chars / 1e6:.0f} M characters")
+        texts = [render(d.text) for d in batch] if render else [d.text for d in batch]
+        # A chat template writes its special tokens itself (transformers encodes it the same way).
+        prompts.add_batch(batch, model.encode(texts, add_special_tokens=not args.chat))
+        batch_file = batch[-1].file_index
+        batch, batch_chars = [], 0
+        progress.update(batch_file, len(prompts.lengths), prompts.tokens)
+
+    for index, path in enumerate(paths):
+        data = read_bytes(path)
+        text = decode_utf8(path, data)
+        if path.lower().endswith(".jsonl"):
+            docs = jsonl_documents(paths, index, text, args.field)
+        else:
+            docs = [require_text(Document(index, 0, path, text))]
+        for doc in docs:
+            batch.append(doc)
+            batch_chars += len(doc.text)
+            if batch_chars >= BATCH_CHARS or len(batch) >= BATCH_DOCS:
+                flush()
+    flush()
+    return progress
+
+
+def main():
+    args = parse_args()
+    check_output(args.out, args.files)
+    check_inputs(args.files)
+    # Loaded only now (~0.4 s), so that a mistyped argument or path is reported at once.
+    import tokenizers
+
+    from model_tokenizer import ModelTokenizer
+    from prompt_file import PromptSet, write_prompt_file
+
+    model = ModelTokenizer(args.model)
+    prompts = PromptSet(args.files, model.model_vocab_size)
+    progress = tokenize_all(args, model, prompts)
+    attrs = {
+        "created_by": "scripts/tokenize.py (pipefill)",
+        "tokenizers_version": tokenizers.__version__,
+        "model_dir": model.model_dir,
+        "tokenizer_json": model.tokenizer_json,
+        "tokenizer_sha256": model.tokenizer_sha256,
+        "tokenizer_vocab_size": model.vocab_size,
+        "chat": int(args.chat),
+        "field": args.field,
+    }
+    if args.chat:
+        attrs["chat_template_sha256"] = hashlib.sha256(model.chat_template().encode("utf-8")).hexdigest()
+    write_prompt_file(args.out, prompts, attrs)
+    too_long = [n for n in prompts.lengths if model.max_positions and n > model.max_positions]
+    if too_long:
+        print(f"warning: {len(too_long)} prompt(s) longer than the model's max_position_embeddings "
+              f"({model.max_positions}), the longest {max(too_long):,} tokens: `pipefill run` needs "
+              f"--allow-long-prompts for them", file=sys.stderr)
+    if not args.quiet:
+        count = len(prompts.lengths)
+        print(f"wrote {args.out}: {count} prompt{'s' if count != 1 else ''}, {prompts.tokens:,} tokens "
+              f"({progress.elapsed():.1f} s)")
+
+
+if __name__ == "__main__":
+    python_tool.main_with_user_errors(main)

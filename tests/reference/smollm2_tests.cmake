@@ -1,0 +1,18 @@
+# pipefill against transformers on the real SmolLM2-135M-Instruct (tests/reference/smollm2_check.py).
+# The model is fetched by scripts/get_model.sh into a cache outside the build tree, so that fresh
+# clones (CI) reuse it: a no-op when it is there, a 93 MB download and ~30 s conversion when not.
+# Paths are resolved when the tests run, as the scripts resolve them.
+set(PF_SMOLLM2_DIR "\${PIPEFILL_CACHE:-\$HOME/.cache/pipefill}/models/smollm2-135m")
+
+add_test(NAME setup.smollm2
+         COMMAND bash -c "exec \"\$0\" smollm2-135m \"${PF_SMOLLM2_DIR}\"" ${CMAKE_SOURCE_DIR}/scripts/get_model.sh)
+set_tests_properties(setup.smollm2 PROPERTIES FIXTURES_SETUP smollm2 FIXTURES_REQUIRED venv
+                     LABELS "mpi;reference" TIMEOUT 600)
+
+set(PF_VENV_PYTHON "\${PIPEFILL_VENV:-\$HOME/.cache/pipefill/venv}/bin/python")
+add_test(NAME transformers.smollm2
+         COMMAND bash -c "exec \"${PF_VENV_PYTHON}\" \"\$@\" \"${PF_SMOLLM2_DIR}\""
+                 smollm2_check ${CMAKE_CURRENT_SOURCE_DIR}/reference/smollm2_check.py ${PF_BIN}
+                 ${CMAKE_CURRENT_BINARY_DIR}/smollm2_check)
+set_tests_properties(transformers.smollm2 PROPERTIES FIXTURES_REQUIRED "venv;smollm2" LABELS "mpi;reference"
+                     TIMEOUT 600 PROCESSORS 2)

@@ -1,0 +1,352 @@
+#!/usr/bin/env python3
+"""scripts/tokenize.py and scripts/detokenize.py against transformers' own tokenizer.
+
+A small byte-level BPE (vocabulary 400 <= synthetic:tiny's 512, a BOS post-processor, digits
+split like SmolLM2's, a chat template) is trained here with `tokenizers`, no network. Then:
+.txt, .jsonl (--field, blank lines, a raw U+2028) and --chat files are tokenized and every
+prompt's ids are compared with transformers.AutoTokenizer on the same directory (the template
+from tokenizer_config.json, and from chat_template.jinja, which wins); offsets, sources and
+attributes are checked; `pipefill run --model synthetic:tiny` reads the file; detokenize.py
+gives the texts back; each bad input is exit status 2, one `error:` line and no file (an
+existing output left as it was). Also prints, not asserted, the time for a ~1M-token document.
+
+usage: tokenize_check.py SOURCE_DIR BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
+"""
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+
+import h5py
+import numpy as np
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import AutoTokenizer
+
+SOURCE, BUILD, WORK = (os.path.abspath(a) for a in sys.argv[1:4])
+TOKENIZE = os.path.join(SOURCE, "scripts", "tokenize.py")
+DETOKENIZE = os.path.join(SOURCE, "scripts", "detokenize.py")
+PIPEFILL = os.path.join(BUILD, "pipefill")
+
+SPECIALS = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"]
+CHAT_TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m.role }}|>\n{{ m.content }}{{ eos_token }}\n"
+                 "{% endfor %}{% if add_generation_prompt %}<|assistant|>\n{% endif %}")
+# chat_template.jinja beside the config's template: transformers prefers the file.
+JINJA_TEMPLATE = ("{{ bos_token }}<|user|>system: be brief{{ eos_token }}{% for m in messages %}"
+                  "<|{{ m.role }}|>{{ m.content | upper }}{{ eos_token }}{% endfor %}"
+                  "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+WORDS = ("the of prefill pipeline token prompt chunk stage rank model layer cache page attention "
+         "document score perplexity long context million text number value résumé naïve "
+         "über straße 東京 データ 🙂").split()
+
+failures = []
+
+
+def check(condition, what):
+    if not condition:
+        failures.append(what)
+        print(f"FAIL: {what}")
+    return condition
+
+
+def sentences(count, seed):
+    rng = np.random.default_rng(seed)
+    out = []
+    for _ in range(count):
+        words = rng.choice(WORDS, size=rng.integers(4, 14))
+        out.append(" ".join(words).capitalize() + f" {rng.integers(0, 10000)}.")
+    return out
+
+
+def make_model(directory, vocab_size=512, template="config", tokenizer_json=None):
+    """A model directory's tokenizer files; the tokenizer is trained unless tokenizer_json is given."""
+    os.makedirs(directory)
+    if tokenizer_json:
+        shutil.copy(tokenizer_json, os.path.join(directory, "tokenizer.json"))
+    else:
+        train_tokenizer(os.path.join(directory, "tokenizer.json"))
+    config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<s>", "eos_token": "</s>",
+              # the AddedToken form older save_pretrained wrote
+              "unk_token": {"__type": "AddedToken", "content": "<unk>", "lstrip": False, "normalized": False,
+                            "rstrip": False, "single_word": False, "special": True},
+              "model_max_length": 1 << 30}
+    if template:
+        config["chat_template"] = CHAT_TEMPLATE
+    write(os.path.join(directory, "tokenizer_config.json"), json.dumps(config))
+    if template == "jinja":
+        write(os.path.join(directory, "chat_template.jinja"), JINJA_TEMPLATE)
+    model_config = {"model_type": "llama", "vocab_size": vocab_size, "max_position_embeddings": 4096}
+    write(os.path.join(directory, "config.json"), json.dumps(model_config))
+
+
+def train_tokenizer(path):
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+        [pre_tokenizers.Digits(individual_digits=True), pre_tokenizers.ByteLevel(add_prefix_space=False)])
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=400, special_tokens=SPECIALS, show_progress=False,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet())
+    tokenizer.train_from_iterator(sentences(2000, seed=1), trainer)
+    bos = tokenizer.token_to_id("<s>")
+    tokenizer.post_processor = processors.TemplateProcessing(single="<s> $A", pair="<s> $A <s> $B",
+                                                             special_tokens=[("<s>", bos)])
+    tokenizer.save(path)
+
+
+def write(path, content):
+    with open(path, "wb") as f:
+        f.write(content.encode("utf-8") if isinstance(content, str) else content)
+
+
+def run(tool, *args, env=None):
+    # The script itself, as a user types it: its shebang and its venv re-exec are under test too.
+    start = time.monotonic()
+    result = subprocess.run([tool, *args], capture_output=True, cwd=WORK, env=dict(os.environ, **(env or {})))
+    result.seconds = time.monotonic() - start
+    # Decoded by hand: text=True would turn the documents' \r\n into \n.
+    result.stdout, result.stderr = result.stdout.decode(), result.stderr.decode()
+    return result
+
+
+def read(path):
+    with h5py.File(path, "r") as f:
+        return {name: f[name][:] for name in f}, dict(f.attrs)
+
+
+def prompt_ids(data, i):
+    return [int(t) for t in data["tokens"][data["offsets"][i]:data["offsets"][i + 1]]]
+
+
+def text_attr(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
+
+
+def check_against_transformers(label, path, model_dir, texts, chat):
+    reference = AutoTokenizer.from_pretrained(model_dir)
+    data, attrs = read(path)
+    check(len(data["offsets"]) == len(texts) + 1, f"{label}: {len(texts)} prompts")
+    for i, text in enumerate(texts):
+        if chat:
+            want = reference.apply_chat_template([{"role": "user", "content": text}], add_generation_prompt=True,
+                                                 tokenize=True, return_dict=False)
+        else:
+            want = reference(text)["input_ids"]
+        check(prompt_ids(data, i) == list(want), f"{label}: prompt {i}'s ids equal transformers' ({text[:30]!r}...)")
+    check(int(attrs["chat"]) == int(chat), f"{label}: attribute chat is {int(chat)}")
+    return data, attrs
+
+
+def main():
+    shutil.rmtree(WORK, ignore_errors=True)
+    os.makedirs(WORK)
+    model = os.path.join(WORK, "model")
+    make_model(model)
+    trained = os.path.join(model, "tokenizer.json")
+    vocab = Tokenizer.from_file(trained).get_vocab_size()
+    print(f"test tokenizer: vocabulary {vocab}")
+    assert vocab <= 512, "the ids must fit synthetic:tiny's vocabulary"
+    make_model(os.path.join(WORK, "model_jinja"), template="jinja", tokenizer_json=trained)
+    make_model(os.path.join(WORK, "model_no_template"), template=None, tokenizer_json=trained)
+    make_model(os.path.join(WORK, "model_small_vocab"), vocab_size=300, tokenizer_json=trained)
+
+    # ---- inputs ------------------------------------------------------------------------------
+    doc = "\n".join(sentences(40, seed=2)) + "\r\nThe end: 1234567 tokens, naïve 東京 🙂.\n"
+    write(os.path.join(WORK, "doc.txt"), doc)
+    bom_text = "Starts with a byte-order mark."
+    write(os.path.join(WORK, "bom.txt"), b"\xef\xbb\xbf" + bom_text.encode())
+    records = [{"id": 1, "body": "first record, 42 pages"},
+               {"body": "second\twith a line separator \u2028 inside and \"quotes\"", "extra": [1, 2]},
+               None,  # a blank line: skipped, line numbers stay those of the file
+               {"body": "  third: résumé über straße  ", "id": 3}]
+    lines = ["" if r is None else json.dumps(r, ensure_ascii=False) for r in records]
+    write(os.path.join(WORK, "data.jsonl"), "\n".join(lines) + "\n\n")
+    texts = [doc] + [r["body"] for r in records if r] + [bom_text]
+    inputs = ["doc.txt", "data.jsonl", "bom.txt"]
+    want_lines = [0, 1, 2, 4, 0]
+    want_files = [0, 1, 1, 1, 2]
+
+    # ---- plain text -------------------------------------------------------------------------
+    result = run(TOKENIZE, "--model", "model", "--out", "in.h5", "--field", "body", *inputs)
+    check(result.returncode == 0, f"tokenize.py succeeds (stderr: {result.stderr.strip()})")
+    check(result.stdout.startswith("wrote in.h5: 5 prompts"), f"a one-line summary (got {result.stdout!r})")
+    check(result.stderr == "", f"quiet on small input (stderr: {result.stderr!r})")
+    data, attrs = check_against_transformers("plain", os.path.join(WORK, "in.h5"), model, texts, chat=False)
+    check(data["tokens"].dtype == np.int32 and data["offsets"].dtype == np.int64, "/tokens int32, /offsets int64")
+    check(all(prompt_ids(data, i)[0] == 1 for i in range(len(texts))), "every prompt starts with the BOS (id 1)")
+    check([text_attr(s) for s in data["source_files"]] == inputs, "/source_files lists the inputs as given")
+    check(list(data["source_file"]) == want_files, f"/source_file {list(data['source_file'])} == {want_files}")
+    check(list(data["source_line"]) == want_lines, f"/source_line {list(data['source_line'])} == {want_lines}")
+    with open(os.path.join(model, "tokenizer.json"), "rb") as f:
+        check(text_attr(attrs["tokenizer_sha256"]) == hashlib.sha256(f.read()).hexdigest(), "tokenizer_sha256")
+    check(text_attr(attrs["model_dir"]) == model, "model_dir attribute")
+
+    # ---- chat templates: tokenizer_config.json's, and chat_template.jinja's ----------------------
+    for label, directory in (("chat", "model"), ("chat jinja", "model_jinja")):
+        out = label.replace(" ", "_") + ".h5"
+        result = run(TOKENIZE, "--model", directory, "--out", out, "--field", "body", "--chat", *inputs)
+        if check(result.returncode == 0, f"{label}: tokenize.py --chat succeeds ({result.stderr.strip()})"):
+            check_against_transformers(label, os.path.join(WORK, out), os.path.join(WORK, directory), texts, chat=True)
+
+    # ---- pipefill reads the file -------------------------------------------------------------
+    result = subprocess.run([PIPEFILL, "run", "--model", "synthetic:tiny", "--input", "in.h5", "--output", "out.h5",
+                             "--quiet"], capture_output=True, text=True, cwd=WORK)
+    check(result.returncode == 0, f"pipefill run accepts the file (rc {result.returncode}: {result.stderr.strip()})")
+
+    # ---- detokenize.py -----------------------------------------------------------------------
+    reference = Tokenizer.from_file(os.path.join(model, "tokenizer.json"))
+
+    def piece(token_id):  # one token's text as detokenize.py shows it: special tokens included
+        return reference.decode([token_id], skip_special_tokens=False)
+
+    labels = ["doc.txt", "data.jsonl:1", "data.jsonl:2", "data.jsonl:4", "bom.txt"]
+    result = run(DETOKENIZE, "--model", "model", "in.h5")
+    want = "".join(f"--- prompt {i} ({label}) ---\n<s>{text}\n" for i, (label, text) in enumerate(zip(labels, texts)))
+    check(result.returncode == 0 and result.stdout == want,
+          "detokenize gives every prompt's text back, BOS included, under a header naming its source")
+    result = run(DETOKENIZE, "--model", "model", "in.h5", "--prompt", "0", "--skip-special")
+    check(result.returncode == 0 and result.stdout == texts[0] + "\n", "--prompt 0 --skip-special: the text alone")
+    result = run(DETOKENIZE, "--model", "model", "in.h5", "--prompt", "1", "--boundaries")
+    rows = [line.split("\t") for line in result.stdout.split("\n")[:-1]]
+    check([int(r[1]) for r in rows] == prompt_ids(data, 1), "--boundaries: one line per token, ids in order")
+    check(all(json.loads(r[2]) == piece(int(r[1])) for r in rows), "--boundaries: each token's text")
+    if os.path.exists(os.path.join(WORK, "out.h5")):
+        result = run(DETOKENIZE, "--model", "model", "out.h5", "--dataset", "logits", "--input", "in.h5", "--top", "3")
+        with h5py.File(os.path.join(WORK, "out.h5"), "r") as f:
+            best = [int(np.argmax(row)) for row in f["logits"][:]]
+        want = [f"prompt {i} ({label}): " + json.dumps(piece(b) if b < vocab else f"<id {b}>",
+                                                       ensure_ascii=False) + " "
+                for i, (label, b) in enumerate(zip(labels, best))]
+        shown = result.stdout.split("\n")[:-1]
+        check(result.returncode == 0 and len(shown) == len(want) and all(map(str.startswith, shown, want)),
+              f"logits: each prompt named, its most likely next token first ({shown} vs {want})")
+    topk = np.stack([data["tokens"], (data["tokens"] + 7) % vocab], axis=1).astype(np.int32)
+    with h5py.File(os.path.join(WORK, "topk.h5"), "w") as f:
+        f["topk_ids"] = topk
+    result = run(DETOKENIZE, "--model", "model", "topk.h5", "--dataset", "topk_ids", "--input", "in.h5",
+                 "--prompt", "2", "--last", "2")
+    end = int(data["offsets"][3])
+    want = [f"{j}\t{json.dumps(piece(int(data['tokens'][j])), ensure_ascii=False)} -> "
+            + " ".join(json.dumps(piece(int(t)), ensure_ascii=False) for t in topk[j])
+            for j in (end - 2, end - 1)]
+    check(result.stdout.splitlines() == want, f"topk ids per position: {result.stdout.splitlines()} vs {want}")
+
+    check_bad_inputs()
+    check_atomic_output()
+    time_a_million_tokens()
+
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+    print("all tokenize checks passed")
+
+
+def check_bad_inputs():
+    write(os.path.join(WORK, "bad_utf8.txt"), b"fine line\nbad \xff byte\n")
+    write(os.path.join(WORK, "bad_utf8.jsonl"), b'{"text": "ok"}\n{"text": "bad \xc3("}\n')
+    write(os.path.join(WORK, "empty.txt"), b"")
+    write(os.path.join(WORK, "spaces.txt"), b" \n\t \n")
+    write(os.path.join(WORK, "empty_field.jsonl"), '{"text": ""}\n')
+    write(os.path.join(WORK, "not_json.jsonl"), '{"text": "ok"}\n{"text": oops}\n')
+    write(os.path.join(WORK, "no_field.jsonl"), '{"body": "x", "id": 2}\n')
+    write(os.path.join(WORK, "number_field.jsonl"), '{"text": 12}\n')
+    write(os.path.join(WORK, "array_line.jsonl"), '["text"]\n')
+    write(os.path.join(WORK, "blank.jsonl"), "\n  \n")
+    write(os.path.join(WORK, "notes.md"), "# notes\n")
+    write(os.path.join(WORK, "ok.txt"), "A fine prompt 12.")
+    os.makedirs(os.path.join(WORK, "folder.txt"), exist_ok=True)
+    os.makedirs(os.path.join(WORK, "no_tokenizer"), exist_ok=True)
+    write(os.path.join(WORK, "no_tokenizer", "config.json"), '{"vocab_size": 512}')
+    os.makedirs(os.path.join(WORK, "empty_dir"), exist_ok=True)
+    os.makedirs(os.path.join(WORK, "broken_tokenizer"), exist_ok=True)
+    write(os.path.join(WORK, "broken_tokenizer", "tokenizer.json"), '{"model": "nonsense"}')
+    # A word-level vocabulary with an id past int32: the int32 guard, which real tokenizers never reach.
+    # Written as JSON: Tokenizer.save walks every id up to the largest (~40 s here).
+    huge = {"version": "1.0", "truncation": None, "padding": None, "added_tokens": [], "normalizer": None,
+            "pre_tokenizer": {"type": "Whitespace"}, "post_processor": None, "decoder": None,
+            "model": {"type": "WordLevel", "vocab": {"<unk>": 0, "fine": 1, "huge": 3_000_000_000},
+                      "unk_token": "<unk>"}}
+    os.makedirs(os.path.join(WORK, "huge_ids"), exist_ok=True)
+    write(os.path.join(WORK, "huge_ids", "tokenizer.json"), json.dumps(huge))
+    write(os.path.join(WORK, "huge.txt"), "fine huge fine")
+
+    cases = [  # name, arguments after --model, what the error line must say
+        ("no tokenizer.json", ["no_tokenizer", "ok.txt"], "has no tokenizer.json"),
+        ("not a model directory", ["empty_dir", "ok.txt"], "is not a model directory"),
+        ("missing model directory", ["nowhere", "ok.txt"], "no such directory"),
+        ("broken tokenizer.json", ["broken_tokenizer", "ok.txt"], "is not a tokenizer"),
+        ("missing input", ["model", "ok.txt", "missing.txt"], "missing.txt: no such file"),
+        ("input is a directory", ["model", "folder.txt"], "is not a regular file"),
+        ("invalid UTF-8 in .txt", ["model", "bad_utf8.txt"], "not valid UTF-8: byte 0xff at byte offset 14 (line 2)"),
+        ("invalid UTF-8 in .jsonl", ["model", "bad_utf8.jsonl"], "bad_utf8.jsonl is not valid UTF-8"),
+        ("empty .txt", ["model", "ok.txt", "empty.txt"], "empty.txt: empty document"),
+        ("whitespace .txt", ["model", "spaces.txt"], "spaces.txt: empty document (only whitespace)"),
+        ("empty field", ["model", "empty_field.jsonl"], "empty_field.jsonl line 1: empty document"),
+        ("line not JSON", ["model", "not_json.jsonl"], "not_json.jsonl line 2 is not JSON"),
+        ("missing field", ["model", "no_field.jsonl"],
+         'no_field.jsonl line 1 has no field "text" (its fields: "body", "id"'),
+        ("field not a string", ["model", "number_field.jsonl"], 'field "text" is a number, not a string'),
+        ("line not an object", ["model", "array_line.jsonl"], "array_line.jsonl line 1 is an array, not a JSON object"),
+        ("only blank lines", ["model", "blank.jsonl"], "blank.jsonl holds no prompts"),
+        ("unknown extension", ["model", "notes.md"], "notes.md: unknown kind of file"),
+        ("no input files", ["model"], "no input files"),
+        ("no chat template", ["model_no_template", "--chat", "ok.txt"], "has no chat template"),
+        ("id past the model's vocabulary", ["model_small_vocab", "doc.txt"], "is not below the model's vocab_size 300"),
+        ("id past int32", ["huge_ids", "huge.txt"], "token id 3000000000 does not fit the input's int32 ids"),
+        ("unknown flag", ["model", "--bogus", "ok.txt"], "unrecognized arguments: --bogus"),
+    ]
+    for name, args, message in cases:
+        expect_error(name, ["--model", args[0], "--out", "bad.h5", *args[1:]], message, "bad.h5")
+    expect_error("output in a missing directory", ["--model", "model", "--out", "nodir/x.h5", "ok.txt"],
+                 "the directory of --out nodir/x.h5 does not exist", "nodir/x.h5")
+    expect_error("output is a directory", ["--model", "model", "--out", "empty_dir", "ok.txt"], "is a directory", None)
+    expect_error("no venv", ["--model", "model", "--out", "bad.h5", "ok.txt"], "run scripts/setup.sh", "bad.h5",
+                 env={"PIPEFILL_VENV": os.path.join(WORK, "no_venv")})
+
+
+def expect_error(name, args, message, out, env=None):
+    result = run(TOKENIZE, *args, env=env)
+    lines = result.stderr.splitlines()
+    check(result.returncode == 2, f"{name}: exit status 2 (got {result.returncode})")
+    check(len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0],
+          f"{name}: one error line saying {message!r} (got {result.stderr!r})")
+    check(result.stdout == "", f"{name}: nothing on stdout")
+    if out:
+        check(not os.path.exists(os.path.join(WORK, out)), f"{name}: no output file")
+    check(not any(f.endswith(".partial") for f in os.listdir(WORK)), f"{name}: no partial file left")
+
+
+def check_atomic_output():
+    existing = os.path.join(WORK, "existing.h5")
+    write(existing, b"an earlier file")
+    result = run(TOKENIZE, "--model", "model", "--out", "existing.h5", "ok.txt", "empty.txt")
+    with open(existing, "rb") as f:
+        check(result.returncode == 2 and f.read() == b"an earlier file", "a failed run leaves the existing output")
+    result = run(TOKENIZE, "--model", "model", "--out", "existing.h5", "--quiet", "ok.txt")
+    check(result.returncode == 0 and result.stdout == "" and h5py.is_hdf5(existing),
+          "a successful run replaces the existing output (and --quiet prints nothing)")
+    check(oct(os.stat(existing).st_mode & 0o777) == oct(0o666 & ~current_umask()), "the output has umask permissions")
+
+
+def current_umask():
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+def time_a_million_tokens():
+    """Not a test assertion (a benchmark figure): the time for one ~1M-token document."""
+    text = " ".join(sentences(60000, seed=3))
+    write(os.path.join(WORK, "long.txt"), text)
+    result = run(TOKENIZE, "--model", "model", "--out", "long.h5", "long.txt")
+    if check(result.returncode == 0, f"the long document tokenizes ({result.stderr.strip()})"):
+        tokens = int(read(os.path.join(WORK, "long.h5"))[0]["offsets"][-1])
+        check("warning: 1 prompt(s) longer than the model's max_position_embeddings (4096)" in result.stderr,
+              f"a warning for a prompt pipefill would refuse without --allow-long-prompts ({result.stderr!r})")
+        print(f"timing (not asserted): {tokens:,} tokens from {len(text.encode()) / 1e6:.1f} MB in "
+              f"{result.seconds:.2f} s wall, interpreter start-up included ({result.stdout.strip()})")
+
+
+if __name__ == "__main__":
+    main()
