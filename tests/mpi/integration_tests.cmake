@@ -144,7 +144,7 @@ endforeach()
 
 # What a crash can leave in a partial output, and SIGTERM to mpirun; each resumed output
 # must equal an uninterrupted run's.
-foreach(case torn_row empty_partial stale_partial mpirun_sigterm)
+foreach(case torn_row empty_partial stale_partial mpirun_sigterm stop_after_last_start)
   add_test(NAME mpi.resume_integrity.${case} COMMAND ${PF_MPI}/resume_integrity.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_integrity.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
 endforeach()

@@ -11,6 +11,8 @@
 #                   forwards it to the ranks, SIGKILLs them 1 s later (odls_base_sigkill_timeout)
 #                   and exits 1. Prompts finished before are safe; those in flight are lost and
 #                   computed again by --resume. (SIGUSR1 is the clean stop: see resume.sh.)
+#   stop_after_last_start  SIGUSR1 once the only prompt has started: the stop cuts nothing,
+#                   so the run completes its output and exits 0, not 75 (nothing to resume)
 # usage: resume_integrity.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
@@ -73,6 +75,18 @@ case $case in
     [ "$saved" -ge "$stored" ] || fail "prompts stored before the SIGTERM were lost"
     [ "$saved" -lt $num ] || fail "the SIGTERM came too late: nothing was left for --resume"
     run --input "$work/in.h5" --output "$work/out.h5" --resume | grep -v "^$" || true ;;
+  stop_after_last_start)
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 9 >/dev/null
+    args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16)
+    run --input "$work/in.h5" --output "$work/reference.h5"
+    # The first progress line comes after rank 0 finished a micro-batch: the prompt has started.
+    start_run "$work/first.log" 2 "${args[@]}" --progress-interval 0.05 --input "$work/in.h5" --output "$work/out.h5"
+    wait_until 120 "a first progress line" grep -q '^progress:' "$work/first.log"
+    signal_run USR1 mpirun
+    finish_run
+    grep -v '^progress:' "$work/first.log"
+    grep -q '^stopping:' "$work/first.log" || fail "the signal came after the run had ended: no stop was seen"
+    expect_status 0 "a stop that cuts nothing" ;;
   *) fail "unknown case $case" ;;
 esac
 [ -e "$work/out.h5" ] && [ ! -e "$work/out.h5.partial" ] || fail "the run did not complete the output"
