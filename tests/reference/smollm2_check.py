@@ -16,7 +16,6 @@ usage: smollm2_check.py BUILD_DIR WORK_DIR MODEL_DIR   (run with scripts/setup_v
 import json
 import math
 import os
-import subprocess
 import sys
 import time
 
@@ -26,6 +25,8 @@ import torch
 import transformers
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, LlamaForCausalLM
+
+from pipefill_runs import run_pipefill
 
 LICENSES = "/usr/share/common-licenses"
 # (file, tokens kept from its start): real English text, prompts of unequal lengths.
@@ -97,20 +98,6 @@ def perplexity(model, prompt):
         logits = model(input_ids=torch.tensor(prompt[None, :], dtype=torch.long)).logits[0, :-1]
         logprobs = torch.log_softmax(logits.double(), dim=-1)
         return math.exp(-float(logprobs.gather(1, torch.tensor(prompt[1:], dtype=torch.long)[:, None]).mean()))
-
-
-def run_pipefill(build, model_dir, prompts_h5, out_h5, ranks, options):
-    """The last-position logits and the output file's attributes."""
-    here = os.path.dirname(os.path.abspath(__file__))
-    mpi_env = os.path.join(here, "..", "mpi", "mpi_env.sh")
-    if os.path.exists(out_h5):
-        os.remove(out_h5)
-    command = (f'source "{mpi_env}" && exec timeout 300 mpirun -n {ranks} "{build}/pipefill" run '
-               f'--model "{model_dir}" --input "{prompts_h5}" --output "{out_h5}" {options} --quiet >/dev/null')
-    subprocess.run(["bash", "-c", command], check=True)
-    with h5py.File(out_h5, "r") as f:
-        attributes = {k: v.decode() if isinstance(v, bytes) else v for k, v in f.attrs.items()}
-        return f["logits"][:].astype(np.float64), attributes, f["timeline"][:]
 
 
 def write_cost_model(path, attributes, pp, tp):

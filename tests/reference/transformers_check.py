@@ -12,7 +12,6 @@ usage: transformers_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.s
 """
 import json
 import os
-import subprocess
 import sys
 
 import h5py
@@ -20,6 +19,8 @@ import numpy as np
 import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from pipefill_runs import run_pipefill
 
 # float32 pipefill vs float32 transformers: the two sum in different orders (chunks of 64,
 # pages of 16, BLAS blocking), so they agree to float32 rounding amplified by depth.
@@ -77,18 +78,6 @@ def with_rope(config_class, model_class, model, rope_parameters, extra):
     return other
 
 
-def run_pipefill(build, model_dir, prompts_h5, out_h5):
-    here = os.path.dirname(os.path.abspath(__file__))
-    mpi_env = os.path.join(here, "..", "mpi", "mpi_env.sh")
-    if os.path.exists(out_h5):
-        os.remove(out_h5)
-    command = (f'source "{mpi_env}" && exec timeout 300 mpirun -n 2 "{build}/pipefill" run --model "{model_dir}" '
-               f'--input "{prompts_h5}" --output "{out_h5}" --pp 2 --chunk-size 64 --page-size 16 --quiet')
-    subprocess.run(["bash", "-c", command], check=True)
-    with h5py.File(out_h5, "r") as f:
-        return f["logits"][:].astype(np.float64)
-
-
 def check_case(build, work, name, config_class, model_class, rope, extra, wrong_ropes):
     torch.manual_seed(1234)
     config = config_class(**SIZES, **extra, rope_parameters=dict(rope))
@@ -105,7 +94,8 @@ def check_case(build, work, name, config_class, model_class, rope, extra, wrong_
     prompts_h5 = os.path.join(work, "prompts.h5")
     prompts = make_prompts(prompts_h5, SIZES["vocab_size"])
     expected = last_logits(model, prompts)
-    got = run_pipefill(build, model_dir, prompts_h5, os.path.join(work, name + ".h5"))
+    got, _, _ = run_pipefill(build, model_dir, prompts_h5, os.path.join(work, name + ".h5"), 2,
+                             "--pp 2 --chunk-size 64 --page-size 16")
     assert got.shape == expected.shape, f"{name}: logits {got.shape}, expected {expected.shape}"
 
     scale = max(1.0, float(np.abs(expected).max()))
