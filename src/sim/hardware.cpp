@@ -1,7 +1,9 @@
 // Hardware description loading.
 #include "sim/hardware.hpp"
 
+#include <algorithm>
 #include <cstdlib>
+#include <iterator>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -21,6 +23,23 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
   if (!in) throw UserError("no hardware description " + path + " (known: h20, h100, h200, cpu in hardware/)");
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded()) throw UserError(path + ": malformed JSON");
+  if (!j.is_object()) throw UserError(path + ": not a JSON object");
+  // A misspelt optional key would silently take its default, and a key this version no longer
+  // reads would silently stop mattering: both are refused by name.
+  static const char* const kKnown[] = {"name",          "peak_tflops", "matmul_efficiency", "attention_efficiency",
+                                       "gpus_per_node", "memory_GB",   "intra_node",        "inter_node",
+                                       "sources"};
+  for (const auto& item : j.items()) {
+    const std::string& key = item.key();
+    if (key == "activation_bytes")
+      throw UserError(path + ": \"activation_bytes\" is no longer read: what goes on the wire is pipefill's choice "
+                      "(float32, docs/choices.md); remove it, and use `simulate --wire-bytes 2` to model a bf16 sender");
+    if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
+      std::string known;
+      for (const char* k : kKnown) known += (known.empty() ? "" : ", ") + std::string(k);
+      throw UserError(path + ": unknown key \"" + key + "\" (known: " + known + ")");
+    }
+  }
   try {
     HardwareSpec h;
     h.path = path;

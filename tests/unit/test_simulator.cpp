@@ -70,6 +70,28 @@ TEST(Hardware, FilesLoadAndNameTheirSources) {
   EXPECT_THROW(load_hardware("tpu9000"), UserError);
 }
 
+// A key the loader does not read (a typo, or one an older version read) is refused by name.
+TEST(Hardware, UnknownAndRetiredKeysAreRefused) {
+  std::ifstream in(load_hardware("h20").path);
+  const nlohmann::json h20 = nlohmann::json::parse(in);
+  const std::string path = testing::TempDir() + "hardware_keys.json";
+  auto message_for = [&](const char* key) {
+    nlohmann::json edited = h20;
+    edited[key] = 2;
+    std::ofstream(path) << edited.dump();
+    try {
+      load_hardware(path);
+    } catch (const UserError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  EXPECT_NE(message_for("activation_bytes").find("--wire-bytes"), std::string::npos);
+  EXPECT_NE(message_for("gpus_per_nod").find("unknown key \"gpus_per_nod\""), std::string::npos);
+  std::ofstream(path) << h20.dump();
+  EXPECT_NO_THROW(load_hardware(path));
+}
+
 TEST(StageCosts, AnalyticModelIsThePrefixForm) {
   const ModelShape s = shape_from_config(model::preset_config("llama3-8b"));
   const HardwareSpec hw = load_hardware("h200");
