@@ -133,18 +133,20 @@ static int run_command(int argc, char** argv) {
   pipeline::ProgressReporter progress(options.quiet ? 0 : options.progress_interval_s, plan.total_tokens(),
                                       plan.num_prompts());
   if (writer) progress.set_work(plan, shape, topo.pp, &decision.fits, /*announce=*/!options.quiet);
-  const pipeline::LogitsSink store_logits = [&](int prompt, const float* logits, double ttft_s) {
+  const int hidden_width = options.hidden_states == compute::HiddenStatesKind::kNone ? 0 : shape.hidden_size;
+  const pipeline::LogitsSink store_logits = [&](int prompt, const float* logits, const float* hidden, double ttft_s) {
     // A non-finite row is never stored as a result.
-    if (logits && !all_finite(logits, shape.vocab_size))
+    if ((logits && !all_finite(logits, shape.vocab_size)) || (hidden && !all_finite(hidden, hidden_width)))
       nonfinite_prompts.push_back(prompt);
     else
-      results->write_logits(prompt, logits, ttft_s);
+      results->write_logits(prompt, logits, hidden, ttft_s);
   };
   pipeline::StageLoopContext loop{topo, plan, prompts, *backend.compute, *transport, timeline};
   loop.hidden_size = shape.hidden_size;
   loop.vocab_size = shape.vocab_size;
   loop.ring_depth = options.ring_depth;
   loop.sink = store_logits;
+  loop.hidden_states = options.hidden_states;
   loop.progress = writer ? &progress : nullptr;
   loop.stop_requested = &g_stop_requested;
   loop.all_reduce = backend.all_reduce.get();

@@ -26,6 +26,9 @@ enum IdentityPart : unsigned {
   kNoIdentity = 0,
   kRunIdentity = 1u << 0,        // what an output must match to be resumed or accepted as done
   kPlacementIdentity = 1u << 1,  // what a saved cost profile must match to be reused
+  // With either part: in it only when the value is not the default. For an option added after
+  // outputs were written: those files lack its key, and still resume when it is not given.
+  kOnlyWhenSet = 1u << 2,
 };
 
 // How a member whose type is not the flag's (an enum, a parsed source) is written on the
@@ -277,9 +280,19 @@ class OptionTable {
   }
 
   // Every echoed option (the configuration rank 0 prints and the output stores).
-  nlohmann::json echo(const Options& options) const { return collect(options, ~0u); }
+  nlohmann::json echo(const Options& options) const { return collect(options); }
   // The echoed options that are part of `part`.
-  nlohmann::json identity(const Options& options, IdentityPart part) const { return collect(options, part); }
+  nlohmann::json identity(const Options& options, IdentityPart part) const {
+    nlohmann::json json = nlohmann::json::object();
+    const Options defaults{};
+    for (const auto& option : options_) {
+      if (option->key().empty() || !(option->identity() & part)) continue;
+      const nlohmann::json value = option->echo(options);
+      if ((option->identity() & kOnlyWhenSet) && value == option->echo(defaults)) continue;
+      json[option->key()] = value;
+    }
+    return json;
+  }
 
  private:
   template <typename Option>
@@ -287,11 +300,10 @@ class OptionTable {
     options_.push_back(option);
     return *option;
   }
-  nlohmann::json collect(const Options& options, unsigned parts) const {
+  nlohmann::json collect(const Options& options) const {
     nlohmann::json json = nlohmann::json::object();
     for (const auto& option : options_)
-      if (!option->key().empty() && (parts == ~0u || (option->identity() & parts)))
-        json[option->key()] = option->echo(options);
+      if (!option->key().empty()) json[option->key()] = option->echo(options);
     return json;
   }
 

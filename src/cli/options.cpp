@@ -34,6 +34,16 @@ Spelling<compute::BackendKind> backend_spelling() {
       [](const compute::BackendKind& kind) { return std::string(compute::backend_name(kind)); }};
 }
 
+Spelling<compute::HiddenStatesKind> hidden_states_spelling() {
+  using compute::HiddenStatesKind;
+  return {[](const std::string& name) {
+            for (HiddenStatesKind kind : {HiddenStatesKind::kNone, HiddenStatesKind::kLast, HiddenStatesKind::kMean})
+              if (name == compute::hidden_states_name(kind)) return kind;
+            throw UserError("--hidden-states must be none, last or mean (got \"" + name + "\")");
+          },
+          [](const HiddenStatesKind& kind) { return std::string(compute::hidden_states_name(kind)); }};
+}
+
 Spelling<sched::CostSource> cost_source_spelling() {
   return {[](const std::string& text) {
             using Kind = sched::CostSource::Kind;
@@ -205,6 +215,11 @@ OptionTable<RunOptions> run_table() {
   t.add("ring-depth", "receives posted ahead / sends in flight per rank", &R::ring_depth)
       .at_least_one()
       .echo_as("ring_depth");
+  t.add("hidden-states",
+        "also store each prompt's final-norm hidden state in /hidden_states: last (its last position) or mean (over "
+        "the prompt); none: not stored",
+        &R::hidden_states, hidden_states_spelling())
+      .echo_as("hidden_states", kRunIdentity | kOnlyWhenSet);
   t.add("quiet", "no configuration echo, progress or summary", &R::quiet);
   t.add("watchdog-timeout",
         "seconds a rank may wait for a peer before the job is aborted with an error naming the stage and "
@@ -361,6 +376,11 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   if (!emulate && costs.analytic())
     throw UserError("--cost-model analytic:... drives the emulator: add --backend emulate");
   if (!emulate) require_dynamic_for_cost_model(o.chunking);
+  if (o.hidden_states != compute::HiddenStatesKind::kNone) {
+    if (emulate) throw UserError("--hidden-states needs real compute: --backend emulate computes no hidden states");
+    if (o.placement.backend == compute::BackendKind::kCuda)
+      throw UserError("--hidden-states is not implemented on --backend cuda yet (use --backend cpu)");
+  }
   // --output equal to --input (or any other clash of paths, links included) is refused by
   // io::require_distinct_paths before anything is read, with both paths in the message.
   return true;

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compute/backend_kind.hpp"
+#include "compute/hidden_states.hpp"
 #include "dist/activation_wire.hpp"
 #include "sched/chunking_options.hpp"
 
@@ -39,6 +40,7 @@ struct RunOptions {
   double progress_interval_s = 10;   // 0: no progress lines
   bool allow_long_prompts = false;   // prompts beyond max_position_embeddings
   bool resume = false;               // continue OUTPUT.partial, skipping prompts it holds
+  compute::HiddenStatesKind hidden_states = compute::HiddenStatesKind::kNone;  // /hidden_states per prompt
 };
 // The echoed configuration: every option with a key (rank 0's command-line check, the output's
 // attributes).

@@ -46,8 +46,10 @@ std::optional<sched::CostProfile> load_saved_costs(const RunOptions& o, const nl
 
 std::unique_ptr<io::ResultWriter> open_output(const RunOptions& o, const pipeline::RankModel& m,
                                               const io::PromptSet& prompts) {
+  const bool with_hidden = o.hidden_states != compute::HiddenStatesKind::kNone;
   const io::OutputLayout layout{prompts.num_prompts(), m.shape.vocab_size,
-                                /*with_logits=*/compute::computes_logits(o.placement.backend)};
+                                /*with_logits=*/compute::computes_logits(o.placement.backend),
+                                /*hidden_size=*/with_hidden ? m.shape.hidden_size : 0};
   const nlohmann::json identity = run_identity(o, m, prompts);
   if (o.resume && io::verified_complete_output(o.output, layout, identity, o.watchdog_timeout_s)) return nullptr;
   auto results = std::make_unique<io::ResultWriter>(o.output, layout, identity, o.resume, o.watchdog_timeout_s);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <optional>
+#include <stdexcept>
 #include <vector>
 
 namespace pf::compute {
@@ -37,6 +38,12 @@ class StageCompute {
   // Final norm + this rank's vocabulary shard of the LM head on one hidden row (last stage).
   virtual void lm_head(const float* hidden_row, float* logits_shard) = 0;
   virtual int vocab_shard_size() const = 0;
+  // The final norm alone (what lm_head applies first; Hugging Face's last_hidden_state) on
+  // `rows` hidden rows, into host memory `normed` [rows, H] (last stage, --hidden-states).
+  // Backends that do not implement it refuse --hidden-states when options are parsed.
+  virtual void final_norm(const float* /*hidden*/, int /*rows*/, float* /*normed*/) {
+    throw std::logic_error("final_norm: this backend does not compute hidden states (--hidden-states)");
+  }
   // The prompt's last chunk has passed this stage: free what it held (KV pages).
   virtual void finish_prompt(int prompt) = 0;
 

@@ -1,6 +1,6 @@
-// Output HDF5: /logits float32 [n, vocab], /completed uint8 [n], /ttft_s float64 [n],
-// /row_checksum uint64 [n], /timeline (compound), root attributes (identity, configuration,
-// version).
+// Output HDF5: /logits float32 [n, vocab], /hidden_states float32 [n, hidden] (with
+// --hidden-states), /completed uint8 [n], /ttft_s float64 [n], /row_checksum uint64 [n],
+// /timeline (compound), root attributes (identity, configuration, version).
 #include "io/results_h5.hpp"
 
 #include <sys/stat.h>
@@ -153,6 +153,7 @@ void ResultWriter::reopen() {
   ttft_set_ = H5Dopen2(file_, "ttft_s", H5P_DEFAULT);
   checksum_set_ = H5Dopen2(file_, "row_checksum", H5P_DEFAULT);
   if (layout_.with_logits) H5_CHECK(logits_ = H5Dopen2(file_, "logits", H5P_DEFAULT));
+  if (layout_.hidden_size > 0) H5_CHECK(hidden_set_ = H5Dopen2(file_, "hidden_states", H5P_DEFAULT));
   H5_CHECK(completed_set_);
   H5_CHECK(ttft_set_);
   H5_CHECK(checksum_set_);
@@ -172,6 +173,10 @@ void ResultWriter::create(const nlohmann::json& identity) {
     const hsize_t dims[2] = {n, static_cast<hsize_t>(layout_.vocab_size)};
     logits_ = create_dataset(file_, "logits", H5T_IEEE_F32LE, 2, dims);
   }
+  if (layout_.hidden_size > 0) {
+    const hsize_t dims[2] = {n, static_cast<hsize_t>(layout_.hidden_size)};
+    hidden_set_ = create_dataset(file_, "hidden_states", H5T_IEEE_F32LE, 2, dims);
+  }
   completed_set_ = create_dataset(file_, "completed", H5T_STD_U8LE, 1, &n);
   ttft_set_ = create_dataset(file_, "ttft_s", H5T_IEEE_F64LE, 1, &n);
   checksum_set_ = create_dataset(file_, "row_checksum", H5T_STD_U64LE, 1, &n);
@@ -186,7 +191,7 @@ void ResultWriter::create(const nlohmann::json& identity) {
 }
 
 ResultWriter::~ResultWriter() {
-  for (hid_t dataset : {logits_, completed_set_, ttft_set_, checksum_set_})
+  for (hid_t dataset : {logits_, hidden_set_, completed_set_, ttft_set_, checksum_set_})
     if (dataset >= 0) H5Dclose(dataset);
   if (file_ < 0) return;
   H5Fclose(file_);
@@ -202,10 +207,12 @@ int ResultWriter::completed_count() const {
   return count;
 }
 
-void ResultWriter::write_logits(int prompt, const float* row, double ttft_s) {
+void ResultWriter::write_logits(int prompt, const float* row, const float* hidden_row, double ttft_s) {
   const hsize_t at = static_cast<hsize_t>(prompt);
-  const uint64_t checksum = row_checksum(row, layout_.with_logits ? layout_.vocab_size : 0, ttft_s);
+  const uint64_t checksum =
+      row_checksum(row, layout_.with_logits ? layout_.vocab_size : 0, hidden_row, layout_.hidden_size, ttft_s);
   if (layout_.with_logits) write_row(logits_, H5T_NATIVE_FLOAT, at, layout_.vocab_size, row);
+  if (layout_.hidden_size > 0) write_row(hidden_set_, H5T_NATIVE_FLOAT, at, layout_.hidden_size, hidden_row);
   write_row(ttft_set_, H5T_NATIVE_DOUBLE, at, 0, &ttft_s);
   write_row(checksum_set_, H5T_NATIVE_UINT64, at, 0, &checksum);
   // Two flushes order the writes: the flag reaches the file only after its row is there.
@@ -226,7 +233,7 @@ bool ResultWriter::finish(const std::vector<trace::TimelineEvent>& timeline, con
   write_timeline(file_, timeline);
   for (auto& [key, value] : attributes.items()) write_attribute(file_, key, value);
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
-  for (hid_t* dataset : {&logits_, &completed_set_, &ttft_set_, &checksum_set_})
+  for (hid_t* dataset : {&logits_, &hidden_set_, &completed_set_, &ttft_set_, &checksum_set_})
     if (*dataset >= 0) {
       H5_CHECK(H5Dclose(*dataset));
       *dataset = -1;

@@ -26,11 +26,12 @@
 namespace pf::io {
 
 // The shape an output of this run has. Without logits (the emulate backend computes none)
-// there is no /logits dataset.
+// there is no /logits dataset; without hidden states (no --hidden-states) no /hidden_states.
 struct OutputLayout {
   int num_prompts = 0;
   int vocab_size = 0;
   bool with_logits = true;
+  int hidden_size = 0;  // width of /hidden_states [n, hidden_size]; 0: not stored
 };
 
 class ResultWriter {
@@ -54,9 +55,9 @@ class ResultWriter {
   // Prompts a resumed file marked complete whose rows failed their checksum (recomputed).
   const std::vector<int>& torn_rows() const { return torn_rows_; }
 
-  // Stores one prompt's logits (nullptr without logits), TTFT and checksum, flushes, then
-  // marks it complete and flushes again.
-  void write_logits(int prompt, const float* row, double ttft_s);
+  // Stores one prompt's logits (nullptr without logits), hidden-state row (read only when
+  // the layout has one), TTFT and checksum, flushes, then marks it complete and flushes again.
+  void write_logits(int prompt, const float* row, const float* hidden_row, double ttft_s);
   // If every prompt is complete: writes /timeline (this run's events) and the root
   // attributes, closes and renames into place, returns true. Otherwise (a stopped run) the
   // partial file stays as its rows left it, for --resume, and it returns false.
@@ -73,6 +74,7 @@ class ResultWriter {
   std::unique_ptr<OutputLock> lock_;
   hid_t file_ = -1;
   hid_t logits_ = -1;
+  hid_t hidden_set_ = -1;
   hid_t completed_set_ = -1;
   hid_t ttft_set_ = -1;
   hid_t checksum_set_ = -1;

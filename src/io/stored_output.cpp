@@ -77,11 +77,14 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
   H5Handle checksum_set{open_checked(file.id, path, "row_checksum", H5T_INTEGER, 8, {n}), H5Dclose};
   H5Handle logits{layout.with_logits ? open_checked(file.id, path, "logits", H5T_FLOAT, 4, {n, vocab}) : -1,
                   H5Dclose};
+  const hsize_t hidden = static_cast<hsize_t>(layout.hidden_size);
+  H5Handle hidden_set{hidden > 0 ? open_checked(file.id, path, "hidden_states", H5T_FLOAT, 4, {n, hidden}) : -1,
+                      H5Dclose};
   std::vector<unsigned char> completed(n);
   if (H5Dread(completed_set.id, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, completed.data()) < 0)
     throw UserError(path + ": /completed cannot be read");
   nlohmann::json done = nlohmann::json::array(), torn = nlohmann::json::array();
-  std::vector<float> row(layout.with_logits ? vocab : 0);
+  std::vector<float> row(layout.with_logits ? vocab : 0), hidden_row(hidden);
   for (hsize_t p = 0; p < n; ++p) {
     if (completed[p] != 1) continue;
     double ttft = 0;
@@ -89,7 +92,11 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
     read_row(ttft_set.id, H5T_NATIVE_DOUBLE, p, 0, &ttft);
     read_row(checksum_set.id, H5T_NATIVE_UINT64, p, 0, &stored);
     if (layout.with_logits) read_row(logits.id, H5T_NATIVE_FLOAT, p, vocab, row.data());
-    (row_checksum(row.data(), layout.with_logits ? layout.vocab_size : 0, ttft) == stored ? done : torn)
+    if (hidden > 0) read_row(hidden_set.id, H5T_NATIVE_FLOAT, p, hidden, hidden_row.data());
+    (row_checksum(row.data(), layout.with_logits ? layout.vocab_size : 0, hidden_row.data(), layout.hidden_size,
+                  ttft) == stored
+         ? done
+         : torn)
         .push_back(static_cast<int>(p));
   }
   return nlohmann::json{{"completed", done}, {"torn", torn}}.dump();
@@ -114,11 +121,19 @@ std::optional<std::string> identity_difference(const nlohmann::json& stored, con
     if (!stored.is_object() || !stored.contains(key) || stored[key] != value)
       return key + " (" + (stored.is_object() && stored.contains(key) ? stored[key].dump() : std::string("none")) +
              ", this run: " + value.dump() + ")";
+  // A key only the stored identity has: an option that enters the identity only when given
+  // (cli/option_table.hpp, kOnlyWhenSet) was given then and not now.
+  for (auto& [key, value] : stored.items())
+    if (!current.contains(key)) return key + " (" + value.dump() + ", this run: none)";
   return std::nullopt;
 }
 
-uint64_t row_checksum(const float* row, int vocab_size, double ttft_s) {
-  return Fnv1a().add(row, vocab_size > 0 ? sizeof(float) * vocab_size : 0).add_value(ttft_s).value;
+uint64_t row_checksum(const float* row, int vocab_size, const float* hidden_row, int hidden_size, double ttft_s) {
+  return Fnv1a()
+      .add(row, vocab_size > 0 ? sizeof(float) * vocab_size : 0)
+      .add(hidden_row, hidden_size > 0 ? sizeof(float) * hidden_size : 0)
+      .add_value(ttft_s)
+      .value;
 }
 
 }  // namespace pf::io

@@ -24,12 +24,13 @@ struct StoredOutput {
 StoredOutput inspect_output(const std::string& path, const OutputLayout& layout, const nlohmann::json& identity,
                             double timeout_s);
 
-// The first key of `current` that `stored` lacks or holds with another value, described
-// for an error message ("chunk_size (64, this run: 32)"); nullopt when they match.
+// The first key of `current` that `stored` lacks or holds with another value, or of `stored`
+// that `current` lacks, described for an error message ("chunk_size (64, this run: 32)");
+// nullopt when they match.
 std::optional<std::string> identity_difference(const nlohmann::json& stored, const nlohmann::json& current);
 
-// The checksum stored per completed row: the logits row's bytes (none without logits) and
-// the TTFT's.
-uint64_t row_checksum(const float* row, int vocab_size, double ttft_s);
+// The checksum stored per completed row: the logits row's bytes (none without logits), the
+// hidden-state row's (none without --hidden-states) and the TTFT's.
+uint64_t row_checksum(const float* row, int vocab_size, const float* hidden_row, int hidden_size, double ttft_s);
 
 }  // namespace pf::io

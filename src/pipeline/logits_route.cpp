@@ -1,4 +1,5 @@
-// Logits routing: TP gather on the last stage, then last stage -> writer.
+// Result routing: TP gather of the logits on the last stage, then last stage -> writer.
+// One message per prompt: [logits: vocab][hidden state: hidden_width][TTFT: a double].
 #include "pipeline/logits_route.hpp"
 
 #include <algorithm>
@@ -13,19 +14,22 @@ namespace pf::pipeline {
 namespace {
 
 constexpr int kLogitsDepth = 2;   // receives kept posted on the writer
-constexpr int kTrailerFloats = 2;  // the TTFT, a double, rides after the row
+constexpr int kTrailerFloats = 2;  // the TTFT, a double, rides after the rows
 
-void put_ttft(dist::Buffer& row, int vocab, double ttft) { std::memcpy(row.data() + vocab, &ttft, sizeof ttft); }
-double get_ttft(const float* row, int vocab) {
+void put_ttft(dist::Buffer& row, int at, double ttft) { std::memcpy(row.data() + at, &ttft, sizeof ttft); }
+double get_ttft(const float* row, int at) {
   double ttft;
-  std::memcpy(&ttft, row + vocab, sizeof ttft);
+  std::memcpy(&ttft, row + at, sizeof ttft);
   return ttft;
+}
+const float* hidden_part(const float* message, int vocab, int hidden_width) {
+  return hidden_width > 0 ? message + vocab : nullptr;
 }
 
 }  // namespace
 
-LogitsSender::LogitsSender(const dist::Topology& topology, int vocab_size, LogitsSink local_sink)
-    : topology_(topology), vocab_size_(vocab_size), local_sink_(std::move(local_sink)) {
+LogitsSender::LogitsSender(const dist::Topology& topology, int vocab_size, int hidden_width, LogitsSink local_sink)
+    : topology_(topology), vocab_size_(vocab_size), hidden_width_(hidden_width), local_sink_(std::move(local_sink)) {
   for (int r = 0; r < topology.tp; ++r) {
     const model::VocabSlice slice = model::vocab_slice(vocab_size, topology.tp, r);
     counts_.push_back(slice.count);
@@ -33,21 +37,24 @@ LogitsSender::LogitsSender(const dist::Topology& topology, int vocab_size, Logit
   }
 }
 
-void LogitsSender::send(int prompt, const std::vector<float>& shard, const std::function<double()>& now) {
-  dist::Buffer row(topology_.tp_rank == 0 ? vocab_size_ + kTrailerFloats : 0);
+void LogitsSender::send(int prompt, const std::vector<float>& shard, const float* hidden_row,
+                        const std::function<double()>& now) {
+  const int count = vocab_size_ + hidden_width_ + kTrailerFloats;
+  dist::Buffer row(topology_.tp_rank == 0 ? count : 0);
   MPI_Request request;
   MPI_CHECK(MPI_Igatherv(shard.data(), counts_[topology_.tp_rank], MPI_FLOAT, row.data(), counts_.data(),
                          displacements_.data(), MPI_FLOAT, 0, topology_.tp_comm, &request));
   dist::wait_polling(&request);
   if (topology_.tp_rank != 0) return;
   const double ttft = now();
+  // Hidden states are the same on every TP rank after the all-reduces: TP rank 0's row is the row.
+  if (hidden_width_ > 0) std::memcpy(row.data() + vocab_size_, hidden_row, sizeof(float) * hidden_width_);
   if (topology_.is_writer()) {
-    local_sink_(prompt, row.data(), ttft);
+    local_sink_(prompt, row.data(), hidden_part(row.data(), vocab_size_, hidden_width_), ttft);
     return;
   }
-  put_ttft(row, vocab_size_, ttft);
-  pending_.push_back(dist::PendingSend::start(std::move(row), vocab_size_ + kTrailerFloats, 0, dist::tag_of(prompt),
-                                              topology_.result_comm));
+  put_ttft(row, vocab_size_ + hidden_width_, ttft);
+  pending_.push_back(dist::PendingSend::start(std::move(row), count, 0, dist::tag_of(prompt), topology_.result_comm));
   while (!pending_.empty() && pending_.front().test()) {
     pending_.front().commit();
     pending_.pop_front();
@@ -59,8 +66,9 @@ void LogitsSender::flush() {
   pending_.clear();
 }
 
-LogitsInbox::LogitsInbox(const dist::Topology& topology, const sched::BatchPlan& plan, int vocab_size, LogitsSink sink)
-    : topology_(topology), vocab_size_(vocab_size), sink_(std::move(sink)) {
+LogitsInbox::LogitsInbox(const dist::Topology& topology, const sched::BatchPlan& plan, int vocab_size, int hidden_width,
+                         LogitsSink sink)
+    : topology_(topology), vocab_size_(vocab_size), hidden_width_(hidden_width), sink_(std::move(sink)) {
   for (const auto& mb : plan.micro_batches)
     if (mb.is_last) completion_order_.push_back(mb.prompt);
   while (posted_.size() < kLogitsDepth && next_to_post_ < completion_order_.size()) post_next();
@@ -68,7 +76,7 @@ LogitsInbox::LogitsInbox(const dist::Topology& topology, const sched::BatchPlan&
 
 void LogitsInbox::post_next() {
   const int prompt = completion_order_[next_to_post_++];
-  const int count = vocab_size_ + kTrailerFloats;
+  const int count = vocab_size_ + hidden_width_ + kTrailerFloats;
   posted_.emplace_back(prompt, dist::PostedRecv::post(dist::Buffer(count), count, topology_.last_stage_leader(),
                                                       dist::tag_of(prompt), topology_.result_comm));
 }
@@ -88,7 +96,8 @@ void LogitsInbox::deliver_front() {
   auto [prompt, recv] = std::move(posted_.front());
   posted_.pop_front();
   const dist::Buffer row = recv.wait();
-  sink_(prompt, row.data(), get_ttft(row.data(), vocab_size_));
+  sink_(prompt, row.data(), hidden_part(row.data(), vocab_size_, hidden_width_),
+        get_ttft(row.data(), vocab_size_ + hidden_width_));
   if (next_to_post_ < completion_order_.size()) post_next();
 }
 

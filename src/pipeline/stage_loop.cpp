@@ -73,7 +73,8 @@ class StageLoop {
   std::optional<dist::ReadySlot> receive_forward(long long i);  // nullopt: cut off while waiting
   void compute(const sched::MicroBatch& mb, dist::ReadySlot& state);
   void send_forward(long long i, dist::ReadySlot state);
-  void emit_logits(const sched::MicroBatch& mb, dist::ReadySlot state);  // the last stage
+  void emit_logits(const sched::MicroBatch& mb, dist::ReadySlot state);       // the last stage
+  void take_hidden_states(const sched::MicroBatch& mb, const float* hidden);  // the last stage's TP rank 0
   void finish_micro_batch(const sched::MicroBatch& mb);
 
   void post_receives_until(long long end);
@@ -106,6 +107,11 @@ class StageLoop {
   std::unique_ptr<LogitsInbox> inbox_;    // world rank 0, unless it is the last stage's leader
   std::unique_ptr<LogitsSender> sender_;  // the last stage
   std::vector<float> logits_shard_;
+  // --hidden-states: the prompt's result row, the final norm of one chunk's rows, and (mean)
+  // the sum over the prompt's positions so far, in double. O(chunk x hidden), never O(T x hidden).
+  const int hidden_width_;  // 0: none stored
+  std::vector<float> hidden_row_, normed_chunk_;
+  std::vector<double> hidden_sum_;
 
   std::vector<compute::DeviceSpan> spans_;
   int64_t reduced_bytes_ = 0;  // the TP reducer's payload counted so far
@@ -121,10 +127,11 @@ StageLoop::StageLoop(StageLoopContext& ctx)
       device_timed_(ctx.compute.timed_on_device()),
       stage_name_("stage " + std::to_string(ctx.topology.stage)),
       count_(static_cast<long long>(ctx.plan.micro_batches.size())),
-      notice_(ctx.topology.control_comm) {
-  sink_ = [this](int prompt, const float* logits, double ttft_s) {
+      notice_(ctx.topology.control_comm),
+      hidden_width_(ctx.hidden_states == compute::HiddenStatesKind::kNone ? 0 : ctx.hidden_size) {
+  sink_ = [this](int prompt, const float* logits, const float* hidden, double ttft_s) {
     ++done_.prompts;
-    ctx_.sink(prompt, logits, ttft_s);
+    ctx_.sink(prompt, logits, hidden, ttft_s);
     if (ctx_.progress) ctx_.progress->update(done_);  // also while draining
   };
   if (device_timed_) ctx.compute.align_clock(ctx.timeline.now());
@@ -134,10 +141,12 @@ StageLoop::StageLoop(StageLoopContext& ctx)
     ctx.all_reduce->take_spans();
   }
   if (topo_.is_writer() && topo_.world_rank != topo_.last_stage_leader())
-    inbox_ = std::make_unique<LogitsInbox>(topo_, ctx.plan, ctx.vocab_size, sink_);
+    inbox_ = std::make_unique<LogitsInbox>(topo_, ctx.plan, ctx.vocab_size, hidden_width_, sink_);
   if (topo_.last_stage()) {
-    sender_ = std::make_unique<LogitsSender>(topo_, ctx.vocab_size, sink_);
+    sender_ = std::make_unique<LogitsSender>(topo_, ctx.vocab_size, hidden_width_, sink_);
     logits_shard_.resize(ctx.compute.vocab_shard_size());
+    hidden_row_.resize(hidden_width_);
+    hidden_sum_.resize(hidden_width_);
   }
 }
 
@@ -251,13 +260,37 @@ void StageLoop::send_forward(long long i, dist::ReadySlot state) {
 // The last stage: on a prompt's last chunk, the LM head on its last position, gathered and
 // sent to rank 0. The slot goes back to the pool either way.
 void StageLoop::emit_logits(const sched::MicroBatch& mb, dist::ReadySlot state) {
+  if (hidden_width_ > 0 && topo_.tp_rank == 0) take_hidden_states(mb, state.data());
   if (mb.is_last) {
     trace::Timeline::Scope head(ctx_.timeline, EventKind::kLmHead, mb);
     dist::WaitLabel label(stage_name_ + " gathering and sending the logits of prompt " + std::to_string(mb.prompt));
     ctx_.compute.lm_head(state.data() + static_cast<int64_t>(mb.length - 1) * ctx_.hidden_size, logits_shard_.data());
-    sender_->send(mb.prompt, logits_shard_, [&] { return ctx_.timeline.now(); });
+    sender_->send(mb.prompt, logits_shard_, hidden_row_.data(), [&] { return ctx_.timeline.now(); });
   }
   transport_.release(std::move(state));
+}
+
+// The final norm (the LM head's own, StageCompute::final_norm) of the chunk's last row
+// (`last`, on the prompt's last chunk), or of every row, summed per prompt in double and
+// divided by the prompt's length at its last chunk (`mean`). Hidden states are identical on
+// every TP rank of the stage after the all-reduces, so TP rank 0 alone computes them. A
+// prompt's chunks come one after another in the plan, so one sum at a time suffices.
+void StageLoop::take_hidden_states(const sched::MicroBatch& mb, const float* hidden) {
+  const int h = ctx_.hidden_size;
+  if (ctx_.hidden_states == compute::HiddenStatesKind::kLast) {
+    if (mb.is_last) ctx_.compute.final_norm(hidden + static_cast<int64_t>(mb.length - 1) * h, 1, hidden_row_.data());
+    return;
+  }
+  normed_chunk_.resize(static_cast<size_t>(mb.length) * h);
+  ctx_.compute.final_norm(hidden, mb.length, normed_chunk_.data());
+  if (mb.start == 0) std::fill(hidden_sum_.begin(), hidden_sum_.end(), 0.0);
+  for (int row = 0; row < mb.length; ++row) {
+    const float* normed = normed_chunk_.data() + static_cast<int64_t>(row) * h;
+    for (int k = 0; k < h; ++k) hidden_sum_[k] += normed[k];
+  }
+  if (!mb.is_last) return;
+  const double positions = static_cast<double>(mb.start + mb.length);
+  for (int k = 0; k < h; ++k) hidden_row_[k] = static_cast<float>(hidden_sum_[k] / positions);
 }
 
 void StageLoop::finish_micro_batch(const sched::MicroBatch& mb) {

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "compute/hidden_states.hpp"
 #include "compute/stage_compute.hpp"
 #include "dist/topology.hpp"
 #include "dist/tp_all_reduce.hpp"
@@ -29,7 +30,9 @@ struct StageLoopContext {
   int hidden_size = 0;
   int vocab_size = 0;
   int ring_depth = 1;  // receives posted ahead, and sends in flight, per rank
-  LogitsSink sink = nullptr;  // on world rank 0: stores one prompt's logits row
+  LogitsSink sink = nullptr;  // on world rank 0: stores one prompt's logits (and hidden-state) row
+  // The last stage also hands back each prompt's final-norm hidden state (--hidden-states).
+  compute::HiddenStatesKind hidden_states = compute::HiddenStatesKind::kNone;
   ProgressReporter* progress = nullptr;  // world rank 0 only
   // World rank 0 polls it between micro-batches: set (by a SIGTERM/SIGUSR1 handler), it
   // stops issuing new prompts; prompts already started finish, every rank is told.

@@ -184,6 +184,9 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   flag_value_not_a_number) extra=(--pp 2 --chunk-size abc); expect='--chunk-size: "abc" is not a valid integer' ;;
   cost_model_missing) extra=(--pp 2 --dynamic-chunking --cost-model "$work/none.json"); expect="cannot read --cost-model" ;;
   emulate_without_cost_model) extra=(--pp 2 --backend emulate); expect="--backend emulate needs --cost-model" ;;
+  hidden_states_unknown) extra=(--pp 2 --hidden-states foo); expect='--hidden-states must be none, last or mean (got "foo")' ;;
+  hidden_states_emulate) extra=(--pp 2 --backend emulate --cost-model analytic:h20 --hidden-states last)
+    expect="--hidden-states needs real compute: --backend emulate computes no hidden states" ;;
   analytic_without_emulate) extra=(--pp 2 --cost-model analytic:h20); expect="add --backend emulate" ;;
   unknown_hardware) extra=(--pp 2 --backend emulate --cost-model analytic:tpu9000); expect="no hardware description" ;;
   cuda_without_device) extra=(--pp 2 --backend cuda)
@@ -193,6 +196,8 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
     expect="--backend cuda: no usable CUDA device" ;;
   cuda_page_size) extra=(--pp 2 --backend cuda --page-size 16); expect="--page-size a multiple of 64 (given: 16)" ;;
   unknown_transport) extra=(--pp 2 --backend cuda --transport pigeon); expect="--transport pigeon is unknown" ;;
+  hidden_states_cuda) extra=(--pp 2 --backend cuda --hidden-states last)
+    expect="--hidden-states is not implemented on --backend cuda yet" ;;
   kv_memory_fraction_out_of_range) extra=(--pp 2 --backend cuda --kv-memory-fraction 1.5)
     expect="--kv-memory-fraction must be in (0, 1]" ;;
   hdf5_library_crash) input=$here/libhdf5_crash_input.h5  # found by tests/fuzz: crashes libhdf5 1.10 in H5Lexists

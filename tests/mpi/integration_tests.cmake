@@ -99,7 +99,7 @@ set(PF_BAD_CASES
   output_directory_missing unknown_flag unknown_preset zero_chunk_size
   smooth_factor_out_of_range smooth_factor_env_not_a_number cost_model_without_dynamic
   cost_model_other_partition cost_model_missing
-  emulate_without_cost_model analytic_without_emulate unknown_hardware hdf5_library_crash
+  emulate_without_cost_model analytic_without_emulate hidden_states_unknown hidden_states_emulate unknown_hardware hdf5_library_crash
   output_is_input output_links_to_input trace_is_input trace_is_output trace_is_partial output_is_directory
   output_ends_in_slash output_empty trace_directory_missing trace_is_directory output_held_by_another_run
   input_is_fifo config_is_fifo weights_are_fifo
@@ -108,7 +108,8 @@ set(PF_BAD_CASES
   heterogeneous_arguments stale_weights_on_a_node stale_config_on_a_node
   cost_model_negative_coefficient cost_model_stage_count flag_value_not_a_number)
 if(PIPEFILL_HAVE_CUDA)  # --backend cuda exists in this build
-  list(APPEND PF_BAD_CASES cuda_without_device cuda_page_size unknown_transport kv_memory_fraction_out_of_range)
+  list(APPEND PF_BAD_CASES cuda_without_device cuda_page_size unknown_transport kv_memory_fraction_out_of_range
+       hidden_states_cuda)
 endif()
 foreach(case ${PF_BAD_CASES})
   add_test(NAME bad_input.${case} COMMAND ${PF_MPI}/bad_input.sh ${PF_BIN} ${case} ${PF_DATA})
@@ -144,7 +145,7 @@ endforeach()
 
 # What a crash can leave in a partial output, and SIGTERM to mpirun; each resumed output
 # must equal an uninterrupted run's.
-foreach(case torn_row empty_partial stale_partial mpirun_sigterm stop_after_last_start)
+foreach(case torn_row torn_hidden empty_partial stale_partial mpirun_sigterm stop_after_last_start)
   add_test(NAME mpi.resume_integrity.${case} COMMAND ${PF_MPI}/resume_integrity.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_integrity.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
 endforeach()

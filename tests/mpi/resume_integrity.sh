@@ -4,6 +4,10 @@
 #   torn_row        rows marked complete whose bytes fail their checksum (a write the OS did
 #                   not order before its flag), and a TTFT torn the same way: recomputed,
 #                   with a warning naming each prompt
+#   torn_hidden     the same with --hidden-states mean: a row whose /hidden_states bytes are
+#                   torn (its logits intact) is named and recomputed, and the resumed
+#                   /hidden_states equal an uninterrupted run's bit for bit; resuming with
+#                   another --hidden-states is refused (exit 2) and leaves the partial as it was
 #   empty_partial   a 0-byte partial (a kill before the first write): a note, a fresh start
 #   stale_partial   a partial left by an earlier run, run again *without* --resume: a
 #                   warning says it is replaced
@@ -44,6 +48,33 @@ case $case in
       grep -q "^warning: prompt $p in .*failed its checksum" "$work/stderr" || fail "torn prompt $p not named"
     done
     [ "$(grep -c 'failed its checksum' "$work/stderr")" -eq 2 ] || fail "intact rows were called torn" ;;
+  torn_hidden)
+    args+=(--hidden-states mean)
+    run --input "$work/in.h5" --output "$work/reference.h5"
+    forge 'f["hidden_states"][2, 5] += 1.0; f["completed"][4] = 0'
+    before=$(md5sum <"$work/out.h5.partial")
+    status_of run --input "$work/in.h5" --output "$work/out.h5" --resume --hidden-states last 2>"$work/stderr"
+    cat "$work/stderr"
+    expect_status 2 "a resume with another --hidden-states"
+    grep -q "^error: .*another hidden_states" "$work/stderr" || fail "the refusal does not name --hidden-states"
+    [ "$(md5sum <"$work/out.h5.partial")" = "$before" ] || fail "the refused resume changed the partial"
+    status_of run --input "$work/in.h5" --output "$work/out.h5" --resume --hidden-states none 2>"$work/stderr"
+    cat "$work/stderr"
+    expect_status 2 "a resume without --hidden-states"
+    grep -q "^error: .*another hidden_states (\"mean\", this run: none)" "$work/stderr" ||
+      fail "the refusal does not name --hidden-states"
+    [ "$(md5sum <"$work/out.h5.partial")" = "$before" ] || fail "the refused resume changed the partial"
+    run --input "$work/in.h5" --output "$work/out.h5" --resume 2>"$work/stderr"
+    cat "$work/stderr"
+    grep -q "^warning: prompt 2 in .*failed its checksum" "$work/stderr" || fail "torn hidden state of prompt 2 not named"
+    [ "$(grep -c 'failed its checksum' "$work/stderr")" -eq 1 ] || fail "intact rows were called torn"
+    "$PYTHON" - "$work/out.h5" "$work/reference.h5" <<'PY' || fail "/hidden_states differ from the uninterrupted run"
+import sys, h5py, numpy as np
+got, want = (h5py.File(p, "r")["hidden_states"][:] for p in sys.argv[1:])
+print(f"/hidden_states {got.shape}: equal to the uninterrupted run: {np.array_equal(got, want)}")
+sys.exit(0 if got.shape == want.shape and np.array_equal(got, want) else 1)
+PY
+    ;;
   empty_partial)
     : >"$work/out.h5.partial"
     run --input "$work/in.h5" --output "$work/out.h5" --resume 2>"$work/stderr"

@@ -21,3 +21,9 @@ def run_pipefill(build, model_dir, prompts_h5, out_h5, ranks, options):
     with h5py.File(out_h5, "r") as f:
         attributes = {k: v.decode() if isinstance(v, bytes) else v for k, v in f.attrs.items()}
         return f["logits"][:].astype(np.float64), attributes, f["timeline"][:]
+
+
+def read_hidden_states(out_h5):
+    """The output's /hidden_states (--hidden-states), as float64."""
+    with h5py.File(out_h5, "r") as f:
+        return f["hidden_states"][:].astype(np.float64)

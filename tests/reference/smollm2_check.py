@@ -6,7 +6,9 @@ float32). Real text -- excerpts of the licences Debian ships in /usr/share/commo
 one prompt built with the model's chat template -- is tokenized with the model's tokenizer.json
 (`tokenizers` itself), prefilled by pipefill on several layouts (pp, tp, pp x tp; chunks that
 cut the prompts; fixed and dynamic chunking), and the logits of each prompt's last position are
-compared with transformers' float32 forward on the same directory.
+compared with transformers' float32 forward on the same directory. With --hidden-states last and
+mean (pp1, pp2, tp3), /hidden_states is compared with transformers' last_hidden_state (the final
+norm's output: model.model(...)) at the last position and averaged over the prompt.
 
 The conversion is checked too: the model must predict the GPL's text well, which it does not
 with llama.cpp's q/k row permutation left in place (see MAX_PERPLEXITY).
@@ -26,7 +28,7 @@ import transformers
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from pipefill_runs import run_pipefill
+from pipefill_runs import read_hidden_states, run_pipefill
 
 LICENSES = "/usr/share/common-licenses"
 # (file, tokens kept from its start): real English text, prompts of unequal lengths.
@@ -39,6 +41,10 @@ CHAT_QUESTION = "In one sentence: what does the GNU General Public License let m
 # 5.4e-5 with max|logit| 31.7, i.e. below 1.8e-6 of max|logit|; transformers' float32 forward is
 # itself 3.5e-5 from its float64 forward (pipefill: 2.9e-5 to 4.9e-5). The bound leaves 10x room.
 RTOL = 2e-5
+# /hidden_states against transformers' float32 last_hidden_state, relative to each row's max|h|.
+# Measured (same versions as above): max abs 5.8e-6 to 2.5e-5 with max|h| 38.75, at most 8.8e-7
+# relative; the bound is 1e-4.
+HIDDEN_RTOL = 1e-4
 # Top-1 ids must agree wherever the reference's top-1 margin is above this.
 MARGIN = 1e-3
 # SmolLM2 on the GPL's opening 300 tokens: measured 20.9. The same weights with the q/k rows left
@@ -91,6 +97,26 @@ def last_logits(model, prompts):
     with torch.no_grad():
         return np.stack([model(input_ids=torch.tensor(p[None, :], dtype=torch.long), logits_to_keep=1)
                          .logits[0, -1].double().numpy() for p in prompts])
+
+
+def final_hidden_states(model, prompts):
+    """Per prompt, transformers' last_hidden_state (final norm applied) at the last position and
+    its mean over the prompt's positions, as float64 copies of the float32 forward."""
+    with torch.no_grad():
+        states = [model.model(input_ids=torch.tensor(p[None, :], dtype=torch.long)).last_hidden_state[0]
+                  for p in prompts]
+    return {"last": np.stack([s[-1].double().numpy() for s in states]),
+            "mean": np.stack([s.double().mean(dim=0).numpy() for s in states])}
+
+
+def compare_hidden(name, mode, got, expected):
+    """One row of the hidden-state table; True when every row is within HIDDEN_RTOL of its max|h|."""
+    scale = np.maximum(1.0, np.abs(expected).max(axis=1))
+    relative = float((np.abs(got - expected).max(axis=1) / scale).max()) if got.shape == expected.shape else np.inf
+    ok = got.shape == expected.shape and relative <= HIDDEN_RTOL
+    print(f"{name:<12} {mode:<5} max abs {float(np.abs(got - expected).max()):10.3e} "
+          f"max|h| {float(np.abs(expected).max()):7.2f} relative {relative:10.3e} {'ok' if ok else 'FAILED'}")
+    return ok
 
 
 def perplexity(model, prompt):
@@ -148,12 +174,29 @@ def main():
     ok = fluency < MAX_PERPLEXITY
 
     print(f"{'layout':<12} {'max abs':>10} {'/max|l|':>10} {'vs f64':>10} top-1  (bound {RTOL * max(1.0, scale):.1e})")
-    results = {}
+    results, logits_of = {}, {}
     for name, ranks, options in LAYOUTS:
         start = time.monotonic()
         got, results[name], _ = run_pipefill(build, model_dir, prompts_h5, os.path.join(work, name + ".h5"),
                                              ranks, options)
+        logits_of[name] = got
         ok = compare(name, got, expected, truth, time.monotonic() - start) and ok
+
+    # --hidden-states on pp1, pp2 and tp3 (their chunks cut the prompts), logits checked again.
+    hidden_expected = final_hidden_states(model, prompts)
+    print(f"hidden states vs transformers' last_hidden_state (bound {HIDDEN_RTOL:.0e} of each row's max|h|)")
+    for name, ranks, options in LAYOUTS:
+        if name not in ("pp1", "pp2", "tp3"):
+            continue
+        for mode in ("last", "mean"):
+            out_h5 = os.path.join(work, f"{name}_hidden_{mode}.h5")
+            start = time.monotonic()
+            got, _, _ = run_pipefill(build, model_dir, prompts_h5, out_h5, ranks, f"{options} --hidden-states {mode}")
+            ok = compare(f"{name}+{mode}", got, expected, truth, time.monotonic() - start) and ok
+            if not np.array_equal(got, logits_of[name]):
+                print(f"FAILED: {name}: --hidden-states {mode} changed the logits")
+                ok = False
+            ok = compare_hidden(name, mode, read_hidden_states(out_h5), hidden_expected[mode]) and ok
 
     name, ranks, options = DYNAMIC
     cost_model = os.path.join(work, "cost_pp2.json")

@@ -63,7 +63,8 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"ring_depth", 3},
                                    {"watchdog_timeout_s", 1800.0},
                                    {"allow_long_prompts", false},
-                                   {"resume", true}};
+                                   {"resume", true},
+                                   {"hidden_states", "none"}};
   EXPECT_EQ(cli::to_json(o), expected);
 }
 
@@ -78,6 +79,22 @@ TEST(RunOptions, IdentitiesHoldTheirOptionsOnly) {
   EXPECT_TRUE(o.chunking.cost_source.profile_file());
   EXPECT_EQ(o.chunking.cost_source.value, "cost.json");
   EXPECT_TRUE(o.quiet);
+  // --hidden-states, added after outputs were written, is in the identity only when given: a
+  // partial written before it existed still resumes without it, and not with it.
+  nlohmann::json with_hidden = run;
+  with_hidden["hidden_states"] = "mean";
+  EXPECT_EQ(cli::run_identity_options(parse_run("--pp 2 --dynamic-chunking --smooth-factor 0.5 --cost-model "
+                                                "cost.json --hidden-states mean")),
+            with_hidden);
+}
+
+TEST(RunOptions, HiddenStatesAreParsedOnceAndNeedRealCompute) {
+  EXPECT_EQ(parse_run("").hidden_states, compute::HiddenStatesKind::kNone);
+  EXPECT_EQ(parse_run("--hidden-states last").hidden_states, compute::HiddenStatesKind::kLast);
+  EXPECT_EQ(parse_run("--hidden-states mean").hidden_states, compute::HiddenStatesKind::kMean);
+  cli::RunOptions unused;
+  EXPECT_THROW(try_parse_run("--hidden-states foo", unused), UserError);
+  EXPECT_THROW(try_parse_run("--backend emulate --cost-model analytic:h20 --hidden-states last", unused), UserError);
 }
 
 TEST(RunOptions, PolicyDecidesTheDefaultsItDoesNotOverride) {

@@ -151,11 +151,15 @@ void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
   forward_layers(ops, static_cast<int>(weights_.layers.size()), recipe_);
 }
 
+void CpuStageCompute::final_norm(const float* hidden, int rows, float* normed) {
+  const int h = config_.hidden_size;
+  cpu::rms_norm(hidden, rows, h, h, weights_.final_norm.data(), static_cast<float>(config_.rms_norm_eps), normed, h);
+}
+
 void CpuStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
   const int h = config_.hidden_size;
   std::vector<float> normed(h);
-  cpu::rms_norm(hidden_row, 1, h, h, weights_.final_norm.data(), static_cast<float>(config_.rms_norm_eps),
-                normed.data(), h);
+  final_norm(hidden_row, 1, normed.data());
   cblas_sgemv(CblasRowMajor, CblasNoTrans, shard_.vocab_count, h, 1.0f, weights_.lm_head.data(), h, normed.data(), 1,
               0.0f, logits_shard, 1);
 }

@@ -30,6 +30,7 @@ class CpuStageCompute final : public StageCompute {
   void forward(const ChunkContext& chunk, float* hidden) override;
   void lm_head(const float* hidden_row, float* logits_shard) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
+  void final_norm(const float* hidden, int rows, float* normed) override;
   void finish_prompt(int prompt) override { kv_pool_.release(prompt); }
   // Fills the prefix's K/V with random values: attention's cost does not depend on them.
   void prepare_prefix(int prompt, int64_t prefix, int tokens) override;
