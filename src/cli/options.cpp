@@ -3,6 +3,7 @@
 #include "cli/options.hpp"
 
 #include <cstdlib>
+#include <vector>
 
 #include "cli/option_table.hpp"
 #include "errors.hpp"
@@ -34,14 +35,24 @@ Spelling<compute::BackendKind> backend_spelling() {
       [](const compute::BackendKind& kind) { return std::string(compute::backend_name(kind)); }};
 }
 
+// An enum flag written as one of its names ("--chunk-policy must be fixed, sglang or pipefill").
+template <typename Kind>
+Spelling<Kind> named_choice(const std::string& flag, std::vector<Kind> kinds, const char* (*name_of)(Kind)) {
+  return {[flag, kinds, name_of](const std::string& name) {
+            std::string choices;
+            for (size_t i = 0; i < kinds.size(); ++i) {
+              if (name == name_of(kinds[i])) return kinds[i];
+              choices += (i == 0 ? "" : i + 1 == kinds.size() ? " or " : ", ") + std::string(name_of(kinds[i]));
+            }
+            throw UserError(flag + " must be " + choices + " (got \"" + name + "\")");
+          },
+          [name_of](const Kind& kind) { return std::string(name_of(kind)); }};
+}
+
 Spelling<compute::HiddenStatesKind> hidden_states_spelling() {
   using compute::HiddenStatesKind;
-  return {[](const std::string& name) {
-            for (HiddenStatesKind kind : {HiddenStatesKind::kNone, HiddenStatesKind::kLast, HiddenStatesKind::kMean})
-              if (name == compute::hidden_states_name(kind)) return kind;
-            throw UserError("--hidden-states must be none, last or mean (got \"" + name + "\")");
-          },
-          [](const HiddenStatesKind& kind) { return std::string(compute::hidden_states_name(kind)); }};
+  return named_choice("--hidden-states", {HiddenStatesKind::kNone, HiddenStatesKind::kLast, HiddenStatesKind::kMean},
+                      compute::hidden_states_name);
 }
 
 Spelling<sched::CostSource> cost_source_spelling() {
@@ -56,12 +67,8 @@ Spelling<sched::CostSource> cost_source_spelling() {
 }
 
 Spelling<ChunkPolicyKind> policy_spelling() {
-  return {[](const std::string& name) {
-            for (ChunkPolicyKind kind : {ChunkPolicyKind::kFixed, ChunkPolicyKind::kSglang, ChunkPolicyKind::kPipefill})
-              if (name == sched::policy_name(kind)) return kind;
-            throw UserError("--chunk-policy must be fixed, sglang or pipefill (got \"" + name + "\")");
-          },
-          [](const ChunkPolicyKind& kind) { return std::string(sched::policy_name(kind)); }};
+  return named_choice("--chunk-policy", {ChunkPolicyKind::kFixed, ChunkPolicyKind::kSglang, ChunkPolicyKind::kPipefill},
+                      sched::policy_name);
 }
 
 Spelling<sched::CostForm> cost_form_spelling() {
