@@ -104,6 +104,16 @@ _pf_stop_run() {  # only a job this shell still has: a waited-for pid may belong
 # finish_run: waits for the run of start_run; its exit status in $status.
 finish_run() { status_of wait "$launcher"; }
 
+# expect_interrupted_mid_run PARTIAL STORED NUM WHAT: the partial output PARTIAL holds every
+# one of the STORED prompts a progress line showed before WHAT (the interruption) and fewer
+# than all NUM, so --resume has work left. Sets $partial_prompts to its count.
+expect_interrupted_mid_run() {
+  partial_prompts=$("$PYTHON" -c "import h5py, sys; print(int(h5py.File(sys.argv[1])['completed'][:].sum()))" "$1")
+  echo "partial file holds $partial_prompts of $3 prompts ($2 stored when $4 was sent)"
+  [ "$partial_prompts" -ge "$2" ] || fail "prompts stored before $4 were lost"
+  [ "$partial_prompts" -lt "$3" ] || fail "$4 came too late: nothing was left for --resume"
+}
+
 # prompts_done LOG: N of the last "prompts N/M done" progress line in LOG (0 before any).
 # Rank 0 prints it after storing the N-th row, so the partial output holds N prompts by then.
 prompts_done() {

@@ -36,10 +36,8 @@ expect_failed "the interrupted run"
 [ "$case" = kill ] || expect_status 75 "a stopped run"
 [ ! -e "$work/out.h5" ] || fail "an interrupted run left a file under the final name"
 [ -e "$work/out.h5.partial" ] || fail "no partial file to resume"
-done_before=$("$PYTHON" -c "import h5py; print(int(h5py.File('$work/out.h5.partial')['completed'][:].sum()))")
-echo "partial file holds $done_before of $num prompts ($stored stored when the signal was sent)"
-[ "$done_before" -ge "$stored" ] || fail "prompts stored before the interruption were lost"
-[ "$done_before" -lt $num ] || fail "the interruption came too late: nothing was left for --resume"
+expect_interrupted_mid_run "$work/out.h5.partial" "$stored" $num "the interruption"
+done_before=$partial_prompts
 
 # Resuming with another configuration is refused, and leaves the partial file as it was.
 MPI_TIMEOUT=60 status_of pipefill_mpi $ranks "${args[@]}" --quiet --chunk-size 32 --output "$work/out.h5" --resume \
