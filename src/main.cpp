@@ -18,6 +18,7 @@
 #include "cli/options.hpp"            // defines: RunOptions and its option table
 #include "cli/run_inputs.hpp"         // defines: rank 0's checks and reads before a run, open_output
 #include "cli/run_record.hpp"         // defines: placement_identity, output_attributes
+#include "dist/activation_wire.hpp"    // defines: kActivationWireBytes (float32 on the wire)
 #include "dist/checked_step.hpp"      // defines: checked_step (collective user-error agreement)
 #include "dist/clock_sync.hpp"        // defines: synchronize_clocks (one time base for the timeline)
 #include "dist/collectives.hpp"       // defines: broadcast_bytes, allreduce_sum, barrier
@@ -125,7 +126,7 @@ static int run_command(int argc, char** argv) {
   // Transport of hidden states between stages (host MPI, or device buffers over NCCL).
   std::vector<int> nonfinite_prompts;  // rank 0: prompts whose logits came out NaN or Inf
   const std::unique_ptr<dist::Transport> transport = backend.make_transport(
-      static_cast<size_t>(plan.max_chunk()) * std::max(shape.hidden_size, backend.compute->payload_floats_per_token()));
+      static_cast<size_t>(plan.max_chunk()) * shape.hidden_size);
 
   // Run: one time base, then every rank walks the plan.
   const dist::RunClock clock = dist::synchronize_clocks(MPI_COMM_WORLD);
@@ -163,7 +164,7 @@ static int run_command(int argc, char** argv) {
   // Write: timeline and traffic gathered to rank 0, summary, output renamed into place.
   const auto events = trace::gather_timeline(timeline, MPI_COMM_WORLD);
   trace::TrafficReport traffic_report =
-      trace::gather_traffic(topo, plan, shape.hidden_size, backend.compute->payload_floats_per_token() * 4,
+      trace::gather_traffic(topo, plan, shape.hidden_size, shape.hidden_size * dist::kActivationWireBytes,
                             rank_model.partition, traffic);
   traffic_report.allreduce_modelled = emulate;
   if (writer) {

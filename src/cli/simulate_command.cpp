@@ -43,7 +43,7 @@ sched::BatchPlan plan_for(const SimulateOptions& o, const std::vector<sim::Stage
       const bool fresh = c.cost_form == sched::CostForm::kFreshQuadratic;
       for (int s = 0; s < static_cast<int>(costs.size()); ++s) {
         if (!c.all_stages && s > 0) break;
-        compute::EmulatedStageCompute stage(costs[s], hidden, 0, grid.max_tokens);
+        compute::EmulatedStageCompute stage(costs[s], 0, grid.max_tokens);
         fits.push_back(pipeline::profile_and_fit(
             s, stage, [](double x) { return x; }, grid, hidden, fresh, !fresh));
       }

@@ -53,9 +53,6 @@ class StageCompute {
   virtual int64_t capacity_tokens() const = 0;
   // A backend whose cost is a model (emulate) answers here instead of being timed.
   virtual std::optional<double> modelled_seconds(const ChunkContext&) const { return std::nullopt; }
-  // Floats per token on the wire between stages: the hidden states, float32 on every backend
-  // (emulate too: dist/activation_wire.hpp).
-  virtual int payload_floats_per_token() const = 0;
 
   // Asynchronous backends (cuda) return from embed/forward before the work is done.
   // synchronize() waits for all of it (the profiler times forwards with it).

@@ -38,7 +38,7 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
       std::vector<sim::StageCost> costs;
       std::string description;
       dist::checked_step(MPI_COMM_WORLD, [&] { costs = stage_costs_for(request.cost_source, topo, m, description); });
-      return compute::make_emulated_backend(topo, costs[topo.stage], m.shape.hidden_size, m.shard.vocab_count,
+      return compute::make_emulated_backend(topo, costs[topo.stage], m.shard.vocab_count,
                                             request.profile_room_tokens, description);
     }
     case compute::BackendKind::kCuda:

@@ -86,7 +86,6 @@ class StageLoop {
   const dist::Topology& topo_;
   const std::vector<sched::MicroBatch>& mbs_;
   dist::Transport& transport_;
-  const int payload_;  // floats per token on the wire
   const int depth_;
   const bool device_timed_;  // the backend reports its compute spans itself (CUDA events)
   const std::string stage_name_;
@@ -122,7 +121,6 @@ StageLoop::StageLoop(StageLoopContext& ctx)
       topo_(ctx.topology),
       mbs_(ctx.plan.micro_batches),
       transport_(ctx.transport),
-      payload_(ctx.compute.payload_floats_per_token()),
       depth_(ctx.ring_depth),
       device_timed_(ctx.compute.timed_on_device()),
       stage_name_("stage " + std::to_string(ctx.topology.stage)),
@@ -245,8 +243,8 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
 
 void StageLoop::send_forward(long long i, dist::ReadySlot state) {
   const sched::MicroBatch& mb = mbs_[i];
-  sends_.push_back(transport_.send(std::move(state), mb.length * payload_, dist::tag_of(i)));
-  result_.traffic.p2p_bytes_sent += 4.0 * mb.length * payload_;
+  sends_.push_back(transport_.send(std::move(state), mb.length * ctx_.hidden_size, dist::tag_of(i)));
+  result_.traffic.p2p_bytes_sent += 4.0 * mb.length * ctx_.hidden_size;
   // Commit finished sends early (cheap), and block only when the ring is full.
   while (!sends_.empty() && (sends_.size() > static_cast<size_t>(depth_) || sends_.front().done())) {
     trace::Timeline::Scope commit(ctx_.timeline, EventKind::kSendCommit, mb);
@@ -307,7 +305,7 @@ void StageLoop::finish_micro_batch(const sched::MicroBatch& mb) {
 void StageLoop::post_receives_until(long long end) {
   if (topo_.first_stage()) return;
   for (; next_to_post_ < end; ++next_to_post_)
-    receives_.push_back(transport_.post_recv(mbs_[next_to_post_].length * payload_, dist::tag_of(next_to_post_)));
+    receives_.push_back(transport_.post_recv(mbs_[next_to_post_].length * ctx_.hidden_size, dist::tag_of(next_to_post_)));
 }
 
 void StageLoop::apply_cutoff(long long cutoff) {

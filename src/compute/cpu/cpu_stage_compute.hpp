@@ -37,7 +37,6 @@ class CpuStageCompute final : public StageCompute {
   int64_t capacity_tokens() const override {
     return static_cast<int64_t>(kv_pool_.num_pages()) * kv_pool_.shape().page_size;
   }
-  int payload_floats_per_token() const override { return config_.hidden_size; }
 
  private:
   class LayerOnCpu;  // the decoder-layer ops on one chunk (cpu_stage_compute.cpp)

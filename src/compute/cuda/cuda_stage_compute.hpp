@@ -62,7 +62,6 @@ class CudaStageCompute final : public compute::StageCompute {
   void finish_prompt(int prompt) override;
   void prepare_prefix(int prompt, int64_t prefix, int tokens) override;
   int64_t capacity_tokens() const override;
-  int payload_floats_per_token() const override { return config_.hidden_size; }
   void synchronize() override;
   bool timed_on_device() const override { return true; }
   void align_clock(double host_now_s) override;

@@ -6,9 +6,9 @@
 
 namespace pf::compute {
 
-StageBackend make_emulated_backend(const dist::Topology& topo, const sim::StageCost& cost, int hidden_size,
-                                   int vocab_shard, int64_t profile_room_tokens, const std::string& description) {
-  auto emulated = std::make_unique<EmulatedStageCompute>(cost, hidden_size, vocab_shard, profile_room_tokens);
+StageBackend make_emulated_backend(const dist::Topology& topo, const sim::StageCost& cost, int vocab_shard,
+                                    int64_t profile_room_tokens, const std::string& description) {
+  auto emulated = std::make_unique<EmulatedStageCompute>(cost, vocab_shard, profile_room_tokens);
   // MPI_Iprobe runs Open MPI's progress engine: posted receives pull their data meanwhile.
   const MPI_Comm comm = topo.pipeline_comm;
   emulated->set_background_progress([comm] {

@@ -13,7 +13,7 @@
 namespace pf::compute {
 
 // `cost`: this rank's stage; `description`: where the cost comes from, for the run's banner.
-StageBackend make_emulated_backend(const dist::Topology& topology, const sim::StageCost& cost, int hidden_size,
-                                   int vocab_shard, int64_t profile_room_tokens, const std::string& description);
+StageBackend make_emulated_backend(const dist::Topology& topology, const sim::StageCost& cost, int vocab_shard,
+                                    int64_t profile_room_tokens, const std::string& description);
 
 }  // namespace pf::compute

@@ -26,9 +26,8 @@ void sleep_for_seconds(double seconds) {
 // the real sizes.
 static_assert(dist::kActivationWireBytes == sizeof(float), "emulated messages are float32 hidden states");
 
-EmulatedStageCompute::EmulatedStageCompute(const sim::StageCost& cost, int hidden_size, int vocab_shard,
-                                           int64_t capacity_tokens)
-    : cost_(cost), payload_floats_(hidden_size), vocab_shard_(vocab_shard), capacity_tokens_(capacity_tokens) {}
+EmulatedStageCompute::EmulatedStageCompute(const sim::StageCost& cost, int vocab_shard, int64_t capacity_tokens)
+    : cost_(cost), vocab_shard_(vocab_shard), capacity_tokens_(capacity_tokens) {}
 
 void EmulatedStageCompute::sleep_with_progress(double seconds) const {
   if (!progress_) return sleep_for_seconds(seconds);

@@ -16,7 +16,7 @@ namespace pf::compute {
 class EmulatedStageCompute final : public StageCompute {
  public:
   // `capacity_tokens`: what a profile may use (no memory is held; it only bounds the grid).
-  EmulatedStageCompute(const sim::StageCost& cost, int hidden_size, int vocab_shard, int64_t capacity_tokens);
+  EmulatedStageCompute(const sim::StageCost& cost, int vocab_shard, int64_t capacity_tokens);
   // Called every millisecond while "computing": a GPU's copy engines move data during
   // compute, but MPI moves it only inside MPI calls, so the emulator drives MPI's progress
   // engine in its sleeps (otherwise every transfer would wait for the compute to end).
@@ -32,11 +32,9 @@ class EmulatedStageCompute final : public StageCompute {
   std::optional<double> modelled_seconds(const ChunkContext& chunk) const override {
     return cost_.chunk_seconds(static_cast<double>(chunk.pos0), chunk.tokens);
   }
-  int payload_floats_per_token() const override { return payload_floats_; }
 
  private:
   sim::StageCost cost_;
-  int payload_floats_;
   int vocab_shard_;
   int64_t capacity_tokens_;
   std::function<void()> progress_;
