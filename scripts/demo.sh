@@ -3,8 +3,9 @@
 #  1. the built-in default: random prompts through the synthetic `tiny` model on 4 ranks
 #     (pp 2 x tp 2) -> outputs/demo.h5 and the Chrome trace outputs/demo_trace.json;
 #  2. real text through a real model: SmolLM2-135M-Instruct (scripts/get_model.sh, ~30 s the
-#     first time) reads three licences that ship with Debian, on 2 ranks (pp 2), and prints the
-#     model's most likely next words after each -> outputs/demo_text.h5.
+#     first time) reads three licences that ship with Debian, on 2 ranks (pp 2), scoring every
+#     token, and prints each document's perplexity and the model's most likely next words after
+#     each -> outputs/demo_text.h5.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
@@ -26,7 +27,10 @@ for licence in Apache-2.0 BSD CC0-1.0; do  # tokenize.py reads .txt (one prompt)
 done
 scripts/tokenize.py --model models/smollm2-135m --out outputs/demo_text_prompts.h5 "$texts"/*.txt
 mpirun -n 2 build/pipefill run --model models/smollm2-135m --input outputs/demo_text_prompts.h5 \
-  --output outputs/demo_text.h5 --pp 2 --chunk-size 256
+  --output outputs/demo_text.h5 --pp 2 --chunk-size 256 --logprobs --top-k 5
+echo "how well the model predicts each document, and the tokens it expected least:"
+scripts/perplexity.py outputs/demo_text.h5 --input outputs/demo_text_prompts.h5 --model models/smollm2-135m \
+  --surprising 3
 echo "the model's most likely next words after each document:"
 scripts/detokenize.py --model models/smollm2-135m outputs/demo_text.h5 --dataset logits \
   --input outputs/demo_text_prompts.h5 --top 5

@@ -32,6 +32,7 @@ import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 
 from model_tokenizer import ModelTokenizer  # noqa: E402
+from prompt_file import PromptIndex, open_h5  # noqa: E402
 from python_tool import UserError  # noqa: E402
 
 
@@ -61,44 +62,6 @@ def parse_args():
     if args.top < 1:
         raise UserError("--top must be at least 1")
     return args
-
-
-def open_h5(path):
-    if not os.path.isfile(path):
-        raise UserError(f"{path}: no such file")
-    try:
-        return h5py.File(path, "r", locking=False)
-    except OSError:
-        raise UserError(f"{path} is not an HDF5 file")
-
-
-def text_of(value):
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-class Prompts:
-    """Prompt boundaries, tokens and sources: from FILE when it has /offsets, else from --input."""
-
-    def __init__(self, data_file, input_path):
-        source = data_file if "offsets" in data_file else (open_h5(input_path) if input_path else None)
-        self.offsets = self.tokens = None
-        self.labels = None
-        if source is None:
-            return
-        if "offsets" not in source:
-            raise UserError(f"--input {input_path} has no /offsets: give the file the run read")
-        self.offsets = source["offsets"][:].astype(np.int64)
-        self.tokens = source["tokens"][:] if "tokens" in source else None
-        if all(name in source for name in ("source_files", "source_file", "source_line")):
-            files = [text_of(f) for f in source["source_files"][:]]
-            self.labels = [files[f] + (f":{line}" if line else "")
-                           for f, line in zip(source["source_file"][:], source["source_line"][:])]
-
-    def count(self):
-        return None if self.offsets is None else len(self.offsets) - 1
-
-    def name(self, prompt):
-        return f"prompt {prompt}" + (f" ({self.labels[prompt]})" if self.labels else "")
 
 
 def token_text(model, token_id):
@@ -176,7 +139,7 @@ def main():
         names = ", ".join(sorted(k for k in data_file if isinstance(data_file[k], h5py.Dataset)))
         raise UserError(f"{args.file} has no dataset /{args.dataset} (it has: {names})")
     dataset = data_file[args.dataset]
-    prompts = Prompts(data_file, args.input)
+    prompts = PromptIndex(data_file, args.input)
     kind = dataset.dtype.kind
     if kind in "iu" and dataset.ndim == 1:
         print_texts(args, model, prompts, dataset[:])

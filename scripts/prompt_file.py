@@ -1,5 +1,6 @@
 """The prompts tokenize.py builds, and the HDF5 file it writes them to: pipefill's input format
-(/tokens, /offsets, read by src/io/prompts_h5.cpp) plus each prompt's source (docs/formats.md).
+(/tokens, /offsets, read by src/io/prompts_h5.cpp) plus each prompt's source (docs/formats.md);
+and, for the tools that read a run's output, which rows belong to which prompt and where it came from.
 """
 import itertools
 import os
@@ -85,3 +86,41 @@ def write_prompt_file(out, prompts, attrs):
     finally:
         if partial is not None and os.path.exists(partial):
             os.unlink(partial)
+
+
+def open_h5(path):
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such file")
+    try:
+        return h5py.File(path, "r", locking=False)
+    except OSError:
+        raise UserError(f"{path} is not an HDF5 file")
+
+
+def text_of(value):
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+class PromptIndex:
+    """Prompt boundaries, tokens and sources: from FILE when it has /offsets, else from --input."""
+
+    def __init__(self, data_file, input_path):
+        source = data_file if "offsets" in data_file else (open_h5(input_path) if input_path else None)
+        self.offsets = self.tokens = None
+        self.labels = None
+        if source is None:
+            return
+        if "offsets" not in source:
+            raise UserError(f"--input {input_path} has no /offsets: give the file the run read")
+        self.offsets = source["offsets"][:].astype(np.int64)
+        self.tokens = source["tokens"][:] if "tokens" in source else None
+        if all(name in source for name in ("source_files", "source_file", "source_line")):
+            files = [text_of(f) for f in source["source_files"][:]]
+            self.labels = [files[f] + (f":{line}" if line else "")
+                           for f, line in zip(source["source_file"][:], source["source_line"][:])]
+
+    def count(self):
+        return None if self.offsets is None else len(self.offsets) - 1
+
+    def name(self, prompt):
+        return f"prompt {prompt}" + (f" ({self.labels[prompt]})" if self.labels else "")

@@ -32,6 +32,7 @@
 #include "pipeline/rank_setup.hpp"   // defines: open_rank_model, load_rank_weights, share_prompts
 #include "pipeline/stage_profiler.hpp"  // defines: profile_capacity_tokens
 #include "pipeline/stage_loop.hpp"   // defines: run_stage_loop (the per-rank event loop)
+#include "pipeline/stored_results.hpp"  // defines: StoredResults (rank 0 stores finite results)
 #include "sched/cost_profile.hpp"    // defines: CostProfile (a saved --cost-model)
 #include "sched/dynamic_chunker.hpp"  // defines: longest_chunk (the workspace a backend reserves)
 #include "sched/plan_flops.hpp"       // defines: plan_flops (for the achieved rate)
@@ -46,12 +47,6 @@ using namespace pf;
 static volatile int g_stop_requested = 0;
 static void request_stop(int) { g_stop_requested = 1; }
 constexpr int kExitStopped = 75;  // EX_TEMPFAIL: interrupted, resume me
-
-static bool all_finite(const float* row, int count) {
-  for (int i = 0; i < count; ++i)
-    if (!std::isfinite(row[i])) return false;
-  return true;
-}
 
 static int run_command(int argc, char** argv) {
   cli::RunOptions options;
@@ -94,7 +89,7 @@ static int run_command(int argc, char** argv) {
     dist::free_topology(topo);
     return 0;
   }
-  const std::vector<int64_t> lengths = pipeline::share_prompts(topo, prompts);
+  const std::vector<int64_t> lengths = pipeline::share_prompts(topo, prompts, /*last_stage_scores=*/options.logprobs);
 
   // Backend: the CPU or a GPU (this rank's weights and a KV pool for the longest prompt,
   // with room for profiling when this run profiles) or the emulator (cost-model sleeps).
@@ -124,7 +119,6 @@ static int run_command(int argc, char** argv) {
   }
 
   // Transport of hidden states between stages (host MPI, or device buffers over NCCL).
-  std::vector<int> nonfinite_prompts;  // rank 0: prompts whose logits came out NaN or Inf
   const std::unique_ptr<dist::Transport> transport = backend.make_transport(
       static_cast<size_t>(plan.max_chunk()) * shape.hidden_size);
 
@@ -134,20 +128,17 @@ static int run_command(int argc, char** argv) {
   pipeline::ProgressReporter progress(options.quiet ? 0 : options.progress_interval_s, plan.total_tokens(),
                                       plan.num_prompts());
   if (writer) progress.set_work(plan, shape, topo.pp, &decision.fits, /*announce=*/!options.quiet);
+  // Rank 0 stores every finite result as it arrives; the rest is reported below.
   const int hidden_width = options.hidden_states == compute::HiddenStatesKind::kNone ? 0 : shape.hidden_size;
-  const pipeline::LogitsSink store_logits = [&](int prompt, const float* logits, const float* hidden, double ttft_s) {
-    // A non-finite row is never stored as a result.
-    if ((logits && !all_finite(logits, shape.vocab_size)) || (hidden && !all_finite(hidden, hidden_width)))
-      nonfinite_prompts.push_back(prompt);
-    else
-      results->write_logits(prompt, logits, hidden, ttft_s);
-  };
+  std::optional<pipeline::StoredResults> stored;
+  if (writer) stored.emplace(*results, shape.vocab_size, hidden_width);
   pipeline::StageLoopContext loop{topo, plan, prompts, *backend.compute, *transport, timeline};
   loop.hidden_size = shape.hidden_size;
   loop.vocab_size = shape.vocab_size;
   loop.ring_depth = options.ring_depth;
-  loop.sink = store_logits;
+  loop.sink = writer ? &*stored : nullptr;
   loop.hidden_states = options.hidden_states;
+  loop.token_rows = {options.logprobs, options.top_k};
   loop.progress = writer ? &progress : nullptr;
   loop.stop_requested = &g_stop_requested;
   loop.all_reduce = backend.all_reduce.get();
@@ -158,6 +149,7 @@ static int run_command(int argc, char** argv) {
     dist::barrier(MPI_COMM_WORLD);
   }
   const double wall_s = clock.now();
+  const std::vector<int> nonfinite_prompts = writer ? stored->nonfinite_prompts() : std::vector<int>();
   int nonfinite_count = static_cast<int>(nonfinite_prompts.size());
   dist::broadcast_int(nonfinite_count, 0, MPI_COMM_WORLD);
 
@@ -175,6 +167,10 @@ static int run_command(int argc, char** argv) {
     if (!options.quiet) {
       trace::print_summary(summary, stdout);
       trace::print_traffic(traffic_report, stdout);
+      if (options.logprobs && stored->scored_tokens() > 0)
+        std::printf("log-probs: %lld tokens scored this run, perplexity %.4g (exp of their mean NLL; per prompt in "
+                    "/perplexity)\n",
+                    stored->scored_tokens(), std::exp(stored->nll_sum() / static_cast<double>(stored->scored_tokens())));
     }
     if (complete) {
       std::printf("wrote %s%s%s\n", options.output.c_str(), options.trace.empty() ? "" : " and ",
@@ -183,7 +179,7 @@ static int run_command(int argc, char** argv) {
       std::string which;
       for (size_t i = 0; i < nonfinite_prompts.size() && i < 8; ++i) which += (i ? ", " : "") + std::to_string(nonfinite_prompts[i]);
       std::fprintf(stderr,
-                   "error: the logits of %d prompt(s) are not finite (NaN or Inf): prompt %s%s; they were not "
+                   "error: the results of %d prompt(s) are not finite (NaN or Inf): prompt %s%s; they were not "
                    "stored (do the weights or the config make NaN? see the warnings above). %d prompt(s) are in "
                    "%s.partial\n",
                    nonfinite_count, which.c_str(), nonfinite_count > 8 ? ", ..." : "", results->completed_count(),

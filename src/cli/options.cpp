@@ -227,6 +227,17 @@ OptionTable<RunOptions> run_table() {
         "the prompt); none: not stored",
         &R::hidden_states, hidden_states_spelling())
       .echo_as("hidden_states", kRunIdentity | kOnlyWhenSet);
+  t.add("logprobs",
+        "also store every token's log-prob given the tokens before it in /token_logprobs (NaN at a prompt's first "
+        "token), and each prompt's /perplexity and /nll_sum",
+        &R::logprobs)
+      .echo_as("logprobs", kRunIdentity | kOnlyWhenSet);
+  t.add("top-k", "also store the K most likely next tokens at every position in /topk_ids and /topk_logprobs (0: none)",
+        &R::top_k)
+      .check([](const int& k) {
+        if (k < 0) throw UserError("--top-k must not be negative (got " + std::to_string(k) + "; 0: none)");
+      })
+      .echo_as("top_k", kRunIdentity | kOnlyWhenSet);
   t.add("quiet", "no configuration echo, progress or summary", &R::quiet);
   t.add("watchdog-timeout",
         "seconds a rank may wait for a peer before the job is aborted with an error naming the stage and "
@@ -383,11 +394,16 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   if (!emulate && costs.analytic())
     throw UserError("--cost-model analytic:... drives the emulator: add --backend emulate");
   if (!emulate) require_dynamic_for_cost_model(o.chunking);
-  if (o.hidden_states != compute::HiddenStatesKind::kNone) {
-    if (emulate) throw UserError("--hidden-states needs real compute: --backend emulate computes no hidden states");
+  // Outputs beyond the logits are computed by the CPU backend only, so far.
+  const auto refuse_unless_cpu = [&](bool asked, const char* flag, const char* what) {
+    if (!asked) return;
+    if (emulate) throw UserError(std::string(flag) + " needs real compute: --backend emulate computes no " + what);
     if (o.placement.backend == compute::BackendKind::kCuda)
-      throw UserError("--hidden-states is not implemented on --backend cuda yet (use --backend cpu)");
-  }
+      throw UserError(std::string(flag) + " is not implemented on --backend cuda yet (use --backend cpu)");
+  };
+  refuse_unless_cpu(o.hidden_states != compute::HiddenStatesKind::kNone, "--hidden-states", "hidden states");
+  refuse_unless_cpu(o.logprobs, "--logprobs", "log-probs");
+  refuse_unless_cpu(o.top_k > 0, "--top-k", "log-probs");
   // --output equal to --input (or any other clash of paths, links included) is refused by
   // io::require_distinct_paths before anything is read, with both paths in the message.
   return true;

@@ -41,6 +41,8 @@ struct RunOptions {
   bool allow_long_prompts = false;   // prompts beyond max_position_embeddings
   bool resume = false;               // continue OUTPUT.partial, skipping prompts it holds
   compute::HiddenStatesKind hidden_states = compute::HiddenStatesKind::kNone;  // /hidden_states per prompt
+  bool logprobs = false;  // /token_logprobs per token, /perplexity and /nll_sum per prompt
+  int top_k = 0;          // /topk_ids and /topk_logprobs [T, top_k]; 0: none
 };
 // The echoed configuration: every option with a key (rank 0's command-line check, the output's
 // attributes).

@@ -4,6 +4,7 @@
 #include <cstdio>
 
 #include "cli/run_record.hpp"
+#include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "pipeline/backend_setup.hpp"
 
@@ -47,9 +48,17 @@ std::optional<sched::CostProfile> load_saved_costs(const RunOptions& o, const nl
 std::unique_ptr<io::ResultWriter> open_output(const RunOptions& o, const pipeline::RankModel& m,
                                               const io::PromptSet& prompts) {
   const bool with_hidden = o.hidden_states != compute::HiddenStatesKind::kNone;
-  const io::OutputLayout layout{prompts.num_prompts(), m.shape.vocab_size,
-                                /*with_logits=*/compute::computes_logits(o.placement.backend),
-                                /*hidden_size=*/with_hidden ? m.shape.hidden_size : 0};
+  if (o.top_k > m.shape.vocab_size)
+    throw UserError("--top-k " + std::to_string(o.top_k) + " is more than the model's vocabulary (" +
+                    std::to_string(m.shape.vocab_size) + " tokens)");
+  io::OutputLayout layout;
+  layout.num_prompts = prompts.num_prompts();
+  layout.vocab_size = m.shape.vocab_size;
+  layout.with_logits = compute::computes_logits(o.placement.backend);
+  layout.hidden_size = with_hidden ? m.shape.hidden_size : 0;
+  layout.token_logprobs = o.logprobs;
+  layout.top_k = o.top_k;
+  if (layout.token_rows()) layout.prompt_offsets = prompts.offsets;
   const nlohmann::json identity = run_identity(o, m, prompts);
   if (o.resume && io::verified_complete_output(o.output, layout, identity, o.watchdog_timeout_s)) return nullptr;
   auto results = std::make_unique<io::ResultWriter>(o.output, layout, identity, o.resume, o.watchdog_timeout_s);

@@ -104,9 +104,12 @@ int simulate_command(int argc, char** argv) {
   }
   if (!o.timeline.empty()) {
     io::require_writable_file_path(o.timeline, "--timeline");
-    io::ResultWriter writer(o.timeline, {plan.num_prompts(), shape.vocab_size, /*with_logits=*/false},
-                            {{"simulated", true}}, /*resume=*/false, /*timeout_s=*/0);
-    for (int p = 0; p < plan.num_prompts(); ++p) writer.write_logits(p, nullptr, nullptr, summary.ttft_s[p]);
+    io::OutputLayout layout;
+    layout.num_prompts = plan.num_prompts();
+    layout.vocab_size = shape.vocab_size;
+    layout.with_logits = false;
+    io::ResultWriter writer(o.timeline, layout, {{"simulated", true}}, /*resume=*/false, /*timeout_s=*/0);
+    for (int p = 0; p < plan.num_prompts(); ++p) writer.write_prompt(p, nullptr, nullptr, summary.ttft_s[p]);
     writer.finish(result.events,
                   {{"version", PIPEFILL_VERSION}, {"simulated", 1}, {"hardware", hw.name}, {"pp", o.pp},
                    {"tp", o.tp}, {"chunk_size", o.chunking.initial_chunk}, {"chunk_policy_used", policy_used},

@@ -44,6 +44,12 @@ class StageCompute {
   virtual void final_norm(const float* /*hidden*/, int /*rows*/, float* /*normed*/) {
     throw std::logic_error("final_norm: this backend does not compute hidden states (--hidden-states)");
   }
+  // Final norm + this rank's vocabulary shard of the LM head on `rows` hidden rows, into host
+  // memory `logits_shard` [rows, vocab_shard_size()] (last stage, --logprobs / --top-k).
+  // Backends that do not implement it refuse those options when options are parsed.
+  virtual void lm_head_rows(const float* /*hidden*/, int /*rows*/, float* /*logits_shard*/) {
+    throw std::logic_error("lm_head_rows: this backend does not score tokens (--logprobs, --top-k)");
+  }
   // The prompt's last chunk has passed this stage: free what it held (KV pages).
   virtual void finish_prompt(int prompt) = 0;
 

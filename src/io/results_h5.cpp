@@ -1,6 +1,8 @@
 // Output HDF5: /logits float32 [n, vocab], /hidden_states float32 [n, hidden] (with
-// --hidden-states), /completed uint8 [n], /ttft_s float64 [n], /row_checksum uint64 [n],
-// /timeline (compound), root attributes (identity, configuration, version).
+// --hidden-states), /token_logprobs float32 [T], /perplexity and /nll_sum float64 [n] (with
+// --logprobs), /topk_ids int32 and /topk_logprobs float32 [T, k] (with --top-k k),
+// /completed uint8 [n], /ttft_s float64 [n], /row_checksum uint64 [n], /timeline (compound),
+// root attributes (identity, configuration, version). docs/formats.md describes each.
 #include "io/results_h5.hpp"
 
 #include <sys/stat.h>
@@ -8,6 +10,8 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
+#include <stdexcept>
+#include <string>
 
 #include "errors.hpp"
 #include "io/h5_handle.hpp"
@@ -59,13 +63,18 @@ hid_t unlocked_file_access() {
   return access;
 }
 
-void write_row(hid_t dataset, hid_t memory_type, hsize_t row, hsize_t width, const void* data) {
+// Rows [first, first + rows) of a dataset [N] (width 0) or [N, width].
+void write_rows(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t rows, hsize_t width, const void* data) {
+  if (rows == 0) return;
   const int rank = width > 0 ? 2 : 1;
-  hsize_t start[2] = {row, 0}, count[2] = {1, width};
+  hsize_t start[2] = {first, 0}, count[2] = {rows, width};
   H5Handle file_space{H5Dget_space(dataset), H5Sclose};
   H5_CHECK(H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start, nullptr, count, nullptr));
   H5Handle memory_space{H5Screate_simple(rank, count, nullptr), H5Sclose};
   H5_CHECK(H5Dwrite(dataset, memory_type, memory_space.id, file_space.id, H5P_DEFAULT, data));
+}
+void write_row(hid_t dataset, hid_t memory_type, hsize_t row, hsize_t width, const void* data) {
+  write_rows(dataset, memory_type, row, 1, width, data);
 }
 
 void write_timeline(hid_t file, const std::vector<trace::TimelineEvent>& events) {
@@ -154,6 +163,15 @@ void ResultWriter::reopen() {
   checksum_set_ = H5Dopen2(file_, "row_checksum", H5P_DEFAULT);
   if (layout_.with_logits) H5_CHECK(logits_ = H5Dopen2(file_, "logits", H5P_DEFAULT));
   if (layout_.hidden_size > 0) H5_CHECK(hidden_set_ = H5Dopen2(file_, "hidden_states", H5P_DEFAULT));
+  if (layout_.token_logprobs) {
+    H5_CHECK(token_logprobs_ = H5Dopen2(file_, "token_logprobs", H5P_DEFAULT));
+    H5_CHECK(perplexity_ = H5Dopen2(file_, "perplexity", H5P_DEFAULT));
+    H5_CHECK(nll_sum_ = H5Dopen2(file_, "nll_sum", H5P_DEFAULT));
+  }
+  if (layout_.top_k > 0) {
+    H5_CHECK(topk_ids_ = H5Dopen2(file_, "topk_ids", H5P_DEFAULT));
+    H5_CHECK(topk_logprobs_ = H5Dopen2(file_, "topk_logprobs", H5P_DEFAULT));
+  }
   H5_CHECK(completed_set_);
   H5_CHECK(ttft_set_);
   H5_CHECK(checksum_set_);
@@ -177,6 +195,17 @@ void ResultWriter::create(const nlohmann::json& identity) {
     const hsize_t dims[2] = {n, static_cast<hsize_t>(layout_.hidden_size)};
     hidden_set_ = create_dataset(file_, "hidden_states", H5T_IEEE_F32LE, 2, dims);
   }
+  const hsize_t tokens = static_cast<hsize_t>(layout_.total_tokens());
+  if (layout_.token_logprobs) {
+    token_logprobs_ = create_dataset(file_, "token_logprobs", H5T_IEEE_F32LE, 1, &tokens);
+    perplexity_ = create_dataset(file_, "perplexity", H5T_IEEE_F64LE, 1, &n);
+    nll_sum_ = create_dataset(file_, "nll_sum", H5T_IEEE_F64LE, 1, &n);
+  }
+  if (layout_.top_k > 0) {
+    const hsize_t dims[2] = {tokens, static_cast<hsize_t>(layout_.top_k)};
+    topk_ids_ = create_dataset(file_, "topk_ids", H5T_STD_I32LE, 2, dims);
+    topk_logprobs_ = create_dataset(file_, "topk_logprobs", H5T_IEEE_F32LE, 2, dims);
+  }
   completed_set_ = create_dataset(file_, "completed", H5T_STD_U8LE, 1, &n);
   ttft_set_ = create_dataset(file_, "ttft_s", H5T_IEEE_F64LE, 1, &n);
   checksum_set_ = create_dataset(file_, "row_checksum", H5T_STD_U64LE, 1, &n);
@@ -191,7 +220,8 @@ void ResultWriter::create(const nlohmann::json& identity) {
 }
 
 ResultWriter::~ResultWriter() {
-  for (hid_t dataset : {logits_, hidden_set_, completed_set_, ttft_set_, checksum_set_})
+  for (hid_t dataset : {logits_, hidden_set_, completed_set_, ttft_set_, checksum_set_, token_logprobs_, perplexity_,
+                        nll_sum_, topk_ids_, topk_logprobs_})
     if (dataset >= 0) H5Dclose(dataset);
   if (file_ < 0) return;
   H5Fclose(file_);
@@ -207,10 +237,51 @@ int ResultWriter::completed_count() const {
   return count;
 }
 
-void ResultWriter::write_logits(int prompt, const float* row, const float* hidden_row, double ttft_s) {
+void ResultWriter::write_token_rows(int prompt, int64_t start, int count, const float* logprobs,
+                                    const float* topk_logprobs, const int32_t* topk_ids) {
+  if (!layout_.token_rows()) throw std::logic_error("write_token_rows: this output stores no token rows");
+  if (start == 0) open_ = OpenPrompt{prompt, 0, {}};
+  if (open_.prompt != prompt || open_.next != start)
+    throw std::logic_error("write_token_rows: prompt " + std::to_string(prompt) + " rows from " +
+                           std::to_string(start) + " arrived out of order");
+  const int64_t length = layout_.prompt_offsets.at(prompt + 1) - layout_.prompt_offsets[prompt];
+  if (count < 0 || start + count > length) throw std::logic_error("write_token_rows: rows past the prompt's end");
+  const hsize_t first = static_cast<hsize_t>(layout_.prompt_offsets[prompt] + start), rows = count;
+  const size_t k = static_cast<size_t>(layout_.top_k);
+  TokenRowsDigest& digest = open_.digest;
+  if (layout_.token_logprobs) {
+    write_rows(token_logprobs_, H5T_NATIVE_FLOAT, first, rows, 0, logprobs);
+    digest.logprobs.add(logprobs, sizeof(float) * count);
+    // Position 0 has no log-prob (NaN): the NLL sums positions 1 .. length - 1.
+    for (int j = start == 0 ? 1 : 0; j < count; ++j) digest.nll_sum -= logprobs[j];
+  }
+  if (k > 0) {
+    write_rows(topk_ids_, H5T_NATIVE_INT32, first, rows, k, topk_ids);
+    write_rows(topk_logprobs_, H5T_NATIVE_FLOAT, first, rows, k, topk_logprobs);
+    digest.topk_ids.add(topk_ids, sizeof(int32_t) * k * count);
+    digest.topk_logprobs.add(topk_logprobs, sizeof(float) * k * count);
+  }
+  open_.next = start + count;
+}
+
+void ResultWriter::write_prompt(int prompt, const float* row, const float* hidden_row, double ttft_s) {
   const hsize_t at = static_cast<hsize_t>(prompt);
+  const TokenRowsDigest* digest = nullptr;
+  if (layout_.token_rows()) {
+    const int64_t length = layout_.prompt_offsets.at(prompt + 1) - layout_.prompt_offsets[prompt];
+    if (open_.prompt != prompt || open_.next != length)
+      throw std::logic_error("write_prompt: the token rows of prompt " + std::to_string(prompt) + " are incomplete");
+    // exp(mean NLL) over the length - 1 tokens that have a log-prob; NaN for a one-token prompt.
+    if (layout_.token_logprobs)
+      open_.digest.perplexity = length > 1 ? std::exp(open_.digest.nll_sum / static_cast<double>(length - 1)) : NAN;
+    digest = &open_.digest;
+  }
   const uint64_t checksum =
-      row_checksum(row, layout_.with_logits ? layout_.vocab_size : 0, hidden_row, layout_.hidden_size, ttft_s);
+      row_checksum(row, layout_.with_logits ? layout_.vocab_size : 0, hidden_row, layout_.hidden_size, ttft_s, digest);
+  if (layout_.token_logprobs) {
+    write_row(nll_sum_, H5T_NATIVE_DOUBLE, at, 0, &digest->nll_sum);
+    write_row(perplexity_, H5T_NATIVE_DOUBLE, at, 0, &digest->perplexity);
+  }
   if (layout_.with_logits) write_row(logits_, H5T_NATIVE_FLOAT, at, layout_.vocab_size, row);
   if (layout_.hidden_size > 0) write_row(hidden_set_, H5T_NATIVE_FLOAT, at, layout_.hidden_size, hidden_row);
   write_row(ttft_set_, H5T_NATIVE_DOUBLE, at, 0, &ttft_s);
@@ -233,7 +304,8 @@ bool ResultWriter::finish(const std::vector<trace::TimelineEvent>& timeline, con
   write_timeline(file_, timeline);
   for (auto& [key, value] : attributes.items()) write_attribute(file_, key, value);
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
-  for (hid_t* dataset : {&logits_, &hidden_set_, &completed_set_, &ttft_set_, &checksum_set_})
+  for (hid_t* dataset : {&logits_, &hidden_set_, &completed_set_, &ttft_set_, &checksum_set_, &token_logprobs_,
+                         &perplexity_, &nll_sum_, &topk_ids_, &topk_logprobs_})
     if (*dataset >= 0) {
       H5_CHECK(H5Dclose(*dataset));
       *dataset = -1;

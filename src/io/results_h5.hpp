@@ -14,6 +14,7 @@
 
 #include <hdf5.h>
 
+#include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -21,17 +22,27 @@
 #include <vector>
 
 #include "io/output_lock.hpp"
+#include "io/stored_output.hpp"
 #include "trace/timeline.hpp"
 
 namespace pf::io {
 
 // The shape an output of this run has. Without logits (the emulate backend computes none)
-// there is no /logits dataset; without hidden states (no --hidden-states) no /hidden_states.
+// there is no /logits dataset; without hidden states (no --hidden-states) no /hidden_states;
+// without token rows (--logprobs, --top-k) none of /token_logprobs, /perplexity, /nll_sum,
+// /topk_ids, /topk_logprobs.
 struct OutputLayout {
   int num_prompts = 0;
   int vocab_size = 0;
   bool with_logits = true;
   int hidden_size = 0;  // width of /hidden_states [n, hidden_size]; 0: not stored
+  bool token_logprobs = false;  // /token_logprobs [T], /perplexity [n], /nll_sum [n]
+  int top_k = 0;                // /topk_ids, /topk_logprobs [T, top_k]; 0: not stored
+  // With token rows: the input's /offsets (n + 1 entries), prompt p's rows are [offsets[p], offsets[p + 1]).
+  std::vector<int64_t> prompt_offsets;
+
+  bool token_rows() const { return token_logprobs || top_k > 0; }
+  int64_t total_tokens() const { return prompt_offsets.empty() ? 0 : prompt_offsets.back(); }
 };
 
 class ResultWriter {
@@ -55,9 +66,16 @@ class ResultWriter {
   // Prompts a resumed file marked complete whose rows failed their checksum (recomputed).
   const std::vector<int>& torn_rows() const { return torn_rows_; }
 
+  // Stores token rows [start, start + count) of `prompt` (layouts with token rows): logprobs
+  // [count] (with token_logprobs), topk_logprobs and topk_ids [count, top_k] (with top_k).
+  // A prompt's rows come in order, from position 0, before its write_prompt; they are not
+  // flushed on their own (write_prompt's flushes order them before the prompt's flag).
+  void write_token_rows(int prompt, int64_t start, int count, const float* logprobs, const float* topk_logprobs,
+                        const int32_t* topk_ids);
   // Stores one prompt's logits (nullptr without logits), hidden-state row (read only when
-  // the layout has one), TTFT and checksum, flushes, then marks it complete and flushes again.
-  void write_logits(int prompt, const float* row, const float* hidden_row, double ttft_s);
+  // the layout has one), its perplexity and NLL (from its token rows, with token_logprobs),
+  // TTFT and checksum, flushes, then marks it complete and flushes again.
+  void write_prompt(int prompt, const float* row, const float* hidden_row, double ttft_s);
   // If every prompt is complete: writes /timeline (this run's events) and the root
   // attributes, closes and renames into place, returns true. Otherwise (a stopped run) the
   // partial file stays as its rows left it, for --resume, and it returns false.
@@ -78,6 +96,13 @@ class ResultWriter {
   hid_t completed_set_ = -1;
   hid_t ttft_set_ = -1;
   hid_t checksum_set_ = -1;
+  hid_t token_logprobs_ = -1, perplexity_ = -1, nll_sum_ = -1, topk_ids_ = -1, topk_logprobs_ = -1;
+  // The prompt whose token rows are being written, and what its checksum needs of them.
+  struct OpenPrompt {
+    int prompt = -1;
+    int64_t next = 0;  // its next position to write
+    TokenRowsDigest digest;
+  } open_;
   std::vector<char> completed_;
   std::vector<int> torn_rows_;
   int written_this_run_ = 0;

@@ -3,6 +3,8 @@
 
 #include <hdf5.h>
 
+#include <algorithm>
+
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/fnv1a.hpp"
@@ -35,14 +37,56 @@ hid_t open_checked(hid_t file, const std::string& path, const char* name, H5T_cl
   return dataset;
 }
 
-void read_row(hid_t dataset, hid_t memory_type, hsize_t row, hsize_t width, void* out) {
+// Rows [first, first + rows) of a dataset [N] (width 0) or [N, width].
+void read_rows(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t rows, hsize_t width, void* out) {
   const int rank = width > 0 ? 2 : 1;
-  hsize_t start[2] = {row, 0}, count[2] = {1, width};
+  hsize_t start[2] = {first, 0}, count[2] = {rows, width};
   H5Handle file_space{H5Dget_space(dataset), H5Sclose};
   H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start, nullptr, count, nullptr);
   H5Handle memory_space{H5Screate_simple(rank, count, nullptr), H5Sclose};
   if (H5Dread(dataset, memory_type, memory_space.id, file_space.id, H5P_DEFAULT, out) < 0)
-    throw UserError("cannot read row " + std::to_string(row));
+    throw UserError("cannot read rows " + std::to_string(first) + ".." + std::to_string(first + rows));
+}
+void read_row(hid_t dataset, hid_t memory_type, hsize_t row, hsize_t width, void* out) {
+  read_rows(dataset, memory_type, row, 1, width, out);
+}
+
+// The token-row datasets of an output that has them (-1 for those it has not).
+struct TokenRowSets {
+  H5Handle logprobs{-1, H5Dclose}, perplexity{-1, H5Dclose}, nll_sum{-1, H5Dclose};
+  H5Handle topk_ids{-1, H5Dclose}, topk_logprobs{-1, H5Dclose};
+};
+
+// Prompt p's token rows, hashed as ResultWriter::write_token_rows streamed them (in blocks,
+// so a million-token prompt costs a few MiB here), with its stored NLL and perplexity.
+TokenRowsDigest digest_token_rows(const TokenRowSets& sets, const OutputLayout& layout, hsize_t p) {
+  constexpr hsize_t kBlock = 65536;
+  TokenRowsDigest digest;
+  const hsize_t begin = layout.prompt_offsets[p], end = layout.prompt_offsets[p + 1];
+  const hsize_t k = static_cast<hsize_t>(layout.top_k);
+  std::vector<float> values;
+  std::vector<int32_t> ids;
+  for (hsize_t first = begin; first < end; first += kBlock) {
+    const hsize_t rows = std::min(kBlock, end - first);
+    if (layout.token_logprobs) {
+      values.resize(rows);
+      read_rows(sets.logprobs.id, H5T_NATIVE_FLOAT, first, rows, 0, values.data());
+      digest.logprobs.add(values.data(), sizeof(float) * rows);
+    }
+    if (k > 0) {
+      ids.resize(rows * k);
+      values.resize(rows * k);
+      read_rows(sets.topk_ids.id, H5T_NATIVE_INT32, first, rows, k, ids.data());
+      read_rows(sets.topk_logprobs.id, H5T_NATIVE_FLOAT, first, rows, k, values.data());
+      digest.topk_ids.add(ids.data(), sizeof(int32_t) * rows * k);
+      digest.topk_logprobs.add(values.data(), sizeof(float) * rows * k);
+    }
+  }
+  if (layout.token_logprobs) {
+    read_row(sets.nll_sum.id, H5T_NATIVE_DOUBLE, p, 0, &digest.nll_sum);
+    read_row(sets.perplexity.id, H5T_NATIVE_DOUBLE, p, 0, &digest.perplexity);
+  }
+  return digest;
 }
 
 // The inspection proper, in the child: returns {"identity", "completed", "torn"} as JSON.
@@ -80,6 +124,17 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
   const hsize_t hidden = static_cast<hsize_t>(layout.hidden_size);
   H5Handle hidden_set{hidden > 0 ? open_checked(file.id, path, "hidden_states", H5T_FLOAT, 4, {n, hidden}) : -1,
                       H5Dclose};
+  TokenRowSets token_sets;
+  const hsize_t tokens = static_cast<hsize_t>(layout.total_tokens()), k = static_cast<hsize_t>(layout.top_k);
+  if (layout.token_logprobs) {
+    token_sets.logprobs.id = open_checked(file.id, path, "token_logprobs", H5T_FLOAT, 4, {tokens});
+    token_sets.perplexity.id = open_checked(file.id, path, "perplexity", H5T_FLOAT, 8, {n});
+    token_sets.nll_sum.id = open_checked(file.id, path, "nll_sum", H5T_FLOAT, 8, {n});
+  }
+  if (k > 0) {
+    token_sets.topk_ids.id = open_checked(file.id, path, "topk_ids", H5T_INTEGER, 4, {tokens, k});
+    token_sets.topk_logprobs.id = open_checked(file.id, path, "topk_logprobs", H5T_FLOAT, 4, {tokens, k});
+  }
   std::vector<unsigned char> completed(n);
   if (H5Dread(completed_set.id, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, completed.data()) < 0)
     throw UserError(path + ": /completed cannot be read");
@@ -93,8 +148,10 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
     read_row(checksum_set.id, H5T_NATIVE_UINT64, p, 0, &stored);
     if (layout.with_logits) read_row(logits.id, H5T_NATIVE_FLOAT, p, vocab, row.data());
     if (hidden > 0) read_row(hidden_set.id, H5T_NATIVE_FLOAT, p, hidden, hidden_row.data());
+    TokenRowsDigest digest;
+    if (layout.token_rows()) digest = digest_token_rows(token_sets, layout, p);
     (row_checksum(row.data(), layout.with_logits ? layout.vocab_size : 0, hidden_row.data(), layout.hidden_size,
-                  ttft) == stored
+                  ttft, layout.token_rows() ? &digest : nullptr) == stored
          ? done
          : torn)
         .push_back(static_cast<int>(p));
@@ -128,12 +185,18 @@ std::optional<std::string> identity_difference(const nlohmann::json& stored, con
   return std::nullopt;
 }
 
-uint64_t row_checksum(const float* row, int vocab_size, const float* hidden_row, int hidden_size, double ttft_s) {
-  return Fnv1a()
-      .add(row, vocab_size > 0 ? sizeof(float) * vocab_size : 0)
-      .add(hidden_row, hidden_size > 0 ? sizeof(float) * hidden_size : 0)
-      .add_value(ttft_s)
-      .value;
+uint64_t row_checksum(const float* row, int vocab_size, const float* hidden_row, int hidden_size, double ttft_s,
+                      const TokenRowsDigest* token_rows) {
+  Fnv1a hash;
+  hash.add(row, vocab_size > 0 ? sizeof(float) * vocab_size : 0);
+  hash.add(hidden_row, hidden_size > 0 ? sizeof(float) * hidden_size : 0);
+  if (token_rows)
+    hash.add_value(token_rows->logprobs.value)
+        .add_value(token_rows->topk_ids.value)
+        .add_value(token_rows->topk_logprobs.value)
+        .add_value(token_rows->nll_sum)
+        .add_value(token_rows->perplexity);
+  return hash.add_value(ttft_s).value;
 }
 
 }  // namespace pf::io

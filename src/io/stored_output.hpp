@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include "io/fnv1a.hpp"
+
 namespace pf::io {
 
 struct OutputLayout;
@@ -29,8 +31,18 @@ StoredOutput inspect_output(const std::string& path, const OutputLayout& layout,
 // nullopt when they match.
 std::optional<std::string> identity_difference(const nlohmann::json& stored, const nlohmann::json& current);
 
+// A prompt's token rows (--logprobs, --top-k), reduced for its row checksum: a hash of each
+// dataset's slice of the prompt, streamed in position order (so chunk boundaries do not
+// matter), and the per-prompt values derived from them.
+struct TokenRowsDigest {
+  Fnv1a logprobs, topk_ids, topk_logprobs;
+  double nll_sum = 0, perplexity = 0;
+};
+
 // The checksum stored per completed row: the logits row's bytes (none without logits), the
-// hidden-state row's (none without --hidden-states) and the TTFT's.
-uint64_t row_checksum(const float* row, int vocab_size, const float* hidden_row, int hidden_size, double ttft_s);
+// hidden-state row's (none without --hidden-states), the token rows' digest (none without
+// --logprobs or --top-k) and the TTFT's.
+uint64_t row_checksum(const float* row, int vocab_size, const float* hidden_row, int hidden_size, double ttft_s,
+                      const TokenRowsDigest* token_rows = nullptr);
 
 }  // namespace pf::io

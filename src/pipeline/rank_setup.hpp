@@ -48,8 +48,9 @@ RankModel open_rank_model(const dist::Topology& topology, const std::string& mod
 model::StageWeights load_rank_weights(const dist::Topology& topology, const RankModel& rank_model);
 
 // Collective. Rank 0 has read `prompts`; afterwards every rank knows the prompt lengths
-// (returned) and stage 0's ranks, which embed, also hold the token ids.
-std::vector<int64_t> share_prompts(const dist::Topology& topology, io::PromptSet& prompts);
+// (returned) and stage 0's ranks, which embed, also hold the token ids, as do the last
+// stage's when `last_stage_scores` (--logprobs: it scores each next token).
+std::vector<int64_t> share_prompts(const dist::Topology& topology, io::PromptSet& prompts, bool last_stage_scores);
 
 // The part of a placement identity (what a cost profile must match to be reused) that the
 // topology and the opened model settle: config.json, pp, tp, the layer partition used. The

@@ -5,7 +5,7 @@
 //   steady state  for each micro-batch i < count (count shrinks if a stop cuts the plan):
 //                   keep receives posted for [i, min(i + depth, count)),
 //                   receive-forward i (stage 0: embed it), compute, then send-forward i
-//                   (the last stage: its logits), committing sends while more than `depth`
+//                   (the last stage: its results), committing sends while more than `depth`
 //                   are in flight or the oldest has finished
 //   drain         commit every send still in flight (at most `depth`; never skipped),
 //                 wait for the device, flush the logits
@@ -30,6 +30,7 @@
 #include "dist/collectives.hpp"
 #include "dist/stop_notice.hpp"
 #include "dist/wait.hpp"
+#include "pipeline/token_scorer.hpp"
 
 namespace pf::pipeline {
 
@@ -73,7 +74,7 @@ class StageLoop {
   std::optional<dist::ReadySlot> receive_forward(long long i);  // nullopt: cut off while waiting
   void compute(const sched::MicroBatch& mb, dist::ReadySlot& state);
   void send_forward(long long i, dist::ReadySlot state);
-  void emit_logits(const sched::MicroBatch& mb, dist::ReadySlot state);       // the last stage
+  void emit_results(const sched::MicroBatch& mb, dist::ReadySlot state);      // the last stage
   void take_hidden_states(const sched::MicroBatch& mb, const float* hidden);  // the last stage's TP rank 0
   void finish_micro_batch(const sched::MicroBatch& mb);
 
@@ -102,9 +103,24 @@ class StageLoop {
   // when it interrupts a receive-wait.
   dist::StopNotice notice_;
 
-  LogitsSink sink_;                       // ctx_.sink, counting prompts for the progress line
-  std::unique_ptr<LogitsInbox> inbox_;    // world rank 0, unless it is the last stage's leader
-  std::unique_ptr<LogitsSender> sender_;  // the last stage
+  // ctx_.sink, counting prompts for the progress line.
+  class CountingSink final : public ResultSink {
+   public:
+    explicit CountingSink(StageLoop& loop) : loop_(loop) {}
+    void token_rows(const TokenRows& rows) override { loop_.ctx_.sink->token_rows(rows); }
+    void prompt_row(int prompt, const float* logits, const float* hidden, double ttft_s) override {
+      ++loop_.done_.prompts;
+      loop_.ctx_.sink->prompt_row(prompt, logits, hidden, ttft_s);
+      if (loop_.ctx_.progress) loop_.ctx_.progress->update(loop_.done_);  // also while draining
+    }
+
+   private:
+    StageLoop& loop_;
+  };
+  CountingSink sink_{*this};
+  std::unique_ptr<ResultInbox> inbox_;    // world rank 0, unless it is the last stage's leader
+  std::unique_ptr<ResultSender> sender_;  // the last stage
+  std::unique_ptr<TokenScorer> scorer_;   // the last stage, with --logprobs or --top-k
   std::vector<float> logits_shard_;
   // --hidden-states: the prompt's result row, the final norm of one chunk's rows, and (mean)
   // the sum over the prompt's positions so far, in double. O(chunk x hidden), never O(T x hidden).
@@ -127,11 +143,6 @@ StageLoop::StageLoop(StageLoopContext& ctx)
       count_(static_cast<long long>(ctx.plan.micro_batches.size())),
       notice_(ctx.topology.control_comm),
       hidden_width_(ctx.hidden_states == compute::HiddenStatesKind::kNone ? 0 : ctx.hidden_size) {
-  sink_ = [this](int prompt, const float* logits, const float* hidden, double ttft_s) {
-    ++done_.prompts;
-    ctx_.sink(prompt, logits, hidden, ttft_s);
-    if (ctx_.progress) ctx_.progress->update(done_);  // also while draining
-  };
   if (device_timed_) ctx.compute.align_clock(ctx.timeline.now());
   // What the TP reducer did before the loop (the profile) is not the loop's.
   if (ctx.all_reduce) {
@@ -139,9 +150,11 @@ StageLoop::StageLoop(StageLoopContext& ctx)
     ctx.all_reduce->take_spans();
   }
   if (topo_.is_writer() && topo_.world_rank != topo_.last_stage_leader())
-    inbox_ = std::make_unique<LogitsInbox>(topo_, ctx.plan, ctx.vocab_size, hidden_width_, sink_);
+    inbox_ = std::make_unique<ResultInbox>(topo_, ctx.plan, ctx.vocab_size, hidden_width_, ctx.token_rows, sink_);
   if (topo_.last_stage()) {
-    sender_ = std::make_unique<LogitsSender>(topo_, ctx.vocab_size, hidden_width_, sink_);
+    sender_ = std::make_unique<ResultSender>(topo_, ctx.vocab_size, hidden_width_, ctx.token_rows, sink_);
+    if (ctx.token_rows.any())
+      scorer_ = std::make_unique<TokenScorer>(topo_, ctx.compute, ctx.prompts, ctx.vocab_size, ctx.token_rows);
     logits_shard_.resize(ctx.compute.vocab_shard_size());
     hidden_row_.resize(hidden_width_);
     hidden_sum_.resize(hidden_width_);
@@ -158,7 +171,7 @@ bool StageLoop::steady_state(long long i) {
   if (!state) return false;
   compute(mb, *state);
   if (topo_.last_stage())
-    emit_logits(mb, std::move(*state));
+    emit_results(mb, std::move(*state));
   else
     send_forward(i, std::move(*state));
   finish_micro_batch(mb);
@@ -255,16 +268,21 @@ void StageLoop::send_forward(long long i, dist::ReadySlot state) {
   }
 }
 
-// The last stage: on a prompt's last chunk, the LM head on its last position, gathered and
-// sent to rank 0. The slot goes back to the pool either way.
-void StageLoop::emit_logits(const sched::MicroBatch& mb, dist::ReadySlot state) {
+// The last stage: every position's scores (--logprobs, --top-k) and, on a prompt's last
+// chunk, the LM head on its last position, gathered and sent to rank 0. The slot goes back
+// to the pool either way.
+void StageLoop::emit_results(const sched::MicroBatch& mb, dist::ReadySlot state) {
   if (hidden_width_ > 0 && topo_.tp_rank == 0) take_hidden_states(mb, state.data());
-  if (mb.is_last) {
-    trace::Timeline::Scope head(ctx_.timeline, EventKind::kLmHead, mb);
-    dist::WaitLabel label(stage_name_ + " gathering and sending the logits of prompt " + std::to_string(mb.prompt));
-    ctx_.compute.lm_head(state.data() + static_cast<int64_t>(mb.length - 1) * ctx_.hidden_size, logits_shard_.data());
-    sender_->send(mb.prompt, logits_shard_, hidden_row_.data(), [&] { return ctx_.timeline.now(); });
+  if (!mb.is_last && !scorer_) {
+    transport_.release(std::move(state));
+    return;
   }
+  trace::Timeline::Scope head(ctx_.timeline, EventKind::kLmHead, mb);
+  dist::WaitLabel label(stage_name_ + " computing and sending the results of " + describe(mb));
+  const float* token_part = scorer_ ? scorer_->score(mb, state.data(), ctx_.hidden_size).data() : nullptr;
+  if (mb.is_last)
+    ctx_.compute.lm_head(state.data() + static_cast<int64_t>(mb.length - 1) * ctx_.hidden_size, logits_shard_.data());
+  sender_->send(mb, token_part, logits_shard_, hidden_row_.data(), [&] { return ctx_.timeline.now(); });
   transport_.release(std::move(state));
 }
 
@@ -317,7 +335,7 @@ void StageLoop::apply_cutoff(long long cutoff) {
     receives_.pop_back();
     --next_to_post_;
   }
-  if (inbox_) inbox_->truncate(ctx_.plan, count_);
+  if (inbox_) inbox_->truncate(count_);
 }
 
 void StageLoop::record_device_spans(bool wait_for_all) {

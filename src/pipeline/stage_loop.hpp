@@ -9,7 +9,7 @@
 #include "dist/tp_all_reduce.hpp"
 #include "dist/transport.hpp"
 #include "io/prompts_h5.hpp"
-#include "pipeline/logits_route.hpp"
+#include "pipeline/result_route.hpp"
 #include "pipeline/progress.hpp"
 #include "sched/batch_plan.hpp"
 #include "trace/timeline.hpp"
@@ -22,7 +22,7 @@ namespace pf::pipeline {
 struct StageLoopContext {
   const dist::Topology& topology;
   const sched::BatchPlan& plan;
-  const io::PromptSet& prompts;  // token ids; only stage 0 reads them
+  const io::PromptSet& prompts;  // token ids: stage 0 embeds them, the last stage scores them (--logprobs)
   compute::StageCompute& compute;
   dist::Transport& transport;  // hidden states to and from the neighbouring stages
   trace::Timeline& timeline;
@@ -30,9 +30,11 @@ struct StageLoopContext {
   int hidden_size = 0;
   int vocab_size = 0;
   int ring_depth = 1;  // receives posted ahead, and sends in flight, per rank
-  LogitsSink sink = nullptr;  // on world rank 0: stores one prompt's logits (and hidden-state) row
-  // The last stage also hands back each prompt's final-norm hidden state (--hidden-states).
+  ResultSink* sink = nullptr;  // on world rank 0: stores the results (logits, hidden states, token rows)
+  // The last stage also hands back each prompt's final-norm hidden state (--hidden-states)
+  // and every position's scores (--logprobs, --top-k).
   compute::HiddenStatesKind hidden_states = compute::HiddenStatesKind::kNone;
+  TokenRowLayout token_rows{};
   ProgressReporter* progress = nullptr;  // world rank 0 only
   // World rank 0 polls it between micro-batches: set (by a SIGTERM/SIGUSR1 handler), it
   // stops issuing new prompts; prompts already started finish, every rank is told.

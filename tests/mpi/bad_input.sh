@@ -187,6 +187,10 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   hidden_states_unknown) extra=(--pp 2 --hidden-states foo); expect='--hidden-states must be none, last or mean (got "foo")' ;;
   hidden_states_emulate) extra=(--pp 2 --backend emulate --cost-model analytic:h20 --hidden-states last)
     expect="--hidden-states needs real compute: --backend emulate computes no hidden states" ;;
+  logprobs_emulate) extra=(--pp 2 --backend emulate --cost-model analytic:h20 --logprobs)
+    expect="--logprobs needs real compute: --backend emulate computes no log-probs" ;;
+  top_k_negative) extra=(--pp 2 --top-k -3); expect="--top-k must not be negative (got -3; 0: none)" ;;
+  top_k_over_vocab) extra=(--pp 2 --top-k 513); expect="--top-k 513 is more than the model's vocabulary (512 tokens)" ;;
   analytic_without_emulate) extra=(--pp 2 --cost-model analytic:h20); expect="add --backend emulate" ;;
   unknown_hardware) extra=(--pp 2 --backend emulate --cost-model analytic:tpu9000); expect="no hardware description" ;;
   cuda_without_device) extra=(--pp 2 --backend cuda)
@@ -198,6 +202,8 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   unknown_transport) extra=(--pp 2 --backend cuda --transport pigeon); expect="--transport pigeon is unknown" ;;
   hidden_states_cuda) extra=(--pp 2 --backend cuda --hidden-states last)
     expect="--hidden-states is not implemented on --backend cuda yet" ;;
+  top_k_cuda) extra=(--pp 2 --backend cuda --top-k 5)
+    expect="--top-k is not implemented on --backend cuda yet" ;;
   kv_memory_fraction_out_of_range) extra=(--pp 2 --backend cuda --kv-memory-fraction 1.5)
     expect="--kv-memory-fraction must be in (0, 1]" ;;
   hdf5_library_crash) input=$here/libhdf5_crash_input.h5  # found by tests/fuzz: crashes libhdf5 1.10 in H5Lexists

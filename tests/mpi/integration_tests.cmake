@@ -23,7 +23,7 @@ foreach(model tiny qwen2 qwen3)
   add_test(NAME setup.reference.${model}
            COMMAND pipefill_reference --model ${PF_DATA}/${model} --input ${PF_DATA}/prompts.h5 --output ${PF_DATA}/ref_${model}.h5)
   add_test(NAME setup.numpy.${model}
-           COMMAND ${PF_PY} ${CMAKE_CURRENT_SOURCE_DIR}/reference/numpy_reference.py ${PF_DATA}/${model} ${PF_DATA}/prompts.h5 ${PF_DATA}/np_${model}.h5)
+           COMMAND ${PF_PY} ${CMAKE_CURRENT_SOURCE_DIR}/reference/numpy_reference.py ${PF_DATA}/${model} ${PF_DATA}/prompts.h5 ${PF_DATA}/np_${model}.h5 --top-k 5)
   set_tests_properties(setup.reference.${model} setup.numpy.${model} PROPERTIES
                        FIXTURES_REQUIRED "model.${model};prompts" LABELS mpi)
   set_tests_properties(setup.reference.${model} PROPERTIES FIXTURES_SETUP reference.${model})
@@ -89,6 +89,21 @@ set_tests_properties(mpi.profile_failure_disables_dynamic_chunking PROPERTIES LA
 pf_mpi_case(qwen2_sharded_bf16_pp2_tp2 qwen2 4 --pp 2 --tp 2 --chunk-size 48 --page-size 16)
 pf_mpi_case(qwen3_pp2_chunk33 qwen3 2 --pp 2 --chunk-size 33 --page-size 16)
 
+# Every position's scores and the hidden states (checked against the numpy reference's, from
+# full logits): the vocabulary split over 1 and 2 TP ranks (uneven splits: tests/unit and the
+# SmolLM2 check at tp 3), chunks that cut prompts, many stages, a dynamic plan, biases and q/k norm.
+pf_mpi_case(tiny.scores_pp1 tiny 1 --pp 1 --chunk-size 64 --logprobs --top-k 5 --hidden-states mean)
+pf_mpi_case(synthetic-tiny.scores_pp2_tp2 synthetic-tiny 4 --pp 2 --tp 2 --chunk-size 40 --page-size 16 --logprobs
+            --top-k 3 --hidden-states last)
+pf_mpi_case(tiny.scores_pp4_tp2 tiny 8 --pp 4 --tp 2 --chunk-size 64 --page-size 16 --logprobs --top-k 1)
+pf_mpi_case(tiny.scores_tp2_topk_only tiny 2 --tp 2 --chunk-size 100 --top-k 4)
+pf_mpi_case(tiny.scores_pp2_pipefill_cost_model tiny 2 --pp 2 --chunk-policy pipefill
+            --cost-model ${PF_DATA}/cost_tiny_pp2.json --chunk-size 128 --page-size 16 --logprobs --top-k 2)
+set_tests_properties(mpi.tiny.scores_pp2_pipefill_cost_model PROPERTIES
+                     FIXTURES_REQUIRED "reference.tiny;numpy.tiny;prompts;cost_model" ENVIRONMENT EXPECT_POLICY=pipefill)
+pf_mpi_case(qwen2.scores_pp2_tp2 qwen2 4 --pp 2 --tp 2 --chunk-size 48 --page-size 16 --logprobs --top-k 4)
+pf_mpi_case(qwen3.scores_pp2 qwen3 2 --pp 2 --chunk-size 33 --page-size 16 --logprobs --top-k 4 --hidden-states last)
+
 # Bad inputs: one `error:` line from rank 0, exit status 2, no output file, no hang.
 set(PF_BAD_CASES
   missing_model missing_weights_file bad_config_json missing_input input_is_directory missing_tokens float_tokens offsets_not_zero
@@ -99,7 +114,8 @@ set(PF_BAD_CASES
   output_directory_missing unknown_flag unknown_preset zero_chunk_size
   smooth_factor_out_of_range smooth_factor_env_not_a_number cost_model_without_dynamic
   cost_model_other_partition cost_model_missing
-  emulate_without_cost_model analytic_without_emulate hidden_states_unknown hidden_states_emulate unknown_hardware hdf5_library_crash
+  emulate_without_cost_model analytic_without_emulate hidden_states_unknown hidden_states_emulate logprobs_emulate
+  top_k_negative top_k_over_vocab unknown_hardware hdf5_library_crash
   output_is_input output_links_to_input trace_is_input trace_is_output trace_is_partial output_is_directory
   output_ends_in_slash output_empty trace_directory_missing trace_is_directory output_held_by_another_run
   input_is_fifo config_is_fifo weights_are_fifo
@@ -109,7 +125,7 @@ set(PF_BAD_CASES
   cost_model_negative_coefficient cost_model_stage_count flag_value_not_a_number)
 if(PIPEFILL_HAVE_CUDA)  # --backend cuda exists in this build
   list(APPEND PF_BAD_CASES cuda_without_device cuda_page_size unknown_transport kv_memory_fraction_out_of_range
-       hidden_states_cuda)
+       hidden_states_cuda top_k_cuda)
 endif()
 foreach(case ${PF_BAD_CASES})
   add_test(NAME bad_input.${case} COMMAND ${PF_MPI}/bad_input.sh ${PF_BIN} ${case} ${PF_DATA})
@@ -137,7 +153,7 @@ foreach(case hung_rank killed_rank)
 endforeach()
 
 # Kill a run mid-batch (a forwarded signal, and SIGKILL of one rank), resume, compare.
-foreach(case signal sigterm kill signal_tp2)
+foreach(case signal sigterm kill signal_tp2 signal_logprobs)
   add_test(NAME mpi.resume_after_${case} COMMAND ${PF_MPI}/resume.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_after_${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        RUN_SERIAL TRUE)
@@ -145,7 +161,7 @@ endforeach()
 
 # What a crash can leave in a partial output, and SIGTERM to mpirun; each resumed output
 # must equal an uninterrupted run's.
-foreach(case torn_row torn_hidden empty_partial stale_partial mpirun_sigterm stop_after_last_start)
+foreach(case torn_row torn_hidden torn_token_rows empty_partial stale_partial mpirun_sigterm stop_after_last_start)
   add_test(NAME mpi.resume_integrity.${case} COMMAND ${PF_MPI}/resume_integrity.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_integrity.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
 endforeach()

@@ -25,7 +25,7 @@ cat "$work/stderr"
 grep -q '^warning: rank 1: model.norm.weight holds 1 NaN/Inf' "$work/stderr" || fail "no warning"
 expect_status 2 "the run"
 [ "$(grep -c '^error:' "$work/stderr")" -eq 1 ] || fail "expected one error: line"
-grep -q '^error: the logits of 4 prompt(s) are not finite (NaN or Inf): prompt 0, 1, 2, 3' "$work/stderr" ||
+grep -q '^error: the results of 4 prompt(s) are not finite (NaN or Inf): prompt 0, 1, 2, 3' "$work/stderr" ||
   fail "the error line does not name the prompts"
 [ ! -e "$work/out.h5" ] && [ ! -e "$work/out.h5.partial" ] || fail "NaN rows were stored"
 echo "Passed: NaN weights warned about, NaN logits refused"

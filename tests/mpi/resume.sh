@@ -3,8 +3,10 @@
 # reference; then the same batch is interrupted mid-way (CASE signal: SIGUSR1 to mpirun,
 # which forwards it, as Slurm's --signal=B:TERM reaches the job script; CASE kill: SIGKILL of
 # rank 1; CASE sigterm: SIGTERM to every rank, as srun delivers scancel; CASE signal_tp2:
-# SIGUSR1 with pp 2 x tp 2, where stage 0's TP ranks must agree on the cutoff), resumed with
-# --resume, and every prompt's logits must equal the reference's. The interruption waits
+# SIGUSR1 with pp 2 x tp 2, where stage 0's TP ranks must agree on the cutoff; CASE
+# signal_logprobs: SIGUSR1 with --logprobs --top-k 3 at pp 2 x tp 2, whose token rows stream
+# to the output chunk by chunk), resumed with --resume, and every prompt's logits (and token
+# rows) must equal the reference's. The interruption waits
 # for a readiness sign, not a time: a progress line saying a prompt is stored. Then every
 # rank is in its loop, and with 24 long prompts in small chunks most of the batch is left.
 # usage: resume.sh BIN_DIR DATA_DIR CASE
@@ -18,6 +20,7 @@ num=24
 args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size 16 --page-size 16)
 ranks=2
 if [ "$case" = signal_tp2 ]; then ranks=4; args+=(--tp 2); fi
+if [ "$case" = signal_logprobs ]; then ranks=4; args+=(--tp 2 --logprobs --top-k 3); fi
 pipefill_mpi $ranks "${args[@]}" --quiet --output "$work/reference.h5"
 
 # Progress lines are not part of the run's identity: the resumed runs may be --quiet.
@@ -25,7 +28,7 @@ start_run "$work/first.log" $ranks "${args[@]}" --progress-interval 0.05 --outpu
 wait_for_prompts 1
 stored=$(prompts_done "$work/first.log")
 case $case in
-  signal|signal_tp2) signal_run USR1 mpirun ;;  # mpirun forwards SIGUSR1 to every rank
+  signal|signal_tp2|signal_logprobs) signal_run USR1 mpirun ;;  # mpirun forwards SIGUSR1 to every rank
   sigterm) signal_run TERM ranks ;;
   kill) signal_run KILL 1 ;;
   *) fail "unknown case $case" ;;
@@ -49,12 +52,18 @@ MPI_TIMEOUT=60 status_of pipefill_mpi $ranks "${args[@]}" --quiet --chunk-size 3
 pipefill_mpi $ranks "${args[@]}" --quiet --output "$work/out.h5" --resume
 [ -e "$work/out.h5" ] && [ ! -e "$work/out.h5.partial" ] || fail "resume did not complete the file"
 "$bin/tests/compare_logits" "$work/out.h5" "$work/reference.h5" --rtol 1e-6
-"$PYTHON" - "$work/out.h5" $num <<'PY'
+"$PYTHON" - "$work/out.h5" $num "$work/reference.h5" <<'PY'
 import sys, h5py, numpy as np
-with h5py.File(sys.argv[1]) as f:
+with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[3]) as ref:
     done, ttft = f["completed"][:], f["ttft_s"][:]
-assert done.all() and len(done) == int(sys.argv[2]), done
-assert np.isfinite(ttft).all() and (ttft > 0).all(), ttft
+    assert done.all() and len(done) == int(sys.argv[2]), done
+    assert np.isfinite(ttft).all() and (ttft > 0).all(), ttft
+    # Token rows: the same plan computes the same bytes, whichever run stored them.
+    for name in ("token_logprobs", "perplexity", "nll_sum", "topk_ids", "topk_logprobs"):
+        assert (name in f) == (name in ref), name
+        if name in ref:
+            assert np.array_equal(f[name][:], ref[name][:], equal_nan=True), f"/{name} differs from the reference"
+            print(f"/{name} {f[name].shape}: equal to the uninterrupted run")
 PY
 # A second --resume has nothing left to do.
 MPI_TIMEOUT=60 pipefill_mpi $ranks "${args[@]}" --quiet --output "$work/out.h5" --resume | grep -q "already complete"

@@ -8,6 +8,10 @@
 #                   torn (its logits intact) is named and recomputed, and the resumed
 #                   /hidden_states equal an uninterrupted run's bit for bit; resuming with
 #                   another --hidden-states is refused (exit 2) and leaves the partial as it was
+#   torn_token_rows the same with --logprobs --top-k 2, then --top-k 2 alone: a prompt whose
+#                   /token_logprobs (or /topk_logprobs) entry is
+#                   torn and another whose /topk_ids entry is are named and recomputed (the rest
+#                   of their rows intact), and every token dataset equals an uninterrupted run's
 #   empty_partial   a 0-byte partial (a kill before the first write): a note, a fresh start
 #   stale_partial   a partial left by an earlier run, run again *without* --resume: a
 #                   warning says it is replaced
@@ -74,6 +78,38 @@ got, want = (h5py.File(p, "r")["hidden_states"][:] for p in sys.argv[1:])
 print(f"/hidden_states {got.shape}: equal to the uninterrupted run: {np.array_equal(got, want)}")
 sys.exit(0 if got.shape == want.shape and np.array_equal(got, want) else 1)
 PY
+    ;;
+  torn_token_rows)
+    # Scores of both kinds, then top-k alone (its checksum holds no NLL or perplexity).
+    for scores in "--logprobs --top-k 2" "--top-k 2"; do
+      echo "== $scores"
+      rm -f "$work/out.h5"  # the first round's (another identity: --resume would refuse it)
+      # shellcheck disable=SC2086
+      set -- $scores
+      run --input "$work/in.h5" --output "$work/reference.h5" "$@"
+      if [ "$1" = --logprobs ]; then torn='f["token_logprobs"][o[2] + 7] -= 0.5'; else torn='f["topk_logprobs"][o[2] + 7, 0] -= 0.5'; fi
+      forge 'o = h5py.File("'"$work/in.h5"'", "r")["offsets"][:]
+    '"$torn"'; f["topk_ids"][o[3] + 1, 1] += 1; f["completed"][4] = 0'
+      run --input "$work/in.h5" --output "$work/out.h5" --resume "$@" 2>"$work/stderr"
+      cat "$work/stderr"
+      for p in 2 3; do
+        grep -q "^warning: prompt $p in .*failed its checksum" "$work/stderr" || fail "torn token rows of prompt $p not named"
+      done
+      [ "$(grep -c 'failed its checksum' "$work/stderr")" -eq 2 ] || fail "intact rows were called torn"
+      "$PYTHON" - "$work/out.h5" "$work/reference.h5" <<'PY' || fail "token rows differ from the uninterrupted run"
+import sys, h5py, numpy as np
+got, want = (h5py.File(p, "r") for p in sys.argv[1:])
+ok = True
+for name in ("token_logprobs", "perplexity", "nll_sum", "topk_ids", "topk_logprobs"):
+    if name not in want:
+        ok = ok and name not in got
+        continue
+    same = np.array_equal(got[name][:], want[name][:], equal_nan=True)
+    print(f"/{name} {got[name].shape}: equal to the uninterrupted run: {same}")
+    ok = ok and same
+sys.exit(0 if ok else 1)
+PY
+    done
     ;;
   empty_partial)
     : >"$work/out.h5.partial"

@@ -7,7 +7,13 @@ transformers does in float32 (rotate-half RoPE with float32 angles, repeat_kv GQ
 in float32, causal softmax), and writes /logits float32 [n, vocab] for the last position
 of each prompt.
 
-usage: numpy_reference.py MODEL_DIR INPUT.h5 OUTPUT.h5
+With --top-k K it also writes what `pipefill run --logprobs --top-k K --hidden-states` stores,
+from the logits of every position (log-softmax in float64): /token_logprobs [T] (NaN at each
+prompt's first token), /perplexity [n], /topk_ids and /topk_logprobs [T, K], and the final
+norm's output at the last position and averaged over the prompt, /hidden_last and
+/hidden_mean [n, hidden].
+
+usage: numpy_reference.py MODEL_DIR INPUT.h5 OUTPUT.h5 [--top-k K]
 """
 import json
 import math
@@ -138,24 +144,55 @@ def forward(config, w, ids):
         act = gate / (1.0 + np.exp(-gate)) * up
         x = x + act @ w[p + "mlp.down_proj.weight"].T
 
-    last = rms_norm(x[-1:], w["model.norm.weight"], eps)
+    normed = rms_norm(x, w["model.norm.weight"], eps)
     head = w["embed_tokens_tied"] if config.get("tie_word_embeddings") else w["lm_head.weight"]
-    return (last @ head.T)[0]
+    return normed, normed @ head.T
+
+
+def token_outputs(ids, normed, logits, k):
+    """Per-position scores from every position's logits [n, vocab], as pipefill defines them."""
+    logits = logits.astype(np.float64)
+    logprobs = logits - logits.max(axis=1, keepdims=True)
+    logprobs -= np.log(np.exp(logprobs).sum(axis=1, keepdims=True))
+    token_logprobs = np.full(len(ids), np.nan)
+    token_logprobs[1:] = logprobs[np.arange(len(ids) - 1), ids[1:]]
+    # Most likely first; on a tie the smaller id (a stable sort of the negated values).
+    order = np.argsort(-logprobs, axis=1, kind="stable")[:, :k]
+    return {"token_logprobs": token_logprobs, "topk_ids": order,
+            "topk_logprobs": np.take_along_axis(logprobs, order, axis=1),
+            "perplexity": np.exp(-token_logprobs[1:].mean()) if len(ids) > 1 else np.nan,
+            "hidden_last": normed[-1], "hidden_mean": normed.astype(np.float64).mean(axis=0)}
 
 
 def main():
-    if len(sys.argv) != 4:
+    args = sys.argv[1:]
+    top_k = 0
+    if len(args) == 5 and args[3] == "--top-k":
+        top_k = int(args.pop(4))
+        args.pop(3)
+    if len(args) != 3:
         sys.exit(__doc__)
-    model_dir, input_path, output_path = sys.argv[1:]
+    model_dir, input_path, output_path = args
     with open(os.path.join(model_dir, "config.json")) as f:
         config = json.load(f)
     weights = load_weights(model_dir)
     weights["embed_tokens_tied"] = weights["model.embed_tokens.weight"]
     with h5py.File(input_path, "r") as f:
         tokens, offsets = f["tokens"][:], f["offsets"][:]
-    rows = [forward(config, weights, tokens[offsets[i]:offsets[i + 1]]) for i in range(len(offsets) - 1)]
+    prompts = [tokens[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+    rows, per_token = [], []
+    for ids in prompts:
+        normed, logits = forward(config, weights, ids)
+        rows.append(logits[-1])
+        if top_k:
+            per_token.append(token_outputs(ids, normed, logits, top_k))
     with h5py.File(output_path, "w") as f:
         f["logits"] = np.stack(rows).astype(np.float32)
+        if top_k:
+            for name in ("token_logprobs", "topk_ids", "topk_logprobs"):
+                f[name] = np.concatenate([p[name] for p in per_token])
+            for name in ("perplexity", "hidden_last", "hidden_mean"):
+                f[name] = np.stack([p[name] for p in per_token])
 
 
 if __name__ == "__main__":

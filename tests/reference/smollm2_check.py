@@ -6,16 +6,17 @@ float32). Real text -- excerpts of the licences Debian ships in /usr/share/commo
 one prompt built with the model's chat template -- is tokenized with the model's tokenizer.json
 (`tokenizers` itself), prefilled by pipefill on several layouts (pp, tp, pp x tp; chunks that
 cut the prompts; fixed and dynamic chunking), and the logits of each prompt's last position are
-compared with transformers' float32 forward on the same directory. With --hidden-states last and
-mean (pp1, pp2, tp3), /hidden_states is compared with transformers' last_hidden_state (the final
-norm's output: model.model(...)) at the last position and averaged over the prompt.
+compared with transformers' float32 forward on the same directory. With --logprobs --top-k 5 and
+--hidden-states last and mean (pp1, pp2, tp3, and the dynamic plan), every position's log-prob and
+top 5 and /hidden_states are compared with transformers' (score_checks.py: log-softmax of every
+position's logits; last_hidden_state, the final norm's output, at the last position and averaged
+over the prompt), and /perplexity of the GPL excerpt with transformers' own.
 
 The conversion is checked too: the model must predict the GPL's text well, which it does not
 with llama.cpp's q/k row permutation left in place (see MAX_PERPLEXITY).
 
 usage: smollm2_check.py BUILD_DIR WORK_DIR MODEL_DIR   (run with scripts/setup_venv.sh's python)
 """
-import json
 import math
 import os
 import sys
@@ -28,7 +29,8 @@ import transformers
 from tokenizers import Tokenizer
 from transformers import AutoTokenizer, LlamaForCausalLM
 
-from pipefill_runs import read_hidden_states, run_pipefill
+from pipefill_runs import run_pipefill, write_cost_model
+from score_checks import compare_scores, reference_scores
 
 LICENSES = "/usr/share/common-licenses"
 # (file, tokens kept from its start): real English text, prompts of unequal lengths.
@@ -41,10 +43,9 @@ CHAT_QUESTION = "In one sentence: what does the GNU General Public License let m
 # 5.4e-5 with max|logit| 31.7, i.e. below 1.8e-6 of max|logit|; transformers' float32 forward is
 # itself 3.5e-5 from its float64 forward (pipefill: 2.9e-5 to 4.9e-5). The bound leaves 10x room.
 RTOL = 2e-5
-# /hidden_states against transformers' float32 last_hidden_state, relative to each row's max|h|.
-# Measured (same versions as above): max abs 5.8e-6 to 2.5e-5 with max|h| 38.75, at most 8.8e-7
-# relative; the bound is 1e-4.
-HIDDEN_RTOL = 1e-4
+# Scores and hidden states: the bounds of score_checks.py. Hidden states measured (same versions
+# as above): max abs 5.8e-6 to 2.5e-5 with max|h| 38.75, at most 8.8e-7 relative (bound 1e-4).
+SCORES = "--logprobs --top-k 5"
 # Top-1 ids must agree wherever the reference's top-1 margin is above this.
 MARGIN = 1e-3
 # SmolLM2 on the GPL's opening 300 tokens: measured 20.9. The same weights with the q/k rows left
@@ -64,8 +65,6 @@ LAYOUTS = [
 # pipefill would fall back to fixed chunks. These give chunks of 128, 64, 64 and 44 tokens for the
 # first prompt.
 DYNAMIC = ("pp2_dynamic", 2, "--pp 2 --chunk-size 128 --page-size 16 --chunk-policy pipefill")
-FIXED_COSTS = {"sglang": {"form": "sglang", "ok": True, "problem": "", "a": 1e-6, "b": 1e-5, "c": 0.0, "gamma": 0.0},
-               "prefix": {"form": "prefix", "ok": True, "problem": "", "a": 1e-6, "b": 1e-5, "c": 1e-4, "gamma": 1e-7}}
 
 
 def make_prompts(model_dir):
@@ -99,43 +98,11 @@ def last_logits(model, prompts):
                          .logits[0, -1].double().numpy() for p in prompts])
 
 
-def final_hidden_states(model, prompts):
-    """Per prompt, transformers' last_hidden_state (final norm applied) at the last position and
-    its mean over the prompt's positions, as float64 copies of the float32 forward."""
-    with torch.no_grad():
-        states = [model.model(input_ids=torch.tensor(p[None, :], dtype=torch.long)).last_hidden_state[0]
-                  for p in prompts]
-    return {"last": np.stack([s[-1].double().numpy() for s in states]),
-            "mean": np.stack([s.double().mean(dim=0).numpy() for s in states])}
-
-
-def compare_hidden(name, mode, got, expected):
-    """One row of the hidden-state table; True when every row is within HIDDEN_RTOL of its max|h|."""
-    scale = np.maximum(1.0, np.abs(expected).max(axis=1))
-    relative = float((np.abs(got - expected).max(axis=1) / scale).max()) if got.shape == expected.shape else np.inf
-    ok = got.shape == expected.shape and relative <= HIDDEN_RTOL
-    print(f"{name:<12} {mode:<5} max abs {float(np.abs(got - expected).max()):10.3e} "
-          f"max|h| {float(np.abs(expected).max()):7.2f} relative {relative:10.3e} {'ok' if ok else 'FAILED'}")
-    return ok
-
-
 def perplexity(model, prompt):
     with torch.no_grad():
         logits = model(input_ids=torch.tensor(prompt[None, :], dtype=torch.long)).logits[0, :-1]
         logprobs = torch.log_softmax(logits.double(), dim=-1)
         return math.exp(-float(logprobs.gather(1, torch.tensor(prompt[1:], dtype=torch.long)[:, None]).mean()))
-
-
-def write_cost_model(path, attributes, pp, tp):
-    """A cost profile whose identity is the run's (the model as pipefill parsed it, its layers)."""
-    identity = {"model_config": json.loads(attributes["model_config"]), "pp": pp, "tp": tp,
-                "layer_partition": attributes["layer_partition_used"], "backend": attributes["backend_used"]}
-    stages = [dict(stage=s, fresh_points=9, prefixed_points=9, heldout_points=3, sglang_heldout_error=0.0,
-                   prefix_heldout_error=0.0, **FIXED_COSTS) for s in range(pp)]
-    with open(path, "w") as f:
-        json.dump({"pipefill_version": attributes["version"], "identity": identity,
-                   "hardware": {"host": "test", "cpu": "fixed coefficients", "cores": 2},
-                   "initial_chunk": 128, "stages": stages}, f, indent=1)
 
 
 def compare(name, got, expected, truth, seconds):
@@ -182,29 +149,39 @@ def main():
         logits_of[name] = got
         ok = compare(name, got, expected, truth, time.monotonic() - start) and ok
 
-    # --hidden-states on pp1, pp2 and tp3 (their chunks cut the prompts), logits checked again.
-    hidden_expected = final_hidden_states(model, prompts)
-    print(f"hidden states vs transformers' last_hidden_state (bound {HIDDEN_RTOL:.0e} of each row's max|h|)")
+    # Scores and hidden states on pp1, pp2 and tp3 (their chunks cut the prompts); the logits
+    # must not change by a bit when they are asked for.
+    ref = reference_scores(model, prompts, 5)
+    print("scores and hidden states vs transformers (max abs error of log-probs, top-5 log-probs; "
+          "hidden states relative to max|h|)")
     for name, ranks, options in LAYOUTS:
         if name not in ("pp1", "pp2", "tp3"):
             continue
         for mode in ("last", "mean"):
-            out_h5 = os.path.join(work, f"{name}_hidden_{mode}.h5")
+            out_h5 = os.path.join(work, f"{name}_scores_{mode}.h5")
             start = time.monotonic()
-            got, _, _ = run_pipefill(build, model_dir, prompts_h5, out_h5, ranks, f"{options} --hidden-states {mode}")
+            got, _, _ = run_pipefill(build, model_dir, prompts_h5, out_h5, ranks,
+                                     f"{options} {SCORES} --hidden-states {mode}")
             ok = compare(f"{name}+{mode}", got, expected, truth, time.monotonic() - start) and ok
             if not np.array_equal(got, logits_of[name]):
-                print(f"FAILED: {name}: --hidden-states {mode} changed the logits")
+                print(f"FAILED: {name}: {SCORES} --hidden-states {mode} changed the logits")
                 ok = False
-            ok = compare_hidden(name, mode, read_hidden_states(out_h5), hidden_expected[mode]) and ok
+            ok = compare_scores(f"{name}+{mode}", out_h5, ref) and ok
+            with h5py.File(out_h5, "r") as f:
+                stored = float(f["perplexity"][0])
+            if abs(stored - fluency) > 1e-3 * fluency:
+                print(f"FAILED: {name}: /perplexity of the {EXCERPTS[0][0]} excerpt {stored:.4f}, "
+                      f"transformers {fluency:.4f}")
+                ok = False
 
     name, ranks, options = DYNAMIC
     cost_model = os.path.join(work, "cost_pp2.json")
     write_cost_model(cost_model, results["pp2"], pp=2, tp=1)
     start = time.monotonic()
     got, attributes, timeline = run_pipefill(build, model_dir, prompts_h5, os.path.join(work, name + ".h5"), ranks,
-                                             f"{options} --cost-model {cost_model}")
+                                             f"{options} --cost-model {cost_model} {SCORES}")
     ok = compare(name, got, expected, truth, time.monotonic() - start) and ok
+    ok = compare_scores(name, os.path.join(work, name + ".h5"), ref) and ok
     lengths = sorted({int(n) for n in timeline["chunk_length"]}, reverse=True)
     print(f"  {name}: policy used {attributes['chunk_policy_used']!r}, chunk lengths {lengths}")
     ok = ok and attributes["chunk_policy_used"] == "pipefill" and len(lengths) >= 3

@@ -12,3 +12,13 @@ add_test(NAME transformers.rope_parameters
                  ${CMAKE_CURRENT_BINARY_DIR}/transformers_check)
 set_tests_properties(transformers.rope_parameters PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
                      TIMEOUT 600 PROCESSORS 2)
+
+# Every output (last logits, token log-probs, top-k, hidden states) on pp, tp, pp x tp and a
+# dynamic plan, against transformers' forward: Llama GQA + llama3 scaling, Qwen2 biases in bf16
+# files, Qwen3 q/k norm with tied embeddings.
+add_test(NAME transformers.scores
+         COMMAND bash -c "exec \"\${PIPEFILL_VENV:-\$HOME/.cache/pipefill/venv}/bin/python\" \"\$@\"" scores_check
+                 ${CMAKE_CURRENT_SOURCE_DIR}/reference/scores_check.py ${PF_BIN}
+                 ${CMAKE_CURRENT_BINARY_DIR}/scores_check)
+set_tests_properties(transformers.scores PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
+                     TIMEOUT 600 PROCESSORS 2)

@@ -64,7 +64,9 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"watchdog_timeout_s", 1800.0},
                                    {"allow_long_prompts", false},
                                    {"resume", true},
-                                   {"hidden_states", "none"}};
+                                   {"hidden_states", "none"},
+                                   {"logprobs", false},
+                                   {"top_k", 0}};
   EXPECT_EQ(cli::to_json(o), expected);
 }
 
@@ -86,6 +88,24 @@ TEST(RunOptions, IdentitiesHoldTheirOptionsOnly) {
   EXPECT_EQ(cli::run_identity_options(parse_run("--pp 2 --dynamic-chunking --smooth-factor 0.5 --cost-model "
                                                 "cost.json --hidden-states mean")),
             with_hidden);
+  // So are --logprobs and --top-k (added later still).
+  nlohmann::json with_scores = run;
+  with_scores["logprobs"] = true;
+  with_scores["top_k"] = 5;
+  EXPECT_EQ(cli::run_identity_options(parse_run("--pp 2 --dynamic-chunking --smooth-factor 0.5 --cost-model "
+                                                "cost.json --logprobs --top-k 5")),
+            with_scores);
+}
+
+TEST(RunOptions, TokenScoresNeedTheCpuBackend) {
+  EXPECT_FALSE(parse_run("").logprobs);
+  EXPECT_EQ(parse_run("").top_k, 0);
+  EXPECT_TRUE(parse_run("--logprobs --top-k 3").logprobs);
+  EXPECT_EQ(parse_run("--top-k 3").top_k, 3);
+  cli::RunOptions unused;
+  EXPECT_THROW(try_parse_run("--top-k -1", unused), UserError);
+  EXPECT_THROW(try_parse_run("--backend emulate --cost-model analytic:h20 --logprobs", unused), UserError);
+  EXPECT_THROW(try_parse_run("--backend emulate --cost-model analytic:h20 --top-k 2", unused), UserError);
 }
 
 TEST(RunOptions, HiddenStatesAreParsedOnceAndNeedRealCompute) {

@@ -164,6 +164,13 @@ void CpuStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
               0.0f, logits_shard, 1);
 }
 
+void CpuStageCompute::lm_head_rows(const float* hidden, int rows, float* logits_shard) {
+  const int h = config_.hidden_size;
+  head_normed_.resize(static_cast<size_t>(rows) * h);
+  final_norm(hidden, rows, head_normed_.data());
+  cpu::linear(head_normed_.data(), rows, h, weights_.lm_head.data(), shard_.vocab_count, logits_shard);
+}
+
 void CpuStageCompute::prepare_prefix(int prompt, int64_t prefix, int tokens) {
   kv_pool_.reserve(prompt, prefix + tokens);
   const kv::KvShape& shape = kv_pool_.shape();

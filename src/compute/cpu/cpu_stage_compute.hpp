@@ -31,6 +31,7 @@ class CpuStageCompute final : public StageCompute {
   void lm_head(const float* hidden_row, float* logits_shard) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void final_norm(const float* hidden, int rows, float* normed) override;
+  void lm_head_rows(const float* hidden, int rows, float* logits_shard) override;
   void finish_prompt(int prompt) override { kv_pool_.release(prompt); }
   // Fills the prefix's K/V with random values: attention's cost does not depend on them.
   void prepare_prefix(int prompt, int64_t prefix, int tokens) override;
@@ -51,6 +52,7 @@ class CpuStageCompute final : public StageCompute {
   std::vector<double> inv_freq_;
   // Workspace, grown to the largest chunk seen.
   std::vector<float> normed_, qkv_, attn_, proj_, gate_up_, act_;
+  std::vector<float> head_normed_;  // lm_head_rows' final-norm rows
   cpu::AttentionWorkspace attention_ws_;
 };
 

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Per-document perplexity from a `pipefill run --logprobs` output.
+
+usage: scripts/perplexity.py OUT.h5 [--input IN.h5] [--model DIR] [--surprising N]
+
+Prints, for every document, its tokens, perplexity (exp of the mean negative log-prob over the
+tokens after its first) and bits per token, then the token-weighted figure over all of them.
+--input names the prompt file the run read (tokenize.py's: each prompt's source file and line);
+with --model (the directory holding tokenizer.json) and --surprising N, also the N tokens the
+model expected least in each document, with the text just before them.
+Runs itself under the venv scripts/setup.sh makes, like tokenize.py.
+"""
+import os
+import sys
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+# Beside scripts/tokenize.py, which shadows the standard library's `tokenize`: same fix as there.
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE] + [HERE]
+
+import python_tool  # noqa: E402  (standard library only: it picks the interpreter first)
+
+python_tool.run_in_venv(__file__)
+
+import argparse  # noqa: E402
+import json  # noqa: E402
+import math  # noqa: E402
+
+import numpy as np  # noqa: E402
+
+from prompt_file import PromptIndex, open_h5  # noqa: E402
+from python_tool import UserError  # noqa: E402
+
+CONTEXT_TOKENS = 8  # text shown before a surprising token
+
+
+class ArgumentParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UserError(f"{message} (see {os.path.basename(sys.argv[0])} --help)")
+
+
+def parse_args():
+    parser = ArgumentParser(description=__doc__.split("\n\n", 2)[2].strip(),
+                            formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("file", metavar="OUT.h5", help="a pipefill run's output, written with --logprobs")
+    parser.add_argument("--input", help="the input file of the run (prompt sources; the tokens, for --surprising)")
+    parser.add_argument("--model", help="model directory holding tokenizer.json (for --surprising)")
+    parser.add_argument("--surprising", type=int, default=0, metavar="N",
+                        help="also the N least expected tokens of each document (needs --model and --input)")
+    args = parser.parse_args()
+    if args.surprising < 0:
+        raise UserError("--surprising must not be negative")
+    if args.surprising and not (args.model and args.input):
+        raise UserError("--surprising needs --model (the tokenizer) and --input (the tokens)")
+    return args
+
+
+def main():
+    args = parse_args()
+    out = open_h5(args.file)
+    if "token_logprobs" not in out:
+        raise UserError(f"{args.file} has no /token_logprobs: run pipefill with --logprobs")
+    logprobs = out["token_logprobs"][:].astype(np.float64)
+    prompts = PromptIndex(open_h5(args.input) if args.input else out, args.input)
+    offsets = prompts.offsets
+    if offsets is None:  # no input given: the NaN at each prompt's first token marks its start
+        offsets = np.append(np.flatnonzero(np.isnan(logprobs)), len(logprobs))
+    if offsets[-1] != len(logprobs):
+        raise UserError(f"{args.input} has {offsets[-1]} tokens, the output {len(logprobs)}: not the run's input")
+    done = out["completed"][:] if "completed" in out else np.ones(len(offsets) - 1, np.uint8)
+    model = None
+    if args.surprising:
+        from model_tokenizer import ModelTokenizer
+        model = ModelTokenizer(args.model)
+
+    width = max(len(prompts.name(p)) for p in range(len(offsets) - 1))
+    print(f"{'document':<{width}} {'tokens':>9} {'perplexity':>11} {'bits/token':>10}")
+    total_nll, total_tokens, total_length = 0.0, 0, 0
+    for p in range(len(offsets) - 1):
+        scored = logprobs[offsets[p] + 1:offsets[p + 1]]
+        if not done[p]:
+            print(f"{prompts.name(p):<{width}} {offsets[p + 1] - offsets[p]:>9} {'not computed':>11}")
+            continue
+        nll = -float(scored.sum())
+        mean = nll / len(scored) if len(scored) else math.nan
+        print(f"{prompts.name(p):<{width}} {offsets[p + 1] - offsets[p]:>9} {math.exp(mean):>11.3f} "
+              f"{mean / math.log(2):>10.3f}")
+        total_nll += nll
+        total_tokens += len(scored)
+        total_length += int(offsets[p + 1] - offsets[p])
+        for j in np.argsort(scored, kind="stable")[:args.surprising]:
+            position = int(offsets[p]) + 1 + int(j)
+            before = model.decode(prompts.tokens[max(int(offsets[p]), position - CONTEXT_TOKENS):position])
+            token = model.decode(prompts.tokens[position:position + 1])
+            print(f"    {json.dumps(token, ensure_ascii=False)} p={math.exp(scored[j]):.2e} "
+                  f"after ...{json.dumps(before, ensure_ascii=False)}")
+    if total_tokens:
+        mean = total_nll / total_tokens
+        print(f"{'all (token-weighted)':<{width}} {total_length:>9} {math.exp(mean):>11.3f} "
+              f"{mean / math.log(2):>10.3f}")
+
+
+if __name__ == "__main__":
+    python_tool.main_with_user_errors(main)

@@ -1,0 +1,107 @@
+// Summaries of vocabulary slices and their merge (see vocab_scores.hpp).
+#include "compute/vocab_scores.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <stdexcept>
+#include <vector>
+
+namespace pf::compute {
+namespace {
+
+struct Candidate {
+  float logit;
+  int32_t id;
+};
+
+// a is the better candidate: a larger logit, or the same logit and a smaller id.
+bool better(const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
+
+struct SummaryHeader {
+  float max;
+  float target_logit;
+  int32_t has_target;
+  int32_t candidates;  // how many of the k candidate slots are filled (a slice may be smaller than k)
+  double sum_exp;      // sum over the slice of exp(logit - max)
+};
+static_assert(sizeof(SummaryHeader) == 24, "records are packed: header, then k candidates");
+
+Candidate* candidates_of(std::byte* record) { return reinterpret_cast<Candidate*>(record + sizeof(SummaryHeader)); }
+const Candidate* candidates_of(const std::byte* record) {
+  return reinterpret_cast<const Candidate*>(record + sizeof(SummaryHeader));
+}
+
+}  // namespace
+
+size_t row_summary_bytes(int k) { return sizeof(SummaryHeader) + sizeof(Candidate) * static_cast<size_t>(k); }
+
+void summarize_row_slice(const float* logits, int count, int vocab_begin, int target, int k, std::byte* record) {
+  SummaryHeader header{-std::numeric_limits<float>::infinity(), 0.0f, 0, 0, 0.0};
+  for (int i = 0; i < count; ++i) header.max = logits[i] > header.max ? logits[i] : header.max;
+  // exp(x - max) <= 1, summed in double: no overflow, and the rounding of a 150K-term sum
+  // stays far below float32's. A NaN or Inf logit (Inf - Inf) turns the sum into NaN.
+  double sum = 0;
+  for (int i = 0; i < count; ++i) sum += std::exp(static_cast<double>(logits[i]) - header.max);
+  header.sum_exp = count > 0 && std::isfinite(header.max) ? sum : std::numeric_limits<double>::quiet_NaN();
+  if (target >= vocab_begin && target < vocab_begin + count) {
+    header.has_target = 1;
+    header.target_logit = logits[target - vocab_begin];
+  }
+  // The k best by a min-heap on "better" (its front is the worst kept): O(count) compares
+  // once the heap is full, since few logits beat the k-th best.
+  Candidate* heap = candidates_of(record);
+  int size = 0;
+  const auto worse_first = [](const Candidate& a, const Candidate& b) { return better(a, b); };
+  for (int i = 0; i < count && k > 0; ++i) {
+    const Candidate c{logits[i], vocab_begin + i};
+    if (size < k) {
+      heap[size++] = c;
+      std::push_heap(heap, heap + size, worse_first);
+    } else if (better(c, heap[0])) {
+      std::pop_heap(heap, heap + size, worse_first);
+      heap[size - 1] = c;
+      std::push_heap(heap, heap + size, worse_first);
+    }
+  }
+  header.candidates = size;
+  std::memcpy(record, &header, sizeof header);
+}
+
+void merge_row_summaries(const std::byte* records, int slices, size_t stride, int k, float* target_logprob,
+                         float* topk_logprobs, int32_t* topk_ids) {
+  if (slices < 1) throw std::logic_error("merge_row_summaries: no slices");
+  std::vector<SummaryHeader> headers(slices);
+  float max = -std::numeric_limits<float>::infinity();
+  for (int s = 0; s < slices; ++s) {
+    std::memcpy(&headers[s], records + s * stride, sizeof(SummaryHeader));
+    max = std::max(max, headers[s].max);
+  }
+  // log sum_v exp(x_v) = M + log sum_s exp(m_s - M) sum_s', from every slice's (m_s, sum_s).
+  double total = 0;
+  for (const SummaryHeader& h : headers) total += h.sum_exp * std::exp(static_cast<double>(h.max) - max);
+  const double log_normalizer = max + std::log(total);
+  if (target_logprob) {
+    *target_logprob = std::numeric_limits<float>::quiet_NaN();
+    for (const SummaryHeader& h : headers)
+      if (h.has_target) *target_logprob = static_cast<float>(h.target_logit - log_normalizer);
+  }
+  if (k == 0) return;
+  std::vector<Candidate> pool;
+  for (int s = 0; s < slices; ++s) {
+    const Candidate* c = candidates_of(records + s * stride);
+    pool.insert(pool.end(), c, c + headers[s].candidates);
+  }
+  const int kept = std::min<int>(k, static_cast<int>(pool.size()));
+  std::partial_sort(pool.begin(), pool.begin() + kept, pool.end(), better);
+  for (int j = 0; j < k; ++j) {
+    // Fewer tokens than k in the whole vocabulary cannot happen (--top-k is checked against
+    // it); the slots would read as id -1, log-prob -inf.
+    topk_ids[j] = j < kept ? pool[j].id : -1;
+    topk_logprobs[j] = j < kept ? static_cast<float>(pool[j].logit - log_normalizer)
+                                : -std::numeric_limits<float>::infinity();
+  }
+}
+
+}  // namespace pf::compute

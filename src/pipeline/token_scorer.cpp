@@ -1,0 +1,92 @@
+// Per-token scores on the last stage (see token_scorer.hpp).
+#include "pipeline/token_scorer.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+
+#include "compute/vocab_scores.hpp"
+#include "dist/wait.hpp"
+#include "errors.hpp"
+#include "model/weights.hpp"
+
+namespace pf::pipeline {
+
+namespace {
+
+// A block's logits stay under 64 MiB per rank (SmolLM2's 49K vocabulary: 341 rows; a
+// 152K one at tp 1: 110), and a block is at least 16 rows, so the LM head stays a GEMM.
+constexpr size_t kBlockLogitFloats = size_t{16} << 20;
+constexpr int kMinBlockRows = 16;
+
+}  // namespace
+
+TokenScorer::TokenScorer(const dist::Topology& topology, compute::StageCompute& compute, const io::PromptSet& prompts,
+                         int vocab_size, TokenRowLayout layout)
+    : topology_(topology),
+      compute_(compute),
+      prompts_(prompts),
+      layout_(layout),
+      record_bytes_(compute::row_summary_bytes(layout.top_k)) {
+  vocab_begin_ = model::vocab_slice(vocab_size, topology.tp, topology.tp_rank).begin;
+  const int slice = compute.vocab_shard_size();
+  block_rows_ = std::max<int>(kMinBlockRows, static_cast<int>(kBlockLogitFloats / std::max(slice, 1)));
+}
+
+const std::vector<float>& TokenScorer::score(const sched::MicroBatch& mb, const float* hidden, int hidden_size) {
+  next_logprob_.assign(mb.length, std::numeric_limits<float>::quiet_NaN());
+  if (topology_.tp_rank == 0) part_.assign(static_cast<size_t>(mb.length) * layout_.floats_per_token(), 0.0f);
+  for (int first = 0; first < mb.length; first += block_rows_) {
+    const int rows = std::min(block_rows_, mb.length - first);
+    score_block(mb, first, rows, hidden + static_cast<int64_t>(first) * hidden_size);
+  }
+  if (topology_.tp_rank != 0) return part_;
+  if (layout_.logprobs) {  // shift predictions onto the positions of the tokens they score
+    part_[0] = mb.start == 0 ? std::numeric_limits<float>::quiet_NaN() : carried_;
+    std::copy(next_logprob_.begin(), next_logprob_.end() - 1, part_.begin() + 1);
+    carried_ = next_logprob_.back();
+  }
+  return part_;
+}
+
+void TokenScorer::score_block(const sched::MicroBatch& mb, int first_row, int rows, const float* hidden) {
+  const int slice = compute_.vocab_shard_size(), k = layout_.top_k;
+  logits_.resize(static_cast<size_t>(rows) * slice);
+  compute_.lm_head_rows(hidden, rows, logits_.data());
+  // The token each row predicts: the prompt's next one (none after its last token).
+  const int64_t* offsets = layout_.logprobs ? &prompts_.offsets.at(mb.prompt) : nullptr;
+  summaries_.resize(rows * record_bytes_);
+  for (int r = 0; r < rows; ++r) {
+    int target = -1;
+    const int64_t next = offsets ? offsets[0] + mb.start + first_row + r + 1 : 0;
+    if (offsets && next < offsets[1]) target = prompts_.tokens[next];
+    compute::summarize_row_slice(logits_.data() + static_cast<size_t>(r) * slice, slice, vocab_begin_, target, k,
+                                 summaries_.data() + r * record_bytes_);
+  }
+  // TP rank 0 gathers every rank's summaries of the block: [rank][row] records.
+  const std::byte* merged_from = summaries_.data();
+  if (topology_.tp > 1) {
+    if (topology_.tp_rank == 0) gathered_.resize(summaries_.size() * topology_.tp);
+    dist::WaitLabel label("stage " + std::to_string(topology_.stage) + " gathering token scores of micro-batch " +
+                          std::to_string(mb.index) + " over its TP group");
+    MPI_Request request;
+    MPI_CHECK(MPI_Igather(summaries_.data(), static_cast<int>(summaries_.size()), MPI_BYTE, gathered_.data(),
+                          static_cast<int>(summaries_.size()), MPI_BYTE, 0, topology_.tp_comm, &request));
+    dist::wait_polling(&request);
+    merged_from = gathered_.data();
+  }
+  if (topology_.tp_rank != 0) return;
+  const size_t rank_stride = summaries_.size();  // between ranks' blocks in gathered_
+  float* topk_logprobs = part_.data() + (layout_.logprobs ? mb.length : 0);
+  float* topk_ids = topk_logprobs + static_cast<size_t>(mb.length) * k;  // int32 bits in the float message
+  ids_.resize(k);
+  for (int r = 0; r < rows; ++r) {
+    const size_t row = first_row + r;
+    compute::merge_row_summaries(merged_from + r * record_bytes_, topology_.tp, rank_stride, k,
+                                 layout_.logprobs ? &next_logprob_[row] : nullptr, topk_logprobs + row * k, ids_.data());
+    if (k > 0) std::memcpy(topk_ids + row * k, ids_.data(), sizeof(int32_t) * k);
+  }
+}
+
+}  // namespace pf::pipeline

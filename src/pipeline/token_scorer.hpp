@@ -1,0 +1,53 @@
+// The last stage's per-token scores (--logprobs, --top-k), chunk by chunk: every position's
+// final norm and LM head on this rank's vocabulary slice, summarized per row
+// (compute/vocab_scores.hpp), the summaries gathered to TP rank 0 and merged. Rows go
+// through the LM head in blocks sized so a block's logits stay under a fixed budget: memory
+// is O(block x vocab / tp), whatever the chunk and the prompt length.
+//
+// Alignment: row r of a chunk starting at `start` predicts token start + r + 1, but a
+// chunk's message holds the entries of positions [start, start + length): the entry at
+// `start` is the previous chunk's last prediction (carried; NaN at the prompt's first
+// token), and the chunk's own last prediction is carried to the next chunk (dropped after
+// the prompt's last token, which has no successor).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <vector>
+
+#include "compute/stage_compute.hpp"
+#include "dist/topology.hpp"
+#include "io/prompts_h5.hpp"
+#include "pipeline/result_route.hpp"
+#include "sched/batch_plan.hpp"
+
+namespace pf::pipeline {
+
+class TokenScorer {
+ public:
+  // `prompts` must hold the token ids on this rank when `layout.logprobs` (share_prompts).
+  TokenScorer(const dist::Topology& topology, compute::StageCompute& compute, const io::PromptSet& prompts,
+              int vocab_size, TokenRowLayout layout);
+  // Collective over the last stage's TP group. Scores micro-batch `mb`'s rows `hidden`
+  // [mb.length, H]; on TP rank 0 returns its token part (planar, TokenRowLayout), else empty.
+  const std::vector<float>& score(const sched::MicroBatch& mb, const float* hidden, int hidden_size);
+
+ private:
+  void score_block(const sched::MicroBatch& mb, int first_row, int rows, const float* hidden);
+
+  const dist::Topology& topology_;
+  compute::StageCompute& compute_;
+  const io::PromptSet& prompts_;
+  TokenRowLayout layout_;
+  int vocab_begin_ = 0;
+  int block_rows_ = 0;   // rows through the LM head at a time
+  size_t record_bytes_;  // one row's slice summary
+  std::vector<float> logits_;        // [block_rows, vocab slice]
+  std::vector<std::byte> summaries_, gathered_;
+  std::vector<float> next_logprob_;  // [length]: row r's log-prob of token start + r + 1
+  std::vector<float> part_;          // the chunk's token part (TP rank 0)
+  std::vector<int32_t> ids_;         // one row's top-k ids, before they are copied into part_
+  float carried_ = 0;                // the previous chunk's last prediction
+};
+
+}  // namespace pf::pipeline

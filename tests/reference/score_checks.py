@@ -1,0 +1,83 @@
+"""What `pipefill run --logprobs --top-k K --hidden-states MODE` stores, computed by transformers
+itself, and the comparison of an output with it (shared by transformers_check.py and
+smollm2_check.py).
+
+The reference is transformers' float32 forward over each whole prompt: the logits of every
+position, log-softmax in float64, and the final norm's output (model.model(...).last_hidden_state).
+"""
+import h5py
+import numpy as np
+import torch
+
+# The issue's bounds: log-probs within 1e-3 of transformers'; ids equal wherever the reference's
+# neighbouring log-probs are more than 1e-3 apart (closer, the order is a float32 coin toss).
+LOGPROB_ATOL = 1e-3
+MARGIN = 1e-3
+HIDDEN_RTOL = 1e-4  # of each row's max|h|
+
+
+def reference_scores(model, prompts, k):
+    """Per prompt, from one float32 forward: every position's log-softmax, reduced to the token
+    log-probs, the top k + 1 (one more than stored, to tell confident ranks), and the hidden states."""
+    token_logprobs, topk_ids, topk_logprobs, last, mean = [], [], [], [], []
+    with torch.no_grad():
+        for ids in prompts:
+            tensor = torch.tensor(ids[None, :], dtype=torch.long)
+            hidden = model.model(input_ids=tensor).last_hidden_state[0]
+            logprobs = torch.log_softmax(model(input_ids=tensor).logits[0].double(), dim=-1)
+            lp = np.full(len(ids), np.nan)
+            lp[1:] = logprobs[torch.arange(len(ids) - 1), torch.tensor(ids[1:], dtype=torch.long)].numpy()
+            token_logprobs.append(lp)
+            values, indices = torch.topk(logprobs, k + 1, dim=-1)
+            topk_ids.append(indices.numpy())
+            topk_logprobs.append(values.numpy())
+            last.append(hidden[-1].double().numpy())
+            mean.append(hidden.double().mean(dim=0).numpy())
+    return {"token_logprobs": np.concatenate(token_logprobs), "topk_ids": np.concatenate(topk_ids),
+            "topk_logprobs": np.concatenate(topk_logprobs), "hidden_last": np.stack(last),
+            "hidden_mean": np.stack(mean), "lengths": [len(p) for p in prompts]}
+
+
+def confident_ranks(ref_logprobs, k):
+    """[T, k]: rank j is more than MARGIN from both neighbours in the reference."""
+    gaps = -np.diff(ref_logprobs, axis=1)
+    ok = gaps[:, :k] > MARGIN
+    ok[:, 1:] &= gaps[:, :k - 1] > MARGIN
+    return ok
+
+
+def compare_scores(name, out_h5, ref):
+    """Prints one line per stored kind of score; True when every one is within its bound, the
+    first token's log-prob is NaN, and /perplexity, /nll_sum agree with the stored log-probs."""
+    ok, notes = True, []
+    with h5py.File(out_h5, "r") as f:
+        if "token_logprobs" in f:
+            got, want = f["token_logprobs"][:].astype(np.float64), ref["token_logprobs"]
+            first = np.isnan(want)
+            error = float(np.abs(got[~first] - want[~first]).max())
+            nan_ok = np.array_equal(np.isnan(got), first)
+            offsets = np.cumsum([0] + ref["lengths"])
+            nll = np.array([-got[offsets[p] + 1:offsets[p + 1]].sum() for p in range(len(ref["lengths"]))])
+            sums_ok = np.allclose(f["nll_sum"][:], nll, rtol=1e-9) and np.allclose(
+                f["perplexity"][:], np.exp(nll / (np.diff(offsets) - 1)), rtol=1e-9)
+            ok = ok and error <= LOGPROB_ATOL and nan_ok and sums_ok
+            notes.append(f"logprobs {error:.1e}{'' if nan_ok else ' (NaN misplaced)'}{'' if sums_ok else ' (bad NLL)'}")
+        if "topk_ids" in f:
+            ids, lps = f["topk_ids"][:], f["topk_logprobs"][:].astype(np.float64)
+            k = ids.shape[1]
+            error = float(np.abs(lps - ref["topk_logprobs"][:, :k]).max())
+            mask = confident_ranks(ref["topk_logprobs"], k)
+            same = ids[mask] == ref["topk_ids"][:, :k][mask]
+            top1 = int((ids[:, 0] == ref["topk_ids"][:, 0]).sum())
+            ok = ok and error <= LOGPROB_ATOL and bool(same.all())
+            notes.append(f"top-{k} {error:.1e}, ids {int(same.sum())}/{int(mask.sum())} confident "
+                         f"(top-1 {top1}/{len(ids)})")
+        if "hidden_states" in f:
+            mode = f.attrs["hidden_states"]
+            mode = mode.decode() if isinstance(mode, bytes) else str(mode)
+            got, want = f["hidden_states"][:].astype(np.float64), ref["hidden_" + mode]
+            relative = float((np.abs(got - want).max(axis=1) / np.maximum(1.0, np.abs(want).max(axis=1))).max())
+            ok = ok and relative <= HIDDEN_RTOL
+            notes.append(f"hidden {mode} {relative:.1e}")
+    print(f"  {name:<14} {'; '.join(notes)} {'ok' if ok else 'FAILED'}")
+    return ok

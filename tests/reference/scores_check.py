@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""Every output pipefill can hand back, against Hugging Face transformers itself, on tiny
+checkpoints written by transformers' own config classes and save_pretrained:
+
+  llama_gqa_llama3   Llama, 4 query heads over 2 KV heads, llama3 rope scaling, float32 files
+  qwen2_bias_bf16    Qwen2 (q/k/v biases), saved in bfloat16 (the reference runs the same
+                     bf16-rounded weights in float32, as pipefill does)
+  qwen3_qknorm_tied  Qwen3 (q/k RMSNorm), tied embeddings
+
+Each runs on pp 2, tp 2, pp 2 x tp 2 and pp 2 with a dynamic plan, chunks cutting every prompt,
+storing --logprobs --top-k 4 and --hidden-states (last, and mean on one layout). Checked against
+transformers' float32 forward (score_checks.py): the last position's logits within 1e-5 of
+max|logit|, log-probs within 1e-3, top-k ids equal at every confident rank, hidden states within
+1e-4 of each row's max|h|, /perplexity and /nll_sum consistent with the stored log-probs.
+
+usage: scores_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
+"""
+import os
+import sys
+
+import h5py
+import numpy as np
+import torch
+import transformers
+from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
+                          Qwen3ForCausalLM)
+
+from pipefill_runs import run_pipefill, write_cost_model
+from score_checks import compare_scores, reference_scores
+
+LOGITS_RTOL = 1e-5  # as transformers_check.py: measured below 1e-6 of max|logit|
+TOP_K = 4
+SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
+             num_key_value_heads=2, vocab_size=384, max_position_embeddings=4096, rms_norm_eps=1e-6,
+             initializer_range=0.1)
+LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
+          "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
+# name, config class, model class, extra config, save dtype
+MODELS = [
+    ("llama_gqa_llama3", LlamaConfig, LlamaForCausalLM, dict(rope_parameters=LLAMA3, tie_word_embeddings=False),
+     torch.float32),
+    ("qwen2_bias_bf16", Qwen2Config, Qwen2ForCausalLM,
+     dict(rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=False),
+     torch.bfloat16),
+    ("qwen3_qknorm_tied", Qwen3Config, Qwen3ForCausalLM,
+     dict(head_dim=16, rope_parameters={"rope_type": "default", "rope_theta": 1000000.0}, tie_word_embeddings=True),
+     torch.float32),
+]
+SCORES = f"--logprobs --top-k {TOP_K}"
+# name, ranks, options (the dynamic layout adds its cost model)
+LAYOUTS = [
+    ("pp2", 2, f"--pp 2 --chunk-size 64 --page-size 16 {SCORES} --hidden-states mean"),
+    ("tp2", 2, f"--tp 2 --chunk-size 48 --page-size 16 {SCORES} --hidden-states last"),
+    ("pp2_tp2", 4, f"--pp 2 --tp 2 --chunk-size 40 --page-size 16 {SCORES} --hidden-states last"),
+    ("pp2_dynamic", 2, f"--pp 2 --chunk-size 128 --page-size 16 --chunk-policy pipefill {SCORES}"),
+]
+PROMPT_LENGTHS = [100, 300, 173, 2]
+
+
+def make_prompts(path, vocab):
+    rng = np.random.default_rng(12)
+    prompts = [rng.integers(0, vocab, size=n, dtype=np.int32) for n in PROMPT_LENGTHS]
+    with h5py.File(path, "w") as f:
+        f["tokens"] = np.concatenate(prompts).astype(np.int32)
+        f["offsets"] = np.cumsum([0] + PROMPT_LENGTHS).astype(np.int64)
+    return prompts
+
+
+def check_model(build, work, prompts_h5, prompts, name, config_class, model_class, extra, dtype):
+    torch.manual_seed(77)
+    model = model_class(config_class(**SIZES, **extra)).eval()
+    model_dir = os.path.join(work, name)
+    model.to(dtype).save_pretrained(model_dir, safe_serialization=True)
+    # The reference runs what the files hold, in float32.
+    model = model_class.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ref = reference_scores(model, prompts, TOP_K)
+    with torch.no_grad():
+        last = np.stack([model(input_ids=torch.tensor(p[None, :], dtype=torch.long)).logits[0, -1].double().numpy()
+                         for p in prompts])
+    print(f"{name} ({dtype}): max|logit| {np.abs(last).max():.2f}")
+    ok, attributes = True, None
+    for layout, ranks, options in LAYOUTS:
+        out_h5 = os.path.join(work, f"{name}_{layout}.h5")
+        if layout == "pp2_dynamic":
+            cost_model = os.path.join(work, f"{name}_cost.json")
+            write_cost_model(cost_model, attributes, pp=2, tp=1)
+            options += f" --cost-model {cost_model}"
+        logits, run_attributes, timeline = run_pipefill(build, model_dir, prompts_h5, out_h5, ranks, options)
+        attributes = attributes or run_attributes
+        error = float(np.abs(logits - last).max())
+        logits_ok = error <= LOGITS_RTOL * max(1.0, float(np.abs(last).max()))
+        if layout == "pp2_dynamic":  # the plan really varied its chunks
+            logits_ok = logits_ok and len({int(n) for n in timeline["chunk_length"]}) >= 3
+        print(f"  {layout:<14} last logits {error:.1e} {'ok' if logits_ok else 'FAILED'}")
+        ok = compare_scores(layout, out_h5, ref) and logits_ok and ok
+    return ok
+
+
+def main():
+    build, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    prompts_h5 = os.path.join(work, "prompts.h5")
+    prompts = make_prompts(prompts_h5, SIZES["vocab_size"])
+    failed = [m[0] for m in MODELS if not check_model(build, work, prompts_h5, prompts, *m)]
+    if failed:
+        print("FAILED:", ", ".join(failed))
+        return 1
+    print("Passed: logits, log-probs, top-k and hidden states match transformers on every layout")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
