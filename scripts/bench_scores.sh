@@ -4,7 +4,7 @@
 #   1. synthetic `tiny` (vocab 512), one prompt of each length in TOKENS (default 16384 65536):
 #      the scores' memory must not grow with the prompt (the KV cache and the token ids do);
 #   2. SmolLM2-135M (vocab 49,152; scripts/get_model.sh) on real text: Debian's licences
-#      joined into one document cut to DOC_TOKENS (default 8192).
+#      joined into one document cut to DOC_TOKENS (default 8192, scripts/licence_document.sh).
 # usage: scripts/bench_scores.sh [TOKENS...]   (env DOC_TOKENS, CHUNK, default 512)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -40,15 +40,7 @@ done
 
 model=models/smollm2-135m
 [ -e "$model/config.json" ] || scripts/get_model.sh smollm2-135m "$model" >/dev/null
-cat /usr/share/common-licenses/{GPL-3,Apache-2.0,MPL-2.0,LGPL-3,Artistic} >"$work/licences.txt"
-scripts/tokenize.py --model "$model" --out "$work/doc_full.h5" "$work/licences.txt" >/dev/null
-/usr/bin/python3 - "$work/doc_full.h5" "$work/doc.h5" "$doc_tokens" <<'PY'
-import sys, h5py, numpy as np
-tokens = h5py.File(sys.argv[1], "r")["tokens"][:int(sys.argv[3])]
-with h5py.File(sys.argv[2], "w") as f:
-    f["tokens"] = tokens.astype(np.int32)
-    f["offsets"] = np.array([0, len(tokens)], np.int64)
-PY
+scripts/licence_document.sh "$model" "$work/doc.h5" "$doc_tokens"
 run "smollm2-135m (text)" "$model" "$work/doc.h5" "$doc_tokens"
 run "smollm2-135m (text)" "$model" "$work/doc.h5" "$doc_tokens" --logprobs --top-k 5
 grep -E '^log-probs' "$work/log" || true

@@ -22,7 +22,9 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
   for (const auto& e : events) {
     const auto kind = static_cast<EventKind>(e.kind);
     if (kind == EventKind::kCompute || kind == EventKind::kLmHead) busy[e.stage] += e.t_end_s - e.t_start_s;
-    if (kind == EventKind::kLmHead && e.stage == pp - 1 && e.tp_rank == 0) s.ttft_s[e.prompt] = e.t_end_s;
+    // The prompt's last LM-head span ends at its TTFT (with --logprobs every chunk has one).
+    if (kind == EventKind::kLmHead && e.stage == pp - 1 && e.tp_rank == 0)
+      s.ttft_s[e.prompt] = std::isnan(s.ttft_s[e.prompt]) ? e.t_end_s : std::max(s.ttft_s[e.prompt], e.t_end_s);
   }
   const int m = s.num_micro_batches;
   s.bubble_ideal = m > 0 ? static_cast<double>(pp - 1) / (pp - 1 + m) : 0;

