@@ -69,7 +69,9 @@ def llama_cpp(gguf_path, doc, threads, flash, batch):
     start = time.perf_counter()
     llm.eval(tokens)
     seconds = time.perf_counter() - start
-    report(f"llama.cpp{'+fa' if flash else ''}", len(tokens), seconds, int(np.argmax(llm.scores[len(tokens) - 1])))
+    # Without logits_all, llama-cpp-python keeps no scores: the last row is in the context.
+    last = np.ctypeslib.as_array(llm._ctx.get_logits(), shape=(llm.n_vocab(),))
+    report(f"llama.cpp{'+fa' if flash else ''}", len(tokens), seconds, int(np.argmax(last)))
 
 
 def transformers_forward(model_dir, doc, threads):

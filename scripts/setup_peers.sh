@@ -20,5 +20,6 @@ if ! ls "$wheels"/llama_cpp_python-"$version"-*.whl >/dev/null 2>&1; then
     CMAKE_BUILD_PARALLEL_LEVEL=$(nproc) \
     "$venv/bin/pip" wheel --no-deps --wheel-dir "$wheels" "llama-cpp-python==$version"
 fi
-"$venv/bin/pip" install --no-index --find-links "$wheels" "llama-cpp-python==$version"
-"$venv/bin/pip" install diskcache jinja2 typing-extensions numpy >/dev/null  # its run-time dependencies
+# Its run-time dependencies from PyPI first (the venv has all but diskcache), then the wheel.
+"$venv/bin/pip" install --quiet "diskcache>=5.6.1"
+"$venv/bin/pip" install --quiet --no-index --find-links "$wheels" "llama-cpp-python==$version"

@@ -29,6 +29,7 @@
 #include "io/results_h5.hpp"          // defines: ResultWriter (temporary file, renamed on success)
 #include "pipeline/backend_setup.hpp"  // defines: make_stage_backend (cpu, cuda or emulate)
 #include "pipeline/chunk_planning.hpp"  // defines: decide_plan (fixed or dynamic chunks, profiled or loaded)
+#include "pipeline/kv_export_setup.hpp"  // defines: start_kv_export, finish_kv_export (--save-kv)
 #include "pipeline/rank_setup.hpp"   // defines: open_rank_model, load_rank_weights, share_prompts
 #include "pipeline/stage_profiler.hpp"  // defines: profile_capacity_tokens
 #include "pipeline/stage_loop.hpp"   // defines: run_stage_loop (the per-rank event loop)
@@ -90,6 +91,11 @@ static int run_command(int argc, char** argv) {
     return 0;
   }
   const std::vector<int64_t> lengths = pipeline::share_prompts(topo, prompts, /*last_stage_scores=*/options.logprobs);
+  // KV export (--save-kv): a writer per rank; a resumed run recomputes finished prompts whose
+  // export is missing on some rank.
+  std::unique_ptr<kv::KvExporter> kv_export;
+  if (!options.save_kv.empty())
+    kv_export = pipeline::start_kv_export(topo, rank_model, options.save_kv, prompts, lengths, results.get());
 
   // Backend: the CPU or a GPU (this rank's weights and a KV pool for the longest prompt,
   // with room for profiling when this run profiles) or the emulator (cost-model sleeps).
@@ -139,6 +145,7 @@ static int run_command(int argc, char** argv) {
   loop.sink = writer ? &*stored : nullptr;
   loop.hidden_states = options.hidden_states;
   loop.token_rows = {options.logprobs, options.top_k};
+  loop.kv_export = kv_export.get();
   loop.progress = writer ? &progress : nullptr;
   loop.stop_requested = &g_stop_requested;
   loop.all_reduce = backend.all_reduce.get();
@@ -149,6 +156,10 @@ static int run_command(int argc, char** argv) {
     dist::barrier(MPI_COMM_WORLD);
   }
   const double wall_s = clock.now();
+  // Every rank's KV files written (or failed), then rank 0 lists them in DIR/index.json.
+  const std::optional<std::string> kv_export_error =
+      kv_export ? pipeline::finish_kv_export(topo, rank_model, options.save_kv, *kv_export, results.get())
+                : std::nullopt;
   const std::vector<int> nonfinite_prompts = writer ? stored->nonfinite_prompts() : std::vector<int>();
   int nonfinite_count = static_cast<int>(nonfinite_prompts.size());
   dist::broadcast_int(nonfinite_count, 0, MPI_COMM_WORLD);
@@ -189,8 +200,10 @@ static int run_command(int argc, char** argv) {
                   results->completed_count(), plan.num_prompts(), options.output.c_str());
     }
   }
+  // A failed KV export leaves the other outputs as they are (complete, or resumable).
+  if (kv_export_error && writer) std::fprintf(stderr, "error: %s\n", kv_export_error->c_str());
   dist::free_topology(topo);
-  if (nonfinite_count > 0) return kExitUserError;
+  if (nonfinite_count > 0 || kv_export_error) return kExitUserError;
   return loop_result.stopped ? kExitStopped : 0;
 }
 

@@ -238,6 +238,11 @@ OptionTable<RunOptions> run_table() {
         if (k < 0) throw UserError("--top-k must not be negative (got " + std::to_string(k) + "; 0: none)");
       })
       .echo_as("top_k", kRunIdentity | kOnlyWhenSet);
+  t.add("save-kv",
+        "also write every prompt's KV cache into this directory, one safetensors file per prompt, stage and TP rank, "
+        "and DIR/index.json (scripts/pipefill_kv.py loads them as a transformers cache)",
+        &R::save_kv)
+      .echo_as("save_kv");
   t.add("quiet", "no configuration echo, progress or summary", &R::quiet);
   t.add("watchdog-timeout",
         "seconds a rank may wait for a peer before the job is aborted with an error naming the stage and "
@@ -404,6 +409,7 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   refuse_unless_cpu(o.hidden_states != compute::HiddenStatesKind::kNone, "--hidden-states", "hidden states");
   refuse_unless_cpu(o.logprobs, "--logprobs", "log-probs");
   refuse_unless_cpu(o.top_k > 0, "--top-k", "log-probs");
+  refuse_unless_cpu(!o.save_kv.empty(), "--save-kv", "KV cache");
   // --output equal to --input (or any other clash of paths, links included) is refused by
   // io::require_distinct_paths before anything is read, with both paths in the message.
   return true;

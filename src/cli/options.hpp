@@ -43,6 +43,7 @@ struct RunOptions {
   compute::HiddenStatesKind hidden_states = compute::HiddenStatesKind::kNone;  // /hidden_states per prompt
   bool logprobs = false;  // /token_logprobs per token, /perplexity and /nll_sum per prompt
   int top_k = 0;          // /topk_ids and /topk_logprobs [T, top_k]; 0: none
+  std::string save_kv;    // directory of the KV export (kvcache/kv_export.hpp); empty: none
 };
 // The echoed configuration: every option with a key (rank 0's command-line check, the output's
 // attributes).

@@ -16,6 +16,7 @@ void check_run_paths(const RunOptions& o) {
   io::require_writable_file_path(o.output, "--output");
   io::require_writable_file_path(o.output + ".partial", "the output's partial file");
   if (!o.trace.empty()) io::require_writable_file_path(o.trace, "--trace");
+  if (!o.save_kv.empty()) io::require_writable_directory(o.save_kv, "--save-kv");
   if (cost_file) io::require_regular_file(cost_path, "--cost-model");
   io::require_distinct_paths({{"--input", o.input},
                               {"--output", o.output},

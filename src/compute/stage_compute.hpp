@@ -50,6 +50,13 @@ class StageCompute {
   virtual void lm_head_rows(const float* /*hidden*/, int /*rows*/, float* /*logits_shard*/) {
     throw std::logic_error("lm_head_rows: this backend does not score tokens (--logprobs, --top-k)");
   }
+  // The K and V of positions [pos0, pos0 + count) of `prompt` in every local layer, copied into
+  // host memory: keys and values each [layers][kv_heads][count][head_dim], K as attention used
+  // it (after RoPE and q/k norm). Last call for a prompt before finish_prompt (run --save-kv).
+  // Backends that do not implement it refuse --save-kv when options are parsed.
+  virtual void read_kv(int /*prompt*/, int64_t /*pos0*/, int /*count*/, float* /*keys*/, float* /*values*/) const {
+    throw std::logic_error("read_kv: this backend does not export its KV cache (--save-kv)");
+  }
   // The prompt's last chunk has passed this stage: free what it held (KV pages).
   virtual void finish_prompt(int prompt) = 0;
 

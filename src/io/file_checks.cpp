@@ -37,6 +37,18 @@ void require_writable_file_path(const std::string& path, const std::string& role
     throw UserError(role + " " + path + ": directory " + parent.string() + " is not writable");
 }
 
+void require_writable_directory(const std::string& path, const std::string& role) {
+  if (path.empty()) throw UserError(role + " is empty: give a directory");
+  std::error_code error;
+  fs::path existing = fs::absolute(path, error).lexically_normal();
+  while (!fs::exists(existing, error) && existing.has_parent_path() && existing != existing.parent_path())
+    existing = existing.parent_path();
+  if (!fs::is_directory(existing, error))
+    throw UserError(role + " " + path + ": " + existing.string() + " exists and is not a directory");
+  if (::access(existing.c_str(), W_OK | X_OK) != 0)
+    throw UserError(role + " " + path + ": directory " + existing.string() + " is not writable");
+}
+
 namespace {
 
 struct Identity {

@@ -15,6 +15,10 @@ void require_regular_file(const std::string& path, const std::string& role);
 // '/', not a directory or other non-regular file, in an existing writable directory.
 void require_writable_file_path(const std::string& path, const std::string& role);
 
+// UserError unless `path` is a writable directory, or can be made one (its nearest existing
+// ancestor is a writable directory; the run creates the rest when it first writes there).
+void require_writable_directory(const std::string& path, const std::string& role);
+
 struct PathRole {
   std::string role;  // "--input", "--output", "the output's .partial", ...
   std::string path;  // empty: not used in this run

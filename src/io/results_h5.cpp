@@ -231,6 +231,15 @@ ResultWriter::~ResultWriter() {
   }
 }
 
+void ResultWriter::recompute(const std::vector<int>& prompts) {
+  const unsigned char not_done = 0;
+  for (int prompt : prompts) {
+    write_row(completed_set_, H5T_NATIVE_UCHAR, static_cast<hsize_t>(prompt), 0, &not_done);
+    completed_.at(prompt) = 0;
+  }
+  if (!prompts.empty()) H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+}
+
 int ResultWriter::completed_count() const {
   int count = 0;
   for (char c : completed_) count += c != 0;

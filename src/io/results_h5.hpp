@@ -65,6 +65,9 @@ class ResultWriter {
 
   // Prompts a resumed file marked complete whose rows failed their checksum (recomputed).
   const std::vector<int>& torn_rows() const { return torn_rows_; }
+  // Marks finished prompts as not done (flags cleared and flushed): something they need
+  // besides their rows is missing (a KV export file), so they are computed again.
+  void recompute(const std::vector<int>& prompts);
 
   // Stores token rows [start, start + count) of `prompt` (layouts with token rows): logprobs
   // [count] (with token_logprobs), topk_logprobs and topk_ids [count, top_k] (with top_k).

@@ -157,7 +157,13 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
     const uint64_t data_size = file_size - data_begin;
     std::vector<std::pair<uint64_t, uint64_t>> ranges;
     for (auto& [name, entry] : json.items()) {
-      if (name == "__metadata__") continue;
+      if (name == "__metadata__") {
+        // Free-form strings by the format's definition; anything else in it is ignored.
+        if (entry.is_object())
+          for (auto& [key, value] : entry.items())
+            if (value.is_string()) metadata_[key] = value.get<std::string>();
+        continue;
+      }
       const std::string where = path + ": tensor " + name;
       if (!entry.is_object() || !entry.contains("dtype") || !entry.contains("shape") ||
           !entry.contains("data_offsets") || !entry["dtype"].is_string() || !entry["shape"].is_array() ||
@@ -230,24 +236,39 @@ void SafetensorsFile::read_block(const std::string& name, int64_t row0, int64_t 
   }
 }
 
-void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors, Dtype dtype) {
+SafetensorsHeader safetensors_header(const std::vector<TensorSpec>& tensors, Dtype dtype,
+                                     const std::map<std::string, std::string>& metadata) {
   nlohmann::json header = nlohmann::json::object();
-  header["__metadata__"] = {{"format", "pt"}};
+  header["__metadata__"] = nlohmann::json::object();
+  for (const auto& [key, value] : metadata) header["__metadata__"][key] = value;
+  SafetensorsHeader result;
   uint64_t offset = 0;
+  std::map<std::string, uint64_t> relative;
   for (const auto& t : tensors) {
     int64_t numel = 1;
     for (int64_t d : t.shape) numel *= d;
     const uint64_t bytes = static_cast<uint64_t>(numel) * dtype_size(dtype);
     header[t.name] = {{"dtype", dtype_name(dtype)}, {"shape", t.shape}, {"data_offsets", {offset, offset + bytes}}};
+    relative[t.name] = offset;
     offset += bytes;
   }
   std::string text = header.dump();
   while ((text.size() + 8) % 8 != 0) text.push_back(' ');  // keep the data 8-byte aligned
+  const uint64_t length = text.size();
+  for (int i = 0; i < 8; ++i) result.bytes.push_back(static_cast<char>((length >> (8 * i)) & 0xFF));
+  result.bytes += text;
+  for (const auto& [name, at] : relative) result.data_begin[name] = result.bytes.size() + at;
+  result.file_size = result.bytes.size() + offset;
+  return result;
+}
+
+void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors, Dtype dtype) {
+  std::vector<TensorSpec> specs;
+  for (const auto& t : tensors) specs.push_back({t.name, t.shape});
+  const SafetensorsHeader header = safetensors_header(specs, dtype, {{"format", "pt"}});
   std::ofstream out(path, std::ios::binary);
   if (!out) throw UserError("cannot write " + path);
-  uint64_t length = text.size();
-  for (int i = 0; i < 8; ++i) out.put(static_cast<char>((length >> (8 * i)) & 0xFF));
-  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.write(header.bytes.data(), static_cast<std::streamsize>(header.bytes.size()));
   std::vector<uint16_t> half;
   for (const auto& t : tensors) {
     int64_t numel = 1;

@@ -42,6 +42,8 @@ class SafetensorsFile {
   const std::string& path() const { return path_; }
   const std::map<std::string, TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo& info(const std::string& name) const;  // UserError if absent
+  // The header's __metadata__ (its string values).
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
 
   // Reads rows [row0, row0+rows) x cols [col0, col0+cols) of the 2-D view into `out`
   // (row-major, rows x cols floats), converting from the stored dtype.
@@ -55,6 +57,7 @@ class SafetensorsFile {
   std::string path_;
   int fd_ = -1;
   std::map<std::string, TensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
 };
 
 struct TensorToWrite {
@@ -62,6 +65,22 @@ struct TensorToWrite {
   std::vector<int64_t> shape;
   const float* data = nullptr;  // numel floats, row-major
 };
+
+struct TensorSpec {
+  std::string name;
+  std::vector<int64_t> shape;
+};
+
+// The opening of a safetensors file whose data are written afterwards, in pieces: the 8-byte
+// length and the JSON header (with `metadata` as __metadata__, padded so the data start
+// 8-byte aligned), each tensor's first data byte in the file, and the file's whole size.
+struct SafetensorsHeader {
+  std::string bytes;
+  std::map<std::string, uint64_t> data_begin;
+  uint64_t file_size = 0;
+};
+SafetensorsHeader safetensors_header(const std::vector<TensorSpec>& tensors, Dtype dtype,
+                                     const std::map<std::string, std::string>& metadata);
 
 // Writes one safetensors file storing every tensor as `dtype` (converted from float32).
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors, Dtype dtype);

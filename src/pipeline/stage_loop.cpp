@@ -73,6 +73,7 @@ class StageLoop {
   void look_for_stop(long long i);
   std::optional<dist::ReadySlot> receive_forward(long long i);  // nullopt: cut off while waiting
   void compute(const sched::MicroBatch& mb, dist::ReadySlot& state);
+  void export_kv(const sched::MicroBatch& mb);
   void send_forward(long long i, dist::ReadySlot state);
   void emit_results(const sched::MicroBatch& mb, dist::ReadySlot state);      // the last stage
   void take_hidden_states(const sched::MicroBatch& mb, const float* hidden);  // the last stage's TP rank 0
@@ -250,8 +251,20 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
     ctx_.compute.forward(chunk, state.data());
   }
   record_all_reduces(mb);
+  if (ctx_.kv_export) export_kv(mb);
   // The prompt's last chunk has passed this stage: its KV pages are free again.
   if (mb.is_last) ctx_.compute.finish_prompt(mb.prompt);
+}
+
+// The chunk's K/V rows, copied out of the pool for the exporter's writer thread (the copy is
+// the only part on this thread: a few MiB per chunk).
+void StageLoop::export_kv(const sched::MicroBatch& mb) {
+  const kv::KvExportLayout& layout = ctx_.kv_export->layout();
+  const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * mb.length * layout.head_dim;
+  std::vector<float> keys(floats), values(floats);
+  ctx_.compute.read_kv(mb.prompt, mb.start, mb.length, keys.data(), values.data());
+  dist::WaitLabel label(stage_name_ + " queueing the KV export of " + describe(mb) + " (the disk is behind)");
+  ctx_.kv_export->add_chunk(mb.prompt, mb.start, mb.length, std::move(keys), std::move(values), mb.is_last);
 }
 
 void StageLoop::send_forward(long long i, dist::ReadySlot state) {

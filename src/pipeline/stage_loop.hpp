@@ -9,6 +9,7 @@
 #include "dist/tp_all_reduce.hpp"
 #include "dist/transport.hpp"
 #include "io/prompts_h5.hpp"
+#include "kvcache/kv_export.hpp"
 #include "pipeline/result_route.hpp"
 #include "pipeline/progress.hpp"
 #include "sched/batch_plan.hpp"
@@ -35,6 +36,7 @@ struct StageLoopContext {
   // and every position's scores (--logprobs, --top-k).
   compute::HiddenStatesKind hidden_states = compute::HiddenStatesKind::kNone;
   TokenRowLayout token_rows{};
+  kv::KvExporter* kv_export = nullptr;  // --save-kv: every chunk's K/V goes to it
   ProgressReporter* progress = nullptr;  // world rank 0 only
   // World rank 0 polls it between micro-batches: set (by a SIGTERM/SIGUSR1 handler), it
   // stops issuing new prompts; prompts already started finish, every rank is told.

@@ -171,6 +171,26 @@ void CpuStageCompute::lm_head_rows(const float* hidden, int rows, float* logits_
   cpu::linear(head_normed_.data(), rows, h, weights_.lm_head.data(), shard_.vocab_count, logits_shard);
 }
 
+void CpuStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const {
+  const kv::KvShape& shape = kv_pool_.shape();
+  const std::vector<int>& pages = kv_pool_.pages(prompt);
+  const size_t d = static_cast<size_t>(shape.head_dim);
+  for (int layer = 0; layer < shape.layers; ++layer)
+    for (int head = 0; head < shape.kv_heads; ++head) {
+      const size_t out = (static_cast<size_t>(layer) * shape.kv_heads + head) * count * d;
+      // Runs of rows inside one page: a page holds [page_size, head_dim] per head.
+      for (int64_t p = pos0; p < pos0 + count;) {
+        const int page = pages.at(static_cast<size_t>(p / shape.page_size));
+        const int64_t in_page = p % shape.page_size;
+        const int64_t run = std::min<int64_t>(shape.page_size - in_page, pos0 + count - p);
+        const size_t at = out + static_cast<size_t>(p - pos0) * d;
+        std::copy_n(kv_pool_.key_page(layer, page, head) + in_page * d, run * d, keys + at);
+        std::copy_n(kv_pool_.value_page(layer, page, head) + in_page * d, run * d, values + at);
+        p += run;
+      }
+    }
+}
+
 void CpuStageCompute::prepare_prefix(int prompt, int64_t prefix, int tokens) {
   kv_pool_.reserve(prompt, prefix + tokens);
   const kv::KvShape& shape = kv_pool_.shape();

@@ -32,6 +32,7 @@ class CpuStageCompute final : public StageCompute {
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void final_norm(const float* hidden, int rows, float* normed) override;
   void lm_head_rows(const float* hidden, int rows, float* logits_shard) override;
+  void read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const override;
   void finish_prompt(int prompt) override { kv_pool_.release(prompt); }
   // Fills the prefix's K/V with random values: attention's cost does not depend on them.
   void prepare_prefix(int prompt, int64_t prefix, int tokens) override;

@@ -1,0 +1,98 @@
+"""Reading a pipefill KV export (`pipefill run --save-kv DIR`) back, to continue decoding elsewhere.
+
+    import sys; sys.path.insert(0, "scripts")
+    from pipefill_kv import load_hf_cache
+    cache = load_hf_cache("kv_dir", 0)                      # prompt 0: a transformers DynamicCache
+    out = model(input_ids=next_token_ids, past_key_values=cache)   # decoding continues at position T
+
+The export holds, per prompt, one safetensors file per (stage, TP rank): layers.{L}.key and
+layers.{L}.value [kv_heads, tokens, head_dim] for the stage's layers and the rank's KV heads, K
+after RoPE (and q/k norm) exactly as Hugging Face caches it, and DIR/index.json listing the
+prompts and shards (docs/formats.md, "KV export"). The loader joins the heads of the TP ranks,
+puts the layers in order, and checks every file's identity against the index (model, prompt,
+token count and hash) before trusting it. Needs torch, safetensors and (for the cache)
+transformers: the venv of scripts/setup_venv.sh has them.
+"""
+import json
+import os
+
+import numpy as np
+import torch
+from safetensors import safe_open
+
+FORMAT = "pipefill-kv-1"
+
+
+class KvExportError(ValueError):
+    """The directory is not a complete export of that prompt (or not of those tokens)."""
+
+
+def tokens_fnv1a(tokens):
+    """FNV-1a 64 of the int32 token ids, as pipefill hashes a prompt's tokens."""
+    value = 0xCBF29CE484222325
+    for byte in np.asarray(tokens, dtype="<i4").tobytes():
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return f"{value:016x}"
+
+
+def read_index(directory):
+    path = os.path.join(directory, "index.json")
+    try:
+        with open(path) as f:
+            index = json.load(f)
+    except FileNotFoundError:
+        raise KvExportError(f"{path} is missing: not a finished pipefill KV export")
+    if index.get("format") != FORMAT:
+        raise KvExportError(f"{path}: format {index.get('format')!r}, expected {FORMAT!r}")
+    return index
+
+
+def load_kv(directory, prompt_index, tokens=None):
+    """[(key, value)] per layer in order, each [1, num_kv_heads, T, head_dim], as stored (float32
+    from the cpu backend). With `tokens` (the prompt's ids), they must be the exported ones."""
+    index = read_index(directory)
+    entry = index["prompts"].get(str(prompt_index))
+    if entry is None:
+        raise KvExportError(f"{directory}: prompt {prompt_index} is not in the export "
+                            f"(it has {len(index['prompts'])} prompts)")
+    if tokens is not None and (len(tokens) != entry["tokens"] or tokens_fnv1a(tokens) != entry["tokens_fnv1a"]):
+        raise KvExportError(f"{directory}: prompt {prompt_index} was exported for other tokens")
+    num_layers, num_heads = index["num_layers"], index["num_kv_heads"]
+    keys = [[None] * num_heads for _ in range(num_layers)]
+    values = [[None] * num_heads for _ in range(num_layers)]
+    for name in entry["files"]:
+        path = os.path.join(directory, name)
+        if not os.path.isfile(path):
+            raise KvExportError(f"{path} is missing")
+        with safe_open(path, framework="pt") as f:
+            meta = f.metadata()
+            expected = {"format": FORMAT, "model_identity": index["model_identity"], "prompt": str(prompt_index),
+                        "tokens": str(entry["tokens"]), "tokens_fnv1a": entry["tokens_fnv1a"]}
+            for key, value in expected.items():
+                if meta.get(key) != value:
+                    raise KvExportError(f"{path}: {key} is {meta.get(key)!r}, the index says {value!r}")
+            first_layer, end_layer = (int(x) for x in meta["layers"].split(","))
+            first_head, end_head = (int(x) for x in meta["kv_heads"].split(","))
+            for layer in range(first_layer, end_layer):
+                keys[layer][first_head] = f.get_tensor(f"layers.{layer}.key")
+                values[layer][first_head] = f.get_tensor(f"layers.{layer}.value")
+    layers = []
+    for layer in range(num_layers):
+        parts_k = [k for k in keys[layer] if k is not None]
+        parts_v = [v for v in values[layer] if v is not None]
+        key, value = torch.cat(parts_k, dim=0), torch.cat(parts_v, dim=0)
+        if key.shape[0] != num_heads or key.shape[1] != entry["tokens"]:
+            raise KvExportError(f"{directory}: layer {layer} has {key.shape[0]} of {num_heads} KV heads")
+        layers.append((key[None], value[None]))
+    return layers
+
+
+def load_hf_cache(directory, prompt_index, tokens=None, dtype=None, device="cpu"):
+    """The prompt's cache as transformers' past_key_values: a DynamicCache holding every layer's
+    K and V for the prompt's T tokens (so the next token goes at position T)."""
+    from transformers import DynamicCache
+    cache = DynamicCache()
+    for layer, (key, value) in enumerate(load_kv(directory, prompt_index, tokens)):
+        cache.update(key.to(device=device, dtype=dtype or key.dtype), value.to(device=device, dtype=dtype or value.dtype),
+                     layer)
+    return cache

@@ -1,0 +1,229 @@
+// KV export: the writer thread and the file layout (see kv_export.hpp).
+#include "kvcache/kv_export.hpp"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <stdexcept>
+
+#include "io/fnv1a.hpp"
+
+namespace pf::kv {
+
+namespace {
+
+constexpr size_t kMaxQueuedChunks = 4;  // chunks copied out and waiting for the disk
+constexpr const char* kFormat = "pipefill-kv-1";
+
+std::string padded(int value, int width) {
+  std::string text = std::to_string(value);
+  return std::string(text.size() < static_cast<size_t>(width) ? width - text.size() : 0, '0') + text;
+}
+
+std::string key_name(int layer) { return "layers." + std::to_string(layer) + ".key"; }
+std::string value_name(int layer) { return "layers." + std::to_string(layer) + ".value"; }
+
+std::vector<io::TensorSpec> tensor_specs(const KvExportLayout& layout, int64_t tokens) {
+  std::vector<io::TensorSpec> specs;
+  const std::vector<int64_t> shape = {layout.kv_heads, tokens, layout.head_dim};
+  for (int l = 0; l < layout.layers; ++l) {
+    specs.push_back({key_name(layout.layer_begin + l), shape});
+    specs.push_back({value_name(layout.layer_begin + l), shape});
+  }
+  return specs;
+}
+
+bool write_all(int fd, const void* data, size_t bytes, uint64_t offset) {
+  const auto* p = static_cast<const char*>(data);
+  while (bytes > 0) {
+    const ssize_t written = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
+    if (written < 0 && errno == EINTR) continue;
+    if (written <= 0) return false;
+    p += written;
+    bytes -= static_cast<size_t>(written);
+    offset += static_cast<uint64_t>(written);
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string kv_file_name(int prompt, int stage, int tp_rank) {
+  return "prompt-" + padded(prompt, 6) + "/stage" + padded(stage, 2) + "_tp" + padded(tp_rank, 2) + ".safetensors";
+}
+
+std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout, int prompt, int64_t tokens,
+                                                    uint64_t tokens_hash) {
+  const auto range = [](int begin, int count) { return std::to_string(begin) + "," + std::to_string(begin + count); };
+  io::Fnv1a hash;
+  hash.value = tokens_hash;
+  return {{"format", kFormat},
+          {"model_identity", layout.model_identity},
+          {"dtype", io::dtype_name(layout.dtype)},
+          {"prompt", std::to_string(prompt)},
+          {"tokens", std::to_string(tokens)},
+          {"tokens_fnv1a", hash.hex()},
+          {"first_position", "0"},
+          {"layers", range(layout.layer_begin, layout.layers)},
+          {"total_layers", std::to_string(layout.total_layers)},
+          {"kv_heads", range(layout.kv_head_begin, layout.kv_heads)},
+          {"total_kv_heads", std::to_string(layout.total_kv_heads)},
+          {"head_dim", std::to_string(layout.head_dim)},
+          {"stage", std::to_string(layout.stage)},
+          {"tp_rank", std::to_string(layout.tp_rank)},
+          {"key", "after RoPE (and q/k norm), as Hugging Face caches it; [kv_heads, tokens, head_dim]"}};
+}
+
+bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, uint64_t tokens_hash) {
+  const std::string path = layout.dir + "/" + kv_file_name(prompt, layout.stage, layout.tp_rank);
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return false;
+  try {
+    const io::SafetensorsFile file(path);  // a torn or truncated file fails its header checks
+    if (file.metadata() != kv_file_metadata(layout, prompt, tokens, tokens_hash)) return false;
+    return file.tensors().size() == static_cast<size_t>(2 * layout.layers);
+  } catch (const std::exception&) {
+    return false;
+  }
+}
+
+KvExporter::KvExporter(KvExportLayout layout, std::vector<int64_t> lengths, std::vector<uint64_t> token_hashes)
+    : layout_(std::move(layout)), lengths_(std::move(lengths)), hashes_(std::move(token_hashes)) {
+  writer_ = std::thread([this] { run(); });
+}
+
+KvExporter::~KvExporter() { finish(); }
+
+void KvExporter::add_chunk(int prompt, int64_t pos0, int count, std::vector<float> keys, std::vector<float> values,
+                           bool last) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  changed_.wait(lock, [&] { return queue_.size() < kMaxQueuedChunks; });
+  queue_.push_back({prompt, pos0, count, std::move(keys), std::move(values), last});
+  changed_.notify_all();
+}
+
+std::optional<std::string> KvExporter::finish() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    closing_ = true;
+    changed_.notify_all();
+  }
+  if (writer_.joinable()) writer_.join();
+  std::lock_guard<std::mutex> lock(mutex_);
+  return error_;
+}
+
+std::vector<int> KvExporter::completed_prompts() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return completed_;
+}
+
+void KvExporter::run() {
+  for (;;) {
+    Chunk chunk;
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      changed_.wait(lock, [&] { return !queue_.empty() || closing_; });
+      if (queue_.empty()) break;
+      chunk = std::move(queue_.front());
+      queue_.pop_front();
+      changed_.notify_all();
+    }
+    bool failed;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      failed = error_.has_value();
+    }
+    if (!failed) write_chunk(chunk);  // after a failure the queue is only drained
+  }
+  for (auto& [prompt, file] : open_) {  // a stopped run: prompts that did not finish
+    ::close(file.fd);
+    ::unlink(file.partial_path.c_str());
+  }
+  open_.clear();
+}
+
+void KvExporter::fail(const std::string& message) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (!error_) error_ = message;
+}
+
+KvExporter::OpenFile& KvExporter::open_file(int prompt) {
+  auto found = open_.find(prompt);
+  if (found != open_.end()) return found->second;
+  OpenFile file;
+  file.final_path = layout_.dir + "/" + kv_file_name(prompt, layout_.stage, layout_.tp_rank);
+  file.partial_path = file.final_path + ".partial";
+  std::error_code error;
+  std::filesystem::create_directories(std::filesystem::path(file.final_path).parent_path(), error);
+  const int64_t tokens = lengths_.at(prompt);
+  file.header = io::safetensors_header(tensor_specs(layout_, tokens), layout_.dtype,
+                                       kv_file_metadata(layout_, prompt, tokens, hashes_.at(prompt)));
+  file.fd = ::open(file.partial_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  // The whole file is allocated first (posix_fallocate: a full disk fails here, not mid-prompt).
+  int status = file.fd < 0 ? errno : ::posix_fallocate(file.fd, 0, static_cast<off_t>(file.header.file_size));
+  if (status == EOPNOTSUPP || status == EINVAL)  // file systems without fallocate: a sparse file
+    status = ::ftruncate(file.fd, static_cast<off_t>(file.header.file_size)) == 0 ? 0 : errno;
+  if (status == 0 && !write_all(file.fd, file.header.bytes.data(), file.header.bytes.size(), 0)) status = errno;
+  if (status != 0) {
+    if (file.fd >= 0) ::close(file.fd);
+    ::unlink(file.partial_path.c_str());
+    throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(status));
+  }
+  return open_.emplace(prompt, std::move(file)).first->second;
+}
+
+void KvExporter::write_chunk(const Chunk& chunk) {
+  try {
+    OpenFile& file = open_file(chunk.prompt);
+    const int64_t tokens = lengths_.at(chunk.prompt);
+    const size_t element = static_cast<size_t>(io::dtype_size(layout_.dtype));
+    const size_t row_floats = static_cast<size_t>(chunk.count) * layout_.head_dim;
+    for (int l = 0; l < layout_.layers; ++l) {
+      for (int part = 0; part < 2; ++part) {
+        const std::vector<float>& source = part == 0 ? chunk.keys : chunk.values;
+        const uint64_t tensor_begin =
+            file.header.data_begin.at(part == 0 ? key_name(layout_.layer_begin + l) : value_name(layout_.layer_begin + l));
+        for (int h = 0; h < layout_.kv_heads; ++h) {
+          const float* rows = source.data() + (static_cast<size_t>(l) * layout_.kv_heads + h) * row_floats;
+          // Head h's rows [pos0, pos0 + count) of a [kv_heads, tokens, head_dim] tensor.
+          const uint64_t at = tensor_begin + (static_cast<uint64_t>(h) * tokens + chunk.pos0) * layout_.head_dim * element;
+          const void* data = rows;
+          if (layout_.dtype == io::Dtype::kBF16) {
+            row_buffer_.resize((row_floats + 1) / 2);
+            auto* half = reinterpret_cast<uint16_t*>(row_buffer_.data());
+            for (size_t i = 0; i < row_floats; ++i) half[i] = io::float_to_bf16(rows[i]);
+            data = half;
+          }
+          if (!write_all(file.fd, data, row_floats * element, at))
+            throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(errno));
+        }
+      }
+    }
+    if (!chunk.last) return;
+    // Durable before it is visible under its final name: a crash leaves a .partial, never a torn file.
+    if (::fdatasync(file.fd) != 0 || ::close(file.fd) != 0)
+      throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(errno));
+    file.fd = -1;
+    if (::rename(file.partial_path.c_str(), file.final_path.c_str()) != 0)
+      throw std::runtime_error("cannot rename " + file.partial_path + ": " + std::strerror(errno));
+    open_.erase(chunk.prompt);
+    std::lock_guard<std::mutex> lock(mutex_);
+    completed_.push_back(chunk.prompt);
+  } catch (const std::exception& e) {
+    fail(e.what());
+    auto found = open_.find(chunk.prompt);
+    if (found != open_.end()) {
+      if (found->second.fd >= 0) ::close(found->second.fd);
+      ::unlink(found->second.partial_path.c_str());
+      open_.erase(found);
+    }
+  }
+}
+
+}  // namespace pf::kv

@@ -1,0 +1,106 @@
+// KV export (run --save-kv DIR): each rank writes the K and V its stage computed for the layers
+// and KV heads it holds, for every prompt, chunk by chunk as chunks finish, so that decoding can
+// continue elsewhere (scripts/pipefill_kv.py loads them as transformers' cache). Layout and why:
+// docs/formats.md, "KV export".
+//
+//   DIR/prompt-000007/stage01_tp00.safetensors   one file per (prompt, stage, TP rank)
+//   DIR/index.json                                written by rank 0 when the run ends
+//
+// A file holds `layers.{L}.key` and `layers.{L}.value` for each of its global layers L, each
+// [kv_heads, tokens, head_dim] (K after RoPE and q/k norm: what Hugging Face caches), and its
+// identity in the safetensors __metadata__. The compute thread copies a chunk's rows out of the
+// KV pool (StageCompute::read_kv) and queues them; a writer thread puts them at their offsets
+// in the prompt's file (written as "NAME.partial", preallocated, then fdatasync'd and renamed
+// on the prompt's last chunk), so the next chunk's compute never waits on the disk unless
+// kMaxQueuedChunks chunks are already waiting. A write that fails (a full disk, a directory
+// that went away) is kept as the export's error; the rest of the run goes on.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/safetensors.hpp"
+
+namespace pf::kv {
+
+// What one rank exports, the same for every prompt but the token count and hash.
+struct KvExportLayout {
+  std::string dir;
+  std::string model_identity;  // identifies config + weights (the run's fingerprints)
+  int stage = 0, tp_rank = 0;
+  int layer_begin = 0, layers = 0, total_layers = 0;     // global layers [begin, begin + layers)
+  int kv_head_begin = 0, kv_heads = 0, total_kv_heads = 0;  // KV heads [begin, begin + kv_heads)
+  int head_dim = 0;
+  io::Dtype dtype = io::Dtype::kF32;
+};
+
+// The path of prompt p's file of (stage, tp_rank), relative to DIR.
+std::string kv_file_name(int prompt, int stage, int tp_rank);
+
+// The __metadata__ a prompt's file holds (and a resumed run checks before trusting it).
+std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout, int prompt, int64_t tokens,
+                                                    uint64_t tokens_hash);
+
+// True when DIR holds prompt p's finished file of this rank, with this metadata.
+bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, uint64_t tokens_hash);
+
+class KvExporter {
+ public:
+  // `lengths` and `token_hashes` (FNV-1a of each prompt's int32 ids) per prompt.
+  KvExporter(KvExportLayout layout, std::vector<int64_t> lengths, std::vector<uint64_t> token_hashes);
+  ~KvExporter();  // finishes (waits for queued writes)
+  KvExporter(const KvExporter&) = delete;
+  KvExporter& operator=(const KvExporter&) = delete;
+
+  // One chunk's rows, positions [pos0, pos0 + count) of `prompt`: keys and values each
+  // [layers][kv_heads][count][head_dim] float32 (the rank's own layers and heads). `last`: the
+  // prompt's last chunk (its file is completed after this). Blocks only while the queue is full.
+  void add_chunk(int prompt, int64_t pos0, int count, std::vector<float> keys, std::vector<float> values, bool last);
+  // Waits for every queued write; the first failure, if any ("cannot write PATH: reason").
+  std::optional<std::string> finish();
+  // Prompts whose files this exporter completed.
+  std::vector<int> completed_prompts();
+  const KvExportLayout& layout() const { return layout_; }
+  int64_t length(int prompt) const { return lengths_.at(prompt); }
+  uint64_t tokens_hash(int prompt) const { return hashes_.at(prompt); }
+
+ private:
+  struct Chunk {
+    int prompt;
+    int64_t pos0;
+    int count;
+    std::vector<float> keys, values;
+    bool last;
+  };
+  struct OpenFile {
+    int fd = -1;
+    std::string partial_path, final_path;
+    io::SafetensorsHeader header;
+  };
+  void run();
+  void write_chunk(const Chunk& chunk);
+  OpenFile& open_file(int prompt);
+  void fail(const std::string& message);
+
+  const KvExportLayout layout_;
+  const std::vector<int64_t> lengths_;
+  const std::vector<uint64_t> hashes_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  std::deque<Chunk> queue_;
+  bool closing_ = false;
+  std::optional<std::string> error_;  // guarded by mutex_
+  std::vector<int> completed_;        // guarded by mutex_
+  std::map<int, OpenFile> open_;      // writer thread only
+  std::vector<float> row_buffer_;     // writer thread only (dtype conversion)
+  std::thread writer_;
+};
+
+}  // namespace pf::kv

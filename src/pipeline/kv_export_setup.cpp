@@ -1,0 +1,162 @@
+// KV export set-up and finish (see kv_export_setup.hpp).
+#include "pipeline/kv_export_setup.hpp"
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "dist/collectives.hpp"
+#include "dist/error_agreement.hpp"
+#include "io/fnv1a.hpp"
+
+namespace pf::pipeline {
+
+namespace {
+
+// The layout of (stage, tp_rank): the same rule as the weights' (model/weights.cpp: whole KV
+// heads in contiguous blocks per TP rank).
+kv::KvExportLayout layout_of(const RankModel& m, const std::string& dir, const std::string& identity, int stage,
+                             int tp, int tp_rank) {
+  const model::ModelConfig& c = m.config();
+  kv::KvExportLayout layout;
+  layout.dir = dir;
+  layout.model_identity = identity;
+  layout.stage = stage;
+  layout.tp_rank = tp_rank;
+  layout.layer_begin = m.partition[stage].first;
+  layout.layers = m.partition[stage].count;
+  layout.total_layers = c.num_layers;
+  layout.kv_heads = c.num_kv_heads / tp;
+  layout.kv_head_begin = tp_rank * layout.kv_heads;
+  layout.total_kv_heads = c.num_kv_heads;
+  layout.head_dim = c.head_dim;
+  layout.dtype = io::Dtype::kF32;  // the cpu backend's KV (the only one that exports, so far)
+  return layout;
+}
+
+template <typename T>
+void broadcast_vector(std::vector<T>& values, MPI_Comm comm) {
+  std::vector<char> bytes(values.size() * sizeof(T));
+  if (!bytes.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+  dist::broadcast_bytes(bytes, 0, comm);
+  values.resize(bytes.size() / sizeof(T));
+  if (!bytes.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());
+}
+
+}  // namespace
+
+std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, const RankModel& m, const std::string& dir,
+                                                const io::PromptSet& prompts, const std::vector<int64_t>& lengths,
+                                                io::ResultWriter* results) {
+  // Rank 0 names the model (config + weights fingerprint) and hashes every prompt's tokens.
+  std::vector<char> identity;
+  std::vector<uint64_t> hashes;
+  std::vector<char> finished;
+  if (topo.is_writer()) {
+    const std::string text =
+        io::Fnv1a().add(m.config_json.dump()).add(m.weights_fingerprint).hex();
+    identity.assign(text.begin(), text.end());
+    for (int p = 0; p < prompts.num_prompts(); ++p) {
+      const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
+      hashes.push_back(io::Fnv1a().add(ids, sizeof(int32_t) * lengths[p]).value);
+    }
+    finished = results->completed();
+  }
+  dist::broadcast_bytes(identity, 0, MPI_COMM_WORLD);
+  broadcast_vector(hashes, MPI_COMM_WORLD);
+  broadcast_vector(finished, MPI_COMM_WORLD);
+  const kv::KvExportLayout layout =
+      layout_of(m, dir, std::string(identity.begin(), identity.end()), topo.stage, topo.tp, topo.tp_rank);
+
+  // A prompt the output holds but this rank's file does not: every rank says which.
+  std::vector<int> missing;
+  for (int p = 0; p < static_cast<int>(finished.size()); ++p)
+    if (finished[p] && !kv::kv_file_complete(layout, p, lengths[p], hashes[p])) missing.push_back(p);
+  std::vector<char> mine(missing.size() * sizeof(int));
+  if (!missing.empty()) std::memcpy(mine.data(), missing.data(), mine.size());
+  const std::vector<std::vector<char>> all = dist::gather_bytes(mine, 0, MPI_COMM_WORLD);
+  if (topo.is_writer()) {
+    std::vector<char> again(finished.size(), 0);
+    for (const auto& blob : all)
+      for (size_t i = 0; i + sizeof(int) <= blob.size(); i += sizeof(int)) {
+        int p;
+        std::memcpy(&p, blob.data() + i, sizeof p);
+        again.at(p) = 1;
+      }
+    std::vector<int> prompts_again;
+    for (int p = 0; p < static_cast<int>(again.size()); ++p)
+      if (again[p]) prompts_again.push_back(p);
+    if (!prompts_again.empty()) {
+      std::fprintf(stderr,
+                   "note: %zu finished prompt(s) (first: %d) lack their KV export in %s: computing them again\n",
+                   prompts_again.size(), prompts_again[0], dir.c_str());
+      results->recompute(prompts_again);
+    }
+  }
+  return std::make_unique<kv::KvExporter>(layout, lengths, std::move(hashes));
+}
+
+namespace {
+
+// DIR/index.json (rank 0): the shards of the layout and the prompts the output holds.
+std::optional<std::string> write_index(const dist::Topology& topo, const RankModel& m, const std::string& dir,
+                                       const kv::KvExporter& exporter, const io::ResultWriter& results) {
+  const model::ModelConfig& c = m.config();
+  nlohmann::json shards = nlohmann::json::array();
+  for (int s = 0; s < topo.pp; ++s)
+    for (int r = 0; r < topo.tp; ++r) {
+      const kv::KvExportLayout l = layout_of(m, dir, "", s, topo.tp, r);
+      shards.push_back({{"stage", s},
+                        {"tp_rank", r},
+                        {"layers", {l.layer_begin, l.layer_begin + l.layers}},
+                        {"kv_heads", {l.kv_head_begin, l.kv_head_begin + l.kv_heads}}});
+    }
+  nlohmann::json prompts = nlohmann::json::object();
+  const std::vector<char>& done = results.completed();
+  for (int p = 0; p < static_cast<int>(done.size()); ++p) {
+    if (!done[p]) continue;
+    nlohmann::json files = nlohmann::json::array();
+    for (int s = 0; s < topo.pp; ++s)
+      for (int r = 0; r < topo.tp; ++r) files.push_back(kv::kv_file_name(p, s, r));
+    io::Fnv1a hash;
+    hash.value = exporter.tokens_hash(p);
+    prompts[std::to_string(p)] = {{"tokens", exporter.length(p)}, {"tokens_fnv1a", hash.hex()}, {"files", files}};
+  }
+  const nlohmann::json index = {{"format", "pipefill-kv-1"},
+                                {"model_identity", exporter.layout().model_identity},
+                                {"model_config", m.config_json},
+                                {"dtype", io::dtype_name(exporter.layout().dtype)},
+                                {"num_layers", c.num_layers},
+                                {"num_kv_heads", c.num_kv_heads},
+                                {"head_dim", c.head_dim},
+                                {"pp", topo.pp},
+                                {"tp", topo.tp},
+                                {"shards", shards},
+                                {"prompts", prompts}};
+  const std::string path = dir + "/index.json", partial = path + ".partial";
+  {
+    std::ofstream out(partial);
+    out << index.dump(1) << "\n";
+    if (!out.flush()) return "--save-kv: cannot write " + partial;
+  }
+  std::error_code error;
+  std::filesystem::rename(partial, path, error);
+  if (error) return "--save-kv: cannot rename " + partial + ": " + error.message();
+  return std::nullopt;
+}
+
+}  // namespace
+
+std::optional<std::string> finish_kv_export(const dist::Topology& topo, const RankModel& m, const std::string& dir,
+                                            kv::KvExporter& exporter, const io::ResultWriter* results) {
+  std::optional<std::string> error = exporter.finish();
+  if (error) error = "--save-kv: " + *error + " (rank " + std::to_string(topo.world_rank) + ")";
+  // Every rank's files are written (or failed) before rank 0 lists them.
+  error = dist::agree_on_errors(error, MPI_COMM_WORLD);
+  if (topo.is_writer() && !error) error = write_index(topo, m, dir, exporter, *results);
+  return dist::agree_on_errors(error, MPI_COMM_WORLD);
+}
+
+}  // namespace pf::pipeline

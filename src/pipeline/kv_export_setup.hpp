@@ -1,0 +1,34 @@
+// Setting up and finishing the KV export of a run (--save-kv DIR, kvcache/kv_export.hpp) on
+// every rank: what each rank exports, which finished prompts a resumed run must compute again
+// because their export is missing somewhere, and DIR/index.json at the end.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dist/topology.hpp"
+#include "io/prompts_h5.hpp"
+#include "io/results_h5.hpp"
+#include "kvcache/kv_export.hpp"
+#include "pipeline/rank_setup.hpp"
+
+namespace pf::pipeline {
+
+// Collective. This rank's exporter into `dir`. `prompts` holds the token ids on rank 0, which
+// hashes them; `results` is rank 0's output: a prompt it holds as finished whose file is not in
+// `dir` on some rank (a run killed between the two, or started without --save-kv) is marked to
+// be computed again, with a note.
+std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topology, const RankModel& rank_model,
+                                                const std::string& dir, const io::PromptSet& prompts,
+                                                const std::vector<int64_t>& lengths, io::ResultWriter* results);
+
+// Collective. Waits for every rank's writes. Rank 0 then writes dir/index.json listing the
+// prompts the output holds as finished, unless a rank failed: the first failure is returned
+// (rank 0: its message; elsewhere a placeholder).
+std::optional<std::string> finish_kv_export(const dist::Topology& topology, const RankModel& rank_model,
+                                            const std::string& dir, kv::KvExporter& exporter,
+                                            const io::ResultWriter* results);
+
+}  // namespace pf::pipeline
