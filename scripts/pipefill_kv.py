@@ -3,7 +3,8 @@
     import sys; sys.path.insert(0, "scripts")
     from pipefill_kv import load_hf_cache
     cache = load_hf_cache("kv_dir", 0)                      # prompt 0: a transformers DynamicCache
-    out = model(input_ids=next_token_ids, past_key_values=cache)   # decoding continues at position T
+    out = model(input_ids=next_token_ids, cache=cache)   # decoding continues at position T
+                                                         # (transformers < 5.2x: past_key_values=cache)
 
 The export holds, per prompt, one safetensors file per (stage, TP rank): layers.{L}.key and
 layers.{L}.value [kv_heads, tokens, head_dim] for the stage's layers and the rank's KV heads, K

@@ -87,6 +87,9 @@ static int run_command(int argc, char** argv) {
   dist::broadcast_int(already_complete, 0, MPI_COMM_WORLD);
   if (already_complete) {
     if (writer) std::printf("%s is already complete: nothing to resume\n", options.output.c_str());
+    if (writer && !options.save_kv.empty())
+      std::printf("note: nothing was computed, so nothing was exported to %s (the run that computes a prompt "
+                  "exports it: run again to a new --output)\n", options.save_kv.c_str());
     dist::free_topology(topo);
     return 0;
   }

@@ -79,6 +79,10 @@ case $case in
   trace_is_partial) extra=(--pp 2 --trace "$out.partial"); expect="the output's partial file ($out.partial) and --trace" ;;
   output_is_directory) mkdir "$work/dir"; out=$work/dir; expect="is a directory: give a file name" ;;
   output_ends_in_slash) out=$work/new/; expect="ends in '/'" ;;
+  save_kv_is_file) touch "$work/kv"; extra=(--pp 2 --save-kv "$work/kv/sub")
+    expect="--save-kv $work/kv/sub: $work/kv exists and is not a directory" ;;
+  save_kv_emulate) extra=(--pp 2 --backend emulate --cost-model analytic:h20 --save-kv "$work/kv")
+    expect="--save-kv needs real compute: --backend emulate computes no KV cache" ;;
   output_empty) out=""; expect="--output is empty" ;;
   trace_directory_missing) extra=(--pp 2 --trace "$work/missing/t.json"); expect="does not exist" ;;
   trace_is_directory) extra=(--pp 2 --trace "$work"); expect="--trace $work is a directory" ;;

@@ -16,3 +16,12 @@ add_test(NAME transformers.smollm2
                  ${CMAKE_CURRENT_BINARY_DIR}/smollm2_check)
 set_tests_properties(transformers.smollm2 PROPERTIES FIXTURES_REQUIRED "venv;smollm2" LABELS "mpi;reference"
                      TIMEOUT 600 PROCESSORS 2)
+
+# Decoding continues elsewhere: a --save-kv export loaded by scripts/pipefill_kv.py decodes
+# transformers' own greedy tokens (SmolLM2 and a tiny Qwen3 with q/k norm; pp, tp, pp x tp).
+add_test(NAME transformers.kv_export_decode
+         COMMAND bash -c "exec \"${PF_VENV_PYTHON}\" \"\$@\" \"${PF_SMOLLM2_DIR}\""
+                 kv_export_check ${CMAKE_CURRENT_SOURCE_DIR}/reference/kv_export_check.py ${PF_BIN}
+                 ${CMAKE_CURRENT_BINARY_DIR}/kv_export_check)
+set_tests_properties(transformers.kv_export_decode PROPERTIES FIXTURES_REQUIRED "venv;smollm2"
+                     LABELS "mpi;reference" TIMEOUT 600 PROCESSORS 2)

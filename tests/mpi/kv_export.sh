@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# --save-kv: the export is complete and right after interruptions, and a failing disk is one
+# error that leaves the other outputs whole. Each case compares the export with an
+# uninterrupted run's, tensor by tensor (the same plan computes the same bytes):
+#   resume        SIGUSR1 mid-batch (pp 2 x tp 2), then --resume: every prompt's files and
+#                 the index, none left as .partial
+#   missing_file  a partial output whose finished prompt 2 lost one KV file (a crash between
+#                 the row and the file, or a first run without --save-kv): --resume names it
+#                 and computes it again, with prompt 4 that was not finished
+#   disk_full     the export directory is a full file system (a small tmpfs): exit 2 and one
+#                 `error: --save-kv: cannot write ...`, no index, the output complete
+#   complete      --resume --save-kv on an output that is already complete: a note that
+#                 nothing was computed, hence nothing exported
+# usage: kv_export.sh BIN_DIR DATA_DIR CASE
+set -euo pipefail
+here=$(dirname "$0")
+source "$here/mpi_env.sh"
+bin=$1 data=$2 case=$3
+temp_dir work
+MPI_TIMEOUT=120
+
+# same_export A B: every prompt of A's index is in B with the same tensors, and vice versa.
+same_export() {
+  "$PYTHON" - "$1" "$2" <<'PY' || fail "the KV export differs from the uninterrupted run's"
+import json, os, struct, sys
+import numpy as np
+def tensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    return {k: data[v["data_offsets"][0]:v["data_offsets"][1]] for k, v in header.items() if k != "__metadata__"}
+a, b = (json.load(open(os.path.join(d, "index.json"))) for d in sys.argv[1:3])
+assert a["prompts"] == b["prompts"], (sorted(a["prompts"]), sorted(b["prompts"]))
+files = 0
+for entry in a["prompts"].values():
+    for name in entry["files"]:
+        assert tensors(os.path.join(sys.argv[1], name)) == tensors(os.path.join(sys.argv[2], name)), name
+        files += 1
+partials = [f for d, _, fs in os.walk(sys.argv[2]) for f in fs if f.endswith(".partial")]
+assert not partials, partials
+print(f"export: {len(a['prompts'])} prompts, {files} files, equal to the uninterrupted run's")
+PY
+}
+
+case $case in
+  resume)
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 16 --min-len 800 --max-len 1600 --vocab 512 --seed 8 >/dev/null
+    args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --tp 2 --chunk-size 16 --page-size 16)
+    pipefill_mpi 4 "${args[@]}" --quiet --output "$work/reference.h5" --save-kv "$work/reference_kv"
+    start_run "$work/first.log" 4 "${args[@]}" --progress-interval 0.05 --output "$work/out.h5" --save-kv "$work/kv"
+    wait_for_prompts 1
+    signal_run USR1 mpirun
+    finish_run
+    expect_status 75 "a stopped run"
+    "$PYTHON" -c "import json,sys; n=len(json.load(open(sys.argv[1]))['prompts']); print(f'index after the stop: {n} prompts'); assert 0 < n < 16" "$work/kv/index.json"
+    pipefill_mpi 4 "${args[@]}" --quiet --output "$work/out.h5" --save-kv "$work/kv" --resume
+    same_export "$work/reference_kv" "$work/kv" ;;
+  missing_file)
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 6 --min-len 100 --max-len 400 --vocab 512 --seed 4 >/dev/null
+    args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size 64 --page-size 16)
+    pipefill_mpi 2 "${args[@]}" --quiet --output "$work/reference.h5" --save-kv "$work/reference_kv"
+    cp -r "$work/reference_kv" "$work/kv"
+    rm "$work/kv/prompt-000002/stage01_tp00.safetensors" "$work/kv/index.json"
+    cp "$work/reference.h5" "$work/out.h5.partial"
+    "$PYTHON" -c "import h5py,sys; h5py.File(sys.argv[1], 'r+')['completed'][4] = 0" "$work/out.h5.partial"
+    pipefill_mpi 2 "${args[@]}" --quiet --output "$work/out.h5" --save-kv "$work/kv" --resume 2>"$work/stderr"
+    cat "$work/stderr"
+    grep -q "^note: 1 finished prompt(s) (first: 2) lack their KV export" "$work/stderr" ||
+      fail "the prompt whose KV file is missing was not named"
+    same_export "$work/reference_kv" "$work/kv" ;;
+  disk_full)
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 4 --min-len 300 --max-len 400 --vocab 512 --seed 4 >/dev/null
+    # A real full disk: a 256 KiB tmpfs (root only; skipped elsewhere). Each prompt's KV file
+    # (4 layers x 2 x 2 heads x 300+ tokens x 32 x 4 bytes) is over 300 KiB.
+    mkdir "$work/small"
+    mount -t tmpfs -o size=256k tmpfs "$work/small" 2>/dev/null || { echo "cannot mount a tmpfs: skipped"; exit 77; }
+    on_exit "umount '$work/small'"
+    status_of pipefill_mpi 2 run --model "$data/tiny" --pp 2 --input "$work/in.h5" --chunk-size 64 --page-size 16 \
+      --quiet --output "$work/out.h5" --save-kv "$work/small/kv" 2>"$work/stderr"
+    cat "$work/stderr"
+    expect_status 2 "a run whose KV export failed"
+    grep -q "^error: --save-kv: cannot write $work/small/kv/prompt-0000.*: No space left on device (rank [01])" \
+      "$work/stderr" || fail "no error naming the file that could not be written"
+    [ "$(grep -c '^error:' "$work/stderr")" -eq 1 ] || fail "more than one error line"
+    [ -e "$work/out.h5" ] || fail "the output did not survive the failed export"
+    [ ! -e "$work/small/kv/index.json" ] || fail "an index was written for a failed export"
+    "$PYTHON" "$here/check_output.py" "$work/out.h5" ;;
+  complete)
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 2 --min-len 50 --max-len 80 --vocab 512 --seed 4 >/dev/null
+    args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size 64 --page-size 16 --quiet)
+    pipefill_mpi 2 "${args[@]}" --output "$work/out.h5"
+    pipefill_mpi 2 "${args[@]}" --output "$work/out.h5" --resume --save-kv "$work/kv" >"$work/stdout" 2>&1
+    cat "$work/stdout"
+    grep -q "already complete" "$work/stdout" && grep -q "^note: .*nothing was exported" "$work/stdout" ||
+      fail "no note that a complete output exports nothing" ;;
+  *) fail "unknown case $case" ;;
+esac
+echo "Passed: $case"
