@@ -303,6 +303,11 @@ OptionTable<SimulateOptions> simulate_table() {
   t.add("tp", "tensor-parallel ranks per stage", &S::tp).at_least_one();
   t.add("layer-partition", "layers per stage (default: equal, remainder on the last stages)", &S::layer_partition);
   t.add("length", "prompt length in tokens (repeat for several prompts)", &S::lengths).required().at_least_one();
+  t.add("cached-tokens",
+        "tokens of the prompt's prefix already in the KV cache (a shared prefix computed before): once per "
+        "--length, or once for all; the prompt's chunks start there",
+        &S::cached_tokens)
+      .optional();
   t.add("ring-depth", "receives posted ahead / sends in flight per rank", &S::ring_depth).at_least_one();
   t.add("matmul-efficiency", "override the hardware file's matmul efficiency", &S::matmul_efficiency)
       .optional()
@@ -431,6 +436,16 @@ bool parse_simulate(int argc, char** argv, SimulateOptions& o) {
     return false;
   o.chunking.stages = o.pp;
   refuse_analytic_cost_model(o.chunking, "simulate");
+  if (o.cached_tokens.size() == 1) o.cached_tokens.assign(o.lengths.size(), o.cached_tokens[0]);
+  if (o.cached_tokens.empty()) o.cached_tokens.assign(o.lengths.size(), 0);
+  if (o.cached_tokens.size() != o.lengths.size())
+    throw UserError("--cached-tokens is given " + std::to_string(o.cached_tokens.size()) + " times for " +
+                    std::to_string(o.lengths.size()) + " prompts (--length): give it once per prompt, or once for all");
+  for (size_t p = 0; p < o.lengths.size(); ++p)
+    if (o.cached_tokens[p] < 0 || o.cached_tokens[p] >= o.lengths[p])
+      throw UserError("--cached-tokens " + std::to_string(o.cached_tokens[p]) + " for a prompt of " +
+                      std::to_string(o.lengths[p]) +
+                      " tokens: it must be at least 0 and below the length (the last token is always computed)");
   return true;
 }
 

@@ -70,6 +70,9 @@ struct SimulateOptions {
   std::string layer_partition;
   sched::ChunkingOptions chunking;  // --cost-model: a profile replaces the analytic stage costs
   std::vector<int64_t> lengths;
+  // Tokens of each prompt's prefix already in the KV cache (prefix reuse): one per --length,
+  // or one for all, or none (nothing cached). Filled to one per prompt when parsed.
+  std::vector<int64_t> cached_tokens;
   int ring_depth = 4;
   double matmul_efficiency = 0;     // 0: the hardware file's
   double attention_efficiency = 0;

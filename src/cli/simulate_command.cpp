@@ -54,7 +54,7 @@ sched::BatchPlan plan_for(const SimulateOptions& o, const std::vector<sim::Stage
   }
   policy_used = policy ? sched::policy_name(c.policy) : "fixed";
   if (!policy) policy = std::make_unique<sched::FixedChunkPolicy>(c.initial_chunk);
-  return sched::make_plan(o.lengths, *policy);
+  return sched::make_plan(o.lengths, *policy, {}, o.cached_tokens);
 }
 
 }  // namespace
@@ -85,8 +85,14 @@ int simulate_command(int argc, char** argv) {
   traffic.boundary_bytes = result.boundary_bytes;
   traffic.allreduce_modelled = true;
 
+  int64_t cached = 0, prompt_tokens = 0;
+  for (size_t p = 0; p < o.lengths.size(); ++p) {
+    cached += o.cached_tokens[p];
+    prompt_tokens += o.lengths[p];
+  }
   if (o.json) {
     nlohmann::json j = {{"model", shape.name},         {"hardware", hw.name},     {"pp", o.pp},
+                        {"cached_tokens", cached},
                         {"tp", o.tp},                  {"policy", policy_used},   {"note", note},
                         {"ttft_s", summary.ttft_s},    {"makespan_s", result.makespan_s},
                         {"tokens_per_s", summary.tokens_per_s},
@@ -99,6 +105,10 @@ int simulate_command(int argc, char** argv) {
                 shape.name.c_str(), shape.active_parameters() / 1e9, shape.fp8 ? ", fp8" : "", hw.name.c_str(), o.pp,
                 o.tp, model::partition_text(partition).c_str(), o.chunking.initial_chunk, policy_used.c_str(),
                 note.empty() ? "" : " | ", note.c_str());
+    if (cached > 0)
+      std::printf("prefix reuse: %lld of %lld prompt tokens cached (their chunks are not computed; attention still "
+                  "reads them)\n",
+                  static_cast<long long>(cached), static_cast<long long>(prompt_tokens));
     trace::print_summary(summary, stdout, /*max_prompts=*/1 << 30);
     trace::print_traffic(traffic, stdout);
   }

@@ -29,9 +29,9 @@ int FixedChunkPolicy::next_chunk(int64_t, int64_t remaining) const {
   return static_cast<int>(std::min<int64_t>(chunk_size_, remaining));
 }
 
-std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy) {
+std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy, int64_t first) {
   std::vector<int> sizes;
-  for (int64_t done = 0; done < prompt_length;) {
+  for (int64_t done = first; done < prompt_length;) {
     const int size = policy.next_chunk(done, prompt_length - done);
     if (size <= 0 || size > prompt_length - done) throw std::logic_error("chunk policy returned an invalid size");
     sizes.push_back(size);
@@ -41,13 +41,15 @@ std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy) {
 }
 
 BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolicy& policy,
-                    const std::vector<char>& skip) {
+                    const std::vector<char>& skip, const std::vector<int64_t>& cached) {
   BatchPlan plan;
   plan.prompt_lengths = prompt_lengths;
   for (int p = 0; p < static_cast<int>(prompt_lengths.size()); ++p) {
     if (p < static_cast<int>(skip.size()) && skip[p]) continue;
-    int64_t start = 0;
-    const auto sizes = chunk_sizes(prompt_lengths[p], policy);
+    int64_t start = p < static_cast<int>(cached.size()) ? cached[p] : 0;
+    if (start < 0 || start >= prompt_lengths[p])
+      throw std::logic_error("make_plan: a cached prefix must leave at least the prompt's last token to compute");
+    const auto sizes = chunk_sizes(prompt_lengths[p], policy, start);
     for (size_t c = 0; c < sizes.size(); ++c) {
       plan.micro_batches.push_back(
           {static_cast<int>(plan.micro_batches.size()), p, start, sizes[c], c + 1 == sizes.size()});

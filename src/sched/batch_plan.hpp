@@ -42,10 +42,13 @@ class FixedChunkPolicy final : public ChunkPolicy {
 };
 
 // Prompts in input order, each cut by the policy; prompts follow each other without a drain.
-// Prompts with skip[p] != 0 (already done, on --resume) get no micro-batches.
+// Prompts with skip[p] != 0 (already done, on --resume) get no micro-batches. A prompt whose
+// first cached[p] tokens are already in the KV cache (prefix reuse) is cut from there: its
+// first chunk starts at cached[p], which must be below its length (its last token is computed).
 BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolicy& policy,
-                    const std::vector<char>& skip = {});
-std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy);
+                    const std::vector<char>& skip = {}, const std::vector<int64_t>& cached = {});
+// The chunks of a prompt from token `first` (0: the whole prompt) to its end.
+std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy, int64_t first = 0);
 
 std::vector<char> serialize(const BatchPlan& plan);
 BatchPlan deserialize(const std::vector<char>& bytes);

@@ -66,7 +66,8 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"resume", true},
                                    {"hidden_states", "none"},
                                    {"logprobs", false},
-                                   {"top_k", 0}};
+                                   {"top_k", 0},
+                                   {"save_kv", ""}};
   EXPECT_EQ(cli::to_json(o), expected);
 }
 

@@ -150,6 +150,16 @@ TEST(PipelineSim, OneStageIsSequential) {
   EXPECT_NEAR(result.makespan_s, 4.0, 1e-12);
 }
 
+TEST(PipelineSim, ACachedPrefixSkipsItsChunks) {
+  // A shared 200-token prefix: the second prompt computes only its last 100 tokens.
+  const auto fresh = sched::make_plan({300, 300}, sched::FixedChunkPolicy(100));
+  const auto reused = sched::make_plan({300, 300}, sched::FixedChunkPolicy(100), {}, {0, 200});
+  const auto a = simulate_pipeline(fresh, {constant_cost(0.01)}, free_links(1));
+  const auto b = simulate_pipeline(reused, {constant_cost(0.01)}, free_links(1));
+  EXPECT_NEAR(a.ttft_s[1], 6.0, 1e-12);
+  EXPECT_NEAR(b.ttft_s[1], 4.0, 1e-12);
+}
+
 TEST(PipelineSim, EqualStagesFollowTheIdealFormula) {
   // P stages, M equal micro-batches of time t, free links: makespan (P - 1 + M) t.
   const int pp = 4, m = 10;
@@ -213,4 +223,17 @@ TEST(SimulateCommand, RunsAndRejectsBadInput) {
   EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--pp", "9", "--length", "5"}),
                UserError);  // more stages than layers
   EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu"}), UserError);  // no --length
+  // --cached-tokens: once per prompt or once for all, below each length.
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--length", "5000", "--length", "5100",
+                      "--cached-tokens", "0", "--cached-tokens", "4992"}),
+            0);
+  const std::string reuse = testing::internal::GetCapturedStdout();
+  EXPECT_NE(reuse.find("prefix reuse: 4992 of 10100 prompt tokens cached"), std::string::npos) << reuse;
+  EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--length", "50", "--length", "60",
+                         "--cached-tokens", "1", "--cached-tokens", "2", "--cached-tokens", "3"}),
+               UserError);
+  EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--length", "50", "--cached-tokens",
+                         "50"}),
+               UserError);
 }

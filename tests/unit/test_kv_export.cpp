@@ -1,0 +1,125 @@
+// The KV exporter (kvcache/kv_export.hpp) on its own: chunks queued in order land at their
+// offsets of a standard safetensors file whose header says what it is; the file appears under
+// its final name only when complete; a damaged or foreign file is not taken as complete; a
+// write that cannot happen is the export's error, not a crash.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <numeric>
+#include <vector>
+
+#include "io/safetensors.hpp"
+#include "kvcache/kv_export.hpp"
+
+namespace pf::kv {
+namespace {
+
+namespace fs = std::filesystem;
+
+KvExportLayout small_layout(const std::string& dir) {
+  KvExportLayout layout;
+  layout.dir = dir;
+  layout.model_identity = "0123456789abcdef";
+  layout.stage = 1;
+  layout.tp_rank = 1;
+  layout.layer_begin = 2;
+  layout.layers = 2;
+  layout.total_layers = 4;
+  layout.kv_head_begin = 2;
+  layout.kv_heads = 2;
+  layout.total_kv_heads = 4;
+  layout.head_dim = 3;
+  return layout;
+}
+
+// Value of (layer, head, position, d) in a prompt: distinct everywhere, keys and values apart.
+float value_at(int part, int layer, int head, int64_t position, int d) {
+  return static_cast<float>(part * 100000 + layer * 10000 + head * 1000 + position * 10 + d);
+}
+
+// The rows [pos0, pos0 + count) as the stage loop hands them: [layers][kv_heads][count][head_dim].
+std::vector<float> chunk_rows(const KvExportLayout& l, int part, int64_t pos0, int count) {
+  std::vector<float> rows;
+  for (int layer = 0; layer < l.layers; ++layer)
+    for (int head = 0; head < l.kv_heads; ++head)
+      for (int64_t p = pos0; p < pos0 + count; ++p)
+        for (int d = 0; d < l.head_dim; ++d) rows.push_back(value_at(part, layer, head, p, d));
+  return rows;
+}
+
+class KvExport : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("pipefill_kv_export_" + std::to_string(::getpid()));
+    fs::remove_all(dir_);
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+TEST_F(KvExport, ChunksLandAtTheirPlacesInAStandardFile) {
+  const KvExportLayout layout = small_layout(dir_.string());
+  const int64_t tokens = 10;
+  {
+    KvExporter exporter(layout, {5, tokens}, {11, 22});
+    exporter.add_chunk(1, 0, 4, chunk_rows(layout, 0, 0, 4), chunk_rows(layout, 1, 0, 4), false);
+    const fs::path final_path = dir_ / kv_file_name(1, 1, 1);
+    exporter.add_chunk(1, 4, 6, chunk_rows(layout, 0, 4, 6), chunk_rows(layout, 1, 4, 6), true);
+    EXPECT_FALSE(exporter.finish().has_value());
+    EXPECT_EQ(exporter.completed_prompts(), std::vector<int>{1});
+  }
+  const std::string path = (dir_ / kv_file_name(1, 1, 1)).string();
+  EXPECT_EQ(kv_file_name(1, 1, 1), "prompt-000001/stage01_tp01.safetensors");
+  EXPECT_FALSE(fs::exists(path + ".partial"));
+  const io::SafetensorsFile file(path);
+  EXPECT_EQ(file.metadata(), kv_file_metadata(layout, 1, tokens, 22));
+  EXPECT_EQ(file.metadata().at("layers"), "2,4");
+  EXPECT_EQ(file.metadata().at("kv_heads"), "2,4");
+  ASSERT_EQ(file.tensors().size(), 4u);
+  for (int layer = 0; layer < 2; ++layer)
+    for (int part = 0; part < 2; ++part) {
+      const std::string name = "layers." + std::to_string(2 + layer) + (part == 0 ? ".key" : ".value");
+      const io::TensorInfo& info = file.info(name);
+      EXPECT_EQ(info.shape, (std::vector<int64_t>{2, tokens, 3}));
+      std::vector<float> data(info.numel());
+      file.read_block(name, 0, info.rows(), 0, info.cols(), data.data());
+      size_t i = 0;
+      for (int head = 0; head < 2; ++head)
+        for (int64_t p = 0; p < tokens; ++p)
+          for (int d = 0; d < 3; ++d) ASSERT_EQ(data[i++], value_at(part, layer, head, p, d)) << name;
+    }
+  EXPECT_TRUE(kv_file_complete(layout, 1, tokens, 22));
+  EXPECT_FALSE(kv_file_complete(layout, 1, tokens, 23)) << "other tokens";
+  KvExportLayout other = layout;
+  other.model_identity = "fedcba9876543210";
+  EXPECT_FALSE(kv_file_complete(other, 1, tokens, 22)) << "another model";
+  EXPECT_FALSE(kv_file_complete(layout, 0, 5, 11)) << "never written";
+  fs::resize_file(path, fs::file_size(path) - 4);
+  EXPECT_FALSE(kv_file_complete(layout, 1, tokens, 22)) << "truncated";
+}
+
+TEST_F(KvExport, AnUnfinishedPromptLeavesNoFileAndAFailedWriteIsTheError) {
+  const KvExportLayout layout = small_layout(dir_.string());
+  {
+    KvExporter exporter(layout, {8}, {1});
+    exporter.add_chunk(0, 0, 4, chunk_rows(layout, 0, 0, 4), chunk_rows(layout, 1, 0, 4), false);
+    EXPECT_FALSE(exporter.finish().has_value());  // a stopped run: the prompt never finished
+  }
+  EXPECT_FALSE(fs::exists(dir_ / kv_file_name(0, 1, 1)));
+  EXPECT_FALSE(fs::exists(dir_ / (kv_file_name(0, 1, 1) + ".partial")));
+
+  fs::remove_all(dir_);
+  fs::create_directories(dir_);
+  std::ofstream(dir_ / "prompt-000000") << "a file where the prompt's directory should be";
+  KvExporter exporter(layout, {8}, {1});
+  exporter.add_chunk(0, 0, 8, chunk_rows(layout, 0, 0, 8), chunk_rows(layout, 1, 0, 8), true);
+  const std::optional<std::string> error = exporter.finish();
+  ASSERT_TRUE(error.has_value());
+  EXPECT_NE(error->find("cannot write " + (dir_ / kv_file_name(0, 1, 1)).string() + ".partial"), std::string::npos)
+      << *error;
+  EXPECT_TRUE(exporter.completed_prompts().empty());
+}
+
+}  // namespace
+}  // namespace pf::kv
