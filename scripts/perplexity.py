@@ -62,11 +62,19 @@ def main():
     logprobs = out["token_logprobs"][:].astype(np.float64)
     prompts = PromptIndex(open_h5(args.input) if args.input else out, args.input)
     offsets = prompts.offsets
-    if offsets is None:  # no input given: the NaN at each prompt's first token marks its start
+    done = out["completed"][:] if "completed" in out else None
+    if offsets is None:
+        # No input given: the NaN at each prompt's first token marks its start, which holds only
+        # in a complete output (a partial one has rows never written, or left by a failed prompt).
+        if done is None or not done.all():
+            raise UserError(f"{args.file} is not complete: give the run's input with --input")
         offsets = np.append(np.flatnonzero(np.isnan(logprobs)), len(logprobs))
+        if len(offsets) - 1 != len(done):
+            raise UserError(f"{args.file}: its log-probs do not split into {len(done)} prompts: give --input")
     if offsets[-1] != len(logprobs):
         raise UserError(f"{args.input} has {offsets[-1]} tokens, the output {len(logprobs)}: not the run's input")
-    done = out["completed"][:] if "completed" in out else np.ones(len(offsets) - 1, np.uint8)
+    if done is None:
+        done = np.ones(len(offsets) - 1, np.uint8)
     model = None
     if args.surprising:
         from model_tokenizer import ModelTokenizer

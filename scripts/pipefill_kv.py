@@ -4,7 +4,7 @@
     from pipefill_kv import load_hf_cache
     cache = load_hf_cache("kv_dir", 0)                      # prompt 0: a transformers DynamicCache
     out = model(input_ids=next_token_ids, cache=cache)   # decoding continues at position T
-                                                         # (transformers < 5.2x: past_key_values=cache)
+                                                         # (transformers 4.x: past_key_values=cache)
 
 The export holds, per prompt, one safetensors file per (stage, TP rank): layers.{L}.key and
 layers.{L}.value [kv_heads, tokens, head_dim] for the stage's layers and the rank's KV heads, K
@@ -74,6 +74,9 @@ def load_kv(directory, prompt_index, tokens=None):
                     raise KvExportError(f"{path}: {key} is {meta.get(key)!r}, the index says {value!r}")
             first_layer, end_layer = (int(x) for x in meta["layers"].split(","))
             first_head, end_head = (int(x) for x in meta["kv_heads"].split(","))
+            if not (0 <= first_layer < end_layer <= num_layers and 0 <= first_head < end_head <= num_heads):
+                raise KvExportError(f"{path}: layers {meta['layers']} / KV heads {meta['kv_heads']} lie outside "
+                                    f"the index's {num_layers} layers and {num_heads} KV heads")
             for layer in range(first_layer, end_layer):
                 keys[layer][first_head] = f.get_tensor(f"layers.{layer}.key")
                 values[layer][first_head] = f.get_tensor(f"layers.{layer}.value")
@@ -81,9 +84,14 @@ def load_kv(directory, prompt_index, tokens=None):
     for layer in range(num_layers):
         parts_k = [k for k in keys[layer] if k is not None]
         parts_v = [v for v in values[layer] if v is not None]
+        if not parts_k:
+            raise KvExportError(f"{directory}: prompt {prompt_index}: no file holds layer {layer}")
         key, value = torch.cat(parts_k, dim=0), torch.cat(parts_v, dim=0)
-        if key.shape[0] != num_heads or key.shape[1] != entry["tokens"]:
+        if key.shape[0] != num_heads:
             raise KvExportError(f"{directory}: layer {layer} has {key.shape[0]} of {num_heads} KV heads")
+        if key.shape[1] != entry["tokens"] or value.shape != key.shape:
+            raise KvExportError(f"{directory}: layer {layer} holds {key.shape[1]} tokens, the index says "
+                                f"{entry['tokens']}")
         layers.append((key[None], value[None]))
     return layers
 

@@ -8,6 +8,7 @@
 #include "cli/option_table.hpp"
 #include "errors.hpp"
 #include "sched/cost_profile.hpp"
+#include "sched/dynamic_chunker.hpp"
 
 namespace pf::cli {
 namespace {
@@ -236,6 +237,9 @@ OptionTable<RunOptions> run_table() {
         &R::top_k)
       .check([](const int& k) {
         if (k < 0) throw UserError("--top-k must not be negative (got " + std::to_string(k) + "; 0: none)");
+        if (k > kMaxTopK)
+          throw UserError("--top-k " + std::to_string(k) + " is more than " + std::to_string(kMaxTopK) +
+                          " (it stores 8 bytes per token per candidate)");
       })
       .echo_as("top_k", kRunIdentity | kOnlyWhenSet);
   t.add("save-kv",
@@ -415,6 +419,11 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   refuse_unless_cpu(o.logprobs, "--logprobs", "log-probs");
   refuse_unless_cpu(o.top_k > 0, "--top-k", "log-probs");
   refuse_unless_cpu(!o.save_kv.empty(), "--save-kv", "KV cache");
+  // A chunk's token rows travel as one MPI message of (1 + 2k) floats a token.
+  const int64_t longest = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
+  if (o.top_k > 0 && longest * (1 + 2 * static_cast<int64_t>(o.top_k)) > (int64_t{1} << 30))
+    throw UserError("--top-k " + std::to_string(o.top_k) + " with chunks of up to " + std::to_string(longest) +
+                    " tokens makes messages of more than 2^30 floats: use a smaller --top-k or --chunk-size");
   // --output equal to --input (or any other clash of paths, links included) is refused by
   // io::require_distinct_paths before anything is read, with both paths in the message.
   return true;

@@ -28,6 +28,8 @@ struct PlacementOptions {
   double kv_memory_fraction = 0.85;      // cuda: of the device memory left after weights + workspace
 };
 
+constexpr int kMaxTopK = 1024;  // --top-k: candidates stored per token
+
 struct RunOptions {
   PlacementOptions placement;
   sched::ChunkingOptions chunking;  // --chunk-size is chunking.initial_chunk

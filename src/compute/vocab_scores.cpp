@@ -50,11 +50,13 @@ void summarize_row_slice(const float* logits, int count, int vocab_begin, int ta
     header.target_logit = logits[target - vocab_begin];
   }
   // The k best by a min-heap on "better" (its front is the worst kept): O(count) compares
-  // once the heap is full, since few logits beat the k-th best.
+  // once the heap is full, since few logits beat the k-th best. A row holding NaN has no
+  // order (and no scores: its sum is NaN): it gets no candidates, which read as -inf.
   Candidate* heap = candidates_of(record);
   int size = 0;
   const auto worse_first = [](const Candidate& a, const Candidate& b) { return better(a, b); };
-  for (int i = 0; i < count && k > 0; ++i) {
+  const int ranked = std::isfinite(header.sum_exp) ? count : 0;
+  for (int i = 0; i < ranked && k > 0; ++i) {
     const Candidate c{logits[i], vocab_begin + i};
     if (size < k) {
       heap[size++] = c;

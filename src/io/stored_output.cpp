@@ -57,13 +57,13 @@ struct TokenRowSets {
   H5Handle topk_ids{-1, H5Dclose}, topk_logprobs{-1, H5Dclose};
 };
 
-// Prompt p's token rows, hashed as ResultWriter::write_token_rows streamed them (in blocks,
-// so a million-token prompt costs a few MiB here), with its stored NLL and perplexity.
+// Prompt p's token rows, hashed as ResultWriter::write_token_rows streamed them (in blocks of
+// at most 16 MiB, whatever the prompt's length), with its stored NLL and perplexity.
 TokenRowsDigest digest_token_rows(const TokenRowSets& sets, const OutputLayout& layout, hsize_t p) {
-  constexpr hsize_t kBlock = 65536;
   TokenRowsDigest digest;
   const hsize_t begin = layout.prompt_offsets[p], end = layout.prompt_offsets[p + 1];
   const hsize_t k = static_cast<hsize_t>(layout.top_k);
+  const hsize_t kBlock = std::max<hsize_t>(1, (hsize_t{1} << 22) / std::max<hsize_t>(k, 1));  // 16 MiB a read
   std::vector<float> values;
   std::vector<int32_t> ids;
   for (hsize_t first = begin; first < end; first += kBlock) {

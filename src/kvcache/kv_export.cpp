@@ -17,7 +17,9 @@ namespace pf::kv {
 
 namespace {
 
-constexpr size_t kMaxQueuedChunks = 4;  // chunks copied out and waiting for the disk
+// Bytes of chunks copied out and waiting for the disk before the compute waits (at least one
+// chunk is always accepted): with SmolLM2's 15-layer stages a 512-token chunk is 11.8 MB.
+constexpr size_t kMaxQueuedBytes = size_t{512} << 20;
 constexpr const char* kFormat = "pipefill-kv-1";
 
 std::string padded(int value, int width) {
@@ -43,6 +45,7 @@ bool write_all(int fd, const void* data, size_t bytes, uint64_t offset) {
   while (bytes > 0) {
     const ssize_t written = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
     if (written < 0 && errno == EINTR) continue;
+    if (written == 0) errno = EIO;  // no progress and no reason given
     if (written <= 0) return false;
     p += written;
     bytes -= static_cast<size_t>(written);
@@ -101,8 +104,10 @@ KvExporter::~KvExporter() { finish(); }
 
 void KvExporter::add_chunk(int prompt, int64_t pos0, int count, std::vector<float> keys, std::vector<float> values,
                            bool last) {
+  const size_t bytes = sizeof(float) * (keys.size() + values.size());
   std::unique_lock<std::mutex> lock(mutex_);
-  changed_.wait(lock, [&] { return queue_.size() < kMaxQueuedChunks; });
+  changed_.wait(lock, [&] { return queue_.empty() || queued_bytes_ + bytes <= kMaxQueuedBytes; });
+  queued_bytes_ += bytes;
   queue_.push_back({prompt, pos0, count, std::move(keys), std::move(values), last});
   changed_.notify_all();
 }
@@ -132,7 +137,6 @@ void KvExporter::run() {
       if (queue_.empty()) break;
       chunk = std::move(queue_.front());
       queue_.pop_front();
-      changed_.notify_all();
     }
     bool failed;
     {
@@ -140,6 +144,11 @@ void KvExporter::run() {
       failed = error_.has_value();
     }
     if (!failed) write_chunk(chunk);  // after a failure the queue is only drained
+    {
+      std::lock_guard<std::mutex> lock(mutex_);  // its bytes leave the queue once written
+      queued_bytes_ -= sizeof(float) * (chunk.keys.size() + chunk.values.size());
+      changed_.notify_all();
+    }
   }
   for (auto& [prompt, file] : open_) {  // a stopped run: prompts that did not finish
     ::close(file.fd);
@@ -195,10 +204,9 @@ void KvExporter::write_chunk(const Chunk& chunk) {
           const uint64_t at = tensor_begin + (static_cast<uint64_t>(h) * tokens + chunk.pos0) * layout_.head_dim * element;
           const void* data = rows;
           if (layout_.dtype == io::Dtype::kBF16) {
-            row_buffer_.resize((row_floats + 1) / 2);
-            auto* half = reinterpret_cast<uint16_t*>(row_buffer_.data());
-            for (size_t i = 0; i < row_floats; ++i) half[i] = io::float_to_bf16(rows[i]);
-            data = half;
+            bf16_rows_.resize(row_floats);
+            for (size_t i = 0; i < row_floats; ++i) bf16_rows_[i] = io::float_to_bf16(rows[i]);
+            data = bf16_rows_.data();
           }
           if (!write_all(file.fd, data, row_floats * element, at))
             throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(errno));
@@ -207,9 +215,12 @@ void KvExporter::write_chunk(const Chunk& chunk) {
     }
     if (!chunk.last) return;
     // Durable before it is visible under its final name: a crash leaves a .partial, never a torn file.
-    if (::fdatasync(file.fd) != 0 || ::close(file.fd) != 0)
-      throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(errno));
+    const bool synced = ::fdatasync(file.fd) == 0;
+    const int sync_error = errno;
+    const bool closed = ::close(file.fd) == 0;  // released even when it fails: never closed twice
     file.fd = -1;
+    if (!synced || !closed)
+      throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(synced ? errno : sync_error));
     if (::rename(file.partial_path.c_str(), file.final_path.c_str()) != 0)
       throw std::runtime_error("cannot rename " + file.partial_path + ": " + std::strerror(errno));
     open_.erase(chunk.prompt);

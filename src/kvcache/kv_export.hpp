@@ -12,7 +12,7 @@
 // KV pool (StageCompute::read_kv) and queues them; a writer thread puts them at their offsets
 // in the prompt's file (written as "NAME.partial", preallocated, then fdatasync'd and renamed
 // on the prompt's last chunk), so the next chunk's compute never waits on the disk unless
-// kMaxQueuedChunks chunks are already waiting. A write that fails (a full disk, a directory
+// 512 MiB of chunks are already waiting for it. A write that fails (a full disk, a directory
 // that went away) is kept as the export's error; the rest of the run goes on.
 #pragma once
 
@@ -99,7 +99,8 @@ class KvExporter {
   std::optional<std::string> error_;  // guarded by mutex_
   std::vector<int> completed_;        // guarded by mutex_
   std::map<int, OpenFile> open_;      // writer thread only
-  std::vector<float> row_buffer_;     // writer thread only (dtype conversion)
+  size_t queued_bytes_ = 0;           // guarded by mutex_: chunks queued or being written
+  std::vector<uint16_t> bf16_rows_;   // writer thread only (dtype conversion)
   std::thread writer_;
 };
 

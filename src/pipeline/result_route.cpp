@@ -32,7 +32,9 @@ struct MessageLayout {
 // each prompt's last chunk.
 bool has_results(const sched::MicroBatch& mb, TokenRowLayout rows) { return mb.is_last || rows.any(); }
 
-TokenRows token_rows_of(const sched::MicroBatch& mb, TokenRowLayout layout, const float* part) {
+// `ids` receives the top-k ids, copied out of the float message (they travel as int32 bits).
+TokenRows token_rows_of(const sched::MicroBatch& mb, TokenRowLayout layout, const float* part,
+                        std::vector<int32_t>& ids) {
   TokenRows rows;
   rows.prompt = mb.prompt;
   rows.start = mb.start;
@@ -44,8 +46,11 @@ TokenRows token_rows_of(const sched::MicroBatch& mb, TokenRowLayout layout, cons
     at += mb.length;
   }
   if (layout.top_k > 0) {
+    const size_t count = static_cast<size_t>(mb.length) * layout.top_k;
     rows.topk_logprobs = at;
-    rows.topk_ids = reinterpret_cast<const int32_t*>(at + static_cast<int64_t>(mb.length) * layout.top_k);
+    ids.resize(count);
+    std::memcpy(ids.data(), at + count, sizeof(int32_t) * count);
+    rows.topk_ids = ids.data();
   }
   return rows;
 }
@@ -61,7 +66,10 @@ double get_ttft(const float* at) {
 void deliver(const sched::MicroBatch& mb, int vocab, int hidden_width, TokenRowLayout rows, const float* message,
              ResultSink& sink) {
   const MessageLayout layout(mb, vocab, hidden_width, rows);
-  if (rows.any()) sink.token_rows(token_rows_of(mb, rows, message));
+  if (rows.any()) {
+    std::vector<int32_t> ids;
+    sink.token_rows(token_rows_of(mb, rows, message, ids));
+  }
   if (!mb.is_last) return;
   const float* logits = message + layout.token_floats;
   sink.prompt_row(mb.prompt, logits, hidden_width > 0 ? logits + vocab : nullptr, get_ttft(logits + vocab + hidden_width));
@@ -90,8 +98,9 @@ void ResultSender::send(const sched::MicroBatch& mb, const float* token_part, co
   dist::Buffer message(topology_.tp_rank == 0 ? layout.total() : 0);
   if (mb.is_last) {
     MPI_Request request;
-    MPI_CHECK(MPI_Igatherv(shard.data(), counts_[topology_.tp_rank], MPI_FLOAT, message.data() + layout.token_floats,
-                           counts_.data(), displacements_.data(), MPI_FLOAT, 0, topology_.tp_comm, &request));
+    float* logits = topology_.tp_rank == 0 ? message.data() + layout.token_floats : nullptr;  // root only
+    MPI_CHECK(MPI_Igatherv(shard.data(), counts_[topology_.tp_rank], MPI_FLOAT, logits, counts_.data(),
+                           displacements_.data(), MPI_FLOAT, 0, topology_.tp_comm, &request));
     dist::wait_polling(&request);
   }
   if (topology_.tp_rank != 0) return;

@@ -257,7 +257,8 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
 }
 
 // The chunk's K/V rows, copied out of the pool for the exporter's writer thread (the copy is
-// the only part on this thread: a few MiB per chunk).
+// the only part on this thread: 2 x layers x kv_heads x length x head_dim floats, 11.8 MB for
+// a 512-token chunk of SmolLM2's 15-layer stage, 512 MiB for 2048 tokens of Llama-3-8B at pp 1).
 void StageLoop::export_kv(const sched::MicroBatch& mb) {
   const kv::KvExportLayout& layout = ctx_.kv_export->layout();
   const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * mb.length * layout.head_dim;

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
 
@@ -16,9 +17,22 @@ namespace pf::pipeline {
 namespace {
 
 // A block's logits stay under 64 MiB per rank (SmolLM2's 49K vocabulary: 341 rows; a
-// 152K one at tp 1: 110), and a block is at least 16 rows, so the LM head stays a GEMM.
+// 152K one at tp 1: 110), the summaries TP rank 0 gathers under 256 MiB, and a block is at
+// least 16 rows, so the LM head stays a GEMM. Every TP rank must cut a chunk into the same
+// blocks (one gather each), so the size comes from the largest slice, not from this rank's.
 constexpr size_t kBlockLogitFloats = size_t{16} << 20;
+constexpr size_t kBlockSummaryBytes = size_t{256} << 20;
 constexpr int kMinBlockRows = 16;
+
+int block_rows_for(int vocab_size, int tp, size_t record_bytes) {
+  // Test hook: PIPEFILL_TEST_SCORE_BLOCK_ROWS=n cuts chunks into blocks of n rows, so that
+  // small test models exercise several blocks per chunk.
+  if (const char* forced = std::getenv("PIPEFILL_TEST_SCORE_BLOCK_ROWS")) return std::max(1, std::atoi(forced));
+  const size_t largest_slice = static_cast<size_t>((vocab_size + tp - 1) / tp);
+  const size_t by_logits = kBlockLogitFloats / std::max<size_t>(largest_slice, 1);
+  const size_t by_summaries = kBlockSummaryBytes / (record_bytes * static_cast<size_t>(tp));
+  return static_cast<int>(std::max<size_t>(kMinBlockRows, std::min(by_logits, by_summaries)));
+}
 
 }  // namespace
 
@@ -30,8 +44,7 @@ TokenScorer::TokenScorer(const dist::Topology& topology, compute::StageCompute& 
       layout_(layout),
       record_bytes_(compute::row_summary_bytes(layout.top_k)) {
   vocab_begin_ = model::vocab_slice(vocab_size, topology.tp, topology.tp_rank).begin;
-  const int slice = compute.vocab_shard_size();
-  block_rows_ = std::max<int>(kMinBlockRows, static_cast<int>(kBlockLogitFloats / std::max(slice, 1)));
+  block_rows_ = block_rows_for(vocab_size, topology.tp, record_bytes_);
 }
 
 const std::vector<float>& TokenScorer::score(const sched::MicroBatch& mb, const float* hidden, int hidden_size) {

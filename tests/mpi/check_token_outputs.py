@@ -54,7 +54,8 @@ def main():
                 expect_nll = -np.sum(stored)
                 if not np.isclose(nll[p], expect_nll, rtol=1e-9, atol=1e-9):
                     failures.append(f"nll_sum[{p}] {nll[p]} != -sum(token_logprobs) {expect_nll}")
-                if not np.isclose(ppl[p], np.exp(nll[p] / len(stored)), rtol=1e-12):
+                expect_ppl = np.exp(nll[p] / len(stored)) if len(stored) else np.nan  # one token: NaN
+                if not np.isclose(ppl[p], expect_ppl, rtol=1e-12, equal_nan=True):
                     failures.append(f"perplexity[{p}] is not exp(nll_sum / (length - 1))")
             print(f"perplexity {np.round(ppl, 3)} (reference {np.round(ref['perplexity'][:], 3)})")
         if "topk_ids" in out:

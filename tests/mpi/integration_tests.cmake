@@ -90,8 +90,8 @@ pf_mpi_case(qwen2_sharded_bf16_pp2_tp2 qwen2 4 --pp 2 --tp 2 --chunk-size 48 --p
 pf_mpi_case(qwen3_pp2_chunk33 qwen3 2 --pp 2 --chunk-size 33 --page-size 16)
 
 # Every position's scores and the hidden states (checked against the numpy reference's, from
-# full logits): the vocabulary split over 1 and 2 TP ranks (uneven splits: tests/unit and the
-# SmolLM2 check at tp 3), chunks that cut prompts, many stages, a dynamic plan, biases and q/k norm.
+# full logits): the vocabulary split over 1 and 2 TP ranks (uneven splits: tests/unit and
+# transformers.scores), chunks that cut prompts, many stages, a dynamic plan, biases and q/k norm.
 pf_mpi_case(tiny.scores_pp1 tiny 1 --pp 1 --chunk-size 64 --logprobs --top-k 5 --hidden-states mean)
 pf_mpi_case(synthetic-tiny.scores_pp2_tp2 synthetic-tiny 4 --pp 2 --tp 2 --chunk-size 40 --page-size 16 --logprobs
             --top-k 3 --hidden-states last)

@@ -7,8 +7,9 @@ checkpoints written by transformers' own config classes and save_pretrained:
                      bf16-rounded weights in float32, as pipefill does)
   qwen3_qknorm_tied  Qwen3 (q/k RMSNorm), tied embeddings
 
-Each runs on pp 2, tp 2, pp 2 x tp 2 and pp 2 with a dynamic plan, chunks cutting every prompt,
-storing --logprobs --top-k 4 and --hidden-states (last, and mean on one layout). Checked against
+Each runs on pp 2, tp 2, pp 2 x tp 2 and pp 2 with a dynamic plan, chunks cutting every prompt
+and cut again into LM-head blocks of 16 rows, the 385-token vocabulary split unevenly over the TP
+ranks, storing --logprobs --top-k 4 and --hidden-states (last, and mean on one layout). Checked against
 transformers' float32 forward (score_checks.py): the last position's logits within 1e-5 of
 max|logit|, log-probs within 1e-3, top-k ids equal at every confident rank, hidden states within
 1e-4 of each row's max|h|, /perplexity and /nll_sum consistent with the stored log-probs.
@@ -31,7 +32,8 @@ from score_checks import compare_scores, reference_scores
 LOGITS_RTOL = 1e-5  # as transformers_check.py: measured below 1e-6 of max|logit|
 TOP_K = 4
 SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
-             num_key_value_heads=2, vocab_size=384, max_position_embeddings=4096, rms_norm_eps=1e-6,
+             # 385: split unevenly over 2 TP ranks (193 + 192 tokens).
+             num_key_value_heads=2, vocab_size=385, max_position_embeddings=4096, rms_norm_eps=1e-6,
              initializer_range=0.1)
 LLAMA3 = {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 8.0, "low_freq_factor": 1.0,
           "high_freq_factor": 4.0, "original_max_position_embeddings": 64}
@@ -54,7 +56,7 @@ LAYOUTS = [
     ("pp2_tp2", 4, f"--pp 2 --tp 2 --chunk-size 40 --page-size 16 {SCORES} --hidden-states last"),
     ("pp2_dynamic", 2, f"--pp 2 --chunk-size 128 --page-size 16 --chunk-policy pipefill {SCORES}"),
 ]
-PROMPT_LENGTHS = [100, 300, 173, 2]
+PROMPT_LENGTHS = [100, 300, 173, 2, 1]  # a one-token prompt: no log-prob, perplexity NaN
 
 
 def make_prompts(path, vocab):
@@ -99,6 +101,9 @@ def check_model(build, work, prompts_h5, prompts, name, config_class, model_clas
 def main():
     build, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
+    # Rows go through the LM head 16 at a time (the real budget would take whole chunks of these
+    # small models): every chunk is several blocks, each gathered over the TP ranks.
+    os.environ["PIPEFILL_TEST_SCORE_BLOCK_ROWS"] = "16"
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     prompts_h5 = os.path.join(work, "prompts.h5")
