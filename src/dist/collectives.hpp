@@ -3,6 +3,7 @@
 
 #include <mpi.h>
 
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -12,6 +13,15 @@ namespace pf::dist {
 
 void allreduce_sum(float* data, int count, MPI_Comm comm);
 void broadcast_bytes(std::vector<char>& bytes, int root, MPI_Comm comm);  // resizes on receivers
+// Rank 0's vector of trivially copyable values, on every rank of `comm` (resized there).
+template <typename T>
+void broadcast_vector(std::vector<T>& values, MPI_Comm comm) {
+  std::vector<char> bytes(values.size() * sizeof(T));
+  if (!bytes.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
+  broadcast_bytes(bytes, 0, comm);
+  values.resize(bytes.size() / sizeof(T));
+  if (!bytes.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());
+}
 void barrier(MPI_Comm comm);
 void broadcast_int(int& value, int root, MPI_Comm comm);
 // Gathers variable-length byte blobs to `root`; returns one blob per rank there, nothing elsewhere.

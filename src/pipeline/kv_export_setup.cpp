@@ -36,15 +36,6 @@ kv::KvExportLayout layout_of(const RankModel& m, const std::string& dir, const s
   return layout;
 }
 
-template <typename T>
-void broadcast_vector(std::vector<T>& values, MPI_Comm comm) {
-  std::vector<char> bytes(values.size() * sizeof(T));
-  if (!bytes.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
-  dist::broadcast_bytes(bytes, 0, comm);
-  values.resize(bytes.size() / sizeof(T));
-  if (!bytes.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());
-}
-
 }  // namespace
 
 std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, const RankModel& m, const std::string& dir,
@@ -65,8 +56,8 @@ std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, cons
     finished = results->completed();
   }
   dist::broadcast_bytes(identity, 0, MPI_COMM_WORLD);
-  broadcast_vector(hashes, MPI_COMM_WORLD);
-  broadcast_vector(finished, MPI_COMM_WORLD);
+  dist::broadcast_vector(hashes, MPI_COMM_WORLD);
+  dist::broadcast_vector(finished, MPI_COMM_WORLD);
   const kv::KvExportLayout layout =
       layout_of(m, dir, std::string(identity.begin(), identity.end()), topo.stage, topo.tp, topo.tp_rank);
 

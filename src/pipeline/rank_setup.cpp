@@ -110,30 +110,17 @@ model::StageWeights load_rank_weights(const dist::Topology& topo, const RankMode
   return weights;
 }
 
-namespace {
-
-template <typename T>
-void broadcast_vector(std::vector<T>& values, MPI_Comm comm) {
-  std::vector<char> bytes(values.size() * sizeof(T));
-  if (!bytes.empty()) std::memcpy(bytes.data(), values.data(), bytes.size());
-  dist::broadcast_bytes(bytes, 0, comm);
-  values.resize(bytes.size() / sizeof(T));
-  if (!bytes.empty()) std::memcpy(values.data(), bytes.data(), bytes.size());
-}
-
-}  // namespace
-
 std::vector<int64_t> share_prompts(const dist::Topology& topo, io::PromptSet& prompts, bool last_stage_scores) {
   std::vector<int64_t> lengths = topo.is_writer() ? prompts.lengths() : std::vector<int64_t>();
-  broadcast_vector(lengths, MPI_COMM_WORLD);
+  dist::broadcast_vector(lengths, MPI_COMM_WORLD);
   const bool needs_tokens = topo.first_stage() || (last_stage_scores && topo.last_stage());
   if (last_stage_scores && topo.pp > 1) {
     // Stage 0 and the last stage: one broadcast over the world, kept only where it is read
     // (4 bytes a token: 4 MiB for a million, briefly on the middle stages too).
-    broadcast_vector(prompts.tokens, MPI_COMM_WORLD);
+    dist::broadcast_vector(prompts.tokens, MPI_COMM_WORLD);
     if (!needs_tokens) std::vector<int32_t>().swap(prompts.tokens);
   } else if (topo.first_stage()) {  // world rank 0 is TP rank 0 of stage 0: the root of this group
-    broadcast_vector(prompts.tokens, topo.tp_comm);
+    dist::broadcast_vector(prompts.tokens, topo.tp_comm);
   }
   if (needs_tokens) {
     prompts.offsets.assign(1, 0);
