@@ -22,6 +22,7 @@ void check_run_paths(const RunOptions& o) {
                               {"--output", o.output},
                               {"the output's partial file", o.output + ".partial"},
                               {"--trace", o.trace},
+                              {"--save-kv", o.save_kv},
                               {"--cost-model", cost_file ? cost_path : ""}});
 }
 

@@ -167,7 +167,9 @@ KvExporter::OpenFile& KvExporter::open_file(int prompt) {
   if (found != open_.end()) return found->second;
   OpenFile file;
   file.final_path = layout_.dir + "/" + kv_file_name(prompt, layout_.stage, layout_.tp_rank);
-  file.partial_path = file.final_path + ".partial";
+  // Unique to this process: two runs exporting into one directory never write the same
+  // partial file (the last rename wins, and each file is whole).
+  file.partial_path = file.final_path + ".partial." + std::to_string(::getpid());
   std::error_code error;
   std::filesystem::create_directories(std::filesystem::path(file.final_path).parent_path(), error);
   const int64_t tokens = lengths_.at(prompt);

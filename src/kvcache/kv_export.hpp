@@ -10,7 +10,7 @@
 // [kv_heads, tokens, head_dim] (K after RoPE and q/k norm: what Hugging Face caches), and its
 // identity in the safetensors __metadata__. The compute thread copies a chunk's rows out of the
 // KV pool (StageCompute::read_kv) and queues them; a writer thread puts them at their offsets
-// in the prompt's file (written as "NAME.partial", preallocated, then fdatasync'd and renamed
+// in the prompt's file (written as "NAME.partial.PID", preallocated, then fdatasync'd and renamed
 // on the prompt's last chunk), so the next chunk's compute never waits on the disk unless
 // 512 MiB of chunks are already waiting for it. A write that fails (a full disk, a directory
 // that went away) is kept as the export's error; the rest of the run goes on.

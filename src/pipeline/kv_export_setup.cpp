@@ -1,6 +1,8 @@
 // KV export set-up and finish (see kv_export_setup.hpp).
 #include "pipeline/kv_export_setup.hpp"
 
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -126,7 +128,7 @@ std::optional<std::string> write_index(const dist::Topology& topo, const RankMod
                                 {"tp", topo.tp},
                                 {"shards", shards},
                                 {"prompts", prompts}};
-  const std::string path = dir + "/index.json", partial = path + ".partial";
+  const std::string path = dir + "/index.json", partial = path + ".partial." + std::to_string(::getpid());
   {
     std::ofstream out(partial);
     out << index.dump(1) << "\n";

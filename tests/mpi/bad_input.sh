@@ -81,6 +81,7 @@ case $case in
   output_ends_in_slash) out=$work/new/; expect="ends in '/'" ;;
   save_kv_is_file) touch "$work/kv"; extra=(--pp 2 --save-kv "$work/kv/sub")
     expect="--save-kv $work/kv/sub: $work/kv exists and is not a directory" ;;
+  save_kv_is_output) extra=(--pp 2 --save-kv "$work/out.h5"); expect="and --save-kv ($work/out.h5) are the same file" ;;
   save_kv_emulate) extra=(--pp 2 --backend emulate --cost-model analytic:h20 --save-kv "$work/kv")
     expect="--save-kv needs real compute: --backend emulate computes no KV cache" ;;
   output_empty) out=""; expect="--output is empty" ;;

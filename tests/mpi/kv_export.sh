@@ -37,7 +37,7 @@ for entry in a["prompts"].values():
     for name in entry["files"]:
         assert tensors(os.path.join(sys.argv[1], name)) == tensors(os.path.join(sys.argv[2], name)), name
         files += 1
-partials = [f for d, _, fs in os.walk(sys.argv[2]) for f in fs if f.endswith(".partial")]
+partials = [f for d, _, fs in os.walk(sys.argv[2]) for f in fs if ".partial" in f]
 assert not partials, partials
 print(f"export: {len(a['prompts'])} prompts, {files} files, equal to the uninterrupted run's")
 PY
