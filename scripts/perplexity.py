@@ -31,6 +31,35 @@ from prompt_file import PromptIndex, open_h5  # noqa: E402
 from python_tool import UserError  # noqa: E402
 
 CONTEXT_TOKENS = 8  # text shown before a surprising token
+FINGERPRINT_LIMIT = 64 << 20  # bytes of input hashed in Python (about a second per 16 MB)
+
+
+def fnv1a(data):
+    """FNV-1a 64, as pipefill fingerprints an input (src/io/fnv1a.hpp)."""
+    value = 0xCBF29CE484222325
+    for byte in data:
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return value
+
+
+def check_same_input(out, args, prompts, logprobs, done):
+    """--input must be the file the run read: its fingerprint (the output's resume identity
+    holds it), and in any case its prompt boundaries where the output has a NaN."""
+    offsets = prompts.offsets
+    if len(offsets) - 1 != len(done):
+        raise UserError(f"{args.input} has {len(offsets) - 1} prompts, {args.file} {len(done)}: not the run's input")
+    identity = out.attrs.get("resume_identity")
+    identity = json.loads(identity.decode() if isinstance(identity, bytes) else identity) if identity else {}
+    expected = identity.get("input_fingerprint")
+    if expected is not None and prompts.tokens is not None and \
+            prompts.tokens.nbytes + offsets.nbytes <= FINGERPRINT_LIMIT:
+        data = prompts.tokens.astype("<i4").tobytes() + offsets.astype("<i8").tobytes()
+        if str(fnv1a(data)) != str(expected):
+            raise UserError(f"{args.input} is not the input {args.file} was computed from (another fingerprint)")
+    for p in np.flatnonzero(done):
+        first, end = int(offsets[p]), int(offsets[p + 1])
+        if not np.isnan(logprobs[first]) or np.isnan(logprobs[first + 1:end]).any():
+            raise UserError(f"{args.input}: prompt {p}'s boundaries do not match {args.file}: not the run's input")
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -75,6 +104,8 @@ def main():
         raise UserError(f"{args.input} has {offsets[-1]} tokens, the output {len(logprobs)}: not the run's input")
     if done is None:
         done = np.ones(len(offsets) - 1, np.uint8)
+    if args.input:
+        check_same_input(out, args, prompts, logprobs, done)
     model = None
     if args.surprising:
         from model_tokenizer import ModelTokenizer

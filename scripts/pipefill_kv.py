@@ -56,6 +56,8 @@ def load_kv(directory, prompt_index, tokens=None):
     if entry is None:
         raise KvExportError(f"{directory}: prompt {prompt_index} is not in the export "
                             f"(it has {len(index['prompts'])} prompts)")
+    if tokens is not None:
+        tokens = np.asarray(tokens).reshape(-1)  # [T], or input_ids-shaped [1, T]
     if tokens is not None and (len(tokens) != entry["tokens"] or tokens_fnv1a(tokens) != entry["tokens_fnv1a"]):
         raise KvExportError(f"{directory}: prompt {prompt_index} was exported for other tokens")
     num_layers, num_heads = index["num_layers"], index["num_kv_heads"]
@@ -65,7 +67,11 @@ def load_kv(directory, prompt_index, tokens=None):
         path = os.path.join(directory, name)
         if not os.path.isfile(path):
             raise KvExportError(f"{path} is missing")
-        with safe_open(path, framework="pt") as f:
+        try:
+            handle = safe_open(path, framework="pt")
+        except Exception as e:  # safetensors' own error types: a damaged or foreign file
+            raise KvExportError(f"{path} is not a readable safetensors file: {e}")
+        with handle as f:
             meta = f.metadata()
             expected = {"format": FORMAT, "model_identity": index["model_identity"], "prompt": str(prompt_index),
                         "tokens": str(entry["tokens"]), "tokens_fnv1a": entry["tokens_fnv1a"]}

@@ -18,12 +18,17 @@ void check_run_paths(const RunOptions& o) {
   if (!o.trace.empty()) io::require_writable_file_path(o.trace, "--trace");
   if (!o.save_kv.empty()) io::require_writable_directory(o.save_kv, "--save-kv");
   if (cost_file) io::require_regular_file(cost_path, "--cost-model");
-  io::require_distinct_paths({{"--input", o.input},
-                              {"--output", o.output},
-                              {"the output's partial file", o.output + ".partial"},
-                              {"--trace", o.trace},
-                              {"--save-kv", o.save_kv},
-                              {"--cost-model", cost_file ? cost_path : ""}});
+  const std::vector<io::PathRole> files = {{"--input", o.input},
+                                           {"--output", o.output},
+                                           {"the output's partial file", o.output + ".partial"},
+                                           {"--trace", o.trace},
+                                           {"--cost-model", cost_file ? cost_path : ""}};
+  std::vector<io::PathRole> all = files;
+  all.push_back({"--save-kv", o.save_kv});
+  io::require_distinct_paths(all);
+  // The export names its own files in its directory (index.json, prompt-*/...): none of the
+  // run's other files may be there.
+  io::require_outside_directory(files, {"--save-kv", o.save_kv});
 }
 
 io::PromptSet read_run_prompts(const RunOptions& o, const pipeline::RankModel& m) {

@@ -41,8 +41,13 @@ void require_writable_directory(const std::string& path, const std::string& role
   if (path.empty()) throw UserError(role + " is empty: give a directory");
   std::error_code error;
   fs::path existing = fs::absolute(path, error).lexically_normal();
-  while (!fs::exists(existing, error) && existing.has_parent_path() && existing != existing.parent_path())
+  if (existing.filename().empty()) existing = existing.parent_path();  // "dir/"
+  while (!fs::exists(existing, error) && existing.has_parent_path() && existing != existing.parent_path()) {
+    // A link to nowhere is not a directory to be made: creating it would fail mid-run.
+    if (fs::is_symlink(fs::symlink_status(existing, error)))
+      throw UserError(role + " " + path + ": " + existing.string() + " is a symbolic link to nothing");
     existing = existing.parent_path();
+  }
   if (!fs::is_directory(existing, error))
     throw UserError(role + " " + path + ": " + existing.string() + " exists and is not a directory");
   if (::access(existing.c_str(), W_OK | X_OK) != 0)
@@ -78,6 +83,17 @@ bool same_file(const Identity& a, const Identity& b) {
 }
 
 }  // namespace
+
+void require_outside_directory(const std::vector<PathRole>& roles, const PathRole& directory) {
+  if (directory.path.empty()) return;
+  std::string base = identify(directory.path).normalised;
+  while (base.size() > 1 && base.back() == '/') base.pop_back();  // "dir/" names dir too
+  const std::string inside = base + "/";
+  for (const auto& r : roles)
+    if (!r.path.empty() && identify(r.path).normalised.rfind(inside, 0) == 0)
+      throw UserError(r.role + " " + r.path + " lies inside " + directory.role + " " + directory.path +
+                      ", which the run writes into: choose paths outside it");
+}
 
 void require_distinct_paths(const std::vector<PathRole>& roles) {
   std::vector<Identity> ids;

@@ -24,6 +24,10 @@ struct PathRole {
   std::string path;  // empty: not used in this run
 };
 
+// UserError naming the first role whose path lies inside `directory` (symlinks resolved):
+// a directory the run writes files into by names of its own (--save-kv).
+void require_outside_directory(const std::vector<PathRole>& roles, const PathRole& directory);
+
 // UserError naming the first two roles that are the same file: by device and inode where
 // both exist, by normalised absolute path (symlinks resolved) otherwise.
 void require_distinct_paths(const std::vector<PathRole>& roles);

@@ -82,6 +82,10 @@ case $case in
   save_kv_is_file) touch "$work/kv"; extra=(--pp 2 --save-kv "$work/kv/sub")
     expect="--save-kv $work/kv/sub: $work/kv exists and is not a directory" ;;
   save_kv_is_output) extra=(--pp 2 --save-kv "$work/out.h5"); expect="and --save-kv ($work/out.h5) are the same file" ;;
+  save_kv_holds_input) mkdir "$work/kv"; cp "$data/prompts.h5" "$work/kv/index.json"; input=$work/kv/index.json
+    extra=(--pp 2 --save-kv "$work/kv/"); expect="--input $work/kv/index.json lies inside --save-kv $work/kv/" ;;
+  save_kv_dangling_link) ln -s "$work/nowhere" "$work/link"; extra=(--pp 2 --save-kv "$work/link/kv")
+    expect="is a symbolic link to nothing" ;;
   save_kv_emulate) extra=(--pp 2 --backend emulate --cost-model analytic:h20 --save-kv "$work/kv")
     expect="--save-kv needs real compute: --backend emulate computes no KV cache" ;;
   output_empty) out=""; expect="--output is empty" ;;
