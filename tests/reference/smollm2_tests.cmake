@@ -9,19 +9,14 @@ add_test(NAME setup.smollm2
 set_tests_properties(setup.smollm2 PROPERTIES FIXTURES_SETUP smollm2 FIXTURES_REQUIRED venv
                      LABELS "mpi;reference" TIMEOUT 600)
 
-set(PF_VENV_PYTHON "\${PIPEFILL_VENV:-\$HOME/.cache/pipefill/venv}/bin/python")
-add_test(NAME transformers.smollm2
-         COMMAND bash -c "exec \"${PF_VENV_PYTHON}\" \"\$@\" \"${PF_SMOLLM2_DIR}\""
-                 smollm2_check ${CMAKE_CURRENT_SOURCE_DIR}/reference/smollm2_check.py ${PF_BIN}
-                 ${CMAKE_CURRENT_BINARY_DIR}/smollm2_check)
+pf_venv_test(transformers.smollm2 smollm2_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/smollm2_check
+             SHELL_ARG "${PF_SMOLLM2_DIR}")
 set_tests_properties(transformers.smollm2 PROPERTIES FIXTURES_REQUIRED "venv;smollm2" LABELS "mpi;reference"
                      TIMEOUT 600 PROCESSORS 2)
 
 # Decoding continues elsewhere: a --save-kv export loaded by scripts/pipefill_kv.py decodes
 # transformers' own greedy tokens (SmolLM2 and a tiny Qwen3 with q/k norm; pp, tp, pp x tp).
-add_test(NAME transformers.kv_export_decode
-         COMMAND bash -c "exec \"${PF_VENV_PYTHON}\" \"\$@\" \"${PF_SMOLLM2_DIR}\""
-                 kv_export_check ${CMAKE_CURRENT_SOURCE_DIR}/reference/kv_export_check.py ${PF_BIN}
-                 ${CMAKE_CURRENT_BINARY_DIR}/kv_export_check)
+pf_venv_test(transformers.kv_export_decode kv_export_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/kv_export_check
+             SHELL_ARG "${PF_SMOLLM2_DIR}")
 set_tests_properties(transformers.kv_export_decode PROPERTIES FIXTURES_REQUIRED "venv;smollm2"
                      LABELS "mpi;reference" TIMEOUT 600 PROCESSORS 2)

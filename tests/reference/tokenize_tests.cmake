@@ -2,8 +2,6 @@
 # tokenizer trained inside the test (tests/reference/tokenize_check.py), and `pipefill run` on
 # the file they write. Needs the venv of scripts/setup_venv.sh (fixture `venv`, as the
 # transformers cases) and the pipefill binary.
-add_test(NAME tokenize.text_in
-         COMMAND bash -c "exec \"\${PIPEFILL_VENV:-\$HOME/.cache/pipefill/venv}/bin/python\" \"\$@\"" tokenize_check
-                 ${CMAKE_CURRENT_SOURCE_DIR}/reference/tokenize_check.py ${CMAKE_SOURCE_DIR} ${PF_BIN}
-                 ${CMAKE_CURRENT_BINARY_DIR}/tokenize_check)
+pf_venv_test(tokenize.text_in tokenize_check.py ${CMAKE_SOURCE_DIR} ${PF_BIN}
+             ${CMAKE_CURRENT_BINARY_DIR}/tokenize_check)
 set_tests_properties(tokenize.text_in PROPERTIES FIXTURES_REQUIRED venv LABELS reference TIMEOUT 300)

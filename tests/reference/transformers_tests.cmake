@@ -6,19 +6,27 @@ add_test(NAME setup.venv COMMAND ${CMAKE_SOURCE_DIR}/scripts/setup_venv.sh)
 set_tests_properties(setup.venv PROPERTIES FIXTURES_SETUP venv LABELS "mpi;reference" TIMEOUT 1200)
 
 # The venv's location is resolved when the test runs, as setup_venv.sh resolves it.
-add_test(NAME transformers.rope_parameters
-         COMMAND bash -c "exec \"\${PIPEFILL_VENV:-\$HOME/.cache/pipefill/venv}/bin/python\" \"\$@\"" transformers_check
-                 ${CMAKE_CURRENT_SOURCE_DIR}/reference/transformers_check.py ${PF_BIN}
-                 ${CMAKE_CURRENT_BINARY_DIR}/transformers_check)
+set(PF_VENV_PYTHON "\${PIPEFILL_VENV:-\$HOME/.cache/pipefill/venv}/bin/python")
+# pf_venv_test(NAME SCRIPT [ARGS...] [SHELL_ARG WORD]): tests/reference/SCRIPT run by the venv's
+# python with ARGS, then WORD, which the shell expands when the test runs (a path in the cache).
+function(pf_venv_test name script)
+  cmake_parse_arguments(PARSE_ARGV 2 PF "" "SHELL_ARG" "")
+  set(tail "")
+  if(DEFINED PF_SHELL_ARG)
+    set(tail " \"${PF_SHELL_ARG}\"")
+  endif()
+  get_filename_component(argv0 ${script} NAME_WE)
+  add_test(NAME ${name} COMMAND bash -c "exec \"${PF_VENV_PYTHON}\" \"\$@\"${tail}" ${argv0}
+           ${CMAKE_CURRENT_SOURCE_DIR}/reference/${script} ${PF_UNPARSED_ARGUMENTS})
+endfunction()
+
+pf_venv_test(transformers.rope_parameters transformers_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/transformers_check)
 set_tests_properties(transformers.rope_parameters PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
                      TIMEOUT 600 PROCESSORS 2)
 
 # Every output (last logits, token log-probs, top-k, hidden states) on pp, tp, pp x tp and a
 # dynamic plan, against transformers' forward: Llama GQA + llama3 scaling, Qwen2 biases in bf16
 # files, Qwen3 q/k norm with tied embeddings.
-add_test(NAME transformers.scores
-         COMMAND bash -c "exec \"\${PIPEFILL_VENV:-\$HOME/.cache/pipefill/venv}/bin/python\" \"\$@\"" scores_check
-                 ${CMAKE_CURRENT_SOURCE_DIR}/reference/scores_check.py ${PF_BIN}
-                 ${CMAKE_CURRENT_BINARY_DIR}/scores_check)
+pf_venv_test(transformers.scores scores_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/scores_check)
 set_tests_properties(transformers.scores PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
                      TIMEOUT 600 PROCESSORS 2)
