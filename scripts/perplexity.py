@@ -28,18 +28,10 @@ import math  # noqa: E402
 import numpy as np  # noqa: E402
 
 from prompt_file import PromptIndex, open_h5  # noqa: E402
-from python_tool import UserError  # noqa: E402
+from python_tool import UserError, fnv1a  # noqa: E402
 
 CONTEXT_TOKENS = 8  # text shown before a surprising token
 FINGERPRINT_LIMIT = 64 << 20  # bytes of input hashed in Python (about a second per 16 MB)
-
-
-def fnv1a(data):
-    """FNV-1a 64, as pipefill fingerprints an input (src/io/fnv1a.hpp)."""
-    value = 0xCBF29CE484222325
-    for byte in data:
-        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return value
 
 
 def check_same_input(out, args, prompts, logprobs, done):

@@ -21,6 +21,8 @@ import numpy as np
 import torch
 from safetensors import safe_open
 
+from python_tool import fnv1a  # beside this file in scripts/
+
 FORMAT = "pipefill-kv-1"
 
 
@@ -29,11 +31,8 @@ class KvExportError(ValueError):
 
 
 def tokens_fnv1a(tokens):
-    """FNV-1a 64 of the int32 token ids, as pipefill hashes a prompt's tokens."""
-    value = 0xCBF29CE484222325
-    for byte in np.asarray(tokens, dtype="<i4").tobytes():
-        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
-    return f"{value:016x}"
+    """FNV-1a 64 of the int32 token ids, as pipefill hashes a prompt's tokens (hex, as stored)."""
+    return f"{fnv1a(np.asarray(tokens, dtype='<i4').tobytes()):016x}"
 
 
 def read_index(directory):

@@ -38,6 +38,14 @@ def run_in_venv(script):
         fail(f"cannot run {python}: {e.strerror}; {VENV_HINT}")
 
 
+def fnv1a(data):
+    """FNV-1a 64 of `data` (bytes), the hash behind every pipefill fingerprint (src/io/fnv1a.hpp)."""
+    value = 0xCBF29CE484222325
+    for byte in data:
+        value = ((value ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return value
+
+
 def fail(message):
     sys.stdout.flush()
     print(f"error: {message}", file=sys.stderr)
