@@ -181,10 +181,11 @@ static int run_command(int argc, char** argv) {
     if (!options.quiet) {
       trace::print_summary(summary, stdout);
       trace::print_traffic(traffic_report, stdout);
-      if (options.logprobs && stored->scored_tokens() > 0)
+      if (results->scored_tokens() > 0)
         std::printf("log-probs: %lld tokens scored this run, perplexity %.4g (exp of their mean NLL; per prompt in "
                     "/perplexity)\n",
-                    stored->scored_tokens(), std::exp(stored->nll_sum() / static_cast<double>(stored->scored_tokens())));
+                    static_cast<long long>(results->scored_tokens()),
+                    std::exp(results->scored_nll_sum() / static_cast<double>(results->scored_tokens())));
     }
     if (complete) {
       std::printf("wrote %s%s%s\n", options.output.c_str(), options.trace.empty() ? "" : " and ",

@@ -303,6 +303,10 @@ void ResultWriter::write_prompt(int prompt, const float* row, const float* hidde
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
   completed_.at(prompt) = 1;
   ++written_this_run_;
+  if (layout_.token_logprobs) {
+    scored_tokens_ += layout_.prompt_offsets[prompt + 1] - layout_.prompt_offsets[prompt] - 1;
+    scored_nll_sum_ += digest->nll_sum;
+  }
 }
 
 bool ResultWriter::finish(const std::vector<trace::TimelineEvent>& timeline, const nlohmann::json& attributes) {

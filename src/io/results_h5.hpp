@@ -63,6 +63,11 @@ class ResultWriter {
   int completed_count() const;
   bool resumed() const { return resumed_; }
 
+  // With token_logprobs, over the prompts stored by this run: their tokens that have a
+  // log-prob (all but each prompt's first) and the sum of their NLL (the run's perplexity).
+  int64_t scored_tokens() const { return scored_tokens_; }
+  double scored_nll_sum() const { return scored_nll_sum_; }
+
   // Prompts a resumed file marked complete whose rows failed their checksum (recomputed).
   const std::vector<int>& torn_rows() const { return torn_rows_; }
   // Marks finished prompts as not done (flags cleared and flushed): something they need
@@ -109,6 +114,8 @@ class ResultWriter {
   std::vector<char> completed_;
   std::vector<int> torn_rows_;
   int written_this_run_ = 0;
+  int64_t scored_tokens_ = 0;
+  double scored_nll_sum_ = 0;
 };
 
 // --resume on an existing <path>: true if it is this run's complete output (identity, layout

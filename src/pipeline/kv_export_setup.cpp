@@ -17,8 +17,8 @@ namespace pf::pipeline {
 
 namespace {
 
-// The layout of (stage, tp_rank): the same rule as the weights' (model/weights.cpp: whole KV
-// heads in contiguous blocks per TP rank).
+// The layout of (stage, tp_rank): the KV heads of the rank's weight shard
+// (model::make_shard_spec), whole heads in contiguous blocks per TP rank.
 kv::KvExportLayout layout_of(const RankModel& m, const std::string& dir, const std::string& identity, int stage,
                              int tp, int tp_rank) {
   const model::ModelConfig& c = m.config();
@@ -30,7 +30,7 @@ kv::KvExportLayout layout_of(const RankModel& m, const std::string& dir, const s
   layout.layer_begin = m.partition[stage].first;
   layout.layers = m.partition[stage].count;
   layout.total_layers = c.num_layers;
-  layout.kv_heads = c.num_kv_heads / tp;
+  layout.kv_heads = model::make_shard_spec(c, tp, tp_rank).kv_heads;
   layout.kv_head_begin = tp_rank * layout.kv_heads;
   layout.total_kv_heads = c.num_kv_heads;
   layout.head_dim = c.head_dim;

@@ -23,16 +23,10 @@ void StoredResults::token_rows(const TokenRows& rows) {
   if (rows.start == 0) {
     open_prompt_ = rows.prompt;
     open_finite_ = true;
-    open_tokens_ = 0;
-    open_nll_ = 0;
   }
   // The prompt's first position has no log-prob (NaN by definition); every other must be finite.
   const int skip = rows.start == 0 ? 1 : 0;
-  if (rows.logprobs) {
-    open_finite_ = open_finite_ && all_finite(rows.logprobs + skip, rows.count - skip);
-    for (int j = skip; j < rows.count; ++j) open_nll_ -= rows.logprobs[j];
-    open_tokens_ += rows.count - skip;
-  }
+  if (rows.logprobs) open_finite_ = open_finite_ && all_finite(rows.logprobs + skip, rows.count - skip);
   if (rows.topk_logprobs)
     open_finite_ = open_finite_ && all_finite(rows.topk_logprobs, static_cast<int64_t>(rows.count) * rows.top_k);
   // Written even when not finite: the prompt's flag is what makes rows count, and it stays unset.
@@ -47,10 +41,6 @@ void StoredResults::prompt_row(int prompt, const float* logits, const float* hid
     return;
   }
   writer_.write_prompt(prompt, logits, hidden, ttft_s);
-  if (open_prompt_ == prompt) {
-    scored_tokens_ += open_tokens_;
-    nll_sum_ += open_nll_;
-  }
 }
 
 }  // namespace pf::pipeline

@@ -21,20 +21,13 @@ class StoredResults final : public ResultSink {
 
   // Prompts not stored because a result was not finite, in the order they came.
   const std::vector<int>& nonfinite_prompts() const { return nonfinite_; }
-  // Token-weighted over the prompts stored this run (--logprobs): scored tokens and their NLL.
-  long long scored_tokens() const { return scored_tokens_; }
-  double nll_sum() const { return nll_sum_; }
 
  private:
   io::ResultWriter& writer_;
   int vocab_size_, hidden_width_;
   int open_prompt_ = -1;        // the prompt whose token rows are arriving
   bool open_finite_ = true;     // its token rows so far are finite
-  long long open_tokens_ = 0;   // its positions with a log-prob so far, and their NLL
-  double open_nll_ = 0;
   std::vector<int> nonfinite_;
-  long long scored_tokens_ = 0;
-  double nll_sum_ = 0;
 };
 
 }  // namespace pf::pipeline
