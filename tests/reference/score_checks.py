@@ -1,13 +1,15 @@
 """What `pipefill run --logprobs --top-k K --hidden-states MODE` stores, computed by transformers
-itself, and the comparison of an output with it (shared by transformers_check.py and
-smollm2_check.py).
+itself, and the comparison of an output with a reference (shared by scores_check.py and
+smollm2_check.py, against transformers, and by tests/mpi/check_token_outputs.py, against the
+numpy reference; torch is needed only to compute a reference).
 
-The reference is transformers' float32 forward over each whole prompt: the logits of every
+The transformers reference is its float32 forward over each whole prompt: the logits of every
 position, log-softmax in float64, and the final norm's output (model.model(...).last_hidden_state).
+A reference is a dict: token_logprobs [T] (NaN at each prompt's first token), topk_ids and
+topk_logprobs [T, K] (K >= the output's k), hidden_last and hidden_mean [n, hidden], lengths.
 """
 import h5py
 import numpy as np
-import torch
 
 # The issue's bounds: log-probs within 1e-3 of transformers'; ids equal wherever the reference's
 # neighbouring log-probs are more than 1e-3 apart (closer, the order is a float32 coin toss).
@@ -19,6 +21,7 @@ HIDDEN_RTOL = 1e-4  # of each row's max|h|
 def reference_scores(model, prompts, k):
     """Per prompt, from one float32 forward: every position's log-softmax, reduced to the token
     log-probs, the top k + 1 (one more than stored, to tell confident ranks), and the hidden states."""
+    import torch
     token_logprobs, topk_ids, topk_logprobs, last, mean = [], [], [], [], []
     with torch.no_grad():
         for ids in prompts:
@@ -39,16 +42,21 @@ def reference_scores(model, prompts, k):
 
 
 def confident_ranks(ref_logprobs, k):
-    """[T, k]: rank j is more than MARGIN from both neighbours in the reference."""
-    gaps = -np.diff(ref_logprobs, axis=1)
-    ok = gaps[:, :k] > MARGIN
-    ok[:, 1:] &= gaps[:, :k - 1] > MARGIN
+    """[T, k]: rank j is more than MARGIN from both neighbours in the reference (a rank whose
+    lower neighbour the reference does not hold is never confident)."""
+    gaps = -np.diff(ref_logprobs, axis=1)  # gaps[:, j]: rank j minus rank j + 1, >= 0
+    ok = np.zeros((ref_logprobs.shape[0], k), bool)
+    for j in range(min(k, gaps.shape[1])):
+        ok[:, j] = gaps[:, j] > MARGIN
+        if j > 0:
+            ok[:, j] &= gaps[:, j - 1] > MARGIN
     return ok
 
 
-def compare_scores(name, out_h5, ref):
+def compare_scores(name, out_h5, ref, logprob_atol=LOGPROB_ATOL):
     """Prints one line per stored kind of score; True when every one is within its bound, the
-    first token's log-prob is NaN, and /perplexity, /nll_sum agree with the stored log-probs."""
+    first token's log-prob is NaN, /perplexity, /nll_sum agree with the stored log-probs, and the
+    top-k log-probs descend."""
     ok, notes = True, []
     with h5py.File(out_h5, "r") as f:
         if "token_logprobs" in f:
@@ -61,9 +69,9 @@ def compare_scores(name, out_h5, ref):
             scored = np.diff(offsets) - 1  # a one-token prompt has none: perplexity NaN
             with np.errstate(divide="ignore", invalid="ignore"):
                 perplexity = np.where(scored > 0, np.exp(nll / np.maximum(scored, 1)), np.nan)
-            sums_ok = np.allclose(f["nll_sum"][:], nll, rtol=1e-9) and np.allclose(
+            sums_ok = np.allclose(f["nll_sum"][:], nll, rtol=1e-9, atol=1e-9) and np.allclose(
                 f["perplexity"][:], perplexity, rtol=1e-9, equal_nan=True)
-            ok = ok and error <= LOGPROB_ATOL and nan_ok and sums_ok
+            ok = ok and error <= logprob_atol and nan_ok and sums_ok
             notes.append(f"logprobs {error:.1e}{'' if nan_ok else ' (NaN misplaced)'}{'' if sums_ok else ' (bad NLL)'}")
         if "topk_ids" in f:
             ids, lps = f["topk_ids"][:], f["topk_logprobs"][:].astype(np.float64)
@@ -72,9 +80,10 @@ def compare_scores(name, out_h5, ref):
             mask = confident_ranks(ref["topk_logprobs"], k)
             same = ids[mask] == ref["topk_ids"][:, :k][mask]
             top1 = int((ids[:, 0] == ref["topk_ids"][:, 0]).sum())
-            ok = ok and error <= LOGPROB_ATOL and bool(same.all())
+            descending = bool((np.diff(lps, axis=1) <= 0).all())
+            ok = ok and error <= logprob_atol and bool(same.all()) and descending
             notes.append(f"top-{k} {error:.1e}, ids {int(same.sum())}/{int(mask.sum())} confident "
-                         f"(top-1 {top1}/{len(ids)})")
+                         f"(top-1 {top1}/{len(ids)}){'' if descending else ' (not descending)'}")
         if "hidden_states" in f:
             mode = f.attrs["hidden_states"]
             mode = mode.decode() if isinstance(mode, bytes) else str(mode)
