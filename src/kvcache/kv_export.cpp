@@ -20,7 +20,6 @@ namespace {
 // Bytes of chunks copied out and waiting for the disk before the compute waits (at least one
 // chunk is always accepted): with SmolLM2's 15-layer stages a 512-token chunk is 11.8 MB.
 constexpr size_t kMaxQueuedBytes = size_t{512} << 20;
-constexpr const char* kFormat = "pipefill-kv-1";
 
 std::string padded(int value, int width) {
   std::string text = std::to_string(value);
@@ -60,17 +59,21 @@ std::string kv_file_name(int prompt, int stage, int tp_rank) {
   return "prompt-" + padded(prompt, 6) + "/stage" + padded(stage, 2) + "_tp" + padded(tp_rank, 2) + ".safetensors";
 }
 
+std::string tokens_hash_text(uint64_t tokens_hash) {
+  io::Fnv1a hash;
+  hash.value = tokens_hash;
+  return hash.hex();
+}
+
 std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout, int prompt, int64_t tokens,
                                                     uint64_t tokens_hash) {
   const auto range = [](int begin, int count) { return std::to_string(begin) + "," + std::to_string(begin + count); };
-  io::Fnv1a hash;
-  hash.value = tokens_hash;
-  return {{"format", kFormat},
+  return {{"format", kKvExportFormat},
           {"model_identity", layout.model_identity},
           {"dtype", io::dtype_name(layout.dtype)},
           {"prompt", std::to_string(prompt)},
           {"tokens", std::to_string(tokens)},
-          {"tokens_fnv1a", hash.hex()},
+          {"tokens_fnv1a", tokens_hash_text(tokens_hash)},
           {"first_position", "0"},
           {"layers", range(layout.layer_begin, layout.layers)},
           {"total_layers", std::to_string(layout.total_layers)},

@@ -41,6 +41,12 @@ struct KvExportLayout {
   io::Dtype dtype = io::Dtype::kF32;
 };
 
+// The format name every file's metadata and DIR/index.json carry.
+inline constexpr const char* kKvExportFormat = "pipefill-kv-1";
+
+// A prompt's token hash as the files and the index write it (16 hex digits).
+std::string tokens_hash_text(uint64_t tokens_hash);
+
 // The path of prompt p's file of (stage, tp_rank), relative to DIR.
 std::string kv_file_name(int prompt, int stage, int tp_rank);
 

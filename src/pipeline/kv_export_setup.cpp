@@ -113,11 +113,10 @@ std::optional<std::string> write_index(const dist::Topology& topo, const RankMod
     nlohmann::json files = nlohmann::json::array();
     for (int s = 0; s < topo.pp; ++s)
       for (int r = 0; r < topo.tp; ++r) files.push_back(kv::kv_file_name(p, s, r));
-    io::Fnv1a hash;
-    hash.value = exporter.tokens_hash(p);
-    prompts[std::to_string(p)] = {{"tokens", exporter.length(p)}, {"tokens_fnv1a", hash.hex()}, {"files", files}};
+    prompts[std::to_string(p)] = {
+        {"tokens", exporter.length(p)}, {"tokens_fnv1a", kv::tokens_hash_text(exporter.tokens_hash(p))}, {"files", files}};
   }
-  const nlohmann::json index = {{"format", "pipefill-kv-1"},
+  const nlohmann::json index = {{"format", kv::kKvExportFormat},
                                 {"model_identity", exporter.layout().model_identity},
                                 {"model_config", m.config_json},
                                 {"dtype", io::dtype_name(exporter.layout().dtype)},
