@@ -37,6 +37,7 @@
 #include "sched/cost_profile.hpp"    // defines: CostProfile (a saved --cost-model)
 #include "sched/dynamic_chunker.hpp"  // defines: longest_chunk (the workspace a backend reserves)
 #include "sched/plan_flops.hpp"       // defines: plan_flops (for the achieved rate)
+#include "sched/prefix_sharing.hpp"   // defines: find_shared_prefixes (prefix reuse inside the batch)
 #include "trace/chrome_trace.hpp"     // defines: write_chrome_trace
 #include "trace/summary.hpp"          // defines: summarize, print_summary
 #include "trace/traffic.hpp"          // defines: gather_traffic, print_traffic (bytes vs the seed's formulas)
@@ -109,21 +110,30 @@ static int run_command(int argc, char** argv) {
     request.profile_room_tokens = pipeline::profile_capacity_tokens(lengths, chunking.initial_chunk);
   pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, lengths);
 
-  // Plan: fixed chunks, or dynamic ones from cost models (profiled now or loaded).
+  // Plan: prompts that share a prefix back to back, the prefix computed once (rank 0 finds
+  // them), cut into fixed chunks, or dynamic ones from cost models (profiled now or loaded).
+  const std::vector<char> done = results ? results->completed() : std::vector<char>();
+  const sched::PrefixPlan prefixes =
+      writer && !options.no_prefix_cache
+          ? sched::find_shared_prefixes(prompts.tokens, prompts.offsets, chunking.page_size, done)
+          : sched::PrefixPlan{};
   const pipeline::PlanDecision decision = pipeline::decide_plan(topo, chunking, lengths, *backend.compute,
-                                                               shape.hidden_size, saved_costs,
-                                                               results ? results->completed() : std::vector<char>());
+                                                               shape.hidden_size, saved_costs, done, prefixes);
   const sched::BatchPlan& plan = decision.plan;
   if (writer && !options.quiet) {
     std::printf("pipefill %s | %s %s (%.1fM active params) | pp %d x tp %d | layers %s | chunk %d (%s) | page %d | %s\n",
                 PIPEFILL_VERSION, place.model.c_str(), shape.name.c_str(), shape.active_parameters() / 1e6, topo.pp,
                 topo.tp, model::partition_text(rank_model.partition).c_str(), chunking.initial_chunk,
                 decision.policy_used.c_str(), chunking.page_size, backend.description.c_str());
-    std::printf("input %s: %d prompts%s, %lld tokens to compute, %zu micro-batches\n", options.input.c_str(),
+    std::printf("input %s: %d prompts%s, %lld tokens to compute%s, %zu micro-batches\n", options.input.c_str(),
                 plan.num_prompts(),
                 results->resumed() ? (" (" + std::to_string(results->completed_count()) + " done before, resumed)").c_str()
                                    : "",
-                static_cast<long long>(plan.total_tokens()), plan.micro_batches.size());
+                static_cast<long long>(plan.total_tokens()),
+                plan.reused_tokens() > 0
+                    ? (" (" + std::to_string(plan.reused_tokens()) + " more reused from shared prefixes)").c_str()
+                    : "",
+                plan.micro_batches.size());
     std::fflush(stdout);
   }
 
@@ -140,7 +150,7 @@ static int run_command(int argc, char** argv) {
   // Rank 0 stores every finite result as it arrives; the rest is reported below.
   const int hidden_width = options.hidden_states == compute::HiddenStatesKind::kNone ? 0 : shape.hidden_size;
   std::optional<pipeline::StoredResults> stored;
-  if (writer) stored.emplace(*results, shape.vocab_size, hidden_width);
+  if (writer) stored.emplace(*results, shape.vocab_size, hidden_width, plan);
   pipeline::StageLoopContext loop{topo, plan, prompts, *backend.compute, *transport, timeline};
   loop.hidden_size = shape.hidden_size;
   loop.vocab_size = shape.vocab_size;

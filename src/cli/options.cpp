@@ -247,6 +247,11 @@ OptionTable<RunOptions> run_table() {
         "and DIR/index.json (scripts/pipefill_kv.py loads them as a transformers cache)",
         &R::save_kv)
       .echo_as("save_kv");
+  t.add("no-prefix-cache",
+        "compute every prompt in full, in input order (by default prompts that start with the same tokens run one "
+        "after another and compute that prefix once; /reused_tokens says how much each reused)",
+        &R::no_prefix_cache)
+      .echo_as("no_prefix_cache");
   t.add("quiet", "no configuration echo, progress or summary", &R::quiet);
   t.add("watchdog-timeout",
         "seconds a rank may wait for a peer before the job is aborted with an error naming the stage and "

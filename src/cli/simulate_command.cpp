@@ -54,7 +54,7 @@ sched::BatchPlan plan_for(const SimulateOptions& o, const std::vector<sim::Stage
   }
   policy_used = policy ? sched::policy_name(c.policy) : "fixed";
   if (!policy) policy = std::make_unique<sched::FixedChunkPolicy>(c.initial_chunk);
-  return sched::make_plan(o.lengths, *policy, {}, o.cached_tokens);
+  return sched::make_plan(o.lengths, *policy, {}, sched::PrefixPlan::from_outside(o.cached_tokens));
 }
 
 }  // namespace
@@ -119,7 +119,7 @@ int simulate_command(int argc, char** argv) {
     layout.vocab_size = shape.vocab_size;
     layout.with_logits = false;
     io::ResultWriter writer(o.timeline, layout, {{"simulated", true}}, /*resume=*/false, /*timeout_s=*/0);
-    for (int p = 0; p < plan.num_prompts(); ++p) writer.write_prompt(p, nullptr, nullptr, summary.ttft_s[p]);
+    for (int p = 0; p < plan.num_prompts(); ++p) writer.write_prompt(p, nullptr, nullptr, summary.ttft_s[p], plan.reuse[p].tokens);
     writer.finish(result.events,
                   {{"version", PIPEFILL_VERSION}, {"simulated", 1}, {"hardware", hw.name}, {"pp", o.pp},
                    {"tp", o.tp}, {"chunk_size", o.chunking.initial_chunk}, {"chunk_policy_used", policy_used},

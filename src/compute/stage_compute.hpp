@@ -57,6 +57,11 @@ class StageCompute {
   virtual void read_kv(int /*prompt*/, int64_t /*pos0*/, int /*count*/, float* /*keys*/, float* /*values*/) const {
     throw std::logic_error("read_kv: this backend does not export its KV cache (--save-kv)");
   }
+  // Prefix reuse: `dest`, a later prompt that starts with the same `tokens` tokens (a
+  // multiple of the page size), takes over those KV pages of `source`, whose last chunk has
+  // just passed this stage; it is called before finish_prompt(source). Backends without a KV
+  // cache (emulate) have nothing to share.
+  virtual void share_prefix(int /*source*/, int /*dest*/, int64_t /*tokens*/) {}
   // The prompt's last chunk has passed this stage: free what it held (KV pages).
   virtual void finish_prompt(int prompt) = 0;
 

@@ -1,7 +1,7 @@
 // Output HDF5: /logits float32 [n, vocab], /hidden_states float32 [n, hidden] (with
 // --hidden-states), /token_logprobs float32 [T], /perplexity and /nll_sum float64 [n] (with
 // --logprobs), /topk_ids int32 and /topk_logprobs float32 [T, k] (with --top-k k),
-// /completed uint8 [n], /ttft_s float64 [n], /row_checksum uint64 [n], /timeline (compound),
+// /completed uint8 [n], /ttft_s float64 [n], /reused_tokens int64 [n], /row_checksum uint64 [n], /timeline (compound),
 // root attributes (identity, configuration, version). docs/formats.md describes each.
 #include "io/results_h5.hpp"
 
@@ -75,6 +75,24 @@ void write_rows(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t rows, h
 }
 void write_row(hid_t dataset, hid_t memory_type, hsize_t row, hsize_t width, const void* data) {
   write_rows(dataset, memory_type, row, 1, width, data);
+}
+// Reads back rows this run wrote (the same selection as write_rows).
+void read_back_rows(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t rows, hsize_t width, void* data) {
+  if (rows == 0) return;
+  const int rank = width > 0 ? 2 : 1;
+  hsize_t start[2] = {first, 0}, count[2] = {rows, width};
+  H5Handle file_space{H5Dget_space(dataset), H5Sclose};
+  H5_CHECK(H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start, nullptr, count, nullptr));
+  H5Handle memory_space{H5Screate_simple(rank, count, nullptr), H5Sclose};
+  H5_CHECK(H5Dread(dataset, memory_type, memory_space.id, file_space.id, H5P_DEFAULT, data));
+}
+
+// /reused_tokens: -1 (unknown) until a prompt is stored.
+hid_t create_reused_tokens(hid_t file, hsize_t n) {
+  const hid_t dataset = create_dataset(file, "reused_tokens", H5T_STD_I64LE, 1, &n);
+  const std::vector<int64_t> unknown(n, -1);
+  H5_CHECK(H5Dwrite(dataset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, unknown.data()));
+  return dataset;
 }
 
 void write_timeline(hid_t file, const std::vector<trace::TimelineEvent>& events) {
@@ -160,6 +178,11 @@ void ResultWriter::reopen() {
   if (file_ < 0) throw UserError("cannot reopen " + temporary_path_ + " for writing");
   completed_set_ = H5Dopen2(file_, "completed", H5P_DEFAULT);
   ttft_set_ = H5Dopen2(file_, "ttft_s", H5P_DEFAULT);
+  // Outputs begun before prefix reuse existed have no /reused_tokens: it is added.
+  reused_set_ = H5Lexists(file_, "reused_tokens", H5P_DEFAULT) > 0
+                    ? H5Dopen2(file_, "reused_tokens", H5P_DEFAULT)
+                    : create_reused_tokens(file_, static_cast<hsize_t>(layout_.num_prompts));
+  H5_CHECK(reused_set_);
   checksum_set_ = H5Dopen2(file_, "row_checksum", H5P_DEFAULT);
   if (layout_.with_logits) H5_CHECK(logits_ = H5Dopen2(file_, "logits", H5P_DEFAULT));
   if (layout_.hidden_size > 0) H5_CHECK(hidden_set_ = H5Dopen2(file_, "hidden_states", H5P_DEFAULT));
@@ -208,6 +231,7 @@ void ResultWriter::create(const nlohmann::json& identity) {
   }
   completed_set_ = create_dataset(file_, "completed", H5T_STD_U8LE, 1, &n);
   ttft_set_ = create_dataset(file_, "ttft_s", H5T_IEEE_F64LE, 1, &n);
+  reused_set_ = create_reused_tokens(file_, n);
   checksum_set_ = create_dataset(file_, "row_checksum", H5T_STD_U64LE, 1, &n);
   const std::vector<unsigned char> zeros(n, 0);
   const std::vector<double> unknown(n, NAN);
@@ -220,8 +244,8 @@ void ResultWriter::create(const nlohmann::json& identity) {
 }
 
 ResultWriter::~ResultWriter() {
-  for (hid_t dataset : {logits_, hidden_set_, completed_set_, ttft_set_, checksum_set_, token_logprobs_, perplexity_,
-                        nll_sum_, topk_ids_, topk_logprobs_})
+  for (hid_t dataset : {logits_, hidden_set_, completed_set_, ttft_set_, reused_set_, checksum_set_, token_logprobs_,
+                        perplexity_, nll_sum_, topk_ids_, topk_logprobs_})
     if (dataset >= 0) H5Dclose(dataset);
   if (file_ < 0) return;
   H5Fclose(file_);
@@ -273,7 +297,22 @@ void ResultWriter::write_token_rows(int prompt, int64_t start, int count, const 
   open_.next = start + count;
 }
 
-void ResultWriter::write_prompt(int prompt, const float* row, const float* hidden_row, double ttft_s) {
+void ResultWriter::read_token_rows(int prompt, int64_t start, int count, float* logprobs, float* topk_logprobs,
+                                   int32_t* topk_ids) const {
+  const int64_t length = layout_.prompt_offsets.at(prompt + 1) - layout_.prompt_offsets[prompt];
+  if (!layout_.token_rows() || count < 0 || start < 0 || start + count > length)
+    throw std::logic_error("read_token_rows: no such rows");
+  const hsize_t first = static_cast<hsize_t>(layout_.prompt_offsets[prompt] + start), rows = count;
+  const size_t k = static_cast<size_t>(layout_.top_k);
+  if (layout_.token_logprobs) read_back_rows(token_logprobs_, H5T_NATIVE_FLOAT, first, rows, 0, logprobs);
+  if (k > 0) {
+    read_back_rows(topk_ids_, H5T_NATIVE_INT32, first, rows, k, topk_ids);
+    read_back_rows(topk_logprobs_, H5T_NATIVE_FLOAT, first, rows, k, topk_logprobs);
+  }
+}
+
+void ResultWriter::write_prompt(int prompt, const float* row, const float* hidden_row, double ttft_s,
+                                int64_t reused_tokens) {
   const hsize_t at = static_cast<hsize_t>(prompt);
   const TokenRowsDigest* digest = nullptr;
   if (layout_.token_rows()) {
@@ -294,6 +333,7 @@ void ResultWriter::write_prompt(int prompt, const float* row, const float* hidde
   if (layout_.with_logits) write_row(logits_, H5T_NATIVE_FLOAT, at, layout_.vocab_size, row);
   if (layout_.hidden_size > 0) write_row(hidden_set_, H5T_NATIVE_FLOAT, at, layout_.hidden_size, hidden_row);
   write_row(ttft_set_, H5T_NATIVE_DOUBLE, at, 0, &ttft_s);
+  write_row(reused_set_, H5T_NATIVE_INT64, at, 0, &reused_tokens);
   write_row(checksum_set_, H5T_NATIVE_UINT64, at, 0, &checksum);
   // Two flushes order the writes: the flag reaches the file only after its row is there.
   // One flush would not: HDF5 writes its dirty pieces in no promised order.
@@ -317,8 +357,8 @@ bool ResultWriter::finish(const std::vector<trace::TimelineEvent>& timeline, con
   write_timeline(file_, timeline);
   for (auto& [key, value] : attributes.items()) write_attribute(file_, key, value);
   H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
-  for (hid_t* dataset : {&logits_, &hidden_set_, &completed_set_, &ttft_set_, &checksum_set_, &token_logprobs_,
-                         &perplexity_, &nll_sum_, &topk_ids_, &topk_logprobs_})
+  for (hid_t* dataset : {&logits_, &hidden_set_, &completed_set_, &ttft_set_, &reused_set_, &checksum_set_,
+                         &token_logprobs_, &perplexity_, &nll_sum_, &topk_ids_, &topk_logprobs_})
     if (*dataset >= 0) {
       H5_CHECK(H5Dclose(*dataset));
       *dataset = -1;

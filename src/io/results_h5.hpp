@@ -80,10 +80,15 @@ class ResultWriter {
   // flushed on their own (write_prompt's flushes order them before the prompt's flag).
   void write_token_rows(int prompt, int64_t start, int count, const float* logprobs, const float* topk_logprobs,
                         const int32_t* topk_ids);
+  // Reads back token rows [start, start + count) of `prompt` that this run wrote (prefix
+  // reuse copies a source prompt's rows); the pointers as for write_token_rows.
+  void read_token_rows(int prompt, int64_t start, int count, float* logprobs, float* topk_logprobs,
+                       int32_t* topk_ids) const;
   // Stores one prompt's logits (nullptr without logits), hidden-state row (read only when
   // the layout has one), its perplexity and NLL (from its token rows, with token_logprobs),
-  // TTFT and checksum, flushes, then marks it complete and flushes again.
-  void write_prompt(int prompt, const float* row, const float* hidden_row, double ttft_s);
+  // TTFT, the tokens it reused instead of computing (/reused_tokens) and checksum, flushes,
+  // then marks it complete and flushes again.
+  void write_prompt(int prompt, const float* row, const float* hidden_row, double ttft_s, int64_t reused_tokens = 0);
   // If every prompt is complete: writes /timeline (this run's events) and the root
   // attributes, closes and renames into place, returns true. Otherwise (a stopped run) the
   // partial file stays as its rows left it, for --resume, and it returns false.
@@ -103,6 +108,7 @@ class ResultWriter {
   hid_t hidden_set_ = -1;
   hid_t completed_set_ = -1;
   hid_t ttft_set_ = -1;
+  hid_t reused_set_ = -1;
   hid_t checksum_set_ = -1;
   hid_t token_logprobs_ = -1, perplexity_ = -1, nll_sum_ = -1, topk_ids_ = -1, topk_logprobs_ = -1;
   // The prompt whose token rows are being written, and what its checksum needs of them.

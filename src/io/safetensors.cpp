@@ -285,6 +285,13 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
   if (!out) throw UserError("write failed: " + path + " (disk full?)");
 }
 
+void SafetensorsFile::read_bytes(const std::string& name, uint64_t offset, uint64_t bytes, void* out) const {
+  const TensorInfo& t = info(name);
+  if (offset + bytes > t.file_end - t.file_begin)
+    throw UserError(path_ + ": tensor " + name + " is smaller than the bytes asked for");
+  pread_all(fd_, out, bytes, t.file_begin + offset, path_);
+}
+
 uint64_t SafetensorsFile::content_fingerprint(const std::string& name) const {
   const TensorInfo& t = info(name);
   Fnv1a hash;

@@ -49,6 +49,8 @@ class SafetensorsFile {
   // (row-major, rows x cols floats), converting from the stored dtype.
   void read_block(const std::string& name, int64_t row0, int64_t rows, int64_t col0, int64_t cols, float* out) const;
 
+  // Bytes [offset, offset + bytes) of the tensor's stored data, as they are in the file.
+  void read_bytes(const std::string& name, uint64_t offset, uint64_t bytes, void* out) const;
   // A fingerprint of the tensor: name, dtype, shape and its stored bytes (all of them for a
   // tensor up to 1 MiB, evenly spaced samples beyond). Tells a rebuilt checkpoint apart.
   uint64_t content_fingerprint(const std::string& name) const;

@@ -12,6 +12,7 @@
 #include <stdexcept>
 
 #include "io/fnv1a.hpp"
+#include "kvcache/kv_checksum.hpp"
 
 namespace pf::kv {
 
@@ -82,20 +83,53 @@ std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout
           {"head_dim", std::to_string(layout.head_dim)},
           {"stage", std::to_string(layout.stage)},
           {"tp_rank", std::to_string(layout.tp_rank)},
-          {"key", "after RoPE (and q/k norm), as Hugging Face caches it; [kv_heads, tokens, head_dim]"}};
+          {"key", "after RoPE (and q/k norm), as Hugging Face caches it; [kv_heads, tokens, head_dim]"},
+          {"data_checksum", kUnsetChecksum}};
+}
+
+std::optional<std::string> kv_file_problem(const std::string& path, std::map<std::string, std::string> expected,
+                                           int tensors) {
+  std::error_code error;
+  if (!std::filesystem::is_regular_file(path, error)) return "missing";
+  try {
+    const io::SafetensorsFile file(path);  // a torn or truncated file fails its header checks
+    std::map<std::string, std::string> metadata = file.metadata();
+    const std::string stored = metadata.count("data_checksum") ? metadata["data_checksum"] : "";
+    metadata.erase("data_checksum");
+    expected.erase("data_checksum");
+    for (const auto& [key, value] : expected)
+      if (metadata.count(key) == 0 || metadata[key] != value)
+        return "its " + key + " is \"" + (metadata.count(key) ? metadata[key] : "") + "\", not \"" + value + "\"";
+    if (file.tensors().size() != static_cast<size_t>(tensors)) return "it does not hold the tensors it should";
+    // Every row hashed again, in blocks of whole rows.
+    uint64_t sum = 0;
+    std::vector<char> block;
+    for (const auto& [name, info] : file.tensors()) {
+      if (info.shape.size() != 3) return "tensor " + name + " is not [kv_heads, tokens, head_dim]";
+      const uint64_t row_bytes = static_cast<uint64_t>(info.shape[2]) * io::dtype_size(info.dtype);
+      const uint64_t tensor_name = name_hash(name);
+      constexpr int64_t kRows = 4096;
+      for (int64_t head = 0; head < info.shape[0]; ++head)
+        for (int64_t at = 0; at < info.shape[1]; at += kRows) {
+          const int64_t rows = std::min(kRows, info.shape[1] - at);
+          block.resize(static_cast<size_t>(rows * row_bytes));
+          file.read_bytes(name, (static_cast<uint64_t>(head) * info.shape[1] + at) * row_bytes, block.size(), block.data());
+          for (int64_t r = 0; r < rows; ++r)
+            sum += checksum_term(tensor_name, static_cast<int>(head), at + r, row_hash(block.data() + r * row_bytes, row_bytes));
+        }
+    }
+    io::Fnv1a text;
+    text.value = sum;
+    if (stored != text.hex()) return "its data do not match their checksum (a damaged file)";
+    return std::nullopt;
+  } catch (const std::exception& e) {
+    return e.what();
+  }
 }
 
 bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, uint64_t tokens_hash) {
-  const std::string path = layout.dir + "/" + kv_file_name(prompt, layout.stage, layout.tp_rank);
-  std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) return false;
-  try {
-    const io::SafetensorsFile file(path);  // a torn or truncated file fails its header checks
-    if (file.metadata() != kv_file_metadata(layout, prompt, tokens, tokens_hash)) return false;
-    return file.tensors().size() == static_cast<size_t>(2 * layout.layers);
-  } catch (const std::exception&) {
-    return false;
-  }
+  return !kv_file_problem(layout.dir + "/" + kv_file_name(prompt, layout.stage, layout.tp_rank),
+                          kv_file_metadata(layout, prompt, tokens, tokens_hash), 2 * layout.layers);
 }
 
 KvExporter::KvExporter(KvExportLayout layout, std::vector<int64_t> lengths, std::vector<uint64_t> token_hashes)
@@ -176,8 +210,8 @@ KvExporter::OpenFile& KvExporter::open_file(int prompt) {
   std::error_code error;
   std::filesystem::create_directories(std::filesystem::path(file.final_path).parent_path(), error);
   const int64_t tokens = lengths_.at(prompt);
-  file.header = io::safetensors_header(tensor_specs(layout_, tokens), layout_.dtype,
-                                       kv_file_metadata(layout_, prompt, tokens, hashes_.at(prompt)));
+  file.metadata = kv_file_metadata(layout_, prompt, tokens, hashes_.at(prompt));
+  file.header = io::safetensors_header(tensor_specs(layout_, tokens), layout_.dtype, file.metadata);
   file.fd = ::open(file.partial_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   // The whole file is allocated first (posix_fallocate: a full disk fails here, not mid-prompt).
   int status = file.fd < 0 ? errno : ::posix_fallocate(file.fd, 0, static_cast<off_t>(file.header.file_size));
@@ -201,8 +235,9 @@ void KvExporter::write_chunk(const Chunk& chunk) {
     for (int l = 0; l < layout_.layers; ++l) {
       for (int part = 0; part < 2; ++part) {
         const std::vector<float>& source = part == 0 ? chunk.keys : chunk.values;
-        const uint64_t tensor_begin =
-            file.header.data_begin.at(part == 0 ? key_name(layout_.layer_begin + l) : value_name(layout_.layer_begin + l));
+        const std::string name = part == 0 ? key_name(layout_.layer_begin + l) : value_name(layout_.layer_begin + l);
+        const uint64_t tensor_begin = file.header.data_begin.at(name);
+        const uint64_t tensor_name = name_hash(name);
         for (int h = 0; h < layout_.kv_heads; ++h) {
           const float* rows = source.data() + (static_cast<size_t>(l) * layout_.kv_heads + h) * row_floats;
           // Head h's rows [pos0, pos0 + count) of a [kv_heads, tokens, head_dim] tensor.
@@ -215,10 +250,24 @@ void KvExporter::write_chunk(const Chunk& chunk) {
           }
           if (!write_all(file.fd, data, row_floats * element, at))
             throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(errno));
+          const size_t row_bytes = static_cast<size_t>(layout_.head_dim) * element;
+          for (int r = 0; r < chunk.count; ++r)
+            file.checksum += checksum_term(tensor_name, h, chunk.pos0 + r,
+                                           row_hash(static_cast<const char*>(data) + r * row_bytes, row_bytes));
         }
       }
     }
     if (!chunk.last) return;
+    // The header again, with the data's checksum in place of the placeholder (same length).
+    io::Fnv1a checksum;
+    checksum.value = file.checksum;
+    file.metadata["data_checksum"] = checksum.hex();
+    const io::SafetensorsHeader final_header =
+        io::safetensors_header(tensor_specs(layout_, lengths_.at(chunk.prompt)), layout_.dtype, file.metadata);
+    if (final_header.bytes.size() != file.header.bytes.size())
+      throw std::logic_error("the KV file's header changed its length");
+    if (!write_all(file.fd, final_header.bytes.data(), final_header.bytes.size(), 0))
+      throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(errno));
     // Durable before it is visible under its final name: a crash leaves a .partial, never a torn file.
     const bool synced = ::fdatasync(file.fd) == 0;
     const int sync_error = errno;

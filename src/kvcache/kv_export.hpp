@@ -44,6 +44,10 @@ struct KvExportLayout {
 // The format name every file's metadata and DIR/index.json carry.
 inline constexpr const char* kKvExportFormat = "pipefill-kv-1";
 
+// The data_checksum of a file being written (kv_checksum.hpp); the real one replaces it, in
+// place, before the file gets its final name.
+inline constexpr const char* kUnsetChecksum = "0000000000000000";
+
 // A prompt's token hash as the files and the index write it (16 hex digits).
 std::string tokens_hash_text(uint64_t tokens_hash);
 
@@ -54,7 +58,13 @@ std::string kv_file_name(int prompt, int stage, int tp_rank);
 std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout, int prompt, int64_t tokens,
                                                     uint64_t tokens_hash);
 
-// True when DIR holds prompt p's finished file of this rank, with this metadata.
+// Why the file at `path` cannot be used (missing, truncated, another model or layout: a
+// metadata value that differs from `expected`, the wrong number of tensors, data that fail
+// their checksum), or nullopt when it is whole. Reads every byte.
+std::optional<std::string> kv_file_problem(const std::string& path, std::map<std::string, std::string> expected,
+                                           int tensors);
+
+// True when DIR holds prompt p's finished file of this rank, with this metadata, whole.
 bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, uint64_t tokens_hash);
 
 class KvExporter {
@@ -88,7 +98,9 @@ class KvExporter {
   struct OpenFile {
     int fd = -1;
     std::string partial_path, final_path;
+    std::map<std::string, std::string> metadata;
     io::SafetensorsHeader header;
+    uint64_t checksum = 0;  // kv_checksum.hpp, over the rows written so far
   };
   void run();
   void write_chunk(const Chunk& chunk);

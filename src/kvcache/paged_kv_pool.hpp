@@ -36,6 +36,7 @@ class PagedKvPool {
 
   // Page bookkeeping (PageTable): reserve throws std::logic_error when the pool is exhausted.
   void reserve(int prompt, int64_t tokens) { table_.reserve(prompt, tokens); }
+  void share(int source, int dest, int64_t tokens) { table_.share(source, dest, tokens); }
   void release(int prompt) { table_.release(prompt); }
   const std::vector<int>& pages(int prompt) const { return table_.pages(prompt); }
 

@@ -45,7 +45,7 @@ std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topo, comp
 PlanDecision decide_plan(const dist::Topology& topo, const sched::ChunkingOptions& o,
                          const std::vector<int64_t>& prompt_lengths, compute::StageCompute& compute,
                          int hidden_size, const std::optional<sched::CostProfile>& saved,
-                         const std::vector<char>& done) {
+                         const std::vector<char>& done, const sched::PrefixPlan& prefixes) {
   PlanDecision decision;
   std::vector<sched::StageCostFit> fits;
   // Profile unless a saved profile was loaded (rank 0 decides; every rank must agree).
@@ -75,7 +75,7 @@ PlanDecision decide_plan(const dist::Topology& topo, const sched::ChunkingOption
       policy = std::make_unique<sched::FixedChunkPolicy>(o.initial_chunk);
       decision.policy_used = "fixed";
     }
-    decision.plan = sched::make_plan(prompt_lengths, *policy, done);
+    decision.plan = sched::make_plan(prompt_lengths, *policy, done, prefixes);
     bytes = sched::serialize(decision.plan);
   }
   dist::broadcast_bytes(bytes, 0, MPI_COMM_WORLD);

@@ -30,6 +30,7 @@
 #include "dist/collectives.hpp"
 #include "dist/stop_notice.hpp"
 #include "dist/wait.hpp"
+#include "pipeline/hidden_state_rows.hpp"
 #include "pipeline/token_scorer.hpp"
 
 namespace pf::pipeline {
@@ -75,8 +76,9 @@ class StageLoop {
   void compute(const sched::MicroBatch& mb, dist::ReadySlot& state);
   void export_kv(const sched::MicroBatch& mb);
   void send_forward(long long i, dist::ReadySlot state);
-  void emit_results(const sched::MicroBatch& mb, dist::ReadySlot state);      // the last stage
-  void take_hidden_states(const sched::MicroBatch& mb, const float* hidden);  // the last stage's TP rank 0
+  void export_kv_rows(int prompt, int64_t start, int count, bool is_last);
+  void emit_results(const sched::MicroBatch& mb, dist::ReadySlot state);  // the last stage
+  void finish_prompt(const sched::MicroBatch& mb);
   void finish_micro_batch(const sched::MicroBatch& mb);
 
   void post_receives_until(long long end);
@@ -123,11 +125,10 @@ class StageLoop {
   std::unique_ptr<ResultSender> sender_;  // the last stage
   std::unique_ptr<TokenScorer> scorer_;   // the last stage, with --logprobs or --top-k
   std::vector<float> logits_shard_;
-  // --hidden-states: the prompt's result row, the final norm of one chunk's rows, and (mean)
-  // the sum over the prompt's positions so far, in double. O(chunk x hidden), never O(T x hidden).
   const int hidden_width_;  // 0: none stored
-  std::vector<float> hidden_row_, normed_chunk_;
-  std::vector<double> hidden_sum_;
+  std::unique_ptr<HiddenStateRows> hidden_rows_;  // the last stage's TP rank 0, with --hidden-states
+  // Prefix reuse: the prompts that take over each prompt's first KV pages when it finishes.
+  std::vector<std::vector<int>> heirs_;
 
   std::vector<compute::DeviceSpan> spans_;
   int64_t reduced_bytes_ = 0;  // the TP reducer's payload counted so far
@@ -157,9 +158,12 @@ StageLoop::StageLoop(StageLoopContext& ctx)
     if (ctx.token_rows.any())
       scorer_ = std::make_unique<TokenScorer>(topo_, ctx.compute, ctx.prompts, ctx.vocab_size, ctx.token_rows);
     logits_shard_.resize(ctx.compute.vocab_shard_size());
-    hidden_row_.resize(hidden_width_);
-    hidden_sum_.resize(hidden_width_);
+    if (hidden_width_ > 0 && topo_.tp_rank == 0)
+      hidden_rows_ = std::make_unique<HiddenStateRows>(ctx.compute, ctx.hidden_states, ctx.hidden_size, ctx.plan);
   }
+  heirs_.resize(ctx.plan.prompt_lengths.size());
+  for (size_t p = 0; p < ctx.plan.reuse.size(); ++p)
+    if (ctx.plan.reuse[p].source >= 0) heirs_[ctx.plan.reuse[p].source].push_back(static_cast<int>(p));
 }
 
 bool StageLoop::steady_state(long long i) {
@@ -196,7 +200,7 @@ void StageLoop::drain() {
 void StageLoop::look_for_stop(long long i) {
   if (topo_.is_writer() && ctx_.stop_requested && *ctx_.stop_requested && !notice_.announced()) {
     long long cutoff = i;
-    while (cutoff < count_ && mbs_[cutoff].start != 0) ++cutoff;
+    while (cutoff < count_ && !mbs_[cutoff].is_first) ++cutoff;
     notice_.announce(cutoff);
     apply_cutoff(cutoff);
     std::fprintf(stderr, "stopping: finishing the %lld micro-batch(es) of prompts already started, then saving\n",
@@ -252,20 +256,37 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
   }
   record_all_reduces(mb);
   if (ctx_.kv_export) export_kv(mb);
-  // The prompt's last chunk has passed this stage: its KV pages are free again.
-  if (mb.is_last) ctx_.compute.finish_prompt(mb.prompt);
+  if (mb.is_last) finish_prompt(mb);
 }
 
-// The chunk's K/V rows, copied out of the pool for the exporter's writer thread (the copy is
-// the only part on this thread: 2 x layers x kv_heads x length x head_dim floats, 11.8 MB for
-// a 512-token chunk of SmolLM2's 15-layer stage, 512 MiB for 2048 tokens of Llama-3-8B at pp 1).
+// The prompt's last chunk has passed this stage: the prompts that reuse its prefix take over
+// those KV pages (each page is counted once, and lives while a prompt holds it), and the rest
+// of its pages are free again.
+void StageLoop::finish_prompt(const sched::MicroBatch& mb) {
+  for (int heir : heirs_[mb.prompt]) ctx_.compute.share_prefix(mb.prompt, heir, ctx_.plan.reuse[heir].tokens);
+  ctx_.compute.finish_prompt(mb.prompt);
+}
+
+// The chunk's K/V rows go to the exporter; a prompt that reused a prefix exports it too (its
+// pages hold it), in pieces of at most 512 tokens, before its first chunk.
 void StageLoop::export_kv(const sched::MicroBatch& mb) {
+  constexpr int kPrefixPiece = 512;
+  if (mb.is_first)
+    for (int64_t at = 0; at < mb.start; at += kPrefixPiece)
+      export_kv_rows(mb.prompt, at, static_cast<int>(std::min<int64_t>(kPrefixPiece, mb.start - at)), false);
+  export_kv_rows(mb.prompt, mb.start, mb.length, mb.is_last);
+}
+
+// Rows copied out of the pool for the exporter's writer thread (the copy is the only part on
+// this thread: 2 x layers x kv_heads x count x head_dim floats, 11.8 MB for a 512-token chunk
+// of SmolLM2's 15-layer stage, 512 MiB for 2048 tokens of Llama-3-8B at pp 1).
+void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_last) {
   const kv::KvExportLayout& layout = ctx_.kv_export->layout();
-  const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * mb.length * layout.head_dim;
+  const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim;
   std::vector<float> keys(floats), values(floats);
-  ctx_.compute.read_kv(mb.prompt, mb.start, mb.length, keys.data(), values.data());
-  dist::WaitLabel label(stage_name_ + " queueing the KV export of " + describe(mb) + " (the disk is behind)");
-  ctx_.kv_export->add_chunk(mb.prompt, mb.start, mb.length, std::move(keys), std::move(values), mb.is_last);
+  ctx_.compute.read_kv(prompt, start, count, keys.data(), values.data());
+  dist::WaitLabel label(stage_name_ + " queueing the KV export of prompt " + std::to_string(prompt) + " (the disk is behind)");
+  ctx_.kv_export->add_chunk(prompt, start, count, std::move(keys), std::move(values), is_last);
 }
 
 void StageLoop::send_forward(long long i, dist::ReadySlot state) {
@@ -286,7 +307,7 @@ void StageLoop::send_forward(long long i, dist::ReadySlot state) {
 // chunk, the LM head on its last position, gathered and sent to rank 0. The slot goes back
 // to the pool either way.
 void StageLoop::emit_results(const sched::MicroBatch& mb, dist::ReadySlot state) {
-  if (hidden_width_ > 0 && topo_.tp_rank == 0) take_hidden_states(mb, state.data());
+  if (hidden_rows_) hidden_rows_->take(mb, state.data());
   if (!mb.is_last && !scorer_) {
     transport_.release(std::move(state));
     return;
@@ -296,31 +317,9 @@ void StageLoop::emit_results(const sched::MicroBatch& mb, dist::ReadySlot state)
   const float* token_part = scorer_ ? scorer_->score(mb, state.data(), ctx_.hidden_size).data() : nullptr;
   if (mb.is_last)
     ctx_.compute.lm_head(state.data() + static_cast<int64_t>(mb.length - 1) * ctx_.hidden_size, logits_shard_.data());
-  sender_->send(mb, token_part, logits_shard_, hidden_row_.data(), [&] { return ctx_.timeline.now(); });
+  sender_->send(mb, token_part, logits_shard_, hidden_rows_ ? hidden_rows_->row() : nullptr,
+                [&] { return ctx_.timeline.now(); });
   transport_.release(std::move(state));
-}
-
-// The final norm (the LM head's own, StageCompute::final_norm) of the chunk's last row
-// (`last`, on the prompt's last chunk), or of every row, summed per prompt in double and
-// divided by the prompt's length at its last chunk (`mean`). Hidden states are identical on
-// every TP rank of the stage after the all-reduces, so TP rank 0 alone computes them. A
-// prompt's chunks come one after another in the plan, so one sum at a time suffices.
-void StageLoop::take_hidden_states(const sched::MicroBatch& mb, const float* hidden) {
-  const int h = ctx_.hidden_size;
-  if (ctx_.hidden_states == compute::HiddenStatesKind::kLast) {
-    if (mb.is_last) ctx_.compute.final_norm(hidden + static_cast<int64_t>(mb.length - 1) * h, 1, hidden_row_.data());
-    return;
-  }
-  normed_chunk_.resize(static_cast<size_t>(mb.length) * h);
-  ctx_.compute.final_norm(hidden, mb.length, normed_chunk_.data());
-  if (mb.start == 0) std::fill(hidden_sum_.begin(), hidden_sum_.end(), 0.0);
-  for (int row = 0; row < mb.length; ++row) {
-    const float* normed = normed_chunk_.data() + static_cast<int64_t>(row) * h;
-    for (int k = 0; k < h; ++k) hidden_sum_[k] += normed[k];
-  }
-  if (!mb.is_last) return;
-  const double positions = static_cast<double>(mb.start + mb.length);
-  for (int k = 0; k < h; ++k) hidden_row_[k] = static_cast<float>(hidden_sum_[k] / positions);
 }
 
 void StageLoop::finish_micro_batch(const sched::MicroBatch& mb) {

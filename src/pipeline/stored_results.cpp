@@ -1,6 +1,7 @@
 // Storing the results on world rank 0 (see stored_results.hpp).
 #include "pipeline/stored_results.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 
@@ -16,13 +17,24 @@ bool all_finite(const float* values, int64_t count) {
 
 }  // namespace
 
-StoredResults::StoredResults(io::ResultWriter& writer, int vocab_size, int hidden_width)
-    : writer_(writer), vocab_size_(vocab_size), hidden_width_(hidden_width) {}
+StoredResults::StoredResults(io::ResultWriter& writer, int vocab_size, int hidden_width, const sched::BatchPlan& plan)
+    : writer_(writer), vocab_size_(vocab_size), hidden_width_(hidden_width), reuse_(plan.reuse) {}
 
-void StoredResults::token_rows(const TokenRows& rows) {
-  if (rows.start == 0) {
+void StoredResults::token_rows(const TokenRows& given) {
+  TokenRows rows = given;
+  const sched::PrefixReuse reuse = reuse_.at(rows.prompt);
+  const bool first = rows.start == reuse.tokens;  // the prompt's first computed rows
+  if (first) {
     open_prompt_ = rows.prompt;
     open_finite_ = true;
+    if (reuse.tokens > 0) {
+      const float entry = copy_reused_rows(rows, reuse);
+      if (rows.logprobs) {  // the chunk's first entry is the source's prediction (NaN on the wire)
+        logprobs_.assign(rows.logprobs, rows.logprobs + rows.count);
+        logprobs_[0] = entry;
+        rows.logprobs = logprobs_.data();
+      }
+    }
   }
   // The prompt's first position has no log-prob (NaN by definition); every other must be finite.
   const int skip = rows.start == 0 ? 1 : 0;
@@ -33,6 +45,28 @@ void StoredResults::token_rows(const TokenRows& rows) {
   writer_.write_token_rows(rows.prompt, rows.start, rows.count, rows.logprobs, rows.topk_logprobs, rows.topk_ids);
 }
 
+// In blocks of at most 64K rows, so a million-token prefix with a large --top-k stays small.
+float StoredResults::copy_reused_rows(const TokenRows& rows, const sched::PrefixReuse& reuse) {
+  constexpr int64_t kBlockRows = 65536;
+  const size_t k = static_cast<size_t>(rows.top_k);
+  for (int64_t at = 0; at <= reuse.tokens; at += kBlockRows) {
+    // One row past the prefix when it is in this block: the source's log-prob entry c.
+    const int count = static_cast<int>(std::min(kBlockRows, reuse.tokens + 1 - at));
+    logprobs_.resize(count);
+    topk_logprobs_.resize(count * k);
+    topk_ids_.resize(count * k);
+    writer_.read_token_rows(reuse.source, at, count, logprobs_.data(), topk_logprobs_.data(), topk_ids_.data());
+    const int stored = static_cast<int>(std::min<int64_t>(count, reuse.tokens - at));
+    const int skip = at == 0 ? 1 : 0;
+    if (rows.logprobs) open_finite_ = open_finite_ && all_finite(logprobs_.data() + skip, stored - skip);
+    if (k > 0) open_finite_ = open_finite_ && all_finite(topk_logprobs_.data(), static_cast<int64_t>(stored) * k);
+    writer_.write_token_rows(rows.prompt, at, stored, rows.logprobs ? logprobs_.data() : nullptr,
+                             k > 0 ? topk_logprobs_.data() : nullptr, k > 0 ? topk_ids_.data() : nullptr);
+    if (at + count > reuse.tokens) return logprobs_[stored];
+  }
+  return NAN;  // not reached: the last block holds entry c
+}
+
 void StoredResults::prompt_row(int prompt, const float* logits, const float* hidden, double ttft_s) {
   const bool finite = (!logits || all_finite(logits, vocab_size_)) && (!hidden || all_finite(hidden, hidden_width_)) &&
                       (open_prompt_ != prompt || open_finite_);
@@ -40,7 +74,7 @@ void StoredResults::prompt_row(int prompt, const float* logits, const float* hid
     nonfinite_.push_back(prompt);
     return;
   }
-  writer_.write_prompt(prompt, logits, hidden, ttft_s);
+  writer_.write_prompt(prompt, logits, hidden, ttft_s, reuse_.at(prompt).tokens);
 }
 
 }  // namespace pf::pipeline

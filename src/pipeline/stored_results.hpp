@@ -3,18 +3,24 @@
 // logits row, hidden-state row or token scores is not stored (its flag stays unset), and
 // is reported; so no output ever holds a NaN the model made (only the NaN that marks a
 // prompt's first token in /token_logprobs, which has no log-prob by definition).
+//
+// Prefix reuse: a prompt that reused c tokens of a source prompt computed no rows before c.
+// Its token rows [0, c) and its log-prob entry c are the source's (the same tokens after the
+// same prefix, sched/prefix_sharing.hpp), read back from the output, where the source, which
+// runs first, has stored them.
 #pragma once
 
 #include <vector>
 
 #include "io/results_h5.hpp"
 #include "pipeline/result_route.hpp"
+#include "sched/batch_plan.hpp"
 
 namespace pf::pipeline {
 
 class StoredResults final : public ResultSink {
  public:
-  StoredResults(io::ResultWriter& writer, int vocab_size, int hidden_width);
+  StoredResults(io::ResultWriter& writer, int vocab_size, int hidden_width, const sched::BatchPlan& plan);
 
   void token_rows(const TokenRows& rows) override;
   void prompt_row(int prompt, const float* logits, const float* hidden, double ttft_s) override;
@@ -23,11 +29,17 @@ class StoredResults final : public ResultSink {
   const std::vector<int>& nonfinite_prompts() const { return nonfinite_; }
 
  private:
+  // Stores the source's rows [0, c) as the prompt's, and returns its log-prob entry c.
+  float copy_reused_rows(const TokenRows& rows, const sched::PrefixReuse& reuse);
+
   io::ResultWriter& writer_;
   int vocab_size_, hidden_width_;
+  const std::vector<sched::PrefixReuse>& reuse_;  // per prompt
   int open_prompt_ = -1;        // the prompt whose token rows are arriving
   bool open_finite_ = true;     // its token rows so far are finite
   std::vector<int> nonfinite_;
+  std::vector<float> logprobs_, topk_logprobs_;  // a block of copied rows, or a chunk's patched log-probs
+  std::vector<int32_t> topk_ids_;
 };
 
 }  // namespace pf::pipeline

@@ -56,7 +56,9 @@ const std::vector<float>& TokenScorer::score(const sched::MicroBatch& mb, const 
   }
   if (topology_.tp_rank != 0) return part_;
   if (layout_.logprobs) {  // shift predictions onto the positions of the tokens they score
-    part_[0] = mb.start == 0 ? std::numeric_limits<float>::quiet_NaN() : carried_;
+    // A prompt's first chunk has no earlier prediction here: at position 0 none exists (NaN);
+    // after a reused prefix it is the source prompt's, which rank 0 copies (StoredResults).
+    part_[0] = mb.is_first ? std::numeric_limits<float>::quiet_NaN() : carried_;
     std::copy(next_logprob_.begin(), next_logprob_.end() - 1, part_.begin() + 1);
     carried_ = next_logprob_.back();
   }

@@ -6,8 +6,8 @@
 //
 // Alignment: row r of a chunk starting at `start` predicts token start + r + 1, but a
 // chunk's message holds the entries of positions [start, start + length): the entry at
-// `start` is the previous chunk's last prediction (carried; NaN at the prompt's first
-// token), and the chunk's own last prediction is carried to the next chunk (dropped after
+// `start` is the previous chunk's last prediction (carried; NaN in the prompt's first chunk,
+// which rank 0 fills from the source prompt after a reused prefix), and the chunk's own last prediction is carried to the next chunk (dropped after
 // the prompt's last token, which has no successor).
 #pragma once
 

@@ -25,6 +25,18 @@ int BatchPlan::scheduled_prompts() const {
   return count;
 }
 
+int64_t BatchPlan::reused_tokens() const {
+  int64_t total = 0;
+  for (const auto& mb : micro_batches) total += mb.is_first ? mb.start : 0;
+  return total;
+}
+
+PrefixPlan PrefixPlan::from_outside(const std::vector<int64_t>& cached) {
+  PrefixPlan prefixes;
+  for (int64_t tokens : cached) prefixes.reuse.push_back({tokens, -1});
+  return prefixes;
+}
+
 int FixedChunkPolicy::next_chunk(int64_t, int64_t remaining) const {
   return static_cast<int>(std::min<int64_t>(chunk_size_, remaining));
 }
@@ -41,18 +53,34 @@ std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy, i
 }
 
 BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolicy& policy,
-                    const std::vector<char>& skip, const std::vector<int64_t>& cached) {
+                    const std::vector<char>& skip, const PrefixPlan& prefixes) {
+  const int n = static_cast<int>(prompt_lengths.size());
   BatchPlan plan;
   plan.prompt_lengths = prompt_lengths;
-  for (int p = 0; p < static_cast<int>(prompt_lengths.size()); ++p) {
+  plan.reuse.assign(static_cast<size_t>(n), PrefixReuse{});
+  std::vector<int> order = prefixes.order;
+  if (order.empty())
+    for (int p = 0; p < n; ++p) order.push_back(p);
+  std::vector<char> planned(static_cast<size_t>(n), 0);
+  for (int p : order) {
+    if (p < 0 || p >= n || planned[p]) throw std::logic_error("make_plan: the order is not a list of distinct prompts");
+    planned[p] = 1;
     if (p < static_cast<int>(skip.size()) && skip[p]) continue;
-    int64_t start = p < static_cast<int>(cached.size()) ? cached[p] : 0;
-    if (start < 0 || start >= prompt_lengths[p])
+    const PrefixReuse reuse = p < static_cast<int>(prefixes.reuse.size()) ? prefixes.reuse[p] : PrefixReuse{};
+    if (reuse.tokens < 0 || reuse.tokens >= prompt_lengths[p])
       throw std::logic_error("make_plan: a cached prefix must leave at least the prompt's last token to compute");
+    if (reuse.source >= 0 && reuse.store_entry >= 0)
+      throw std::logic_error("make_plan: a prefix comes from a prompt or from the store, not both");
+    if (reuse.source >= 0 && (reuse.source >= n || !planned[reuse.source] ||
+                              (reuse.source < static_cast<int>(skip.size()) && skip[reuse.source]) ||
+                              reuse.tokens > prompt_lengths[reuse.source]))
+      throw std::logic_error("make_plan: a prompt reuses the prefix of a prompt that does not run before it");
+    plan.reuse[p] = reuse;
+    int64_t start = reuse.tokens;
     const auto sizes = chunk_sizes(prompt_lengths[p], policy, start);
     for (size_t c = 0; c < sizes.size(); ++c) {
       plan.micro_batches.push_back(
-          {static_cast<int>(plan.micro_batches.size()), p, start, sizes[c], c + 1 == sizes.size()});
+          {static_cast<int>(plan.micro_batches.size()), p, start, sizes[c], c == 0, c + 1 == sizes.size()});
       start += sizes[c];
     }
   }
@@ -63,9 +91,13 @@ std::vector<char> serialize(const BatchPlan& plan) {
   std::vector<int64_t> words;
   words.push_back(static_cast<int64_t>(plan.prompt_lengths.size()));
   words.insert(words.end(), plan.prompt_lengths.begin(), plan.prompt_lengths.end());
+  for (size_t p = 0; p < plan.prompt_lengths.size(); ++p) {
+    const PrefixReuse reuse = p < plan.reuse.size() ? plan.reuse[p] : PrefixReuse{};
+    words.insert(words.end(), {reuse.tokens, reuse.source, reuse.store_entry});
+  }
   words.push_back(static_cast<int64_t>(plan.micro_batches.size()));
   for (const auto& mb : plan.micro_batches) {
-    words.insert(words.end(), {mb.prompt, mb.start, mb.length, mb.is_last ? 1 : 0});
+    words.insert(words.end(), {mb.prompt, mb.start, mb.length, (mb.is_first ? 1 : 0) | (mb.is_last ? 2 : 0)});
   }
   std::vector<char> bytes(words.size() * sizeof(int64_t));
   std::memcpy(bytes.data(), words.data(), bytes.size());
@@ -79,6 +111,11 @@ BatchPlan deserialize(const std::vector<char>& bytes) {
   size_t at = 0;
   const int64_t prompts = words.at(at++);
   for (int64_t i = 0; i < prompts; ++i) plan.prompt_lengths.push_back(words.at(at++));
+  for (int64_t i = 0; i < prompts; ++i) {
+    const int64_t tokens = words.at(at++);
+    const int source = static_cast<int>(words.at(at++));
+    plan.reuse.push_back({tokens, source, static_cast<int>(words.at(at++))});
+  }
   const int64_t count = words.at(at++);
   for (int64_t i = 0; i < count; ++i) {
     MicroBatch mb;
@@ -86,7 +123,9 @@ BatchPlan deserialize(const std::vector<char>& bytes) {
     mb.prompt = static_cast<int>(words.at(at++));
     mb.start = words.at(at++);
     mb.length = static_cast<int>(words.at(at++));
-    mb.is_last = words.at(at++) != 0;
+    const int64_t flags = words.at(at++);
+    mb.is_first = (flags & 1) != 0;
+    mb.is_last = (flags & 2) != 0;
     plan.micro_batches.push_back(mb);
   }
   return plan;

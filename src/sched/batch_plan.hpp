@@ -13,16 +13,38 @@ struct MicroBatch {
   int prompt = 0;     // input order index
   int64_t start = 0;  // first token of the chunk = prefix length already in the KV cache
   int length = 0;     // tokens in the chunk
+  bool is_first = false;  // the prompt's first chunk (start is its reused prefix, usually 0)
   bool is_last = false;
+};
+
+// Where a prompt's first `tokens` tokens come from without being computed: the KV pages of
+// `source`, an earlier prompt of the plan with the same first tokens (prefix reuse), or,
+// with source -1, a cache outside the batch: entry `store_entry` of the run's --kv-store
+// (kvcache/kv_store.hpp), or nothing to load (simulate --cached-tokens). tokens 0: none.
+struct PrefixReuse {
+  int64_t tokens = 0;
+  int source = -1;
+  int store_entry = -1;
+};
+
+// What prefix reuse decided (sched/prefix_sharing.hpp): the order prompts run in (empty:
+// input order) and each prompt's reused prefix (empty: none).
+struct PrefixPlan {
+  std::vector<int> order;
+  std::vector<PrefixReuse> reuse;
+  // cached[p] tokens of each prompt already in a cache outside the batch, in input order.
+  static PrefixPlan from_outside(const std::vector<int64_t>& cached);
 };
 
 struct BatchPlan {
   std::vector<int64_t> prompt_lengths;
+  std::vector<PrefixReuse> reuse;  // per prompt (all zero without prefix reuse)
   std::vector<MicroBatch> micro_batches;
   int max_chunk() const;
   int64_t total_tokens() const;  // tokens this plan computes (skipped prompts excluded)
   int num_prompts() const { return static_cast<int>(prompt_lengths.size()); }
   int scheduled_prompts() const;  // prompts with micro-batches in this plan
+  int64_t reused_tokens() const;  // tokens of scheduled prompts taken from a cache, not computed
 };
 
 // A chunk policy decides the next chunk's size from the prefix already done.
@@ -41,12 +63,13 @@ class FixedChunkPolicy final : public ChunkPolicy {
   int chunk_size_;
 };
 
-// Prompts in input order, each cut by the policy; prompts follow each other without a drain.
-// Prompts with skip[p] != 0 (already done, on --resume) get no micro-batches. A prompt whose
-// first cached[p] tokens are already in the KV cache (prefix reuse) is cut from there: its
-// first chunk starts at cached[p], which must be below its length (its last token is computed).
+// Prompts in `prefixes.order` (default: input order), each cut by the policy; prompts follow
+// each other without a drain. Prompts with skip[p] != 0 (already done, on --resume) get no
+// micro-batches. A prompt whose first prefixes.reuse[p].tokens tokens are already in the KV
+// cache is cut from there: its first chunk starts at that length, which must be below its
+// length (its last token is computed), and its source must run before it.
 BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolicy& policy,
-                    const std::vector<char>& skip = {}, const std::vector<int64_t>& cached = {});
+                    const std::vector<char>& skip = {}, const PrefixPlan& prefixes = {});
 // The chunks of a prompt from token `first` (0: the whole prompt) to its end.
 std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy, int64_t first = 0);
 

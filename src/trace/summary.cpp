@@ -14,6 +14,9 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
   s.scheduled_prompts = plan.scheduled_prompts();
   s.num_tokens = plan.total_tokens();
   s.num_micro_batches = static_cast<int>(plan.micro_batches.size());
+  for (const auto& mb : plan.micro_batches)
+    if (mb.is_first && mb.start > 0) ++s.reusing_prompts;
+  s.reused_tokens = plan.reused_tokens();
   s.pp = pp;
   s.wall_s = wall_s;
   s.tokens_per_s = wall_s > 0 ? static_cast<double>(s.num_tokens) / wall_s : 0;
@@ -51,6 +54,18 @@ void print_summary(const RunSummary& s, std::FILE* out, size_t max_prompts) {
     else ++hidden;
   }
   if (hidden) std::fprintf(out, "  ... %zu more in /ttft_s\n", hidden);
+  if (shown > 0) {
+    double sum = 0;
+    for (double t : s.ttft_s) sum += std::isnan(t) ? 0.0 : t;
+    std::fprintf(out, "ttft mean %.4f s over %zu prompts\n", sum / static_cast<double>(shown), shown);
+  }
+  if (s.reused_tokens > 0)
+    std::fprintf(out,
+                 "prefix reuse: %d of %d prompts started after a shared prefix; %lld tokens reused, %lld computed "
+                 "(%.1f%% of these prompts' tokens not computed; per prompt in /reused_tokens)\n",
+                 s.reusing_prompts, s.scheduled_prompts, static_cast<long long>(s.reused_tokens),
+                 static_cast<long long>(s.num_tokens),
+                 100.0 * static_cast<double>(s.reused_tokens) / static_cast<double>(s.reused_tokens + s.num_tokens));
   std::fprintf(out, "stage busy fraction:");
   for (double f : s.stage_busy_fraction) std::fprintf(out, " %.3f", f);
   std::fprintf(out, "\nbubble: measured %.3f, ideal (P-1)/(P-1+M) = %.3f (P=%d, M=%d)\n", s.bubble_measured,

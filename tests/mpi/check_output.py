@@ -2,7 +2,8 @@
 """Checks that a pipefill output file is complete: logits, TTFT, timeline, attributes.
 
 With EXPECT_POLICY set, also checks the chunk policy the run used, and for a dynamic one
-that the chunk sizes really varied.
+that the chunk sizes really varied. With EXPECT_REUSED set, checks that the prompts reused
+that many tokens in all (/reused_tokens, prefix reuse).
 """
 import os
 import sys
@@ -13,6 +14,7 @@ import numpy as np
 path = sys.argv[1]
 with h5py.File(path, "r") as f:
     logits, ttft, timeline = f["logits"][:], f["ttft_s"][:], f["timeline"][:]
+    reused = f["reused_tokens"][:]
     attrs = dict(f.attrs)
 n = logits.shape[0]
 assert np.isfinite(logits).all(), "non-finite logits"
@@ -30,6 +32,10 @@ if int(attrs.get("top_k", 0)) > 0 or int(attrs.get("logprobs", 0)):
     assert len(last_stage_heads) == len(micro_batches), "one LM-head event per micro-batch when scoring tokens"
 else:
     assert len(last_stage_heads) == n, "one LM-head event per prompt"
+assert reused.shape == (n,) and (reused >= 0).all(), f"bad /reused_tokens {reused}"
+if "EXPECT_REUSED" in os.environ:
+    assert reused.sum() == int(os.environ["EXPECT_REUSED"]), f"reused {reused.sum()} tokens ({reused}), expected {os.environ['EXPECT_REUSED']}"
+    print(f"prefix reuse: {reused.sum()} tokens reused ({np.count_nonzero(reused)} prompts)")
 expected_policy = os.environ.get("EXPECT_POLICY")
 if expected_policy:
     used = attrs["chunk_policy_used"]

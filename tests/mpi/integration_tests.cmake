@@ -104,6 +104,42 @@ set_tests_properties(mpi.tiny.scores_pp2_pipefill_cost_model PROPERTIES
 pf_mpi_case(qwen2.scores_pp2_tp2 qwen2 4 --pp 2 --tp 2 --chunk-size 48 --page-size 16 --logprobs --top-k 4)
 pf_mpi_case(qwen3.scores_pp2 qwen3 2 --pp 2 --chunk-size 33 --page-size 16 --logprobs --top-k 4 --hidden-states last)
 
+# Prefix reuse (sched/prefix_sharing.hpp): prompts sharing a document, a multi-turn history,
+# duplicates and branches. The reused runs match both references (logits, every position's
+# scores, hidden states last and mean, whose sums pass along chains of sources) and reuse
+# the expected number of tokens; --no-prefix-cache reuses none.
+add_test(NAME setup.prompts_shared COMMAND ${PF_PY} ${PF_MPI}/make_shared_prompts.py ${PF_DATA}/shared.h5)
+set_tests_properties(setup.prompts_shared PROPERTIES FIXTURES_SETUP prompts_shared FIXTURES_REQUIRED data LABELS mpi)
+foreach(model tiny qwen3)
+  add_test(NAME setup.reference.shared.${model}
+           COMMAND pipefill_reference --model ${PF_DATA}/${model} --input ${PF_DATA}/shared.h5 --output ${PF_DATA}/ref_shared_${model}.h5)
+  add_test(NAME setup.numpy.shared.${model}
+           COMMAND ${PF_PY} ${CMAKE_CURRENT_SOURCE_DIR}/reference/numpy_reference.py ${PF_DATA}/${model} ${PF_DATA}/shared.h5 ${PF_DATA}/np_shared_${model}.h5 --top-k 5)
+  set_tests_properties(setup.reference.shared.${model} setup.numpy.shared.${model} PROPERTIES
+                       FIXTURES_REQUIRED "model.${model};prompts_shared" FIXTURES_SETUP shared.${model} LABELS mpi)
+endforeach()
+function(pf_shared_case name model ranks reused)
+  add_test(NAME mpi.${name}
+           COMMAND ${PF_MPI}/run_and_compare.sh ${PF_BIN} ${ranks} ${PF_DATA}/out_${name}.h5
+                   "${PF_DATA}/ref_shared_${model}.h5 ${PF_DATA}/np_shared_${model}.h5"
+                   -- --model ${PF_DATA}/${model} --input ${PF_DATA}/shared.h5 ${ARGN})
+  set_tests_properties(mpi.${name} PROPERTIES LABELS mpi PROCESSORS ${ranks} ENVIRONMENT EXPECT_REUSED=${reused}
+                       FIXTURES_REQUIRED "shared.${model}" TIMEOUT 300)
+endfunction()
+pf_shared_case(tiny.shared_prefix_pp2 tiny 2 1264 --pp 2 --chunk-size 64 --page-size 16 --logprobs --top-k 5
+               --hidden-states mean)
+pf_shared_case(tiny.shared_prefix_pp2_tp2 tiny 4 1264 --pp 2 --tp 2 --chunk-size 40 --page-size 16 --logprobs --top-k 3
+               --hidden-states last)
+pf_shared_case(tiny.shared_prefix_pp1_unchunked tiny 1 1264 --chunk-size 100000 --page-size 16 --hidden-states mean)
+pf_shared_case(tiny.shared_prefix_pp4_page32 tiny 4 1248 --pp 4 --chunk-size 24 --page-size 32 --logprobs
+               --hidden-states mean)
+pf_shared_case(tiny.shared_prefix_dynamic tiny 2 1264 --pp 2 --dynamic-chunking --cost-model ${PF_DATA}/cost_tiny_pp2.json
+               --chunk-size 128 --page-size 16 --logprobs --top-k 2 --hidden-states mean)
+set_tests_properties(mpi.tiny.shared_prefix_dynamic PROPERTIES FIXTURES_REQUIRED "shared.tiny;cost_model")
+pf_shared_case(qwen3.shared_prefix_pp2_tp2 qwen3 4 1264 --pp 2 --tp 2 --chunk-size 33 --page-size 16 --logprobs
+               --top-k 4 --hidden-states mean)
+pf_shared_case(tiny.shared_prefix_off tiny 2 0 --pp 2 --chunk-size 64 --page-size 16 --logprobs --no-prefix-cache)
+
 # Bad inputs: one `error:` line from rank 0, exit status 2, no output file, no hang.
 set(PF_BAD_CASES
   missing_model missing_weights_file bad_config_json missing_input input_is_directory missing_tokens float_tokens offsets_not_zero
@@ -154,7 +190,7 @@ foreach(case hung_rank killed_rank)
 endforeach()
 
 # Kill a run mid-batch (a forwarded signal, and SIGKILL of one rank), resume, compare.
-foreach(case signal sigterm kill signal_tp2 signal_logprobs)
+foreach(case signal sigterm kill signal_tp2 signal_logprobs signal_shared_prefix)
   add_test(NAME mpi.resume_after_${case} COMMAND ${PF_MPI}/resume.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_after_${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        RUN_SERIAL TRUE)
@@ -172,7 +208,7 @@ set_tests_properties(slow.kill_and_resume_soak PROPERTIES LABELS "slow;mpi" TIME
                      FIXTURES_REQUIRED model.tiny)
 
 # --save-kv: complete and equal to an uninterrupted run's after a stop, a lost file, a full disk.
-foreach(case resume missing_file disk_full complete)
+foreach(case resume missing_file disk_full complete shared_prefix)
   add_test(NAME mpi.kv_export.${case} COMMAND ${PF_MPI}/kv_export.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.kv_export.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        SKIP_RETURN_CODE 77)

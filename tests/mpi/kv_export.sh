@@ -11,6 +11,9 @@
 #                 `error: --save-kv: cannot write ...`, no index, the output complete
 #   complete      --resume --save-kv on an output that is already complete: a note that
 #                 nothing was computed, hence nothing exported
+#   shared_prefix prompts that share prefixes (pp 2 x tp 2): a prompt that reused a prefix
+#                 exports it too (from the shared pages), equal to a --no-prefix-cache run's
+#                 export within float32 rounding
 # usage: kv_export.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
@@ -94,6 +97,38 @@ case $case in
     cat "$work/stdout"
     grep -q "already complete" "$work/stdout" && grep -q "^note: .*nothing was exported" "$work/stdout" ||
       fail "no note that a complete output exports nothing" ;;
+  shared_prefix)
+    "$PYTHON" "$here/make_shared_prompts.py" "$work/in.h5" >/dev/null
+    args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --tp 2 --chunk-size 40 --page-size 16 --quiet)
+    pipefill_mpi 4 "${args[@]}" --output "$work/reference.h5" --save-kv "$work/reference_kv" --no-prefix-cache
+    pipefill_mpi 4 "${args[@]}" --output "$work/out.h5" --save-kv "$work/kv"
+    "$PYTHON" - "$work/reference_kv" "$work/kv" "$work/out.h5" <<'PY' || fail "the export with prefix reuse differs"
+import json, os, struct, sys
+import h5py
+import numpy as np
+def tensors(path):
+    with open(path, "rb") as f:
+        n = struct.unpack("<Q", f.read(8))[0]
+        header = json.loads(f.read(n))
+        data = f.read()
+    return {k: np.frombuffer(data[v["data_offsets"][0]:v["data_offsets"][1]], np.float32).reshape(v["shape"])
+            for k, v in header.items() if k != "__metadata__"}
+a, b = (json.load(open(os.path.join(d, "index.json"))) for d in sys.argv[1:3])
+assert a["prompts"].keys() == b["prompts"].keys()
+worst = 0.0
+for entry in a["prompts"].values():
+    for name in entry["files"]:
+        x, y = tensors(os.path.join(sys.argv[1], name)), tensors(os.path.join(sys.argv[2], name))
+        assert x.keys() == y.keys(), name
+        for key in x:
+            assert x[key].shape == y[key].shape, (name, key)
+            worst = max(worst, float(np.max(np.abs(x[key] - y[key])) / np.max(np.abs(x[key]))))
+reused = h5py.File(sys.argv[3])["reused_tokens"][:]
+assert reused.sum() > 0, reused
+print(f"export with {reused.sum()} tokens reused: {len(a['prompts'])} prompts, worst difference {worst:.2g} of a tensor's largest value")
+assert worst < 1e-4, worst
+PY
+    ;;
   *) fail "unknown case $case" ;;
 esac
 echo "Passed: $case"

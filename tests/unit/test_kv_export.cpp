@@ -82,7 +82,11 @@ TEST_F(KvExport, ChunksLandAtTheirPlacesInAStandardFile) {
   EXPECT_EQ(kv_file_name(1, 1, 1), "prompt-000001/stage01_tp01.safetensors");
   EXPECT_EQ(partial_files(dir_), 0);
   const io::SafetensorsFile file(path);
-  EXPECT_EQ(file.metadata(), kv_file_metadata(layout, 1, tokens, 22));
+  auto metadata = file.metadata(), expected = kv_file_metadata(layout, 1, tokens, 22);
+  EXPECT_NE(metadata.at("data_checksum"), kUnsetChecksum);  // set before the file got its name
+  metadata.erase("data_checksum");
+  expected.erase("data_checksum");
+  EXPECT_EQ(metadata, expected);
   EXPECT_EQ(file.metadata().at("layers"), "2,4");
   EXPECT_EQ(file.metadata().at("kv_heads"), "2,4");
   ASSERT_EQ(file.tensors().size(), 4u);
@@ -104,6 +108,15 @@ TEST_F(KvExport, ChunksLandAtTheirPlacesInAStandardFile) {
   other.model_identity = "fedcba9876543210";
   EXPECT_FALSE(kv_file_complete(other, 1, tokens, 22)) << "another model";
   EXPECT_FALSE(kv_file_complete(layout, 0, 5, 11)) << "never written";
+  // One value changed in place (a bad sector, a stray write): the checksum names it.
+  {
+    std::fstream bytes(path, std::ios::in | std::ios::out | std::ios::binary);
+    bytes.seekp(static_cast<std::streamoff>(file.info("layers.3.value").file_begin + 17));
+    bytes.put('\x5a');
+  }
+  const auto problem = kv_file_problem(path, kv_file_metadata(layout, 1, tokens, 22), 4);
+  ASSERT_TRUE(problem.has_value());
+  EXPECT_NE(problem->find("checksum"), std::string::npos) << *problem;
   fs::resize_file(path, fs::file_size(path) - 4);
   EXPECT_FALSE(kv_file_complete(layout, 1, tokens, 22)) << "truncated";
 }

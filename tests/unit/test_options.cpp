@@ -67,7 +67,8 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"hidden_states", "none"},
                                    {"logprobs", false},
                                    {"top_k", 0},
-                                   {"save_kv", ""}};
+                                   {"save_kv", ""},
+                                   {"no_prefix_cache", false}};
   EXPECT_EQ(cli::to_json(o), expected);
 }
 

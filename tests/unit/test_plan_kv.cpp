@@ -35,14 +35,14 @@ TEST(BatchPlan, FixedChunksCoverEveryPromptInOrder) {
 TEST(BatchPlan, ACachedPrefixIsNotComputed) {
   const sched::FixedChunkPolicy policy(64);
   EXPECT_EQ(sched::chunk_sizes(200, policy, 128), (std::vector<int>{64, 8}));
-  const auto plan = sched::make_plan({200, 150}, policy, {}, {0, 128});
+  const auto plan = sched::make_plan({200, 150}, policy, {}, sched::PrefixPlan::from_outside({0, 128}));
   ASSERT_EQ(plan.micro_batches.size(), 4u + 1u);
   EXPECT_EQ(plan.total_tokens(), 200 + 22);
   EXPECT_EQ(plan.micro_batches[4].prompt, 1);
   EXPECT_EQ(plan.micro_batches[4].start, 128);  // the chunk sees the cached 128 tokens as its prefix
   EXPECT_EQ(plan.micro_batches[4].length, 22);
   EXPECT_TRUE(plan.micro_batches[4].is_last);
-  EXPECT_THROW(sched::make_plan({100}, policy, {}, {100}), std::logic_error);  // the last token is computed
+  EXPECT_THROW(sched::make_plan({100}, policy, {}, sched::PrefixPlan::from_outside({100})), std::logic_error);  // the last token is computed
 }
 
 TEST(BatchPlan, SerializeRoundTrip) {

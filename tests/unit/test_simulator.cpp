@@ -153,7 +153,7 @@ TEST(PipelineSim, OneStageIsSequential) {
 TEST(PipelineSim, ACachedPrefixSkipsItsChunks) {
   // A shared 200-token prefix: the second prompt computes only its last 100 tokens.
   const auto fresh = sched::make_plan({300, 300}, sched::FixedChunkPolicy(100));
-  const auto reused = sched::make_plan({300, 300}, sched::FixedChunkPolicy(100), {}, {0, 200});
+  const auto reused = sched::make_plan({300, 300}, sched::FixedChunkPolicy(100), {}, sched::PrefixPlan::from_outside({0, 200}));
   const auto a = simulate_pipeline(fresh, {constant_cost(0.01)}, free_links(1));
   const auto b = simulate_pipeline(reused, {constant_cost(0.01)}, free_links(1));
   EXPECT_NEAR(a.ttft_s[1], 6.0, 1e-12);

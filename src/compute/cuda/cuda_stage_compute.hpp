@@ -59,6 +59,7 @@ class CudaStageCompute final : public compute::StageCompute {
   void forward(const compute::ChunkContext& chunk, float* hidden) override;
   void lm_head(const float* hidden_row, float* logits_shard) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
+  void share_prefix(int source, int dest, int64_t tokens) override { pages_->share(source, dest, tokens); }
   void finish_prompt(int prompt) override;
   void prepare_prefix(int prompt, int64_t prefix, int tokens) override;
   int64_t capacity_tokens() const override;

@@ -1,0 +1,61 @@
+// --hidden-states on the last stage (see hidden_state_rows.hpp).
+#include "pipeline/hidden_state_rows.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+namespace pf::pipeline {
+
+HiddenStateRows::HiddenStateRows(compute::StageCompute& compute, compute::HiddenStatesKind kind, int hidden_size,
+                                 const sched::BatchPlan& plan)
+    : compute_(compute), kind_(kind), h_(hidden_size), row_(hidden_size), sum_(hidden_size) {
+  if (kind_ != compute::HiddenStatesKind::kMean) return;
+  save_at_.resize(plan.prompt_lengths.size());
+  for (size_t p = 0; p < plan.reuse.size(); ++p) {
+    const int64_t c = plan.reuse[p].tokens;
+    if (c == 0) continue;
+    // Up the chain of sources to the prompt that computed position c - 1 itself.
+    int q = plan.reuse[p].source;
+    while (q >= 0 && c <= plan.reuse[q].tokens) q = plan.reuse[q].source;
+    if (q < 0)
+      throw std::logic_error("--hidden-states mean: prompt " + std::to_string(p) +
+                             " reuses a prefix that no prompt of this plan computes");
+    const SumKey key{q, c};
+    starts_from_[static_cast<int>(p)] = key;
+    if (saved_[key].users++ == 0) save_at_[q].push_back(c);
+  }
+  for (auto& lengths : save_at_) std::sort(lengths.begin(), lengths.end());
+}
+
+void HiddenStateRows::take(const sched::MicroBatch& mb, const float* hidden) {
+  if (kind_ == compute::HiddenStatesKind::kLast) {
+    if (mb.is_last) compute_.final_norm(hidden + static_cast<int64_t>(mb.length - 1) * h_, 1, row_.data());
+    return;
+  }
+  if (kind_ != compute::HiddenStatesKind::kMean) return;
+  normed_.resize(static_cast<size_t>(mb.length) * h_);
+  compute_.final_norm(hidden, mb.length, normed_.data());
+  if (mb.is_first) {
+    std::fill(sum_.begin(), sum_.end(), 0.0);
+    if (auto from = starts_from_.find(mb.prompt); from != starts_from_.end()) {
+      auto saved = saved_.find(from->second);
+      sum_ = saved->second.sum;
+      if (--saved->second.users == 0) saved_.erase(saved);
+    }
+  }
+  const std::vector<int64_t>* save_at = save_at_.empty() ? nullptr : &save_at_[mb.prompt];
+  auto next_save = save_at ? std::lower_bound(save_at->begin(), save_at->end(), mb.start + 1) : std::vector<int64_t>::const_iterator();
+  for (int row = 0; row < mb.length; ++row) {
+    const float* normed = normed_.data() + static_cast<int64_t>(row) * h_;
+    for (int k = 0; k < h_; ++k) sum_[k] += normed[k];
+    if (save_at && next_save != save_at->end() && *next_save == mb.start + row + 1) {
+      saved_[{mb.prompt, *next_save}].sum = sum_;  // the sum over positions [0, c)
+      ++next_save;
+    }
+  }
+  if (!mb.is_last) return;
+  const double positions = static_cast<double>(mb.start + mb.length);
+  for (int k = 0; k < h_; ++k) row_[k] = static_cast<float>(sum_[k] / positions);
+}
+
+}  // namespace pf::pipeline

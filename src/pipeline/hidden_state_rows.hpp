@@ -1,0 +1,51 @@
+// The last stage's --hidden-states result, chunk by chunk, on its TP rank 0 (hidden states
+// are identical on every TP rank after the all-reduces): the final norm (the LM head's own,
+// StageCompute::final_norm) of the prompt's last position (`last`), or of every position,
+// summed in double and divided by the prompt's length at its last chunk (`mean`). Memory is
+// O(chunk x hidden), never O(T x hidden). A prompt's chunks come one after another in the
+// plan, so one running sum at a time suffices.
+//
+// With prefix reuse a prompt starts at its reused length c, and its mean needs the sum over
+// positions [0, c), which the prompt that computed them had on the way: that prompt (its
+// source, or the source's source when the source reused c tokens too) keeps a copy of its
+// running sum at c for it, dropped once every prompt starting from it has started.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "compute/hidden_states.hpp"
+#include "compute/stage_compute.hpp"
+#include "sched/batch_plan.hpp"
+
+namespace pf::pipeline {
+
+class HiddenStateRows {
+ public:
+  HiddenStateRows(compute::StageCompute& compute, compute::HiddenStatesKind kind, int hidden_size,
+                  const sched::BatchPlan& plan);
+  // Takes micro-batch `mb`'s hidden rows [mb.length, H] (host memory).
+  void take(const sched::MicroBatch& mb, const float* hidden);
+  // The prompt's result row [H], valid after take() of its last chunk.
+  const float* row() const { return row_.data(); }
+
+ private:
+  using SumKey = std::pair<int, int64_t>;  // (the prompt that computes position c - 1, c)
+  struct SavedSum {
+    std::vector<double> sum;
+    int users = 0;  // prompts yet to start from it
+  };
+
+  compute::StageCompute& compute_;
+  const compute::HiddenStatesKind kind_;
+  const int h_;
+  std::vector<float> row_, normed_;
+  std::vector<double> sum_;
+  std::vector<std::vector<int64_t>> save_at_;  // per prompt: the lengths c to keep its sum at, ascending
+  std::map<int, SumKey> starts_from_;          // per reusing prompt: the sum it starts from
+  std::map<SumKey, SavedSum> saved_;
+};
+
+}  // namespace pf::pipeline
