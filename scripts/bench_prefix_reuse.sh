@@ -3,12 +3,15 @@
 # licences, scripts/licence_document.sh) followed by each of QUESTIONS different questions of
 # about 100 tokens, through MODEL on pp 2, with prefix reuse (the default) and with
 # --no-prefix-cache, in one run; prints each run's wall time, mean TTFT, tokens computed and
-# reused, the ratios, and how far apart the two runs' logits and log-probs are.
+# reused, the ratios, and how far apart the two runs' logits and log-probs are. Then the KV
+# store: the document alone is stored by one run (--kv-store), and the questions are run again
+# served from the store against from scratch (no store).
 # usage: scripts/bench_prefix_reuse.sh [MODEL] [DOC] [QUESTIONS]   (env CHUNK, default 512)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/mpi/mpi_env.sh
 model=${1:-models/smollm2-135m} doc=${2:-4096} questions=${3:-16} chunk=${CHUNK:-512}
+[ -e "$model/config.json" ] || [ "$model" != models/smollm2-135m ] || scripts/get_model.sh smollm2-135m "$model" >/dev/null
 venv_python=${PIPEFILL_VENV:-$HOME/.cache/pipefill/venv}/bin/python
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
@@ -66,3 +69,27 @@ print(f"results: logits within {logits:.2g} (relative to the largest), log-probs
       f"perplexity {a['perplexity'][:].mean():.4f} vs {b['perplexity'][:].mean():.4f}")
 PY
 grep "^prefix reuse" "$work/reuse.log"
+
+# The store: the document once, then the questions from the store or from scratch.
+mkdir "$work/store"
+run() {  # NAME INPUT ARGS...: one run, its wall time and mean TTFT
+  local name=$1 input=$2
+  shift 2
+  mpirun -n 2 build/pipefill run --model "$model" --input "$input" --output "$work/$name.h5" --pp 2 \
+    --chunk-size "$chunk" --progress-interval 0 "$@" >"$work/$name.log"
+  printf "%-30s %9s %12s   %s\n" "$name" "$(grep -oP 'wall \K[0-9.]+' "$work/$name.log")" \
+    "$(/usr/bin/python3 -c "import h5py,sys; print('%.3f' % h5py.File(sys.argv[1])['ttft_s'][:].mean())" "$work/$name.h5")" \
+    "$(grep -o '^prefix reuse: .*reused[^,]*' "$work/$name.log" || true)"
+}
+printf "%-30s %9s %12s\n" run wall_s "mean ttft_s"
+run store_the_document "$work/doc.h5" --kv-store "$work/store"
+run questions_from_scratch "$work/in.h5"
+run questions_from_the_store "$work/in.h5" --kv-store "$work/store"
+/usr/bin/python3 - "$work" <<'PY'
+import re, sys
+wall = {n: float(re.search(r"wall ([0-9.]+)", open(f"{sys.argv[1]}/{n}.log").read()).group(1))
+        for n in ("questions_from_scratch", "questions_from_the_store")}
+print(f"served from the store: {wall['questions_from_scratch'] / wall['questions_from_the_store']:.2f}x faster "
+      f"than from scratch (and it also writes its own prompts into the store)")
+PY
+du -sh "$work/store" | sed 's/^/store size: /'

@@ -30,6 +30,7 @@
 #include "pipeline/backend_setup.hpp"  // defines: make_stage_backend (cpu, cuda or emulate)
 #include "pipeline/chunk_planning.hpp"  // defines: decide_plan (fixed or dynamic chunks, profiled or loaded)
 #include "pipeline/kv_export_setup.hpp"  // defines: start_kv_export, finish_kv_export (--save-kv)
+#include "pipeline/kv_store_setup.hpp"  // defines: KvStoreRun (--kv-store: prefixes across runs)
 #include "pipeline/rank_setup.hpp"   // defines: open_rank_model, load_rank_weights, share_prompts
 #include "pipeline/stage_profiler.hpp"  // defines: profile_capacity_tokens
 #include "pipeline/stage_loop.hpp"   // defines: run_stage_loop (the per-rank event loop)
@@ -113,10 +114,23 @@ static int run_command(int argc, char** argv) {
   // Plan: prompts that share a prefix back to back, the prefix computed once (rank 0 finds
   // them), cut into fixed chunks, or dynamic ones from cost models (profiled now or loaded).
   const std::vector<char> done = results ? results->completed() : std::vector<char>();
-  const sched::PrefixPlan prefixes =
+  sched::PrefixPlan prefixes =
       writer && !options.no_prefix_cache
           ? sched::find_shared_prefixes(prompts.tokens, prompts.offsets, chunking.page_size, done)
           : sched::PrefixPlan{};
+  // --kv-store: a prompt loads a longer prefix an earlier run stored, unless the run wants what
+  // the store does not keep (every position's scores, the mean hidden state).
+  std::unique_ptr<pipeline::KvStoreRun> kv_store;
+  if (!options.kv_store.empty()) {
+    const bool load = !options.no_prefix_cache && !options.token_rows_wanted() &&
+                      options.hidden_states != compute::HiddenStatesKind::kMean;
+    if (writer && !load && !options.no_prefix_cache)
+      std::printf("note: --kv-store lends no prefixes to a run with --logprobs, --top-k or --hidden-states mean "
+                  "(it keeps KV, not the prefix's scores); this run's prompts are added to it\n");
+    kv_store = std::make_unique<pipeline::KvStoreRun>(topo, rank_model, options.kv_store, prompts, lengths, done,
+                                                      chunking.page_size, load);
+    if (writer) sched::prefer_longer_outside(prefixes, kv_store->offers());
+  }
   const pipeline::PlanDecision decision = pipeline::decide_plan(topo, chunking, lengths, *backend.compute,
                                                                shape.hidden_size, saved_costs, done, prefixes);
   const sched::BatchPlan& plan = decision.plan;
@@ -159,6 +173,7 @@ static int run_command(int argc, char** argv) {
   loop.hidden_states = options.hidden_states;
   loop.token_rows = {options.logprobs, options.top_k};
   loop.kv_export = kv_export.get();
+  loop.kv_store = kv_store.get();
   loop.progress = writer ? &progress : nullptr;
   loop.stop_requested = &g_stop_requested;
   loop.all_reduce = backend.all_reduce.get();
@@ -170,9 +185,14 @@ static int run_command(int argc, char** argv) {
   }
   const double wall_s = clock.now();
   // Every rank's KV files written (or failed), then rank 0 lists them in DIR/index.json.
-  const std::optional<std::string> kv_export_error =
+  std::optional<std::string> kv_export_error =
       kv_export ? pipeline::finish_kv_export(topo, rank_model, options.save_kv, *kv_export, results.get())
                 : std::nullopt;
+  // --kv-store: every prompt all ranks finished becomes an entry.
+  if (kv_store) {
+    const std::optional<std::string> store_error = kv_store->finish(prompts);
+    if (!kv_export_error) kv_export_error = store_error;
+  }
   const std::vector<int> nonfinite_prompts = writer ? stored->nonfinite_prompts() : std::vector<int>();
   int nonfinite_count = static_cast<int>(nonfinite_prompts.size());
   dist::broadcast_int(nonfinite_count, 0, MPI_COMM_WORLD);

@@ -247,6 +247,11 @@ OptionTable<RunOptions> run_table() {
         "and DIR/index.json (scripts/pipefill_kv.py loads them as a transformers cache)",
         &R::save_kv)
       .echo_as("save_kv");
+  t.add("kv-store",
+        "a directory of KV caches kept across runs: prompts load the longest prefix an earlier run stored there "
+        "(same model and layout) instead of computing it, and every prompt computed is added",
+        &R::kv_store)
+      .echo_as("kv_store");
   t.add("no-prefix-cache",
         "compute every prompt in full, in input order (by default prompts that start with the same tokens run one "
         "after another and compute that prefix once; /reused_tokens says how much each reused)",
@@ -424,6 +429,7 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   refuse_unless_cpu(o.logprobs, "--logprobs", "log-probs");
   refuse_unless_cpu(o.top_k > 0, "--top-k", "log-probs");
   refuse_unless_cpu(!o.save_kv.empty(), "--save-kv", "KV cache");
+  refuse_unless_cpu(!o.kv_store.empty(), "--kv-store", "KV cache");
   // A chunk's token rows travel as one MPI message of (1 + 2k) floats a token.
   const int64_t longest = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
   if (o.top_k > 0 && longest * (1 + 2 * static_cast<int64_t>(o.top_k)) > (int64_t{1} << 30))

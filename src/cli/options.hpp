@@ -46,6 +46,9 @@ struct RunOptions {
   bool logprobs = false;  // /token_logprobs per token, /perplexity and /nll_sum per prompt
   int top_k = 0;          // /topk_ids and /topk_logprobs [T, top_k]; 0: none
   std::string save_kv;    // directory of the KV export (kvcache/kv_export.hpp); empty: none
+  // Outputs that need every position's scores on the last stage.
+  bool token_rows_wanted() const { return logprobs || top_k > 0; }
+  std::string kv_store;   // directory of the KV store (kvcache/kv_store.hpp); empty: none
   bool no_prefix_cache = false;  // compute every prompt in full, in input order (sched/prefix_sharing.hpp)
 };
 // The echoed configuration: every option with a key (rank 0's command-line check, the output's

@@ -17,6 +17,7 @@ void check_run_paths(const RunOptions& o) {
   io::require_writable_file_path(o.output + ".partial", "the output's partial file");
   if (!o.trace.empty()) io::require_writable_file_path(o.trace, "--trace");
   if (!o.save_kv.empty()) io::require_writable_directory(o.save_kv, "--save-kv");
+  if (!o.kv_store.empty()) io::require_writable_directory(o.kv_store, "--kv-store");
   if (cost_file) io::require_regular_file(cost_path, "--cost-model");
   const std::vector<io::PathRole> files = {{"--input", o.input},
                                            {"--output", o.output},
@@ -25,10 +26,14 @@ void check_run_paths(const RunOptions& o) {
                                            {"--cost-model", cost_file ? cost_path : ""}};
   std::vector<io::PathRole> all = files;
   all.push_back({"--save-kv", o.save_kv});
+  all.push_back({"--kv-store", o.kv_store});
   io::require_distinct_paths(all);
-  // The export names its own files in its directory (index.json, prompt-*/...): none of the
-  // run's other files may be there.
+  // The exports name their own files in their directories (index.json, prompt-*/...): none of
+  // the run's other files may be there, nor one export inside the other.
   io::require_outside_directory(files, {"--save-kv", o.save_kv});
+  io::require_outside_directory(files, {"--kv-store", o.kv_store});
+  io::require_outside_directory({{"--save-kv", o.save_kv}}, {"--kv-store", o.kv_store});
+  io::require_outside_directory({{"--kv-store", o.kv_store}}, {"--save-kv", o.save_kv});
 }
 
 io::PromptSet read_run_prompts(const RunOptions& o, const pipeline::RankModel& m) {

@@ -57,6 +57,14 @@ class StageCompute {
   virtual void read_kv(int /*prompt*/, int64_t /*pos0*/, int /*count*/, float* /*keys*/, float* /*values*/) const {
     throw std::logic_error("read_kv: this backend does not export its KV cache (--save-kv)");
   }
+  // The inverse of read_kv: positions [pos0, pos0 + count) of `prompt` in every local layer
+  // from host memory in read_kv's layout, into the prompt's KV pages (reserved as needed): a
+  // prefix loaded from the KV store (run --kv-store) instead of computed. Backends that do
+  // not implement it refuse --kv-store when options are parsed.
+  virtual void write_kv(int /*prompt*/, int64_t /*pos0*/, int /*count*/, const float* /*keys*/,
+                        const float* /*values*/) {
+    throw std::logic_error("write_kv: this backend does not load KV caches (--kv-store)");
+  }
   // Prefix reuse: `dest`, a later prompt that starts with the same `tokens` tokens (a
   // multiple of the page size), takes over those KV pages of `source`, whose last chunk has
   // just passed this stage; it is called before finish_prompt(source). Backends without a KV

@@ -49,6 +49,11 @@ class PagedKvPool {
   const float* value_page(int layer, int page, int kv_head) const {
     return base(layer, page) + shape_.floats_per_page_layer() / 2 + head_offset(kv_head);
   }
+  // Loading a stored prefix (StageCompute::write_kv) writes pages directly.
+  float* mutable_key_page(int layer, int page, int kv_head) { return base(layer, page) + head_offset(kv_head); }
+  float* mutable_value_page(int layer, int page, int kv_head) {
+    return base(layer, page) + shape_.floats_per_page_layer() / 2 + head_offset(kv_head);
+  }
 
  private:
   float* base(int layer, int page) {

@@ -11,17 +11,24 @@ HiddenStateRows::HiddenStateRows(compute::StageCompute& compute, compute::Hidden
     : compute_(compute), kind_(kind), h_(hidden_size), row_(hidden_size), sum_(hidden_size) {
   if (kind_ != compute::HiddenStatesKind::kMean) return;
   save_at_.resize(plan.prompt_lengths.size());
-  for (size_t p = 0; p < plan.reuse.size(); ++p) {
+  // Prompts in plan order, so a source's own start is known before its heirs'.
+  for (const sched::MicroBatch& mb : plan.micro_batches) {
+    if (!mb.is_first || mb.start == 0) continue;
+    const int p = mb.prompt;
     const int64_t c = plan.reuse[p].tokens;
-    if (c == 0) continue;
-    // Up the chain of sources to the prompt that computed position c - 1 itself.
+    // Up the chain of sources to the prompt that computed position c - 1 itself. A source that
+    // reused c tokens or more got them from the prompt its own sum starts from: jump there, so
+    // N prompts reusing one prefix cost N steps, not N^2.
     int q = plan.reuse[p].source;
-    while (q >= 0 && c <= plan.reuse[q].tokens) q = plan.reuse[q].source;
+    while (q >= 0 && c <= plan.reuse[q].tokens) {
+      const auto from = starts_from_.find(q);
+      q = from != starts_from_.end() ? from->second.first : plan.reuse[q].source;
+    }
     if (q < 0)
       throw std::logic_error("--hidden-states mean: prompt " + std::to_string(p) +
                              " reuses a prefix that no prompt of this plan computes");
     const SumKey key{q, c};
-    starts_from_[static_cast<int>(p)] = key;
+    starts_from_[p] = key;
     if (saved_[key].users++ == 0) save_at_[q].push_back(c);
   }
   for (auto& lengths : save_at_) std::sort(lengths.begin(), lengths.end());

@@ -1,14 +1,16 @@
 // The last stage's --hidden-states result, chunk by chunk, on its TP rank 0 (hidden states
 // are identical on every TP rank after the all-reduces): the final norm (the LM head's own,
 // StageCompute::final_norm) of the prompt's last position (`last`), or of every position,
-// summed in double and divided by the prompt's length at its last chunk (`mean`). Memory is
-// O(chunk x hidden), never O(T x hidden). A prompt's chunks come one after another in the
-// plan, so one running sum at a time suffices.
+// summed in double and divided by the prompt's length at its last chunk (`mean`). A prompt's
+// chunks come one after another in the plan, so one running sum at a time suffices: memory is
+// O(chunk x hidden), never O(T x hidden), plus the saved sums below.
 //
 // With prefix reuse a prompt starts at its reused length c, and its mean needs the sum over
 // positions [0, c), which the prompt that computed them had on the way: that prompt (its
 // source, or the source's source when the source reused c tokens too) keeps a copy of its
-// running sum at c for it, dropped once every prompt starting from it has started.
+// running sum at c for it, dropped once every prompt starting from it has started. One
+// hidden-size vector of doubles per distinct (prompt, c) still awaited: with many prompts that
+// are prefixes of one another, at most one per page of the longest (32 KiB each at H = 4096).
 #pragma once
 
 #include <cstdint>

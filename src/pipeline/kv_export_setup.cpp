@@ -15,12 +15,10 @@
 
 namespace pf::pipeline {
 
-namespace {
-
 // The layout of (stage, tp_rank): the KV heads of the rank's weight shard
 // (model::make_shard_spec), whole heads in contiguous blocks per TP rank.
-kv::KvExportLayout layout_of(const RankModel& m, const std::string& dir, const std::string& identity, int stage,
-                             int tp, int tp_rank) {
+kv::KvExportLayout export_layout(const RankModel& m, const std::string& dir, const std::string& identity, int stage,
+                                 int tp, int tp_rank) {
   const model::ModelConfig& c = m.config();
   kv::KvExportLayout layout;
   layout.dir = dir;
@@ -38,30 +36,33 @@ kv::KvExportLayout layout_of(const RankModel& m, const std::string& dir, const s
   return layout;
 }
 
-}  // namespace
+ExportNames export_names(const dist::Topology& topo, const RankModel& m, const io::PromptSet& prompts,
+                         const std::vector<int64_t>& lengths) {
+  std::vector<char> identity;
+  ExportNames names;
+  if (topo.is_writer()) {
+    const std::string text = io::Fnv1a().add(m.config_json.dump()).add(m.weights_fingerprint).hex();
+    identity.assign(text.begin(), text.end());
+    for (int p = 0; p < prompts.num_prompts(); ++p) {
+      const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
+      names.token_hashes.push_back(io::Fnv1a().add(ids, sizeof(int32_t) * lengths[p]).value);
+    }
+  }
+  dist::broadcast_bytes(identity, 0, MPI_COMM_WORLD);
+  dist::broadcast_vector(names.token_hashes, MPI_COMM_WORLD);
+  names.model_identity.assign(identity.begin(), identity.end());
+  return names;
+}
 
 std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, const RankModel& m, const std::string& dir,
                                                 const io::PromptSet& prompts, const std::vector<int64_t>& lengths,
                                                 io::ResultWriter* results) {
-  // Rank 0 names the model (config + weights fingerprint) and hashes every prompt's tokens.
-  std::vector<char> identity;
-  std::vector<uint64_t> hashes;
+  ExportNames names = export_names(topo, m, prompts, lengths);
+  std::vector<uint64_t>& hashes = names.token_hashes;
   std::vector<char> finished;
-  if (topo.is_writer()) {
-    const std::string text =
-        io::Fnv1a().add(m.config_json.dump()).add(m.weights_fingerprint).hex();
-    identity.assign(text.begin(), text.end());
-    for (int p = 0; p < prompts.num_prompts(); ++p) {
-      const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
-      hashes.push_back(io::Fnv1a().add(ids, sizeof(int32_t) * lengths[p]).value);
-    }
-    finished = results->completed();
-  }
-  dist::broadcast_bytes(identity, 0, MPI_COMM_WORLD);
-  dist::broadcast_vector(hashes, MPI_COMM_WORLD);
+  if (topo.is_writer()) finished = results->completed();
   dist::broadcast_vector(finished, MPI_COMM_WORLD);
-  const kv::KvExportLayout layout =
-      layout_of(m, dir, std::string(identity.begin(), identity.end()), topo.stage, topo.tp, topo.tp_rank);
+  const kv::KvExportLayout layout = export_layout(m, dir, names.model_identity, topo.stage, topo.tp, topo.tp_rank);
 
   // A prompt the output holds but this rank's file does not: every rank says which.
   std::vector<int> missing;
@@ -91,42 +92,49 @@ std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, cons
   return std::make_unique<kv::KvExporter>(layout, lengths, std::move(hashes));
 }
 
-namespace {
-
-// DIR/index.json (rank 0): the shards of the layout and the prompts the output holds.
-std::optional<std::string> write_index(const dist::Topology& topo, const RankModel& m, const std::string& dir,
-                                       const kv::KvExporter& exporter, const io::ResultWriter& results) {
+nlohmann::json export_index(const dist::Topology& topo, const RankModel& m, const kv::KvExporter& exporter,
+                            const std::vector<int>& prompts) {
   const model::ModelConfig& c = m.config();
   nlohmann::json shards = nlohmann::json::array();
   for (int s = 0; s < topo.pp; ++s)
     for (int r = 0; r < topo.tp; ++r) {
-      const kv::KvExportLayout l = layout_of(m, dir, "", s, topo.tp, r);
+      const kv::KvExportLayout l = export_layout(m, "", "", s, topo.tp, r);
       shards.push_back({{"stage", s},
                         {"tp_rank", r},
                         {"layers", {l.layer_begin, l.layer_begin + l.layers}},
                         {"kv_heads", {l.kv_head_begin, l.kv_head_begin + l.kv_heads}}});
     }
-  nlohmann::json prompts = nlohmann::json::object();
-  const std::vector<char>& done = results.completed();
-  for (int p = 0; p < static_cast<int>(done.size()); ++p) {
-    if (!done[p]) continue;
+  nlohmann::json listed = nlohmann::json::object();
+  for (int p : prompts) {
     nlohmann::json files = nlohmann::json::array();
     for (int s = 0; s < topo.pp; ++s)
       for (int r = 0; r < topo.tp; ++r) files.push_back(kv::kv_file_name(p, s, r));
-    prompts[std::to_string(p)] = {
+    listed[std::to_string(p)] = {
         {"tokens", exporter.length(p)}, {"tokens_fnv1a", kv::tokens_hash_text(exporter.tokens_hash(p))}, {"files", files}};
   }
-  const nlohmann::json index = {{"format", kv::kKvExportFormat},
-                                {"model_identity", exporter.layout().model_identity},
-                                {"model_config", m.config_json},
-                                {"dtype", io::dtype_name(exporter.layout().dtype)},
-                                {"num_layers", c.num_layers},
-                                {"num_kv_heads", c.num_kv_heads},
-                                {"head_dim", c.head_dim},
-                                {"pp", topo.pp},
-                                {"tp", topo.tp},
-                                {"shards", shards},
-                                {"prompts", prompts}};
+  return {{"format", kv::kKvExportFormat},
+          {"model_identity", exporter.layout().model_identity},
+          {"model_config", m.config_json},
+          {"dtype", io::dtype_name(exporter.layout().dtype)},
+          {"num_layers", c.num_layers},
+          {"num_kv_heads", c.num_kv_heads},
+          {"head_dim", c.head_dim},
+          {"pp", topo.pp},
+          {"tp", topo.tp},
+          {"shards", shards},
+          {"prompts", listed}};
+}
+
+namespace {
+
+// DIR/index.json (rank 0): the prompts the output holds.
+std::optional<std::string> write_index(const dist::Topology& topo, const RankModel& m, const std::string& dir,
+                                       const kv::KvExporter& exporter, const io::ResultWriter& results) {
+  std::vector<int> finished;
+  const std::vector<char>& done = results.completed();
+  for (int p = 0; p < static_cast<int>(done.size()); ++p)
+    if (done[p]) finished.push_back(p);
+  const nlohmann::json index = export_index(topo, m, exporter, finished);
   const std::string path = dir + "/index.json", partial = path + ".partial." + std::to_string(::getpid());
   {
     std::ofstream out(partial);

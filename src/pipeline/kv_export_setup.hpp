@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +16,23 @@
 #include "pipeline/rank_setup.hpp"
 
 namespace pf::pipeline {
+
+// What names a run's exports: the model identity (FNV-1a of config.json and the weights
+// fingerprint) and each prompt's token hash. Collective: rank 0 computes, every rank gets them.
+struct ExportNames {
+  std::string model_identity;
+  std::vector<uint64_t> token_hashes;
+};
+ExportNames export_names(const dist::Topology& topology, const RankModel& rank_model, const io::PromptSet& prompts,
+                         const std::vector<int64_t>& lengths);
+
+// What (stage, tp_rank) exports into `dir`: its layers and the KV heads of its weight shard.
+kv::KvExportLayout export_layout(const RankModel& rank_model, const std::string& dir, const std::string& identity,
+                                 int stage, int tp, int tp_rank);
+
+// The index.json of an export holding `prompts` (rank 0).
+nlohmann::json export_index(const dist::Topology& topology, const RankModel& rank_model,
+                            const kv::KvExporter& exporter, const std::vector<int>& prompts);
 
 // Collective. This rank's exporter into `dir`. `prompts` holds the token ids on rank 0, which
 // hashes them; `results` is rank 0's output: a prompt it holds as finished whose file is not in

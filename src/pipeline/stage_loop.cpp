@@ -77,6 +77,7 @@ class StageLoop {
   void export_kv(const sched::MicroBatch& mb);
   void send_forward(long long i, dist::ReadySlot state);
   void export_kv_rows(int prompt, int64_t start, int count, bool is_last);
+  void load_prefix(const sched::MicroBatch& mb);
   void emit_results(const sched::MicroBatch& mb, dist::ReadySlot state);  // the last stage
   void finish_prompt(const sched::MicroBatch& mb);
   void finish_micro_batch(const sched::MicroBatch& mb);
@@ -251,11 +252,12 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
     if (!device_timed_) span.emplace(ctx_.timeline, EventKind::kCompute, mb);
     // Names the micro-batch for the watchdog, should a TP all-reduce inside never complete.
     dist::WaitLabel label(stage_name_ + " computing " + describe(mb) + (topo_.tp > 1 ? " (TP all-reduces)" : ""));
+    if (mb.is_first && ctx_.plan.reuse[mb.prompt].store_entry >= 0) load_prefix(mb);
     const compute::ChunkContext chunk{mb.prompt, mb.start, mb.length, mb.index};
     ctx_.compute.forward(chunk, state.data());
   }
   record_all_reduces(mb);
-  if (ctx_.kv_export) export_kv(mb);
+  if (ctx_.kv_export || ctx_.kv_store) export_kv(mb);
   if (mb.is_last) finish_prompt(mb);
 }
 
@@ -281,12 +283,33 @@ void StageLoop::export_kv(const sched::MicroBatch& mb) {
 // this thread: 2 x layers x kv_heads x count x head_dim floats, 11.8 MB for a 512-token chunk
 // of SmolLM2's 15-layer stage, 512 MiB for 2048 tokens of Llama-3-8B at pp 1).
 void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_last) {
-  const kv::KvExportLayout& layout = ctx_.kv_export->layout();
+  kv::KvExporter& any = ctx_.kv_export ? *ctx_.kv_export : ctx_.kv_store->exporter();
+  const kv::KvExportLayout& layout = any.layout();
   const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim;
   std::vector<float> keys(floats), values(floats);
   ctx_.compute.read_kv(prompt, start, count, keys.data(), values.data());
   dist::WaitLabel label(stage_name_ + " queueing the KV export of prompt " + std::to_string(prompt) + " (the disk is behind)");
-  ctx_.kv_export->add_chunk(prompt, start, count, std::move(keys), std::move(values), is_last);
+  if (ctx_.kv_export && ctx_.kv_store) ctx_.kv_store->exporter().add_chunk(prompt, start, count, keys, values, is_last);
+  any.add_chunk(prompt, start, count, std::move(keys), std::move(values), is_last);
+}
+
+// A prefix from the KV store: this rank's rows of the entry go into the prompt's pages, in
+// pieces of 512 tokens, before its first chunk is computed on them.
+void StageLoop::load_prefix(const sched::MicroBatch& mb) {
+  constexpr int kPiece = 512;
+  const sched::PrefixReuse& reuse = ctx_.plan.reuse[mb.prompt];
+  dist::WaitLabel label(stage_name_ + " loading the first " + std::to_string(reuse.tokens) + " tokens of prompt " +
+                        std::to_string(mb.prompt) + " from the KV store");
+  std::vector<float> keys, values;
+  for (int64_t at = 0; at < reuse.tokens; at += kPiece) {
+    const int count = static_cast<int>(std::min<int64_t>(kPiece, reuse.tokens - at));
+    const kv::KvExportLayout& layout = ctx_.kv_store->exporter().layout();
+    const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim;
+    keys.resize(floats);
+    values.resize(floats);
+    ctx_.kv_store->read_prefix(reuse.store_entry, at, count, keys.data(), values.data());
+    ctx_.compute.write_kv(mb.prompt, at, count, keys.data(), values.data());
+  }
 }
 
 void StageLoop::send_forward(long long i, dist::ReadySlot state) {

@@ -10,6 +10,7 @@
 #include "dist/transport.hpp"
 #include "io/prompts_h5.hpp"
 #include "kvcache/kv_export.hpp"
+#include "pipeline/kv_store_setup.hpp"
 #include "pipeline/result_route.hpp"
 #include "pipeline/progress.hpp"
 #include "sched/batch_plan.hpp"
@@ -37,6 +38,8 @@ struct StageLoopContext {
   compute::HiddenStatesKind hidden_states = compute::HiddenStatesKind::kNone;
   TokenRowLayout token_rows{};
   kv::KvExporter* kv_export = nullptr;  // --save-kv: every chunk's K/V goes to it
+  // --kv-store: prefixes the plan loads come from it, and every chunk's K/V goes to its exporter.
+  KvStoreRun* kv_store = nullptr;
   ProgressReporter* progress = nullptr;  // world rank 0 only
   // World rank 0 polls it between micro-batches: set (by a SIGTERM/SIGUSR1 handler), it
   // stops issuing new prompts; prompts already started finish, every rank is told.

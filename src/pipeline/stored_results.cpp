@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 
 namespace pf::pipeline {
 
@@ -48,6 +49,8 @@ void StoredResults::token_rows(const TokenRows& given) {
 // In blocks of at most 64K rows, so a million-token prefix with a large --top-k stays small.
 float StoredResults::copy_reused_rows(const TokenRows& rows, const sched::PrefixReuse& reuse) {
   constexpr int64_t kBlockRows = 65536;
+  if (reuse.source < 0)  // the store holds no token rows: it lends no prefix to runs that score tokens
+    throw std::logic_error("token rows of a prefix that no prompt of this run computed");
   const size_t k = static_cast<size_t>(rows.top_k);
   for (int64_t at = 0; at <= reuse.tokens; at += kBlockRows) {
     // One row past the prefix when it is in this block: the source's log-prob entry c.

@@ -18,6 +18,8 @@ class BlockTrie {
   // Files prompt `p` (tokens from `begin`, `length` of them) under the node of its last full
   // block. Prompts must come in input order.
   void insert(int p, int64_t begin, int64_t length) {
+    if (static_cast<size_t>(p) >= spans_.size()) spans_.resize(static_cast<size_t>(p) + 1);
+    spans_[p] = {begin, length};
     int node = 0;
     for (int64_t at = begin; at + page_size_ <= begin + length; at += page_size_) node = child(node, at, p);
     nodes_[node].prompts.push_back(p);
@@ -25,7 +27,9 @@ class BlockTrie {
 
   // Prompts depth first. At each node its own prompts and its children's subtrees go in the
   // order of their first prompt in the input, so the order is the input order wherever no
-  // prefix is shared, and prompts sharing one run where the first of them would have.
+  // prefix is shared, and prompts sharing one run where the first of them would have. Below
+  // the root a node's own prompts (which share all its blocks) run together, ordered by the
+  // tokens after them, so that prompts sharing part of their last page are neighbours too.
   std::vector<int> depth_first() const {
     std::vector<int> order;
     std::vector<int> stack{~0};  // x >= 0: emit prompt x; ~n: expand node n
@@ -38,15 +42,22 @@ class BlockTrie {
         continue;
       }
       const Node& node = nodes_[~item];
-      // Both lists ascend by first prompt: own prompts were filed in input order, children
-      // were created by their first prompt in input order.
+      std::vector<int> own = node.prompts;  // in input order
+      if (~item != 0) std::stable_sort(own.begin(), own.end(), [&](int a, int b) { return tail_less(a, b, node); });
+      const int own_first = node.prompts.empty() ? 0 : node.prompts.front();
+      // Children were created by their first prompt in input order: they ascend by it.
       items.clear();
       size_t a = 0, b = 0;
-      while (a < node.prompts.size() || b < node.children.size()) {
-        const bool take_prompt =
-            b == node.children.size() ||
-            (a < node.prompts.size() && node.prompts[a] < nodes_[node.children[b]].first_prompt);
-        items.push_back(take_prompt ? node.prompts[a++] : ~node.children[b++]);
+      while (a < own.size() || b < node.children.size()) {
+        const bool take_prompt = b == node.children.size() ||
+                                 (a < own.size() && (~item != 0 ? own_first : own[a]) <
+                                                        nodes_[node.children[b]].first_prompt);
+        if (take_prompt && ~item != 0) {  // the whole group at once
+          items.insert(items.end(), own.begin(), own.end());
+          a = own.size();
+        } else {
+          items.push_back(take_prompt ? own[a++] : ~node.children[b++]);
+        }
       }
       stack.insert(stack.end(), items.rbegin(), items.rend());
     }
@@ -58,9 +69,18 @@ class BlockTrie {
     int64_t block = -1;     // where this node's block starts in tokens_ (in its first prompt)
     int parent = -1;
     int first_prompt = -1;  // the first prompt (in input order) through it
+    int depth = 0;          // blocks from the root
     std::vector<int> children;
     std::vector<int> prompts;  // prompts whose last full block is this node's
   };
+
+  // Compares two prompts filed at `node` by their tokens after its blocks.
+  bool tail_less(int a, int b, const Node& node) const {
+    const int64_t skip = static_cast<int64_t>(node.depth) * page_size_;
+    const int32_t* ta = tokens_.data() + spans_[a].first + skip;
+    const int32_t* tb = tokens_.data() + spans_[b].first + skip;
+    return std::lexicographical_compare(ta, ta + (spans_[a].second - skip), tb, tb + (spans_[b].second - skip));
+  }
 
   // The child of `parent` for the block at tokens_[at..]: found by hash, confirmed by tokens.
   int child(int parent, int64_t at, int prompt) {
@@ -76,6 +96,7 @@ class BlockTrie {
     node.block = at;
     node.parent = parent;
     node.first_prompt = prompt;
+    node.depth = nodes_[parent].depth + 1;
     nodes_.push_back(std::move(node));
     nodes_[parent].children.push_back(id);
     candidates.push_back(id);
@@ -86,6 +107,7 @@ class BlockTrie {
   const int page_size_;
   const BlockHash& hash_;
   std::vector<Node> nodes_;
+  std::vector<std::pair<int64_t, int64_t>> spans_;  // per prompt: first token, length
   std::unordered_map<uint64_t, std::vector<int>> by_key_;  // (parent, block hash) -> candidate children
 };
 
@@ -119,6 +141,12 @@ PrefixPlan find_shared_prefixes(const std::vector<int32_t>& tokens, const std::v
     if (reused > 0) plan.reuse[p] = {reused, source};
   }
   return plan;
+}
+
+void prefer_longer_outside(PrefixPlan& plan, const std::vector<PrefixReuse>& outside) {
+  if (plan.reuse.size() < outside.size()) plan.reuse.resize(outside.size());
+  for (size_t p = 0; p < outside.size(); ++p)
+    if (outside[p].tokens > plan.reuse[p].tokens) plan.reuse[p] = outside[p];
 }
 
 }  // namespace pf::sched

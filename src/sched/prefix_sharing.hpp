@@ -6,7 +6,9 @@
 // are equal, so a hash collision costs a comparison, never a wrong prefix. The plan runs
 // prompts in the trie's depth-first order, so prompts sharing a prefix run one after
 // another, and each prompt takes its prefix from the prompt just before it: in depth-first
-// order that neighbour shares the deepest block with it of all earlier prompts. The shared
+// order that neighbour shares the deepest whole block with it of all earlier prompts (and the
+// prompts filed under one node are ordered by the tokens after it, so those sharing part of
+// the next page are neighbours too). The shared
 // pages pass from one prompt to the next as the first is released, so reuse never holds a
 // page longer than the prompt that wrote it: a stage's KV pool needs no more pages than
 // without reuse (the longest prompt), and no prefix ever has to be evicted.
@@ -16,6 +18,9 @@
 // the prompt's own tokens start is still one both prompts share: the entry of /token_logprobs
 // there (the score of a token both prompts have, after the same prefix) and every row before
 // it come from the source unchanged, and the prompt computes every row it needs itself.
+// The price: the page a prompt diverges in is computed again, and one page more when the
+// shared length is a page multiple (or when an earlier prompt that is not its neighbour
+// shares part of that page: across a node's children).
 #pragma once
 
 #include <cstdint>
@@ -37,5 +42,9 @@ uint64_t fnv1a_block_hash(const int32_t* tokens, int count);
 PrefixPlan find_shared_prefixes(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets,
                                 int page_size, const std::vector<char>& skip = {},
                                 const BlockHash& hash = fnv1a_block_hash);
+
+// Where `outside` (per prompt, e.g. the KV store's offers) holds a longer prefix than the batch
+// gives a prompt, the prompt loads that instead; the order stays.
+void prefer_longer_outside(PrefixPlan& plan, const std::vector<PrefixReuse>& outside);
 
 }  // namespace pf::sched

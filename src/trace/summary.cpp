@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 namespace pf::trace {
 
@@ -14,8 +15,11 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
   s.scheduled_prompts = plan.scheduled_prompts();
   s.num_tokens = plan.total_tokens();
   s.num_micro_batches = static_cast<int>(plan.micro_batches.size());
-  for (const auto& mb : plan.micro_batches)
-    if (mb.is_first && mb.start > 0) ++s.reusing_prompts;
+  for (const auto& mb : plan.micro_batches) {
+    if (!mb.is_first || mb.start == 0) continue;
+    ++s.reusing_prompts;
+    if (plan.reuse[mb.prompt].store_entry >= 0) s.loaded_tokens += mb.start;
+  }
   s.reused_tokens = plan.reused_tokens();
   s.pp = pp;
   s.wall_s = wall_s;
@@ -61,9 +65,10 @@ void print_summary(const RunSummary& s, std::FILE* out, size_t max_prompts) {
   }
   if (s.reused_tokens > 0)
     std::fprintf(out,
-                 "prefix reuse: %d of %d prompts started after a shared prefix; %lld tokens reused, %lld computed "
+                 "prefix reuse: %d of %d prompts started after a shared prefix; %lld tokens reused%s, %lld computed "
                  "(%.1f%% of these prompts' tokens not computed; per prompt in /reused_tokens)\n",
                  s.reusing_prompts, s.scheduled_prompts, static_cast<long long>(s.reused_tokens),
+                 s.loaded_tokens > 0 ? (" (" + std::to_string(s.loaded_tokens) + " loaded from --kv-store)").c_str() : "",
                  static_cast<long long>(s.num_tokens),
                  100.0 * static_cast<double>(s.reused_tokens) / static_cast<double>(s.reused_tokens + s.num_tokens));
   std::fprintf(out, "stage busy fraction:");

@@ -21,6 +21,7 @@ struct RunSummary {
   double model_flops = 0;                   // sched/plan_flops.hpp: all layers, all chunks, LM heads
   int reusing_prompts = 0;                  // prompts that started after a prefix they reused
   int64_t reused_tokens = 0;                // tokens those prompts reused instead of computing
+  int64_t loaded_tokens = 0;                // of which loaded from the KV store (--kv-store)
   std::vector<double> ttft_s;               // per prompt: its logits done on the last stage; NaN if not run now
   std::vector<double> stage_busy_fraction;  // compute + LM head time / wall, mean over TP ranks
   double bubble_measured = 0;               // mean over stages of 1 - busy fraction

@@ -88,6 +88,10 @@ case $case in
     expect="is a symbolic link to nothing" ;;
   save_kv_emulate) extra=(--pp 2 --backend emulate --cost-model analytic:h20 --save-kv "$work/kv")
     expect="--save-kv needs real compute: --backend emulate computes no KV cache" ;;
+  kv_store_emulate) extra=(--pp 2 --backend emulate --cost-model analytic:h20 --kv-store "$work/store")
+    expect="--kv-store needs real compute" ;;
+  kv_store_inside_save_kv) mkdir -p "$work/kv/store"; extra=(--pp 2 --save-kv "$work/kv" --kv-store "$work/kv/store")
+    expect="--kv-store $work/kv/store lies inside --save-kv $work/kv" ;;
   output_empty) out=""; expect="--output is empty" ;;
   trace_directory_missing) extra=(--pp 2 --trace "$work/missing/t.json"); expect="does not exist" ;;
   trace_is_directory) extra=(--pp 2 --trace "$work"); expect="--trace $work is a directory" ;;

@@ -152,7 +152,7 @@ set(PF_BAD_CASES
   cost_model_other_partition cost_model_missing
   emulate_without_cost_model analytic_without_emulate hidden_states_unknown hidden_states_emulate logprobs_emulate
   top_k_negative top_k_over_vocab save_kv_is_file save_kv_is_output save_kv_holds_input
-  save_kv_dangling_link save_kv_emulate unknown_hardware hdf5_library_crash
+  save_kv_dangling_link save_kv_emulate kv_store_emulate kv_store_inside_save_kv unknown_hardware hdf5_library_crash
   output_is_input output_links_to_input trace_is_input trace_is_output trace_is_partial output_is_directory
   output_ends_in_slash output_empty trace_directory_missing trace_is_directory output_held_by_another_run
   input_is_fifo config_is_fifo weights_are_fifo
@@ -214,6 +214,11 @@ foreach(case resume missing_file disk_full complete shared_prefix)
                        SKIP_RETURN_CODE 77)
 endforeach()
 set_tests_properties(mpi.kv_export.resume PROPERTIES RUN_SERIAL TRUE)
+# --kv-store: prefixes of earlier runs, damaged and foreign entries, concurrent publishers.
+foreach(case reuse damaged other_layout concurrent scores)
+  add_test(NAME mpi.kv_store.${case} COMMAND ${PF_MPI}/kv_store.sh ${PF_BIN} ${PF_DATA} ${case})
+  set_tests_properties(mpi.kv_store.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
+endforeach()
 
 # scripts/perplexity.py on a --logprobs output (runs under the venv).
 add_test(NAME mpi.perplexity_tool COMMAND ${PF_MPI}/perplexity_tool.sh ${PF_BIN} ${PF_DATA})

@@ -68,6 +68,7 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"logprobs", false},
                                    {"top_k", 0},
                                    {"save_kv", ""},
+                                   {"kv_store", ""},
                                    {"no_prefix_cache", false}};
   EXPECT_EQ(cli::to_json(o), expected);
 }

@@ -106,6 +106,24 @@ TEST(PrefixSharing, OneDocumentManyQuestions) {
   EXPECT_EQ(reused, 192 * 2 + 224 * 2);
 }
 
+// Prompts that share every whole page and part of the next run next to each other, so a prompt
+// reuses all but the page it diverges in (the review's case: C shares 35 tokens with A, but
+// in input order it follows B, which shares 32).
+TEST(PrefixSharing, PromptsSharingPartOfTheirLastPageAreNeighbours) {
+  std::mt19937 rng(6);
+  const auto x = random_tokens(rng, 32);
+  Prompts prompts;
+  const int a = prompts.add(cat(x, {1, 2, 3, 11, 12}));
+  const int b = prompts.add(cat(x, {9, 9}));
+  const int c = prompts.add(cat(x, {1, 2, 3, 4}));
+  const int other = prompts.add(random_tokens(rng, 5));  // shorter than a page: at the root, in input order
+  const auto plan = sched::find_shared_prefixes(prompts.tokens, prompts.offsets, 16);
+  expect_valid(prompts, plan, 16);
+  EXPECT_EQ(plan.order, (std::vector<int>{c, a, b, other}));  // by their tails: {1,2,3,4} < {1,2,3,11,..} < {9,9}
+  EXPECT_EQ(plan.reuse[a].tokens, 32);
+  EXPECT_EQ(plan.reuse[b].tokens, 16);  // shares exactly the 32 page-aligned tokens: its last page is computed
+}
+
 // A hash that files every block under the same key: prompts must still share only what
 // their tokens share, with the same plan as the real hash.
 TEST(PrefixSharing, HashCollisionsAreResolvedByTokens) {

@@ -171,24 +171,46 @@ void CpuStageCompute::lm_head_rows(const float* hidden, int rows, float* logits_
   cpu::linear(head_normed_.data(), rows, h, weights_.lm_head.data(), shard_.vocab_count, logits_shard);
 }
 
-void CpuStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const {
-  const kv::KvShape& shape = kv_pool_.shape();
-  const std::vector<int>& pages = kv_pool_.pages(prompt);
+namespace {
+
+// Calls `copy(layer, page, head, in_page, at, n)` for each run of n values of one head inside one
+// page, positions [pos0, pos0 + count): `in_page` is the run's first value in the page's head
+// block, `at` its offset in the caller's [layers][kv_heads][count][head_dim] block.
+template <typename Copy>
+void for_each_page_run(const kv::PagedKvPool& pool, const std::vector<int>& pages, int64_t pos0, int count,
+                       Copy copy) {
+  const kv::KvShape& shape = pool.shape();
   const size_t d = static_cast<size_t>(shape.head_dim);
   for (int layer = 0; layer < shape.layers; ++layer)
     for (int head = 0; head < shape.kv_heads; ++head) {
       const size_t out = (static_cast<size_t>(layer) * shape.kv_heads + head) * count * d;
-      // Runs of rows inside one page: a page holds [page_size, head_dim] per head.
       for (int64_t p = pos0; p < pos0 + count;) {
         const int page = pages.at(static_cast<size_t>(p / shape.page_size));
         const int64_t in_page = p % shape.page_size;
         const int64_t run = std::min<int64_t>(shape.page_size - in_page, pos0 + count - p);
-        const size_t at = out + static_cast<size_t>(p - pos0) * d;
-        std::copy_n(kv_pool_.key_page(layer, page, head) + in_page * d, run * d, keys + at);
-        std::copy_n(kv_pool_.value_page(layer, page, head) + in_page * d, run * d, values + at);
+        copy(layer, page, head, in_page * d, out + static_cast<size_t>(p - pos0) * d, run * d);
         p += run;
       }
     }
+}
+
+}  // namespace
+
+void CpuStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const {
+  for_each_page_run(kv_pool_, kv_pool_.pages(prompt), pos0, count,
+                    [&](int layer, int page, int head, size_t in_page, size_t at, size_t n) {
+                      std::copy_n(kv_pool_.key_page(layer, page, head) + in_page, n, keys + at);
+                      std::copy_n(kv_pool_.value_page(layer, page, head) + in_page, n, values + at);
+                    });
+}
+
+void CpuStageCompute::write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) {
+  kv_pool_.reserve(prompt, pos0 + count);
+  for_each_page_run(kv_pool_, kv_pool_.pages(prompt), pos0, count,
+                    [&](int layer, int page, int head, size_t in_page, size_t at, size_t n) {
+                      std::copy_n(keys + at, n, kv_pool_.mutable_key_page(layer, page, head) + in_page);
+                      std::copy_n(values + at, n, kv_pool_.mutable_value_page(layer, page, head) + in_page);
+                    });
 }
 
 void CpuStageCompute::prepare_prefix(int prompt, int64_t prefix, int tokens) {

@@ -33,6 +33,7 @@ class CpuStageCompute final : public StageCompute {
   void final_norm(const float* hidden, int rows, float* normed) override;
   void lm_head_rows(const float* hidden, int rows, float* logits_shard) override;
   void read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const override;
+  void write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) override;
   void share_prefix(int source, int dest, int64_t tokens) override { kv_pool_.share(source, dest, tokens); }
   void finish_prompt(int prompt) override { kv_pool_.release(prompt); }
   // Fills the prefix's K/V with random values: attention's cost does not depend on them.

@@ -1,0 +1,59 @@
+// The KV store (run --kv-store DIR): prompts' KV caches kept across runs, so that a later run
+// loads a prefix it shares with an earlier run's prompt instead of computing it (the document
+// today, new questions tomorrow), and adds what it computes. Each entry is one prompt's export
+// in the layout of --save-kv (kv_export.hpp, docs/formats.md), in a directory of its own:
+//
+//   DIR/<layout key>-<tokens fnv1a>-<tokens>/index.json                 one prompt
+//   DIR/<layout key>-<tokens fnv1a>-<tokens>/prompt-000007/stage01_tp00.safetensors
+//   DIR/<layout key>-<tokens fnv1a>-<tokens>/tokens.i32                 its token ids
+//   DIR/.incoming-<run>/                                                a run's files being written
+//
+// The layout key hashes the model identity (config and weights) and the layout (pp, tp, the
+// layer partition): a run sees only entries it could load rank by rank, each rank reading its
+// own file. An entry appears by one rename of its whole directory, after every rank's file is
+// complete (fdatasync'd): concurrent runs never see half an entry, and when two runs publish
+// the same entry the first stays. A file is used only if its metadata name this model, layout
+// and tokens and its data match their checksum (kv_checksum.hpp); anything else is recomputed.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "io/safetensors.hpp"
+#include "kvcache/kv_export.hpp"
+
+namespace pf::kv {
+
+// 16 hex digits: the model identity and the layout.
+std::string store_layout_key(const std::string& model_identity, int pp, int tp, const std::string& partition);
+
+struct StoreEntry {
+  std::string dir;            // DIR/<name>
+  int prompt = 0;             // the prompt number its files carry (its index.json's key)
+  int64_t tokens = 0;
+  uint64_t tokens_hash = 0;
+  std::vector<int32_t> ids;   // the token ids (rank 0, while planning)
+};
+
+// Entries of `dir` under `layout_key` whose index.json and tokens.i32 read and agree (the ids'
+// hash and count); `unreadable` counts the others (skipped).
+std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& layout_key, int* unreadable);
+
+// The file of (stage, tp_rank) in an entry.
+std::string store_file(const StoreEntry& entry, int stage, int tp_rank);
+
+// Rows [pos0, pos0 + count) of the rank's layers and heads from its file of an entry, into
+// keys and values each [layers][kv_heads][count][head_dim] (what StageCompute::write_kv takes).
+void read_store_rows(const io::SafetensorsFile& file, const KvExportLayout& layout, int64_t pos0, int count,
+                     float* keys, float* values);
+
+// Moves `incoming`/prompt-NNNNNN (every rank's complete files) into a new entry with
+// `index_json` and the ids, then renames it to its place in `dir`, unless an entry of the same
+// name is there already (another run's; ours is removed). Returns the entry's name, or throws
+// std::runtime_error naming what could not be written.
+std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& layout_key,
+                                int prompt, const std::vector<int32_t>& ids, uint64_t tokens_hash,
+                                const std::string& index_json);
+
+}  // namespace pf::kv

@@ -1,0 +1,187 @@
+// --kv-store on every rank (see kv_store_setup.hpp).
+#include "pipeline/kv_store_setup.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <cstdio>
+#include <filesystem>
+#include <map>
+#include <nlohmann/json.hpp>
+
+#include "dist/collectives.hpp"
+#include "dist/error_agreement.hpp"
+#include "model/layer_partition.hpp"
+#include "pipeline/kv_export_setup.hpp"
+
+namespace pf::pipeline {
+
+namespace {
+
+std::vector<char> as_bytes(const std::string& text) { return {text.begin(), text.end()}; }
+std::string as_text(const std::vector<char>& bytes) { return {bytes.begin(), bytes.end()}; }
+
+// Rank 0: for each prompt still to compute, the entry sharing the longest prefix with it,
+// among those not known to be bad.
+std::vector<sched::PrefixReuse> match_entries(const std::vector<kv::StoreEntry>& entries, const std::vector<char>& bad,
+                                              const io::PromptSet& prompts, const std::vector<char>& done,
+                                              int page_size) {
+  std::vector<sched::PrefixReuse> offers(static_cast<size_t>(prompts.num_prompts()));
+  for (int p = 0; p < prompts.num_prompts(); ++p) {
+    if (p < static_cast<int>(done.size()) && done[p]) continue;
+    const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
+    const int64_t length = prompts.offsets[p + 1] - prompts.offsets[p];
+    for (int e = 0; e < static_cast<int>(entries.size()); ++e) {
+      if (bad[e]) continue;
+      const auto& stored = entries[e].ids;
+      const int64_t limit = std::min<int64_t>(length, static_cast<int64_t>(stored.size()));
+      const int64_t common = std::mismatch(ids, ids + limit, stored.begin()).first - ids;
+      const int64_t reused = common > 0 ? (common - 1) / page_size * page_size : 0;
+      if (reused > offers[p].tokens) offers[p] = {reused, -1, e};
+    }
+  }
+  return offers;
+}
+
+}  // namespace
+
+KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std::string& dir,
+                       const io::PromptSet& prompts, const std::vector<int64_t>& lengths,
+                       const std::vector<char>& done, int page_size, bool load_prefixes)
+    : topo_(topo), model_(m), dir_(dir) {
+  const ExportNames names = export_names(topo, m, prompts, lengths);
+  layout_key_ = kv::store_layout_key(names.model_identity, topo.pp, topo.tp, model::partition_text(m.partition));
+  // Rank 0 names this run's incoming directory and lists the store's entries for this layout.
+  std::vector<char> incoming;
+  std::vector<kv::StoreEntry> all;
+  if (topo.is_writer()) {
+    const auto now = std::chrono::system_clock::now().time_since_epoch();
+    char host[64] = "host";
+    ::gethostname(host, sizeof host - 1);
+    incoming = as_bytes(dir + "/.incoming-" + host + "-" + std::to_string(::getpid()) + "-" +
+                        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
+    int unreadable = 0;
+    if (load_prefixes) all = kv::list_store_entries(dir, layout_key_, &unreadable);
+    if (unreadable > 0)
+      std::fprintf(stderr, "warning: --kv-store: %d entr%s of this model and layout in %s cannot be read (not used)\n",
+                   unreadable, unreadable == 1 ? "y" : "ies", dir.c_str());
+  }
+  dist::broadcast_bytes(incoming, 0, MPI_COMM_WORLD);
+  incoming_ = as_text(incoming);
+  layout_ = export_layout(m, incoming_, names.model_identity, topo.stage, topo.tp, topo.tp_rank);
+
+  // Rounds: rank 0 offers each prompt its best entry not yet found bad; every rank checks its
+  // own file of each entry not checked before (metadata and every byte against the checksum);
+  // an entry that fails on any rank is bad, and its prompts look again. Each round checks only
+  // what some prompt would load, so a store of many entries costs the reads of the ones used.
+  std::vector<char> bad(all.size(), 0), good(all.size(), 0);
+  for (;;) {
+    std::vector<int> to_check;  // indices into `all` (rank 0)
+    nlohmann::json list = nlohmann::json::array();
+    if (topo.is_writer()) {
+      offers_ = match_entries(all, bad, prompts, done, page_size);
+      for (const auto& offer : offers_)
+        if (offer.tokens > 0 && !good[offer.store_entry] &&
+            std::find(to_check.begin(), to_check.end(), offer.store_entry) == to_check.end())
+          to_check.push_back(offer.store_entry);
+      for (int e : to_check)
+        list.push_back({{"dir", all[e].dir}, {"prompt", all[e].prompt}, {"tokens", all[e].tokens},
+                        {"hash", all[e].tokens_hash}});
+    }
+    std::vector<char> bytes = as_bytes(list.dump());
+    dist::broadcast_bytes(bytes, 0, MPI_COMM_WORLD);
+    const nlohmann::json checking = nlohmann::json::parse(as_text(bytes));
+    if (checking.empty()) break;
+    nlohmann::json problems = nlohmann::json::object();
+    for (size_t i = 0; i < checking.size(); ++i) {
+      const kv::StoreEntry entry{checking[i]["dir"].get<std::string>(), checking[i]["prompt"].get<int>(),
+                                 checking[i]["tokens"].get<int64_t>(), checking[i]["hash"].get<uint64_t>(), {}};
+      const std::string path = kv::store_file(entry, topo.stage, topo.tp_rank);
+      const auto problem = kv::kv_file_problem(
+          path, kv::kv_file_metadata(layout_, entry.prompt, entry.tokens, entry.tokens_hash), 2 * layout_.layers);
+      // The file's own errors name its path already.
+      if (problem) problems[std::to_string(i)] = problem->rfind(path, 0) == 0 ? *problem : path + ": " + *problem;
+    }
+    const auto reports = dist::gather_bytes(as_bytes(problems.dump()), 0, MPI_COMM_WORLD);
+    if (!topo.is_writer()) continue;
+    std::map<int, std::string> failed;
+    for (const auto& report : reports) {
+      const nlohmann::json parsed = nlohmann::json::parse(as_text(report));
+      for (const auto& [i, why] : parsed.items()) failed.emplace(std::stoi(i), why.get<std::string>());
+    }
+    for (size_t i = 0; i < to_check.size(); ++i) {
+      const int e = to_check[i];
+      (failed.count(static_cast<int>(i)) ? bad : good)[e] = 1;
+      if (failed.count(static_cast<int>(i)))
+        std::fprintf(stderr, "warning: --kv-store: not using %s (%s)\n", all[e].dir.c_str(),
+                     failed[static_cast<int>(i)].c_str());
+    }
+  }
+
+  // The entries the plan loads, renumbered; every rank learns their directories.
+  std::vector<char> chosen;
+  if (topo.is_writer()) {
+    std::map<int, int> renumber;
+    for (auto& offer : offers_) {
+      if (offer.tokens == 0) continue;
+      auto [it, fresh] = renumber.emplace(offer.store_entry, static_cast<int>(entries_.size()));
+      if (fresh) entries_.push_back(all[offer.store_entry]);
+      offer.store_entry = it->second;
+    }
+    nlohmann::json list = nlohmann::json::array();
+    for (const auto& e : entries_) list.push_back({{"dir", e.dir}, {"prompt", e.prompt}});
+    chosen = as_bytes(list.dump());
+  }
+  dist::broadcast_bytes(chosen, 0, MPI_COMM_WORLD);
+  const nlohmann::json chosen_list = nlohmann::json::parse(as_text(chosen));
+  if (!topo.is_writer())
+    for (const auto& item : chosen_list)
+      entries_.push_back({item["dir"].get<std::string>(), item["prompt"].get<int>(), 0, 0, {}});
+  exporter_ = std::make_unique<kv::KvExporter>(layout_, lengths, names.token_hashes);
+}
+
+void KvStoreRun::read_prefix(int entry, int64_t pos0, int count, float* keys, float* values) {
+  if (entry != open_entry_) {
+    open_file_ = std::make_unique<io::SafetensorsFile>(kv::store_file(entries_.at(entry), topo_.stage, topo_.tp_rank));
+    open_entry_ = entry;
+  }
+  kv::read_store_rows(*open_file_, layout_, pos0, count, keys, values);
+}
+
+std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
+  std::optional<std::string> error = exporter_->finish();
+  if (error) error = "--kv-store: " + *error + " (rank " + std::to_string(topo_.world_rank) + ")";
+  error = dist::agree_on_errors(error, MPI_COMM_WORLD);
+  // A prompt is an entry once every rank has its file.
+  std::vector<int> mine = exporter_->completed_prompts();
+  std::vector<char> bytes(mine.size() * sizeof(int));
+  if (!mine.empty()) std::memcpy(bytes.data(), mine.data(), bytes.size());
+  const auto all = dist::gather_bytes(bytes, 0, MPI_COMM_WORLD);
+  if (topo_.is_writer() && !error) {
+    std::map<int, int> ranks_done;
+    for (const auto& blob : all)
+      for (size_t i = 0; i + sizeof(int) <= blob.size(); i += sizeof(int)) {
+        int p;
+        std::memcpy(&p, blob.data() + i, sizeof p);
+        ++ranks_done[p];
+      }
+    try {
+      for (const auto& [p, ranks] : ranks_done) {
+        if (ranks != topo_.pp * topo_.tp) continue;
+        const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
+        const std::vector<int32_t> copy(ids, ids + (prompts.offsets[p + 1] - prompts.offsets[p]));
+        kv::publish_store_entry(dir_, incoming_, layout_key_, p, copy, exporter_->tokens_hash(p),
+                                export_index(topo_, model_, *exporter_, {p}).dump(1) + "\n");
+      }
+    } catch (const std::exception& e) {
+      error = std::string("--kv-store: ") + e.what();
+    }
+    std::error_code ignored;
+    std::filesystem::remove_all(incoming_, ignored);
+  }
+  return dist::agree_on_errors(error, MPI_COMM_WORLD);
+}
+
+}  // namespace pf::pipeline

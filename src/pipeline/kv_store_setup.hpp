@@ -1,0 +1,58 @@
+// --kv-store DIR on every rank (kvcache/kv_store.hpp). Before the plan: which prompts can load
+// a prefix from which entry (rank 0 lists the entries of this model and layout and matches
+// their tokens with the prompts'; every rank checks its own file of each candidate: metadata
+// and data checksum; an entry that fails anywhere is not used, and its prompts compute the
+// prefix). During the run: a prefix's rows for the stage loop to load, and an exporter that
+// writes every prompt into DIR/.incoming-RUN. At the end: every prompt all ranks finished
+// becomes an entry.
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dist/topology.hpp"
+#include "io/prompts_h5.hpp"
+#include "io/safetensors.hpp"
+#include "kvcache/kv_export.hpp"
+#include "kvcache/kv_store.hpp"
+#include "pipeline/rank_setup.hpp"
+#include "sched/batch_plan.hpp"
+
+namespace pf::pipeline {
+
+class KvStoreRun {
+ public:
+  // Collective. `done`: prompts a resumed output holds (rank 0). With `load_prefixes` false the
+  // store is only written to.
+  KvStoreRun(const dist::Topology& topology, const RankModel& rank_model, const std::string& dir,
+             const io::PromptSet& prompts, const std::vector<int64_t>& lengths, const std::vector<char>& done,
+             int page_size, bool load_prefixes);
+  KvStoreRun(const KvStoreRun&) = delete;
+  KvStoreRun& operator=(const KvStoreRun&) = delete;
+
+  // Rank 0: per prompt, the prefix an entry offers ({tokens, -1, entry}; tokens 0: none), by the
+  // rule of in-batch reuse (a page multiple strictly below the shared length and the prompt's).
+  const std::vector<sched::PrefixReuse>& offers() const { return offers_; }
+  kv::KvExporter& exporter() { return *exporter_; }
+  // Rows [pos0, pos0 + count) of entry `entry`'s KV on this rank, in StageCompute::read_kv's layout.
+  void read_prefix(int entry, int64_t pos0, int count, float* keys, float* values);
+  // Collective. Waits for every rank's writes, then rank 0 publishes each prompt every rank
+  // finished. The first failure, if any (agreed on every rank).
+  std::optional<std::string> finish(const io::PromptSet& prompts);
+
+ private:
+  const dist::Topology& topo_;
+  const RankModel& model_;
+  const std::string dir_;
+  std::string incoming_, layout_key_;
+  kv::KvExportLayout layout_;  // this rank's files
+  std::vector<kv::StoreEntry> entries_;  // the candidates checked on every rank
+  std::vector<sched::PrefixReuse> offers_;
+  std::unique_ptr<kv::KvExporter> exporter_;
+  int open_entry_ = -1;
+  std::unique_ptr<io::SafetensorsFile> open_file_;
+};
+
+}  // namespace pf::pipeline

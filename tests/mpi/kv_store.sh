@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# --kv-store: a later run loads a prefix an earlier run stored instead of computing it, and
+# its results are what computing it gives; entries that do not fit or are damaged are never
+# used. Run A stores one 300-token document with two questions and an unrelated prompt;
+# run B asks new questions about it (and a prompt sharing only its first 100 tokens).
+#   reuse         B (pp 2 x tp 2, --hidden-states last) loads the document from A's entries:
+#                 the summary says how much, /reused_tokens per prompt, logits and hidden
+#                 states equal a full computation; B's prompts are added; no .incoming left
+#   damaged       one byte of an entry's file changed, and the file of the other entry holding
+#                 the document truncated: B names both (it falls back from one to the other),
+#                 loads neither, and is right
+#   other_layout  B at pp 1 sees none of A's pp 2 entries (another layout key) and adds its own
+#   concurrent    two runs of A publish into one store at once: both succeed, each entry is
+#                 there once and whole (B then loads from it)
+#   scores        B with --logprobs: a note that the store lends no prefix to scoring runs,
+#                 nothing loaded, B's prompts still added
+# usage: kv_store.sh BIN_DIR DATA_DIR CASE
+set -euo pipefail
+here=$(dirname "$0")
+source "$here/mpi_env.sh"
+bin=$1 data=$2 case=$3
+temp_dir work
+MPI_TIMEOUT=120
+store=$work/store
+mkdir "$store"
+"$PYTHON" - "$work" <<'PY'
+import sys, h5py, numpy as np
+rng = np.random.default_rng(5)
+doc = list(rng.integers(0, 512, 300))
+def write(path, prompts):
+    with h5py.File(path, "w") as f:
+        f["tokens"] = np.concatenate([np.array(p, np.int32) for p in prompts])
+        f["offsets"] = np.cumsum([0] + [len(p) for p in prompts]).astype(np.int64)
+write(f"{sys.argv[1]}/a.h5", [doc + list(rng.integers(0, 512, 40)), list(rng.integers(0, 512, 70)),
+                              doc + list(rng.integers(0, 512, 25))])
+write(f"{sys.argv[1]}/b.h5", [doc + list(rng.integers(0, 512, 30)), list(rng.integers(0, 512, 50)),
+                              doc[:100] + list(rng.integers(0, 512, 20))])
+PY
+common=(run --model "$data/tiny" --chunk-size 64 --page-size 16)
+run_a() { pipefill_mpi 4 "${common[@]}" --pp 2 --tp 2 --input "$work/a.h5" --output "$work/out_$1.h5" --kv-store "$store" --quiet; }
+# run_b NAME RANKS ARGS...: B into NAME.h5 with the store, its stdout and stderr in NAME.log
+run_b() {
+  local name=$1 ranks=$2
+  shift 2
+  pipefill_mpi "$ranks" "${common[@]}" --input "$work/b.h5" --output "$work/out_$name.h5" --kv-store "$store" "$@" \
+    >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "run $name failed"; }
+  grep -E "^(warning|note|prefix reuse)" "$work/$name.log" || true
+}
+# same_results OUT ARGS...: OUT's logits (and hidden states) equal B computed in full.
+same_results() {
+  local out=$1 ranks=$2
+  shift 2
+  pipefill_mpi "$ranks" "${common[@]}" --input "$work/b.h5" --output "$work/full.h5" --no-prefix-cache --quiet "$@"
+  "$bin/tests/compare_logits" "$work/out_$out.h5" "$work/full.h5" --rtol 1e-4
+  "$PYTHON" - "$work/out_$out.h5" "$work/full.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+if "hidden_states" in b:
+    d = np.abs(a["hidden_states"][:] - b["hidden_states"][:]).max()
+    assert d < 1e-4, f"hidden states differ by {d}"
+    print(f"hidden states within {d:.2g} of the full computation")
+PY
+  rm -f "$work/full.h5"
+}
+entries() { find "$store" -mindepth 1 -maxdepth 1 -type d ! -name '.incoming-*' | wc -l; }
+no_incoming() { [ -z "$(find "$store" -maxdepth 1 -name '.incoming-*')" ] || fail "an .incoming directory was left behind"; }
+reused() { "$PYTHON" -c "import h5py,sys; print(' '.join(map(str, h5py.File(sys.argv[1])['reused_tokens'][:])))" "$work/out_$1.h5"; }
+
+case $case in
+  reuse)
+    run_a a
+    [ "$(entries)" -eq 3 ] || fail "run A stored $(entries) entries, expected 3"
+    run_b b 4 --pp 2 --tp 2 --hidden-states last
+    grep -q "^prefix reuse: .*(288 loaded from --kv-store)" "$work/b.log" || fail "the document was not loaded from the store"
+    [ "$(reused b)" = "288 0 96" ] || fail "reused tokens $(reused b), expected 288 0 96"
+    same_results b 4 --pp 2 --tp 2 --hidden-states last
+    [ "$(entries)" -eq 6 ] || fail "the store holds $(entries) entries after B, expected 6"
+    no_incoming ;;
+  damaged)
+    run_a a
+    # Both entries that hold the document (340 and 325 tokens): B falls back from one to the other.
+    first=$(find "$store"/*-340 -name 'stage01_tp01.safetensors')
+    second=$(find "$store"/*-325 -name 'stage00_tp00.safetensors')
+    "$PYTHON" - "$first" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-100, 2)
+    byte = f.read(1)
+    f.seek(-100, 2)
+    f.write(bytes([byte[0] ^ 0x40]))
+PY
+    truncate -s -8 "$second"
+    run_b b 4 --pp 2 --tp 2
+    grep -q "^warning: --kv-store: not using .*-340 .*stage01_tp01.*checksum" "$work/b.log" ||
+      fail "the changed byte was not named"
+    grep -q "^warning: --kv-store: not using .*-325 .*stage00_tp00.*outside the data section" "$work/b.log" ||
+      fail "the truncated file was not named"
+    ! grep -q "loaded from --kv-store" "$work/b.log" || fail "a damaged entry was loaded"
+    same_results b 4 --pp 2 --tp 2 ;;
+  other_layout)
+    run_a a
+    run_b b 1
+    ! grep -q "loaded from --kv-store" "$work/b.log" || fail "an entry of another layout was loaded"
+    same_results b 1
+    [ "$(find "$store" -mindepth 1 -maxdepth 1 -type d | cut -d- -f1 | sort -u | wc -l)" -eq 2 ] ||
+      fail "pp 1 and pp 2 entries should sit under two layout keys"
+    no_incoming ;;
+  concurrent)
+    ( run_a first ) & first=$!
+    ( run_a second ) & second=$!
+    wait $first || fail "the first concurrent run failed"
+    wait $second || fail "the second concurrent run failed"
+    [ "$(entries)" -eq 3 ] || fail "the store holds $(entries) entries, expected 3 (each once)"
+    no_incoming
+    run_b b 4 --pp 2 --tp 2
+    grep -q "(288 loaded from --kv-store)" "$work/b.log" || fail "B did not load the concurrently published entry" ;;
+  scores)
+    run_a a
+    run_b b 4 --pp 2 --tp 2 --logprobs
+    grep -q "^note: --kv-store lends no prefixes to a run with --logprobs" "$work/b.log" || fail "no note"
+    ! grep -q "loaded from --kv-store" "$work/b.log" || fail "a scoring run loaded a prefix"
+    [ "$(entries)" -eq 6 ] || fail "the scoring run did not add its prompts" ;;
+  *) fail "unknown case $case" ;;
+esac
+echo "Passed: $case"
