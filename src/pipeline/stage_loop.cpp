@@ -30,6 +30,7 @@
 #include "dist/collectives.hpp"
 #include "dist/stop_notice.hpp"
 #include "dist/wait.hpp"
+#include "errors.hpp"
 #include "pipeline/hidden_state_rows.hpp"
 #include "pipeline/token_scorer.hpp"
 
@@ -307,7 +308,13 @@ void StageLoop::load_prefix(const sched::MicroBatch& mb) {
     const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim;
     keys.resize(floats);
     values.resize(floats);
-    ctx_.kv_store->read_prefix(reuse.store_entry, at, count, keys.data(), values.data());
+    // The file was checked before the plan; if it fails now (deleted, a disk error), this
+    // stage cannot make those rows in any other way: the job ends, naming it.
+    try {
+      ctx_.kv_store->read_prefix(reuse.store_entry, at, count, keys.data(), values.data());
+    } catch (const std::exception& e) {
+      fail_library_call("pipefill", "loading a prefix from --kv-store", e.what(), __FILE__, __LINE__);
+    }
     ctx_.compute.write_kv(mb.prompt, at, count, keys.data(), values.data());
   }
 }
