@@ -88,7 +88,7 @@ std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout
 }
 
 std::optional<std::string> kv_file_problem(const std::string& path, std::map<std::string, std::string> expected,
-                                           int tensors) {
+                                           std::vector<uint64_t>* position_sums) {
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) return "missing";
   try {
@@ -100,12 +100,30 @@ std::optional<std::string> kv_file_problem(const std::string& path, std::map<std
     for (const auto& [key, value] : expected)
       if (metadata.count(key) == 0 || metadata[key] != value)
         return "its " + key + " is \"" + (metadata.count(key) ? metadata[key] : "") + "\", not \"" + value + "\"";
-    if (file.tensors().size() != static_cast<size_t>(tensors)) return "it does not hold the tensors it should";
+    // The tensors the metadata promise: key and value of each layer, [kv_heads, tokens, head_dim].
+    const auto range = [&](const std::string& key) {
+      const std::string& text = expected.at(key);
+      const size_t comma = text.find(',');
+      return std::make_pair(std::stoi(text.substr(0, comma)), std::stoi(text.substr(comma + 1)));
+    };
+    const auto [layer_begin, layer_end] = range("layers");
+    const auto [head_begin, head_end] = range("kv_heads");
+    const int64_t tokens = std::stoll(expected.at("tokens"));
+    const std::vector<int64_t> shape = {head_end - head_begin, tokens, std::stoll(expected.at("head_dim"))};
+    if (file.tensors().size() != static_cast<size_t>(2 * (layer_end - layer_begin)))
+      return "it does not hold the tensors it should";
+    for (int l = layer_begin; l < layer_end; ++l)
+      for (const std::string& name : {key_name(l), value_name(l)}) {
+        if (file.tensors().count(name) == 0) return "tensor " + name + " is missing";
+        const io::TensorInfo& info = file.info(name);
+        if (info.shape != shape || io::dtype_name(info.dtype) != expected.at("dtype"))
+          return "tensor " + name + " does not have the shape and dtype its metadata say";
+      }
     // Every row hashed again, in blocks of whole rows.
     uint64_t sum = 0;
+    if (position_sums) position_sums->assign(static_cast<size_t>(tokens), 0);
     std::vector<char> block;
     for (const auto& [name, info] : file.tensors()) {
-      if (info.shape.size() != 3) return "tensor " + name + " is not [kv_heads, tokens, head_dim]";
       const uint64_t row_bytes = static_cast<uint64_t>(info.shape[2]) * io::dtype_size(info.dtype);
       const uint64_t tensor_name = name_hash(name);
       constexpr int64_t kRows = 4096;
@@ -114,8 +132,12 @@ std::optional<std::string> kv_file_problem(const std::string& path, std::map<std
           const int64_t rows = std::min(kRows, info.shape[1] - at);
           block.resize(static_cast<size_t>(rows * row_bytes));
           file.read_bytes(name, (static_cast<uint64_t>(head) * info.shape[1] + at) * row_bytes, block.size(), block.data());
-          for (int64_t r = 0; r < rows; ++r)
-            sum += checksum_term(tensor_name, static_cast<int>(head), at + r, row_hash(block.data() + r * row_bytes, row_bytes));
+          for (int64_t r = 0; r < rows; ++r) {
+            const uint64_t term = checksum_term(tensor_name, static_cast<int>(head), at + r,
+                                                row_hash(block.data() + r * row_bytes, row_bytes));
+            sum += term;
+            if (position_sums) (*position_sums)[static_cast<size_t>(at + r)] += term;
+          }
         }
     }
     io::Fnv1a text;
@@ -129,7 +151,7 @@ std::optional<std::string> kv_file_problem(const std::string& path, std::map<std
 
 bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, uint64_t tokens_hash) {
   return !kv_file_problem(layout.dir + "/" + kv_file_name(prompt, layout.stage, layout.tp_rank),
-                          kv_file_metadata(layout, prompt, tokens, tokens_hash), 2 * layout.layers);
+                          kv_file_metadata(layout, prompt, tokens, tokens_hash));
 }
 
 KvExporter::KvExporter(KvExportLayout layout, std::vector<int64_t> lengths, std::vector<uint64_t> token_hashes)

@@ -59,10 +59,12 @@ std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout
                                                     uint64_t tokens_hash);
 
 // Why the file at `path` cannot be used (missing, truncated, another model or layout: a
-// metadata value that differs from `expected`, the wrong number of tensors, data that fail
-// their checksum), or nullopt when it is whole. Reads every byte.
+// metadata value that differs from `expected` (kv_file_metadata), tensors other than the
+// layers, heads, tokens and dtype it promises, data that fail their checksum), or nullopt when
+// it is whole. Reads every byte. `position_sums`, if given, receives the checksum's terms summed
+// per position, so that rows read later can be checked again (kv_store.hpp).
 std::optional<std::string> kv_file_problem(const std::string& path, std::map<std::string, std::string> expected,
-                                           int tensors);
+                                           std::vector<uint64_t>* position_sums = nullptr);
 
 // True when DIR holds prompt p's finished file of this rank, with this metadata, whole.
 bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, uint64_t tokens_hash);

@@ -2,6 +2,7 @@
 #include "kvcache/kv_store.hpp"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -12,6 +13,7 @@
 #include <stdexcept>
 
 #include "io/fnv1a.hpp"
+#include "kvcache/kv_checksum.hpp"
 
 namespace pf::kv {
 
@@ -45,9 +47,9 @@ std::string store_layout_key(const std::string& model_identity, int pp, int tp, 
   return io::Fnv1a().add(model_identity).add_value(pp).add_value(tp).add(partition).hex();
 }
 
-std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& layout_key, int* unreadable) {
+std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& layout_key,
+                                           std::vector<std::string>* unreadable) {
   std::vector<StoreEntry> entries;
-  int bad = 0;
   std::error_code error;
   for (const fs::directory_entry& item : fs::directory_iterator(dir, error)) {
     const std::string name = item.path().filename().string();
@@ -55,12 +57,18 @@ std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::st
     try {
       StoreEntry entry;
       entry.dir = item.path().string();
+      // Regular files only: a FIFO would block the read.
+      if (!fs::is_regular_file(entry.dir + "/index.json") || !fs::is_regular_file(entry.dir + "/tokens.i32"))
+        throw std::runtime_error("not files");
       std::ifstream index_file(entry.dir + "/index.json");
       const nlohmann::json index = nlohmann::json::parse(index_file);
       const auto& prompts = index.at("prompts");
       if (prompts.size() != 1) throw std::runtime_error("not one prompt");
       entry.prompt = std::stoi(prompts.begin().key());
       entry.tokens = prompts.begin().value().at("tokens").get<int64_t>();
+      // The ids file's size first: an index claiming a billion tokens allocates nothing.
+      if (entry.tokens <= 0 || fs::file_size(entry.dir + "/tokens.i32") != static_cast<uintmax_t>(entry.tokens) * 4)
+        throw std::runtime_error("ids size");
       std::ifstream ids_file(entry.dir + "/tokens.i32", std::ios::binary);
       entry.ids.resize(static_cast<size_t>(entry.tokens));
       ids_file.read(reinterpret_cast<char*>(entry.ids.data()), static_cast<std::streamsize>(entry.ids.size() * 4));
@@ -71,10 +79,9 @@ std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::st
         throw std::runtime_error("hash");
       entries.push_back(std::move(entry));
     } catch (const std::exception&) {
-      ++bad;  // a foreign or damaged directory: never used
+      if (unreadable) unreadable->push_back(name);  // a foreign or damaged directory: never used
     }
   }
-  if (unreadable) *unreadable = bad;
   return entries;
 }
 
@@ -83,23 +90,62 @@ std::string store_file(const StoreEntry& entry, int stage, int tp_rank) {
 }
 
 void read_store_rows(const io::SafetensorsFile& file, const KvExportLayout& layout, int64_t pos0, int count,
-                     float* keys, float* values) {
+                     const std::vector<uint64_t>& position_sums, float* keys, float* values) {
   const size_t d = static_cast<size_t>(layout.head_dim);
+  std::vector<uint64_t> sums(static_cast<size_t>(count), 0);
   for (int l = 0; l < layout.layers; ++l)
     for (int part = 0; part < 2; ++part) {
       const std::string name =
           "layers." + std::to_string(layout.layer_begin + l) + (part == 0 ? ".key" : ".value");
+      const uint64_t tensor_name = name_hash(name);
       float* out = (part == 0 ? keys : values) + static_cast<size_t>(l) * layout.kv_heads * count * d;
       // [kv_heads, tokens, head_dim] as rows of kv_heads: head h's rows pos0.. are contiguous.
-      for (int h = 0; h < layout.kv_heads; ++h)
-        file.read_block(name, h, 1, pos0 * static_cast<int64_t>(d), count * static_cast<int64_t>(d),
-                        out + static_cast<size_t>(h) * count * d);
+      for (int h = 0; h < layout.kv_heads; ++h) {
+        float* rows = out + static_cast<size_t>(h) * count * d;
+        file.read_block(name, h, 1, pos0 * static_cast<int64_t>(d), count * static_cast<int64_t>(d), rows);
+        for (int r = 0; r < count; ++r)  // float32 files: the floats are the stored bytes
+          sums[r] += checksum_term(tensor_name, h, pos0 + r, row_hash(rows + r * d, d * sizeof(float)));
+      }
     }
+  for (int r = 0; r < count; ++r)
+    if (position_sums.at(static_cast<size_t>(pos0 + r)) != sums[r])
+      throw std::runtime_error(file.path() + ": position " + std::to_string(pos0 + r) +
+                               " changed after the file was checked (written to by something else during this run)");
 }
+
+void remove_abandoned_incoming(const std::string& dir) {
+  char host[64] = "host";
+  ::gethostname(host, sizeof host - 1);
+  std::error_code error;
+  for (const fs::directory_entry& item : fs::directory_iterator(dir, error)) {
+    // .incoming-<host>-<pid>-<ms>: the host may hold dashes, the last two fields do not.
+    const std::string name = item.path().filename().string();
+    const std::string prefix = ".incoming-" + std::string(host) + "-";
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string rest = name.substr(prefix.size());
+    const size_t dash = rest.find('-');
+    if (dash == std::string::npos || rest.find('-', dash + 1) != std::string::npos) continue;
+    const pid_t pid = static_cast<pid_t>(std::atol(rest.substr(0, dash).c_str()));
+    if (pid <= 0 || ::kill(pid, 0) == 0 || errno != ESRCH) continue;  // alive, or not ours to judge
+    fs::remove_all(item.path(), error);
+  }
+}
+
+namespace {
+
+// Makes a directory's entries (a rename into it) durable.
+void sync_directory(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+}  // namespace
 
 std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& layout_key,
                                 int prompt, const std::vector<int32_t>& ids, uint64_t tokens_hash,
-                                const std::string& index_json) {
+                                const std::string& index_json, const std::set<std::string>& replace) {
   const std::string name = entry_name(layout_key, tokens_hash, static_cast<int64_t>(ids.size()));
   const std::string staging = incoming + "/entry-" + std::to_string(prompt);
   const std::string files = fs::path(kv_file_name(prompt, 0, 0)).parent_path().string();  // prompt-NNNNNN
@@ -110,18 +156,29 @@ std::string publish_store_entry(const std::string& dir, const std::string& incom
   if (error) throw std::runtime_error("cannot move " + incoming + "/" + files + ": " + error.message());
   write_durably(staging + "/tokens.i32", ids.data(), ids.size() * sizeof(int32_t));
   write_durably(staging + "/index.json", index_json.data(), index_json.size());
-  if (fs::exists(dir + "/" + name, error)) {  // another run published it first: keep theirs
-    fs::remove_all(staging, error);
-    return name;
+  sync_directory(staging + "/" + files);
+  sync_directory(staging);
+  const std::string target = dir + "/" + name;
+  if (fs::exists(target, error)) {
+    if (replace.count(name) == 0) {  // another run published it first: keep theirs
+      fs::remove_all(staging, error);
+      return name;
+    }
+    // Found damaged by this run: moved aside (one rename), then replaced, then removed.
+    const std::string aside = dir + "/.replaced-" + name + "-" + std::to_string(::getpid());
+    if (::rename(target.c_str(), aside.c_str()) != 0)
+      throw std::runtime_error("cannot move the damaged " + target + " aside: " + std::strerror(errno));
+    fs::remove_all(aside, error);
   }
   // One rename makes the whole entry visible; if another run renamed theirs in between, the
   // target is a non-empty directory and the rename fails: theirs stays, ours goes.
-  if (::rename(staging.c_str(), (dir + "/" + name).c_str()) != 0) {
+  if (::rename(staging.c_str(), target.c_str()) != 0) {
     const int reason = errno;
     fs::remove_all(staging, error);
     if (reason != ENOTEMPTY && reason != EEXIST)
-      throw std::runtime_error("cannot rename " + staging + " to " + dir + "/" + name + ": " + std::strerror(reason));
+      throw std::runtime_error("cannot rename " + staging + " to " + target + ": " + std::strerror(reason));
   }
+  sync_directory(dir);
   return name;
 }
 

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -37,23 +38,31 @@ struct StoreEntry {
 };
 
 // Entries of `dir` under `layout_key` whose index.json and tokens.i32 read and agree (the ids'
-// hash and count); `unreadable` counts the others (skipped).
-std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& layout_key, int* unreadable);
+// hash and count); `unreadable` receives the names of the others (skipped).
+std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& layout_key,
+                                           std::vector<std::string>* unreadable);
+
+// Removes the .incoming directories of runs on this host whose process is gone (killed before
+// they could clean up); those of other hosts are left to them.
+void remove_abandoned_incoming(const std::string& dir);
 
 // The file of (stage, tp_rank) in an entry.
 std::string store_file(const StoreEntry& entry, int stage, int tp_rank);
 
-// Rows [pos0, pos0 + count) of the rank's layers and heads from its file of an entry, into
-// keys and values each [layers][kv_heads][count][head_dim] (what StageCompute::write_kv takes).
+// Rows [pos0, pos0 + count) of the rank's layers and heads from its file of an entry (float32),
+// into keys and values each [layers][kv_heads][count][head_dim] (what StageCompute::write_kv
+// takes). Each position's rows are hashed again and compared with `position_sums` from the
+// file's check (kv_file_problem): a file changed in place since then throws std::runtime_error.
 void read_store_rows(const io::SafetensorsFile& file, const KvExportLayout& layout, int64_t pos0, int count,
-                     float* keys, float* values);
+                     const std::vector<uint64_t>& position_sums, float* keys, float* values);
 
 // Moves `incoming`/prompt-NNNNNN (every rank's complete files) into a new entry with
 // `index_json` and the ids, then renames it to its place in `dir`, unless an entry of the same
-// name is there already (another run's; ours is removed). Returns the entry's name, or throws
+// name is there already (another run's; ours is removed) and not in `replace` (entries this
+// run found damaged: moved aside and removed). Returns the entry's name, or throws
 // std::runtime_error naming what could not be written.
 std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& layout_key,
                                 int prompt, const std::vector<int32_t>& ids, uint64_t tokens_hash,
-                                const std::string& index_json);
+                                const std::string& index_json, const std::set<std::string>& replace);
 
 }  // namespace pf::kv

@@ -62,11 +62,14 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
     ::gethostname(host, sizeof host - 1);
     incoming = as_bytes(dir + "/.incoming-" + host + "-" + std::to_string(::getpid()) + "-" +
                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
-    int unreadable = 0;
+    kv::remove_abandoned_incoming(dir);
+    std::vector<std::string> unreadable;
     if (load_prefixes) all = kv::list_store_entries(dir, layout_key_, &unreadable);
-    if (unreadable > 0)
-      std::fprintf(stderr, "warning: --kv-store: %d entr%s of this model and layout in %s cannot be read (not used)\n",
-                   unreadable, unreadable == 1 ? "y" : "ies", dir.c_str());
+    for (const std::string& name : unreadable) {
+      std::fprintf(stderr, "warning: --kv-store: not using %s/%s (its index.json or tokens.i32 cannot be read): a run "
+                   "that stores the same prompt replaces it\n", dir.c_str(), name.c_str());
+      damaged_.insert(name);
+    }
   }
   dist::broadcast_bytes(incoming, 0, MPI_COMM_WORLD);
   incoming_ = as_text(incoming);
@@ -77,6 +80,7 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
   // an entry that fails on any rank is bad, and its prompts look again. Each round checks only
   // what some prompt would load, so a store of many entries costs the reads of the ones used.
   std::vector<char> bad(all.size(), 0), good(all.size(), 0);
+  std::map<std::string, std::vector<uint64_t>> checked_sums;  // this rank's files that passed, per entry
   for (;;) {
     std::vector<int> to_check;  // indices into `all` (rank 0)
     nlohmann::json list = nlohmann::json::array();
@@ -99,8 +103,10 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
       const kv::StoreEntry entry{checking[i]["dir"].get<std::string>(), checking[i]["prompt"].get<int>(),
                                  checking[i]["tokens"].get<int64_t>(), checking[i]["hash"].get<uint64_t>(), {}};
       const std::string path = kv::store_file(entry, topo.stage, topo.tp_rank);
+      std::vector<uint64_t> sums;
       const auto problem = kv::kv_file_problem(
-          path, kv::kv_file_metadata(layout_, entry.prompt, entry.tokens, entry.tokens_hash), 2 * layout_.layers);
+          path, kv::kv_file_metadata(layout_, entry.prompt, entry.tokens, entry.tokens_hash), &sums);
+      if (!problem) checked_sums[entry.dir] = std::move(sums);
       // The file's own errors name its path already.
       if (problem) problems[std::to_string(i)] = problem->rfind(path, 0) == 0 ? *problem : path + ": " + *problem;
     }
@@ -114,9 +120,13 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
     for (size_t i = 0; i < to_check.size(); ++i) {
       const int e = to_check[i];
       (failed.count(static_cast<int>(i)) ? bad : good)[e] = 1;
-      if (failed.count(static_cast<int>(i)))
-        std::fprintf(stderr, "warning: --kv-store: not using %s (%s)\n", all[e].dir.c_str(),
-                     failed[static_cast<int>(i)].c_str());
+      if (failed.count(static_cast<int>(i))) {
+        std::fprintf(stderr,
+                     "warning: --kv-store: not using %s (%s): its prompts compute that prefix, and a run that "
+                     "stores the same prompt replaces it\n",
+                     all[e].dir.c_str(), failed[static_cast<int>(i)].c_str());
+        damaged_.insert(std::filesystem::path(all[e].dir).filename().string());
+      }
     }
   }
 
@@ -139,6 +149,7 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
   if (!topo.is_writer())
     for (const auto& item : chosen_list)
       entries_.push_back({item["dir"].get<std::string>(), item["prompt"].get<int>(), 0, 0, {}});
+  for (const auto& e : entries_) entry_sums_.push_back(std::move(checked_sums.at(e.dir)));
   exporter_ = std::make_unique<kv::KvExporter>(layout_, lengths, names.token_hashes);
 }
 
@@ -147,7 +158,7 @@ void KvStoreRun::read_prefix(int entry, int64_t pos0, int count, float* keys, fl
     open_file_ = std::make_unique<io::SafetensorsFile>(kv::store_file(entries_.at(entry), topo_.stage, topo_.tp_rank));
     open_entry_ = entry;
   }
-  kv::read_store_rows(*open_file_, layout_, pos0, count, keys, values);
+  kv::read_store_rows(*open_file_, layout_, pos0, count, entry_sums_.at(entry), keys, values);
 }
 
 std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
@@ -173,11 +184,14 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
         const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
         const std::vector<int32_t> copy(ids, ids + (prompts.offsets[p + 1] - prompts.offsets[p]));
         kv::publish_store_entry(dir_, incoming_, layout_key_, p, copy, exporter_->tokens_hash(p),
-                                export_index(topo_, model_, *exporter_, {p}).dump(1) + "\n");
+                                export_index(topo_, model_, *exporter_, {p}).dump(1) + "\n", damaged_);
       }
     } catch (const std::exception& e) {
       error = std::string("--kv-store: ") + e.what();
     }
+  }
+  // Whatever was not published (a failed write, prompts a stop left unfinished) goes.
+  if (topo_.is_writer()) {
     std::error_code ignored;
     std::filesystem::remove_all(incoming_, ignored);
   }

@@ -9,6 +9,7 @@
 
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -51,6 +52,8 @@ class KvStoreRun {
   std::vector<kv::StoreEntry> entries_;  // the candidates checked on every rank
   std::vector<sched::PrefixReuse> offers_;
   std::unique_ptr<kv::KvExporter> exporter_;
+  std::vector<std::vector<uint64_t>> entry_sums_;  // per entry: this rank's file's checksum per position
+  std::set<std::string> damaged_;  // rank 0: entry names found damaged, which this run's copies replace
   int open_entry_ = -1;
   std::unique_ptr<io::SafetensorsFile> open_file_;
 };

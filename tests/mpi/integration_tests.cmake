@@ -215,7 +215,7 @@ foreach(case resume missing_file disk_full complete shared_prefix)
 endforeach()
 set_tests_properties(mpi.kv_export.resume PROPERTIES RUN_SERIAL TRUE)
 # --kv-store: prefixes of earlier runs, damaged and foreign entries, concurrent publishers.
-foreach(case reuse damaged other_layout concurrent scores)
+foreach(case reuse damaged other_layout concurrent scores full)
   add_test(NAME mpi.kv_store.${case} COMMAND ${PF_MPI}/kv_store.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.kv_store.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
 endforeach()

@@ -8,7 +8,9 @@
 #                 states equal a full computation; B's prompts are added; no .incoming left
 #   damaged       one byte of an entry's file changed, and the file of the other entry holding
 #                 the document truncated: B names both (it falls back from one to the other),
-#                 loads neither, and is right
+#                 loads neither, and is right; A again replaces both, and B then finds no damage
+#   full          the store on a full file system (a small tmpfs): one `error: --kv-store:
+#                 cannot write`, exit 2, the output complete, no .incoming left behind
 #   other_layout  B at pp 1 sees none of A's pp 2 entries (another layout key) and adds its own
 #   concurrent    two runs of A publish into one store at once: both succeed, each entry is
 #                 there once and whole (B then loads from it)
@@ -96,7 +98,26 @@ PY
     grep -q "^warning: --kv-store: not using .*-325 .*stage00_tp00.*outside the data section" "$work/b.log" ||
       fail "the truncated file was not named"
     ! grep -q "loaded from --kv-store" "$work/b.log" || fail "a damaged entry was loaded"
-    same_results b 4 --pp 2 --tp 2 ;;
+    same_results b 4 --pp 2 --tp 2
+    # A computes the same prompts again: its copies replace the damaged entries.
+    pipefill_mpi 4 "${common[@]}" --pp 2 --tp 2 --input "$work/a.h5" --output "$work/out_a2.h5" --kv-store "$store" \
+      --quiet 2>"$work/a2.err" || { cat "$work/a2.err"; fail "run A again failed"; }
+    run_b b2 4 --pp 2 --tp 2
+    ! grep -q "^warning" "$work/b2.log" || fail "the damaged entries were not replaced"
+    grep -q "loaded from --kv-store" "$work/b2.log" || fail "nothing was loaded after the replacement"
+    [ -z "$(find "$store" -maxdepth 1 -name '.replaced-*')" ] || fail "a replaced entry was left aside" ;;
+  full)
+    mkdir "$work/small"
+    mount -t tmpfs -o size=400k tmpfs "$work/small" 2>/dev/null || { echo "cannot mount a tmpfs: skipped"; exit 77; }
+    on_exit "umount '$work/small'"
+    status_of pipefill_mpi 4 "${common[@]}" --pp 2 --tp 2 --input "$work/b.h5" --output "$work/out_b.h5" \
+      --kv-store "$work/small" --quiet 2>"$work/b.err"
+    cat "$work/b.err"
+    expect_status 2 "a run whose store is full"
+    [ "$(grep -c '^error:' "$work/b.err")" -eq 1 ] && grep -q "^error: --kv-store: cannot write" "$work/b.err" ||
+      fail "not one error naming the write that failed"
+    [ -e "$work/out_b.h5" ] || fail "the output did not survive the full store"
+    [ -z "$(find "$work/small" -maxdepth 1 -name '.incoming-*')" ] || fail "a failed run left its .incoming behind" ;;
   other_layout)
     run_a a
     run_b b 1

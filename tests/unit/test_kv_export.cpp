@@ -11,6 +11,7 @@
 
 #include "io/safetensors.hpp"
 #include "kvcache/kv_export.hpp"
+#include "kvcache/kv_store.hpp"
 
 namespace pf::kv {
 namespace {
@@ -114,7 +115,7 @@ TEST_F(KvExport, ChunksLandAtTheirPlacesInAStandardFile) {
     bytes.seekp(static_cast<std::streamoff>(file.info("layers.3.value").file_begin + 17));
     bytes.put('\x5a');
   }
-  const auto problem = kv_file_problem(path, kv_file_metadata(layout, 1, tokens, 22), 4);
+  const auto problem = kv_file_problem(path, kv_file_metadata(layout, 1, tokens, 22));
   ASSERT_TRUE(problem.has_value());
   EXPECT_NE(problem->find("checksum"), std::string::npos) << *problem;
   fs::resize_file(path, fs::file_size(path) - 4);
@@ -141,6 +142,39 @@ TEST_F(KvExport, AnUnfinishedPromptLeavesNoFileAndAFailedWriteIsTheError) {
   EXPECT_NE(error->find("cannot write " + (dir_ / kv_file_name(0, 1, 1)).string() + ".partial"), std::string::npos)
       << *error;
   EXPECT_TRUE(exporter.completed_prompts().empty());
+}
+
+// The KV store reads a prefix of a checked file: the rows it loads are hashed again against the
+// check's per-position sums, so a file written to in place after its check is caught, not loaded.
+TEST_F(KvExport, StoreRowsReadAfterTheCheckMustBeTheRowsChecked) {
+  const KvExportLayout layout = small_layout(dir_.string());
+  const int64_t tokens = 10;
+  {
+    KvExporter exporter(layout, {5, tokens}, {11, 22});
+    exporter.add_chunk(1, 0, 10, chunk_rows(layout, 0, 0, 10), chunk_rows(layout, 1, 0, 10), true);
+    ASSERT_FALSE(exporter.finish().has_value());
+  }
+  const std::string path = (dir_ / kv_file_name(1, 1, 1)).string();
+  std::vector<uint64_t> sums;
+  ASSERT_FALSE(kv_file_problem(path, kv_file_metadata(layout, 1, tokens, 22), &sums).has_value());
+  ASSERT_EQ(sums.size(), static_cast<size_t>(tokens));
+  const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * 4 * layout.head_dim;
+  std::vector<float> keys(floats), values(floats);
+  {
+    const io::SafetensorsFile file(path);
+    read_store_rows(file, layout, 3, 4, sums, keys.data(), values.data());
+    EXPECT_EQ(keys, chunk_rows(layout, 0, 3, 4));
+    EXPECT_EQ(values, chunk_rows(layout, 1, 3, 4));
+  }
+  {  // position 5 of layer 3's keys, head 1, changed in place
+    const io::SafetensorsFile file(path);
+    std::fstream bytes(path, std::ios::in | std::ios::out | std::ios::binary);
+    bytes.seekp(static_cast<std::streamoff>(file.info("layers.3.key").file_begin + (1 * tokens + 5) * 3 * 4));
+    bytes.put('\x33');
+  }
+  const io::SafetensorsFile file(path);
+  read_store_rows(file, layout, 0, 4, sums, keys.data(), values.data());  // positions 0..3 are intact
+  EXPECT_THROW(read_store_rows(file, layout, 3, 4, sums, keys.data(), values.data()), std::runtime_error);
 }
 
 }  // namespace
