@@ -110,7 +110,9 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
       // The file's own errors name its path already.
       if (problem) problems[std::to_string(i)] = problem->rfind(path, 0) == 0 ? *problem : path + ": " + *problem;
     }
-    const auto reports = dist::gather_bytes(as_bytes(problems.dump()), 0, MPI_COMM_WORLD);
+    // (A path that is not UTF-8 must not make this rank throw while the others wait.)
+    const std::string report_text = problems.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+    const auto reports = dist::gather_bytes(as_bytes(report_text), 0, MPI_COMM_WORLD);
     if (!topo.is_writer()) continue;
     std::map<int, std::string> failed;
     for (const auto& report : reports) {
