@@ -26,5 +26,17 @@ void barrier(MPI_Comm comm);
 void broadcast_int(int& value, int root, MPI_Comm comm);
 // Gathers variable-length byte blobs to `root`; returns one blob per rank there, nothing elsewhere.
 std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine, int root, MPI_Comm comm);
+// gather_bytes for vectors of trivially copyable values: one vector per rank on `root`.
+template <typename T>
+std::vector<std::vector<T>> gather_vector(const std::vector<T>& mine, int root, MPI_Comm comm) {
+  std::vector<char> bytes(mine.size() * sizeof(T));
+  if (!bytes.empty()) std::memcpy(bytes.data(), mine.data(), bytes.size());
+  std::vector<std::vector<T>> all;
+  for (const auto& blob : gather_bytes(bytes, root, comm)) {
+    all.emplace_back(blob.size() / sizeof(T));
+    if (!blob.empty()) std::memcpy(all.back().data(), blob.data(), all.back().size() * sizeof(T));
+  }
+  return all;
+}
 
 }  // namespace pf::dist

@@ -63,15 +63,22 @@ hid_t unlocked_file_access() {
   return access;
 }
 
-// Rows [first, first + rows) of a dataset [N] (width 0) or [N, width].
+// Rows [first, first + rows) of a dataset [N] (width 0) or [N, width]: the file's selection
+// and the matching memory space.
+struct RowSelection {
+  H5Handle file_space, memory_space;
+  RowSelection(hid_t dataset, hsize_t first, hsize_t rows, hsize_t width)
+      : file_space{H5Dget_space(dataset), H5Sclose}, memory_space{-1, H5Sclose} {
+    hsize_t start[2] = {first, 0}, count[2] = {rows, width};
+    H5_CHECK(H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start, nullptr, count, nullptr));
+    memory_space.id = H5Screate_simple(width > 0 ? 2 : 1, count, nullptr);
+  }
+};
+
 void write_rows(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t rows, hsize_t width, const void* data) {
   if (rows == 0) return;
-  const int rank = width > 0 ? 2 : 1;
-  hsize_t start[2] = {first, 0}, count[2] = {rows, width};
-  H5Handle file_space{H5Dget_space(dataset), H5Sclose};
-  H5_CHECK(H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start, nullptr, count, nullptr));
-  H5Handle memory_space{H5Screate_simple(rank, count, nullptr), H5Sclose};
-  H5_CHECK(H5Dwrite(dataset, memory_type, memory_space.id, file_space.id, H5P_DEFAULT, data));
+  const RowSelection rows_of(dataset, first, rows, width);
+  H5_CHECK(H5Dwrite(dataset, memory_type, rows_of.memory_space.id, rows_of.file_space.id, H5P_DEFAULT, data));
 }
 void write_row(hid_t dataset, hid_t memory_type, hsize_t row, hsize_t width, const void* data) {
   write_rows(dataset, memory_type, row, 1, width, data);
@@ -79,12 +86,8 @@ void write_row(hid_t dataset, hid_t memory_type, hsize_t row, hsize_t width, con
 // Reads back rows this run wrote (the same selection as write_rows).
 void read_back_rows(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t rows, hsize_t width, void* data) {
   if (rows == 0) return;
-  const int rank = width > 0 ? 2 : 1;
-  hsize_t start[2] = {first, 0}, count[2] = {rows, width};
-  H5Handle file_space{H5Dget_space(dataset), H5Sclose};
-  H5_CHECK(H5Sselect_hyperslab(file_space.id, H5S_SELECT_SET, start, nullptr, count, nullptr));
-  H5Handle memory_space{H5Screate_simple(rank, count, nullptr), H5Sclose};
-  H5_CHECK(H5Dread(dataset, memory_type, memory_space.id, file_space.id, H5P_DEFAULT, data));
+  const RowSelection rows_of(dataset, first, rows, width);
+  H5_CHECK(H5Dread(dataset, memory_type, rows_of.memory_space.id, rows_of.file_space.id, H5P_DEFAULT, data));
 }
 
 // /reused_tokens: -1 (unknown) until a prompt is stored.

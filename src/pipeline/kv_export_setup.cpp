@@ -4,7 +4,6 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -68,17 +67,11 @@ std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, cons
   std::vector<int> missing;
   for (int p = 0; p < static_cast<int>(finished.size()); ++p)
     if (finished[p] && !kv::kv_file_complete(layout, p, lengths[p], hashes[p])) missing.push_back(p);
-  std::vector<char> mine(missing.size() * sizeof(int));
-  if (!missing.empty()) std::memcpy(mine.data(), missing.data(), mine.size());
-  const std::vector<std::vector<char>> all = dist::gather_bytes(mine, 0, MPI_COMM_WORLD);
+  const std::vector<std::vector<int>> all = dist::gather_vector(missing, 0, MPI_COMM_WORLD);
   if (topo.is_writer()) {
     std::vector<char> again(finished.size(), 0);
-    for (const auto& blob : all)
-      for (size_t i = 0; i + sizeof(int) <= blob.size(); i += sizeof(int)) {
-        int p;
-        std::memcpy(&p, blob.data() + i, sizeof p);
-        again.at(p) = 1;
-      }
+    for (const auto& missing_there : all)
+      for (int p : missing_there) again.at(p) = 1;
     std::vector<int> prompts_again;
     for (int p = 0; p < static_cast<int>(again.size()); ++p)
       if (again[p]) prompts_again.push_back(p);

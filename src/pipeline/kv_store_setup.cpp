@@ -5,7 +5,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <cstring>
 #include <cstdio>
 #include <filesystem>
 #include <map>
@@ -15,6 +14,7 @@
 #include "dist/error_agreement.hpp"
 #include "model/layer_partition.hpp"
 #include "pipeline/kv_export_setup.hpp"
+#include "sched/prefix_sharing.hpp"
 
 namespace pf::pipeline {
 
@@ -38,7 +38,7 @@ std::vector<sched::PrefixReuse> match_entries(const std::vector<kv::StoreEntry>&
       const auto& stored = entries[e].ids;
       const int64_t limit = std::min<int64_t>(length, static_cast<int64_t>(stored.size()));
       const int64_t common = std::mismatch(ids, ids + limit, stored.begin()).first - ids;
-      const int64_t reused = common > 0 ? (common - 1) / page_size * page_size : 0;
+      const int64_t reused = sched::reusable_prefix(common, page_size);
       if (reused > offers[p].tokens) offers[p] = {reused, -1, e};
     }
   }
@@ -168,18 +168,11 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
   if (error) error = "--kv-store: " + *error + " (rank " + std::to_string(topo_.world_rank) + ")";
   error = dist::agree_on_errors(error, MPI_COMM_WORLD);
   // A prompt is an entry once every rank has its file.
-  std::vector<int> mine = exporter_->completed_prompts();
-  std::vector<char> bytes(mine.size() * sizeof(int));
-  if (!mine.empty()) std::memcpy(bytes.data(), mine.data(), bytes.size());
-  const auto all = dist::gather_bytes(bytes, 0, MPI_COMM_WORLD);
+  const auto all = dist::gather_vector(exporter_->completed_prompts(), 0, MPI_COMM_WORLD);
   if (topo_.is_writer() && !error) {
     std::map<int, int> ranks_done;
-    for (const auto& blob : all)
-      for (size_t i = 0; i + sizeof(int) <= blob.size(); i += sizeof(int)) {
-        int p;
-        std::memcpy(&p, blob.data() + i, sizeof p);
-        ++ranks_done[p];
-      }
+    for (const auto& prompts_done : all)
+      for (int p : prompts_done) ++ranks_done[p];
     try {
       for (const auto& [p, ranks] : ranks_done) {
         if (ranks != topo_.pp * topo_.tp) continue;

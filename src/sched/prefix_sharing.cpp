@@ -137,7 +137,7 @@ PrefixPlan find_shared_prefixes(const std::vector<int32_t>& tokens, const std::v
     const int32_t* b = tokens.data() + offsets[source];
     const int64_t limit = std::min(offsets[p + 1] - offsets[p], offsets[source + 1] - offsets[source]);
     const int64_t common = std::mismatch(a, a + limit, b).first - a;
-    const int64_t reused = common > 0 ? (common - 1) / page_size * page_size : 0;
+    const int64_t reused = reusable_prefix(common, page_size);
     if (reused > 0) plan.reuse[p] = {reused, source};
   }
   return plan;

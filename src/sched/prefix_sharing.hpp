@@ -31,6 +31,12 @@
 
 namespace pf::sched {
 
+// The tokens a prompt reuses when it shares its first `common` tokens with a prompt whose KV
+// cache holds them (the rule above; `common` already at most the prompt's length).
+inline int64_t reusable_prefix(int64_t common, int page_size) {
+  return common > 0 ? (common - 1) / page_size * page_size : 0;
+}
+
 // The hash that files a block of tokens under its parent; a test may pass a poor one to
 // prove that only equal tokens share.
 using BlockHash = std::function<uint64_t(const int32_t* tokens, int count)>;
