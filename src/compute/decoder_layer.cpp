@@ -1,10 +1,13 @@
 // The decoder-layer recipe (see decoder_layer.hpp):
 //   rmsnorm -> qkv projection [+ bias] [-> q/k norm] -> RoPE -> K/V into pages -> attention
+//     (MLA: latent projections -> RoPE -> latent into pages -> attention over the latents)
 //   -> o projection [-> all-reduce] -> residual
 //   rmsnorm -> gate_up projection -> SwiGLU -> down projection [-> all-reduce] -> residual
+//     (MoE: route -> routed experts [+ shared expert] [-> all-reduce] -> residual)
 #include "compute/decoder_layer.hpp"
 
 #include <stdexcept>
+#include <string>
 
 namespace pf::compute {
 namespace {
@@ -19,50 +22,77 @@ void residual_projection(LayerOps& ops, const LayerRecipe& recipe, Buffer in, Pr
   ops.add_to_residual(Buffer::kPartial);
 }
 
-// Grouped-query attention over the paged KV cache: kNormed -> kAttention. (MLA: a second
-// mixer beside this one.)
+// Attention over the paged KV cache: kNormed -> kAttention. Grouped-query attention, or
+// MLA, whose cache holds one latent row per token for every head.
 void attention_mixer(LayerOps& ops, const LayerRecipe& recipe) {
-  ops.project(Buffer::kNormed, Projection::kQkv, Buffer::kQkv);
-  if (recipe.qkv_bias) ops.add_qkv_bias();
-  if (recipe.qk_norm) ops.qk_norm();
+  if (recipe.latent_attention) {
+    ops.latent_projections();
+  } else {
+    ops.project(Buffer::kNormed, Projection::kQkv, Buffer::kQkv);
+    if (recipe.qkv_bias) ops.add_qkv_bias();
+    if (recipe.qk_norm) ops.qk_norm();
+  }
   ops.rope();
   ops.append_kv();
   ops.attention();
 }
 
-// Dense SwiGLU MLP: kNormed -> kActivation. (MoE: a second feed-forward beside this one,
-// ending in its own reduced partial sum.)
-void feed_forward(LayerOps& ops) {
+// Dense SwiGLU MLP: kNormed -> the residual stream.
+void dense_feed_forward(LayerOps& ops, const LayerRecipe& recipe) {
   ops.project(Buffer::kNormed, Projection::kGateUp, Buffer::kGateUp);
   ops.swiglu();
+  residual_projection(ops, recipe, Buffer::kActivation, Projection::kDown);
 }
 
-void decoder_layer(LayerOps& ops, const LayerRecipe& recipe) {
+// Mixture of experts: kNormed -> the residual stream. The experts' down projections end
+// inside the op, so its partial sum is reduced here like the dense block's.
+void moe_feed_forward(LayerOps& ops, const LayerRecipe& recipe) {
+  ops.route();
+  ops.routed_experts();
+  if (recipe.shared_expert) ops.shared_expert();
+  if (recipe.tensor_parallel) ops.all_reduce(Buffer::kPartial);
+  ops.add_to_residual(Buffer::kPartial);
+}
+
+void decoder_layer(LayerOps& ops, const LayerRecipe& recipe, int layer) {
   ops.rms_norm(Norm::kInput);
   attention_mixer(ops, recipe);
   residual_projection(ops, recipe, Buffer::kAttention, Projection::kO);
 
   ops.rms_norm(Norm::kPost);
-  feed_forward(ops);
-  residual_projection(ops, recipe, Buffer::kActivation, Projection::kDown);
+  if (recipe.moe(layer))
+    moe_feed_forward(ops, recipe);
+  else
+    dense_feed_forward(ops, recipe);
 }
 
 }  // namespace
 
-LayerRecipe LayerRecipe::of(const model::ModelConfig& config, const model::ShardSpec& shard) {
+void LayerOps::unsupported(const char* what) {
+  throw std::logic_error(std::string("this backend has no ") + what + " ops");
+}
+
+LayerRecipe LayerRecipe::of(const model::ModelConfig& config, const model::ShardSpec& shard, int first_layer,
+                            int num_layers) {
   LayerRecipe recipe;
   recipe.qkv_bias = config.attention_bias;
   recipe.qk_norm = config.qk_norm;
+  recipe.latent_attention = config.is_mla();
   recipe.tensor_parallel = shard.tp > 1;
+  recipe.shared_expert = config.moe.shared_intermediate > 0;
+  for (int layer = first_layer; layer < first_layer + num_layers; ++layer)
+    recipe.moe_layer.push_back(config.moe_layer(layer));
   return recipe;
 }
 
 LayerShape::LayerShape(const model::ModelConfig& config, const model::ShardSpec& shard)
     : hidden(config.hidden_size),
       head_dim(config.head_dim),
+      v_head_dim(config.is_mla() ? config.mla.v_head_dim : config.head_dim),
       heads(shard.heads),
       kv_heads(shard.kv_heads),
-      intermediate(shard.intermediate) {}
+      intermediate(shard.intermediate),
+      latent(config.is_mla()) {}
 
 int LayerShape::width(Buffer buffer) const {
   switch (buffer) {
@@ -73,7 +103,7 @@ int LayerShape::width(Buffer buffer) const {
     case Buffer::kQkv:
       return qkv_width();
     case Buffer::kAttention:
-      return q_width();
+      return attention_width();
     case Buffer::kGateUp:
       return 2 * intermediate;
     case Buffer::kActivation:
@@ -88,7 +118,7 @@ int LayerShape::in_width(Projection projection) const {
     case Projection::kGateUp:
       return hidden;
     case Projection::kO:
-      return q_width();
+      return attention_width();
     case Projection::kDown:
       return intermediate;
   }
@@ -111,7 +141,7 @@ int LayerShape::out_width(Projection projection) const {
 void forward_layers(LayerOps& ops, int num_layers, const LayerRecipe& recipe) {
   for (int layer = 0; layer < num_layers; ++layer) {
     ops.select_layer(layer);
-    decoder_layer(ops, recipe);
+    decoder_layer(ops, recipe, layer);
   }
 }
 

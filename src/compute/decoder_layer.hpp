@@ -14,15 +14,17 @@
 // row-parallel projection whose partial sums are reduced and added to the residual stream
 // (residual_projection in the .cpp decides the order, and that with tp == 1 the backend
 // may add the projection straight into the residual stream). Other architectures slot in
-// there, chosen from the config in LayerRecipe, as new ops of LayerOps and a new branch of
-// the recipe, not as another copy of the layer:
+// there, chosen from the config in LayerRecipe, as ops of LayerOps and a branch of the
+// recipe, not as another copy of the layer:
 //  - MLA (DeepSeek) replaces the mixer: latent q/kv projections, the compressed KV
 //    append, attention over the latent cache; it still ends in the row-parallel o.
-//  - MoE replaces the feed-forward: router, top-k experts, weighted combine; its output is
-//    a partial sum reduced like the dense down projection's.
+//  - MoE replaces the feed-forward of its layers: router, top-k experts, weighted combine
+//    (and a shared expert); its output is a partial sum reduced like the dense down
+//    projection's, since each TP rank holds a slice of every expert.
 #pragma once
 
 #include <cstdint>
+#include <vector>
 
 #include "model/config.hpp"
 #include "model/weights.hpp"
@@ -43,23 +45,35 @@ enum class Buffer {
 enum class Norm { kInput, kPost };                   // the layer's two RMSNorm weights
 enum class Projection { kQkv, kO, kGateUp, kDown };  // its four GEMM weights, [out, in]
 
-// What of the layer runs, decided from the config and the TP shard.
+// What of the layer runs, decided from the config, the TP shard and the stage's layers.
 struct LayerRecipe {
-  bool qkv_bias = false;         // Qwen2: q/k/v biases
-  bool qk_norm = false;          // Qwen3: per-head RMSNorm of q and k before RoPE
-  bool tensor_parallel = false;  // tp > 1: o and down give partial sums, all-reduced
+  bool qkv_bias = false;          // Qwen2: q/k/v biases
+  bool qk_norm = false;           // Qwen3: per-head RMSNorm of q and k before RoPE
+  bool latent_attention = false;  // DeepSeek MLA instead of grouped-query attention
+  bool tensor_parallel = false;   // tp > 1: o and down give partial sums, all-reduced
+  bool shared_expert = false;     // MoE layers also run an always-on shared expert
+  std::vector<bool> moe_layer;    // per local layer: experts (true) or the dense MLP; empty: all dense
 
-  static LayerRecipe of(const model::ModelConfig& config, const model::ShardSpec& shard);
+  // `first_layer`, `num_layers`: the stage's layers (global index of the first).
+  static LayerRecipe of(const model::ModelConfig& config, const model::ShardSpec& shard, int first_layer = 0,
+                        int num_layers = 0);
+  bool moe(int local_layer) const {
+    return local_layer < static_cast<int>(moe_layer.size()) && moe_layer[static_cast<size_t>(local_layer)];
+  }
 };
 
 // Widths of one TP rank's layer (per token), shared by every backend's ops and workspace.
+// MLA: head_dim is the q.k width (nope + rope), kQkv holds only the queries, and the
+// attention output is v_head_dim wide per head.
 struct LayerShape {
-  int hidden = 0, head_dim = 0, heads = 0, kv_heads = 0, intermediate = 0;
+  int hidden = 0, head_dim = 0, v_head_dim = 0, heads = 0, kv_heads = 0, intermediate = 0;
+  bool latent = false;
 
   LayerShape(const model::ModelConfig& config, const model::ShardSpec& shard);
   int q_width() const { return heads * head_dim; }
   int kv_width() const { return kv_heads * head_dim; }
-  int qkv_width() const { return q_width() + 2 * kv_width(); }
+  int qkv_width() const { return latent ? q_width() : q_width() + 2 * kv_width(); }
+  int attention_width() const { return heads * v_head_dim; }
   int width(Buffer buffer) const;
   int in_width(Projection projection) const;
   int out_width(Projection projection) const;
@@ -106,10 +120,29 @@ class LayerOps {
   virtual void attention() = 0;
   // kActivation = SiLU(gate) * up of kGateUp.
   virtual void swiglu() = 0;
+
+  // ---- Multi-head latent attention (recipe.latent_attention) ----
+  // kNormed -> this rank's query heads (q_nope | q_rope) and the token's latent row
+  // (normed kv_lora | k_rope). rope(), append_kv() and attention() then act on those: RoPE on
+  // the rope parts, the latent into the pages, attention over the latent cache into kAttention.
+  virtual void latent_projections() { unsupported("multi-head latent attention"); }
+
+  // ---- Mixture of experts (recipe.moe_layer) ----
+  // Each token's top-k experts and their weights, from kNormed (every TP rank routes alike).
+  virtual void route() { unsupported("mixture of experts"); }
+  // kPartial = sum over the chosen experts of weight * expert(kNormed): this rank's slice.
+  virtual void routed_experts() { unsupported("mixture of experts"); }
+  // kPartial += [sigmoid gate *] shared_expert(kNormed): this rank's slice.
+  virtual void shared_expert() { unsupported("mixture of experts"); }
+
   // Sums `buffer` in place across the TP group (only when the recipe is tensor parallel).
   virtual void all_reduce(Buffer buffer) = 0;
   // kHidden += `buffer`.
   virtual void add_to_residual(Buffer buffer) = 0;
+
+ protected:
+  // A backend without an op says so (backend_setup refuses such models before this).
+  [[noreturn]] static void unsupported(const char* what);
 };
 
 // Every layer in turn on the backend's current chunk.

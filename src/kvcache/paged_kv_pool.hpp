@@ -4,7 +4,8 @@
 //
 // Layout of one page of one layer: K as [kv_heads][page_size][head_dim], then V the same,
 // so the keys of one head inside a page form a contiguous [page_size, head_dim] matrix
-// that attention can hand straight to a GEMM.
+// that attention can hand straight to a GEMM. A latent cache (MLA) has one "head" of
+// kv_lora + rope per token and no V half: attention reads the latent as values too.
 #pragma once
 
 #include <cstdint>
@@ -20,7 +21,8 @@ struct KvShape {
   int head_dim = 0;
   int page_size = 0;  // tokens per page
   int element_bytes = 4;  // float on the CPU, bf16 on the GPU
-  int64_t floats_per_page_layer() const { return 2ll * kv_heads * page_size * head_dim; }
+  bool latent = false;    // MLA: keys only, which are also the values
+  int64_t floats_per_page_layer() const { return (latent ? 1ll : 2ll) * kv_heads * page_size * head_dim; }
   int64_t bytes_per_page() const { return floats_per_page_layer() * layers * element_bytes; }
   int pages_for(int64_t tokens) const { return static_cast<int>((tokens + page_size - 1) / page_size); }
 };
@@ -41,18 +43,18 @@ class PagedKvPool {
   const std::vector<int>& pages(int prompt) const { return table_.pages(prompt); }
 
   // Copies K and V rows of `count` tokens at positions pos0.. into the prompt's pages.
-  // k and v are [count, kv_heads * head_dim] with the given row strides.
+  // k and v are [count, kv_heads * head_dim] with the given row strides (v unused if latent).
   void write(int layer, int prompt, int pos0, int count, const float* k, int64_t k_stride, const float* v,
              int64_t v_stride);
 
   const float* key_page(int layer, int page, int kv_head) const { return base(layer, page) + head_offset(kv_head); }
   const float* value_page(int layer, int page, int kv_head) const {
-    return base(layer, page) + shape_.floats_per_page_layer() / 2 + head_offset(kv_head);
+    return base(layer, page) + value_offset() + head_offset(kv_head);
   }
   // Loading a stored prefix (StageCompute::write_kv) writes pages directly.
   float* mutable_key_page(int layer, int page, int kv_head) { return base(layer, page) + head_offset(kv_head); }
   float* mutable_value_page(int layer, int page, int kv_head) {
-    return base(layer, page) + shape_.floats_per_page_layer() / 2 + head_offset(kv_head);
+    return base(layer, page) + value_offset() + head_offset(kv_head);
   }
 
  private:
@@ -62,6 +64,7 @@ class PagedKvPool {
   const float* base(int layer, int page) const {
     return storage_.data() + (static_cast<int64_t>(page) * shape_.layers + layer) * shape_.floats_per_page_layer();
   }
+  int64_t value_offset() const { return shape_.latent ? 0 : shape_.floats_per_page_layer() / 2; }
   int64_t head_offset(int kv_head) const { return static_cast<int64_t>(kv_head) * shape_.page_size * shape_.head_dim; }
 
   KvShape shape_;

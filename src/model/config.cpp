@@ -2,7 +2,9 @@
 // layouts are read: transformers 5 `rope_parameters` and the older top-level keys.
 #include "model/config.hpp"
 
+#include <algorithm>
 #include <cstdio>
+#include <stdexcept>
 #include <fstream>
 
 #include "errors.hpp"
@@ -34,14 +36,44 @@ void read_llama3(const Reader& scaling, RopeScaling& s) {
   s.original_max_position_embeddings = scaling.number("original_max_position_embeddings", 0.0);
 }
 
+// YaRN as transformers' _compute_yarn_parameters reads it (DeepSeek-V3, Qwen long context).
+}  // namespace
+
+double yarn_mscale(double scale, double mscale) {
+  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
+}
+
+namespace {
+
+void read_yarn(const Reader& scaling, double max_positions, RopeScaling& s) {
+  s.yarn = true;
+  s.original_max_position_embeddings = scaling.number("original_max_position_embeddings", 0.0);
+  s.factor = scaling.has("factor") ? scaling.number("factor", 0.0) : max_positions / s.original_max_position_embeddings;
+  // transformers reads `or 32` / `or 1`: a 0 or null means the default.
+  s.beta_fast = scaling.number_or("beta_fast", 32.0, -HUGE_VAL);
+  s.beta_slow = scaling.number_or("beta_slow", 1.0, -HUGE_VAL);
+  if (s.beta_fast == 0) s.beta_fast = 32.0;
+  if (s.beta_slow == 0) s.beta_slow = 1.0;
+  s.mscale = scaling.number_or("mscale", 0.0, -HUGE_VAL);
+  s.mscale_all_dim = scaling.number_or("mscale_all_dim", 0.0, -HUGE_VAL);
+  s.truncate = scaling.boolean_or("truncate", true);
+  if (scaling.has("attention_factor"))
+    s.attention_factor = scaling.number("attention_factor", 0.0);
+  else if (s.mscale != 0 && s.mscale_all_dim != 0)
+    s.attention_factor = yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim);
+  else
+    s.attention_factor = yarn_mscale(s.factor, 1.0);
+}
+
 // The type-specific part of a rope object; `type_key` is where its type was written.
-void read_scaling(const Reader& scaling, const char* type_key, Rope& rope, RopeTypes accept) {
+void read_scaling(const Reader& scaling, const char* type_key, double max_positions, Rope& rope, RopeTypes accept) {
   rope.type = scaling.string_or(type_key, "default");
   if (rope.type == "default") return;
   if (rope.type == "llama3") return read_llama3(scaling, rope.scaling);
+  if (rope.type == "yarn") return read_yarn(scaling, max_positions, rope.scaling);
   if (accept == RopeTypes::kSupported)
-    scaling.fail(scaling.name(type_key), "must be \"default\" or \"llama3\", the rope types pipefill computes",
-                 rope.type);
+    scaling.fail(scaling.name(type_key),
+                 "must be \"default\", \"llama3\" or \"yarn\", the rope types pipefill computes", rope.type);
 }
 
 }  // namespace
@@ -140,6 +172,7 @@ int read_head_dim(const Reader& config, int hidden_size, int num_heads) {
 
 Rope read_rope(const Reader& config, RopeTypes accept) {
   Rope rope;
+  const double max_positions = config.number_or(kMaxPositions.key, 0.0, -HUGE_VAL);
   if (config.object("rope_parameters")) {  // transformers 5: everything in one object
     const Reader parameters = config.nested("rope_parameters");
     // Models that mix attention kinds key one rope object per layer type; none of ours does.
@@ -149,18 +182,51 @@ Rope read_rope(const Reader& config, RopeTypes accept) {
                         value);
     rope.theta = parameters.has("rope_theta") ? parameters.number("rope_theta", 0.0)
                                               : config.number_or("rope_theta", 10000.0, 0.0);
-    read_scaling(parameters, "rope_type", rope, accept);
+    read_scaling(parameters, "rope_type", max_positions, rope, accept);
     return rope;
   }
   rope.theta = config.number_or("rope_theta", 10000.0, 0.0);
   if (config.object("rope_scaling")) {
     const Reader scaling = config.nested("rope_scaling");
-    read_scaling(scaling, scaling.has("rope_type") ? "rope_type" : "type", rope, accept);
+    read_scaling(scaling, scaling.has("rope_type") ? "rope_type" : "type", max_positions, rope, accept);
   }
   return rope;
 }
 
+std::vector<bool> read_sparse_layers(const Reader& config, const std::string& family, int num_layers) {
+  std::vector<bool> sparse(static_cast<size_t>(num_layers), true);
+  if (family == "DeepseekV3ForCausalLM" || config.has(kFirstDenseLayers.key)) {
+    const int dense = config.integer_or(kFirstDenseLayers, 0);
+    for (int layer = 0; layer < std::min(dense, num_layers); ++layer) sparse[layer] = false;
+  }
+  if (family == "Qwen2MoeForCausalLM" || family == "Qwen3MoeForCausalLM") {
+    const int step = config.integer_or(kSparseStep, 1);
+    for (int layer = 0; layer < num_layers; ++layer)
+      if ((layer + 1) % step != 0) sparse[layer] = false;
+    if (config.has("mlp_only_layers")) {
+      const nlohmann::json& list = *config.raw("mlp_only_layers");
+      if (!list.is_array()) config.fail("mlp_only_layers", "must be a list of layer indices", list);
+      for (const auto& entry : list) {
+        if (!entry.is_number_integer() || entry.get<long long>() < 0 || entry.get<long long>() >= num_layers)
+          config.fail("mlp_only_layers",
+                      "must list layer indices in [0, " + std::to_string(num_layers - 1) + "]", entry);
+        sparse[entry.get<size_t>()] = false;
+      }
+    }
+  }
+  return sparse;
+}
+
 }  // namespace field
+
+double ModelConfig::softmax_scale() const {
+  double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  if (is_mla() && rope_scaling.yarn && rope_scaling.mscale_all_dim != 0) {
+    const double m = field::yarn_mscale(rope_scaling.factor, rope_scaling.mscale_all_dim);
+    scale *= m * m;
+  }
+  return scale;
+}
 
 long long ModelConfig::layer_parameters() const {
   const long long h = hidden_size;
@@ -175,6 +241,125 @@ long long ModelConfig::total_parameters() const {
   return num_layers * layer_parameters() + embedding * (tie_word_embeddings ? 1 : 2) + hidden_size;
 }
 
+namespace {
+
+// Each architecture pipefill computes: its config.json name, model_type, and the defaults
+// transformers' config class gives the fields that change the layer.
+struct ArchitectureInfo {
+  Architecture architecture;
+  const char* name;
+  const char* model_type;
+  bool attention_bias;  // default q/k/v biases
+  bool qk_norm;
+};
+constexpr ArchitectureInfo kArchitectures[] = {
+    {Architecture::kLlama, "LlamaForCausalLM", "llama", false, false},
+    {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2", true, false},
+    {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3", false, true},
+    {Architecture::kMixtral, "MixtralForCausalLM", "mixtral", false, false},
+    {Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe", true, false},
+    {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", false, true},
+    {Architecture::kDeepseekV3, "DeepseekV3ForCausalLM", "deepseek_v3", false, false},
+};
+
+const ArchitectureInfo& info_of(Architecture architecture) {
+  for (const auto& info : kArchitectures)
+    if (info.architecture == architecture) return info;
+  throw std::logic_error("unknown Architecture");
+}
+
+const ArchitectureInfo& info_named(const std::string& name, const std::string& origin) {
+  std::string supported;
+  for (const auto& info : kArchitectures) {
+    if (name == info.name) return info;
+    supported += std::string(supported.empty() ? "" : ", ") + info.name;
+  }
+  throw UserError(origin + ": unknown architecture \"" + name + "\" (supported: " + supported + ")");
+}
+
+// A string field that must hold one of the values pipefill computes (or be absent).
+void require_value_or_absent(const field::Reader& config, const char* key, const std::string& wanted,
+                             const std::string& why) {
+  if (config.has(key) && config.string_or(key, wanted) != wanted)
+    config.fail(key, "must be \"" + wanted + "\": " + why, *config.raw(key));
+}
+
+// The routed experts and how tokens choose them, per family (transformers' semantics).
+MoeConfig read_moe(const field::Reader& config, const ModelConfig& c) {
+  using namespace field;
+  MoeConfig moe;
+  const Architecture a = c.architecture;
+  if (a == Architecture::kMixtral) {
+    moe.experts = config.integer(kLocalExperts);
+    moe.intermediate = c.intermediate_size;  // Mixtral's experts are as wide as its dense MLP would be
+    moe.norm_topk_prob = true;               // Mixtral always renormalises the chosen weights
+  } else if (a == Architecture::kDeepseekV3) {
+    moe.experts = config.integer(kRoutedExperts);
+    moe.intermediate = config.integer(kMoeIntermediateSize);
+  } else {
+    moe.experts = config.has(kNumExperts.key) ? config.integer(kNumExperts) : config.integer(kLocalExperts);
+    moe.intermediate = config.integer(kMoeIntermediateSize);
+  }
+  if (moe.experts < 1) config.fail("num_experts", "must be at least 1 for " + c.architecture_name, moe.experts);
+  moe.experts_per_token = config.integer(kExpertsPerToken);
+  if (moe.experts_per_token > moe.experts)
+    config.fail(kExpertsPerToken.key, "must be at most the number of experts (" + std::to_string(moe.experts) + ")",
+                moe.experts_per_token);
+  if (a != Architecture::kMixtral)
+    moe.norm_topk_prob = config.boolean_or("norm_topk_prob", a == Architecture::kDeepseekV3);
+  if (a == Architecture::kQwen2Moe) {
+    moe.shared_intermediate = config.integer(kSharedExpertSize);
+    moe.shared_expert_gate = moe.shared_intermediate > 0;
+  }
+  if (a == Architecture::kDeepseekV3) {
+    // DeepSeek-V3's router: transformers computes only this one (V2's softmax and greedy
+    // methods are other models), so a config naming another is refused, not misread.
+    require_value_or_absent(config, "scoring_func", "sigmoid", "DeepseekV3 routes by sigmoid scores");
+    require_value_or_absent(config, "topk_method", "noaux_tc",
+                            "DeepseekV3 chooses experts by group-limited top-k with e_score_correction_bias");
+    moe.router = Router::kSigmoidGrouped;
+    moe.score_correction_bias = true;
+    const long long shared = static_cast<long long>(config.integer_or(kSharedExperts, 0)) * moe.intermediate;
+    if (shared > kMaxWidth)
+      config.fail(kSharedExperts.key, "times moe_intermediate_size must be at most " + std::to_string(kMaxWidth),
+                  config.integer_or(kSharedExperts, 0));
+    moe.shared_intermediate = static_cast<int>(shared);
+    moe.routed_scaling_factor = config.number_or("routed_scaling_factor", 1.0, 0.0);
+    moe.groups = config.integer_or(kGroups, 1);
+    moe.topk_groups = config.integer_or(kTopkGroups, 1);
+    if (moe.experts % moe.groups != 0)
+      config.fail(kGroups.key, "must divide the " + std::to_string(moe.experts) + " routed experts", moe.groups);
+    if (moe.experts / moe.groups < 2)  // a group scores by its best two experts
+      config.fail(kGroups.key, "must leave at least 2 experts per group", moe.groups);
+    if (moe.topk_groups > moe.groups)
+      config.fail(kTopkGroups.key, "must be at most n_group (" + std::to_string(moe.groups) + ")", moe.topk_groups);
+    if (moe.experts_per_token > moe.topk_groups * (moe.experts / moe.groups))
+      config.fail(kExpertsPerToken.key,
+                  "must be at most the experts of the topk_group eligible groups (" +
+                      std::to_string(moe.topk_groups * (moe.experts / moe.groups)) + ")",
+                  moe.experts_per_token);
+  }
+  moe.sparse_layer = read_sparse_layers(config, c.architecture_name, c.num_layers);
+  return moe;
+}
+
+MlaConfig read_mla(const field::Reader& config) {
+  using namespace field;
+  MlaConfig mla;
+  mla.q_lora_rank = config.integer_or(kQLoraRank, 0);  // null: a plain q_proj
+  mla.kv_lora_rank = config.integer(kKvLoraRank);
+  if (mla.kv_lora_rank < 1) config.fail(kKvLoraRank.key, "must be at least 1", mla.kv_lora_rank);
+  mla.qk_nope_head_dim = config.integer(kQkNopeHeadDim);
+  mla.qk_rope_head_dim = config.integer(kQkRopeHeadDim);
+  mla.v_head_dim = config.integer(kVHeadDim);
+  mla.rope_interleave = config.boolean_or("rope_interleave", true);
+  if (mla.qk_rope_head_dim < 2 || mla.qk_rope_head_dim % 2 != 0)
+    config.fail(kQkRopeHeadDim.key, "must be even and at least 2 (RoPE rotates pairs)", mla.qk_rope_head_dim);
+  return mla;
+}
+
+}  // namespace
+
 ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) {
   using namespace field;
   if (!json.is_object()) throw UserError(origin + ": not a JSON object");
@@ -184,35 +369,42 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   if (!architectures.is_array() || architectures.empty() || !architectures[0].is_string())
     throw UserError(origin + ": missing \"architectures\" (e.g. [\"LlamaForCausalLM\"])");
   c.architecture_name = architectures[0].get<std::string>();
-  if (c.architecture_name == "LlamaForCausalLM") {
-    c.architecture = Architecture::kLlama;
-  } else if (c.architecture_name == "Qwen2ForCausalLM") {
-    c.architecture = Architecture::kQwen2;
-  } else if (c.architecture_name == "Qwen3ForCausalLM") {
-    c.architecture = Architecture::kQwen3;
-  } else {
-    throw UserError(origin + ": unknown architecture \"" + c.architecture_name +
-                    "\" (supported: LlamaForCausalLM, Qwen2ForCausalLM, Qwen3ForCausalLM)");
-  }
+  const ArchitectureInfo& info = info_named(c.architecture_name, origin);
+  c.architecture = info.architecture;
   c.hidden_size = config.integer(kHiddenSize);
   c.intermediate_size = config.integer(kIntermediateSize);
   c.num_layers = config.integer(kNumLayers);
   c.num_heads = config.integer(kNumHeads);
   c.num_kv_heads = config.integer_or(kNumKvHeads, c.num_heads);
   c.vocab_size = config.integer(kVocabSize);
-  c.head_dim = read_head_dim(config, c.hidden_size, c.num_heads);
   c.max_position_embeddings = config.integer_or(kMaxPositions, 1 << 30);
   c.rms_norm_eps = config.number_or("rms_norm_eps", 1e-6, 0.0, 1.0);
   const Rope rope = read_rope(config, RopeTypes::kSupported);
   c.rope_theta = rope.theta;
   c.rope_scaling = rope.scaling;
   c.tie_word_embeddings = config.boolean_or("tie_word_embeddings", false);
-  c.attention_bias = config.boolean_or("attention_bias", c.architecture == Architecture::kQwen2);
-  c.qk_norm = c.architecture == Architecture::kQwen3;
-
-  if (c.num_heads % c.num_kv_heads != 0)
-    throw UserError(origin + ": num_attention_heads must be a multiple of num_key_value_heads");
-  if (c.head_dim % 2 != 0) throw UserError(origin + ": head_dim must be even for RoPE");
+  // Qwen2-MoE's config names its biases qkv_bias.
+  c.attention_bias = config.boolean_or(c.architecture == Architecture::kQwen2Moe ? "qkv_bias" : "attention_bias",
+                                       info.attention_bias);
+  c.qk_norm = info.qk_norm;
+  require_value_or_absent(config, "hidden_act", "silu", "pipefill's feed-forward is SwiGLU");
+  // A sliding window changes which keys a query sees; pipefill attends to the whole prompt.
+  if (config.has("sliding_window") && config.boolean_or("use_sliding_window", true))
+    config.fail("sliding_window", "must be null (or use_sliding_window false): pipefill computes full attention",
+                *config.raw("sliding_window"));
+  if (c.architecture == Architecture::kDeepseekV3) {
+    c.mla = read_mla(config);
+    c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;  // the q.k width
+    c.num_kv_heads = c.num_heads;  // MLA's heads each get their own k and v from the latent
+  } else {
+    c.head_dim = read_head_dim(config, c.hidden_size, c.num_heads);
+    if (c.num_heads % c.num_kv_heads != 0)
+      throw UserError(origin + ": num_attention_heads must be a multiple of num_key_value_heads");
+    if (c.head_dim % 2 != 0) throw UserError(origin + ": head_dim must be even for RoPE");
+  }
+  if (c.architecture == Architecture::kMixtral || c.architecture == Architecture::kQwen2Moe ||
+      c.architecture == Architecture::kQwen3Moe || c.architecture == Architecture::kDeepseekV3)
+    c.moe = read_moe(config, c);
   return c;
 }
 
@@ -232,12 +424,43 @@ ModelConfig load_config_file(const std::string& path) {
   return parse_config(read_config_json(path), path);
 }
 
+namespace {
+
+// The MoE fields in the family's own names, so that parse_config reads them back.
+void add_moe_json(const ModelConfig& c, nlohmann::json& json) {
+  const MoeConfig& m = c.moe;
+  json["num_experts_per_tok"] = m.experts_per_token;
+  if (c.architecture == Architecture::kMixtral) {
+    json["num_local_experts"] = m.experts;
+    return;
+  }
+  json["moe_intermediate_size"] = m.intermediate;
+  json["norm_topk_prob"] = m.norm_topk_prob;
+  if (c.architecture == Architecture::kDeepseekV3) {
+    int dense = 0;
+    while (dense < c.num_layers && !m.sparse_layer[dense]) ++dense;
+    json["n_routed_experts"] = m.experts;
+    json["n_shared_experts"] = m.shared_intermediate / m.intermediate;
+    json["first_k_dense_replace"] = dense;
+    json["n_group"] = m.groups;
+    json["topk_group"] = m.topk_groups;
+    json["routed_scaling_factor"] = m.routed_scaling_factor;
+    return;
+  }
+  json["num_experts"] = m.experts;
+  if (c.architecture == Architecture::kQwen2Moe) json["shared_expert_intermediate_size"] = m.shared_intermediate;
+  nlohmann::json dense = nlohmann::json::array();
+  for (int layer = 0; layer < c.num_layers; ++layer)
+    if (!m.sparse_layer[layer]) dense.push_back(layer);
+  json["mlp_only_layers"] = dense;  // with decoder_sparse_step 1 (the default), the dense layers exactly
+}
+
+}  // namespace
+
 nlohmann::json to_json(const ModelConfig& c) {
   nlohmann::json json = {
       {"architectures", {c.architecture_name}},
-      {"model_type", c.architecture == Architecture::kLlama   ? "llama"
-                     : c.architecture == Architecture::kQwen2 ? "qwen2"
-                                                              : "qwen3"},
+      {"model_type", info_of(c.architecture).model_type},
       {"hidden_size", c.hidden_size},
       {"intermediate_size", c.intermediate_size},
       {"num_hidden_layers", c.num_layers},
@@ -253,12 +476,30 @@ nlohmann::json to_json(const ModelConfig& c) {
       {"hidden_act", "silu"},
       {"torch_dtype", "float32"},
   };
-  if (c.rope_scaling.llama3)
+  const RopeScaling& r = c.rope_scaling;
+  if (r.llama3)
     json["rope_scaling"] = {{"rope_type", "llama3"},
-                            {"factor", c.rope_scaling.factor},
-                            {"low_freq_factor", c.rope_scaling.low_freq_factor},
-                            {"high_freq_factor", c.rope_scaling.high_freq_factor},
-                            {"original_max_position_embeddings", c.rope_scaling.original_max_position_embeddings}};
+                            {"factor", r.factor},
+                            {"low_freq_factor", r.low_freq_factor},
+                            {"high_freq_factor", r.high_freq_factor},
+                            {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  if (r.yarn)
+    json["rope_scaling"] = {{"rope_type", "yarn"},          {"factor", r.factor},
+                            {"beta_fast", r.beta_fast},     {"beta_slow", r.beta_slow},
+                            {"mscale", r.mscale},           {"mscale_all_dim", r.mscale_all_dim},
+                            {"attention_factor", r.attention_factor}, {"truncate", r.truncate},
+                            {"original_max_position_embeddings", r.original_max_position_embeddings}};
+  if (c.architecture == Architecture::kQwen2Moe) json["qkv_bias"] = c.attention_bias;
+  if (c.is_mla()) {
+    json.erase("head_dim");
+    json["q_lora_rank"] = c.mla.q_lora_rank > 0 ? nlohmann::json(c.mla.q_lora_rank) : nlohmann::json();
+    json["kv_lora_rank"] = c.mla.kv_lora_rank;
+    json["qk_nope_head_dim"] = c.mla.qk_nope_head_dim;
+    json["qk_rope_head_dim"] = c.mla.qk_rope_head_dim;
+    json["v_head_dim"] = c.mla.v_head_dim;
+    json["rope_interleave"] = c.mla.rope_interleave;
+  }
+  if (c.is_moe()) add_moe_json(c, json);
   return json;
 }
 

@@ -6,23 +6,6 @@
 namespace pf::model {
 namespace {
 
-using field::IntField;
-using field::kMaxCount;
-using field::kMaxWidth;
-// Fields only the cost model reads (MoE, MLA); 0 means absent where the minimum is 0.
-constexpr IntField kKvLoraRank{"kv_lora_rank", 0, kMaxWidth};
-constexpr IntField kQLoraRank{"q_lora_rank", 0, kMaxWidth};
-constexpr IntField kQkRopeHeadDim{"qk_rope_head_dim", 0, kMaxWidth};
-constexpr IntField kQkNopeHeadDim{"qk_nope_head_dim", 0, kMaxWidth};
-constexpr IntField kVHeadDim{"v_head_dim", 1, kMaxWidth};
-constexpr IntField kNumExperts{"num_experts", 0, kMaxCount};
-constexpr IntField kRoutedExperts{"n_routed_experts", 0, kMaxCount};
-constexpr IntField kExpertsPerToken{"num_experts_per_tok", 1, kMaxCount};
-constexpr IntField kMoeIntermediateSize{"moe_intermediate_size", 1, kMaxWidth};
-constexpr IntField kSharedExperts{"n_shared_experts", 0, kMaxCount};
-constexpr IntField kSharedExpertSize{"shared_expert_intermediate_size", 0, kMaxWidth};
-constexpr IntField kFirstDenseLayers{"first_k_dense_replace", 0, kMaxCount};
-
 }  // namespace
 
 double chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0) {
@@ -30,6 +13,21 @@ double chunk_flops(const ModelShape& shape, int first_layer, int layer_count, in
   for (int layer = first_layer; layer < first_layer + layer_count; ++layer)
     total += shape.matmul_flops(layer, tokens) + shape.attention_flops(static_cast<double>(pos0), tokens);
   return total;
+}
+
+double rank_chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0, int tp) {
+  double total = 0;
+  for (int layer = first_layer; layer < first_layer + layer_count; ++layer)
+    total += shape.rank_matmul_flops(layer, tokens, tp) + shape.attention_flops(static_cast<double>(pos0), tokens) / tp;
+  return total;
+}
+
+double ModelShape::replicated_matmul_flops(int layer, double x) const {
+  const double h = hidden_size;
+  double replicated = 0;
+  if (mla()) replicated += h * (q_lora_rank + kv_lora_rank + qk_rope_head_dim);
+  if (moe_layer(layer)) replicated += h * experts + (shared_expert_gate ? h : 0.0);
+  return 2.0 * x * replicated;
 }
 
 double ModelShape::matmul_flops(int layer, double x) const {
@@ -45,9 +43,9 @@ double ModelShape::matmul_flops(int layer, double x) const {
     attention_proj = 2.0 * x * h * (2.0 * q + 2.0 * kv);
   }
   double mlp;
-  if (moe() && layer >= first_dense_layers) {
+  if (moe_layer(layer)) {
     const double routed = 3.0 * h * moe_intermediate_size * experts_per_token;
-    const double shared = 3.0 * h * shared_expert_intermediate_size;
+    const double shared = 3.0 * h * shared_expert_intermediate_size + (shared_expert_gate ? h : 0.0);
     mlp = 2.0 * x * (routed + shared + h * experts);  // + router
   } else {
     mlp = 2.0 * x * 3.0 * h * intermediate_size;
@@ -58,7 +56,7 @@ double ModelShape::matmul_flops(int layer, double x) const {
 double ModelShape::attention_flops(double prefix, double x) const {
   // Query at position p sees p + 1 keys: sum over the chunk = x L + x (x + 1) / 2.
   const double keys = x * prefix + 0.5 * x * (x + 1.0);
-  return 2.0 * num_heads * (head_dim + v_head_dim) * keys;
+  return 2.0 * num_heads * attention_width() * keys;
 }
 
 double ModelShape::active_parameters() const {
@@ -104,10 +102,12 @@ ModelShape shape_from_json(const nlohmann::json& j, const std::string& origin) {
     s.head_dim = read_head_dim(config, s.hidden_size, s.num_heads);
     s.v_head_dim = s.head_dim;
   }
-  s.experts = config.integer_or(kNumExperts, config.integer_or(kRoutedExperts, 0));
+  s.experts = config.integer_or(kNumExperts, config.integer_or(kLocalExperts, config.integer_or(kRoutedExperts, 0)));
   if (s.moe()) {
     s.experts_per_token = config.integer(kExpertsPerToken);
-    s.moe_intermediate_size = config.integer(kMoeIntermediateSize);
+    // Mixtral's experts are intermediate_size wide; the others name their width.
+    s.moe_intermediate_size =
+        config.has(kMoeIntermediateSize.key) ? config.integer(kMoeIntermediateSize) : config.integer(kIntermediateSize);
     const int shared_experts = config.integer_or(kSharedExperts, 0);
     // shared experts * width: both capped, so the product fits (2^16 * 2^24 < 2^63) before the check.
     const long long shared_width = static_cast<long long>(shared_experts) * s.moe_intermediate_size;
@@ -115,7 +115,8 @@ ModelShape shape_from_json(const nlohmann::json& j, const std::string& origin) {
       config.fail(kSharedExperts.key, "times moe_intermediate_size must be at most " + std::to_string(kMaxWidth),
                   shared_experts);
     s.shared_expert_intermediate_size = config.integer_or(kSharedExpertSize, static_cast<int>(shared_width));
-    s.first_dense_layers = config.integer_or(kFirstDenseLayers, 0);
+    s.shared_expert_gate = s.name == "Qwen2MoeForCausalLM" && s.shared_expert_intermediate_size > 0;
+    s.sparse_layer = read_sparse_layers(config, s.name, s.num_layers);
   }
   if (!s.moe() && s.intermediate_size <= 0) throw UserError(origin + ": missing field \"intermediate_size\"");
   return s;

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 #include "model/config.hpp"
 
@@ -30,7 +31,8 @@ struct ModelShape {
   int experts_per_token = 0;
   int moe_intermediate_size = 0;
   int shared_expert_intermediate_size = 0;  // total width of always-on shared experts
-  int first_dense_layers = 0;               // DeepSeek's first_k_dense_replace
+  bool shared_expert_gate = false;          // Qwen2-MoE: one more [1, hidden] projection
+  std::vector<bool> sparse_layer;           // MoE: which layers have experts (the others: dense MLP)
   // Multi-head latent attention (DeepSeek-V2/V3), 0 when absent.
   int q_lora_rank = 0;
   int kv_lora_rank = 0;
@@ -39,8 +41,23 @@ struct ModelShape {
 
   bool mla() const { return kv_lora_rank > 0; }
   bool moe() const { return experts > 0; }
+  bool moe_layer(int layer) const {
+    return moe() && (layer >= static_cast<int>(sparse_layer.size()) || sparse_layer[static_cast<size_t>(layer)]);
+  }
+  // Multiply-add width per (query, key, head) of attention: q.k plus p.v. MLA is computed
+  // absorbed (docs/choices.md): q and v live in the latent space, kv_lora_rank + qk_rope wide.
+  double attention_width() const {
+    return mla() ? 2.0 * (kv_lora_rank + qk_rope_head_dim) : static_cast<double>(head_dim) + v_head_dim;
+  }
   // FLOPs of one layer (all TP ranks together) for a chunk of x tokens after a prefix of L.
   double matmul_flops(int layer, double tokens) const;                     // projections, MLP / experts, router
+  // The part of matmul_flops every TP rank computes whole (the router, Qwen2-MoE's shared
+  // gate, MLA's q_a and kv_a projections), and one rank's share of the layer's matmuls.
+  double replicated_matmul_flops(int layer, double tokens) const;
+  double rank_matmul_flops(int layer, double tokens, int tp) const {
+    const double replicated = replicated_matmul_flops(layer, tokens);
+    return (matmul_flops(layer, tokens) - replicated) / tp + replicated;
+  }
   double attention_flops(double prefix, double tokens) const;              // QK^T and PV, causal
   double lm_head_flops() const { return 2.0 * hidden_size * vocab_size; }  // one position
   // Parameters that take part in one token's forward (active parameters), the embedding
@@ -49,9 +66,10 @@ struct ModelShape {
 };
 
 // FLOPs of layers [first, first + count) on a chunk of `tokens` after `pos0` tokens, whole
-// model width (divide by tp for one rank's share): matmuls and attention; norms, RoPE and
-// activations are left out.
+// model width: matmuls and attention; norms, RoPE and activations are left out.
 double chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0);
+// One TP rank's share of chunk_flops (the replicated matmuls whole, the rest split).
+double rank_chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0, int tp);
 
 ModelShape shape_from_json(const nlohmann::json& config, const std::string& origin);
 ModelShape load_model_shape(const std::string& config_path);  // UserError on a bad file

@@ -1,4 +1,4 @@
-// Seeded synthetic weights and the list of tensors a Llama-family model has.
+// Seeded synthetic weights and the list of tensors a model of each family has.
 // Values are a counter-based hash of (seed, name, element index): reproducible, and any
 // slice can be generated without generating the rest.
 #include <cmath>
@@ -6,34 +6,81 @@
 
 #include "errors.hpp"
 #include "io/fnv1a.hpp"
+#include "model/tensor_names.hpp"
 #include "model/tensor_source.hpp"
 
 namespace pf::model {
 
+namespace {
+
+void add_swiglu(std::vector<TensorSpec>& specs, const SwigluNames& names, int64_t width, int64_t h) {
+  specs.push_back({names.gate, {width, h}});
+  specs.push_back({names.up, {width, h}});
+  specs.push_back({names.down, {h, width}});
+}
+
+// Multi-head latent attention's projections (DeepSeek).
+void add_latent_attention(std::vector<TensorSpec>& specs, const ModelConfig& c, const LayerTensorNames& n) {
+  const int64_t h = c.hidden_size, heads = c.num_heads;
+  const MlaConfig& m = c.mla;
+  if (m.q_lora_rank > 0) {
+    specs.push_back({n("self_attn.q_a_proj.weight"), {m.q_lora_rank, h}});
+    specs.push_back({n("self_attn.q_a_layernorm.weight"), {m.q_lora_rank}});
+    specs.push_back({n("self_attn.q_b_proj.weight"), {heads * c.head_dim, m.q_lora_rank}});
+  } else {
+    specs.push_back({n("self_attn.q_proj.weight"), {heads * c.head_dim, h}});
+  }
+  specs.push_back({n("self_attn.kv_a_proj_with_mqa.weight"), {m.latent_width(), h}});
+  specs.push_back({n("self_attn.kv_a_layernorm.weight"), {m.kv_lora_rank}});
+  specs.push_back({n("self_attn.kv_b_proj.weight"), {heads * (m.qk_nope_head_dim + m.v_head_dim), m.kv_lora_rank}});
+  specs.push_back({n("self_attn.o_proj.weight"), {h, heads * m.v_head_dim}});
+}
+
+void add_attention(std::vector<TensorSpec>& specs, const ModelConfig& c, const LayerTensorNames& n) {
+  const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim();
+  specs.push_back({n("self_attn.q_proj.weight"), {q, h}});
+  specs.push_back({n("self_attn.k_proj.weight"), {kv, h}});
+  specs.push_back({n("self_attn.v_proj.weight"), {kv, h}});
+  if (c.attention_bias) {
+    specs.push_back({n("self_attn.q_proj.bias"), {q}});
+    specs.push_back({n("self_attn.k_proj.bias"), {kv}});
+    specs.push_back({n("self_attn.v_proj.bias"), {kv}});
+  }
+  if (c.qk_norm) {
+    specs.push_back({n("self_attn.q_norm.weight"), {c.head_dim}});
+    specs.push_back({n("self_attn.k_norm.weight"), {c.head_dim}});
+  }
+  specs.push_back({n("self_attn.o_proj.weight"), {h, q}});
+}
+
+void add_experts(std::vector<TensorSpec>& specs, const ModelConfig& c, const LayerTensorNames& n) {
+  const int64_t h = c.hidden_size;
+  const MoeConfig& m = c.moe;
+  specs.push_back({n.router(), {m.experts, h}});
+  if (m.score_correction_bias) specs.push_back({n.router_correction_bias(), {m.experts}});
+  for (int e = 0; e < m.experts; ++e) add_swiglu(specs, n.expert(e), m.intermediate, h);
+  if (m.shared_intermediate > 0) add_swiglu(specs, n.shared_expert(), m.shared_intermediate, h);
+  if (m.shared_expert_gate) specs.push_back({n.shared_expert_gate(), {1, h}});
+}
+
+}  // namespace
+
 std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
-  const int64_t h = c.hidden_size, q = c.q_dim(), kv = c.kv_dim(), inter = c.intermediate_size;
+  const int64_t h = c.hidden_size;
   std::vector<TensorSpec> specs;
   specs.push_back({"model.embed_tokens.weight", {c.vocab_size, h}});
   for (int i = 0; i < c.num_layers; ++i) {
-    const std::string p = "model.layers." + std::to_string(i) + ".";
-    specs.push_back({p + "input_layernorm.weight", {h}});
-    specs.push_back({p + "self_attn.q_proj.weight", {q, h}});
-    specs.push_back({p + "self_attn.k_proj.weight", {kv, h}});
-    specs.push_back({p + "self_attn.v_proj.weight", {kv, h}});
-    if (c.attention_bias) {
-      specs.push_back({p + "self_attn.q_proj.bias", {q}});
-      specs.push_back({p + "self_attn.k_proj.bias", {kv}});
-      specs.push_back({p + "self_attn.v_proj.bias", {kv}});
-    }
-    if (c.qk_norm) {
-      specs.push_back({p + "self_attn.q_norm.weight", {c.head_dim}});
-      specs.push_back({p + "self_attn.k_norm.weight", {c.head_dim}});
-    }
-    specs.push_back({p + "self_attn.o_proj.weight", {h, q}});
-    specs.push_back({p + "post_attention_layernorm.weight", {h}});
-    specs.push_back({p + "mlp.gate_proj.weight", {inter, h}});
-    specs.push_back({p + "mlp.up_proj.weight", {inter, h}});
-    specs.push_back({p + "mlp.down_proj.weight", {h, inter}});
+    const LayerTensorNames n(c, i);
+    specs.push_back({n("input_layernorm.weight"), {h}});
+    if (c.is_mla())
+      add_latent_attention(specs, c, n);
+    else
+      add_attention(specs, c, n);
+    specs.push_back({n("post_attention_layernorm.weight"), {h}});
+    if (c.moe_layer(i))
+      add_experts(specs, c, n);
+    else
+      add_swiglu(specs, n.dense_mlp(), c.intermediate_size, h);
   }
   specs.push_back({"model.norm.weight", {h}});
   if (!c.tie_word_embeddings) specs.push_back({"lm_head.weight", {c.vocab_size, h}});
@@ -92,7 +139,7 @@ float synthetic_value(uint64_t seed, const std::string& name, int64_t fan_in, in
   const uint64_t bits = splitmix64(splitmix64(seed ^ fnv1a(name)) + static_cast<uint64_t>(index));
   const float uniform = static_cast<float>(bits >> 40) * (2.0f / 16777216.0f) - 1.0f;  // [-1, 1)
   if (ends_with(name, "norm.weight")) return 1.0f + 0.1f * uniform;                    // norm gains near 1
-  if (ends_with(name, ".bias")) return 0.1f * uniform;
+  if (ends_with(name, ".bias") || ends_with(name, "e_score_correction_bias")) return 0.1f * uniform;
   if (name == "model.embed_tokens.weight") return uniform;
   // Linear layers: variance 1/fan_in keeps activations O(1) through the stack.
   return uniform * std::sqrt(3.0f / static_cast<float>(fan_in));

@@ -3,8 +3,10 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 
 #include "errors.hpp"
+#include "model/tensor_names.hpp"
 
 namespace pf::model {
 
@@ -44,15 +46,38 @@ void validate_tensors(const ModelConfig& config, const TensorSource& source, con
   }
 }
 
+namespace {
+
+// The widths --tp must divide, with the field each comes from.
+std::vector<std::pair<const char*, int>> tp_divided_widths(const ModelConfig& c) {
+  std::vector<std::pair<const char*, int>> widths = {{"num_attention_heads", c.num_heads}};
+  if (!c.is_mla()) widths.push_back({"num_key_value_heads", c.num_kv_heads});
+  bool dense_layer = !c.is_moe();
+  for (int layer = 0; layer < c.num_layers; ++layer) dense_layer = dense_layer || !c.moe_layer(layer);
+  if (dense_layer) widths.push_back({"intermediate_size", c.intermediate_size});
+  if (c.is_moe()) {
+    widths.push_back({c.architecture == Architecture::kMixtral ? "intermediate_size (each expert's width)"
+                                                                 : "moe_intermediate_size",
+                      c.moe.intermediate});
+    if (c.moe.shared_intermediate > 0) widths.push_back({"the shared expert's width", c.moe.shared_intermediate});
+  }
+  return widths;
+}
+
+}  // namespace
+
 void validate_tensor_parallel(const ModelConfig& c, int tp) {
-  auto check = [tp](int value, const char* what) {
-    if (value % tp != 0)
-      throw UserError(std::string(what) + " (" + std::to_string(value) + ") does not divide by --tp " +
-                      std::to_string(tp));
-  };
-  check(c.num_heads, "num_attention_heads");
-  check(c.num_kv_heads, "num_key_value_heads");
-  check(c.intermediate_size, "intermediate_size");
+  const auto widths = tp_divided_widths(c);
+  int common = 0;
+  for (const auto& [name, value] : widths) common = std::gcd(common, value);
+  for (const auto& [name, value] : widths) {
+    if (value % tp == 0) continue;
+    std::string allowed;
+    for (int d = 1; d <= common; ++d)
+      if (common % d == 0) allowed += (allowed.empty() ? "" : ", ") + std::to_string(d);
+    throw UserError(std::string(name) + " (" + std::to_string(value) + ") does not divide by --tp " +
+                    std::to_string(tp) + "; the TP sizes this model allows: " + allowed);
+  }
 }
 
 VocabSlice vocab_slice(int vocab_size, int tp, int tp_rank) {
@@ -67,6 +92,9 @@ ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank) {
   s.heads = config.num_heads / tp;
   s.kv_heads = config.num_kv_heads / tp;
   s.intermediate = config.intermediate_size / tp;
+  s.expert_intermediate = config.moe.intermediate / tp;
+  s.shared_intermediate = config.moe.shared_intermediate / tp;
+  if (config.is_mla()) s.kv_heads = 1;  // the latent, replicated on every TP rank
   const VocabSlice vocab = vocab_slice(config.vocab_size, tp, tp_rank);
   s.vocab_begin = vocab.begin;
   s.vocab_count = vocab.count;
@@ -75,43 +103,126 @@ ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank) {
 
 size_t StageWeights::bytes() const {
   size_t n = embedding.size() + final_norm.size() + lm_head.size();
-  for (const auto& l : layers)
+  for (const auto& l : layers) {
     n += l.input_norm.size() + l.qkv.size() + l.qkv_bias.size() + l.q_norm.size() + l.k_norm.size() + l.o.size() +
          l.post_norm.size() + l.gate_up.size() + l.down.size();
+    n += l.q_a.size() + l.q_a_norm.size() + l.q_b.size() + l.kv_a.size() + l.kv_a_norm.size() + l.kv_b.size();
+    n += l.router.size() + l.router_bias.size() + l.shared.gate_up.size() + l.shared.down.size() + l.shared_gate.size();
+    for (const auto& e : l.experts) n += e.gate_up.size() + e.down.size();
+  }
   return n * sizeof(float);
 }
 
+namespace {
+
+// A SwiGLU block of `width` columns, this rank's slice [rank * width, (rank + 1) * width).
+SwigluWeights read_swiglu(const TensorSource& source, const SwigluNames& names, int64_t h, int64_t width,
+                          int tp_rank, std::vector<std::string>& warnings) {
+  const int64_t row0 = tp_rank * width;
+  SwigluWeights w;
+  w.gate_up = read(source, names.gate, row0, width, 0, h, warnings);
+  append(w.gate_up, read(source, names.up, row0, width, 0, h, warnings));
+  w.down = read(source, names.down, 0, h, row0, width, warnings);
+  return w;
+}
+
+// DeepSeek's interleaved rope pairs (x0, x1), (x2, x3)...: transformers rotates them into
+// [evens rotated | odds rotated], which equals rotate-half RoPE on the evens-then-odds
+// permutation of the input. Permuting the producing rows once here lets every backend use
+// its rotate-half kernel, and the cache holds the rope key as transformers' cache does.
+void deinterleave_rows(std::vector<float>& rows, int64_t first_row, int64_t count, int64_t cols) {
+  std::vector<float> original(rows.begin() + first_row * cols, rows.begin() + (first_row + count) * cols);
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t from = i < count / 2 ? 2 * i : 2 * (i - count / 2) + 1;
+    std::copy_n(original.begin() + from * cols, cols, rows.begin() + (first_row + i) * cols);
+  }
+}
+
+void load_latent_attention(const ModelConfig& c, const TensorSource& source, const LayerTensorNames& n,
+                           const ShardSpec& shard, LayerWeights& l, std::vector<std::string>& warnings) {
+  const MlaConfig& m = c.mla;
+  const int64_t h = c.hidden_size, qk = c.head_dim, heads = shard.heads, head0 = shard.tp_rank * heads;
+  int64_t q_in = h;
+  if (m.q_lora_rank > 0) {
+    q_in = m.q_lora_rank;
+    l.q_a = read(source, n("self_attn.q_a_proj.weight"), 0, q_in, 0, h, warnings);
+    l.q_a_norm = read(source, n("self_attn.q_a_layernorm.weight"), 0, q_in, 0, 1, warnings);
+    l.q_b = read(source, n("self_attn.q_b_proj.weight"), head0 * qk, heads * qk, 0, q_in, warnings);
+  } else {
+    l.q_b = read(source, n("self_attn.q_proj.weight"), head0 * qk, heads * qk, 0, h, warnings);
+  }
+  l.kv_a = read(source, n("self_attn.kv_a_proj_with_mqa.weight"), 0, m.latent_width(), 0, h, warnings);
+  l.kv_a_norm = read(source, n("self_attn.kv_a_layernorm.weight"), 0, m.kv_lora_rank, 0, 1, warnings);
+  const int64_t kv_b_rows = m.qk_nope_head_dim + m.v_head_dim;
+  l.kv_b = read(source, n("self_attn.kv_b_proj.weight"), head0 * kv_b_rows, heads * kv_b_rows, 0, m.kv_lora_rank,
+                warnings);
+  l.o = read(source, n("self_attn.o_proj.weight"), 0, h, head0 * m.v_head_dim, heads * m.v_head_dim, warnings);
+  if (m.rope_interleave) {
+    for (int64_t head = 0; head < heads; ++head)
+      deinterleave_rows(l.q_b, head * qk + m.qk_nope_head_dim, m.qk_rope_head_dim, q_in);
+    deinterleave_rows(l.kv_a, m.kv_lora_rank, m.qk_rope_head_dim, h);
+  }
+}
+
+void load_attention(const ModelConfig& c, const TensorSource& source, const LayerTensorNames& n,
+                    const ShardSpec& shard, LayerWeights& l, std::vector<std::string>& warnings) {
+  const int64_t h = c.hidden_size, d = c.head_dim;
+  const int64_t q_rows = shard.heads * d, kv_rows = shard.kv_heads * d;
+  const int64_t q_row0 = shard.tp_rank * q_rows, kv_row0 = shard.tp_rank * kv_rows;
+  // Column parallel: each rank owns whole heads, i.e. a contiguous block of output rows.
+  l.qkv = read(source, n("self_attn.q_proj.weight"), q_row0, q_rows, 0, h, warnings);
+  append(l.qkv, read(source, n("self_attn.k_proj.weight"), kv_row0, kv_rows, 0, h, warnings));
+  append(l.qkv, read(source, n("self_attn.v_proj.weight"), kv_row0, kv_rows, 0, h, warnings));
+  if (c.attention_bias) {
+    l.qkv_bias = read(source, n("self_attn.q_proj.bias"), q_row0, q_rows, 0, 1, warnings);
+    append(l.qkv_bias, read(source, n("self_attn.k_proj.bias"), kv_row0, kv_rows, 0, 1, warnings));
+    append(l.qkv_bias, read(source, n("self_attn.v_proj.bias"), kv_row0, kv_rows, 0, 1, warnings));
+  }
+  if (c.qk_norm) {
+    l.q_norm = read(source, n("self_attn.q_norm.weight"), 0, d, 0, 1, warnings);
+    l.k_norm = read(source, n("self_attn.k_norm.weight"), 0, d, 0, 1, warnings);
+  }
+  // Row parallel: each rank owns the input columns matching its heads.
+  l.o = read(source, n("self_attn.o_proj.weight"), 0, h, q_row0, q_rows, warnings);
+}
+
+void load_experts(const ModelConfig& c, const TensorSource& source, const LayerTensorNames& n, const ShardSpec& shard,
+                  LayerWeights& l, std::vector<std::string>& warnings) {
+  const int64_t h = c.hidden_size;
+  const MoeConfig& m = c.moe;
+  l.router = read(source, n.router(), 0, m.experts, 0, h, warnings);  // replicated: every rank routes
+  if (m.score_correction_bias) l.router_bias = read(source, n.router_correction_bias(), 0, m.experts, 0, 1, warnings);
+  for (int e = 0; e < m.experts; ++e)
+    l.experts.push_back(read_swiglu(source, n.expert(e), h, shard.expert_intermediate, shard.tp_rank, warnings));
+  if (m.shared_intermediate > 0)
+    l.shared = read_swiglu(source, n.shared_expert(), h, shard.shared_intermediate, shard.tp_rank, warnings);
+  if (m.shared_expert_gate) l.shared_gate = read(source, n.shared_expert_gate(), 0, 1, 0, h, warnings);
+}
+
+}  // namespace
+
 StageWeights load_stage_weights(const ModelConfig& c, const TensorSource& source, const StageRange& stage,
                                 bool first_stage, bool last_stage, const ShardSpec& shard) {
-  const int64_t h = c.hidden_size, d = c.head_dim;
-  const int64_t q_rows = shard.heads * d, kv_rows = shard.kv_heads * d, inter = shard.intermediate;
-  const int64_t q_row0 = shard.tp_rank * q_rows, kv_row0 = shard.tp_rank * kv_rows, i_row0 = shard.tp_rank * inter;
-
+  const int64_t h = c.hidden_size;
   StageWeights w;
+  w.first_layer = stage.first;
   if (first_stage) w.embedding = read(source, "model.embed_tokens.weight", 0, c.vocab_size, 0, h, w.warnings);
   for (int layer = stage.first; layer < stage.first + stage.count; ++layer) {
-    const std::string p = "model.layers." + std::to_string(layer) + ".";
+    const LayerTensorNames n(c, layer);
     LayerWeights l;
-    l.input_norm = read(source, p + "input_layernorm.weight", 0, h, 0, 1, w.warnings);
-    // Column parallel: each rank owns whole heads, i.e. a contiguous block of output rows.
-    l.qkv = read(source, p + "self_attn.q_proj.weight", q_row0, q_rows, 0, h, w.warnings);
-    append(l.qkv, read(source, p + "self_attn.k_proj.weight", kv_row0, kv_rows, 0, h, w.warnings));
-    append(l.qkv, read(source, p + "self_attn.v_proj.weight", kv_row0, kv_rows, 0, h, w.warnings));
-    if (c.attention_bias) {
-      l.qkv_bias = read(source, p + "self_attn.q_proj.bias", q_row0, q_rows, 0, 1, w.warnings);
-      append(l.qkv_bias, read(source, p + "self_attn.k_proj.bias", kv_row0, kv_rows, 0, 1, w.warnings));
-      append(l.qkv_bias, read(source, p + "self_attn.v_proj.bias", kv_row0, kv_rows, 0, 1, w.warnings));
+    l.input_norm = read(source, n("input_layernorm.weight"), 0, h, 0, 1, w.warnings);
+    if (c.is_mla())
+      load_latent_attention(c, source, n, shard, l, w.warnings);
+    else
+      load_attention(c, source, n, shard, l, w.warnings);
+    l.post_norm = read(source, n("post_attention_layernorm.weight"), 0, h, 0, 1, w.warnings);
+    if (c.moe_layer(layer)) {
+      load_experts(c, source, n, shard, l, w.warnings);
+    } else {
+      SwigluWeights mlp = read_swiglu(source, n.dense_mlp(), h, shard.intermediate, shard.tp_rank, w.warnings);
+      l.gate_up = std::move(mlp.gate_up);
+      l.down = std::move(mlp.down);
     }
-    if (c.qk_norm) {
-      l.q_norm = read(source, p + "self_attn.q_norm.weight", 0, d, 0, 1, w.warnings);
-      l.k_norm = read(source, p + "self_attn.k_norm.weight", 0, d, 0, 1, w.warnings);
-    }
-    // Row parallel: each rank owns the input columns matching its heads.
-    l.o = read(source, p + "self_attn.o_proj.weight", 0, h, q_row0, q_rows, w.warnings);
-    l.post_norm = read(source, p + "post_attention_layernorm.weight", 0, h, 0, 1, w.warnings);
-    l.gate_up = read(source, p + "mlp.gate_proj.weight", i_row0, inter, 0, h, w.warnings);
-    append(l.gate_up, read(source, p + "mlp.up_proj.weight", i_row0, inter, 0, h, w.warnings));
-    l.down = read(source, p + "mlp.down_proj.weight", 0, h, i_row0, inter, w.warnings);
     w.layers.push_back(std::move(l));
   }
   if (last_stage) {

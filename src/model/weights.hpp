@@ -14,12 +14,15 @@ namespace pf::model {
 
 // What a TP rank holds of each sharded dimension. Heads and intermediate columns split
 // evenly (validated up front); the vocabulary splits with the remainder on the first ranks.
+// Every rank holds a slice of every expert (docs/choices.md); MLA's latent is replicated.
 struct ShardSpec {
   int tp = 1;
   int tp_rank = 0;
   int heads = 0;         // local query heads
-  int kv_heads = 0;      // local key/value heads
+  int kv_heads = 0;      // local key/value heads (MLA: 1, the latent every head reads)
   int intermediate = 0;  // local MLP width
+  int expert_intermediate = 0;  // local width of each routed expert
+  int shared_intermediate = 0;  // local width of the shared expert
   int vocab_begin = 0;
   int vocab_count = 0;
 };
@@ -30,8 +33,15 @@ struct VocabSlice {
   int count = 0;
 };
 VocabSlice vocab_slice(int vocab_size, int tp, int tp_rank);
-// UserError unless heads, KV heads and the MLP width divide by tp.
+// UserError unless heads, KV heads and the MLP and expert widths divide by tp; the message
+// names the TP sizes the model allows.
 void validate_tensor_parallel(const ModelConfig& config, int tp);
+
+// A SwiGLU block's slice: gate rows then up rows, and the matching down columns.
+struct SwigluWeights {
+  std::vector<float> gate_up;  // [2 * width, H]
+  std::vector<float> down;     // [H, width]
+};
 
 struct LayerWeights {
   std::vector<float> input_norm;  // [H]
@@ -43,9 +53,26 @@ struct LayerWeights {
   std::vector<float> post_norm;  // [H]
   std::vector<float> gate_up;    // [2 * intermediate, H]: local gate rows, then local up rows
   std::vector<float> down;       // [H, intermediate]
+
+  // Multi-head latent attention (DeepSeek), instead of qkv / q_norm / k_norm. q_b rows and
+  // kv_a's rope rows are stored de-interleaved when the checkpoint's rope is interleaved.
+  std::vector<float> q_a;        // [q_lora, H] (empty: no q LoRA, q_b is q_proj [heads * qk, H])
+  std::vector<float> q_a_norm;   // [q_lora]
+  std::vector<float> q_b;        // [heads * (nope + rope), q_lora]: local heads
+  std::vector<float> kv_a;       // [kv_lora + rope, H]
+  std::vector<float> kv_a_norm;  // [kv_lora]
+  std::vector<float> kv_b;       // [heads * (nope + v), kv_lora]: local heads
+
+  // Mixture of experts (a sparse layer), instead of gate_up / down.
+  std::vector<float> router;         // [experts, H]
+  std::vector<float> router_bias;    // [experts]: e_score_correction_bias, empty unless DeepSeek
+  std::vector<SwigluWeights> experts;  // this rank's slice of each routed expert
+  SwigluWeights shared;              // the shared expert's slice (empty: none)
+  std::vector<float> shared_gate;    // [H] (Qwen2-MoE), empty otherwise
 };
 
 struct StageWeights {
+  int first_layer = 0;           // global index of layers[0]
   std::vector<float> embedding;  // [V, H] on stage 0 only
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [H] on the last stage only

@@ -31,8 +31,11 @@ struct RankModel {
   // The strict config of a backend that computes; std::logic_error (a bug, not a user error)
   // when the model was opened without weights (emulate), which has none.
   const model::ModelConfig& config() const;
+  // MLA: one latent row (kv_lora + rope) per token, read as keys and values.
   kv::KvShape kv_shape(int stage, int page_size) const {
-    return {partition[stage].count, shard.kv_heads, config().head_dim, page_size};
+    const model::ModelConfig& c = config();
+    if (c.is_mla()) return {partition[stage].count, 1, c.mla.latent_width(), page_size, 4, true};
+    return {partition[stage].count, shard.kv_heads, c.head_dim, page_size};
   }
 };
 

@@ -9,7 +9,8 @@ namespace pf::sim {
 std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, const HardwareSpec& hw,
                                             const std::vector<model::StageRange>& partition, int tp, bool fp8,
                                             int wire_bytes) {
-  const double matmul_rate = (fp8 ? hw.peak_fp8_flops : hw.peak_bf16_flops) * hw.matmul_efficiency * tp;
+  const double device_matmul_rate = (fp8 ? hw.peak_fp8_flops : hw.peak_bf16_flops) * hw.matmul_efficiency;
+  const double matmul_rate = device_matmul_rate * tp;
   const double attention_rate = hw.peak_bf16_flops * hw.attention_efficiency * tp;
   const LinkSpec tp_link = tp <= hw.devices_per_node ? hw.intra_node : hw.inter_node;
   std::vector<StageCost> costs;
@@ -17,9 +18,9 @@ std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, cons
     StageCost cost;
     cost.chunk.form = sched::CostForm::kPrefixAware;
     for (int layer = partition[s].first; layer < partition[s].first + partition[s].count; ++layer) {
-      cost.chunk.b += shape.matmul_flops(layer, 1.0) / matmul_rate;
+      cost.chunk.b += shape.rank_matmul_flops(layer, 1.0, tp) / device_matmul_rate;
       // attention_flops(L, x) = k (2Lx + x^2 + x) with k = num_heads (dqk + dv): quadratic + linear parts.
-      const double k = static_cast<double>(shape.num_heads) * (shape.head_dim + shape.v_head_dim) / attention_rate;
+      const double k = shape.num_heads * shape.attention_width() / attention_rate;
       cost.chunk.a += k;
       cost.chunk.b += k;
       if (tp > 1) {  // two ring all-reduces of x * H activations per layer

@@ -30,3 +30,11 @@ set_tests_properties(transformers.rope_parameters PROPERTIES FIXTURES_REQUIRED v
 pf_venv_test(transformers.scores scores_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/scores_check)
 set_tests_properties(transformers.scores PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
                      TIMEOUT 600 PROCESSORS 2)
+
+# Mixture of experts (Qwen3-MoE, Mixtral, Qwen2-MoE) and DeepSeek-V3's latent attention, router
+# and YaRN, on pp, tp, pp x tp and a dynamic plan, against transformers' forward; then bad
+# configurations (too many experts per token, TP not dividing an expert, a missing expert, an
+# unknown router or rope scaling) are refused with an error: line before any compute.
+pf_venv_test(transformers.moe moe_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/moe_check)
+set_tests_properties(transformers.moe PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
+                     TIMEOUT 900 PROCESSORS 2)

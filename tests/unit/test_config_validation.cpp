@@ -155,9 +155,9 @@ TEST(ConfigValidation, ValuesThatMakeNaNAreRefused) {
 }
 
 TEST(ConfigValidation, UnknownRopeTypesAreRefusedNamingTheField) {
-  for (const char* type : {"yarn", "linear", "dynamic", "longrope"}) {
+  for (const char* type : {"linear", "dynamic", "longrope"}) {
     expect_config_error(transformers5_json({{"rope_type", type}, {"rope_theta", 10000.0}, {"factor", 4.0}}),
-                        "rope_parameters.rope_type", "must be \"default\" or \"llama3\"");
+                        "rope_parameters.rope_type", "must be \"default\", \"llama3\" or \"yarn\"");
     expect_config_error(with(tiny_json(), "rope_scaling", {{"rope_type", type}, {"factor", 4.0}}),
                         "rope_scaling.rope_type", type);
     expect_config_error(with(tiny_json(), "rope_scaling", {{"type", type}, {"factor", 4.0}}), "rope_scaling.type");
@@ -269,10 +269,15 @@ TEST(ConfigValidation, CostModelReaderSharesTheRules) {
   nlohmann::json no_head_dim = with(j, "hidden_size", 130);
   no_head_dim.erase("head_dim");
   shape_error(no_head_dim, "hidden_size");
-  // Rope types the CPU backend cannot run still count FLOPs (DeepSeek-V3 ships yarn).
+  // Rope types the CPU backend cannot run still count FLOPs; yarn's values follow one rule.
+  nlohmann::json longrope = with(j, "rope_scaling", {{"type", "longrope"}, {"factor", 40}});
+  EXPECT_EQ(shape_from_json(longrope, "cfg.json").hidden_size, 128);
+  EXPECT_THROW(parse_config(longrope, "cfg.json"), UserError);
   nlohmann::json yarn = with(j, "rope_scaling", {{"type", "yarn"}, {"factor", 40}, {"beta_fast", 32}});
+  shape_error(yarn, "rope_scaling.original_max_position_embeddings");
+  yarn["rope_scaling"]["original_max_position_embeddings"] = 4096;
   EXPECT_EQ(shape_from_json(yarn, "cfg.json").hidden_size, 128);
-  EXPECT_THROW(parse_config(yarn, "cfg.json"), UserError);
+  EXPECT_TRUE(parse_config(yarn, "cfg.json").rope_scaling.yarn);
   // MoE fields follow the same integer rules.
   nlohmann::json moe = with(with(j, "num_experts", 8), "num_experts_per_tok", 2);
   moe["moe_intermediate_size"] = 64;

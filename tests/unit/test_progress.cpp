@@ -58,7 +58,7 @@ TEST(Progress, MillionTokenPromptEtaIsWeighedByFlops) {
   // tiling of [0, P) (sum of 2 L x + x^2 + x over the chunks); the LM head once, at the end.
   const double layers = shape.num_layers;
   const double m = shape.matmul_flops(0, 1.0);
-  const double k = static_cast<double>(shape.num_heads) * (shape.head_dim + shape.v_head_dim);
+  const double k = shape.num_heads * shape.attention_width();
   const double n = static_cast<double>(kLength);
   const double total = layers * (m * n + k * (n * n + n)) + shape.lm_head_flops();
   const double expected_fraction = layers * (m * prefix + k * (prefix * prefix + prefix)) / total;

@@ -12,6 +12,7 @@
 #include <cmath>
 
 #include "compute/cpu/elementwise.hpp"
+#include "compute/cpu/gemm.hpp"
 
 namespace pf::cpu {
 namespace {
@@ -30,13 +31,21 @@ double chunk_attention_flops(int tokens, int pos0, int heads, int head_dim) {
 
 void chunk_attention(const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv, int heads,
                      float* out, int64_t out_stride, AttentionWorkspace& ws) {
+  const float scale = 1.0f / std::sqrt(static_cast<float>(kv.pool->shape().head_dim));
+  chunk_attention_scaled(q, q_stride, tokens, pos0, kv, heads, scale, out, out_stride, ws);
+}
+
+void chunk_attention_scaled(const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv,
+                            int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws) {
+  // The causal work, as FLOP rates are quoted: the masked part of the diagonal blocks is
+  // computed but not counted.
+  count_gemm_flops(chunk_attention_flops(tokens, pos0, heads, kv.pool->shape().head_dim));
   const kv::KvShape& shape = kv.pool->shape();
   const int d = shape.head_dim, page_size = shape.page_size, kv_heads = shape.kv_heads;
   const int group = heads / kv_heads;
   const int block_tokens = std::max(1, kTargetQueryRows / group);
   const int pages_per_block = std::max(1, kTargetKeyBlock / page_size);
   const int key_block = pages_per_block * page_size;
-  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   const auto& pages = *kv.pages;
 
   const int max_rows = std::min(block_tokens, tokens) * group;

@@ -22,6 +22,10 @@ struct AttentionWorkspace {
 // head j / (heads / kv_heads). out: [tokens, heads * head_dim] (row stride out_stride).
 void chunk_attention(const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv, int heads,
                      float* out, int64_t out_stride, AttentionWorkspace& ws);
+// The same with the softmax scale given (MLA: 1/sqrt(q.k width) with YaRN's correction,
+// while the latent cache is wider than q.k). The values are head_dim wide like the keys.
+void chunk_attention_scaled(const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv,
+                            int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws);
 
 // FLOPs of chunk_attention (QK^T and PV, 2 each per multiply-add) for FLOP-rate reports.
 double chunk_attention_flops(int tokens, int pos0, int heads, int head_dim);

@@ -19,11 +19,12 @@ CpuStageCompute::CpuStageCompute(const model::ModelConfig& config, const model::
     : config_(config),
       shard_(shard),
       shape_(config, shard),
-      recipe_(LayerRecipe::of(config, shard)),
+      recipe_(LayerRecipe::of(config, shard, weights.first_layer, static_cast<int>(weights.layers.size()))),
       weights_(std::move(weights)),
       kv_pool_(kv_pool),
       all_reduce_(all_reduce),
-      inv_freq_(cpu::rope_inv_freq(config)) {
+      inv_freq_(cpu::rope_inv_freq(config)),
+      rope_scale_(cpu::rope_scale(config)) {
   if (recipe_.tensor_parallel && !all_reduce_)
     throw std::invalid_argument("CpuStageCompute: tp > 1 needs a TP all-reduce");
 }
@@ -82,12 +83,19 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
 
   void rope() override {
     float* q = s_.qkv_.data();
+    if (shape_.latent)
+      return cpu::latent_rope(q, t_, s_.config_, shape_.heads, pos0_, s_.inv_freq_, s_.rope_scale_, s_.latent_ws_);
     const int stride = shape_.qkv_width();
-    cpu::apply_rope(q, t_, stride, shape_.heads, shape_.head_dim, pos0_, s_.inv_freq_);
-    cpu::apply_rope(q + shape_.q_width(), t_, stride, shape_.kv_heads, shape_.head_dim, pos0_, s_.inv_freq_);
+    cpu::apply_rope(q, t_, stride, shape_.heads, shape_.head_dim, pos0_, s_.inv_freq_, s_.rope_scale_);
+    cpu::apply_rope(q + shape_.q_width(), t_, stride, shape_.kv_heads, shape_.head_dim, pos0_, s_.inv_freq_,
+                    s_.rope_scale_);
   }
 
   void append_kv() override {
+    if (shape_.latent) {  // one latent row per token, read as keys and values
+      const int width = s_.config_.mla.latent_width();
+      return s_.kv_pool_.write(layer_, chunk_.prompt, pos0_, t_, s_.latent_ws_.latent.data(), width, nullptr, 0);
+    }
     const float* k = s_.qkv_.data() + shape_.q_width();
     const int stride = shape_.qkv_width();
     s_.kv_pool_.write(layer_, chunk_.prompt, pos0_, t_, k, stride, k + shape_.kv_width(), stride);
@@ -95,8 +103,27 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
 
   void attention() override {
     const kv::KvLayerView view{&s_.kv_pool_, layer_, &s_.kv_pool_.pages(chunk_.prompt)};
+    if (shape_.latent)
+      return cpu::latent_attention(s_.qkv_.data(), t_, pos0_, view, s_.config_, shape_.heads, *w_, s_.attn_.data(),
+                                   s_.latent_ws_);
     cpu::chunk_attention(s_.qkv_.data(), shape_.qkv_width(), t_, pos0_, view, shape_.heads, s_.attn_.data(),
                          shape_.q_width(), s_.attention_ws_);
+  }
+
+  void latent_projections() override {
+    cpu::latent_projections(s_.normed_.data(), t_, s_.config_, shape_.heads, *w_, s_.qkv_.data(), s_.latent_ws_);
+  }
+
+  void route() override { cpu::route_tokens(s_.normed_.data(), t_, shape_.hidden, *w_, s_.config_.moe, s_.moe_ws_); }
+
+  void routed_experts() override {
+    cpu::routed_experts(s_.normed_.data(), t_, shape_.hidden, s_.shard_.expert_intermediate, *w_, s_.moe_ws_,
+                        s_.proj_.data());
+  }
+
+  void shared_expert() override {
+    cpu::shared_expert(s_.normed_.data(), t_, shape_.hidden, s_.shard_.shared_intermediate, *w_, s_.moe_ws_,
+                       s_.proj_.data());
   }
 
   void swiglu() override { cpu::swiglu(s_.gate_up_.data(), t_, shape_.intermediate, s_.act_.data()); }

@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "compute/cpu/attention.hpp"
+#include "compute/cpu/latent_attention.hpp"
+#include "compute/cpu/moe.hpp"
 #include "compute/decoder_layer.hpp"
 #include "compute/stage_compute.hpp"
 #include "dist/tp_all_reduce.hpp"
@@ -53,10 +55,13 @@ class CpuStageCompute final : public StageCompute {
   kv::PagedKvPool& kv_pool_;
   dist::TpAllReduce* all_reduce_;
   std::vector<double> inv_freq_;
+  float rope_scale_;
   // Workspace, grown to the largest chunk seen.
   std::vector<float> normed_, qkv_, attn_, proj_, gate_up_, act_;
   std::vector<float> head_normed_;  // lm_head_rows' final-norm rows
   cpu::AttentionWorkspace attention_ws_;
+  cpu::LatentWorkspace latent_ws_;  // MLA models
+  cpu::MoeWorkspace moe_ws_;        // MoE models
 };
 
 }  // namespace pf::compute

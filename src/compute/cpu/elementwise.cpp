@@ -1,6 +1,7 @@
 // CPU element-wise ops. Plain loops written so GCC vectorises them at -O3 -march=native.
 #include "compute/cpu/elementwise.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 
@@ -24,10 +25,37 @@ void rms_norm(const float* x, int rows, int width, int row_stride, const float* 
   }
 }
 
+namespace {
+
+// transformers' _compute_yarn_parameters: each frequency blends the original
+// (extrapolated) and the factor-divided (interpolated) one by a linear ramp over the
+// dimensions between beta_fast and beta_slow rotations of the original context.
+void apply_yarn(const model::RopeScaling& s, double theta, int dim, std::vector<double>& inv_freq) {
+  auto correction_dim = [&](double rotations) {
+    return dim * std::log(s.original_max_position_embeddings / (rotations * 2.0 * M_PI)) / (2.0 * std::log(theta));
+  };
+  double low = correction_dim(s.beta_fast), high = correction_dim(s.beta_slow);
+  if (s.truncate) {
+    low = std::floor(low);
+    high = std::ceil(high);
+  }
+  low = std::max(low, 0.0);
+  high = std::min(high, dim - 1.0);
+  if (low == high) high += 0.001;  // as transformers: no division by zero
+  for (size_t i = 0; i < inv_freq.size(); ++i) {
+    const double ramp = std::clamp((static_cast<double>(i) - low) / (high - low), 0.0, 1.0);
+    const double extrapolation = 1.0 - ramp;
+    inv_freq[i] = inv_freq[i] / s.factor * (1.0 - extrapolation) + inv_freq[i] * extrapolation;
+  }
+}
+
+}  // namespace
+
 std::vector<double> rope_inv_freq(const model::ModelConfig& c) {
-  const int half = c.head_dim / 2;
+  const int dim = c.rope_dim(), half = dim / 2;
   std::vector<double> inv_freq(half);
-  for (int i = 0; i < half; ++i) inv_freq[i] = 1.0 / std::pow(c.rope_theta, (2.0 * i) / c.head_dim);
+  for (int i = 0; i < half; ++i) inv_freq[i] = 1.0 / std::pow(c.rope_theta, (2.0 * i) / dim);
+  if (c.rope_scaling.yarn) apply_yarn(c.rope_scaling, c.rope_theta, dim, inv_freq);
   if (!c.rope_scaling.llama3) return inv_freq;
   const auto& s = c.rope_scaling;
   const double low_freq_wavelen = s.original_max_position_embeddings / s.low_freq_factor;
@@ -46,8 +74,12 @@ std::vector<double> rope_inv_freq(const model::ModelConfig& c) {
   return inv_freq;
 }
 
+float rope_scale(const model::ModelConfig& c) {
+  return c.rope_scaling.yarn ? static_cast<float>(c.rope_scaling.attention_factor) : 1.0f;
+}
+
 void apply_rope(float* x, int rows, int row_stride, int heads, int head_dim, int pos0,
-                const std::vector<double>& inv_freq) {
+                const std::vector<double>& inv_freq, float scale) {
   const int half = head_dim / 2;
   std::vector<float> cos_v(half), sin_v(half);
   for (int r = 0; r < rows; ++r) {
@@ -55,8 +87,8 @@ void apply_rope(float* x, int rows, int row_stride, int heads, int head_dim, int
     const double pos = static_cast<double>(pos0 + r);
     for (int i = 0; i < half; ++i) {
       const double angle = pos * inv_freq[i];
-      cos_v[i] = static_cast<float>(std::cos(angle));
-      sin_v[i] = static_cast<float>(std::sin(angle));
+      cos_v[i] = static_cast<float>(std::cos(angle)) * scale;
+      sin_v[i] = static_cast<float>(std::sin(angle)) * scale;
     }
     float* row = x + static_cast<int64_t>(r) * row_stride;
     for (int h = 0; h < heads; ++h) {

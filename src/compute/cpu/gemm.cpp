@@ -4,9 +4,18 @@
 #include <cblas.h>
 
 namespace pf::cpu {
+namespace {
+
+thread_local double gemm_flops = 0;
+
+}  // namespace
 
 void linear(const float* x, int rows, int in, const float* weight, int out, float* y) {
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, weight, in, 0.0f, y, out);
+  count_gemm_flops(2.0 * rows * in * out);
 }
+
+void count_gemm_flops(double flops) { gemm_flops += flops; }
+double counted_gemm_flops() { return gemm_flops; }
 
 }  // namespace pf::cpu

@@ -32,6 +32,9 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
                                         const compute::KvDemand& demand, const compute::WeightsLoader& load_weights) {
   const bool nccl = request.transport == "nccl";
   dist::checked_step(MPI_COMM_WORLD, [&] {
+    if (config.is_moe() || config.is_mla())
+      throw UserError("--backend cuda does not run " + config.architecture_name +
+                      " yet (mixture of experts and latent attention are cpu-only so far): use --backend cpu");
     if (!kernels::attention_supports(config.head_dim, request.page_size))
       throw UserError(
           "--backend cuda needs head_dim 32, 48, 64 or 128 (this model: " + std::to_string(config.head_dim) +

@@ -1,0 +1,204 @@
+#!/usr/bin/env python3
+"""Mixture-of-experts and multi-head latent attention against Hugging Face transformers itself,
+on tiny checkpoints written by transformers' own config classes and save_pretrained (8 experts,
+top 2, hidden 64):
+
+  qwen3_moe        Qwen3-MoE: softmax router, norm_topk_prob, q/k norm, a dense layer among the
+                   sparse ones (mlp_only_layers)
+  mixtral          Mixtral: block_sparse_moe tensors (w1/w3/w2), always-renormalised top 2
+  qwen2_moe        Qwen2-MoE: q/k/v biases, the shared expert and its sigmoid gate, a sparse layer
+                   every second one (decoder_sparse_step 2), saved in bfloat16
+  deepseek_v3      DeepSeek-V3: MLA (q LoRA, latent KV, interleaved rope), YaRN scaling with
+                   mscale_all_dim, a dense first layer, a shared expert, the sigmoid router with
+                   e_score_correction_bias, group-limited top-k (4 groups, best 2) and
+                   routed_scaling_factor
+  deepseek_v3_noq  DeepSeek-V3 without q LoRA (a plain q_proj), default rope, no interleave
+
+Each runs on pp 2, tp 2, pp 2 x tp 2 and pp 2 with a dynamic plan (chunks cutting every prompt),
+storing --logprobs --top-k 4 and hidden states: last-position logits within 1e-5 of max|logit|
+of transformers' float32 forward, log-probs within 1e-3, confident top-k ids equal, hidden states
+within 1e-4 (score_checks.py). Then bad configurations are refused before any compute.
+
+usage: moe_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
+"""
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import h5py
+import numpy as np
+import torch
+import transformers
+from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig,
+                          Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
+
+from pipefill_runs import run_pipefill, write_cost_model
+from score_checks import compare_scores, reference_scores
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+LOGITS_RTOL = 1e-5
+TOP_K = 4
+BASE = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, vocab_size=385, max_position_embeddings=4096,
+            rms_norm_eps=1e-6, initializer_range=0.1, tie_word_embeddings=False)
+EXPERTS = dict(num_experts_per_tok=2)
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+        "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8}
+MLA = dict(kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, num_key_value_heads=4,
+           n_routed_experts=8, moe_intermediate_size=32, intermediate_size=96, n_shared_experts=1,
+           first_k_dense_replace=1, n_group=4, topk_group=2, routed_scaling_factor=2.5, norm_topk_prob=True)
+# name, config class, model class, config, save dtype
+MODELS = [
+    ("qwen3_moe", Qwen3MoeConfig, Qwen3MoeForCausalLM,
+     dict(num_hidden_layers=3, head_dim=16, num_experts=8, moe_intermediate_size=32, intermediate_size=96,
+          norm_topk_prob=True, mlp_only_layers=[1], rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+     torch.float32),
+    ("mixtral", MixtralConfig, MixtralForCausalLM,
+     dict(num_hidden_layers=2, num_local_experts=8, intermediate_size=32), torch.float32),
+    ("qwen2_moe", Qwen2MoeConfig, Qwen2MoeForCausalLM,
+     dict(num_hidden_layers=4, num_experts=8, moe_intermediate_size=32, intermediate_size=96,
+          shared_expert_intermediate_size=48, decoder_sparse_step=2), torch.bfloat16),
+    ("deepseek_v3", DeepseekV3Config, DeepseekV3ForCausalLM,
+     dict(num_hidden_layers=3, q_lora_rank=32, rope_parameters=YARN, rope_interleave=True, **MLA), torch.float32),
+    ("deepseek_v3_noq", DeepseekV3Config, DeepseekV3ForCausalLM,
+     dict(num_hidden_layers=2, q_lora_rank=None, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+          rope_interleave=False, **MLA), torch.float32),
+]
+SCORES = f"--logprobs --top-k {TOP_K}"
+LAYOUTS = [
+    ("pp2", 2, f"--pp 2 --chunk-size 64 --page-size 16 {SCORES} --hidden-states mean"),
+    ("tp2", 2, f"--tp 2 --chunk-size 48 --page-size 16 {SCORES} --hidden-states last"),
+    ("pp2_tp2", 4, f"--pp 2 --tp 2 --chunk-size 40 --page-size 16 {SCORES} --hidden-states last"),
+    ("pp2_dynamic", 2, f"--pp 2 --chunk-size 128 --page-size 16 --chunk-policy pipefill {SCORES}"),
+]
+PROMPT_LENGTHS = [100, 300, 173, 2, 1]
+
+
+def make_prompts(path, vocab):
+    rng = np.random.default_rng(12)
+    prompts = [rng.integers(0, vocab, size=n, dtype=np.int32) for n in PROMPT_LENGTHS]
+    with h5py.File(path, "w") as f:
+        f["tokens"] = np.concatenate(prompts).astype(np.int32)
+        f["offsets"] = np.cumsum([0] + PROMPT_LENGTHS).astype(np.int64)
+    return prompts
+
+
+def build(work, name, config_class, model_class, extra, dtype):
+    torch.manual_seed(77)
+    model = model_class(config_class(**{**BASE, **EXPERTS, **extra})).eval()
+    with torch.no_grad():  # the correction bias starts at zero: make it choose
+        for layer in model.model.layers:
+            gate = getattr(layer.mlp, "gate", None)
+            if gate is not None and hasattr(gate, "e_score_correction_bias"):
+                gate.e_score_correction_bias.copy_(torch.randn_like(gate.e_score_correction_bias) * 0.3)
+    model_dir = os.path.join(work, name)
+    model.to(dtype).save_pretrained(model_dir, safe_serialization=True)
+    return model_dir
+
+
+def check_model(build_dir, work, prompts_h5, prompts, name, config_class, model_class, extra, dtype):
+    model_dir = build(work, name, config_class, model_class, extra, dtype)
+    model = model_class.from_pretrained(model_dir, dtype=torch.float32).eval()  # what the files hold
+    ref = reference_scores(model, prompts, TOP_K)
+    with torch.no_grad():
+        last = np.stack([model(input_ids=torch.tensor(p[None, :], dtype=torch.long)).logits[0, -1].double().numpy()
+                         for p in prompts])
+    print(f"{name} ({dtype}): max|logit| {np.abs(last).max():.2f}")
+    ok, attributes = True, None
+    for layout, ranks, options in LAYOUTS:
+        out_h5 = os.path.join(work, f"{name}_{layout}.h5")
+        if layout == "pp2_dynamic":
+            cost_model = os.path.join(work, f"{name}_cost.json")
+            write_cost_model(cost_model, attributes, pp=2, tp=1)
+            options += f" --cost-model {cost_model}"
+        logits, run_attributes, timeline = run_pipefill(build_dir, model_dir, prompts_h5, out_h5, ranks, options)
+        attributes = attributes or run_attributes
+        error = float(np.abs(logits - last).max())
+        logits_ok = error <= LOGITS_RTOL * max(1.0, float(np.abs(last).max()))
+        if layout == "pp2_dynamic":
+            logits_ok = logits_ok and len({int(n) for n in timeline["chunk_length"]}) >= 3
+        print(f"  {layout:<14} last logits {error:.1e} {'ok' if logits_ok else 'FAILED'}")
+        ok = compare_scores(layout, out_h5, ref) and logits_ok and ok
+    return ok
+
+
+def refused(build_dir, work, prompts_h5, base_dir, name, edit, ranks=1, options="", expect=""):
+    """A copy of `base_dir` changed by `edit(config, dir)` must end in exit status 2 with an
+    `error:` line (containing `expect`) and no output file."""
+    bad_dir = os.path.join(work, f"bad_{name}")
+    shutil.rmtree(bad_dir, ignore_errors=True)
+    shutil.copytree(base_dir, bad_dir)
+    with open(os.path.join(bad_dir, "config.json")) as f:
+        config = json.load(f)
+    edit(config, bad_dir)
+    with open(os.path.join(bad_dir, "config.json"), "w") as f:
+        json.dump(config, f)
+    out_h5 = os.path.join(work, f"bad_{name}.h5")
+    mpi_env = os.path.join(HERE, "..", "mpi", "mpi_env.sh")
+    command = (f'source "{mpi_env}" && exec timeout 120 mpirun -n {ranks} "{build_dir}/pipefill" run '
+               f'--model "{bad_dir}" --input "{prompts_h5}" --output "{out_h5}" {options}')
+    run = subprocess.run(["bash", "-c", command], capture_output=True, text=True)
+    error_lines = [line for line in (run.stdout + run.stderr).splitlines() if line.startswith("error:")]
+    good = run.returncode == 2 and error_lines and expect in error_lines[0] and not os.path.exists(out_h5)
+    print(f"  refused {name:<26} {'ok' if good else 'FAILED'}: {error_lines[0] if error_lines else run.stderr[-300:]}")
+    return bool(good)
+
+
+def drop_tensor(name):
+    def edit(config, directory):
+        from safetensors.torch import load_file, save_file
+        path = os.path.join(directory, "model.safetensors")
+        tensors = load_file(path)
+        del tensors[name]
+        save_file(tensors, path, metadata={"format": "pt"})
+    return edit
+
+
+def set_fields(**fields):
+    def edit(config, directory):
+        config.update(fields)
+    return edit
+
+
+def check_refusals(build_dir, work, prompts_h5):
+    qwen, deepseek = os.path.join(work, "qwen3_moe"), os.path.join(work, "deepseek_v3")
+    cases = [
+        ("too_many_experts_per_token", qwen, set_fields(num_experts_per_tok=9), 1, "", "num_experts_per_tok"),
+        ("tp_not_dividing_experts", qwen, set_fields(moe_intermediate_size=25), 2, "--tp 2",
+         "moe_intermediate_size (25) does not divide by --tp 2; the TP sizes this model allows: 1"),
+        ("missing_expert_tensor", qwen, drop_tensor("model.layers.2.mlp.experts.5.up_proj.weight"), 1, "",
+         "model.layers.2.mlp.experts.5.up_proj.weight is missing"),
+        ("unknown_router", deepseek, set_fields(scoring_func="softmax"), 1, "", "scoring_func"),
+        ("unknown_topk_method", deepseek, set_fields(topk_method="group_limited_greedy"), 1, "", "topk_method"),
+        ("unknown_rope_scaling", deepseek,
+         set_fields(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0}), 1, "", "rope_type"),
+        ("groups_not_dividing", deepseek, set_fields(n_group=3), 1, "", "n_group"),
+        ("sliding_window", os.path.join(work, "mixtral"), set_fields(sliding_window=64), 1, "", "sliding_window"),
+    ]
+    return all([refused(build_dir, work, prompts_h5, base, name, edit, ranks, options, expect)
+                for name, base, edit, ranks, options, expect in cases])
+
+
+def main():
+    build_dir, work = sys.argv[1], sys.argv[2]
+    os.makedirs(work, exist_ok=True)
+    os.environ["PIPEFILL_TEST_SCORE_BLOCK_ROWS"] = "16"
+    torch.set_num_threads(1)
+    print(f"torch {torch.__version__}, transformers {transformers.__version__}")
+    prompts_h5 = os.path.join(work, "prompts.h5")
+    prompts = make_prompts(prompts_h5, BASE["vocab_size"])
+    only = os.environ.get("PIPEFILL_MOE_CHECK_ONLY")  # one model's name, when debugging
+    failed = [m[0] for m in MODELS
+              if (not only or m[0] == only) and not check_model(build_dir, work, prompts_h5, prompts, *m)]
+    if not only and not check_refusals(build_dir, work, prompts_h5):
+        failed.append("refusals")
+    if failed:
+        print("FAILED:", ", ".join(failed))
+        return 1
+    print("Passed: MoE and MLA logits, log-probs, top-k and hidden states match transformers on every layout")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,246 @@
+// Mixture of experts and multi-head latent attention, below the transformers comparison
+// (tests/reference/moe_check.py): each family's config.json read as transformers writes it
+// and written back, the routers on hand-made logits, the TP error that names the sizes a
+// model allows, and the FLOPs the cpu backend really runs against the analytic cost model.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "compute/cpu/cpu_stage_compute.hpp"
+#include "compute/cpu/gemm.hpp"
+#include "compute/cpu/moe.hpp"
+#include "errors.hpp"
+#include "kvcache/paged_kv_pool.hpp"
+#include "model/config.hpp"
+#include "model/model_shape.hpp"
+#include "model/tensor_source.hpp"
+#include "model/weights.hpp"
+
+using namespace pf;
+using nlohmann::json;
+
+namespace {
+
+json with(json j, const json& changes) {
+  j.update(changes, true);
+  return j;
+}
+
+json base(const char* architecture) {
+  return {{"architectures", {architecture}}, {"hidden_size", 64},      {"num_hidden_layers", 4},
+          {"num_attention_heads", 4},        {"num_key_value_heads", 2}, {"vocab_size", 97},
+          {"intermediate_size", 96},         {"num_experts_per_tok", 2}, {"hidden_act", "silu"}};
+}
+
+json qwen3_moe() {
+  json j = base("Qwen3MoeForCausalLM");
+  j.update({{"num_experts", 8}, {"moe_intermediate_size", 32}, {"norm_topk_prob", true}, {"head_dim", 16},
+            {"mlp_only_layers", {1}}, {"decoder_sparse_step", 1}});
+  return j;
+}
+
+json qwen2_moe() {
+  json j = base("Qwen2MoeForCausalLM");
+  j.update({{"num_experts", 8}, {"moe_intermediate_size", 32}, {"shared_expert_intermediate_size", 48},
+            {"decoder_sparse_step", 2}, {"qkv_bias", true}});
+  return j;
+}
+
+json mixtral() {
+  json j = base("MixtralForCausalLM");
+  j.update({{"num_local_experts", 8}, {"intermediate_size", 32}, {"sliding_window", nullptr}});
+  return j;
+}
+
+json deepseek_v3() {
+  json j = base("DeepseekV3ForCausalLM");
+  j.update({{"n_routed_experts", 8}, {"moe_intermediate_size", 32}, {"n_shared_experts", 1},
+            {"first_k_dense_replace", 1}, {"n_group", 4}, {"topk_group", 2}, {"routed_scaling_factor", 2.5},
+            {"q_lora_rank", 32}, {"kv_lora_rank", 16}, {"qk_nope_head_dim", 16}, {"qk_rope_head_dim", 8},
+            {"v_head_dim", 16}, {"num_key_value_heads", 4},
+            {"rope_scaling", {{"type", "yarn"}, {"factor", 40.0}, {"original_max_position_embeddings", 4096},
+                              {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}}}});
+  return j;
+}
+
+std::vector<bool> sparse_of(const model::ModelConfig& c) { return c.moe.sparse_layer; }
+
+class NoReduce final : public dist::TpAllReduce {
+ public:
+  NoReduce() : TpAllReduce(false) {}
+
+ private:
+  void reduce(float*, int) override {}
+};
+
+}  // namespace
+
+TEST(MoeConfig, EachFamilyReadsAsTransformersDefinesIt) {
+  const model::ModelConfig q3 = model::parse_config(qwen3_moe(), "q3");
+  EXPECT_EQ(q3.moe.experts, 8);
+  EXPECT_EQ(q3.moe.intermediate, 32);
+  EXPECT_TRUE(q3.moe.norm_topk_prob);
+  EXPECT_TRUE(q3.qk_norm);
+  EXPECT_EQ(sparse_of(q3), (std::vector<bool>{true, false, true, true}));  // mlp_only_layers [1]
+
+  const model::ModelConfig q2 = model::parse_config(qwen2_moe(), "q2");
+  EXPECT_EQ(sparse_of(q2), (std::vector<bool>{false, true, false, true}));  // every second layer
+  EXPECT_TRUE(q2.moe.shared_expert_gate);
+  EXPECT_EQ(q2.moe.shared_intermediate, 48);
+  EXPECT_TRUE(q2.attention_bias);
+
+  const model::ModelConfig mx = model::parse_config(mixtral(), "mixtral");
+  EXPECT_EQ(mx.moe.intermediate, 32);  // the experts are intermediate_size wide
+  EXPECT_TRUE(mx.moe.norm_topk_prob);
+  EXPECT_EQ(sparse_of(mx), (std::vector<bool>(4, true)));
+
+  const model::ModelConfig ds = model::parse_config(deepseek_v3(), "ds");
+  EXPECT_TRUE(ds.is_mla());
+  EXPECT_EQ(ds.head_dim, 24);
+  EXPECT_EQ(ds.mla.latent_width(), 24);
+  EXPECT_EQ(ds.moe.router, model::Router::kSigmoidGrouped);
+  EXPECT_TRUE(ds.moe.norm_topk_prob);  // DeepseekV3Config's default
+  EXPECT_EQ(ds.moe.shared_intermediate, 32);
+  EXPECT_EQ(sparse_of(ds), (std::vector<bool>{false, true, true, true}));
+  EXPECT_TRUE(ds.rope_scaling.yarn);
+  EXPECT_DOUBLE_EQ(ds.rope_scaling.attention_factor, 1.0);  // mscale == mscale_all_dim
+  const double m = 0.1 * std::log(40.0) + 1.0;
+  EXPECT_NEAR(ds.softmax_scale(), m * m / std::sqrt(24.0), 1e-12);
+
+  // Written back and read again: the same model.
+  for (const json& j : {qwen3_moe(), qwen2_moe(), mixtral(), deepseek_v3()}) {
+    const model::ModelConfig c = model::parse_config(j, "first");
+    const model::ModelConfig back = model::parse_config(model::to_json(c), "back");
+    EXPECT_EQ(back.architecture, c.architecture);
+    EXPECT_EQ(back.moe.experts, c.moe.experts);
+    EXPECT_EQ(back.moe.intermediate, c.moe.intermediate);
+    EXPECT_EQ(back.moe.shared_intermediate, c.moe.shared_intermediate);
+    EXPECT_EQ(back.moe.sparse_layer, c.moe.sparse_layer);
+    EXPECT_EQ(back.moe.norm_topk_prob, c.moe.norm_topk_prob);
+    EXPECT_EQ(back.mla.kv_lora_rank, c.mla.kv_lora_rank);
+    EXPECT_EQ(back.attention_bias, c.attention_bias);
+    EXPECT_DOUBLE_EQ(back.softmax_scale(), c.softmax_scale());
+    // The cost model reads the same experts from it.
+    const model::ModelShape shape = model::shape_from_config(c);
+    for (int layer = 0; layer < c.num_layers; ++layer) EXPECT_EQ(shape.moe_layer(layer), c.moe_layer(layer));
+  }
+}
+
+TEST(MoeConfig, BadConfigurationsNameTheirField) {
+  auto refused = [](json j, const std::string& field) {
+    try {
+      model::parse_config(j, "cfg");
+      ADD_FAILURE() << "accepted " << j.dump();
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(field), std::string::npos) << e.what();
+    }
+  };
+  refused(with(qwen3_moe(), {{"num_experts_per_tok", 9}}), "num_experts_per_tok");
+  json missing = qwen3_moe();
+  missing.erase("moe_intermediate_size");
+  refused(missing, "moe_intermediate_size");
+  refused(with(qwen3_moe(), {{"mlp_only_layers", {7}}}), "mlp_only_layers");
+  refused(with(deepseek_v3(), {{"scoring_func", "softmax"}}), "scoring_func");
+  refused(with(deepseek_v3(), {{"topk_method", "greedy"}}), "topk_method");
+  refused(with(deepseek_v3(), {{"n_group", 3}}), "n_group");
+  refused(with(deepseek_v3(), {{"topk_group", 5}}), "topk_group");
+  refused(with(deepseek_v3(), {{"qk_rope_head_dim", 7}}), "qk_rope_head_dim");
+  refused(with(deepseek_v3(), {{"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}}), "type");
+  refused(with(mixtral(), {{"sliding_window", 4096}}), "sliding_window");
+  refused(with(mixtral(), {{"hidden_act", "gelu"}}), "hidden_act");
+}
+
+TEST(MoeConfig, TensorParallelErrorNamesTheAllowedSizes) {
+  const model::ModelConfig c =
+      model::parse_config(with(qwen3_moe(), {{"moe_intermediate_size", 18}, {"num_key_value_heads", 4}}), "c");
+  model::validate_tensor_parallel(c, 2);
+  try {
+    model::validate_tensor_parallel(c, 4);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("moe_intermediate_size (18) does not divide by --tp 4"), std::string::npos)
+        << e.what();
+    EXPECT_NE(std::string(e.what()).find("allows: 1, 2"), std::string::npos) << e.what();
+  }
+}
+
+TEST(MoeRouter, SoftmaxTopKAndRenormalisation) {
+  model::MoeConfig moe;
+  moe.experts = 4;
+  moe.experts_per_token = 2;
+  const float logits[4] = {0.0f, 2.0f, 1.0f, -1.0f};
+  int expert[2];
+  float weight[2];
+  cpu::choose_experts(logits, nullptr, moe, expert, weight);
+  const double z = 1 + std::exp(2.0) + std::exp(1.0) + std::exp(-1.0);
+  EXPECT_EQ(expert[0], 1);
+  EXPECT_EQ(expert[1], 2);
+  EXPECT_NEAR(weight[0], std::exp(2.0) / z, 1e-6);
+  EXPECT_NEAR(weight[1], std::exp(1.0) / z, 1e-6);
+  moe.norm_topk_prob = true;
+  cpu::choose_experts(logits, nullptr, moe, expert, weight);
+  EXPECT_NEAR(weight[0] + weight[1], 1.0, 1e-6);
+  EXPECT_NEAR(weight[0], std::exp(1.0) / (std::exp(1.0) + 1.0), 1e-6);
+}
+
+TEST(MoeRouter, SigmoidGroupsBiasAndScaling) {
+  model::MoeConfig moe;
+  moe.router = model::Router::kSigmoidGrouped;
+  moe.experts = 8;
+  moe.experts_per_token = 2;
+  moe.groups = 4;       // {0,1} {2,3} {4,5} {6,7}
+  moe.topk_groups = 2;  // the two groups with the best two-expert sums
+  moe.routed_scaling_factor = 2.0;
+  // Expert 0 has the single best score, but its group {0,1} sums lower than {2,3} and {4,5}.
+  const float logits[8] = {3.0f, -4.0f, 1.5f, 1.4f, 1.0f, 1.2f, -3.0f, -3.0f};
+  int expert[2];
+  float weight[2];
+  cpu::choose_experts(logits, nullptr, moe, expert, weight);
+  auto sigmoid = [](double x) { return 1.0 / (1.0 + std::exp(-x)); };
+  EXPECT_EQ(expert[0], 2);
+  EXPECT_EQ(expert[1], 3);
+  EXPECT_NEAR(weight[0], 2.0 * sigmoid(1.5), 1e-6);  // scaled, not renormalised
+  // The bias chooses (expert 5 over 3) but the weight stays the plain score.
+  const float bias[8] = {0, 0, 0, 0, 0, 0.5f, 0, 0};
+  cpu::choose_experts(logits, bias, moe, expert, weight);
+  EXPECT_EQ(expert[0], 5);
+  EXPECT_EQ(expert[1], 2);
+  EXPECT_NEAR(weight[0], 2.0 * sigmoid(1.2), 1e-6);
+  moe.norm_topk_prob = true;
+  cpu::choose_experts(logits, bias, moe, expert, weight);
+  EXPECT_NEAR(weight[0] + weight[1], 2.0, 1e-6);  // renormalised, then scaled
+}
+
+// The FLOPs the cpu backend runs on a chunk after a prefix (every GEMM: projections, the
+// router, the k experts each token chose, the shared expert, MLA's absorption, attention) equal
+// the analytic count the simulator and the cost model use, on each rank of a TP group.
+TEST(MoeFlops, CpuComputeMatchesTheAnalyticCount) {
+  for (const json& j : {qwen3_moe(), qwen2_moe(), mixtral(), deepseek_v3()}) {
+    const model::ModelConfig c = model::parse_config(j, "flops");
+    const model::ModelShape shape = model::shape_from_config(c);
+    const auto source = model::make_synthetic_source(c, 5);
+    for (int tp : {1, 2}) {
+      const model::ShardSpec shard = model::make_shard_spec(c, tp, tp - 1);
+      const model::StageRange layers{0, c.num_layers};
+      model::StageWeights weights = model::load_stage_weights(c, *source, layers, true, false, shard);
+      const int page = 16, prefix = 48, tokens = 40;
+      kv::KvShape kv_shape{c.num_layers, shard.kv_heads, c.head_dim, page};
+      if (c.is_mla()) kv_shape = {c.num_layers, 1, c.mla.latent_width(), page, 4, true};
+      kv::PagedKvPool pool(kv_shape, kv_shape.pages_for(prefix + tokens));
+      NoReduce reduce;
+      compute::CpuStageCompute stage(c, shard, std::move(weights), pool, tp > 1 ? &reduce : nullptr);
+      stage.prepare_prefix(0, prefix, tokens);
+      std::vector<int32_t> ids(tokens);
+      for (int t = 0; t < tokens; ++t) ids[t] = (t * 7) % c.vocab_size;
+      std::vector<float> hidden(static_cast<size_t>(tokens) * c.hidden_size);
+      stage.embed(ids.data(), tokens, hidden.data());
+      const double before = cpu::counted_gemm_flops();
+      stage.forward({0, prefix, tokens}, hidden.data());
+      const double counted = cpu::counted_gemm_flops() - before;
+      const double analytic = model::rank_chunk_flops(shape, 0, c.num_layers, tokens, prefix, tp);
+      EXPECT_NEAR(counted, analytic, 1e-9 * analytic) << c.architecture_name << " tp " << tp;
+      for (float v : hidden) ASSERT_TRUE(std::isfinite(v)) << c.architecture_name;
+    }
+  }
+}
