@@ -6,10 +6,12 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <array>
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
@@ -19,7 +21,16 @@
 namespace pf::io {
 
 int dtype_size(Dtype dtype) {
-  return dtype == Dtype::kF32 ? 4 : 2;
+  switch (dtype) {
+    case Dtype::kF32:
+      return 4;
+    case Dtype::kBF16:
+    case Dtype::kF16:
+      return 2;
+    case Dtype::kF8E4M3:
+      return 1;
+  }
+  return 4;
 }
 const char* dtype_name(Dtype dtype) {
   switch (dtype) {
@@ -29,6 +40,8 @@ const char* dtype_name(Dtype dtype) {
       return "BF16";
     case Dtype::kF16:
       return "F16";
+    case Dtype::kF8E4M3:
+      return "F8_E4M3";
   }
   return "?";
 }
@@ -84,13 +97,35 @@ float f16_to_float(uint16_t bits) {
   return value;
 }
 
+float fp8_e4m3fn_to_float(uint8_t bits) {
+  const float sign = (bits & 0x80) ? -1.0f : 1.0f;
+  const int exponent = (bits >> 3) & 0xF;
+  const int mantissa = bits & 0x7;
+  // "fn": the all-ones exponent still holds finite values (256..448); only its all-ones
+  // mantissa is NaN, and there is no infinity.
+  if (exponent == 0xF && mantissa == 0x7) return std::numeric_limits<float>::quiet_NaN();
+  if (exponent == 0) return sign * std::ldexp(static_cast<float>(mantissa), -9);  // m/8 * 2^(1-7)
+  return sign * std::ldexp(static_cast<float>(8 + mantissa), exponent - 10);      // (1+m/8) * 2^(e-7)
+}
+
 namespace {
+
+// All 256 codes decoded once: a checkpoint's FP8 weights are billions of table look-ups.
+const std::array<float, 256>& fp8_e4m3fn_table() {
+  static const std::array<float, 256> table = [] {
+    std::array<float, 256> values{};
+    for (int code = 0; code < 256; ++code) values[code] = fp8_e4m3fn_to_float(static_cast<uint8_t>(code));
+    return values;
+  }();
+  return table;
+}
 
 Dtype parse_dtype(const std::string& name, const std::string& where) {
   if (name == "F32") return Dtype::kF32;
   if (name == "BF16") return Dtype::kBF16;
   if (name == "F16") return Dtype::kF16;
-  throw UserError(where + ": unsupported dtype " + name + " (supported: F32, BF16, F16)");
+  if (name == "F8_E4M3") return Dtype::kF8E4M3;
+  throw UserError(where + ": unsupported dtype " + name + " (supported: F32, BF16, F16, F8_E4M3)");
 }
 
 void pread_all(int fd, void* out, size_t bytes, uint64_t offset, const std::string& path) {
@@ -124,6 +159,11 @@ void convert_to_float(Dtype dtype, const char* raw, int64_t count, float* out) {
         out[i] = f16_to_float(bits);
       }
       break;
+    case Dtype::kF8E4M3: {
+      const std::array<float, 256>& table = fp8_e4m3fn_table();
+      for (int64_t i = 0; i < count; ++i) out[i] = table[static_cast<unsigned char>(raw[i])];
+      break;
+    }
   }
 }
 
@@ -265,6 +305,8 @@ SafetensorsHeader safetensors_header(const std::vector<TensorSpec>& tensors, Dty
 void write_safetensors(const std::string& path, const std::vector<TensorToWrite>& tensors, Dtype dtype) {
   std::vector<TensorSpec> specs;
   for (const auto& t : tensors) specs.push_back({t.name, t.shape});
+  if (dtype != Dtype::kF32 && dtype != Dtype::kBF16)  // checked before the file is created
+    throw UserError(std::string("writing ") + dtype_name(dtype) + " checkpoints is not supported; use f32 or bf16");
   const SafetensorsHeader header = safetensors_header(specs, dtype, {{"format", "pt"}});
   std::ofstream out(path, std::ios::binary);
   if (!out) throw UserError("cannot write " + path);
@@ -276,7 +318,6 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
     if (dtype == Dtype::kF32) {
       out.write(reinterpret_cast<const char*>(t.data), numel * 4);
     } else {
-      if (dtype != Dtype::kBF16) throw UserError("writing F16 checkpoints is not supported; use f32 or bf16");
       half.resize(static_cast<size_t>(numel));
       for (int64_t i = 0; i < numel; ++i) half[i] = float_to_bf16(t.data[i]);
       out.write(reinterpret_cast<const char*>(half.data()), numel * 2);

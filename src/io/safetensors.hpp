@@ -1,6 +1,8 @@
 // safetensors: an 8-byte little-endian header length, a JSON header naming each tensor's
 // dtype, shape and byte range, then the raw data. We read slices of tensors (a rank's
 // layers and TP shard only) straight from the file with pread, converting to float32.
+// F8_E4M3 tensors decode to their fp8 values here; applying their block scales is the
+// checkpoint source's job (model/checkpoint_source.cpp), which knows the quantization.
 #pragma once
 
 #include <cstdint>
@@ -10,7 +12,8 @@
 
 namespace pf::io {
 
-enum class Dtype { kF32, kBF16, kF16 };
+// kF8E4M3 is e4m3fn (torch.float8_e4m3fn): read only, never written.
+enum class Dtype { kF32, kBF16, kF16, kF8E4M3 };
 
 int dtype_size(Dtype dtype);
 const char* dtype_name(Dtype dtype);
@@ -91,5 +94,8 @@ void write_safetensors(const std::string& path, const std::vector<TensorToWrite>
 float bf16_to_float(uint16_t bits);
 uint16_t float_to_bf16(float value);  // round to nearest even
 float f16_to_float(uint16_t bits);
+// e4m3fn: exponent bias 7, 3 mantissa bits, subnormals, no infinities; 0x7F and 0xFF are
+// the only NaNs, so the largest finite value is 448 (0x7E).
+float fp8_e4m3fn_to_float(uint8_t bits);
 
 }  // namespace pf::io

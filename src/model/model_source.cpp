@@ -6,6 +6,7 @@
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "model/presets.hpp"
+#include "model/quantization.hpp"
 
 namespace pf::model {
 
@@ -22,8 +23,9 @@ ModelSource open_model(const std::string& model_flag, uint64_t seed) {
     throw UserError("model directory " + model_flag + " does not exist (or use --model synthetic:PRESET)");
   const std::string config_path = (std::filesystem::path(model_flag) / "config.json").string();
   io::require_regular_file(config_path, "model config");  // a FIFO would block the read
-  source.config = load_config_file(config_path);
-  source.tensors = open_checkpoint(model_flag);
+  const nlohmann::json config_json = read_config_json(config_path);
+  source.config = parse_config(config_json, config_path);
+  source.tensors = open_checkpoint(model_flag, parse_quantization(config_json, config_path));
   return source;
 }
 

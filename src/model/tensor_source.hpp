@@ -34,8 +34,10 @@ class TensorSource {
 
 // A directory with config.json and model.safetensors, or shards listed by
 // model.safetensors.index.json. Shard files are opened on first use, so a rank only ever
-// touches the shards that hold its own tensors.
-std::unique_ptr<TensorSource> open_checkpoint(const std::string& directory);
+// touches the shards that hold its own tensors. With FP8 `quantization` (config.json's
+// quantization_config), F8_E4M3 weights read back dequantized by their `_scale_inv` blocks.
+struct Quantization;  // model/quantization.hpp
+std::unique_ptr<TensorSource> open_checkpoint(const std::string& directory, const Quantization& quantization);
 
 // The seeded random model `make-model --preset` writes, generated element by element from
 // (seed, tensor name, index) so a rank can produce just its own shard.
