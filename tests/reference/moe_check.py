@@ -17,7 +17,9 @@ top 2, hidden 64):
 Each runs on pp 2, tp 2, pp 2 x tp 2 and pp 2 with a dynamic plan (chunks cutting every prompt),
 storing --logprobs --top-k 4 and hidden states: last-position logits within 1e-5 of max|logit|
 of transformers' float32 forward, log-probs within 1e-3, confident top-k ids equal, hidden states
-within 1e-4 (score_checks.py). Then bad configurations are refused before any compute.
+within 1e-4 (score_checks.py). An FP8 copy of deepseek_v3 (every projection and expert in
+F8_E4M3 blocks, as DeepSeek ships it) runs on pp 2 x tp 2 against transformers' forward of the
+dequantized weights. Then bad configurations are refused before any compute.
 
 usage: moe_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
 """
@@ -34,6 +36,7 @@ import transformers
 from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2MoeConfig,
                           Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
+from fp8_check import QUANTIZATION_CONFIG, dequantize, quantize_blocks
 from pipefill_runs import run_pipefill, write_cost_model
 from score_checks import compare_scores, reference_scores
 
@@ -43,7 +46,7 @@ TOP_K = 4
 BASE = dict(hidden_size=64, num_attention_heads=4, num_key_value_heads=2, vocab_size=385, max_position_embeddings=4096,
             rms_norm_eps=1e-6, initializer_range=0.1, tie_word_embeddings=False)
 EXPERTS = dict(num_experts_per_tok=2)
-YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 64,
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 1024,
         "beta_fast": 32.0, "beta_slow": 1.0, "mscale": 1.0, "mscale_all_dim": 0.8}
 MLA = dict(kv_lora_rank=16, qk_nope_head_dim=16, qk_rope_head_dim=8, v_head_dim=16, num_key_value_heads=4,
            n_routed_experts=8, moe_intermediate_size=32, intermediate_size=96, n_shared_experts=1,
@@ -123,6 +126,47 @@ def check_model(build_dir, work, prompts_h5, prompts, name, config_class, model_
     return ok
 
 
+def check_fp8(build_dir, work, prompts_h5, prompts):
+    """deepseek_v3 with its projections and experts block-quantized (not the router, norms,
+    embeddings or head), against transformers on the dequantized weights."""
+    from safetensors.torch import load_file, save_file
+    original = os.path.join(work, "deepseek_v3")
+    fp8_dir, dequantized_dir = os.path.join(work, "deepseek_v3_fp8"), os.path.join(work, "deepseek_v3_dequantized")
+    tensors = load_file(os.path.join(original, "model.safetensors"))
+    fp8, dequantized = {}, {}
+    for name, tensor in tensors.items():
+        if name.startswith("model.layers.") and (name.endswith("proj.weight") or name.endswith("proj_with_mqa.weight")):
+            stored, scale_inv = quantize_blocks(tensor.float())
+            fp8[name], fp8[name + "_scale_inv"] = stored, scale_inv
+            dequantized[name] = dequantize(stored, scale_inv)
+        else:
+            fp8[name] = dequantized[name] = tensor
+    with open(os.path.join(original, "config.json")) as f:
+        config = json.load(f)
+    for directory, weights, extra in ((fp8_dir, fp8, {"quantization_config": QUANTIZATION_CONFIG}),
+                                      (dequantized_dir, dequantized, {})):
+        os.makedirs(directory, exist_ok=True)
+        save_file(weights, os.path.join(directory, "model.safetensors"), metadata={"format": "pt"})
+        with open(os.path.join(directory, "config.json"), "w") as f:
+            json.dump({**config, **extra}, f)
+    quantized = sum(n.endswith("_scale_inv") for n in fp8)
+    reference = DeepseekV3ForCausalLM.from_pretrained(dequantized_dir, dtype=torch.float32).eval()
+    unquantized = DeepseekV3ForCausalLM.from_pretrained(original, dtype=torch.float32).eval()
+    with torch.no_grad():
+        want = np.stack([reference(input_ids=torch.tensor(p[None, :], dtype=torch.long)).logits[0, -1].double().numpy()
+                         for p in prompts])
+        before = np.stack([unquantized(input_ids=torch.tensor(p[None, :], dtype=torch.long)).logits[0, -1].double()
+                           .numpy() for p in prompts])
+    logits, _, _ = run_pipefill(build_dir, fp8_dir, prompts_h5, os.path.join(work, "fp8_pp2_tp2.h5"), 4,
+                                "--pp 2 --tp 2 --chunk-size 40 --page-size 16")
+    scale = max(1.0, float(np.abs(want).max()))
+    error, moved = float(np.abs(logits - want).max()), float(np.abs(want - before).max())
+    good = error <= LOGITS_RTOL * scale and moved > 100 * LOGITS_RTOL * scale
+    print(f"deepseek_v3 FP8 ({quantized} weights in F8_E4M3 blocks): pp2_tp2 last logits {error:.1e} from the "
+          f"dequantized reference, quantization moved them {moved:.1e} {'ok' if good else 'FAILED'}")
+    return good
+
+
 def refused(build_dir, work, prompts_h5, base_dir, name, edit, ranks=1, options="", expect=""):
     """A copy of `base_dir` changed by `edit(config, dir)` must end in exit status 2 with an
     `error:` line (containing `expect`) and no output file."""
@@ -191,6 +235,8 @@ def main():
     only = os.environ.get("PIPEFILL_MOE_CHECK_ONLY")  # one model's name, when debugging
     failed = [m[0] for m in MODELS
               if (not only or m[0] == only) and not check_model(build_dir, work, prompts_h5, prompts, *m)]
+    if not only and not check_fp8(build_dir, work, prompts_h5, prompts):
+        failed.append("deepseek_v3 FP8")
     if not only and not check_refusals(build_dir, work, prompts_h5):
         failed.append("refusals")
     if failed:

@@ -38,6 +38,7 @@ set_tests_properties(transformers.scores PROPERTIES FIXTURES_REQUIRED venv LABEL
 pf_venv_test(transformers.moe moe_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/moe_check)
 set_tests_properties(transformers.moe PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
                      TIMEOUT 900 PROCESSORS 2)
+
 # FP8 block-quantized checkpoints (F8_E4M3 weights + _scale_inv, quantization_config fp8): a tiny
 # Qwen3 quantized in Python on pp, tp and pp x tp against transformers' forward of the
 # dequantized weights, and the bad checkpoints refused (missing or misshapen scales, gptq).
