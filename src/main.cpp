@@ -68,7 +68,8 @@ static int run_command(int argc, char** argv) {
   // Model: config.json (or preset), layer partition; for real compute also TP divisibility
   // and every tensor's shape. The emulator only counts FLOPs, so any config.json will do.
   const pipeline::RankModel rank_model =
-      pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition, /*with_weights=*/!emulate);
+      pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition, place.expert_split,
+                                /*with_weights=*/!emulate);
   const model::ModelShape& shape = rank_model.shape;
 
   // Prompts: rank 0 checks every path, reads and validates the input, checks every stage's

@@ -105,6 +105,15 @@ OptionTable<PlacementOptions> placement_table() {
   t.add("layer-partition", "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages)",
         &P::layer_partition)
       .echo_as("layer_partition");  // the identities hold the partition used (run_record.cpp)
+  t.add("expert-split",
+        "MoE models: how a TP group splits the routed experts: width (each rank a slice of every expert) or "
+        "experts (each rank whole experts; docs/choices.md)",
+        &P::expert_split,
+        Spelling<model::ExpertSplit>{[](const std::string& name) { return model::parse_expert_split(name); },
+                                     [](const model::ExpertSplit& split) {
+                                       return std::string(model::expert_split_name(split));
+                                     }})
+      .echo_as("expert_split");  // in the placement identity of MoE models only (run_record.cpp)
   t.add("kv-memory-mb", "KV-cache budget per rank in MiB", &P::kv_memory_mb).at_least_one().echo_as("kv_memory_mb");
   t.add("backend",
         "compute backend: cpu, cuda (one GPU per rank, bf16), or emulate (sleeps of --cost-model; real MPI, schedule "

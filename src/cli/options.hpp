@@ -11,6 +11,7 @@
 #include "compute/backend_kind.hpp"
 #include "compute/hidden_states.hpp"
 #include "dist/activation_wire.hpp"
+#include "model/weights.hpp"
 #include "sched/chunking_options.hpp"
 
 namespace pf::cli {
@@ -22,6 +23,7 @@ struct PlacementOptions {
   int pp = 1;
   int tp = 1;
   std::string layer_partition;  // empty: SGLang default
+  model::ExpertSplit expert_split = model::ExpertSplit::kWidth;  // MoE: how a TP group splits the experts
   int64_t kv_memory_mb = 8192;  // KV pool budget per rank
   compute::BackendKind backend = compute::BackendKind::kCpu;
   std::string transport = "nccl";        // cuda: nccl | mpi (staged through host memory)

@@ -25,7 +25,8 @@ int profile_command(int argc, char** argv) {
   if (!compute::computes_logits(place.backend))
     throw UserError("pipefill profile measures a backend that computes: use --backend cpu or cuda");
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
-  const pipeline::RankModel rank_model = pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition);
+  const pipeline::RankModel rank_model = pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition,
+                                                                   place.expert_split);
   const int longest_profiled = options.chunk_size + sched::chunk_floor(options.chunk_size);  // 1.25 C0
   pipeline::BackendRequest request = backend_request(
       place, options.page_size, sched::longest_chunk(options.chunk_size, options.page_size));

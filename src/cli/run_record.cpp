@@ -20,6 +20,8 @@ nlohmann::json placement_identity(const PlacementOptions& options, const dist::T
                                   const pipeline::RankModel& rank_model) {
   nlohmann::json identity = pipeline::placed_model_identity(topology, rank_model);
   identity.update(placement_identity_options(options));
+  // Whole or sliced experts cost differently; a dense model's profile is the same either way.
+  if (rank_model.shape.moe()) identity["expert_split"] = model::expert_split_name(options.expert_split);
   return identity;
 }
 

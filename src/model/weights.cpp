@@ -49,16 +49,18 @@ void validate_tensors(const ModelConfig& config, const TensorSource& source, con
 namespace {
 
 // The widths --tp must divide, with the field each comes from.
-std::vector<std::pair<const char*, int>> tp_divided_widths(const ModelConfig& c) {
+std::vector<std::pair<const char*, int>> tp_divided_widths(const ModelConfig& c, ExpertSplit split) {
   std::vector<std::pair<const char*, int>> widths = {{"num_attention_heads", c.num_heads}};
   if (!c.is_mla()) widths.push_back({"num_key_value_heads", c.num_kv_heads});
   bool dense_layer = !c.is_moe();
   for (int layer = 0; layer < c.num_layers; ++layer) dense_layer = dense_layer || !c.moe_layer(layer);
   if (dense_layer) widths.push_back({"intermediate_size", c.intermediate_size});
+  if (c.is_moe() && split == ExpertSplit::kExperts) widths.push_back({"the number of routed experts", c.moe.experts});
   if (c.is_moe()) {
-    widths.push_back({c.architecture == Architecture::kMixtral ? "intermediate_size (each expert's width)"
-                                                                 : "moe_intermediate_size",
-                      c.moe.intermediate});
+    if (split == ExpertSplit::kWidth)
+      widths.push_back({c.architecture == Architecture::kMixtral ? "intermediate_size (each expert's width)"
+                                                                   : "moe_intermediate_size",
+                        c.moe.intermediate});
     if (c.moe.shared_intermediate > 0) widths.push_back({"the shared expert's width", c.moe.shared_intermediate});
   }
   return widths;
@@ -66,8 +68,17 @@ std::vector<std::pair<const char*, int>> tp_divided_widths(const ModelConfig& c)
 
 }  // namespace
 
-void validate_tensor_parallel(const ModelConfig& c, int tp) {
-  const auto widths = tp_divided_widths(c);
+ExpertSplit parse_expert_split(const std::string& text) {
+  if (text == "width") return ExpertSplit::kWidth;
+  if (text == "experts") return ExpertSplit::kExperts;
+  throw UserError("--expert-split " + text + " is unknown (width: a slice of every expert per TP rank; experts: "
+                  "whole experts per TP rank)");
+}
+
+const char* expert_split_name(ExpertSplit split) { return split == ExpertSplit::kWidth ? "width" : "experts"; }
+
+void validate_tensor_parallel(const ModelConfig& c, int tp, ExpertSplit split) {
+  const auto widths = tp_divided_widths(c, split);
   int common = 0;
   for (const auto& [name, value] : widths) common = std::gcd(common, value);
   for (const auto& [name, value] : widths) {
@@ -85,14 +96,18 @@ VocabSlice vocab_slice(int vocab_size, int tp, int tp_rank) {
   return {tp_rank * base + std::min(tp_rank, extra), base + (tp_rank < extra ? 1 : 0)};
 }
 
-ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank) {
+ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank, ExpertSplit split) {
   ShardSpec s;
   s.tp = tp;
   s.tp_rank = tp_rank;
   s.heads = config.num_heads / tp;
   s.kv_heads = config.num_kv_heads / tp;
   s.intermediate = config.intermediate_size / tp;
-  s.expert_intermediate = config.moe.intermediate / tp;
+  const bool whole = split == ExpertSplit::kExperts;
+  s.expert_count = whole ? config.moe.experts / tp : config.moe.experts;
+  s.expert_begin = whole ? tp_rank * s.expert_count : 0;
+  s.expert_intermediate = whole ? config.moe.intermediate : config.moe.intermediate / tp;
+  s.expert_slice = whole ? 0 : tp_rank;
   s.shared_intermediate = config.moe.shared_intermediate / tp;
   if (config.is_mla()) s.kv_heads = 1;  // the latent, replicated on every TP rank
   const VocabSlice vocab = vocab_slice(config.vocab_size, tp, tp_rank);
@@ -117,8 +132,8 @@ namespace {
 
 // A SwiGLU block of `width` columns, this rank's slice [rank * width, (rank + 1) * width).
 SwigluWeights read_swiglu(const TensorSource& source, const SwigluNames& names, int64_t h, int64_t width,
-                          int tp_rank, std::vector<std::string>& warnings) {
-  const int64_t row0 = tp_rank * width;
+                          int slice, std::vector<std::string>& warnings) {
+  const int64_t row0 = slice * width;
   SwigluWeights w;
   w.gate_up = read(source, names.gate, row0, width, 0, h, warnings);
   append(w.gate_up, read(source, names.up, row0, width, 0, h, warnings));
@@ -192,8 +207,8 @@ void load_experts(const ModelConfig& c, const TensorSource& source, const LayerT
   const MoeConfig& m = c.moe;
   l.router = read(source, n.router(), 0, m.experts, 0, h, warnings);  // replicated: every rank routes
   if (m.score_correction_bias) l.router_bias = read(source, n.router_correction_bias(), 0, m.experts, 0, 1, warnings);
-  for (int e = 0; e < m.experts; ++e)
-    l.experts.push_back(read_swiglu(source, n.expert(e), h, shard.expert_intermediate, shard.tp_rank, warnings));
+  for (int e = shard.expert_begin; e < shard.expert_begin + shard.expert_count; ++e)
+    l.experts.push_back(read_swiglu(source, n.expert(e), h, shard.expert_intermediate, shard.expert_slice, warnings));
   if (m.shared_intermediate > 0)
     l.shared = read_swiglu(source, n.shared_expert(), h, shard.shared_intermediate, shard.tp_rank, warnings);
   if (m.shared_expert_gate) l.shared_gate = read(source, n.shared_expert_gate(), 0, 1, 0, h, warnings);

@@ -12,21 +12,31 @@
 
 namespace pf::model {
 
+// How a TP group splits the routed experts (docs/choices.md): kWidth, every rank holds a
+// slice of every expert's width (the default); kExperts, each rank holds whole experts,
+// experts / tp of them (expert parallelism inside the TP group: the group's activations are
+// replicated, so no token exchange is needed, only the same all-reduce).
+enum class ExpertSplit { kWidth, kExperts };
+
 // What a TP rank holds of each sharded dimension. Heads and intermediate columns split
 // evenly (validated up front); the vocabulary splits with the remainder on the first ranks.
-// Every rank holds a slice of every expert (docs/choices.md); MLA's latent is replicated.
+// MLA's latent is replicated.
 struct ShardSpec {
   int tp = 1;
   int tp_rank = 0;
   int heads = 0;         // local query heads
   int kv_heads = 0;      // local key/value heads (MLA: 1, the latent every head reads)
   int intermediate = 0;  // local MLP width
-  int expert_intermediate = 0;  // local width of each routed expert
+  int expert_begin = 0;         // the routed experts this rank holds: [begin, begin + count)
+  int expert_count = 0;
+  int expert_intermediate = 0;  // local width of each of them
+  int expert_slice = 0;         // which width slice of them (tp_rank, or 0 for whole experts)
   int shared_intermediate = 0;  // local width of the shared expert
   int vocab_begin = 0;
   int vocab_count = 0;
 };
-ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank);
+ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank,
+                          ExpertSplit split = ExpertSplit::kWidth);
 // The vocabulary rows [begin, begin + count) TP rank `tp_rank` owns (remainder on the first ranks).
 struct VocabSlice {
   int begin = 0;
@@ -35,7 +45,10 @@ struct VocabSlice {
 VocabSlice vocab_slice(int vocab_size, int tp, int tp_rank);
 // UserError unless heads, KV heads and the MLP and expert widths divide by tp; the message
 // names the TP sizes the model allows.
-void validate_tensor_parallel(const ModelConfig& config, int tp);
+void validate_tensor_parallel(const ModelConfig& config, int tp, ExpertSplit split = ExpertSplit::kWidth);
+// "width" / "experts", and back (UserError naming the spellings).
+ExpertSplit parse_expert_split(const std::string& text);
+const char* expert_split_name(ExpertSplit split);
 
 // A SwiGLU block's slice: gate rows then up rows, and the matching down columns.
 struct SwigluWeights {
@@ -66,7 +79,7 @@ struct LayerWeights {
   // Mixture of experts (a sparse layer), instead of gate_up / down.
   std::vector<float> router;         // [experts, H]
   std::vector<float> router_bias;    // [experts]: e_score_correction_bias, empty unless DeepSeek
-  std::vector<SwigluWeights> experts;  // this rank's slice of each routed expert
+  std::vector<SwigluWeights> experts;  // this rank's routed experts (ShardSpec), each whole or a slice
   SwigluWeights shared;              // the shared expert's slice (empty: none)
   std::vector<float> shared_gate;    // [H] (Qwen2-MoE), empty otherwise
 };

@@ -62,13 +62,13 @@ const model::ModelConfig& RankModel::config() const {
 }
 
 RankModel open_rank_model(const dist::Topology& topo, const std::string& model_flag, uint64_t seed,
-                          const std::string& partition_text, bool with_weights) {
+                          const std::string& partition_text, model::ExpertSplit expert_split, bool with_weights) {
   RankModel m;
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (with_weights) {
       m.source = model::open_model(model_flag, seed);
       m.config_json = model::to_json(m.config());
-      model::validate_tensor_parallel(m.config(), topo.tp);
+      model::validate_tensor_parallel(m.config(), topo.tp, expert_split);
       if (topo.is_writer() && !m.source->synthetic)
         model::validate_tensors(m.config(), *m.source->tensors, model_flag);
     } else if (model_flag.rfind("synthetic:", 0) == 0) {
@@ -89,7 +89,7 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
   dist::require_same_as_rank0(m.config_json.dump(), "model config (" + model_flag + ")", MPI_COMM_WORLD);
   if (m.source) agree_on_weights(topo, m);
   if (m.source) {
-    m.shard = model::make_shard_spec(m.config(), topo.tp, topo.tp_rank);
+    m.shard = model::make_shard_spec(m.config(), topo.tp, topo.tp_rank, expert_split);
   } else {
     const model::VocabSlice vocab = model::vocab_slice(m.shape.vocab_size, topo.tp, topo.tp_rank);
     m.shard.tp = topo.tp;

@@ -45,7 +45,8 @@ struct RankModel {
 // divisibility, and rank 0 checks every tensor's shape. Without (emulate): any config.json
 // the cost model can count (dense, MoE, MLA).
 RankModel open_rank_model(const dist::Topology& topology, const std::string& model_flag, uint64_t seed,
-                          const std::string& partition_text, bool with_weights = true);
+                          const std::string& partition_text, model::ExpertSplit expert_split,
+                          bool with_weights = true);
 
 // Collective. This rank's layers and TP shard only.
 model::StageWeights load_rank_weights(const dist::Topology& topology, const RankModel& rank_model);

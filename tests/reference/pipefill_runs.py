@@ -33,8 +33,11 @@ FIXED_COSTS = {"sglang": {"form": "sglang", "ok": True, "problem": "", "a": 1e-6
 
 def write_cost_model(path, attributes, pp, tp):
     """A cost profile whose identity is the run's (the model as pipefill parsed it, its layers)."""
-    identity = {"model_config": json.loads(attributes["model_config"]), "pp": pp, "tp": tp,
+    config = json.loads(attributes["model_config"])
+    identity = {"model_config": config, "pp": pp, "tp": tp,
                 "layer_partition": attributes["layer_partition_used"], "backend": attributes["backend_used"]}
+    if any(config.get(key) for key in ("num_experts", "num_local_experts", "n_routed_experts")):
+        identity["expert_split"] = attributes["expert_split"]  # MoE models only
     stages = [dict(stage=s, fresh_points=9, prefixed_points=9, heldout_points=3, sglang_heldout_error=0.0,
                    prefix_heldout_error=0.0, **FIXED_COSTS) for s in range(pp)]
     with open(path, "w") as f:

@@ -5,6 +5,10 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <condition_variable>
+#include <map>
+#include <mutex>
+#include <thread>
 #include <vector>
 
 #include "compute/cpu/cpu_stage_compute.hpp"
@@ -242,5 +246,95 @@ TEST(MoeFlops, CpuComputeMatchesTheAnalyticCount) {
       EXPECT_NEAR(counted, analytic, 1e-9 * analytic) << c.architecture_name << " tp " << tp;
       for (float v : hidden) ASSERT_TRUE(std::isfinite(v)) << c.architecture_name;
     }
+  }
+}
+
+// The ranks of a TP group as threads of one process: each reduce() waits for the others and
+// hands every rank the sum, as the MPI all-reduce does.
+class ThreadGroupSum {
+ public:
+  explicit ThreadGroupSum(int ranks) : ranks_(ranks) {}
+  void sum(float* data, int count) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    const long long round = round_;
+    if (arrived_ == 0) total_.assign(data, data + count);
+    else
+      for (int i = 0; i < count; ++i) total_[i] += data[i];
+    if (++arrived_ == ranks_) {
+      arrived_ = 0;
+      ++round_;
+      result_ = total_;
+      changed_.notify_all();
+    } else {
+      changed_.wait(lock, [&] { return round_ != round; });
+    }
+    std::copy_n(result_.begin(), count, data);
+  }
+
+ private:
+  const int ranks_;
+  std::mutex mutex_;
+  std::condition_variable changed_;
+  int arrived_ = 0;
+  long long round_ = 0;
+  std::vector<float> total_, result_;
+};
+
+class ThreadReduce final : public dist::TpAllReduce {
+ public:
+  explicit ThreadReduce(ThreadGroupSum& group) : TpAllReduce(false), group_(group) {}
+
+ private:
+  void reduce(float* data, int count) override { group_.sum(data, count); }
+  ThreadGroupSum& group_;
+};
+
+// Whole experts per rank: a rank runs the experts it holds on the tokens that chose them, so
+// its share follows the routing, but the group together runs exactly the analytic count, and
+// computes what the sliced experts compute.
+TEST(MoeFlops, WholeExpertsPerRankSumToTheAnalyticCount) {
+  const model::ModelConfig c = model::parse_config(qwen3_moe(), "flops");
+  const model::ModelShape shape = model::shape_from_config(c);
+  const auto source = model::make_synthetic_source(c, 5);
+  const int tp = 2, tokens = 40;
+  std::vector<int32_t> ids(tokens);
+  for (int t = 0; t < tokens; ++t) ids[t] = (t * 7) % c.vocab_size;
+  std::map<model::ExpertSplit, std::vector<float>> hidden_of;
+  for (model::ExpertSplit split : {model::ExpertSplit::kWidth, model::ExpertSplit::kExperts}) {
+    ThreadGroupSum group(tp);
+    std::vector<double> flops(tp);
+    std::vector<std::vector<float>> hidden(tp);
+    auto rank_main = [&](int rank) {
+      const model::ShardSpec shard = model::make_shard_spec(c, tp, rank, split);
+      model::StageWeights weights = model::load_stage_weights(c, *source, {0, c.num_layers}, true, false, shard);
+      kv::PagedKvPool pool({c.num_layers, shard.kv_heads, c.head_dim, 16}, 3);
+      ThreadReduce reduce(group);
+      compute::CpuStageCompute stage(c, shard, std::move(weights), pool, &reduce);
+      hidden[rank].resize(static_cast<size_t>(tokens) * c.hidden_size);
+      stage.embed(ids.data(), tokens, hidden[rank].data());
+      const double before = cpu::counted_gemm_flops();
+      stage.forward({0, 0, tokens}, hidden[rank].data());
+      flops[rank] = cpu::counted_gemm_flops() - before;
+    };
+    std::thread other(rank_main, 1);
+    rank_main(0);
+    other.join();
+    const double analytic = tp * model::rank_chunk_flops(shape, 0, c.num_layers, tokens, 0, tp);
+    EXPECT_NEAR(flops[0] + flops[1], analytic, 1e-9 * analytic) << model::expert_split_name(split);
+    EXPECT_EQ(hidden[0], hidden[1]);  // every rank of the group holds the same residual stream
+    hidden_of[split] = hidden[0];
+  }
+  const auto& width = hidden_of[model::ExpertSplit::kWidth];
+  const auto& whole = hidden_of[model::ExpertSplit::kExperts];
+  for (size_t i = 0; i < width.size(); ++i) EXPECT_NEAR(whole[i], width[i], 1e-4 * (1 + std::abs(width[i])));
+  const model::ShardSpec second = model::make_shard_spec(c, tp, 1, model::ExpertSplit::kExperts);
+  EXPECT_EQ(second.expert_begin, 4);
+  EXPECT_EQ(second.expert_count, 4);
+  EXPECT_EQ(second.expert_intermediate, 32);
+  try {
+    model::validate_tensor_parallel(c, 16, model::ExpertSplit::kExperts);
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("allows: 1, 2"), std::string::npos) << e.what();
   }
 }

@@ -59,6 +59,7 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"fold_tail", true},
                                    {"profile_points", 16},
                                    {"cost_model", "analytic:h20"},
+                                   {"expert_split", "width"},
                                    {"trace", "t.json"},
                                    {"ring_depth", 3},
                                    {"watchdog_timeout_s", 1800.0},

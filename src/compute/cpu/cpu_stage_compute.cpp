@@ -117,8 +117,8 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   void route() override { cpu::route_tokens(s_.normed_.data(), t_, shape_.hidden, *w_, s_.config_.moe, s_.moe_ws_); }
 
   void routed_experts() override {
-    cpu::routed_experts(s_.normed_.data(), t_, shape_.hidden, s_.shard_.expert_intermediate, *w_, s_.moe_ws_,
-                        s_.proj_.data());
+    cpu::routed_experts(s_.normed_.data(), t_, shape_.hidden, s_.shard_.expert_intermediate, s_.shard_.expert_begin,
+                        *w_, s_.moe_ws_, s_.proj_.data());
   }
 
   void shared_expert() override {

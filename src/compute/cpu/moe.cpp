@@ -98,11 +98,12 @@ void route_tokens(const float* x, int tokens, int hidden, const model::LayerWeig
   for (int slot = 0; slot < static_cast<int>(r.expert.size()); ++slot) ws.slot_of[next[r.expert[slot]]++] = slot;
 }
 
-void routed_experts(const float* x, int tokens, int hidden, int width, const model::LayerWeights& layer,
-                    MoeWorkspace& ws, float* out) {
+void routed_experts(const float* x, int tokens, int hidden, int width, int expert_begin,
+                    const model::LayerWeights& layer, MoeWorkspace& ws, float* out) {
   std::fill(out, out + static_cast<size_t>(tokens) * hidden, 0.0f);
   const int k = ws.routing.k;
-  for (size_t e = 0; e < layer.experts.size(); ++e) {
+  for (size_t local = 0; local < layer.experts.size(); ++local) {
+    const size_t e = expert_begin + local;
     const int first = ws.first_slot[e], count = ws.first_slot[e + 1] - first;
     if (count == 0) continue;
     ws.rows.resize(static_cast<size_t>(count) * hidden);
@@ -110,7 +111,7 @@ void routed_experts(const float* x, int tokens, int hidden, int width, const mod
       const int token = ws.slot_of[first + i] / k;
       std::copy_n(x + static_cast<size_t>(token) * hidden, hidden, ws.rows.data() + static_cast<size_t>(i) * hidden);
     }
-    const model::SwigluWeights& w = layer.experts[e];
+    const model::SwigluWeights& w = layer.experts[local];
     ws.gate_up.resize(static_cast<size_t>(count) * 2 * width);
     ws.activation.resize(static_cast<size_t>(count) * width);
     ws.out.resize(static_cast<size_t>(count) * hidden);

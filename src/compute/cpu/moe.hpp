@@ -1,7 +1,8 @@
 // Mixture-of-experts feed-forward on the CPU: the router picks each token's top-k experts
 // (Hugging Face semantics per family), tokens are grouped by expert so that each expert
 // runs two GEMMs on exactly its tokens, and the weighted results are summed per token.
-// Each TP rank runs its slice of every expert's width; the sum is then a partial sum.
+// Each TP rank runs its slice of every expert's width, or its whole experts
+// (model::ExpertSplit); either way the sum is a partial sum the TP group reduces.
 #pragma once
 
 #include <vector>
@@ -34,10 +35,11 @@ void route_tokens(const float* x, int tokens, int hidden, const model::LayerWeig
 void choose_experts(const float* logits, const float* correction_bias, const model::MoeConfig& moe, int* expert,
                     float* weight);
 
-// out [tokens, hidden] = sum over each token's experts of weight * expert(x), with expert
-// width `width` (this rank's slice), using ws.routing.
-void routed_experts(const float* x, int tokens, int hidden, int width, const model::LayerWeights& layer,
-                    MoeWorkspace& ws, float* out);
+// out [tokens, hidden] = sum over each token's experts of weight * expert(x), using
+// ws.routing, over the experts this rank holds (layer.experts[i] is expert expert_begin + i),
+// each `width` wide (a slice, or whole).
+void routed_experts(const float* x, int tokens, int hidden, int width, int expert_begin,
+                    const model::LayerWeights& layer, MoeWorkspace& ws, float* out);
 // out += [sigmoid(x . gate) *] shared expert(x), width `width` (this rank's slice).
 void shared_expert(const float* x, int tokens, int hidden, int width, const model::LayerWeights& layer,
                    MoeWorkspace& ws, float* out);
