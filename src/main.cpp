@@ -150,6 +150,11 @@ static int run_command(int argc, char** argv) {
                     ? (" (" + std::to_string(plan.reused_tokens()) + " more reused from shared prefixes)").c_str()
                     : "",
                 plan.micro_batches.size());
+    if (shape.mla())
+      std::printf("kv cache: latent attention keeps %.0f values a token a layer for all %d heads (kv_lora_rank %d + "
+                  "rope %d), %.1fx less than their own K and V (%.0f)\n",
+                  shape.cached_values_per_token(), shape.num_heads, shape.kv_lora_rank, shape.qk_rope_head_dim,
+                  shape.full_kv_values_per_token() / shape.cached_values_per_token(), shape.full_kv_values_per_token());
     std::fflush(stdout);
   }
 

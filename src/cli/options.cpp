@@ -352,7 +352,8 @@ OptionTable<SimulateOptions> simulate_table() {
 OptionTable<MakeModelOptions> make_model_table() {
   using M = MakeModelOptions;
   OptionTable<M> t;
-  t.add("preset", "tiny, tiny-qwen2, tiny-qwen3, small or llama3-8b", &M::preset).required();
+  t.add("preset", "tiny, tiny-qwen2, tiny-qwen3, tiny-moe, tiny-mla, small, small-moe or llama3-8b", &M::preset)
+      .required();
   t.add("out", "directory to create", &M::out).required();
   t.add("seed", "weight seed", &M::seed);
   t.add("dtype", "stored dtype: f32 or bf16", &M::dtype).check([](const std::string& dtype) {

@@ -11,14 +11,17 @@ namespace {
 double chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0) {
   double total = 0;
   for (int layer = first_layer; layer < first_layer + layer_count; ++layer)
-    total += shape.matmul_flops(layer, tokens) + shape.attention_flops(static_cast<double>(pos0), tokens);
+    total += shape.matmul_flops(layer, tokens) + shape.attention_flops(static_cast<double>(pos0), tokens) +
+             shape.latent_expansion_flops(static_cast<double>(pos0), tokens);
   return total;
 }
 
 double rank_chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0, int tp) {
   double total = 0;
   for (int layer = first_layer; layer < first_layer + layer_count; ++layer)
-    total += shape.rank_matmul_flops(layer, tokens, tp) + shape.attention_flops(static_cast<double>(pos0), tokens) / tp;
+    total += shape.rank_matmul_flops(layer, tokens, tp) +
+             (shape.attention_flops(static_cast<double>(pos0), tokens) +
+              shape.latent_expansion_flops(static_cast<double>(pos0), tokens)) / tp;
   return total;
 }
 
@@ -36,7 +39,7 @@ double ModelShape::matmul_flops(int layer, double x) const {
   if (mla()) {
     const double qk = head_dim, v = v_head_dim, heads = num_heads;
     const double q = q_lora_rank > 0 ? h * q_lora_rank + q_lora_rank * heads * qk : h * heads * qk;
-    const double kv = h * (kv_lora_rank + qk_rope_head_dim) + kv_lora_rank * heads * (qk - qk_rope_head_dim + v);
+    const double kv = h * (kv_lora_rank + qk_rope_head_dim);  // kv_b's expansion: latent_expansion_flops
     attention_proj = 2.0 * x * (q + kv + heads * v * h);
   } else {
     const double q = static_cast<double>(num_heads) * head_dim, kv = static_cast<double>(num_kv_heads) * head_dim;
@@ -61,7 +64,8 @@ double ModelShape::attention_flops(double prefix, double x) const {
 
 double ModelShape::active_parameters() const {
   double total = 0;
-  for (int layer = 0; layer < num_layers; ++layer) total += matmul_flops(layer, 1.0) / 2.0;
+  for (int layer = 0; layer < num_layers; ++layer)
+    total += (matmul_flops(layer, 1.0) + latent_expansion_flops(0.0, 1.0)) / 2.0;  // kv_b once per token
   const double embedding = static_cast<double>(hidden_size) * vocab_size;
   return total + embedding * (tie_word_embeddings ? 1.0 : 2.0);
 }

@@ -44,13 +44,17 @@ struct ModelShape {
   bool moe_layer(int layer) const {
     return moe() && (layer >= static_cast<int>(sparse_layer.size()) || sparse_layer[static_cast<size_t>(layer)]);
   }
-  // Multiply-add width per (query, key, head) of attention: q.k plus p.v. MLA is computed
-  // absorbed (docs/choices.md): q and v live in the latent space, kv_lora_rank + qk_rope wide.
-  double attention_width() const {
-    return mla() ? 2.0 * (kv_lora_rank + qk_rope_head_dim) : static_cast<double>(head_dim) + v_head_dim;
+  // Multiply-add width per (query, key, head) of attention: q.k plus p.v (MLA attends
+  // expanded, as SGLang's prefill does: docs/choices.md).
+  double attention_width() const { return static_cast<double>(head_dim) + v_head_dim; }
+  // MLA: expanding the latents of a chunk's prefix and its own tokens into every head's
+  // k_nope and v, once per chunk and layer (the prefix part is the cost model's gamma * L).
+  double latent_expansion_flops(double prefix, double tokens) const {
+    return mla() ? 2.0 * (prefix + tokens) * kv_lora_rank * num_heads * (head_dim - qk_rope_head_dim + v_head_dim)
+                 : 0.0;
   }
   // FLOPs of one layer (all TP ranks together) for a chunk of x tokens after a prefix of L.
-  double matmul_flops(int layer, double tokens) const;                     // projections, MLP / experts, router
+  double matmul_flops(int layer, double tokens) const;  // projections, MLP / experts, router (not MLA's expansion)
   // The part of matmul_flops every TP rank computes whole (the router, Qwen2-MoE's shared
   // gate, MLA's q_a and kv_a projections), and one rank's share of the layer's matmuls.
   double replicated_matmul_flops(int layer, double tokens) const;
@@ -60,6 +64,15 @@ struct ModelShape {
   }
   double attention_flops(double prefix, double tokens) const;              // QK^T and PV, causal
   double lm_head_flops() const { return 2.0 * hidden_size * vocab_size; }  // one position
+  // Values the KV cache keeps per token and layer (whole model width): MLA's latent and rope
+  // key, shared by every head; else K and V of each KV head. And what full per-head K and V
+  // would take (MLA's heads each expand their own).
+  double cached_values_per_token() const {
+    return mla() ? kv_lora_rank + qk_rope_head_dim : 2.0 * num_kv_heads * head_dim;
+  }
+  double full_kv_values_per_token() const {
+    return mla() ? static_cast<double>(num_heads) * (head_dim + v_head_dim) : cached_values_per_token();
+  }
   // Parameters that take part in one token's forward (active parameters), the embedding
   // and lm_head included (once when tied).
   double active_parameters() const;

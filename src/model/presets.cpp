@@ -1,5 +1,6 @@
 // Preset shapes. `tiny*` are for tests (fast on 2 cores, every architecture feature on),
-// `small` (~250M parameters) for CPU benchmarks, `llama3-8b` is the real Llama-3-8B shape.
+// `small` (~250M parameters) and `small-moe` (the same active size) for CPU benchmarks,
+// `llama3-8b` is the real Llama-3-8B shape.
 #include "model/presets.hpp"
 
 #include "errors.hpp"
@@ -25,10 +26,54 @@ ModelConfig tiny() {
   return c;
 }
 
+// Qwen3-MoE shaped: 8 experts, top 2, a dense first layer (mlp_only_layers [0]).
+ModelConfig moe(ModelConfig c, int experts, int per_token, int width) {
+  c.architecture = Architecture::kQwen3Moe;
+  c.architecture_name = "Qwen3MoeForCausalLM";
+  c.qk_norm = true;
+  c.moe.experts = experts;
+  c.moe.experts_per_token = per_token;
+  c.moe.intermediate = width;
+  c.moe.norm_topk_prob = true;
+  c.moe.sparse_layer.assign(c.num_layers, true);
+  c.moe.sparse_layer[0] = false;
+  return c;
+}
+
+// DeepSeek-V3 shaped: MLA with q LoRA, YaRN, a dense first layer, a shared expert, the
+// sigmoid router over 4 groups of 2 experts choosing among the best 2 groups.
+ModelConfig tiny_mla() {
+  ModelConfig c = tiny();
+  c.architecture = Architecture::kDeepseekV3;
+  c.architecture_name = "DeepseekV3ForCausalLM";
+  c.num_layers = 4;
+  c.num_kv_heads = c.num_heads;
+  c.mla = {64, 64, 32, 16, 32, true};
+  c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;
+  c.rope_scaling = {};
+  c.rope_scaling.yarn = true;
+  c.rope_scaling.factor = 8.0;
+  c.rope_scaling.original_max_position_embeddings = 256;
+  c.rope_scaling.mscale = 1.0;
+  c.rope_scaling.mscale_all_dim = 1.0;
+  c.moe.experts = 8;
+  c.moe.experts_per_token = 2;
+  c.moe.intermediate = 64;
+  c.moe.shared_intermediate = 64;
+  c.moe.router = Router::kSigmoidGrouped;
+  c.moe.norm_topk_prob = true;
+  c.moe.routed_scaling_factor = 2.5;
+  c.moe.groups = 4;
+  c.moe.topk_groups = 2;
+  c.moe.score_correction_bias = true;
+  c.moe.sparse_layer = {false, true, true, true};
+  return c;
+}
+
 }  // namespace
 
 std::vector<std::string> preset_names() {
-  return {"tiny", "tiny-qwen2", "tiny-qwen3", "small", "llama3-8b"};
+  return {"tiny", "tiny-qwen2", "tiny-qwen3", "tiny-moe", "tiny-mla", "small", "small-moe", "llama3-8b"};
 }
 
 ModelConfig preset_config(const std::string& name) {
@@ -66,6 +111,11 @@ ModelConfig preset_config(const std::string& name) {
     c.rope_theta = 500000.0;
     return c;  // 12 * 15.7M + 2 * 32.8M = 254M parameters
   }
+  if (name == "tiny-moe") return moe(preset_config("tiny-qwen3"), 8, 2, 64);
+  if (name == "tiny-mla") return tiny_mla();
+  // `small`'s active size: 4 of 16 experts as wide as small's MLP / 4 (12.6M active MLP
+  // parameters a layer, 50M stored).
+  if (name == "small-moe") return moe(preset_config("small"), 16, 4, 1024);
   if (name == "llama3-8b") {
     ModelConfig c;
     c.hidden_size = 4096;

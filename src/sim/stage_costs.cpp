@@ -19,6 +19,10 @@ std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, cons
     cost.chunk.form = sched::CostForm::kPrefixAware;
     for (int layer = partition[s].first; layer < partition[s].first + partition[s].count; ++layer) {
       cost.chunk.b += shape.rank_matmul_flops(layer, 1.0, tp) / device_matmul_rate;
+      // MLA expands the chunk's own latents (per token) and its prefix's (per prefix token).
+      const double expansion = shape.latent_expansion_flops(0.0, 1.0) / matmul_rate;
+      cost.chunk.b += expansion;
+      cost.chunk.gamma += expansion;
       // attention_flops(L, x) = k (2Lx + x^2 + x) with k = num_heads (dqk + dv): quadratic + linear parts.
       const double k = shape.num_heads * shape.attention_width() / attention_rate;
       cost.chunk.a += k;

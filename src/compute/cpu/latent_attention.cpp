@@ -1,9 +1,10 @@
-// Absorbed multi-head latent attention (see latent_attention.hpp).
+// Multi-head latent attention, expanded per key block (see latent_attention.hpp).
 #include "compute/cpu/latent_attention.hpp"
 
 #include <cblas.h>
 
 #include <algorithm>
+#include <cmath>
 
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
@@ -13,6 +14,8 @@ namespace {
 
 // DeepSeek's two LoRA norms are built with RMSNorm's default eps, not the config's.
 constexpr float kLoraNormEps = 1e-6f;
+constexpr int kKeyBlock = 256;     // keys expanded at a time, rounded to whole pages
+constexpr float kMasked = -1e30f;  // finite: exp underflows to exactly 0, no inf - inf
 
 }  // namespace
 
@@ -45,33 +48,92 @@ void latent_rope(float* q, int tokens, const model::ModelConfig& c, int heads, i
              rope_scale);
 }
 
+double latent_attention_flops(const model::ModelConfig& c, int heads, int tokens, int pos0) {
+  const model::MlaConfig& m = c.mla;
+  const double keys = static_cast<double>(tokens) * pos0 + 0.5 * tokens * (tokens + 1.0);
+  const double expansion = 2.0 * (static_cast<double>(pos0) + tokens) * m.kv_lora_rank * heads *
+                           (m.qk_nope_head_dim + m.v_head_dim);
+  return expansion + 2.0 * heads * (c.head_dim + m.v_head_dim) * keys;
+}
+
 void latent_attention(const float* q, int tokens, int pos0, const kv::KvLayerView& kv, const model::ModelConfig& c,
                       int heads, const model::LayerWeights& l, float* out, LatentWorkspace& ws) {
   const model::MlaConfig& m = c.mla;
   const int nope = m.qk_nope_head_dim, rope = m.qk_rope_head_dim, v = m.v_head_dim, rank = m.kv_lora_rank;
-  const int lw = m.latent_width(), qk = c.head_dim, kv_b_rows = nope + v;
-  const int64_t wide = static_cast<int64_t>(heads) * lw;  // row width of the absorbed q and the latent output
-  ws.q_absorbed.resize(static_cast<size_t>(tokens) * wide);
-  ws.out_latent.resize(static_cast<size_t>(tokens) * wide);
-  for (int head = 0; head < heads; ++head) {
-    // q_latent = q_nope . W_UK: W_UK is kv_b's [nope, kv_lora] rows of this head.
-    const float* w_uk = l.kv_b.data() + static_cast<int64_t>(head) * kv_b_rows * rank;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, tokens, rank, nope, 1.0f, q + head * qk,
-                static_cast<int64_t>(heads) * qk, w_uk, rank, 0.0f, ws.q_absorbed.data() + head * lw, wide);
-    count_gemm_flops(2.0 * tokens * rank * nope);
-    for (int t = 0; t < tokens; ++t)
-      std::copy_n(q + static_cast<int64_t>(t) * heads * qk + head * qk + nope, rope,
-                  ws.q_absorbed.data() + t * wide + head * lw + rank);
+  const int lw = m.latent_width(), qk = c.head_dim, per_head = nope + v, expanded_width = heads * per_head;
+  const int64_t q_stride = static_cast<int64_t>(heads) * qk;
+  const int page_size = kv.pool->shape().page_size;
+  const int key_block = std::max(1, kKeyBlock / page_size) * page_size;
+  const float scale = static_cast<float>(c.softmax_scale());
+  const auto& pages = *kv.pages;
+
+  ws.expanded.resize(static_cast<size_t>(key_block) * expanded_width);
+  ws.rope_keys.resize(static_cast<size_t>(key_block) * rope);
+  ws.scores.resize(static_cast<size_t>(tokens) * key_block);
+  ws.acc.assign(static_cast<size_t>(heads) * tokens * v, 0.0f);
+  ws.row_max.assign(static_cast<size_t>(heads) * tokens, kMasked);
+  ws.row_sum.assign(static_cast<size_t>(heads) * tokens, 0.0f);
+
+  const int last_pos = pos0 + tokens - 1;
+  for (int k0 = 0; k0 <= last_pos; k0 += key_block) {
+    const int nk = std::min(key_block, last_pos + 1 - k0);
+    // Expand the block's latents into every local head's k_nope | v, page by page, and gather
+    // the shared rope keys.
+    for (int c0 = 0; c0 < nk; c0 += page_size) {
+      const int n = std::min(page_size, nk - c0);
+      const float* rows = kv.pool->key_page(kv.layer, pages[(k0 + c0) / page_size], 0);  // [page_size, lw]
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, expanded_width, rank, 1.0f, rows, lw, l.kv_b.data(),
+                  rank, 0.0f, ws.expanded.data() + static_cast<int64_t>(c0) * expanded_width, expanded_width);
+      for (int r = 0; r < n; ++r)
+        std::copy_n(rows + static_cast<int64_t>(r) * lw + rank, rope, ws.rope_keys.data() + (c0 + r) * rope);
+    }
+    count_gemm_flops(2.0 * nk * rank * expanded_width);
+    // Queries whose position is below k0 see none of this block; the first visible row:
+    const int first_row = std::max(0, k0 - pos0);
+    const int rows = tokens - first_row;
+    for (int head = 0; head < heads; ++head) {
+      const float* q_head = q + first_row * q_stride + head * qk;
+      float* s = ws.scores.data();
+      // S = q_nope . k_nope^T + q_rope . k_rope^T, scaled.
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, nope, scale, q_head, q_stride,
+                  ws.expanded.data() + head * per_head, expanded_width, 0.0f, s, key_block);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, rope, scale, q_head + nope, q_stride,
+                  ws.rope_keys.data(), rope, 1.0f, s, key_block);
+      for (int r = 0; r < rows; ++r) {
+        float* row = s + static_cast<int64_t>(r) * key_block;
+        const int visible = pos0 + first_row + r - k0 + 1;  // keys k0 .. the query's position
+        for (int col = std::max(visible, 0); col < nk; ++col) row[col] = kMasked;
+        const size_t at = static_cast<size_t>(head) * tokens + first_row + r;
+        float block_max = kMasked;
+        for (int col = 0; col < nk; ++col) block_max = std::max(block_max, row[col]);
+        const float new_max = std::max(ws.row_max[at], block_max);
+        const float correction = std::exp(ws.row_max[at] - new_max);
+        for (int col = 0; col < nk; ++col) row[col] -= new_max;
+        exp_inplace(row, nk);
+        float sum = 0.0f;
+        for (int col = 0; col < nk; ++col) sum += row[col];
+        ws.row_sum[at] = ws.row_sum[at] * correction + sum;
+        ws.row_max[at] = new_max;
+        if (correction != 1.0f) {
+          float* a = ws.acc.data() + at * v;
+          for (int i = 0; i < v; ++i) a[i] *= correction;
+        }
+      }
+      // acc += P . v_head
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, v, nk, 1.0f, s, key_block,
+                  ws.expanded.data() + head * per_head + nope, expanded_width, 1.0f,
+                  ws.acc.data() + (static_cast<size_t>(head) * tokens + first_row) * v, v);
+    }
   }
-  chunk_attention_scaled(ws.q_absorbed.data(), wide, tokens, pos0, kv, heads, static_cast<float>(c.softmax_scale()),
-                         ws.out_latent.data(), wide, ws.attention);
-  for (int head = 0; head < heads; ++head) {
-    // out = out_latent[:, :kv_lora] . W_UV^T: W_UV is kv_b's [v, kv_lora] rows of this head.
-    const float* w_uv = l.kv_b.data() + (static_cast<int64_t>(head) * kv_b_rows + nope) * rank;
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, tokens, v, rank, 1.0f, ws.out_latent.data() + head * lw, wide,
-                w_uv, rank, 0.0f, out + head * v, static_cast<int64_t>(heads) * v);
-    count_gemm_flops(2.0 * tokens * v * rank);
-  }
+  count_gemm_flops(2.0 * heads * (qk + v) * (static_cast<double>(tokens) * pos0 + 0.5 * tokens * (tokens + 1.0)));
+  for (int head = 0; head < heads; ++head)
+    for (int t = 0; t < tokens; ++t) {
+      const size_t at = static_cast<size_t>(head) * tokens + t;
+      const float inv = 1.0f / ws.row_sum[at];
+      const float* a = ws.acc.data() + at * v;
+      float* dst = out + static_cast<int64_t>(t) * heads * v + head * v;
+      for (int i = 0; i < v; ++i) dst[i] = a[i] * inv;
+    }
 }
 
 }  // namespace pf::cpu
