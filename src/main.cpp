@@ -40,6 +40,7 @@
 #include "sched/plan_flops.hpp"       // defines: plan_flops (for the achieved rate)
 #include "sched/prefix_sharing.hpp"   // defines: find_shared_prefixes (prefix reuse inside the batch)
 #include "trace/chrome_trace.hpp"     // defines: write_chrome_trace
+#include "trace/expert_load.hpp"      // defines: gather_expert_load, print_expert_load
 #include "trace/summary.hpp"          // defines: summarize, print_summary
 #include "trace/traffic.hpp"          // defines: gather_traffic, print_traffic (bytes vs the seed's formulas)
 
@@ -210,6 +211,8 @@ static int run_command(int argc, char** argv) {
       trace::gather_traffic(topo, plan, shape.hidden_size, shape.hidden_size * dist::kActivationWireBytes,
                             rank_model.partition, traffic);
   traffic_report.allreduce_modelled = emulate;
+  const trace::ExpertLoad expert_load =
+      trace::gather_expert_load(topo, backend.compute->expert_rows(), emulate ? 0 : shape.experts);
   if (writer) {
     const trace::RunSummary summary = trace::summarize(plan, events, topo.pp, topo.tp, wall_s, sched::plan_flops(shape, plan));
     const bool complete =
@@ -218,6 +221,7 @@ static int run_command(int argc, char** argv) {
     if (!options.quiet) {
       trace::print_summary(summary, stdout);
       trace::print_traffic(traffic_report, stdout);
+      trace::print_expert_load(expert_load, stdout);
       if (results->scored_tokens() > 0)
         std::printf("log-probs: %lld tokens scored this run, perplexity %.4g (exp of their mean NLL; per prompt in "
                     "/perplexity)\n",

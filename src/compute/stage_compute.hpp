@@ -72,6 +72,9 @@ class StageCompute {
   virtual void share_prefix(int /*source*/, int /*dest*/, int64_t /*tokens*/) {}
   // The prompt's last chunk has passed this stage: free what it held (KV pages).
   virtual void finish_prompt(int prompt) = 0;
+  // MoE models: rows the router sent to each expert so far, [local layers][experts] (dense
+  // layers count none); empty where the backend does not count (trace/expert_load.hpp).
+  virtual std::vector<int64_t> expert_rows() const { return {}; }
 
   // Profiling support. Makes `prefix` tokens of `prompt` look computed (K/V present) so a
   // chunk after them can be timed; returns how many tokens (prefix + chunk) the stage can hold.

@@ -20,6 +20,7 @@
 #include "model/model_shape.hpp"
 #include "model/tensor_source.hpp"
 #include "model/weights.hpp"
+#include "trace/expert_load.hpp"
 
 using namespace pf;
 using nlohmann::json;
@@ -337,4 +338,16 @@ TEST(MoeFlops, WholeExpertsPerRankSumToTheAnalyticCount) {
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("allows: 1, 2"), std::string::npos) << e.what();
   }
+}
+
+TEST(ExpertLoad, BusiestExpertAndBusiestRankOfWholeExperts) {
+  trace::ExpertLoad load;
+  load.experts = 4;
+  load.tp = 2;
+  load.rows = {{10, 10, 10, 10}, {40, 0, 0, 0}, {30, 10, 0, 0}};
+  // busiest / mean expert: 1, 4, 3 -> 8/3; busiest rank / even share: 1, 2, 2 -> 5/3.
+  EXPECT_NEAR(load.max_over_mean(), 8.0 / 3.0, 1e-12);
+  EXPECT_NEAR(load.busiest_rank_share(), 5.0 / 3.0, 1e-12);
+  load.tp = 3;  // 4 experts do not split into 3 ranks
+  EXPECT_EQ(load.busiest_rank_share(), 0.0);
 }

@@ -114,7 +114,13 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
     cpu::latent_projections(s_.normed_.data(), t_, s_.config_, shape_.heads, *w_, s_.qkv_.data(), s_.latent_ws_);
   }
 
-  void route() override { cpu::route_tokens(s_.normed_.data(), t_, shape_.hidden, *w_, s_.config_.moe, s_.moe_ws_); }
+  void route() override {
+    cpu::route_tokens(s_.normed_.data(), t_, shape_.hidden, *w_, s_.config_.moe, s_.moe_ws_);
+    const int experts = s_.config_.moe.experts;
+    s_.expert_rows_.resize(s_.weights_.layers.size() * experts);
+    for (int e = 0; e < experts; ++e)
+      s_.expert_rows_[static_cast<size_t>(layer_) * experts + e] += s_.moe_ws_.first_slot[e + 1] - s_.moe_ws_.first_slot[e];
+  }
 
   void routed_experts() override {
     cpu::routed_experts(s_.normed_.data(), t_, shape_.hidden, s_.shard_.expert_intermediate, s_.shard_.expert_begin,

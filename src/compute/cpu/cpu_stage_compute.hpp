@@ -38,6 +38,7 @@ class CpuStageCompute final : public StageCompute {
   void write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) override;
   void share_prefix(int source, int dest, int64_t tokens) override { kv_pool_.share(source, dest, tokens); }
   void finish_prompt(int prompt) override { kv_pool_.release(prompt); }
+  std::vector<int64_t> expert_rows() const override { return expert_rows_; }
   // Fills the prefix's K/V with random values: attention's cost does not depend on them.
   void prepare_prefix(int prompt, int64_t prefix, int tokens) override;
   int64_t capacity_tokens() const override {
@@ -62,6 +63,7 @@ class CpuStageCompute final : public StageCompute {
   cpu::AttentionWorkspace attention_ws_;
   cpu::LatentWorkspace latent_ws_;  // MLA models
   cpu::MoeWorkspace moe_ws_;        // MoE models
+  std::vector<int64_t> expert_rows_;  // [local layers][experts]: rows routed so far
 };
 
 }  // namespace pf::compute

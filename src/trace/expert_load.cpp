@@ -1,0 +1,66 @@
+// Expert load: gathering and the summary line (see expert_load.hpp).
+#include "trace/expert_load.hpp"
+
+#include <algorithm>
+#include <numeric>
+
+#include "dist/collectives.hpp"
+
+namespace pf::trace {
+
+double ExpertLoad::max_over_mean() const {
+  double sum = 0;
+  int layers = 0;
+  for (const auto& layer : rows) {
+    const double total = std::accumulate(layer.begin(), layer.end(), 0.0);
+    if (total <= 0) continue;
+    sum += *std::max_element(layer.begin(), layer.end()) / (total / experts);
+    ++layers;
+  }
+  return layers ? sum / layers : 0.0;
+}
+
+double ExpertLoad::busiest_rank_share() const {
+  if (tp <= 1 || experts % tp != 0) return 0.0;
+  const int per_rank = experts / tp;
+  double sum = 0;
+  int layers = 0;
+  for (const auto& layer : rows) {
+    const double total = std::accumulate(layer.begin(), layer.end(), 0.0);
+    if (total <= 0) continue;
+    double busiest = 0;
+    for (int rank = 0; rank < tp; ++rank)
+      busiest = std::max(busiest, std::accumulate(layer.begin() + rank * per_rank,
+                                                  layer.begin() + (rank + 1) * per_rank, 0.0));
+    sum += busiest / (total / tp);
+    ++layers;
+  }
+  return layers ? sum / layers : 0.0;
+}
+
+ExpertLoad gather_expert_load(const dist::Topology& topo, const std::vector<int64_t>& mine, int experts) {
+  const bool speaks = topo.tp_rank == 0;
+  const auto all = dist::gather_vector(speaks ? mine : std::vector<int64_t>(), 0, MPI_COMM_WORLD);
+  ExpertLoad load;
+  load.experts = experts;
+  load.tp = topo.tp;
+  if (experts <= 0) return load;
+  for (const auto& stage : all)  // ranks in order: stages in order, their layers in order
+    for (size_t at = 0; at + experts <= stage.size(); at += experts) {
+      std::vector<int64_t> layer(stage.begin() + at, stage.begin() + at + experts);
+      if (std::accumulate(layer.begin(), layer.end(), int64_t{0}) > 0) load.rows.push_back(std::move(layer));
+    }
+  return load;
+}
+
+void print_expert_load(const ExpertLoad& load, std::FILE* out) {
+  if (load.rows.empty()) return;
+  std::fprintf(out, "experts: the busiest of %d experts took %.2fx the mean expert's tokens (mean over %zu MoE layers)",
+               load.experts, load.max_over_mean(), load.rows.size());
+  if (load.busiest_rank_share() > 0)
+    std::fprintf(out, "; with whole experts per TP rank the busiest of %d ranks would take %.2fx its share", load.tp,
+                 load.busiest_rank_share());
+  std::fprintf(out, "\n");
+}
+
+}  // namespace pf::trace
