@@ -4,8 +4,8 @@
 
 #include <algorithm>
 #include <cstdio>
-#include <stdexcept>
 #include <fstream>
+#include <stdexcept>
 
 #include "errors.hpp"
 
@@ -208,8 +208,8 @@ std::vector<bool> read_sparse_layers(const Reader& config, const std::string& fa
       if (!list.is_array()) config.fail("mlp_only_layers", "must be a list of layer indices", list);
       for (const auto& entry : list) {
         if (!entry.is_number_integer() || entry.get<long long>() < 0 || entry.get<long long>() >= num_layers)
-          config.fail("mlp_only_layers",
-                      "must list layer indices in [0, " + std::to_string(num_layers - 1) + "]", entry);
+          config.fail("mlp_only_layers", "must list layer indices in [0, " + std::to_string(num_layers - 1) + "]",
+                      entry);
         sparse[entry.get<size_t>()] = false;
       }
     }
@@ -384,8 +384,8 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   c.rope_scaling = rope.scaling;
   c.tie_word_embeddings = config.boolean_or("tie_word_embeddings", false);
   // Qwen2-MoE's config names its biases qkv_bias.
-  c.attention_bias = config.boolean_or(c.architecture == Architecture::kQwen2Moe ? "qkv_bias" : "attention_bias",
-                                       info.attention_bias);
+  c.attention_bias =
+      config.boolean_or(c.architecture == Architecture::kQwen2Moe ? "qkv_bias" : "attention_bias", info.attention_bias);
   c.qk_norm = info.qk_norm;
   require_value_or_absent(config, "hidden_act", "silu", "pipefill's feed-forward is SwiGLU");
   // A sliding window changes which keys a query sees; pipefill attends to the whole prompt.
@@ -484,10 +484,14 @@ nlohmann::json to_json(const ModelConfig& c) {
                             {"high_freq_factor", r.high_freq_factor},
                             {"original_max_position_embeddings", r.original_max_position_embeddings}};
   if (r.yarn)
-    json["rope_scaling"] = {{"rope_type", "yarn"},          {"factor", r.factor},
-                            {"beta_fast", r.beta_fast},     {"beta_slow", r.beta_slow},
-                            {"mscale", r.mscale},           {"mscale_all_dim", r.mscale_all_dim},
-                            {"attention_factor", r.attention_factor}, {"truncate", r.truncate},
+    json["rope_scaling"] = {{"rope_type", "yarn"},
+                            {"factor", r.factor},
+                            {"beta_fast", r.beta_fast},
+                            {"beta_slow", r.beta_slow},
+                            {"mscale", r.mscale},
+                            {"mscale_all_dim", r.mscale_all_dim},
+                            {"attention_factor", r.attention_factor},
+                            {"truncate", r.truncate},
                             {"original_max_position_embeddings", r.original_max_position_embeddings}};
   if (c.architecture == Architecture::kQwen2Moe) json["qkv_bias"] = c.attention_bias;
   if (c.is_mla()) {

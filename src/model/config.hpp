@@ -27,8 +27,8 @@ struct RopeScaling {
   bool yarn = false;
   double beta_fast = 32.0;
   double beta_slow = 1.0;
-  double mscale = 0.0;          // 0: absent
-  double mscale_all_dim = 0.0;  // 0: absent
+  double mscale = 0.0;            // 0: absent
+  double mscale_all_dim = 0.0;    // 0: absent
   double attention_factor = 1.0;  // read, or derived from factor and the two mscales
   bool truncate = true;
 };
@@ -42,18 +42,18 @@ enum class Router {
 // Mixture of experts (experts == 0: a dense model). Each TP rank holds a slice of every
 // expert's intermediate width (docs/choices.md: experts inside the TP group).
 struct MoeConfig {
-  int experts = 0;             // routed experts
-  int experts_per_token = 0;   // top k
-  int intermediate = 0;        // each routed expert's width
-  int shared_intermediate = 0; // the always-on shared expert's width (0: none)
+  int experts = 0;                  // routed experts
+  int experts_per_token = 0;        // top k
+  int intermediate = 0;             // each routed expert's width
+  int shared_intermediate = 0;      // the always-on shared expert's width (0: none)
   bool shared_expert_gate = false;  // Qwen2-MoE: sigmoid(x . w) scales the shared expert
   Router router = Router::kSoftmax;
-  bool norm_topk_prob = false;       // renormalise the k chosen weights to sum to 1
+  bool norm_topk_prob = false;  // renormalise the k chosen weights to sum to 1
   double routed_scaling_factor = 1.0;
-  int groups = 1;                    // n_group: experts split into groups ...
-  int topk_groups = 1;               // ... of which the best topk_group are eligible
+  int groups = 1;                      // n_group: experts split into groups ...
+  int topk_groups = 1;                 // ... of which the best topk_group are eligible
   bool score_correction_bias = false;  // e_score_correction_bias (chooses, does not weigh)
-  std::vector<bool> sparse_layer;    // per layer: MoE (true) or the dense MLP
+  std::vector<bool> sparse_layer;      // per layer: MoE (true) or the dense MLP
 };
 
 // Multi-head latent attention (DeepSeek-V2/V3); kv_lora_rank == 0: grouped-query attention.
@@ -135,9 +135,9 @@ inline constexpr IntField kHeadDim{"head_dim", 1, kMaxWidth};
 inline constexpr IntField kVocabSize{"vocab_size", 1, kMaxVocab};
 inline constexpr IntField kMaxPositions{"max_position_embeddings", 1, (1LL << 31) - 1};
 // Mixture of experts and multi-head latent attention; 0 means absent where the minimum is 0.
-inline constexpr IntField kNumExperts{"num_experts", 0, kMaxCount};             // Qwen MoE
-inline constexpr IntField kLocalExperts{"num_local_experts", 0, kMaxCount};     // Mixtral
-inline constexpr IntField kRoutedExperts{"n_routed_experts", 0, kMaxCount};     // DeepSeek
+inline constexpr IntField kNumExperts{"num_experts", 0, kMaxCount};          // Qwen MoE
+inline constexpr IntField kLocalExperts{"num_local_experts", 0, kMaxCount};  // Mixtral
+inline constexpr IntField kRoutedExperts{"n_routed_experts", 0, kMaxCount};  // DeepSeek
 inline constexpr IntField kExpertsPerToken{"num_experts_per_tok", 1, kMaxCount};
 inline constexpr IntField kMoeIntermediateSize{"moe_intermediate_size", 1, kMaxWidth};
 inline constexpr IntField kSharedExperts{"n_shared_experts", 0, kMaxCount};

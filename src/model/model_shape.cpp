@@ -4,9 +4,7 @@
 #include "errors.hpp"
 
 namespace pf::model {
-namespace {
-
-}  // namespace
+namespace {}  // namespace
 
 double chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0) {
   double total = 0;
@@ -19,9 +17,10 @@ double chunk_flops(const ModelShape& shape, int first_layer, int layer_count, in
 double rank_chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0, int tp) {
   double total = 0;
   for (int layer = first_layer; layer < first_layer + layer_count; ++layer)
-    total += shape.rank_matmul_flops(layer, tokens, tp) +
-             (shape.attention_flops(static_cast<double>(pos0), tokens) +
-              shape.latent_expansion_flops(static_cast<double>(pos0), tokens)) / tp;
+    total +=
+        shape.rank_matmul_flops(layer, tokens, tp) + (shape.attention_flops(static_cast<double>(pos0), tokens) +
+                                                      shape.latent_expansion_flops(static_cast<double>(pos0), tokens)) /
+                                                         tp;
   return total;
 }
 

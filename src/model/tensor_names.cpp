@@ -13,13 +13,18 @@ SwigluNames swiglu(const std::string& p) {
 LayerTensorNames::LayerTensorNames(const ModelConfig& config, int layer)
     : config_(config), prefix_("model.layers." + std::to_string(layer) + ".") {}
 
-SwigluNames LayerTensorNames::dense_mlp() const { return swiglu(prefix_ + "mlp."); }
-
-std::string LayerTensorNames::router() const {
-  return prefix_ + (config_.architecture == Architecture::kMixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+SwigluNames LayerTensorNames::dense_mlp() const {
+  return swiglu(prefix_ + "mlp.");
 }
 
-std::string LayerTensorNames::router_correction_bias() const { return prefix_ + "mlp.gate.e_score_correction_bias"; }
+std::string LayerTensorNames::router() const {
+  return prefix_ +
+         (config_.architecture == Architecture::kMixtral ? "block_sparse_moe.gate.weight" : "mlp.gate.weight");
+}
+
+std::string LayerTensorNames::router_correction_bias() const {
+  return prefix_ + "mlp.gate.e_score_correction_bias";
+}
 
 SwigluNames LayerTensorNames::expert(int expert) const {
   const std::string e = std::to_string(expert);
@@ -31,9 +36,12 @@ SwigluNames LayerTensorNames::expert(int expert) const {
 }
 
 SwigluNames LayerTensorNames::shared_expert() const {
-  return swiglu(prefix_ + (config_.architecture == Architecture::kDeepseekV3 ? "mlp.shared_experts." : "mlp.shared_expert."));
+  return swiglu(prefix_ +
+                (config_.architecture == Architecture::kDeepseekV3 ? "mlp.shared_experts." : "mlp.shared_expert."));
 }
 
-std::string LayerTensorNames::shared_expert_gate() const { return prefix_ + "mlp.shared_expert_gate.weight"; }
+std::string LayerTensorNames::shared_expert_gate() const {
+  return prefix_ + "mlp.shared_expert_gate.weight";
+}
 
 }  // namespace pf::model

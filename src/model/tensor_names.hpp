@@ -20,11 +20,11 @@ class LayerTensorNames {
   std::string operator()(const std::string& suffix) const { return prefix_ + suffix; }  // "input_layernorm.weight"
   SwigluNames dense_mlp() const;
   // MoE layers (the family's prefix: Mixtral's block_sparse_moe with w1/w3/w2, else mlp).
-  std::string router() const;                 // [experts, hidden]
+  std::string router() const;                  // [experts, hidden]
   std::string router_correction_bias() const;  // DeepSeek's e_score_correction_bias [experts]
   SwigluNames expert(int expert) const;
-  SwigluNames shared_expert() const;           // Qwen2-MoE shared_expert, DeepSeek shared_experts
-  std::string shared_expert_gate() const;      // Qwen2-MoE [1, hidden]
+  SwigluNames shared_expert() const;       // Qwen2-MoE shared_expert, DeepSeek shared_experts
+  std::string shared_expert_gate() const;  // Qwen2-MoE [1, hidden]
 
  private:
   const ModelConfig& config_;

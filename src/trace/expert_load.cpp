@@ -30,8 +30,8 @@ double ExpertLoad::busiest_rank_share() const {
     if (total <= 0) continue;
     double busiest = 0;
     for (int rank = 0; rank < tp; ++rank)
-      busiest = std::max(busiest, std::accumulate(layer.begin() + rank * per_rank,
-                                                  layer.begin() + (rank + 1) * per_rank, 0.0));
+      busiest = std::max(busiest,
+                         std::accumulate(layer.begin() + rank * per_rank, layer.begin() + (rank + 1) * per_rank, 0.0));
     sum += busiest / (total / tp);
     ++layers;
   }

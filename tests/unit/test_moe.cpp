@@ -33,22 +33,29 @@ json with(json j, const json& changes) {
 }
 
 json base(const char* architecture) {
-  return {{"architectures", {architecture}}, {"hidden_size", 64},      {"num_hidden_layers", 4},
+  return {{"architectures", {architecture}}, {"hidden_size", 64},        {"num_hidden_layers", 4},
           {"num_attention_heads", 4},        {"num_key_value_heads", 2}, {"vocab_size", 97},
           {"intermediate_size", 96},         {"num_experts_per_tok", 2}, {"hidden_act", "silu"}};
 }
 
 json qwen3_moe() {
   json j = base("Qwen3MoeForCausalLM");
-  j.update({{"num_experts", 8}, {"moe_intermediate_size", 32}, {"norm_topk_prob", true}, {"head_dim", 16},
-            {"mlp_only_layers", {1}}, {"decoder_sparse_step", 1}});
+  j.update({{"num_experts", 8},
+            {"moe_intermediate_size", 32},
+            {"norm_topk_prob", true},
+            {"head_dim", 16},
+            {"mlp_only_layers", {1}},
+            {"decoder_sparse_step", 1}});
   return j;
 }
 
 json qwen2_moe() {
   json j = base("Qwen2MoeForCausalLM");
-  j.update({{"num_experts", 8}, {"moe_intermediate_size", 32}, {"shared_expert_intermediate_size", 48},
-            {"decoder_sparse_step", 2}, {"qkv_bias", true}});
+  j.update({{"num_experts", 8},
+            {"moe_intermediate_size", 32},
+            {"shared_expert_intermediate_size", 48},
+            {"decoder_sparse_step", 2},
+            {"qkv_bias", true}});
   return j;
 }
 
@@ -60,16 +67,33 @@ json mixtral() {
 
 json deepseek_v3() {
   json j = base("DeepseekV3ForCausalLM");
-  j.update({{"n_routed_experts", 8}, {"moe_intermediate_size", 32}, {"n_shared_experts", 1},
-            {"first_k_dense_replace", 1}, {"n_group", 4}, {"topk_group", 2}, {"routed_scaling_factor", 2.5},
-            {"q_lora_rank", 32}, {"kv_lora_rank", 16}, {"qk_nope_head_dim", 16}, {"qk_rope_head_dim", 8},
-            {"v_head_dim", 16}, {"num_key_value_heads", 4},
-            {"rope_scaling", {{"type", "yarn"}, {"factor", 40.0}, {"original_max_position_embeddings", 4096},
-                              {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}}}});
+  j.update({{"n_routed_experts", 8},
+            {"moe_intermediate_size", 32},
+            {"n_shared_experts", 1},
+            {"first_k_dense_replace", 1},
+            {"n_group", 4},
+            {"topk_group", 2},
+            {"routed_scaling_factor", 2.5},
+            {"q_lora_rank", 32},
+            {"kv_lora_rank", 16},
+            {"qk_nope_head_dim", 16},
+            {"qk_rope_head_dim", 8},
+            {"v_head_dim", 16},
+            {"num_key_value_heads", 4},
+            {"rope_scaling",
+             {{"type", "yarn"},
+              {"factor", 40.0},
+              {"original_max_position_embeddings", 4096},
+              {"beta_fast", 32},
+              {"beta_slow", 1},
+              {"mscale", 1.0},
+              {"mscale_all_dim", 1.0}}}});
   return j;
 }
 
-std::vector<bool> sparse_of(const model::ModelConfig& c) { return c.moe.sparse_layer; }
+std::vector<bool> sparse_of(const model::ModelConfig& c) {
+  return c.moe.sparse_layer;
+}
 
 class NoReduce final : public dist::TpAllReduce {
  public:
@@ -258,7 +282,8 @@ class ThreadGroupSum {
   void sum(float* data, int count) {
     std::unique_lock<std::mutex> lock(mutex_);
     const long long round = round_;
-    if (arrived_ == 0) total_.assign(data, data + count);
+    if (arrived_ == 0)
+      total_.assign(data, data + count);
     else
       for (int i = 0; i < count; ++i) total_[i] += data[i];
     if (++arrived_ == ranks_) {

@@ -61,8 +61,8 @@ class CpuStageCompute final : public StageCompute {
   std::vector<float> normed_, qkv_, attn_, proj_, gate_up_, act_;
   std::vector<float> head_normed_;  // lm_head_rows' final-norm rows
   cpu::AttentionWorkspace attention_ws_;
-  cpu::LatentWorkspace latent_ws_;  // MLA models
-  cpu::MoeWorkspace moe_ws_;        // MoE models
+  cpu::LatentWorkspace latent_ws_;    // MLA models
+  cpu::MoeWorkspace moe_ws_;          // MoE models
   std::vector<int64_t> expert_rows_;  // [local layers][experts]: rows routed so far
 };
 

@@ -15,7 +15,11 @@ void linear(const float* x, int rows, int in, const float* weight, int out, floa
   count_gemm_flops(2.0 * rows * in * out);
 }
 
-void count_gemm_flops(double flops) { gemm_flops += flops; }
-double counted_gemm_flops() { return gemm_flops; }
+void count_gemm_flops(double flops) {
+  gemm_flops += flops;
+}
+double counted_gemm_flops() {
+  return gemm_flops;
+}
 
 }  // namespace pf::cpu

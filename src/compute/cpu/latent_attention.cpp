@@ -26,8 +26,8 @@ void latent_projections(const float* x, int tokens, const model::ModelConfig& c,
   if (m.q_lora_rank > 0) {
     ws.q_lora.resize(static_cast<size_t>(tokens) * m.q_lora_rank);
     linear(x, tokens, h, l.q_a.data(), m.q_lora_rank, ws.q_lora.data());
-    rms_norm(ws.q_lora.data(), tokens, m.q_lora_rank, m.q_lora_rank, l.q_a_norm.data(), kLoraNormEps,
-             ws.q_lora.data(), m.q_lora_rank);
+    rms_norm(ws.q_lora.data(), tokens, m.q_lora_rank, m.q_lora_rank, l.q_a_norm.data(), kLoraNormEps, ws.q_lora.data(),
+             m.q_lora_rank);
     linear(ws.q_lora.data(), tokens, m.q_lora_rank, l.q_b.data(), q_width, q);
   } else {
     linear(x, tokens, h, l.q_b.data(), q_width, q);
@@ -51,8 +51,8 @@ void latent_rope(float* q, int tokens, const model::ModelConfig& c, int heads, i
 double latent_attention_flops(const model::ModelConfig& c, int heads, int tokens, int pos0) {
   const model::MlaConfig& m = c.mla;
   const double keys = static_cast<double>(tokens) * pos0 + 0.5 * tokens * (tokens + 1.0);
-  const double expansion = 2.0 * (static_cast<double>(pos0) + tokens) * m.kv_lora_rank * heads *
-                           (m.qk_nope_head_dim + m.v_head_dim);
+  const double expansion =
+      2.0 * (static_cast<double>(pos0) + tokens) * m.kv_lora_rank * heads * (m.qk_nope_head_dim + m.v_head_dim);
   return expansion + 2.0 * heads * (c.head_dim + m.v_head_dim) * keys;
 }
 
@@ -82,8 +82,8 @@ void latent_attention(const float* q, int tokens, int pos0, const kv::KvLayerVie
     for (int c0 = 0; c0 < nk; c0 += page_size) {
       const int n = std::min(page_size, nk - c0);
       const float* rows = kv.pool->key_page(kv.layer, pages[(k0 + c0) / page_size], 0);  // [page_size, lw]
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, expanded_width, rank, 1.0f, rows, lw, l.kv_b.data(),
-                  rank, 0.0f, ws.expanded.data() + static_cast<int64_t>(c0) * expanded_width, expanded_width);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, expanded_width, rank, 1.0f, rows, lw, l.kv_b.data(), rank,
+                  0.0f, ws.expanded.data() + static_cast<int64_t>(c0) * expanded_width, expanded_width);
       for (int r = 0; r < n; ++r)
         std::copy_n(rows + static_cast<int64_t>(r) * lw + rank, rope, ws.rope_keys.data() + (c0 + r) * rope);
     }

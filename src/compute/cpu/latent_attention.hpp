@@ -19,12 +19,12 @@
 namespace pf::cpu {
 
 struct LatentWorkspace {
-  std::vector<float> q_lora;    // [tokens, q_lora_rank]
-  std::vector<float> latent;    // [tokens, kv_lora + rope]: the rows the cache stores
-  std::vector<float> expanded;  // [key block, heads * (nope + v)]: k_nope and v of each head
-  std::vector<float> rope_keys;  // [key block, rope]
-  std::vector<float> scores;     // [tokens, key block]
-  std::vector<float> acc;        // [heads, tokens, v]
+  std::vector<float> q_lora;            // [tokens, q_lora_rank]
+  std::vector<float> latent;            // [tokens, kv_lora + rope]: the rows the cache stores
+  std::vector<float> expanded;          // [key block, heads * (nope + v)]: k_nope and v of each head
+  std::vector<float> rope_keys;         // [key block, rope]
+  std::vector<float> scores;            // [tokens, key block]
+  std::vector<float> acc;               // [heads, tokens, v]
   std::vector<float> row_max, row_sum;  // [heads, tokens]
 };
 
@@ -39,9 +39,8 @@ void latent_rope(float* q, int tokens, const model::ModelConfig& config, int hea
 
 // out [tokens, heads * v_head_dim] = causal attention of the chunk's queries over the prompt's
 // latent cache (whose rows for this chunk are written), expanded through the layer's kv_b.
-void latent_attention(const float* q, int tokens, int pos0, const kv::KvLayerView& kv,
-                      const model::ModelConfig& config, int heads, const model::LayerWeights& layer, float* out,
-                      LatentWorkspace& ws);
+void latent_attention(const float* q, int tokens, int pos0, const kv::KvLayerView& kv, const model::ModelConfig& config,
+                      int heads, const model::LayerWeights& layer, float* out, LatentWorkspace& ws);
 
 // FLOPs of latent_attention: expanding pos0 + tokens latents, and causal attention at
 // (nope + rope) + v per head and key (what model::ModelShape counts).

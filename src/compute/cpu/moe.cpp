@@ -15,9 +15,8 @@ namespace {
 void top_k(const float* values, int n, int k, int* chosen) {
   std::vector<int> order(n);
   std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(), [values](int a, int b) {
-    return values[a] > values[b] || (values[a] == values[b] && a < b);
-  });
+  std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                    [values](int a, int b) { return values[a] > values[b] || (values[a] == values[b] && a < b); });
   std::copy_n(order.begin(), k, chosen);
 }
 
@@ -76,8 +75,8 @@ void choose_experts(const float* logits, const float* correction_bias, const mod
   for (int i = 0; i < k; ++i) weight[i] *= static_cast<float>(moe.routed_scaling_factor);
 }
 
-void route_tokens(const float* x, int tokens, int hidden, const model::LayerWeights& layer,
-                  const model::MoeConfig& moe, MoeWorkspace& ws) {
+void route_tokens(const float* x, int tokens, int hidden, const model::LayerWeights& layer, const model::MoeConfig& moe,
+                  MoeWorkspace& ws) {
   const int n = moe.experts, k = moe.experts_per_token;
   ws.logits.resize(static_cast<size_t>(tokens) * n);
   linear(x, tokens, hidden, layer.router.data(), n, ws.logits.data());

@@ -21,15 +21,15 @@ struct Routing {
 
 struct MoeWorkspace {
   Routing routing;
-  std::vector<float> logits;                       // [tokens, experts]
-  std::vector<int> slot_of;                        // token slots grouped by expert
-  std::vector<int> first_slot;                     // [experts + 1] into slot_of
+  std::vector<float> logits;                          // [tokens, experts]
+  std::vector<int> slot_of;                           // token slots grouped by expert
+  std::vector<int> first_slot;                        // [experts + 1] into slot_of
   std::vector<float> rows, gate_up, activation, out;  // one expert's tokens
 };
 
 // Routing of `tokens` rows of x [tokens, hidden] by the layer's router.
-void route_tokens(const float* x, int tokens, int hidden, const model::LayerWeights& layer,
-                  const model::MoeConfig& moe, MoeWorkspace& ws);
+void route_tokens(const float* x, int tokens, int hidden, const model::LayerWeights& layer, const model::MoeConfig& moe,
+                  MoeWorkspace& ws);
 // The routing of one token from its router logits (exposed for tests): softmax top-k, or
 // DeepSeek's sigmoid scores chosen with the correction bias among the best groups.
 void choose_experts(const float* logits, const float* correction_bias, const model::MoeConfig& moe, int* expert,
