@@ -13,6 +13,8 @@ nlohmann::json run_identity(const RunOptions& options, const pipeline::RankModel
   identity["layer_partition"] = model::partition_text(m.partition);
   identity["input_fingerprint"] = std::to_string(io::fingerprint(prompts));
   identity["num_prompts"] = prompts.num_prompts();
+  // A resumed MoE output keeps one split: the provenance it records is then true of every row.
+  if (m.shape.moe()) identity["expert_split"] = model::expert_split_name(options.placement.expert_split);
   return identity;
 }
 

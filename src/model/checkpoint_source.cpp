@@ -55,6 +55,11 @@ class CheckpointSource final : public TensorSource {
   }
 
   bool has(const std::string& name) const override { return file_of_.count(name) != 0; }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> all;
+    for (const auto& [name, file] : file_of_) all.push_back(name);
+    return all;
+  }
   std::vector<int64_t> shape(const std::string& name) const override { return checked_info(name).shape; }
   void read_block(const std::string& name, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
                   float* out) const override {

@@ -195,7 +195,7 @@ Rope read_rope(const Reader& config, RopeTypes accept) {
 
 std::vector<bool> read_sparse_layers(const Reader& config, const std::string& family, int num_layers) {
   std::vector<bool> sparse(static_cast<size_t>(num_layers), true);
-  if (family == "DeepseekV3ForCausalLM" || config.has(kFirstDenseLayers.key)) {
+  if (family == "DeepseekV3ForCausalLM") {  // the other families ignore first_k_dense_replace
     const int dense = config.integer_or(kFirstDenseLayers, 0);
     for (int layer = 0; layer < std::min(dense, num_layers); ++layer) sparse[layer] = false;
   }
@@ -245,22 +245,54 @@ namespace {
 
 // Each architecture pipefill computes: its config.json name, model_type, and the defaults
 // transformers' config class gives the fields that change the layer.
+// Where a family's attention biases come from, as its transformers modeling file builds them.
+enum class Biases {
+  kQkvAlways,        // Qwen2: q/k/v biases whatever the config says
+  kQkvKey,           // Qwen2-MoE: q/k/v biases if "qkv_bias" (default true)
+  kEveryProjection,  // Llama, Qwen3, DeepSeek: "attention_bias" adds them to every projection, o_proj too
+  kNone,             // Mixtral: never
+};
+
 struct ArchitectureInfo {
   Architecture architecture;
   const char* name;
   const char* model_type;
-  bool attention_bias;  // default q/k/v biases
+  Biases biases;
   bool qk_norm;
 };
 constexpr ArchitectureInfo kArchitectures[] = {
-    {Architecture::kLlama, "LlamaForCausalLM", "llama", false, false},
-    {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2", true, false},
-    {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3", false, true},
-    {Architecture::kMixtral, "MixtralForCausalLM", "mixtral", false, false},
-    {Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe", true, false},
-    {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", false, true},
-    {Architecture::kDeepseekV3, "DeepseekV3ForCausalLM", "deepseek_v3", false, false},
+    {Architecture::kLlama, "LlamaForCausalLM", "llama", Biases::kEveryProjection, false},
+    {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2", Biases::kQkvAlways, false},
+    {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3", Biases::kEveryProjection, true},
+    {Architecture::kMixtral, "MixtralForCausalLM", "mixtral", Biases::kNone, false},
+    {Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe", Biases::kQkvKey, false},
+    {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", Biases::kEveryProjection, true},
+    {Architecture::kDeepseekV3, "DeepseekV3ForCausalLM", "deepseek_v3", Biases::kEveryProjection, false},
 };
+
+// q/k/v biases, by the family's rule; biases pipefill does not compute (o_proj's, DeepSeek's
+// LoRA projections', Llama's MLP's) are refused rather than left out of the sum.
+bool read_attention_bias(const field::Reader& config, const ArchitectureInfo& info) {
+  if (info.architecture == Architecture::kLlama && config.boolean_or("mlp_bias", false))
+    config.fail("mlp_bias", "must be false: pipefill's MLP has no biases", true);
+  switch (info.biases) {
+    case Biases::kQkvAlways:
+      return true;
+    case Biases::kQkvKey:
+      return config.boolean_or("qkv_bias", true);
+    case Biases::kNone:
+      return false;
+    case Biases::kEveryProjection:
+      if (config.boolean_or("attention_bias", false))
+        config.fail("attention_bias",
+                    std::string("must be false: for ") + info.name +
+                        " it adds a bias to o_proj too (and to DeepSeek's q_a and kv_a), which pipefill does not "
+                        "compute",
+                    true);
+      return false;
+  }
+  return false;
+}
 
 const ArchitectureInfo& info_of(Architecture architecture) {
   for (const auto& info : kArchitectures)
@@ -383,9 +415,7 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   c.rope_theta = rope.theta;
   c.rope_scaling = rope.scaling;
   c.tie_word_embeddings = config.boolean_or("tie_word_embeddings", false);
-  // Qwen2-MoE's config names its biases qkv_bias.
-  c.attention_bias =
-      config.boolean_or(c.architecture == Architecture::kQwen2Moe ? "qkv_bias" : "attention_bias", info.attention_bias);
+  c.attention_bias = read_attention_bias(config, info);
   c.qk_norm = info.qk_norm;
   require_value_or_absent(config, "hidden_act", "silu", "pipefill's feed-forward is SwiGLU");
   // A sliding window changes which keys a query sees; pipefill attends to the whole prompt.
@@ -393,6 +423,11 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
     config.fail("sliding_window", "must be null (or use_sliding_window false): pipefill computes full attention",
                 *config.raw("sliding_window"));
   if (c.architecture == Architecture::kDeepseekV3) {
+    // transformers scales MLA's softmax by mscale_all_dim for any rope type but default;
+    // pipefill reads that correction with YaRN's fields only.
+    if (!rope.scaling.yarn && rope.type != "default")
+      throw UserError(origin + ": DeepseekV3 with rope type \"" + rope.type +
+                      "\": pipefill computes its latent attention with the default or yarn rope only");
     c.mla = read_mla(config);
     c.head_dim = c.mla.qk_nope_head_dim + c.mla.qk_rope_head_dim;  // the q.k width
     c.num_kv_heads = c.num_heads;  // MLA's heads each get their own k and v from the latent

@@ -108,6 +108,11 @@ class SyntheticSource final : public TensorSource {
     for (auto& spec : expected_tensors(config)) shapes_[spec.name] = spec.shape;
   }
   bool has(const std::string& name) const override { return shapes_.count(name) != 0; }
+  std::vector<std::string> names() const override {
+    std::vector<std::string> all;
+    for (const auto& [name, shape] : shapes_) all.push_back(name);
+    return all;
+  }
   std::vector<int64_t> shape(const std::string& name) const override {
     auto it = shapes_.find(name);
     if (it == shapes_.end()) throw UserError("synthetic model has no tensor " + name);

@@ -23,6 +23,7 @@ class TensorSource {
  public:
   virtual ~TensorSource() = default;
   virtual bool has(const std::string& name) const = 0;
+  virtual std::vector<std::string> names() const = 0;  // every tensor it holds
   virtual std::vector<int64_t> shape(const std::string& name) const = 0;
   // Rows [row0, row0+rows) x cols [col0, col0+cols) of the 2-D view ([n] is [n, 1]).
   virtual void read_block(const std::string& name, int64_t row0, int64_t rows, int64_t col0, int64_t cols,
@@ -44,7 +45,9 @@ std::unique_ptr<TensorSource> open_checkpoint(const std::string& directory, cons
 std::unique_ptr<TensorSource> make_synthetic_source(const ModelConfig& config, uint64_t seed);
 float synthetic_value(uint64_t seed, const std::string& name, int64_t rows_cols_in, int64_t index);
 
-// Checks that every expected tensor is present with the expected shape (headers only).
+// Checks that every expected tensor is present with the expected shape, and that no layer
+// holds a tensor pipefill would not read (a bias its layer does not add would otherwise be
+// left out of the sum silently); headers only.
 void validate_tensors(const ModelConfig& config, const TensorSource& source, const std::string& origin);
 
 }  // namespace pf::model

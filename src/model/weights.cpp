@@ -3,7 +3,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <numeric>
+#include <set>
 
 #include "errors.hpp"
 #include "model/tensor_names.hpp"
@@ -36,14 +38,41 @@ void append(std::vector<float>& dst, const std::vector<float>& src) {
 
 }  // namespace
 
+namespace {
+
+bool ends_with(const std::string& text, const std::string& suffix) {
+  return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// A tensor of one of the model's layers that pipefill does not read, and that is not one it
+// may safely skip: an FP8 weight's scale (read with its weight), an old checkpoint's rotary
+// inv_freq buffer (recomputed). Layers past num_hidden_layers (DeepSeek's multi-token
+// prediction layer) are not the model's and are skipped, as transformers skips them.
+bool unread_layer_tensor(const std::string& name, int num_layers, const std::set<std::string>& expected) {
+  int layer = -1;
+  if (std::sscanf(name.c_str(), "model.layers.%d.", &layer) != 1 || layer < 0 || layer >= num_layers) return false;
+  if (expected.count(name) || ends_with(name, "rotary_emb.inv_freq")) return false;
+  return !(ends_with(name, "_scale_inv") && expected.count(name.substr(0, name.size() - 10)));
+}
+
+}  // namespace
+
 void validate_tensors(const ModelConfig& config, const TensorSource& source, const std::string& origin) {
+  std::set<std::string> expected;
   for (const auto& spec : expected_tensors(config)) {
     if (!source.has(spec.name)) throw UserError(origin + ": tensor " + spec.name + " is missing");
     const auto actual = source.shape(spec.name);
     if (actual != spec.shape)
       throw UserError(origin + ": tensor " + spec.name + " has shape " + shape_text(actual) +
                       " but config.json implies " + shape_text(spec.shape));
+    expected.insert(spec.name);
   }
+  for (const auto& name : source.names())
+    if (unread_layer_tensor(name, config.num_layers, expected))
+      throw UserError(origin + ": tensor " + name + " is in the checkpoint but not in the " +
+                      config.architecture_name +
+                      " layer pipefill computes from this config.json (a bias or a projection it would leave out); "
+                      "check the config (attention_bias, mlp_bias, ...) against the weights");
 }
 
 namespace {
