@@ -25,9 +25,15 @@ void rms_norm_heads(float* x, int rows, int heads, int head_dim, int64_t row_str
 
 // Rotate-half RoPE in place on the q heads at x[r, 0:] and the k heads at x[r, k_offset:]
 // of each row, token r at position pos0 + r. inv_freq: [head_dim / 2] doubles on the
-// device (llama3 scaling already applied); angles are formed in double.   (rope.cu)
+// device (llama3 / yarn scaling already applied); angles are formed in double; cos and sin
+// are multiplied by `scale` (YaRN's attention factor, cpu::rope_scale; 1 otherwise).   (rope.cu)
 void rope(float* x, int rows, int64_t row_stride, int q_heads, int k_heads, int64_t k_offset, int head_dim,
-          int64_t pos0, const double* inv_freq, cudaStream_t stream);
+          int64_t pos0, const double* inv_freq, float scale, cudaStream_t stream);
+// The same on `heads` heads at x[r, h * head_stride], each rotating its first rope_dim
+// values (MLA: x points at q_rope of head 0, or at the latent row's k_rope).
+void rope_heads(float* x, int rows, int64_t row_stride, int heads, int64_t head_stride, int rope_dim, int64_t pos0,
+                const double* inv_freq, float scale, cudaStream_t stream);
+
 
 // out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, width + i])              (swiglu.cu)
 void swiglu(const float* gate_up, int rows, int width, bf16* out, cudaStream_t stream);

@@ -117,7 +117,7 @@ TEST(Kernels, RopeLlama3ScalingAtLongPositions) {
     cpu::apply_rope(want.data() + q_heads * d, rows, stride, k_heads, d, static_cast<int>(pos0), inv_freq);
     DeviceMemory<float> d_x(x);
     DeviceMemory<double> d_freq(inv_freq);
-    kernels::rope(d_x.get(), rows, stride, q_heads, k_heads, q_heads * d, d, pos0, d_freq.get(), nullptr);
+    kernels::rope(d_x.get(), rows, stride, q_heads, k_heads, q_heads * d, d, pos0, d_freq.get(), 1.0f, nullptr);
     EXPECT_SYNCED();
     EXPECT_LE(relative_error(d_x.read(), want), 1e-5) << "pos0 " << pos0;
   }

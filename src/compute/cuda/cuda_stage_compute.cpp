@@ -34,7 +34,8 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
       weights_(std::move(weights)),
       page_size_(page_size),
       forward_stream_(forward ? forward : create_forward_stream()),
-      all_reduce_(all_reduce) {
+      all_reduce_(all_reduce),
+      rope_scale_(cpu::rope_scale(config)) {
   if (recipe_.tensor_parallel && !all_reduce_)
     fail("pipefill", "CudaStageCompute", "tp > 1 needs a TP all-reduce", __FILE__, __LINE__);
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
@@ -215,7 +216,7 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
   // q and k heads in one launch.
   void rope() override {
     kernels::rope(g_.qkv_.data(), chunk_.tokens, shape_.qkv_width(), shape_.heads, shape_.kv_heads, shape_.q_width(),
-                  shape_.head_dim, chunk_.pos0, g_.inv_freq_.data(), stream_);
+                  shape_.head_dim, chunk_.pos0, g_.inv_freq_.data(), g_.rope_scale_, stream_);
   }
 
   void append_kv() override {

@@ -90,6 +90,7 @@ class CudaStageCompute final : public compute::StageCompute {
   LtGemm gemm_;
   dist::TpAllReduce* all_reduce_;
   DeviceArray<double> inv_freq_;
+  float rope_scale_;  // YaRN's attention factor on cos and sin (1 otherwise)
 
   // Workspace for one chunk.
   int workspace_tokens_ = 0;
