@@ -81,6 +81,49 @@ struct AttentionArgs {
 void chunk_attention(const AttentionArgs& args, cudaStream_t stream);
 bool attention_supports(int head_dim, int page_size);
 
+// ---- Mixture of experts ----
+// Each token's top-k experts (best first) and their weights, from its normed row x and
+// the float32 router: softmax top-k, or DeepSeek-V3's sigmoid scores chosen with the
+// correction bias among the topk_groups best groups (a group's score: its best two). Then
+// optional renormalisation and the routed scaling factor: cpu::choose_experts' rules,
+// ties to the lower index.                                                 (moe_router.cu)
+struct RouterArgs {
+  const bf16* x = nullptr;  // [tokens, hidden]
+  int tokens = 0;
+  int hidden = 0;
+  const float* weight = nullptr;           // [experts, hidden]
+  const float* correction_bias = nullptr;  // [experts], or null
+  int experts = 0;
+  int k = 0;
+  bool sigmoid_grouped = false;
+  int groups = 1;
+  int topk_groups = 1;
+  bool renormalize = false;
+  float scaling = 1.0f;
+  int32_t* expert = nullptr;       // [tokens, k]
+  float* expert_weight = nullptr;  // [tokens, k]
+};
+void route_tokens(const RouterArgs& args, cudaStream_t stream);
+bool router_supports(int experts, int k, int groups);
+
+// The (token, choice) slots [tokens * k] grouped by expert, a stable counting sort (tokens
+// in order inside each expert, as the cpu backend's): first_slot [experts + 1] (expert e's
+// slots are slot_of[first_slot[e] .. first_slot[e + 1])), and for each slot its row in that
+// order, row_of_slot. One block.                                            (moe_group.cu)
+void group_by_expert(const int32_t* expert, int slots, int experts, int32_t* first_slot, int32_t* slot_of,
+                     int32_t* row_of_slot, cudaStream_t stream);
+
+// rows[r, :] = x[slot_of[r] / k, :] for r < slots: each expert's tokens, gathered.  (moe_rows.cu)
+void gather_expert_rows(const bf16* x, int hidden, const int32_t* slot_of, int slots, int k, bf16* rows,
+                        cudaStream_t stream);
+// out[t, :] = sum over i < k of weight[t * k + i] * expert_out[row_of_slot[t * k + i], :]:
+// the experts' outputs weighted back into token order (written, not added).
+void combine_experts(const float* expert_out, int hidden, const int32_t* row_of_slot, const float* weight,
+                     int tokens, int k, float* out, cudaStream_t stream);
+// out[t, :] += sigmoid(x[t, :] . gate) * src[t, :] (Qwen2-MoE's gated shared expert; gate float32).
+void add_sigmoid_gated(float* out, const float* src, const bf16* x, const float* gate, int rows, int hidden,
+                       cudaStream_t stream);
+
 // Conversions used when weights are uploaded or filled on the device.     (convert.cu)
 void float_to_bf16(const float* in, bf16* out, int64_t n, cudaStream_t stream);
 // Fills with a hash of (seed, index) uniform in [-scale, scale]: benchmarks' weights.
