@@ -34,7 +34,6 @@ void rope(float* x, int rows, int64_t row_stride, int q_heads, int k_heads, int6
 void rope_heads(float* x, int rows, int64_t row_stride, int heads, int64_t head_stride, int rope_dim, int64_t pos0,
                 const double* inv_freq, float scale, cudaStream_t stream);
 
-
 // out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, width + i])              (swiglu.cu)
 void swiglu(const float* gate_up, int rows, int width, bf16* out, cudaStream_t stream);
 
@@ -45,8 +44,9 @@ void residual_add(float* hidden, const float* delta, int64_t n, cudaStream_t str
 void bias_add(float* x, int rows, int width, int64_t row_stride, const bf16* bias, cudaStream_t stream);
 
 // The paged KV cache of one stage, on the device: page p of layer l starts at
-// base + (p * layers + l) * 2 * kv_heads * page_size * head_dim; inside it K is
-// [kv_heads][page_size][head_dim], then V the same (the CPU pool's layout, in bf16).
+// base + (p * layers + l) * page_layer_elements(); inside it K is
+// [kv_heads][page_size][head_dim], then V the same (the CPU pool's layout, in bf16). A
+// latent cache (MLA) has kv_heads 1, head_dim kv_lora + rope, and no V half (kv::KvShape).
 struct PagedKv {
   bf16* base = nullptr;
   const int32_t* page_table = nullptr;  // the prompt's pages, in token order (device)
@@ -54,11 +54,15 @@ struct PagedKv {
   int kv_heads = 0;
   int head_dim = 0;
   int page_size = 0;
-  __host__ __device__ int64_t page_layer_elements() const { return 2ll * kv_heads * page_size * head_dim; }
+  bool latent = false;
+  __host__ __device__ int64_t page_layer_elements() const {
+    return (latent ? 1ll : 2ll) * kv_heads * page_size * head_dim;
+  }
 };
 
 // Writes K and V rows of `count` tokens at positions pos0.. of `layer` into their pages,
-// as bf16. k, v: [count, kv_heads * head_dim] float rows with the given stride. (kv_append.cu)
+// as bf16. k, v: [count, kv_heads * head_dim] float rows with the given stride; v is not
+// read for a latent cache (pass null).                                        (kv_append.cu)
 void kv_append(const PagedKv& kv, int layer, int64_t pos0, int count, const float* k, const float* v,
                int64_t row_stride, cudaStream_t stream);
 
@@ -80,6 +84,38 @@ struct AttentionArgs {
 };
 void chunk_attention(const AttentionArgs& args, cudaStream_t stream);
 bool attention_supports(int head_dim, int page_size);
+
+// ---- Multi-head latent attention (DeepSeek), computed absorbed as the cpu backend does ----
+// Splits each query head of q [tokens, heads * (nope + rope)] (after RoPE, row stride
+// q_stride) for the absorbed attention: q_nope -> bf16 [tokens, heads * nope] (the W_UK
+// GEMM's input), q_rope -> the last `rope` columns of each head's row of q_absorbed
+// [tokens, heads * (rank + rope)], whose first `rank` columns the W_UK GEMM writes.
+//                                                                          (latent_queries.cu)
+void split_latent_queries(const float* q, int64_t q_stride, int tokens, int heads, int nope, int rope, int rank,
+                          bf16* q_nope, float* q_absorbed, cudaStream_t stream);
+
+// Attention of the chunk's absorbed queries over the prompt's latent cache: every head
+// reads the same cached rows [latent | k_rope] (kv.head_dim wide) as keys, and their first
+// `value_width` columns (the latent) as values. q: [tokens, heads * kv.head_dim] float rows
+// of q_stride; scores times `scale` (config.softmax_scale()), causal over positions 0 ..
+// pos0 + tokens - 1, online softmax in float. out: bf16 [tokens, heads * value_width] rows
+// of out_stride. A plain CUDA-core kernel, any width up to latent_attention_max_width().
+//                                                                        (latent_attention.cu)
+struct LatentAttentionArgs {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  int tokens = 0;
+  int64_t pos0 = 0;
+  int heads = 0;
+  PagedKv kv;  // latent
+  int layer = 0;
+  float scale = 0;
+  int value_width = 0;
+  bf16* out = nullptr;
+  int64_t out_stride = 0;
+};
+void latent_attention(const LatentAttentionArgs& args, cudaStream_t stream);
+int latent_attention_max_width();
 
 // ---- Mixture of experts ----
 // Each token's top-k experts (best first) and their weights, from its normed row x and

@@ -1,7 +1,7 @@
 // Each CUDA kernel of kernels/ against the CPU backend's op (src/compute/cpu), on random
 // data: bf16 tolerance (relative error <= 1e-2 in the 2-norm), NaN never passes, outputs
-// poisoned with NaN first so an unwritten element fails. (Mixture-of-experts kernels:
-// test_moe_kernels_vs_cpu.cpp.)
+// poisoned with NaN first so an unwritten element fails. (Mixture-of-experts and latent
+// attention kernels: test_moe_kernels_vs_cpu.cpp, test_latent_kernels_vs_cpu.cpp.)
 //
 // Built twice from these sources: gpu_kernel_tests (real kernels; skips itself without a
 // device) and sim_kernel_tests (the same kernel code under the host simulator,
