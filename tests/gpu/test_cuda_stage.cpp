@@ -1,6 +1,7 @@
 // The CUDA backend's pieces that only a GPU can run (cuBLASLt, the whole stage), against
-// the CPU backend on the same bf16 weights: GEMMs, and a prompt prefilled in three chunks
-// through every layer of tiny / Qwen2 / Qwen3 / small presets. Skips itself without a device.
+// the CPU backend on the same bf16 weights: GEMMs (plain and batched over head slices), and
+// a prompt prefilled in three chunks through every layer of tiny / Qwen2 / Qwen3 / small
+// presets. Skips itself without a device.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -94,5 +95,47 @@ TEST_P(CudaStage, PrefillInChunksMatchesCpuBackend) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Presets, CudaStage, ::testing::Values("tiny", "tiny-qwen2", "tiny-qwen3", "small"));
+
+// The batched form MLA's absorption uses: per head, a column slice of x and y, and w as
+// stored [in, out] (W_UK) or [out, in] (W_UV), against the CPU's GEMM head by head.
+TEST(LtGemm, BatchedSlicesMatchCpuLinear) {
+  REQUIRE_DEVICE();
+  const int rows = 29, heads = 3, in = 16, out = 24, x_ld = heads * in + 8, y_ld = heads * out + 4;
+  const auto x = random_bf16_vector(size_t(rows) * x_ld, 3);
+  const auto w = random_bf16_vector(size_t(heads) * in * out + 64, 4);
+  const int64_t w_stride = int64_t(in) * out + 16;  // heads' slices apart, like kv_b's W_UK between W_UV rows
+  test::DeviceMemory<kernels::bf16> d_x(cuda::to_bf16(x)), d_w(cuda::to_bf16(w));
+  cuda::LtGemm gemm;
+  for (const bool w_in_out : {false, true}) {
+    std::vector<float> want(size_t(rows) * y_ld, std::nanf(""));
+    for (int head = 0; head < heads; ++head) {
+      std::vector<float> x_head(size_t(rows) * in), w_head(size_t(out) * in), y_head(size_t(rows) * out);
+      for (int r = 0; r < rows; ++r)
+        for (int i = 0; i < in; ++i) x_head[size_t(r) * in + i] = x[size_t(r) * x_ld + head * in + i];
+      for (int o = 0; o < out; ++o)  // as [out, in] for cpu::linear
+        for (int i = 0; i < in; ++i)
+          w_head[size_t(o) * in + i] =
+              w[head * w_stride + (w_in_out ? size_t(i) * out + o : size_t(o) * in + i)];
+      cpu::linear(x_head.data(), rows, in, w_head.data(), out, y_head.data());
+      for (int r = 0; r < rows; ++r)
+        for (int o = 0; o < out; ++o) want[size_t(r) * y_ld + head * out + o] = y_head[size_t(r) * out + o];
+    }
+    test::DeviceMemory<float> d_y(std::vector<float>(want.size(), std::nanf("")));
+    cuda::GemmBatch batch;
+    batch.count = heads;
+    batch.x_ld = x_ld;
+    batch.x_stride = in;
+    batch.w_stride = w_stride;
+    batch.w_in_out = w_in_out;
+    batch.y_ld = y_ld;
+    batch.y_stride = out;
+    gemm.linear_batched(d_x.get(), rows, in, d_w.get(), out, d_y.get(), batch, nullptr);
+    ASSERT_EQ(test::sync_device(), "");
+    std::vector<float> got = d_y.read();
+    for (int r = 0; r < rows; ++r)  // the padding between rows is not written: compare the heads' columns
+      for (int c = heads * out; c < y_ld; ++c) got[size_t(r) * y_ld + c] = want[size_t(r) * y_ld + c] = 0;
+    EXPECT_LE(relative_error(got, want), 1e-5) << (w_in_out ? "w [in, out]" : "w [out, in]");
+  }
+}
 
 }  // namespace
