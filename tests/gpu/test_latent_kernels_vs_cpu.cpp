@@ -111,8 +111,12 @@ TEST(LatentKernels, RopeOnRopePartsWithYarnFactor) {
     kernels::rope_heads(d_latent.get() + m.kv_lora_rank, rows, width, 1, 0, m.qk_rope_head_dim, pos0, d_freq.get(),
                         scale, nullptr);
     EXPECT_SYNCED();
-    EXPECT_LE(relative_error(d_q.read(), want_q), 1e-5) << "pos0 " << pos0;
-    EXPECT_LE(relative_error(d_latent.read(), ws.latent), 1e-5) << "pos0 " << pos0;
+    const double q_error = relative_error(d_q.read(), want_q),
+                 latent_error = relative_error(d_latent.read(), ws.latent);
+    EXPECT_LE(q_error, 1e-5) << "pos0 " << pos0;
+    EXPECT_LE(latent_error, 1e-5) << "pos0 " << pos0;
+    RecordProperty("q_relative_error_pos" + std::to_string(pos0), test::scientific(q_error));
+    RecordProperty("latent_relative_error_pos" + std::to_string(pos0), test::scientific(latent_error));
 
     // The dense launcher takes the same factor (a YaRN-scaled Qwen, say).
     const int q_heads = 3, k_heads = 1, d = m.qk_rope_head_dim, stride = (q_heads + 2 * k_heads) * d;
@@ -121,7 +125,9 @@ TEST(LatentKernels, RopeOnRopePartsWithYarnFactor) {
     DeviceMemory<float> d_x(x);
     kernels::rope(d_x.get(), rows, stride, q_heads, k_heads, q_heads * d, d, pos0, d_freq.get(), scale, nullptr);
     EXPECT_SYNCED();
-    EXPECT_LE(relative_error(d_x.read(), want_x), 1e-5) << "pos0 " << pos0;
+    const double dense_error = relative_error(d_x.read(), want_x);
+    EXPECT_LE(dense_error, 1e-5) << "pos0 " << pos0;
+    RecordProperty("dense_relative_error_pos" + std::to_string(pos0), test::scientific(dense_error));
   }
 }
 
