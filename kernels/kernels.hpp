@@ -25,9 +25,14 @@ void rms_norm_heads(float* x, int rows, int heads, int head_dim, int64_t row_str
 
 // Rotate-half RoPE in place on the q heads at x[r, 0:] and the k heads at x[r, k_offset:]
 // of each row, token r at position pos0 + r. inv_freq: [head_dim / 2] doubles on the
-// device (llama3 scaling already applied); angles are formed in double.   (rope.cu)
+// device (llama3 / yarn scaling already applied); angles are formed in double; cos and sin
+// are multiplied by `scale` (YaRN's attention factor, cpu::rope_scale; 1 otherwise).   (rope.cu)
 void rope(float* x, int rows, int64_t row_stride, int q_heads, int k_heads, int64_t k_offset, int head_dim,
-          int64_t pos0, const double* inv_freq, cudaStream_t stream);
+          int64_t pos0, const double* inv_freq, float scale, cudaStream_t stream);
+// The same on `heads` heads at x[r, h * head_stride], each rotating its first rope_dim
+// values (MLA: x points at q_rope of head 0, or at the latent row's k_rope).
+void rope_heads(float* x, int rows, int64_t row_stride, int heads, int64_t head_stride, int rope_dim, int64_t pos0,
+                const double* inv_freq, float scale, cudaStream_t stream);
 
 // out[t, i] = bf16(silu(gate_up[t, i]) * gate_up[t, width + i])              (swiglu.cu)
 void swiglu(const float* gate_up, int rows, int width, bf16* out, cudaStream_t stream);
@@ -39,8 +44,9 @@ void residual_add(float* hidden, const float* delta, int64_t n, cudaStream_t str
 void bias_add(float* x, int rows, int width, int64_t row_stride, const bf16* bias, cudaStream_t stream);
 
 // The paged KV cache of one stage, on the device: page p of layer l starts at
-// base + (p * layers + l) * 2 * kv_heads * page_size * head_dim; inside it K is
-// [kv_heads][page_size][head_dim], then V the same (the CPU pool's layout, in bf16).
+// base + (p * layers + l) * page_layer_elements(); inside it K is
+// [kv_heads][page_size][head_dim], then V the same (the CPU pool's layout, in bf16). A
+// latent cache (MLA) has kv_heads 1, head_dim kv_lora + rope, and no V half (kv::KvShape).
 struct PagedKv {
   bf16* base = nullptr;
   const int32_t* page_table = nullptr;  // the prompt's pages, in token order (device)
@@ -48,11 +54,15 @@ struct PagedKv {
   int kv_heads = 0;
   int head_dim = 0;
   int page_size = 0;
-  __host__ __device__ int64_t page_layer_elements() const { return 2ll * kv_heads * page_size * head_dim; }
+  bool latent = false;
+  __host__ __device__ int64_t page_layer_elements() const {
+    return (latent ? 1ll : 2ll) * kv_heads * page_size * head_dim;
+  }
 };
 
 // Writes K and V rows of `count` tokens at positions pos0.. of `layer` into their pages,
-// as bf16. k, v: [count, kv_heads * head_dim] float rows with the given stride. (kv_append.cu)
+// as bf16. k, v: [count, kv_heads * head_dim] float rows with the given stride; v is not
+// read for a latent cache (pass null).                                        (kv_append.cu)
 void kv_append(const PagedKv& kv, int layer, int64_t pos0, int count, const float* k, const float* v,
                int64_t row_stride, cudaStream_t stream);
 
@@ -74,6 +84,81 @@ struct AttentionArgs {
 };
 void chunk_attention(const AttentionArgs& args, cudaStream_t stream);
 bool attention_supports(int head_dim, int page_size);
+
+// ---- Multi-head latent attention (DeepSeek), computed absorbed as the cpu backend does ----
+// Splits each query head of q [tokens, heads * (nope + rope)] (after RoPE, row stride
+// q_stride) for the absorbed attention: q_nope -> bf16 [tokens, heads * nope] (the W_UK
+// GEMM's input), q_rope -> the last `rope` columns of each head's row of q_absorbed
+// [tokens, heads * (rank + rope)], whose first `rank` columns the W_UK GEMM writes.
+//                                                                          (latent_queries.cu)
+void split_latent_queries(const float* q, int64_t q_stride, int tokens, int heads, int nope, int rope, int rank,
+                          bf16* q_nope, float* q_absorbed, cudaStream_t stream);
+
+// Attention of the chunk's absorbed queries over the prompt's latent cache: every head
+// reads the same cached rows [latent | k_rope] (kv.head_dim wide) as keys, and their first
+// `value_width` columns (the latent) as values. q: [tokens, heads * kv.head_dim] float rows
+// of q_stride; scores times `scale` (config.softmax_scale()), causal over positions 0 ..
+// pos0 + tokens - 1, online softmax in float. out: bf16 [tokens, heads * value_width] rows
+// of out_stride. A plain CUDA-core kernel, any width up to latent_attention_max_width().
+//                                                                        (latent_attention.cu)
+struct LatentAttentionArgs {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  int tokens = 0;
+  int64_t pos0 = 0;
+  int heads = 0;
+  PagedKv kv;  // latent
+  int layer = 0;
+  float scale = 0;
+  int value_width = 0;
+  bf16* out = nullptr;
+  int64_t out_stride = 0;
+};
+void latent_attention(const LatentAttentionArgs& args, cudaStream_t stream);
+int latent_attention_max_width();
+
+// ---- Mixture of experts ----
+// Each token's top-k experts (best first) and their weights, from its normed row x and
+// the float32 router: softmax top-k, or DeepSeek-V3's sigmoid scores chosen with the
+// correction bias among the topk_groups best groups (a group's score: its best two). Then
+// optional renormalisation and the routed scaling factor: cpu::choose_experts' rules,
+// ties to the lower index.                                                 (moe_router.cu)
+struct RouterArgs {
+  const bf16* x = nullptr;  // [tokens, hidden]
+  int tokens = 0;
+  int hidden = 0;
+  const float* weight = nullptr;           // [experts, hidden]
+  const float* correction_bias = nullptr;  // [experts], or null
+  int experts = 0;
+  int k = 0;
+  bool sigmoid_grouped = false;
+  int groups = 1;
+  int topk_groups = 1;
+  bool renormalize = false;
+  float scaling = 1.0f;
+  int32_t* expert = nullptr;       // [tokens, k]
+  float* expert_weight = nullptr;  // [tokens, k]
+};
+void route_tokens(const RouterArgs& args, cudaStream_t stream);
+bool router_supports(int experts, int k, int groups);
+
+// The (token, choice) slots [tokens * k] grouped by expert, a stable counting sort (tokens
+// in order inside each expert, as the cpu backend's): first_slot [experts + 1] (expert e's
+// slots are slot_of[first_slot[e] .. first_slot[e + 1])), and for each slot its row in that
+// order, row_of_slot. One block.                                            (moe_group.cu)
+void group_by_expert(const int32_t* expert, int slots, int experts, int32_t* first_slot, int32_t* slot_of,
+                     int32_t* row_of_slot, cudaStream_t stream);
+
+// rows[r, :] = x[slot_of[r] / k, :] for r < slots: each expert's tokens, gathered.  (moe_rows.cu)
+void gather_expert_rows(const bf16* x, int hidden, const int32_t* slot_of, int slots, int k, bf16* rows,
+                        cudaStream_t stream);
+// out[t, :] = sum over i < k of weight[t * k + i] * expert_out[row_of_slot[t * k + i], :]:
+// the experts' outputs weighted back into token order (written, not added).
+void combine_experts(const float* expert_out, int hidden, const int32_t* row_of_slot, const float* weight,
+                     int tokens, int k, float* out, cudaStream_t stream);
+// out[t, :] += sigmoid(x[t, :] . gate) * src[t, :] (Qwen2-MoE's gated shared expert; gate float32).
+void add_sigmoid_gated(float* out, const float* src, const bf16* x, const float* gate, int rows, int hidden,
+                       cudaStream_t stream);
 
 // Conversions used when weights are uploaded or filled on the device.     (convert.cu)
 void float_to_bf16(const float* in, bf16* out, int64_t n, cudaStream_t stream);

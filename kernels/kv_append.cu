@@ -1,4 +1,5 @@
-// Appends a chunk's K and V (float rows after RoPE) to the stage's paged bf16 cache.
+// Appends a chunk's K and V (float rows after RoPE) to the stage's paged bf16 cache; for a
+// latent cache (MLA) the one row per token, [normed latent | roped k_rope], and no V.
 #include "common.cuh"
 #include "kernels.hpp"
 
@@ -20,7 +21,7 @@ __global__ void kv_append_kernel(PagedKv kv, int layer, int64_t pos0, int count,
   bf16* base = kv.base + (page * kv.layers + layer) * kv.page_layer_elements();
   const int64_t offset = (static_cast<int64_t>(head) * kv.page_size + slot) * kv.head_dim + e;
   base[offset] = __float2bfloat16_rn(k[row * row_stride + col]);
-  base[kv.page_layer_elements() / 2 + offset] = __float2bfloat16_rn(v[row * row_stride + col]);
+  if (!kv.latent) base[kv.page_layer_elements() / 2 + offset] = __float2bfloat16_rn(v[row * row_stride + col]);
 }
 
 }  // namespace

@@ -1,59 +1,35 @@
 // Each CUDA kernel of kernels/ against the CPU backend's op (src/compute/cpu), on random
 // data: bf16 tolerance (relative error <= 1e-2 in the 2-norm), NaN never passes, outputs
-// poisoned with NaN first so an unwritten element fails.
+// poisoned with NaN first so an unwritten element fails. (Mixture-of-experts and latent
+// attention kernels: test_moe_kernels_vs_cpu.cpp, test_latent_kernels_vs_cpu.cpp.)
 //
-// Built twice from this source: gpu_kernel_tests (real kernels; skips itself without a
+// Built twice from these sources: gpu_kernel_tests (real kernels; skips itself without a
 // device) and sim_kernel_tests (the same kernel code under the host simulator,
 // tests/gpu/host_sim, so machines without a GPU run it too). No MPI, no HDF5.
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <limits>
 #include <ostream>
 #include <vector>
 
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/elementwise.hpp"
-#include "device_memory.hpp"
-#include "support/test_data.hpp"
-#include "kernels/kernels.hpp"
+#include "kernel_checks.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
 
 using namespace pf;
 using kernels::bf16;
+using test::as_bf16;
+using test::as_float;
 using test::DeviceMemory;
+using test::kBf16Tolerance;
+using test::kNaN;
 using test::random_vector;
 using test::relative_error;
 using test::rounded;
 
 namespace {
-
-constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();
-
-#define REQUIRE_DEVICE()                                            \
-  do {                                                              \
-    const std::string reason = test::no_device_reason();            \
-    if (!reason.empty()) GTEST_SKIP() << "skipped: " << reason;     \
-  } while (0)
-#define EXPECT_SYNCED() EXPECT_EQ(test::sync_device(), "")
-
-std::vector<bf16> as_bf16(const std::vector<float>& v) {
-  std::vector<bf16> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) {
-    __nv_bfloat16_raw raw;
-    raw.x = io::float_to_bf16(v[i]);
-    out[i] = raw;
-  }
-  return out;
-}
-std::vector<float> as_float(const std::vector<bf16>& v) {
-  std::vector<float> out(v.size());
-  for (size_t i = 0; i < v.size(); ++i) out[i] = static_cast<float>(v[i]);
-  return out;
-}
-
-constexpr double kBf16Tolerance = 1e-2;
 
 TEST(Kernels, EmbeddingGather) {
   REQUIRE_DEVICE();
@@ -117,7 +93,7 @@ TEST(Kernels, RopeLlama3ScalingAtLongPositions) {
     cpu::apply_rope(want.data() + q_heads * d, rows, stride, k_heads, d, static_cast<int>(pos0), inv_freq);
     DeviceMemory<float> d_x(x);
     DeviceMemory<double> d_freq(inv_freq);
-    kernels::rope(d_x.get(), rows, stride, q_heads, k_heads, q_heads * d, d, pos0, d_freq.get(), nullptr);
+    kernels::rope(d_x.get(), rows, stride, q_heads, k_heads, q_heads * d, d, pos0, d_freq.get(), 1.0f, nullptr);
     EXPECT_SYNCED();
     EXPECT_LE(relative_error(d_x.read(), want), 1e-5) << "pos0 " << pos0;
   }

@@ -32,13 +32,21 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
                                         const compute::KvDemand& demand, const compute::WeightsLoader& load_weights) {
   const bool nccl = request.transport == "nccl";
   dist::checked_step(MPI_COMM_WORLD, [&] {
-    if (config.is_moe() || config.is_mla())
-      throw UserError("--backend cuda does not run " + config.architecture_name +
-                      " yet (mixture of experts and latent attention are cpu-only so far): use --backend cpu");
-    if (!kernels::attention_supports(config.head_dim, request.page_size))
+    // MLA's attention kernel reads the latent rows at any page size and width up to its limit.
+    // (--save-kv / --kv-store never reach here: options.cpp keeps them to --backend cpu, and
+    // run_inputs.cpp refuses them for MLA on any backend.)
+    if (config.is_mla() && config.mla.latent_width() > kernels::latent_attention_max_width())
+      throw UserError("--backend cuda runs latent attention on rows of kv_lora_rank + qk_rope_head_dim up to " +
+                      std::to_string(kernels::latent_attention_max_width()) +
+                      " wide (this model: " + std::to_string(config.mla.latent_width()) + "): use --backend cpu");
+    if (!config.is_mla() && !kernels::attention_supports(config.head_dim, request.page_size))
       throw UserError(
           "--backend cuda needs head_dim 32, 48, 64 or 128 (this model: " + std::to_string(config.head_dim) +
           ") and --page-size a multiple of 64 (given: " + std::to_string(request.page_size) + ")");
+    const model::MoeConfig& moe = config.moe;
+    if (config.is_moe() && !kernels::router_supports(moe.experts, moe.experts_per_token, moe.groups))
+      throw UserError("--backend cuda's router holds each token's " + std::to_string(moe.experts) +
+                      " expert scores in shared memory, too many for it: use --backend cpu");
   });
   const int device = dist::select_device(topo, /*allow_shared_device=*/!nccl);
 

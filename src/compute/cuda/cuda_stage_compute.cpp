@@ -30,13 +30,17 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
     : config_(config),
       shard_(shard),
       shape_(config, shard),
-      recipe_(compute::LayerRecipe::of(config, shard)),
+      recipe_(compute::LayerRecipe::of(config, shard, weights.first_layer, static_cast<int>(weights.layers.size()))),
       weights_(std::move(weights)),
       page_size_(page_size),
       forward_stream_(forward ? forward : create_forward_stream()),
-      all_reduce_(all_reduce) {
+      all_reduce_(all_reduce),
+      rope_scale_(cpu::rope_scale(config)) {
   if (recipe_.tensor_parallel && !all_reduce_)
     fail("pipefill", "CudaStageCompute", "tp > 1 needs a TP all-reduce", __FILE__, __LINE__);
+  if (config_.is_moe())
+    moe_ = std::make_unique<MoeOnGpu>(config_, shard_, [this](cudaEvent_t event) { wait_event(event); });
+  if (config_.is_mla()) latent_ = std::make_unique<LatentOnGpu>(config_, shard_);
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&logits_ready_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&logits_copied_, cudaEventDisableTiming));
@@ -94,6 +98,11 @@ int64_t CudaStageCompute::free_device_bytes() {
 
 kv::KvShape CudaStageCompute::kv_shape() const {
   kv::KvShape shape{static_cast<int>(weights_.layers.size()), shard_.kv_heads, config_.head_dim, page_size_};
+  if (config_.is_mla()) {  // one latent row per token, read as keys and values
+    shape.kv_heads = 1;
+    shape.head_dim = config_.mla.latent_width();
+    shape.latent = true;
+  }
   shape.element_bytes = sizeof(bf16);
   return shape;
 }
@@ -107,14 +116,20 @@ void CudaStageCompute::allocate_kv(int num_pages) {
 
 void CudaStageCompute::ensure_workspace(int tokens) {
   if (tokens <= workspace_tokens_) return;  // (growing a DeviceArray waits for queued work)
-  const size_t t = tokens, h = config_.hidden_size, d = config_.head_dim;
-  const size_t q_width = shard_.heads * d, qkv_width = q_width + 2 * shard_.kv_heads * d;
-  normed_.ensure(t * h);
-  qkv_.ensure(t * qkv_width);
-  attn_.ensure(t * q_width);
-  proj_.ensure(t * h);
-  gate_up_.ensure(t * 2 * shard_.intermediate);
-  act_.ensure(t * shard_.intermediate);
+  const size_t t = tokens;
+  normed_.ensure(t * shape_.width(compute::Buffer::kNormed));
+  qkv_.ensure(t * shape_.width(compute::Buffer::kQkv));
+  attn_.ensure(t * shape_.width(compute::Buffer::kAttention));
+  proj_.ensure(t * shape_.width(compute::Buffer::kPartial));
+  bool dense_layer = false;  // a stage of MoE layers only has no dense MLP to hold
+  for (int layer = 0; layer < static_cast<int>(weights_.layers.size()); ++layer)
+    dense_layer = dense_layer || !recipe_.moe(layer);
+  if (dense_layer) {
+    gate_up_.ensure(t * shape_.width(compute::Buffer::kGateUp));
+    act_.ensure(t * shape_.width(compute::Buffer::kActivation));
+  }
+  if (moe_) moe_->reserve(tokens);
+  if (latent_) latent_->reserve(tokens);
   workspace_tokens_ = tokens;
 }
 
@@ -170,10 +185,12 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
         eps_(static_cast<float>(stage.config_.rms_norm_eps)) {
     kv_.base = stage.kv_storage_.data();
     kv_.page_table = stage.page_table_.data();
-    kv_.layers = static_cast<int>(stage.weights_.layers.size());
-    kv_.kv_heads = stage.shard_.kv_heads;
-    kv_.head_dim = stage.config_.head_dim;
-    kv_.page_size = stage.page_size_;
+    const kv::KvShape shape = stage.kv_shape();
+    kv_.layers = shape.layers;
+    kv_.kv_heads = shape.kv_heads;
+    kv_.head_dim = shape.head_dim;
+    kv_.page_size = shape.page_size;
+    kv_.latent = shape.latent;
   }
 
   void select_layer(int layer) override {
@@ -212,18 +229,24 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
     kernels::rms_norm_heads(q + shape_.q_width(), t, shape_.kv_heads, d, stride, w_->k_norm.data(), eps_, stream_);
   }
 
-  // q and k heads in one launch.
+  // Dense: q and k heads in one launch. MLA: the queries' rope parts and the latent rows' rope keys.
   void rope() override {
+    if (g_.latent_)
+      return g_.latent_->rope(g_.qkv_.data(), chunk_.tokens, chunk_.pos0, g_.inv_freq_.data(), g_.rope_scale_, stream_);
     kernels::rope(g_.qkv_.data(), chunk_.tokens, shape_.qkv_width(), shape_.heads, shape_.kv_heads, shape_.q_width(),
-                  shape_.head_dim, chunk_.pos0, g_.inv_freq_.data(), stream_);
+                  shape_.head_dim, chunk_.pos0, g_.inv_freq_.data(), g_.rope_scale_, stream_);
   }
 
   void append_kv() override {
+    if (g_.latent_) return g_.latent_->append(kv_, layer_, chunk_.pos0, chunk_.tokens, stream_);
     const float* k = g_.qkv_.data() + shape_.q_width();
     kernels::kv_append(kv_, layer_, chunk_.pos0, chunk_.tokens, k, k + shape_.kv_width(), shape_.qkv_width(), stream_);
   }
 
   void attention() override {
+    if (g_.latent_)
+      return g_.latent_->attention(g_.qkv_.data(), chunk_.tokens, chunk_.pos0, kv_, layer_, *w_, g_.gemm_,
+                                   g_.attn_.data(), stream_);
     kernels::AttentionArgs args;
     args.q = g_.qkv_.data();
     args.q_stride = shape_.qkv_width();
@@ -240,6 +263,21 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
 
   void swiglu() override {
     kernels::swiglu(g_.gate_up_.data(), chunk_.tokens, shape_.intermediate, g_.act_.data(), stream_);
+  }
+
+  // The query heads into kQkv, the latent rows kept by LatentOnGpu.
+  void latent_projections() override {
+    g_.latent_->projections(g_.normed_.data(), chunk_.tokens, *w_, g_.gemm_, g_.qkv_.data(), stream_);
+  }
+
+  void route() override { g_.moe_->route(g_.normed_.data(), chunk_.tokens, *w_, stream_); }
+
+  void routed_experts() override {
+    g_.moe_->routed_experts(g_.normed_.data(), chunk_.tokens, *w_, g_.gemm_, g_.proj_.data(), stream_);
+  }
+
+  void shared_expert() override {
+    g_.moe_->shared_expert(g_.normed_.data(), chunk_.tokens, *w_, g_.gemm_, g_.proj_.data(), stream_);
   }
 
   void all_reduce(compute::Buffer role) override {

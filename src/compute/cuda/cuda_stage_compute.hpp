@@ -4,7 +4,9 @@
 // and returns at once (the host prepares the next micro-batch while the GPU runs this
 // one); the logits go device -> host on a separate copy stream. Each forward is bracketed
 // by CUDA events, which is where the timeline's compute spans come from. The layer itself
-// is the recipe of compute/decoder_layer.hpp over this class's ops.
+// is the recipe of compute/decoder_layer.hpp over this class's ops; mixture-of-experts
+// layers and multi-head latent attention run in MoeOnGpu and LatentOnGpu (an MoE layer
+// waits once for its experts' row counts, see moe_on_gpu.hpp).
 //
 // MPI-free: the TP all-reduce is a dist::TpAllReduce (NCCL on the forward stream, or staged
 // through host memory) built and owned by whoever builds the communicators.
@@ -19,7 +21,9 @@
 
 #include "device/device_array.hpp"
 #include "compute/cuda/device_weights.hpp"
+#include "compute/cuda/latent_on_gpu.hpp"
 #include "compute/cuda/lt_gemm.hpp"
+#include "compute/cuda/moe_on_gpu.hpp"
 #include "compute/decoder_layer.hpp"
 #include "compute/stage_compute.hpp"
 #include "dist/tp_all_reduce.hpp"
@@ -90,6 +94,9 @@ class CudaStageCompute final : public compute::StageCompute {
   LtGemm gemm_;
   dist::TpAllReduce* all_reduce_;
   DeviceArray<double> inv_freq_;
+  float rope_scale_;  // YaRN's attention factor on cos and sin (1 otherwise)
+  std::unique_ptr<MoeOnGpu> moe_;        // MoE models
+  std::unique_ptr<LatentOnGpu> latent_;  // MLA models
 
   // Workspace for one chunk.
   int workspace_tokens_ = 0;

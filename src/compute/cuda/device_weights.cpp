@@ -2,6 +2,7 @@
 #include "compute/cuda/device_weights.hpp"
 
 #include <cmath>
+#include <stdexcept>
 
 #include "io/safetensors.hpp"
 
@@ -25,9 +26,21 @@ DeviceArray<bf16> put(const std::vector<float>& host) {
   return d;
 }
 
+DeviceArray<float> put_float(const std::vector<float>& host) {
+  DeviceArray<float> d;
+  d.upload(host);
+  return d;
+}
+
+DeviceSwiglu put(const model::SwigluWeights& host) { return {put(host.gate_up), put(host.down)}; }
+
 size_t sum_bytes(const DeviceLayer& l) {
-  return l.input_norm.bytes() + l.qkv.bytes() + l.qkv_bias.bytes() + l.q_norm.bytes() + l.k_norm.bytes() +
-         l.o.bytes() + l.post_norm.bytes() + l.gate_up.bytes() + l.down.bytes();
+  size_t total = l.input_norm.bytes() + l.qkv.bytes() + l.qkv_bias.bytes() + l.q_norm.bytes() + l.k_norm.bytes() +
+                 l.o.bytes() + l.post_norm.bytes() + l.gate_up.bytes() + l.down.bytes();
+  total += l.q_a.bytes() + l.q_a_norm.bytes() + l.q_b.bytes() + l.kv_a.bytes() + l.kv_a_norm.bytes() + l.kv_b.bytes();
+  total += l.router.bytes() + l.router_bias.bytes() + l.shared_gate.bytes();
+  for (const DeviceSwiglu& expert : l.experts) total += expert.gate_up.bytes() + expert.down.bytes();
+  return total + l.shared.gate_up.bytes() + l.shared.down.bytes();
 }
 
 // Matches the synthetic presets' ranges: projections uniform in +-sqrt(3 / fan_in)
@@ -55,6 +68,7 @@ size_t DeviceWeights::bytes() const {
 
 DeviceWeights DeviceWeights::upload(const model::StageWeights& host) {
   DeviceWeights w;
+  w.first_layer = host.first_layer;
   w.embedding = put(host.embedding);
   for (const auto& l : host.layers) {
     DeviceLayer d;
@@ -67,6 +81,17 @@ DeviceWeights DeviceWeights::upload(const model::StageWeights& host) {
     d.post_norm = put(l.post_norm);
     d.gate_up = put(l.gate_up);
     d.down = put(l.down);
+    d.q_a = put(l.q_a);
+    d.q_a_norm = put(l.q_a_norm);
+    d.q_b = put(l.q_b);
+    d.kv_a = put(l.kv_a);
+    d.kv_a_norm = put(l.kv_a_norm);
+    d.kv_b = put(l.kv_b);
+    d.router = put_float(l.router);
+    d.router_bias = put_float(l.router_bias);
+    d.shared_gate = put_float(l.shared_gate);
+    for (const model::SwigluWeights& expert : l.experts) d.experts.push_back(put(expert));
+    d.shared = put(l.shared);
     w.layers.push_back(std::move(d));
   }
   w.final_norm = put(host.final_norm);
@@ -76,6 +101,8 @@ DeviceWeights DeviceWeights::upload(const model::StageWeights& host) {
 
 DeviceWeights DeviceWeights::random(const model::ModelConfig& c, const model::ShardSpec& s, int num_layers,
                                     bool first_stage, bool last_stage, uint64_t seed) {
+  if (c.is_moe() || c.is_mla())
+    throw std::invalid_argument("DeviceWeights::random fills dense models only (" + c.architecture_name + ")");
   DeviceWeights w;
   const size_t h = c.hidden_size, d = c.head_dim;
   const size_t qkv_rows = (s.heads + 2 * s.kv_heads) * d;
