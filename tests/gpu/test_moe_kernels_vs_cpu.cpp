@@ -199,7 +199,7 @@ TEST(MoeKernels, RoutedAndSharedExpertsMatchCpuBackend) {
   cpu::MoeWorkspace ws;
   cpu::route_tokens(in.x.data(), tokens, h, layer, moe, ws);
   std::vector<float> want(size_t(tokens) * h);
-  cpu::routed_experts(in.x.data(), tokens, h, width, layer, ws, want.data());
+  cpu::routed_experts(in.x.data(), tokens, h, width, 0, layer, ws, want.data());
 
   DeviceMemory<bf16> d_x(as_bf16(in.x));
   DeviceMemory<float> d_router(layer.router), d_bias(layer.router_bias);
