@@ -147,7 +147,7 @@ case $case in
   optional_field_wrong_type) patch_config 'c["tie_word_embeddings"] = "yes"'; expect='field "tie_word_embeddings"' ;;
   unknown_rope_type_in_rope_parameters) patch_config '
 del c["rope_theta"], c["rope_scaling"]
-c["rope_parameters"] = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0}'
+c["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 10000.0, "factor": 4.0}'
     expect='field "rope_parameters.rope_type"' ;;
   missing_model) model=$work/nope; expect="model directory" ;;
   missing_weights_file) copy_model; rm "$model/model.safetensors"; expect="no weights in" ;;

@@ -201,6 +201,16 @@ def drop_tensor(name):
     return edit
 
 
+def add_tensor(name, shape):
+    def edit(config, directory):
+        from safetensors.torch import load_file, save_file
+        path = os.path.join(directory, "model.safetensors")
+        tensors = load_file(path)
+        tensors[name] = torch.ones(shape)
+        save_file(tensors, path, metadata={"format": "pt"})
+    return edit
+
+
 def set_fields(**fields):
     def edit(config, directory):
         config.update(fields)
@@ -221,6 +231,10 @@ def check_refusals(build_dir, work, prompts_h5):
          set_fields(rope_parameters={"rope_type": "longrope", "rope_theta": 10000.0}), 1, "", "rope_type"),
         ("groups_not_dividing", deepseek, set_fields(n_group=3), 1, "", "n_group"),
         ("sliding_window", os.path.join(work, "mixtral"), set_fields(sliding_window=64), 1, "", "sliding_window"),
+        # transformers gives o_proj a bias too, which pipefill does not add: refused, not ignored.
+        ("attention_bias_reaches_o_proj", qwen, set_fields(attention_bias=True), 1, "", "attention_bias"),
+        ("a_tensor_pipefill_would_not_read", qwen, add_tensor("model.layers.1.self_attn.o_proj.bias", [64]), 1, "",
+         "model.layers.1.self_attn.o_proj.bias is in the checkpoint but not in"),
     ]
     return all([refused(build_dir, work, prompts_h5, base, name, edit, ranks, options, expect)
                 for name, base, edit, ranks, options, expect in cases])

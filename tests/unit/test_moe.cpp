@@ -156,6 +156,15 @@ TEST(MoeConfig, EachFamilyReadsAsTransformersDefinesIt) {
   }
 }
 
+// Keys a family's transformers class ignores are ignored here too.
+TEST(MoeConfig, EachFamilyReadsOnlyItsOwnKeys) {
+  EXPECT_FALSE(model::parse_config(with(mixtral(), {{"attention_bias", true}}), "c").attention_bias);
+  EXPECT_EQ(sparse_of(model::parse_config(with(qwen3_moe(), {{"first_k_dense_replace", 2}}), "c")),
+            (std::vector<bool>{true, false, true, true}));
+  EXPECT_TRUE(model::parse_config(with(base("Qwen2ForCausalLM"), {{"attention_bias", false}}), "c").attention_bias);
+  EXPECT_FALSE(model::parse_config(with(qwen2_moe(), {{"qkv_bias", false}}), "c").attention_bias);
+}
+
 TEST(MoeConfig, BadConfigurationsNameTheirField) {
   auto refused = [](json j, const std::string& field) {
     try {
@@ -178,6 +187,9 @@ TEST(MoeConfig, BadConfigurationsNameTheirField) {
   refused(with(deepseek_v3(), {{"rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}}}), "type");
   refused(with(mixtral(), {{"sliding_window", 4096}}), "sliding_window");
   refused(with(mixtral(), {{"hidden_act", "gelu"}}), "hidden_act");
+  refused(with(qwen3_moe(), {{"attention_bias", true}}), "attention_bias");  // o_proj would get a bias
+  refused(with(deepseek_v3(), {{"attention_bias", true}}), "attention_bias");
+  refused(with(base("LlamaForCausalLM"), {{"mlp_bias", true}}), "mlp_bias");
 }
 
 TEST(MoeConfig, TensorParallelErrorNamesTheAllowedSizes) {
