@@ -14,8 +14,8 @@ top 2, hidden 64):
                    routed_scaling_factor
   deepseek_v3_noq  DeepSeek-V3 without q LoRA (a plain q_proj), default rope, no interleave
 
-Each runs on pp 2, tp 2, pp 2 x tp 2, tp 2 with whole experts per rank (--expert-split experts)
-and pp 2 with a dynamic plan (chunks cutting every prompt),
+Each runs on pp 2, pp 2 x tp 2, tp 2 with whole experts per rank (--expert-split experts) and
+pp 2 with a dynamic plan (chunks cutting every prompt),
 storing --logprobs --top-k 4 and hidden states: last-position logits within 1e-5 of max|logit|
 of transformers' float32 forward, log-probs within 1e-3, confident top-k ids equal, hidden states
 within 1e-4 (score_checks.py). An FP8 copy of deepseek_v3 (every projection and expert in
@@ -72,9 +72,8 @@ MODELS = [
 SCORES = f"--logprobs --top-k {TOP_K}"
 LAYOUTS = [
     ("pp2", 2, f"--pp 2 --chunk-size 64 --page-size 16 {SCORES} --hidden-states mean"),
-    ("tp2", 2, f"--tp 2 --chunk-size 48 --page-size 16 {SCORES} --hidden-states last"),
     ("pp2_tp2", 4, f"--pp 2 --tp 2 --chunk-size 40 --page-size 16 {SCORES} --hidden-states last"),
-    ("tp2_whole_experts", 2, f"--tp 2 --expert-split experts --chunk-size 48 --page-size 16 {SCORES}"),
+    ("tp2_whole_experts", 2, f"--tp 2 --expert-split experts --chunk-size 48 --page-size 16 {SCORES} --hidden-states last"),
     ("pp2_dynamic", 2, f"--pp 2 --chunk-size 128 --page-size 16 --chunk-policy pipefill {SCORES}"),
 ]
 PROMPT_LENGTHS = [100, 300, 173, 2, 1]
