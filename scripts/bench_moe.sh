@@ -4,7 +4,7 @@
 # (OPENBLAS_NUM_THREADS=1), then small-moe on a TP group of 2 with each way of splitting the
 # experts (--expert-split width | experts), twice each, alternating. Prints tokens/s and GFLOP/s
 # counted on active parameters (what the run's summary reports), the sgemm ceiling of one core
-# measured in the same run, and each run's TTFT.
+# measured in the same run, and the routing's imbalance (the summary's `experts:` line).
 # usage: scripts/bench_moe.sh [TOKENS] [ROUNDS]   (env CHUNK, default 512)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -23,6 +23,7 @@ run() {
     --chunk-size "$chunk" "$@" >"$work/$name.log" 2>&1
   awk -v name="$name" '/^wall .* tokens\/s,/ {printf "%-24s %8.1f tokens/s %8.2f GFLOP/s\n", name, $4, $6}' \
     "$work/$name.log"
+  grep -h '^experts:' "$work/$name.log" | sed 's/^/    /' || true
 }
 
 echo "one prompt of $tokens tokens, chunk $chunk, 1 BLAS thread per rank"
