@@ -1,5 +1,5 @@
-// config.json <-> ModelConfig. Field names follow Hugging Face transformers; both rope
-// layouts are read: transformers 5 `rope_parameters` and the older top-level keys.
+// config.json <-> ModelConfig: each architecture's fields by its transformers class's rules
+// (the field readers themselves are config_fields.cpp).
 #include "model/config.hpp"
 
 #include <algorithm>
@@ -8,216 +8,9 @@
 #include <stdexcept>
 
 #include "errors.hpp"
+#include "model/tensor_source.hpp"
 
 namespace pf::model {
-namespace field {
-namespace {
-
-// What a message shows of an offending value: its JSON text, cut short for large objects.
-std::string shown(const nlohmann::json& value) {
-  std::string text = value.dump();
-  if (text.size() > 60) text = text.substr(0, 57) + "...";
-  return text;
-}
-
-std::string bound_text(double bound) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", bound);
-  return text;
-}
-
-void read_llama3(const Reader& scaling, RopeScaling& s) {
-  s.llama3 = true;
-  s.factor = scaling.number("factor", 0.0);
-  s.low_freq_factor = scaling.number("low_freq_factor", 0.0);
-  // The smoothing between the two wavelength bands divides by (high - low).
-  s.high_freq_factor = scaling.number("high_freq_factor", s.low_freq_factor, HUGE_VAL,
-                                      "low_freq_factor (" + bound_text(s.low_freq_factor) + ")");
-  s.original_max_position_embeddings = scaling.number("original_max_position_embeddings", 0.0);
-}
-
-// YaRN as transformers' _compute_yarn_parameters reads it (DeepSeek-V3, Qwen long context).
-}  // namespace
-
-double yarn_mscale(double scale, double mscale) {
-  return scale <= 1.0 ? 1.0 : 0.1 * mscale * std::log(scale) + 1.0;
-}
-
-namespace {
-
-void read_yarn(const Reader& scaling, double max_positions, RopeScaling& s) {
-  s.yarn = true;
-  s.original_max_position_embeddings = scaling.number("original_max_position_embeddings", 0.0);
-  s.factor = scaling.has("factor") ? scaling.number("factor", 0.0) : max_positions / s.original_max_position_embeddings;
-  // transformers reads `or 32` / `or 1`: a 0 or null means the default.
-  s.beta_fast = scaling.number_or("beta_fast", 32.0, -HUGE_VAL);
-  s.beta_slow = scaling.number_or("beta_slow", 1.0, -HUGE_VAL);
-  if (s.beta_fast == 0) s.beta_fast = 32.0;
-  if (s.beta_slow == 0) s.beta_slow = 1.0;
-  s.mscale = scaling.number_or("mscale", 0.0, -HUGE_VAL);
-  s.mscale_all_dim = scaling.number_or("mscale_all_dim", 0.0, -HUGE_VAL);
-  s.truncate = scaling.boolean_or("truncate", true);
-  if (scaling.has("attention_factor"))
-    s.attention_factor = scaling.number("attention_factor", 0.0);
-  else if (s.mscale != 0 && s.mscale_all_dim != 0)
-    s.attention_factor = yarn_mscale(s.factor, s.mscale) / yarn_mscale(s.factor, s.mscale_all_dim);
-  else
-    s.attention_factor = yarn_mscale(s.factor, 1.0);
-}
-
-// The type-specific part of a rope object; `type_key` is where its type was written.
-void read_scaling(const Reader& scaling, const char* type_key, double max_positions, Rope& rope, RopeTypes accept) {
-  rope.type = scaling.string_or(type_key, "default");
-  if (rope.type == "default") return;
-  if (rope.type == "llama3") return read_llama3(scaling, rope.scaling);
-  if (rope.type == "yarn") return read_yarn(scaling, max_positions, rope.scaling);
-  if (accept == RopeTypes::kSupported)
-    scaling.fail(scaling.name(type_key),
-                 "must be \"default\", \"llama3\" or \"yarn\", the rope types pipefill computes", rope.type);
-}
-
-}  // namespace
-
-Reader::Reader(const nlohmann::json& object, std::string origin, std::string prefix)
-    : object_(object), origin_(std::move(origin)), prefix_(std::move(prefix)) {}
-
-bool Reader::has(const char* key) const {
-  return object_.contains(key) && !object_[key].is_null();
-}
-
-void Reader::fail(const std::string& name, const std::string& requirement, const nlohmann::json& got) const {
-  throw UserError(origin_ + ": field \"" + name + "\" " + requirement + " (got " + shown(got) + ")");
-}
-
-int Reader::integer(const IntField& f) const {
-  if (!has(f.key)) throw UserError(origin_ + ": missing field \"" + name(f.key) + "\"");
-  const nlohmann::json& value = object_[f.key];
-  // Unsigned first: a value above INT64_MAX must not wrap into range.
-  bool in_range = false;
-  long long read = 0;
-  if (value.is_number_unsigned()) {
-    const auto u = value.get<unsigned long long>();
-    in_range = u <= static_cast<unsigned long long>(f.max) && static_cast<long long>(u) >= f.min;
-    read = static_cast<long long>(u);
-  } else if (value.is_number_integer()) {
-    read = value.get<long long>();
-    in_range = read >= f.min && read <= f.max;
-  }
-  if (!in_range)
-    fail(name(f.key), "must be an integer in [" + std::to_string(f.min) + ", " + std::to_string(f.max) + "]", value);
-  return static_cast<int>(read);
-}
-
-int Reader::integer_or(const IntField& f, int fallback) const {
-  return has(f.key) ? integer(f) : fallback;
-}
-
-double Reader::number(const char* key, double above, double below, const std::string& above_text) const {
-  if (!has(key)) throw UserError(origin_ + ": missing field \"" + name(key) + "\"");
-  const nlohmann::json& value = object_[key];
-  if (value.is_number()) {  // integers count: transformers writes rope_theta 500000 as an int
-    const double read = value.get<double>();
-    if (std::isfinite(read) && read > above && read < below) return read;
-  }
-  std::string requirement = "must be a finite number";
-  if (above > -HUGE_VAL) requirement += " > " + (above_text.empty() ? bound_text(above) : above_text);
-  if (below < HUGE_VAL) requirement += " and < " + bound_text(below);
-  fail(name(key), requirement, value);
-}
-
-double Reader::number_or(const char* key, double fallback, double above, double below) const {
-  return has(key) ? number(key, above, below) : fallback;
-}
-
-bool Reader::boolean_or(const char* key, bool fallback) const {
-  if (!has(key)) return fallback;
-  if (!object_[key].is_boolean()) fail(name(key), "must be true or false", object_[key]);
-  return object_[key].get<bool>();
-}
-
-std::string Reader::string_or(const char* key, const std::string& fallback) const {
-  if (!has(key)) return fallback;
-  if (!object_[key].is_string()) fail(name(key), "must be a string", object_[key]);
-  return object_[key].get<std::string>();
-}
-
-const nlohmann::json* Reader::object(const char* key) const {
-  if (!has(key)) return nullptr;
-  if (!object_[key].is_object()) fail(name(key), "must be an object or null", object_[key]);
-  return &object_[key];
-}
-
-Reader Reader::nested(const char* key) const {
-  return Reader(*object(key), origin_, name(key) + ".");
-}
-
-int read_head_dim(const Reader& config, int hidden_size, int num_heads) {
-  int head_dim;
-  if (config.has(kHeadDim.key)) {
-    head_dim = config.integer(kHeadDim);
-  } else {
-    if (hidden_size % num_heads != 0)
-      config.fail(config.name(kHiddenSize.key),
-                  "must divide by num_attention_heads (" + std::to_string(num_heads) + ") when head_dim is absent",
-                  hidden_size);
-    head_dim = hidden_size / num_heads;
-  }
-  // q_dim() = heads * head_dim is an int and a row width of the q projection.
-  if (static_cast<long long>(num_heads) * head_dim > kMaxWidth)
-    config.fail(config.name(kNumHeads.key),
-                "times head_dim (" + std::to_string(head_dim) + ") must be at most " + std::to_string(kMaxWidth),
-                num_heads);
-  return head_dim;
-}
-
-Rope read_rope(const Reader& config, RopeTypes accept) {
-  Rope rope;
-  const double max_positions = config.number_or(kMaxPositions.key, 0.0, -HUGE_VAL);
-  if (config.object("rope_parameters")) {  // transformers 5: everything in one object
-    const Reader parameters = config.nested("rope_parameters");
-    // Models that mix attention kinds key one rope object per layer type; none of ours does.
-    for (const auto& [key, value] : config.object("rope_parameters")->items())
-      if (value.is_object())
-        parameters.fail(parameters.name(key.c_str()), "is a per-layer-type rope object, which pipefill does not read",
-                        value);
-    rope.theta = parameters.has("rope_theta") ? parameters.number("rope_theta", 0.0)
-                                              : config.number_or("rope_theta", 10000.0, 0.0);
-    read_scaling(parameters, "rope_type", max_positions, rope, accept);
-    return rope;
-  }
-  rope.theta = config.number_or("rope_theta", 10000.0, 0.0);
-  if (config.object("rope_scaling")) {
-    const Reader scaling = config.nested("rope_scaling");
-    read_scaling(scaling, scaling.has("rope_type") ? "rope_type" : "type", max_positions, rope, accept);
-  }
-  return rope;
-}
-
-std::vector<bool> read_sparse_layers(const Reader& config, const std::string& family, int num_layers) {
-  std::vector<bool> sparse(static_cast<size_t>(num_layers), true);
-  if (family == "DeepseekV3ForCausalLM") {  // the other families ignore first_k_dense_replace
-    const int dense = config.integer_or(kFirstDenseLayers, 0);
-    for (int layer = 0; layer < std::min(dense, num_layers); ++layer) sparse[layer] = false;
-  }
-  if (family == "Qwen2MoeForCausalLM" || family == "Qwen3MoeForCausalLM") {
-    const int step = config.integer_or(kSparseStep, 1);
-    for (int layer = 0; layer < num_layers; ++layer)
-      if ((layer + 1) % step != 0) sparse[layer] = false;
-    if (config.has("mlp_only_layers")) {
-      const nlohmann::json& list = *config.raw("mlp_only_layers");
-      if (!list.is_array()) config.fail("mlp_only_layers", "must be a list of layer indices", list);
-      for (const auto& entry : list) {
-        if (!entry.is_number_integer() || entry.get<long long>() < 0 || entry.get<long long>() >= num_layers)
-          config.fail("mlp_only_layers", "must list layer indices in [0, " + std::to_string(num_layers - 1) + "]",
-                      entry);
-        sparse[entry.get<size_t>()] = false;
-      }
-    }
-  }
-  return sparse;
-}
-
-}  // namespace field
 
 double ModelConfig::softmax_scale() const {
   double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
@@ -228,17 +21,14 @@ double ModelConfig::softmax_scale() const {
   return scale;
 }
 
-long long ModelConfig::layer_parameters() const {
-  const long long h = hidden_size;
-  long long attention = h * q_dim() + 2 * h * kv_dim() + static_cast<long long>(q_dim()) * h;
-  if (attention_bias) attention += q_dim() + 2 * kv_dim();
-  if (qk_norm) attention += 2 * head_dim;
-  return attention + 3 * h * intermediate_size + 2 * h;
-}
-
 long long ModelConfig::total_parameters() const {
-  const long long embedding = static_cast<long long>(vocab_size) * hidden_size;
-  return num_layers * layer_parameters() + embedding * (tie_word_embeddings ? 1 : 2) + hidden_size;
+  long long total = 0;  // every tensor of the family's list, experts and MLA's projections included
+  for (const TensorSpec& spec : expected_tensors(*this)) {
+    long long count = 1;
+    for (int64_t d : spec.shape) count *= d;
+    total += count;
+  }
+  return total;
 }
 
 namespace {

@@ -99,9 +99,8 @@ struct ModelConfig {
   // For MLA, head_dim is the q/k width (qk_nope + qk_rope).
   int q_dim() const { return num_heads * head_dim; }
   int kv_dim() const { return num_kv_heads * head_dim; }
-  // Parameters of one decoder layer and of the whole model (for FLOP counts and sizes).
-  long long layer_parameters() const;
-  long long total_parameters() const;  // a tied lm_head shares the embedding's parameters
+  // Parameters the model stores (every expert; a tied lm_head shares the embedding's).
+  long long total_parameters() const;
 };
 
 // Parses and validates; throws UserError naming the field that is missing or wrong.
