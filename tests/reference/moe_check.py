@@ -38,8 +38,8 @@ from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, MixtralConfig
                           Qwen2MoeForCausalLM, Qwen3MoeConfig, Qwen3MoeForCausalLM)
 
 from fp8_check import QUANTIZATION_CONFIG, dequantize, quantize_blocks
-from pipefill_runs import run_pipefill, write_cost_model
-from score_checks import compare_scores, reference_scores
+from pipefill_runs import run_pipefill
+from score_checks import check_layouts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOGITS_RTOL = 1e-5
@@ -103,28 +103,8 @@ def build(work, name, config_class, model_class, extra, dtype):
 
 def check_model(build_dir, work, prompts_h5, prompts, name, config_class, model_class, extra, dtype):
     model_dir = build(work, name, config_class, model_class, extra, dtype)
-    model = model_class.from_pretrained(model_dir, dtype=torch.float32).eval()  # what the files hold
-    ref = reference_scores(model, prompts, TOP_K)
-    with torch.no_grad():
-        last = np.stack([model(input_ids=torch.tensor(p[None, :], dtype=torch.long)).logits[0, -1].double().numpy()
-                         for p in prompts])
-    print(f"{name} ({dtype}): max|logit| {np.abs(last).max():.2f}")
-    ok, attributes = True, None
-    for layout, ranks, options in LAYOUTS:
-        out_h5 = os.path.join(work, f"{name}_{layout}.h5")
-        if layout == "pp2_dynamic":
-            cost_model = os.path.join(work, f"{name}_cost.json")
-            write_cost_model(cost_model, attributes, pp=2, tp=1)
-            options += f" --cost-model {cost_model}"
-        logits, run_attributes, timeline = run_pipefill(build_dir, model_dir, prompts_h5, out_h5, ranks, options)
-        attributes = attributes or run_attributes
-        error = float(np.abs(logits - last).max())
-        logits_ok = error <= LOGITS_RTOL * max(1.0, float(np.abs(last).max()))
-        if layout == "pp2_dynamic":
-            logits_ok = logits_ok and len({int(n) for n in timeline["chunk_length"]}) >= 3
-        print(f"  {layout:<14} last logits {error:.1e} {'ok' if logits_ok else 'FAILED'}")
-        ok = compare_scores(layout, out_h5, ref) and logits_ok and ok
-    return ok
+    return check_layouts(build_dir, work, name, model_dir, model_class, prompts_h5, prompts, LAYOUTS,
+                         TOP_K, LOGITS_RTOL, f" ({dtype})")
 
 
 def check_fp8(build_dir, work, prompts_h5, prompts):

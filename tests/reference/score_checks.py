@@ -93,3 +93,35 @@ def compare_scores(name, out_h5, ref, logprob_atol=LOGPROB_ATOL):
             notes.append(f"hidden {mode} {relative:.1e}")
     print(f"  {name:<14} {'; '.join(notes)} {'ok' if ok else 'FAILED'}")
     return ok
+
+
+def check_layouts(build, work, name, model_dir, model_class, prompts_h5, prompts, layouts, top_k,
+                  logits_rtol=1e-5, label=""):
+    """pipefill on `model_dir` in each of `layouts` (name, ranks, options) against transformers'
+    float32 forward of what the files hold: the last position's logits within `logits_rtol` of
+    max|logit|, and every stored score (compare_scores). A layout named pp2_dynamic gets a fixed
+    cost model (from the first run's identity) and must really vary its chunks."""
+    import torch
+    from pipefill_runs import run_pipefill, write_cost_model
+    model = model_class.from_pretrained(model_dir, dtype=torch.float32).eval()
+    ref = reference_scores(model, prompts, top_k)
+    with torch.no_grad():
+        last = np.stack([model(input_ids=torch.tensor(p[None, :], dtype=torch.long)).logits[0, -1].double().numpy()
+                         for p in prompts])
+    print(f"{name}{label}: max|logit| {np.abs(last).max():.2f}")
+    ok, attributes = True, None
+    for layout, ranks, options in layouts:
+        out_h5 = f"{work}/{name}_{layout}.h5"
+        if layout == "pp2_dynamic":
+            cost_model = f"{work}/{name}_cost.json"
+            write_cost_model(cost_model, attributes, pp=2, tp=1)
+            options += f" --cost-model {cost_model}"
+        logits, run_attributes, timeline = run_pipefill(build, model_dir, prompts_h5, out_h5, ranks, options)
+        attributes = attributes or run_attributes
+        error = float(np.abs(logits - last).max())
+        logits_ok = error <= logits_rtol * max(1.0, float(np.abs(last).max()))
+        if layout == "pp2_dynamic":  # the plan really varied its chunks
+            logits_ok = logits_ok and len({int(n) for n in timeline["chunk_length"]}) >= 3
+        print(f"  {layout:<17} last logits {error:.1e} {'ok' if logits_ok else 'FAILED'}")
+        ok = compare_scores(layout, out_h5, ref) and logits_ok and ok
+    return ok

@@ -26,8 +26,7 @@ import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
 
-from pipefill_runs import run_pipefill, write_cost_model
-from score_checks import compare_scores, reference_scores
+from score_checks import check_layouts
 
 LOGITS_RTOL = 1e-5  # as transformers_check.py: measured below 1e-6 of max|logit|
 TOP_K = 4
@@ -74,28 +73,8 @@ def check_model(build, work, prompts_h5, prompts, name, config_class, model_clas
     model_dir = os.path.join(work, name)
     model.to(dtype).save_pretrained(model_dir, safe_serialization=True)
     # The reference runs what the files hold, in float32.
-    model = model_class.from_pretrained(model_dir, dtype=torch.float32).eval()
-    ref = reference_scores(model, prompts, TOP_K)
-    with torch.no_grad():
-        last = np.stack([model(input_ids=torch.tensor(p[None, :], dtype=torch.long)).logits[0, -1].double().numpy()
-                         for p in prompts])
-    print(f"{name} ({dtype}): max|logit| {np.abs(last).max():.2f}")
-    ok, attributes = True, None
-    for layout, ranks, options in LAYOUTS:
-        out_h5 = os.path.join(work, f"{name}_{layout}.h5")
-        if layout == "pp2_dynamic":
-            cost_model = os.path.join(work, f"{name}_cost.json")
-            write_cost_model(cost_model, attributes, pp=2, tp=1)
-            options += f" --cost-model {cost_model}"
-        logits, run_attributes, timeline = run_pipefill(build, model_dir, prompts_h5, out_h5, ranks, options)
-        attributes = attributes or run_attributes
-        error = float(np.abs(logits - last).max())
-        logits_ok = error <= LOGITS_RTOL * max(1.0, float(np.abs(last).max()))
-        if layout == "pp2_dynamic":  # the plan really varied its chunks
-            logits_ok = logits_ok and len({int(n) for n in timeline["chunk_length"]}) >= 3
-        print(f"  {layout:<14} last logits {error:.1e} {'ok' if logits_ok else 'FAILED'}")
-        ok = compare_scores(layout, out_h5, ref) and logits_ok and ok
-    return ok
+    return check_layouts(build, work, name, model_dir, model_class, prompts_h5, prompts, LAYOUTS,
+                         TOP_K, LOGITS_RTOL, f" ({dtype})")
 
 
 def main():

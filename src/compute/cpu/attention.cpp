@@ -19,9 +19,23 @@ namespace {
 
 constexpr int kTargetQueryRows = 256;  // rows of Q per block: S (rows x key block) stays in L2
 constexpr int kTargetKeyBlock = 256;   // keys per block, rounded to whole pages
-constexpr float kMasked = -1e30f;      // finite: exp underflows to exactly 0, no inf - inf
 
 }  // namespace
+
+void online_softmax_step(float* s, int n, float& row_max, float& row_sum, float* acc, int width) {
+  float block_max = kMaskedScore;
+  for (int c = 0; c < n; ++c) block_max = std::max(block_max, s[c]);
+  const float new_max = std::max(row_max, block_max);
+  const float correction = std::exp(row_max - new_max);  // what was accumulated, rescaled
+  for (int c = 0; c < n; ++c) s[c] -= new_max;
+  exp_inplace(s, n);
+  float sum = 0.0f;
+  for (int c = 0; c < n; ++c) sum += s[c];
+  row_sum = row_sum * correction + sum;
+  row_max = new_max;
+  if (correction != 1.0f)
+    for (int i = 0; i < width; ++i) acc[i] *= correction;
+}
 
 double chunk_attention_flops(int tokens, int pos0, int heads, int head_dim) {
   // Query at position p sees p + 1 keys; 4 * head_dim FLOPs per (query, key, head).
@@ -66,7 +80,7 @@ void chunk_attention_scaled(const float* q, int64_t q_stride, int tokens, int po
           for (int i = 0; i < d; ++i) dst[i] = src[i] * scale;
         }
       std::fill(ws.acc.begin(), ws.acc.begin() + static_cast<int64_t>(rows) * d, 0.0f);
-      std::fill(ws.row_max.begin(), ws.row_max.begin() + rows, kMasked);
+      std::fill(ws.row_max.begin(), ws.row_max.begin() + rows, kMaskedScore);
       std::fill(ws.row_sum.begin(), ws.row_sum.begin() + rows, 0.0f);
 
       const int first_query_pos = pos0 + q0;
@@ -86,27 +100,12 @@ void chunk_attention_scaled(const float* q, int64_t q_stride, int tokens, int po
             const int visible = first_query_pos + t - k0 + 1;  // keys k0..qpos are visible
             for (int j = 0; j < group; ++j) {
               float* s = ws.scores.data() + static_cast<int64_t>(t * group + j) * key_block;
-              for (int c = std::max(visible, 0); c < nk; ++c) s[c] = kMasked;
+              for (int c = std::max(visible, 0); c < nk; ++c) s[c] = kMaskedScore;
             }
           }
-        // Online softmax: rescale what was accumulated when the running max grows.
-        for (int r = 0; r < rows; ++r) {
-          float* s = ws.scores.data() + static_cast<int64_t>(r) * key_block;
-          float block_max = kMasked;
-          for (int c = 0; c < nk; ++c) block_max = std::max(block_max, s[c]);
-          const float new_max = std::max(ws.row_max[r], block_max);
-          const float correction = std::exp(ws.row_max[r] - new_max);
-          for (int c = 0; c < nk; ++c) s[c] -= new_max;
-          exp_inplace(s, nk);
-          float sum = 0.0f;
-          for (int c = 0; c < nk; ++c) sum += s[c];
-          ws.row_sum[r] = ws.row_sum[r] * correction + sum;
-          ws.row_max[r] = new_max;
-          if (correction != 1.0f) {
-            float* a = ws.acc.data() + static_cast<int64_t>(r) * d;
-            for (int i = 0; i < d; ++i) a[i] *= correction;
-          }
-        }
+        for (int r = 0; r < rows; ++r)
+          online_softmax_step(ws.scores.data() + static_cast<int64_t>(r) * key_block, nk, ws.row_max[r], ws.row_sum[r],
+                              ws.acc.data() + static_cast<int64_t>(r) * d, d);
         // O += P V, one GEMM per page.
         for (int c = 0; c < nk; c += page_size) {
           const int n = std::min(page_size, nk - c);

@@ -27,6 +27,14 @@ void chunk_attention(const float* q, int64_t q_stride, int tokens, int pos0, con
 void chunk_attention_scaled(const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv,
                             int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws);
 
+// Masked scores: finite, so that exp underflows to exactly 0 and no inf - inf arises.
+constexpr float kMaskedScore = -1e30f;
+
+// One key block of the online softmax for one query row: `scores` [n] (masked entries at
+// kMaskedScore) become exp(score - new running max), and the row's running max, sum and
+// accumulator `acc` [width] are rescaled to that max. The caller then adds P . V to `acc`.
+void online_softmax_step(float* scores, int n, float& row_max, float& row_sum, float* acc, int width);
+
 // FLOPs of chunk_attention (QK^T and PV, 2 each per multiply-add) for FLOP-rate reports.
 double chunk_attention_flops(int tokens, int pos0, int heads, int head_dim);
 

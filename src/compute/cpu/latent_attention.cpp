@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compute/cpu/attention.hpp"
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
 
@@ -14,8 +15,7 @@ namespace {
 
 // DeepSeek's two LoRA norms are built with RMSNorm's default eps, not the config's.
 constexpr float kLoraNormEps = 1e-6f;
-constexpr int kKeyBlock = 256;     // keys expanded at a time, rounded to whole pages
-constexpr float kMasked = -1e30f;  // finite: exp underflows to exactly 0, no inf - inf
+constexpr int kKeyBlock = 256;  // keys expanded at a time, rounded to whole pages
 
 }  // namespace
 
@@ -71,7 +71,7 @@ void latent_attention(const float* q, int tokens, int pos0, const kv::KvLayerVie
   ws.rope_keys.resize(static_cast<size_t>(key_block) * rope);
   ws.scores.resize(static_cast<size_t>(tokens) * key_block);
   ws.acc.assign(static_cast<size_t>(heads) * tokens * v, 0.0f);
-  ws.row_max.assign(static_cast<size_t>(heads) * tokens, kMasked);
+  ws.row_max.assign(static_cast<size_t>(heads) * tokens, kMaskedScore);
   ws.row_sum.assign(static_cast<size_t>(heads) * tokens, 0.0f);
 
   const int last_pos = pos0 + tokens - 1;
@@ -102,22 +102,9 @@ void latent_attention(const float* q, int tokens, int pos0, const kv::KvLayerVie
       for (int r = 0; r < rows; ++r) {
         float* row = s + static_cast<int64_t>(r) * key_block;
         const int visible = pos0 + first_row + r - k0 + 1;  // keys k0 .. the query's position
-        for (int col = std::max(visible, 0); col < nk; ++col) row[col] = kMasked;
+        for (int col = std::max(visible, 0); col < nk; ++col) row[col] = kMaskedScore;
         const size_t at = static_cast<size_t>(head) * tokens + first_row + r;
-        float block_max = kMasked;
-        for (int col = 0; col < nk; ++col) block_max = std::max(block_max, row[col]);
-        const float new_max = std::max(ws.row_max[at], block_max);
-        const float correction = std::exp(ws.row_max[at] - new_max);
-        for (int col = 0; col < nk; ++col) row[col] -= new_max;
-        exp_inplace(row, nk);
-        float sum = 0.0f;
-        for (int col = 0; col < nk; ++col) sum += row[col];
-        ws.row_sum[at] = ws.row_sum[at] * correction + sum;
-        ws.row_max[at] = new_max;
-        if (correction != 1.0f) {
-          float* a = ws.acc.data() + at * v;
-          for (int i = 0; i < v; ++i) a[i] *= correction;
-        }
+        online_softmax_step(row, nk, ws.row_max[at], ws.row_sum[at], ws.acc.data() + at * v, v);
       }
       // acc += P . v_head
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, v, nk, 1.0f, s, key_block,
