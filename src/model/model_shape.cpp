@@ -7,11 +7,7 @@ namespace pf::model {
 namespace {}  // namespace
 
 double chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0) {
-  double total = 0;
-  for (int layer = first_layer; layer < first_layer + layer_count; ++layer)
-    total += shape.matmul_flops(layer, tokens) + shape.attention_flops(static_cast<double>(pos0), tokens) +
-             shape.latent_expansion_flops(static_cast<double>(pos0), tokens);
-  return total;
+  return rank_chunk_flops(shape, first_layer, layer_count, tokens, pos0, 1);
 }
 
 double rank_chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0, int tp) {

@@ -59,6 +59,7 @@ struct ModelShape {
   // gate, MLA's q_a and kv_a projections), and one rank's share of the layer's matmuls.
   double replicated_matmul_flops(int layer, double tokens) const;
   double rank_matmul_flops(int layer, double tokens, int tp) const {
+    if (tp == 1) return matmul_flops(layer, tokens);  // the whole layer, without a rounding detour
     const double replicated = replicated_matmul_flops(layer, tokens);
     return (matmul_flops(layer, tokens) - replicated) / tp + replicated;
   }

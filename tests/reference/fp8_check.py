@@ -29,7 +29,6 @@ import shutil
 import subprocess
 import sys
 
-import h5py
 import numpy as np
 import torch
 import transformers
@@ -37,6 +36,7 @@ from safetensors.torch import load_file, save_file
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from pipefill_runs import HERE, run_pipefill
+from score_checks import make_prompts
 
 LOGITS_RTOL = 1e-5  # as scores_check.py
 # The quantization must move the logits by far more than the tolerance, or this test could not
@@ -57,15 +57,6 @@ LAYOUTS = [
     ("pp2_tp2", 4, "--pp 2 --tp 2 --chunk-size 40 --page-size 16"),
 ]
 PROMPT_LENGTHS = [150, 37, 1]
-
-
-def make_prompts(path, vocab):
-    rng = np.random.default_rng(8)
-    prompts = [rng.integers(0, vocab, size=n, dtype=np.int32) for n in PROMPT_LENGTHS]
-    with h5py.File(path, "w") as f:
-        f["tokens"] = np.concatenate(prompts).astype(np.int32)
-        f["offsets"] = np.cumsum([0] + PROMPT_LENGTHS).astype(np.int64)
-    return prompts
 
 
 def quantize_blocks(weight):
@@ -228,7 +219,7 @@ def main():
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     prompts_h5 = os.path.join(work, "prompts.h5")
-    prompts = make_prompts(prompts_h5, SIZES["vocab_size"])
+    prompts = make_prompts(prompts_h5, PROMPT_LENGTHS, SIZES["vocab_size"], seed=8)
     original_dir, fp8_dir, dequantized_dir = make_checkpoints(work)
     runs_ok = check_runs(build, work, prompts_h5, prompts, fp8_dir, dequantized_dir, original_dir)
     bad_ok = check_bad_checkpoints(build, work, prompts_h5, fp8_dir)

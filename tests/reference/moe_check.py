@@ -30,7 +30,6 @@ import shutil
 import subprocess
 import sys
 
-import h5py
 import numpy as np
 import torch
 import transformers
@@ -39,7 +38,7 @@ from transformers import (DeepseekV3Config, DeepseekV3ForCausalLM, MixtralConfig
 
 from fp8_check import QUANTIZATION_CONFIG, dequantize, quantize_blocks
 from pipefill_runs import run_pipefill
-from score_checks import check_layouts
+from score_checks import check_layouts, make_prompts
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LOGITS_RTOL = 1e-5
@@ -77,15 +76,6 @@ LAYOUTS = [
     ("pp2_dynamic", 2, f"--pp 2 --chunk-size 128 --page-size 16 --chunk-policy pipefill {SCORES}"),
 ]
 PROMPT_LENGTHS = [100, 300, 173, 2, 1]
-
-
-def make_prompts(path, vocab):
-    rng = np.random.default_rng(12)
-    prompts = [rng.integers(0, vocab, size=n, dtype=np.int32) for n in PROMPT_LENGTHS]
-    with h5py.File(path, "w") as f:
-        f["tokens"] = np.concatenate(prompts).astype(np.int32)
-        f["offsets"] = np.cumsum([0] + PROMPT_LENGTHS).astype(np.int64)
-    return prompts
 
 
 def build(work, name, config_class, model_class, extra, dtype):
@@ -226,7 +216,7 @@ def main():
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     prompts_h5 = os.path.join(work, "prompts.h5")
-    prompts = make_prompts(prompts_h5, BASE["vocab_size"])
+    prompts = make_prompts(prompts_h5, PROMPT_LENGTHS, BASE["vocab_size"])
     only = os.environ.get("PIPEFILL_MOE_CHECK_ONLY")  # one model's name, when debugging
     failed = [m[0] for m in MODELS
               if (not only or m[0] == only) and not check_model(build_dir, work, prompts_h5, prompts, *m)]

@@ -95,6 +95,16 @@ def compare_scores(name, out_h5, ref, logprob_atol=LOGPROB_ATOL):
     return ok
 
 
+def make_prompts(path, lengths, vocab, seed=12):
+    """Random prompts of `lengths` tokens (seeded), written as pipefill's input; returns them."""
+    rng = np.random.default_rng(seed)
+    prompts = [rng.integers(0, vocab, size=n, dtype=np.int32) for n in lengths]
+    with h5py.File(path, "w") as f:
+        f["tokens"] = np.concatenate(prompts).astype(np.int32)
+        f["offsets"] = np.cumsum([0] + list(lengths)).astype(np.int64)
+    return prompts
+
+
 def check_layouts(build, work, name, model_dir, model_class, prompts_h5, prompts, layouts, top_k,
                   logits_rtol=1e-5, label=""):
     """pipefill on `model_dir` in each of `layouts` (name, ranks, options) against transformers'

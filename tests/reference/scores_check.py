@@ -19,14 +19,13 @@ usage: scores_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's py
 import os
 import sys
 
-import h5py
 import numpy as np
 import torch
 import transformers
 from transformers import (LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM, Qwen3Config,
                           Qwen3ForCausalLM)
 
-from score_checks import check_layouts
+from score_checks import check_layouts, make_prompts
 
 LOGITS_RTOL = 1e-5  # as transformers_check.py: measured below 1e-6 of max|logit|
 TOP_K = 4
@@ -58,15 +57,6 @@ LAYOUTS = [
 PROMPT_LENGTHS = [100, 300, 173, 2, 1]  # a one-token prompt: no log-prob, perplexity NaN
 
 
-def make_prompts(path, vocab):
-    rng = np.random.default_rng(12)
-    prompts = [rng.integers(0, vocab, size=n, dtype=np.int32) for n in PROMPT_LENGTHS]
-    with h5py.File(path, "w") as f:
-        f["tokens"] = np.concatenate(prompts).astype(np.int32)
-        f["offsets"] = np.cumsum([0] + PROMPT_LENGTHS).astype(np.int64)
-    return prompts
-
-
 def check_model(build, work, prompts_h5, prompts, name, config_class, model_class, extra, dtype):
     torch.manual_seed(77)
     model = model_class(config_class(**SIZES, **extra)).eval()
@@ -86,7 +76,7 @@ def main():
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     prompts_h5 = os.path.join(work, "prompts.h5")
-    prompts = make_prompts(prompts_h5, SIZES["vocab_size"])
+    prompts = make_prompts(prompts_h5, PROMPT_LENGTHS, SIZES["vocab_size"])
     failed = [m[0] for m in MODELS if not check_model(build, work, prompts_h5, prompts, *m)]
     if failed:
         print("FAILED:", ", ".join(failed))

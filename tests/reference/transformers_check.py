@@ -14,13 +14,13 @@ import json
 import os
 import sys
 
-import h5py
 import numpy as np
 import torch
 import transformers
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from pipefill_runs import run_pipefill
+from score_checks import make_prompts
 
 # float32 pipefill vs float32 transformers: the two sum in different orders (chunks of 64,
 # pages of 16, BLAS blocking), so they agree to float32 rounding amplified by depth.
@@ -55,15 +55,6 @@ CASES = [
 PROMPT_LENGTHS = [100, 300, 173]
 
 
-def make_prompts(path, vocab):
-    rng = np.random.default_rng(11)
-    prompts = [rng.integers(0, vocab, size=n, dtype=np.int32) for n in PROMPT_LENGTHS]
-    with h5py.File(path, "w") as f:
-        f["tokens"] = np.concatenate(prompts).astype(np.int32)
-        f["offsets"] = np.cumsum([0] + PROMPT_LENGTHS).astype(np.int64)
-    return prompts
-
-
 def last_logits(model, prompts):
     with torch.no_grad():
         return np.stack([model(input_ids=torch.tensor(p[None, :], dtype=torch.long)).logits[0, -1].numpy()
@@ -92,7 +83,7 @@ def check_case(build, work, name, config_class, model_class, rope, extra, wrong_
     assert written["rope_parameters"]["rope_theta"] == rope["rope_theta"], written["rope_parameters"]
 
     prompts_h5 = os.path.join(work, "prompts.h5")
-    prompts = make_prompts(prompts_h5, SIZES["vocab_size"])
+    prompts = make_prompts(prompts_h5, PROMPT_LENGTHS, SIZES["vocab_size"], seed=11)
     expected = last_logits(model, prompts)
     got, _, _ = run_pipefill(build, model_dir, prompts_h5, os.path.join(work, name + ".h5"), 2,
                              "--pp 2 --chunk-size 64 --page-size 16")

@@ -11,9 +11,22 @@
 namespace pf::cpu {
 namespace {
 
+// The routers' per-token buffers, kept between tokens: routing a chunk allocates nothing per
+// token and layer (DeepSeek-V3 routes every token of every layer over 256 experts).
+struct RouterScratch {
+  std::vector<int> order, groups;
+  std::vector<float> scores, choice, group_score, eligible;
+};
+
+RouterScratch& scratch() {
+  thread_local RouterScratch buffers;
+  return buffers;
+}
+
 // Indices of the k largest of values[0, n), best first; ties go to the lower index.
 void top_k(const float* values, int n, int k, int* chosen) {
-  std::vector<int> order(n);
+  std::vector<int>& order = scratch().order;
+  order.resize(n);
   std::iota(order.begin(), order.end(), 0);
   std::partial_sort(order.begin(), order.begin() + k, order.end(),
                     [values](int a, int b) { return values[a] > values[b] || (values[a] == values[b] && a < b); });
@@ -22,7 +35,8 @@ void top_k(const float* values, int n, int k, int* chosen) {
 
 void softmax_top_k(const float* logits, const model::MoeConfig& moe, int* expert, float* weight) {
   const int n = moe.experts;
-  std::vector<float> probs(logits, logits + n);
+  std::vector<float>& probs = scratch().scores;
+  probs.assign(logits, logits + n);
   const float max = *std::max_element(probs.begin(), probs.end());
   float sum = 0;
   for (float& p : probs) sum += (p = std::exp(p - max));
@@ -37,21 +51,24 @@ void softmax_top_k(const float* logits, const model::MoeConfig& moe, int* expert
 void sigmoid_grouped_top_k(const float* logits, const float* bias, const model::MoeConfig& moe, int* expert,
                            float* weight) {
   const int n = moe.experts, per_group = n / moe.groups;
-  std::vector<float> scores(n), choice(n);
+  RouterScratch& s = scratch();
+  std::vector<float>&scores = s.scores, &choice = s.choice, &group_score = s.group_score, &eligible = s.eligible;
+  scores.resize(n);
+  choice.resize(n);
   for (int e = 0; e < n; ++e) {
     scores[e] = 1.0f / (1.0f + std::exp(-logits[e]));
     choice[e] = scores[e] + (bias ? bias[e] : 0.0f);
   }
-  std::vector<float> group_score(moe.groups);
+  group_score.resize(moe.groups);
   for (int g = 0; g < moe.groups; ++g) {
     int best[2];
     top_k(choice.data() + g * per_group, per_group, 2, best);
     group_score[g] = choice[g * per_group + best[0]] + choice[g * per_group + best[1]];
   }
-  std::vector<int> groups(moe.topk_groups);
-  top_k(group_score.data(), moe.groups, moe.topk_groups, groups.data());
-  std::vector<float> eligible(n, -INFINITY);
-  for (int g : groups) std::copy_n(choice.begin() + g * per_group, per_group, eligible.begin() + g * per_group);
+  s.groups.resize(moe.topk_groups);
+  top_k(group_score.data(), moe.groups, moe.topk_groups, s.groups.data());
+  eligible.assign(n, -INFINITY);
+  for (int g : s.groups) std::copy_n(choice.begin() + g * per_group, per_group, eligible.begin() + g * per_group);
   top_k(eligible.data(), n, moe.experts_per_token, expert);
   for (int i = 0; i < moe.experts_per_token; ++i) weight[i] = scores[expert[i]];
 }
