@@ -94,6 +94,12 @@ LayerShape::LayerShape(const model::ModelConfig& config, const model::ShardSpec&
       intermediate(shard.intermediate),
       latent(config.is_mla()) {}
 
+kv::KvShape cache_shape(const model::ModelConfig& config, const model::ShardSpec& shard, int layers, int page_size,
+                        int element_bytes) {
+  if (config.is_mla()) return {layers, 1, config.mla.latent_width(), page_size, element_bytes, true};
+  return {layers, shard.kv_heads, config.head_dim, page_size, element_bytes};
+}
+
 int LayerShape::width(Buffer buffer) const {
   switch (buffer) {
     case Buffer::kHidden:

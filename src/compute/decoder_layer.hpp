@@ -26,6 +26,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"
 
@@ -78,6 +79,12 @@ struct LayerShape {
   int in_width(Projection projection) const;
   int out_width(Projection projection) const;
 };
+
+// The KV cache one stage's pool holds for `layers` local layers: K and V of this rank's KV
+// heads, or for MLA one latent row (kv_lora + rope) per token, read as keys and values, whole
+// on every TP rank. `element_bytes`: 4 on the CPU, 2 (bf16) on the GPU.
+kv::KvShape cache_shape(const model::ModelConfig& config, const model::ShardSpec& shard, int layers, int page_size,
+                        int element_bytes = 4);
 
 // A layer's weights by role; `Layer` is a backend's weight struct (model::LayerWeights,
 // cuda::DeviceLayer), whose members carry the same names.

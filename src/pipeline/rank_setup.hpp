@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "compute/decoder_layer.hpp"
 #include "dist/topology.hpp"
 #include "io/prompts_h5.hpp"
 #include "kvcache/paged_kv_pool.hpp"
@@ -31,11 +32,8 @@ struct RankModel {
   // The strict config of a backend that computes; std::logic_error (a bug, not a user error)
   // when the model was opened without weights (emulate), which has none.
   const model::ModelConfig& config() const;
-  // MLA: one latent row (kv_lora + rope) per token, read as keys and values.
   kv::KvShape kv_shape(int stage, int page_size) const {
-    const model::ModelConfig& c = config();
-    if (c.is_mla()) return {partition[stage].count, 1, c.mla.latent_width(), page_size, 4, true};
-    return {partition[stage].count, shard.kv_heads, c.head_dim, page_size};
+    return compute::cache_shape(config(), shard, partition[stage].count, page_size);
   }
 };
 

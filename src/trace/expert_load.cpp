@@ -8,34 +8,32 @@
 
 namespace pf::trace {
 
-double ExpertLoad::max_over_mean() const {
+namespace {
+
+// The mean over the MoE layers (each routed some rows: gather_expert_load keeps only those)
+// of the busiest of `parts` equal groups of experts against the mean group.
+double busiest_over_mean(const std::vector<std::vector<int64_t>>& rows, int parts) {
+  if (rows.empty()) return 0.0;
   double sum = 0;
-  int layers = 0;
   for (const auto& layer : rows) {
-    const double total = std::accumulate(layer.begin(), layer.end(), 0.0);
-    if (total <= 0) continue;
-    sum += *std::max_element(layer.begin(), layer.end()) / (total / experts);
-    ++layers;
+    const size_t per_part = layer.size() / parts;
+    double busiest = 0;
+    for (int part = 0; part < parts; ++part)
+      busiest = std::max(busiest,
+                         std::accumulate(layer.begin() + part * per_part, layer.begin() + (part + 1) * per_part, 0.0));
+    sum += busiest / (std::accumulate(layer.begin(), layer.end(), 0.0) / parts);
   }
-  return layers ? sum / layers : 0.0;
+  return sum / rows.size();
+}
+
+}  // namespace
+
+double ExpertLoad::max_over_mean() const {
+  return busiest_over_mean(rows, experts);
 }
 
 double ExpertLoad::busiest_rank_share() const {
-  if (tp <= 1 || experts % tp != 0) return 0.0;
-  const int per_rank = experts / tp;
-  double sum = 0;
-  int layers = 0;
-  for (const auto& layer : rows) {
-    const double total = std::accumulate(layer.begin(), layer.end(), 0.0);
-    if (total <= 0) continue;
-    double busiest = 0;
-    for (int rank = 0; rank < tp; ++rank)
-      busiest = std::max(busiest,
-                         std::accumulate(layer.begin() + rank * per_rank, layer.begin() + (rank + 1) * per_rank, 0.0));
-    sum += busiest / (total / tp);
-    ++layers;
-  }
-  return layers ? sum / layers : 0.0;
+  return tp > 1 && experts % tp == 0 ? busiest_over_mean(rows, tp) : 0.0;
 }
 
 ExpertLoad gather_expert_load(const dist::Topology& topo, const std::vector<int64_t>& mine, int experts) {

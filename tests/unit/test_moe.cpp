@@ -266,8 +266,7 @@ TEST(MoeFlops, CpuComputeMatchesTheAnalyticCount) {
       const model::StageRange layers{0, c.num_layers};
       model::StageWeights weights = model::load_stage_weights(c, *source, layers, true, false, shard);
       const int page = 16, prefix = 48, tokens = 40;
-      kv::KvShape kv_shape{c.num_layers, shard.kv_heads, c.head_dim, page};
-      if (c.is_mla()) kv_shape = {c.num_layers, 1, c.mla.latent_width(), page, 4, true};
+      const kv::KvShape kv_shape = compute::cache_shape(c, shard, c.num_layers, page);
       kv::PagedKvPool pool(kv_shape, kv_shape.pages_for(prefix + tokens));
       NoReduce reduce;
       compute::CpuStageCompute stage(c, shard, std::move(weights), pool, tp > 1 ? &reduce : nullptr);

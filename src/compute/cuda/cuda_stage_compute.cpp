@@ -97,14 +97,7 @@ int64_t CudaStageCompute::free_device_bytes() {
 }
 
 kv::KvShape CudaStageCompute::kv_shape() const {
-  kv::KvShape shape{static_cast<int>(weights_.layers.size()), shard_.kv_heads, config_.head_dim, page_size_};
-  if (config_.is_mla()) {  // one latent row per token, read as keys and values
-    shape.kv_heads = 1;
-    shape.head_dim = config_.mla.latent_width();
-    shape.latent = true;
-  }
-  shape.element_bytes = sizeof(bf16);
-  return shape;
+  return compute::cache_shape(config_, shard_, static_cast<int>(weights_.layers.size()), page_size_, sizeof(bf16));
 }
 
 void CudaStageCompute::allocate_kv(int num_pages) {
