@@ -1,14 +1,18 @@
 // Micro-benchmarks of the CPU backend's kernels, each reported in GFLOP/s beside the
 // sgemm rate measured at the start of the same run (the machine's ceiling for this
-// backend), as `of_sgemm`. Run single-threaded (OPENBLAS_NUM_THREADS=1): one rank, one core.
+// backend), as `of_sgemm`. Single-threaded (OPENBLAS_NUM_THREADS=1; the kernels' pool has one
+// thread until a run sets it): one rank, one core. scripts/bench_attention.sh sets torch's CPU
+// attention beside these on the same shapes.
 //
 //   OPENBLAS_NUM_THREADS=1 build/bench/bench_kernels
 #include <benchmark/benchmark.h>
 #include <cblas.h>
 
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <random>
+#include <string>
 
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/gemm.hpp"
@@ -48,11 +52,23 @@ void report(benchmark::State& state, double flops_per_iteration) {
       benchmark::Counter(flops_per_iteration / 1e9 / g_sgemm_gflops, benchmark::Counter::kIsIterationInvariantRate);
 }
 
-// Attention of one chunk of queries after a prefix, the `small` model's shape per rank
-// (16 query heads, 8 KV heads, head_dim 64), page size 64.
+// Attention of one chunk of queries after a prefix, per path (the ISA kernels and the portable
+// sgemm one), on three head layouts: `small`'s per rank (16 query / 8 KV heads, d 64),
+// SmolLM2-135M's (9 / 3, d 64) and a Llama-3-8B rank's at TP 4 (8 / 2, d 128). Page size 64.
+struct AttentionShape {
+  const char* name;
+  int heads, kv_heads, d;
+};
+constexpr AttentionShape kAttentionShapes[] = {{"small", 16, 8, 64}, {"smollm2", 9, 3, 64}, {"llama3-tp4", 8, 2, 128}};
+constexpr cpu::Isa kIsas[] = {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512};
+
 void BM_ChunkAttention(benchmark::State& state) {
   const int prefix = static_cast<int>(state.range(0)), chunk = static_cast<int>(state.range(1));
-  const int heads = 16, kv_heads = 8, d = 64, page = 64;
+  const AttentionShape& shape = kAttentionShapes[state.range(2)];
+  const cpu::Isa isa = kIsas[state.range(3)];
+  if (!cpu::isa_available(isa)) return state.SkipWithError("this CPU or build has no such kernels");
+  state.SetLabel(std::string(shape.name) + " " + cpu::isa_name(isa));
+  const int heads = shape.heads, kv_heads = shape.kv_heads, d = shape.d, page = 64;
   const int total = prefix + chunk;
   kv::PagedKvPool pool({1, kv_heads, d, page}, (total + page - 1) / page);
   pool.reserve(0, total);
@@ -62,16 +78,16 @@ void BM_ChunkAttention(benchmark::State& state) {
   std::vector<float> out(size_t(chunk) * heads * d);
   cpu::AttentionWorkspace ws;
   const kv::KvLayerView view{&pool, 0, &pool.pages(0)};
+  const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (auto _ : state) {
-    cpu::chunk_attention(q.data(), heads * d, chunk, prefix, view, heads, out.data(), heads * d, ws);
+    cpu::chunk_attention_on(isa, q.data(), heads * d, chunk, prefix, view, heads, scale, out.data(), heads * d, ws);
     benchmark::DoNotOptimize(out.data());
   }
   report(state, cpu::chunk_attention_flops(chunk, prefix, heads, d));
 }
 BENCHMARK(BM_ChunkAttention)
-    ->Args({0, 1024})
-    ->Args({4096, 1024})
-    ->Args({16384, 1024})
+    ->ArgNames({"prefix", "chunk", "shape", "isa"})
+    ->ArgsProduct({{0, 4096, 16384}, {1024}, {0, 1, 2}, {0, 1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -142,6 +142,7 @@ static int run_command(int argc, char** argv) {
                 PIPEFILL_VERSION, place.model.c_str(), shape.name.c_str(), shape.active_parameters() / 1e6, topo.pp,
                 topo.tp, model::partition_text(rank_model.partition).c_str(), chunking.initial_chunk,
                 decision.policy_used.c_str(), chunking.page_size, backend.description.c_str());
+    if (!backend.detail.empty()) std::printf("%s: %s\n", backend.description.c_str(), backend.detail.c_str());
     std::printf("input %s: %d prompts%s, %lld tokens to compute%s, %zu micro-batches\n", options.input.c_str(),
                 plan.num_prompts(),
                 results->resumed() ? (" (" + std::to_string(results->completed_count()) + " done before, resumed)").c_str()

@@ -109,12 +109,20 @@ OptionTable<PlacementOptions> placement_table() {
         "MoE models: how a TP group splits the routed experts: width (each rank a slice of every expert) or "
         "experts (each rank whole experts; docs/choices.md)",
         &P::expert_split,
-        Spelling<model::ExpertSplit>{[](const std::string& name) { return model::parse_expert_split(name); },
-                                     [](const model::ExpertSplit& split) {
-                                       return std::string(model::expert_split_name(split));
-                                     }})
+        Spelling<model::ExpertSplit>{
+            [](const std::string& name) { return model::parse_expert_split(name); },
+            [](const model::ExpertSplit& split) { return std::string(model::expert_split_name(split)); }})
       .echo_as("expert_split");  // in the placement identity of MoE models only (run_record.cpp)
   t.add("kv-memory-mb", "KV-cache budget per rank in MiB", &P::kv_memory_mb).at_least_one().echo_as("kv_memory_mb");
+  t.add("threads",
+        "cpu: threads a rank for attention and GEMMs; 0 (default): the CPUs the launcher bound the rank to, or an "
+        "even share of the node's CPUs among its ranks",
+        &P::threads)
+      .check([](const int& threads) {
+        if (threads < 0)
+          throw UserError("--threads must be 0 (automatic) or more (got " + std::to_string(threads) + ")");
+      })
+      .echo_as("threads");
   t.add("backend",
         "compute backend: cpu, cuda (one GPU per rank, bf16), or emulate (sleeps of --cost-model; real MPI, schedule "
         "and message sizes)",
@@ -338,8 +346,10 @@ OptionTable<SimulateOptions> simulate_table() {
   t.add("attention-efficiency", "override the hardware file's attention efficiency", &S::attention_efficiency)
       .optional()
       .check(efficiency);
-  t.add("wire-bytes", "bytes per activation on the wire (P2P and TP all-reduce): 4, what pipefill sends "
-        "(float32), or 2 to model a system that sends bf16 (SGLang: its published figures)", &S::wire_bytes)
+  t.add("wire-bytes",
+        "bytes per activation on the wire (P2P and TP all-reduce): 4, what pipefill sends "
+        "(float32), or 2 to model a system that sends bf16 (SGLang: its published figures)",
+        &S::wire_bytes)
       .check([](const int& bytes) {
         if (bytes != 2 && bytes != 4) throw UserError("--wire-bytes must be 2 (bf16) or 4 (float32)");
       });

@@ -25,6 +25,7 @@ struct PlacementOptions {
   std::string layer_partition;  // empty: SGLang default
   model::ExpertSplit expert_split = model::ExpertSplit::kWidth;  // MoE: how a TP group splits the experts
   int64_t kv_memory_mb = 8192;  // KV pool budget per rank
+  int threads = 0;              // cpu: threads a rank; 0: its share of the node's CPUs
   compute::BackendKind backend = compute::BackendKind::kCpu;
   std::string transport = "nccl";        // cuda: nccl | mpi (staged through host memory)
   double kv_memory_fraction = 0.85;      // cuda: of the device memory left after weights + workspace

@@ -28,6 +28,7 @@ struct StageBackend {
   std::unique_ptr<dist::TpAllReduce> all_reduce;
   std::unique_ptr<StageCompute> compute;
   std::string description;  // e.g. "cpu" or "emulate, analytic:h20 (H20, bf16)"
+  std::string detail;       // how it computes, for the run's header (cpu: kernels and threads), or empty
   // The transport for slots of `floats` floats (known once the plan is made).
   std::function<std::unique_ptr<dist::Transport>(size_t floats)> make_transport;
 };

@@ -33,7 +33,7 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
   switch (request.backend) {
     case compute::BackendKind::kCpu:
       return compute::make_cpu_backend(topo, m.config(), m.shard, m.kv_shape(topo.stage, request.page_size),
-                                       request.kv_memory_mb, demand, load_weights);
+                                       request.kv_memory_mb, request.cpu_threads, demand, load_weights);
     case compute::BackendKind::kEmulate: {
       std::vector<sim::StageCost> costs;
       std::string description;

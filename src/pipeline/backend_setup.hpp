@@ -23,6 +23,7 @@ struct BackendRequest {
   sched::CostSource cost_source;  // emulate: analytic:HARDWARE or a `pipefill profile` JSON
   int page_size = 0;
   int64_t kv_memory_mb = 0;         // cpu: the KV pool's budget per rank
+  int cpu_threads = 0;              // cpu: threads a rank; 0: decided by compute::decide_rank_threads
   int64_t profile_room_tokens = 0;  // extra KV room when this run profiles (prefix + chunk)
   // cuda only:
   std::string transport;  // nccl | mpi

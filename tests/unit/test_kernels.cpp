@@ -1,11 +1,12 @@
 // CPU kernels against direct double-precision formulas: attention (paged, chunked, GQA,
-// causal), RoPE with llama3 scaling, RMSNorm, SwiGLU, exp.
+// causal; every ISA's kernel, threaded), RoPE with llama3 scaling, RMSNorm, SwiGLU, exp.
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/elementwise.hpp"
+#include "compute/cpu/thread_pool.hpp"
 #include "model/presets.hpp"
 #include "support/test_data.hpp"
 
@@ -44,35 +45,57 @@ struct AttentionCase {
 
 }  // namespace
 
-class ChunkAttention : public ::testing::TestWithParam<AttentionCase> {};
+// Every attention path this CPU runs (the portable sgemm one, AVX2, AVX-512): each against the
+// double-precision formula, chunk by chunk as the pipeline calls it, on 1 and 3 threads.
+class ChunkAttention : public ::testing::TestWithParam<AttentionCase> {
+ protected:
+  std::vector<float> attend(cpu::Isa isa, int threads) {
+    const auto c = GetParam();
+    const auto q = random_vector(size_t(c.n) * c.heads * c.d, 1, 2.0f);
+    const auto k = random_vector(size_t(c.n) * c.kv_heads * c.d, 2, 2.0f);
+    const auto v = random_vector(size_t(c.n) * c.kv_heads * c.d, 3);
+    kv::PagedKvPool pool({1, c.kv_heads, c.d, c.page_size}, (c.n + c.page_size - 1) / c.page_size + 3);
+    // Take a page first so the prompt's pages are not 0, 1, 2, ...: the page table matters.
+    pool.reserve(99, 1);
+    std::vector<float> out(size_t(c.n) * c.heads * c.d, std::nanf(""));  // poisoned: unwritten shows up
+    cpu::AttentionWorkspace ws;
+    cpu::ThreadPool::instance().set_threads(threads);
+    const float scale = 1.0f / std::sqrt(float(c.d));
+    for (int pos0 = 0; pos0 < c.n; pos0 += c.chunk) {  // chunk by chunk, as the pipeline does
+      const int tokens = std::min(c.chunk, c.n - pos0);
+      pool.reserve(0, pos0 + tokens);
+      pool.write(0, 0, pos0, tokens, k.data() + size_t(pos0) * c.kv_heads * c.d, c.kv_heads * c.d,
+                 v.data() + size_t(pos0) * c.kv_heads * c.d, c.kv_heads * c.d);
+      const kv::KvLayerView view{&pool, 0, &pool.pages(0)};
+      cpu::chunk_attention_on(isa, q.data() + size_t(pos0) * c.heads * c.d, c.heads * c.d, tokens, pos0, view, c.heads,
+                              scale, out.data() + size_t(pos0) * c.heads * c.d, c.heads * c.d, ws);
+    }
+    cpu::ThreadPool::instance().set_threads(1);
+    return out;
+  }
+};
 
-TEST_P(ChunkAttention, MatchesNaiveCausalAttention) {
+TEST_P(ChunkAttention, EveryPathMatchesNaiveCausalAttention) {
   const auto c = GetParam();
   const auto q = random_vector(size_t(c.n) * c.heads * c.d, 1, 2.0f);
   const auto k = random_vector(size_t(c.n) * c.kv_heads * c.d, 2, 2.0f);
   const auto v = random_vector(size_t(c.n) * c.kv_heads * c.d, 3);
   const auto expected = naive_attention(q, k, v, c.n, c.heads, c.kv_heads, c.d);
-
-  kv::PagedKvPool pool({1, c.kv_heads, c.d, c.page_size}, (c.n + c.page_size - 1) / c.page_size + 3);
-  // Take a page first so the prompt's pages are not 0, 1, 2, ...: the page table matters.
-  pool.reserve(99, 1);
-  std::vector<float> out(size_t(c.n) * c.heads * c.d, std::nanf(""));  // poisoned: unwritten shows up
-  cpu::AttentionWorkspace ws;
-  for (int pos0 = 0; pos0 < c.n; pos0 += c.chunk) {  // chunk by chunk, as the pipeline does
-    const int tokens = std::min(c.chunk, c.n - pos0);
-    pool.reserve(0, pos0 + tokens);
-    pool.write(0, 0, pos0, tokens, k.data() + size_t(pos0) * c.kv_heads * c.d, c.kv_heads * c.d,
-               v.data() + size_t(pos0) * c.kv_heads * c.d, c.kv_heads * c.d);
-    const kv::KvLayerView view{&pool, 0, &pool.pages(0)};
-    cpu::chunk_attention(q.data() + size_t(pos0) * c.heads * c.d, c.heads * c.d, tokens, pos0, view, c.heads,
-                         out.data() + size_t(pos0) * c.heads * c.d, c.heads * c.d, ws);
+  int paths = 0;
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (!cpu::isa_available(isa)) continue;
+    ++paths;
+    const auto out = attend(isa, 1);
+    double worst = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(out[i])) << cpu::isa_name(isa) << " " << i;
+      worst = std::max(worst, std::fabs(out[i] - expected[i]));
+    }
+    EXPECT_LT(worst, 2e-5) << cpu::isa_name(isa);
+    // The rank's threads split the work by (KV head, query block): no row's sums change.
+    EXPECT_EQ(attend(isa, 3), out) << cpu::isa_name(isa) << " on 3 threads";
   }
-  double worst = 0;
-  for (size_t i = 0; i < out.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(out[i])) << i;
-    worst = std::max(worst, std::fabs(out[i] - expected[i]));
-  }
-  EXPECT_LT(worst, 2e-5);
+  EXPECT_GE(paths, 1);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ChunkAttention,
@@ -81,7 +104,11 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ChunkAttention,
                                            AttentionCase{300, 4, 4, 16, 64, 100},   // MHA, chunk not page aligned
                                            AttentionCase{700, 8, 1, 64, 64, 256},   // MQA, key blocks > 1 page
                                            AttentionCase{513, 2, 2, 128, 32, 1},    // one token per chunk
-                                           AttentionCase{520, 16, 2, 8, 8, 512}));  // group 8: 32-token query blocks
+                                           AttentionCase{520, 16, 2, 8, 8, 512},    // group 8: 32-token query blocks
+                                           AttentionCase{400, 9, 3, 64, 64, 150},   // SmolLM2's group of 3
+                                           AttentionCase{300, 8, 2, 128, 128, 97},  // d 128; pages wider than a block
+                                           AttentionCase{200, 6, 2, 12, 16,
+                                                         50}));  // d 12: AVX2's kernel, not AVX-512's
 
 TEST(Kernels, AttentionFlopCount) {
   // 3 tokens after a prefix of 2: keys seen 3 + 4 + 5 = 12.

@@ -45,6 +45,7 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"tp", 2},
                                    {"layer_partition", "3,5"},
                                    {"kv_memory_mb", 8192},
+                                   {"threads", 0},
                                    {"backend", "emulate"},
                                    {"transport", "nccl"},
                                    {"kv_memory_fraction", 0.85},

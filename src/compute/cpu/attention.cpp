@@ -1,6 +1,8 @@
-// Blocked online-softmax attention over paged K/V, with both matrix products in sgemm.
+// Chunk attention: the hand-written kernel of this CPU's ISA (attention_tiles.hpp), its work
+// spread over the rank's threads; or, where none fits (another CPU, an odd head size), the
+// portable path below with both matrix products in sgemm.
 //
-// For each KV head, the queries of its GQA group are packed into one matrix whose rows are
+// Portable path: for each KV head, the queries of its GQA group are packed into one matrix whose rows are
 // (token, head-in-group): the group shares its keys, so one GEMM serves all of its heads.
 // Key blocks are whole pages; each page of one head is a contiguous [page_size, head_dim]
 // matrix (see paged_kv_pool.hpp), so S = Q K^T and O += P V are GEMMs straight on the cache.
@@ -11,16 +13,84 @@
 #include <algorithm>
 #include <cmath>
 
+#include "compute/cpu/attention_kernels.hpp"
+#include "compute/cpu/cpu_features.hpp"
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
+#include "compute/cpu/thread_pool.hpp"
 
 namespace pf::cpu {
 namespace {
 
 constexpr int kTargetQueryRows = 256;  // rows of Q per block: S (rows x key block) stays in L2
 constexpr int kTargetKeyBlock = 256;   // keys per block, rounded to whole pages
+constexpr int kKernelBlockRows = 192;  // query rows per task of the kernels: Q^T and O^T stay in L2
+
+using BlockKernel = void (*)(const QueryBlock&, TileScratch&);
+
+// The kernel for this head size on this CPU, or nullptr for the portable path.
+BlockKernel block_kernel(Isa isa, int head_dim) {
+#if defined(PIPEFILL_X86_KERNELS)
+  switch (isa) {
+    case Isa::kAvx512:
+      return avx512_attention_fits(head_dim) ? attend_query_block_avx512 : nullptr;
+    case Isa::kAvx2:
+      return avx2_attention_fits(head_dim) ? attend_query_block_avx2 : nullptr;
+    case Isa::kPortable:
+      break;
+  }
+#else
+  (void)isa;
+  (void)head_dim;
+#endif
+  return nullptr;
+}
+
+// Tasks of (KV head, query block), the later (costlier, under the causal mask) blocks first.
+// Blocks are small enough that every thread gets a few tasks, large enough for whole tiles.
+void attend_with_kernel(BlockKernel kernel, const float* q, int64_t q_stride, int tokens, int pos0,
+                        const kv::KvLayerView& kv, int heads, float scale, float* out, int64_t out_stride,
+                        AttentionWorkspace& ws) {
+  ThreadPool& pool = ThreadPool::instance();
+  const int kv_heads = kv.pool->shape().kv_heads, group = heads / kv_heads;
+  const int threads = pool.threads();
+  const int per_head_for_threads = (4 * threads + kv_heads - 1) / kv_heads;
+  const int rows_per_block =
+      std::max(kKernelBlockRows / 4, std::min(kKernelBlockRows, tokens * group / per_head_for_threads));
+  const int block_tokens = std::max(1, rows_per_block / group);
+  const int blocks = (tokens + block_tokens - 1) / block_tokens;
+  if (static_cast<int>(ws.threads.size()) < threads) ws.threads.resize(threads);
+  pool.run(kv_heads * blocks, [&](int task, int thread) {
+    const int block = blocks - 1 - task / kv_heads;
+    QueryBlock b;
+    b.q = q;
+    b.q_stride = q_stride;
+    b.out = out;
+    b.out_stride = out_stride;
+    b.kv = &kv;
+    b.kv_head = task % kv_heads;
+    b.group = group;
+    b.first_token = block * block_tokens;
+    b.tokens = std::min(block_tokens, tokens - b.first_token);
+    b.pos0 = pos0;
+    b.scale = scale;
+    kernel(b, ws.threads[thread]);
+  });
+}
 
 }  // namespace
+
+float* TileScratch::floats(int slot, size_t n) {
+  auto& buffer = buffers_[slot];
+  if (buffer.size() < n + 16) buffer.resize(n + 16);
+  const auto address = reinterpret_cast<uintptr_t>(buffer.data());
+  return buffer.data() + ((64 - address % 64) % 64) / sizeof(float);
+}
+
+int32_t* TileScratch::positions(size_t n) {
+  if (positions_.size() < n + 16) positions_.resize(n + 16);
+  return positions_.data();
+}
 
 void online_softmax_step(float* s, int n, float& row_max, float& row_sum, float* acc, int width) {
   float block_max = kMaskedScore;
@@ -51,9 +121,16 @@ void chunk_attention(const float* q, int64_t q_stride, int tokens, int pos0, con
 
 void chunk_attention_scaled(const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv,
                             int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws) {
+  chunk_attention_on(kernel_isa(), q, q_stride, tokens, pos0, kv, heads, scale, out, out_stride, ws);
+}
+
+void chunk_attention_on(Isa isa, const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv,
+                        int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws) {
   // The causal work, as FLOP rates are quoted: the masked part of the diagonal blocks is
   // computed but not counted.
   count_gemm_flops(chunk_attention_flops(tokens, pos0, heads, kv.pool->shape().head_dim));
+  if (BlockKernel kernel = block_kernel(isa, kv.pool->shape().head_dim))
+    return attend_with_kernel(kernel, q, q_stride, tokens, pos0, kv, heads, scale, out, out_stride, ws);
   const kv::KvShape& shape = kv.pool->shape();
   const int d = shape.head_dim, page_size = shape.page_size, kv_heads = shape.kv_heads;
   const int group = heads / kv_heads;

@@ -6,11 +6,15 @@
 #include <cstdint>
 #include <vector>
 
+#include "compute/cpu/attention_kernels.hpp"
+#include "compute/cpu/cpu_features.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 
 namespace pf::cpu {
 
 struct AttentionWorkspace {
+  std::vector<TileScratch> threads;  // the kernels': one per thread of the rank's pool
+  // The portable path's:
   std::vector<float> q_packed;  // [query rows, head_dim], pre-scaled by 1/sqrt(head_dim)
   std::vector<float> scores;    // [query rows, key block]
   std::vector<float> acc;       // [query rows, head_dim]
@@ -26,6 +30,10 @@ void chunk_attention(const float* q, int64_t q_stride, int tokens, int pos0, con
 // while the latent cache is wider than q.k). The values are head_dim wide like the keys.
 void chunk_attention_scaled(const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv,
                             int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws);
+// The same on the path of `isa` (which must be available), rather than kernel_isa()'s: the
+// tests and benchmarks compare the paths in one process. kPortable is the sgemm path.
+void chunk_attention_on(Isa isa, const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv,
+                        int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws);
 
 // Masked scores: finite, so that exp underflows to exactly 0 and no inf - inf arises.
 constexpr float kMaskedScore = -1e30f;

@@ -1,10 +1,14 @@
 // cpu backend factory (see cpu_backend.hpp).
 #include "compute/cpu/cpu_backend.hpp"
 
+#include "compute/cpu/cpu_features.hpp"
 #include "compute/cpu/cpu_stage_compute.hpp"
+#include "compute/cpu/gemm.hpp"
+#include "compute/cpu/rank_threads.hpp"
 #include "dist/checked_step.hpp"
 #include "dist/host_all_reduce.hpp"
 #include "dist/host_transport.hpp"
+#include "errors.hpp"
 #include "kvcache/kv_capacity.hpp"
 
 namespace pf::compute {
@@ -18,9 +22,16 @@ int cpu_kv_pages(const kv::KvShape& shape, int stage, const KvDemand& demand, in
 
 StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConfig& config,
                               const model::ShardSpec& shard, const kv::KvShape& kv_shape, int64_t kv_memory_mb,
-                              const KvDemand& demand, const WeightsLoader& load_weights) {
+                              int threads, const KvDemand& demand, const WeightsLoader& load_weights) {
   int pages = 0;
   dist::checked_step(MPI_COMM_WORLD, [&] { pages = cpu_kv_pages(kv_shape, topo.stage, demand, kv_memory_mb); });
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    try {
+      cpu::kernel_isa();  // a bad PIPEFILL_CPU_ISA is a user's error, before any weight is read
+    } catch (const std::runtime_error& e) {
+      throw UserError(e.what());
+    }
+  });
   StageBackend backend;
   backend.kv_pool = std::make_unique<kv::PagedKvPool>(kv_shape, pages);
   if (topo.tp > 1) backend.all_reduce = std::make_unique<dist::HostAllReduce>(topo.tp_comm);
@@ -30,6 +41,10 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
     return std::make_unique<dist::HostTransport>(floats, topo.prev_rank, topo.next_rank, topo.pipeline_comm);
   };
   backend.description = "cpu";
+  const RankThreads rank_threads = decide_rank_threads(threads, MPI_COMM_WORLD);
+  use_rank_threads(rank_threads);
+  backend.detail = std::string(cpu::isa_name(cpu::kernel_isa())) + " attention, OpenBLAS " + cpu::gemm_kernels() +
+                   " GEMMs, " + describe(rank_threads);
   return backend;
 }
 

@@ -19,9 +19,9 @@ namespace pf::compute {
 int cpu_kv_pages(const kv::KvShape& shape, int stage, const KvDemand& demand, int64_t kv_memory_mb);
 
 // Collective over MPI_COMM_WORLD (a prompt that does not fit is a UserError on every rank).
-// `kv_shape`: this rank's stage.
+// `kv_shape`: this rank's stage. `threads`: --threads (0: compute::decide_rank_threads).
 StageBackend make_cpu_backend(const dist::Topology& topology, const model::ModelConfig& config,
                               const model::ShardSpec& shard, const kv::KvShape& kv_shape, int64_t kv_memory_mb,
-                              const KvDemand& demand, const WeightsLoader& load_weights);
+                              int threads, const KvDemand& demand, const WeightsLoader& load_weights);
 
 }  // namespace pf::compute

@@ -11,6 +11,7 @@
 
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
+#include "compute/cpu/thread_pool.hpp"
 
 namespace pf::compute {
 
@@ -53,7 +54,10 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
 
   void rms_norm(Norm norm) override {
     const int h = shape_.hidden;
-    cpu::rms_norm(hidden_, t_, h, h, weight_of(*w_, norm).data(), eps_, s_.normed_.data(), h);
+    const float* weight = weight_of(*w_, norm).data();
+    cpu::parallel_rows(t_, [&](int r0, int r1) {
+      cpu::rms_norm(hidden_ + int64_t(r0) * h, r1 - r0, h, h, weight, eps_, s_.normed_.data() + int64_t(r0) * h, h);
+    });
   }
 
   void project(Buffer in, Projection projection, Buffer out) override {
@@ -73,12 +77,14 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
 
   void qk_norm() override {
     const int d = shape_.head_dim, stride = shape_.qkv_width();
-    for (int row = 0; row < t_; ++row) {
-      float* q_row = s_.qkv_.data() + static_cast<int64_t>(row) * stride;
-      float* k_row = q_row + shape_.q_width();
-      cpu::rms_norm(q_row, shape_.heads, d, d, w_->q_norm.data(), eps_, q_row, d);
-      cpu::rms_norm(k_row, shape_.kv_heads, d, d, w_->k_norm.data(), eps_, k_row, d);
-    }
+    cpu::parallel_rows(t_, [&](int r0, int r1) {
+      for (int row = r0; row < r1; ++row) {
+        float* q_row = s_.qkv_.data() + static_cast<int64_t>(row) * stride;
+        float* k_row = q_row + shape_.q_width();
+        cpu::rms_norm(q_row, shape_.heads, d, d, w_->q_norm.data(), eps_, q_row, d);
+        cpu::rms_norm(k_row, shape_.kv_heads, d, d, w_->k_norm.data(), eps_, k_row, d);
+      }
+    });
   }
 
   void rope() override {
@@ -86,9 +92,12 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
     if (shape_.latent)
       return cpu::latent_rope(q, t_, s_.config_, shape_.heads, pos0_, s_.inv_freq_, s_.rope_scale_, s_.latent_ws_);
     const int stride = shape_.qkv_width();
-    cpu::apply_rope(q, t_, stride, shape_.heads, shape_.head_dim, pos0_, s_.inv_freq_, s_.rope_scale_);
-    cpu::apply_rope(q + shape_.q_width(), t_, stride, shape_.kv_heads, shape_.head_dim, pos0_, s_.inv_freq_,
-                    s_.rope_scale_);
+    cpu::parallel_rows(t_, [&](int r0, int r1) {
+      float* rows = q + int64_t(r0) * stride;
+      cpu::apply_rope(rows, r1 - r0, stride, shape_.heads, shape_.head_dim, pos0_ + r0, s_.inv_freq_, s_.rope_scale_);
+      cpu::apply_rope(rows + shape_.q_width(), r1 - r0, stride, shape_.kv_heads, shape_.head_dim, pos0_ + r0,
+                      s_.inv_freq_, s_.rope_scale_);
+    });
   }
 
   void append_kv() override {
@@ -119,7 +128,8 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
     const int experts = s_.config_.moe.experts;
     s_.expert_rows_.resize(s_.weights_.layers.size() * experts);
     for (int e = 0; e < experts; ++e)
-      s_.expert_rows_[static_cast<size_t>(layer_) * experts + e] += s_.moe_ws_.first_slot[e + 1] - s_.moe_ws_.first_slot[e];
+      s_.expert_rows_[static_cast<size_t>(layer_) * experts + e] +=
+          s_.moe_ws_.first_slot[e + 1] - s_.moe_ws_.first_slot[e];
   }
 
   void routed_experts() override {
@@ -132,12 +142,20 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
                        s_.proj_.data());
   }
 
-  void swiglu() override { cpu::swiglu(s_.gate_up_.data(), t_, shape_.intermediate, s_.act_.data()); }
+  void swiglu() override {
+    const int64_t width = shape_.intermediate;
+    cpu::parallel_rows(t_, [&](int r0, int r1) {
+      cpu::swiglu(s_.gate_up_.data() + 2 * width * r0, r1 - r0, shape_.intermediate, s_.act_.data() + width * r0);
+    });
+  }
 
   void all_reduce(Buffer role) override { s_.all_reduce_->sum(buffer(role), t_ * shape_.width(role)); }
 
   void add_to_residual(Buffer role) override {
-    cpu::add_inplace(hidden_, buffer(role), static_cast<int64_t>(t_) * shape_.width(role));
+    const int64_t width = shape_.width(role);
+    const float* y = buffer(role);
+    cpu::parallel_rows(
+        t_, [&](int r0, int r1) { cpu::add_inplace(hidden_ + width * r0, y + width * r0, width * (r1 - r0)); });
   }
 
  private:
@@ -210,8 +228,7 @@ namespace {
 // page, positions [pos0, pos0 + count): `in_page` is the run's first value in the page's head
 // block, `at` its offset in the caller's [layers][kv_heads][count][head_dim] block.
 template <typename Copy>
-void for_each_page_run(const kv::PagedKvPool& pool, const std::vector<int>& pages, int64_t pos0, int count,
-                       Copy copy) {
+void for_each_page_run(const kv::PagedKvPool& pool, const std::vector<int>& pages, int64_t pos0, int count, Copy copy) {
   const kv::KvShape& shape = pool.shape();
   const size_t d = static_cast<size_t>(shape.head_dim);
   for (int layer = 0; layer < shape.layers; ++layer)

@@ -7,6 +7,30 @@
 
 namespace pf::cpu {
 
+namespace {
+
+// exp(v) = 2^k * exp(r), k = round(v / ln2), |r| <= ln2/2, exp(r) by a degree-6 polynomial.
+// Relative error < 2e-7 on [-87, 88], exactly 0 below; inlined, so loops around it vectorise.
+inline float fast_exp(float v) {
+  const bool underflow = v < -87.0f;
+  v = v > 88.0f ? 88.0f : (underflow ? -87.0f : v);
+  const float k = std::nearbyint(v * 1.44269504088896341f);
+  const float r = (v - k * 0.693145751953125f) - k * 1.428606765330187045e-06f;
+  float p = 1.0f / 720.0f;
+  p = p * r + 1.0f / 120.0f;
+  p = p * r + 1.0f / 24.0f;
+  p = p * r + 1.0f / 6.0f;
+  p = p * r + 0.5f;
+  p = p * r + 1.0f;
+  p = p * r + 1.0f;
+  int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return underflow ? 0.0f : p * scale;
+}
+
+}  // namespace
+
 void embed(const float* embedding, int hidden, const int32_t* tokens, int count, float* out) {
   for (int t = 0; t < count; ++t)
     std::memcpy(out + static_cast<int64_t>(t) * hidden, embedding + static_cast<int64_t>(tokens[t]) * hidden,
@@ -107,7 +131,7 @@ void swiglu(const float* gate_up, int rows, int width, float* out) {
     const float* gate = gate_up + static_cast<int64_t>(r) * 2 * width;
     const float* up = gate + width;
     float* o = out + static_cast<int64_t>(r) * width;
-    for (int i = 0; i < width; ++i) o[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+    for (int i = 0; i < width; ++i) o[i] = gate[i] / (1.0f + fast_exp(-gate[i])) * up[i];
   }
 }
 
@@ -121,25 +145,7 @@ void add_inplace(float* x, const float* y, int64_t n) {
 }
 
 void exp_inplace(float* x, int n) {
-  // exp(v) = 2^k * exp(r), k = round(v / ln2), |r| <= ln2/2, exp(r) by a degree-6 polynomial.
-  for (int i = 0; i < n; ++i) {
-    float v = x[i];
-    const bool underflow = v < -87.0f;
-    v = v > 88.0f ? 88.0f : (underflow ? -87.0f : v);
-    const float k = std::nearbyint(v * 1.44269504088896341f);
-    const float r = (v - k * 0.693145751953125f) - k * 1.428606765330187045e-06f;
-    float p = 1.0f / 720.0f;
-    p = p * r + 1.0f / 120.0f;
-    p = p * r + 1.0f / 24.0f;
-    p = p * r + 1.0f / 6.0f;
-    p = p * r + 0.5f;
-    p = p * r + 1.0f;
-    p = p * r + 1.0f;
-    int32_t bits = (static_cast<int32_t>(k) + 127) << 23;
-    float scale;
-    std::memcpy(&scale, &bits, 4);
-    x[i] = underflow ? 0.0f : p * scale;
-  }
+  for (int i = 0; i < n; ++i) x[i] = fast_exp(x[i]);
 }
 
 }  // namespace pf::cpu

@@ -15,6 +15,14 @@ void linear(const float* x, int rows, int in, const float* weight, int out, floa
   count_gemm_flops(2.0 * rows * in * out);
 }
 
+void set_gemm_threads(int threads) {
+  openblas_set_num_threads(threads);
+}
+
+const char* gemm_kernels() {
+  return openblas_get_corename();
+}
+
 void count_gemm_flops(double flops) {
   gemm_flops += flops;
 }

@@ -8,6 +8,10 @@ namespace pf::cpu {
 // y[rows, out] = x[rows, in] . W^T, W stored [out, in] as Hugging Face does.
 void linear(const float* x, int rows, int in, const float* weight, int out, float* y);
 
+// OpenBLAS' threads for each GEMM, and the name of the kernels it picked for this CPU.
+void set_gemm_threads(int threads);
+const char* gemm_kernels();
+
 // The FLOPs of every GEMM this thread has run (linear, MLA's absorption, and attention's
 // causal part): tests hold the analytic cost model (model::chunk_flops) to what the backend
 // really computes.

@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# CPU attention, pipefill's paths (portable sgemm, AVX2, AVX-512) against torch's CPU flash
+# attention on the same shapes, one thread, in one run, beside the sgemm ceiling measured in it.
+# usage: scripts/bench_attention.sh      (after a build; torch from scripts/setup_venv.sh)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+python=${PIPEFILL_VENV:-$HOME/.cache/pipefill/venv}/bin/python
+scripts/setup_venv.sh >/dev/null
+OPENBLAS_NUM_THREADS=1 build/bench/bench_kernels --benchmark_filter=ChunkAttention 2>&1 |
+  grep -E 'ceiling|ChunkAttention' | sed -E 's/ +[0-9.]+ ms +[0-9]+ //'
+"$python" scripts/attention_torch.py 1

@@ -1,0 +1,16 @@
+// The attention kernel of attention_tiles.hpp for Avx2 (this file alone is compiled for it;
+// attention.cpp calls it only where the CPU runs it).
+#include "compute/cpu/attention_tiles.hpp"
+#include "compute/cpu/simd_avx2.hpp"
+
+namespace pf::cpu {
+
+bool avx2_attention_fits(int head_dim) {
+  return head_dim % Avx2::kValueColumns == 0;
+}
+
+void attend_query_block_avx2(const QueryBlock& block, TileScratch& scratch) {
+  tiles::attend_query_block<Avx2>(block, scratch);
+}
+
+}  // namespace pf::cpu

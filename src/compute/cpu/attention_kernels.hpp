@@ -1,0 +1,45 @@
+// The hand-written attention kernels' interface: one unit of work is the GQA group of one KV
+// head against a block of the chunk's queries (see attention_tiles.hpp for how it is done).
+// One definition per ISA, each in a file compiled for that ISA only (attention_avx512.cpp,
+// attention_avx2.cpp); attention.cpp picks one at run time (cpu_features.hpp).
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "kvcache/paged_kv_pool.hpp"
+
+namespace pf::cpu {
+
+struct QueryBlock {
+  const float* q = nullptr;  // the chunk's queries [tokens, heads * head_dim], RoPE'd
+  int64_t q_stride = 0;
+  float* out = nullptr;  // [tokens, heads * head_dim]
+  int64_t out_stride = 0;
+  const kv::KvLayerView* kv = nullptr;
+  int kv_head = 0, group = 1;       // query heads kv_head * group .. + group - 1
+  int first_token = 0, tokens = 0;  // the block's tokens within the chunk
+  int pos0 = 0;                     // position of the chunk's first token
+  float scale = 1.0f;               // softmax scale, folded into Q
+};
+
+// Per-thread scratch, grown on demand and kept between calls. 64-byte aligned rows.
+class TileScratch {
+ public:
+  float* floats(int slot, size_t n);  // slot 0..kSlots-1: one buffer each
+  int32_t* positions(size_t n);
+
+  static constexpr int kSlots = 6;
+
+ private:
+  std::vector<float> buffers_[kSlots];
+  std::vector<int32_t> positions_;
+};
+
+// A kernel's width: value rows it accumulates per register pass must divide head_dim.
+bool avx512_attention_fits(int head_dim);
+bool avx2_attention_fits(int head_dim);
+void attend_query_block_avx512(const QueryBlock& block, TileScratch& scratch);
+void attend_query_block_avx2(const QueryBlock& block, TileScratch& scratch);
+
+}  // namespace pf::cpu

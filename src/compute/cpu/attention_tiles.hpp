@@ -1,0 +1,208 @@
+// The attention kernel's body, written once over a vector type V (simd_avx512.hpp,
+// simd_avx2.hpp) and compiled once per ISA. Included only by attention_avx512.cpp and
+// attention_avx2.cpp.
+//
+// Layout: the block's query rows (token, head-in-group) lie across vector lanes. Q is packed
+// transposed, Q^T [head_dim][rows], pre-scaled; the output accumulates transposed too, O^T.
+// Then every product is a broadcast of one K or V element times a vector of rows:
+//   S^T[key][rows]  = sum_c K[key][c]   * Q^T[c][rows]
+//   O^T[c][rows]   += sum_key V[key][c] * P^T[key][rows]
+// so K and V are read straight from their [page_size, head_dim] pages, never transposed, and
+// the online softmax's row max and row sum are vectors (no horizontal reductions at all).
+//
+// Blocking: for each key block (kKeyBlock keys, L1/L2-resident) every tile of 2 vectors of rows
+// computes its S^T block into L1, masks the causal diagonal (skipping what no row of the tile
+// can see), updates its softmax state and adds P.V into its O^T columns. The GQA group's heads
+// share each K/V load, since its rows sit in the same tiles.
+#pragma once
+
+#include <algorithm>
+#include <cstring>
+
+#include "compute/cpu/attention.hpp"
+#include "compute/cpu/attention_kernels.hpp"
+
+namespace pf::cpu::tiles {
+
+constexpr int kKeyBlock = 64;  // keys per block: S^T (64 x 2 vectors) and the K/V block stay in L1/L2
+
+// S^T[j][0..2W) for the kJ keys at `keys` (rows of head_dim): registers kJ x 2 vectors.
+template <class V, int kJ>
+inline void score_keys(const float* qt, int rows, const float* keys, int d, float* st) {
+  constexpr int W = V::kLanes;
+  typename V::reg acc[kJ][2];
+#pragma GCC unroll 16
+  for (int j = 0; j < kJ; ++j) acc[j][0] = acc[j][1] = V::zero();
+  for (int c = 0; c < d; ++c) {
+    const auto q0 = V::load(qt + static_cast<int64_t>(c) * rows), q1 = V::load(qt + static_cast<int64_t>(c) * rows + W);
+#pragma GCC unroll 16
+    for (int j = 0; j < kJ; ++j) {
+      const auto k = V::set1(keys[j * d + c]);
+      acc[j][0] = V::fma(k, q0, acc[j][0]);
+      acc[j][1] = V::fma(k, q1, acc[j][1]);
+    }
+  }
+#pragma GCC unroll 16
+  for (int j = 0; j < kJ; ++j) {
+    V::store(st + j * 2 * W, acc[j][0]);
+    V::store(st + j * 2 * W + W, acc[j][1]);
+  }
+}
+
+// The remainder of a key block (fewer than V::kKeys keys), one instantiation per count.
+template <class V, int kJ>
+inline void score_tail(const float* qt, int rows, const float* keys, int d, float* st, int n) {
+  if constexpr (kJ > 0) {
+    if (n == kJ) return score_keys<V, kJ>(qt, rows, keys, d, st);
+    score_tail<V, kJ - 1>(qt, rows, keys, d, st, n);
+  }
+}
+
+// O^T[c0..c0+kC)[tile] = O^T * correction + sum_j V[j][c] P^T[j]: registers kC x 2 vectors.
+template <class V>
+inline void accumulate_values(const float* pt, int n, const float* values, int d, float* ot, int rows,
+                              typename V::reg corr0, typename V::reg corr1) {
+  constexpr int W = V::kLanes, kC = V::kValueColumns;
+  for (int c0 = 0; c0 < d; c0 += kC) {
+    typename V::reg acc[kC][2];
+#pragma GCC unroll 16
+    for (int c = 0; c < kC; ++c) {
+      float* o = ot + static_cast<int64_t>(c0 + c) * rows;
+      acc[c][0] = V::mul(V::load(o), corr0);
+      acc[c][1] = V::mul(V::load(o + W), corr1);
+    }
+    for (int j = 0; j < n; ++j) {
+      const auto p0 = V::load(pt + j * 2 * W), p1 = V::load(pt + j * 2 * W + W);
+      const float* v = values + static_cast<int64_t>(j) * d + c0;
+#pragma GCC unroll 16
+      for (int c = 0; c < kC; ++c) {
+        const auto b = V::set1(v[c]);
+        acc[c][0] = V::fma(b, p0, acc[c][0]);
+        acc[c][1] = V::fma(b, p1, acc[c][1]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int c = 0; c < kC; ++c) {
+      float* o = ot + static_cast<int64_t>(c0 + c) * rows;
+      V::store(o, acc[c][0]);
+      V::store(o + W, acc[c][1]);
+    }
+  }
+}
+
+// Online softmax over n keys of one tile's S^T (two vectors of rows): S^T becomes P^T, the
+// running max m and sum l are updated, and the factor to rescale O^T by is returned.
+template <class V>
+inline void softmax_block(float* st, int n, float* m, float* l, typename V::reg& corr0, typename V::reg& corr1) {
+  constexpr int W = V::kLanes;
+  auto max0 = V::load(m), max1 = V::load(m + W);
+  const auto old0 = max0, old1 = max1;
+  for (int j = 0; j < n; ++j) {
+    max0 = V::max(max0, V::load(st + j * 2 * W));
+    max1 = V::max(max1, V::load(st + j * 2 * W + W));
+  }
+  auto sum0 = V::zero(), sum1 = V::zero();
+  for (int j = 0; j < n; ++j) {
+    const auto p0 = V::exp(V::sub(V::load(st + j * 2 * W), max0));
+    const auto p1 = V::exp(V::sub(V::load(st + j * 2 * W + W), max1));
+    V::store(st + j * 2 * W, p0);
+    V::store(st + j * 2 * W + W, p1);
+    sum0 = V::add(sum0, p0);
+    sum1 = V::add(sum1, p1);
+  }
+  corr0 = V::exp(V::sub(old0, max0));
+  corr1 = V::exp(V::sub(old1, max1));
+  V::store(m, max0);
+  V::store(m + W, max1);
+  V::store(l, V::fma(V::load(l), corr0, sum0));
+  V::store(l + W, V::fma(V::load(l + W), corr1, sum1));
+}
+
+// The rows of the key block [k0, k0 + n) in one contiguous [n, head_dim] run each for K and V:
+// the pages' own memory when the block lies in one page, else a copy in `staged`.
+inline void key_block(const kv::KvLayerView& kv, int kv_head, int k0, int n, float* staged, const float** keys,
+                      const float** values) {
+  const kv::KvShape& shape = kv.pool->shape();
+  const int d = shape.head_dim, page_size = shape.page_size;
+  const auto& pages = *kv.pages;
+  const int in_page = k0 % page_size;
+  if (in_page + n <= page_size) {
+    const int page = pages[k0 / page_size];
+    *keys = kv.pool->key_page(kv.layer, page, kv_head) + static_cast<int64_t>(in_page) * d;
+    *values = kv.pool->value_page(kv.layer, page, kv_head) + static_cast<int64_t>(in_page) * d;
+    return;
+  }
+  float* k_out = staged;
+  float* v_out = staged + static_cast<int64_t>(kKeyBlock) * d;
+  for (int j = 0; j < n;) {
+    const int pos = k0 + j, page = pages[pos / page_size], at = pos % page_size;
+    const int run = std::min(page_size - at, n - j);
+    std::memcpy(k_out + static_cast<int64_t>(j) * d, kv.pool->key_page(kv.layer, page, kv_head) + int64_t(at) * d,
+                sizeof(float) * run * d);
+    std::memcpy(v_out + static_cast<int64_t>(j) * d, kv.pool->value_page(kv.layer, page, kv_head) + int64_t(at) * d,
+                sizeof(float) * run * d);
+    j += run;
+  }
+  *keys = k_out;
+  *values = v_out;
+}
+
+template <class V>
+void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
+  constexpr int W = V::kLanes, TW = 2 * W, kJ = V::kKeys;
+  const int d = b.kv->pool->shape().head_dim, g = b.group;
+  const int real_rows = b.tokens * g;
+  const int rows = (real_rows + TW - 1) / TW * TW;  // padded to whole tiles
+  float* qt = scratch.floats(0, static_cast<size_t>(d) * rows);
+  float* ot = scratch.floats(1, static_cast<size_t>(d) * rows);
+  float* m = scratch.floats(2, rows);
+  float* l = scratch.floats(3, rows);
+  float* st = scratch.floats(4, static_cast<size_t>(kKeyBlock) * TW);
+  float* staged = scratch.floats(5, static_cast<size_t>(2) * kKeyBlock * d);
+  int32_t* qpos = scratch.positions(rows);
+
+  // Q^T, scaled; row r is token r / g, head r % g. Padding rows: zero queries at the block's
+  // last position, so they see keys like real rows and stay finite (their output is dropped).
+  const int first_pos = b.pos0 + b.first_token, last_pos = first_pos + b.tokens - 1;
+  for (int r = 0; r < rows; ++r) {
+    const bool real = r < real_rows;
+    qpos[r] = real ? first_pos + r / g : last_pos;
+    const float* src = b.q + static_cast<int64_t>(b.first_token + r / g) * b.q_stride +
+                       static_cast<int64_t>(b.kv_head * g + r % g) * d;
+    for (int c = 0; c < d; ++c) qt[static_cast<int64_t>(c) * rows + r] = real ? src[c] * b.scale : 0.0f;
+    m[r] = kMaskedScore;
+    l[r] = 0.0f;
+  }
+  std::fill(ot, ot + static_cast<int64_t>(d) * rows, 0.0f);
+
+  for (int k0 = 0; k0 <= last_pos; k0 += kKeyBlock) {
+    const int nk = std::min(kKeyBlock, last_pos + 1 - k0);
+    const float *keys, *values;
+    key_block(*b.kv, b.kv_head, k0, nk, staged, &keys, &values);
+    for (int t0 = 0; t0 < rows; t0 += TW) {
+      const int tile_first = qpos[t0], tile_last = qpos[t0 + TW - 1];
+      if (k0 > tile_last) continue;                    // the whole block lies in this tile's future
+      const int n = std::min(nk, tile_last + 1 - k0);  // keys some row of the tile sees
+      int j = 0;
+      for (; j + kJ <= n; j += kJ) score_keys<V, kJ>(qt + t0, rows, keys + static_cast<int64_t>(j) * d, d, st + j * TW);
+      if (j < n) score_tail<V, kJ - 1>(qt + t0, rows, keys + static_cast<int64_t>(j) * d, d, st + j * TW, n - j);
+      if (k0 + n - 1 > tile_first)  // the causal diagonal crosses this block
+        for (int jj = std::max(0, tile_first + 1 - k0); jj < n; ++jj) {
+          V::store(st + jj * TW, V::mask_after(V::load(st + jj * TW), k0 + jj, qpos + t0));
+          V::store(st + jj * TW + W, V::mask_after(V::load(st + jj * TW + W), k0 + jj, qpos + t0 + W));
+        }
+      typename V::reg corr0, corr1;
+      softmax_block<V>(st, n, m + t0, l + t0, corr0, corr1);
+      accumulate_values<V>(st, n, values, d, ot + t0, rows, corr0, corr1);
+    }
+  }
+
+  for (int r = 0; r < real_rows; ++r) {
+    const float inv = 1.0f / l[r];
+    float* dst = b.out + static_cast<int64_t>(b.first_token + r / g) * b.out_stride +
+                 static_cast<int64_t>(b.kv_head * g + r % g) * d;
+    for (int c = 0; c < d; ++c) dst[c] = ot[static_cast<int64_t>(c) * rows + r] * inv;
+  }
+}
+
+}  // namespace pf::cpu::tiles

@@ -1,0 +1,93 @@
+// See thread_pool.hpp. Tasks are handed out one at a time under the mutex: a task here is a
+// block of attention (tens of microseconds at least), so the lock is never the bottleneck.
+#include "compute/cpu/thread_pool.hpp"
+
+#include <algorithm>
+
+namespace pf::cpu {
+
+ThreadPool& ThreadPool::instance() {
+  static ThreadPool pool;
+  return pool;
+}
+
+ThreadPool::~ThreadPool() {
+  stop_workers();
+}
+
+void ThreadPool::stop_workers() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stopping_ = true;
+  }
+  wake_.notify_all();
+  for (auto& w : workers_) w.join();
+  workers_.clear();
+  stopping_ = false;
+}
+
+void ThreadPool::set_threads(int threads) {
+  if (threads < 1) threads = 1;
+  if (threads == this->threads()) return;
+  stop_workers();
+  for (int t = 1; t < threads; ++t) workers_.emplace_back([this, t] { work(t); });
+}
+
+void ThreadPool::take_tasks(int thread) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  while (next_ < tasks_) {
+    const int i = next_++;
+    ++busy_;
+    lock.unlock();
+    (*task_)(i, thread);
+    lock.lock();
+    --busy_;
+  }
+  if (busy_ == 0) done_.notify_all();
+}
+
+void ThreadPool::work(int thread) {
+  uint64_t seen = 0;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mutex_);
+      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      if (stopping_) return;
+      seen = generation_;
+    }
+    take_tasks(thread);
+  }
+}
+
+void ThreadPool::run(int tasks, const std::function<void(int, int)>& task) {
+  if (workers_.empty() || tasks <= 1) {
+    for (int i = 0; i < tasks; ++i) task(i, 0);
+    return;
+  }
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    task_ = &task;
+    tasks_ = tasks;
+    next_ = 0;
+    ++generation_;
+  }
+  wake_.notify_all();
+  take_tasks(0);
+  std::unique_lock<std::mutex> lock(mutex_);
+  done_.wait(lock, [&] { return next_ >= tasks_ && busy_ == 0; });
+  task_ = nullptr;
+  tasks_ = 0;
+}
+
+void parallel_rows(int rows, const std::function<void(int, int)>& fn) {
+  ThreadPool& pool = ThreadPool::instance();
+  constexpr int kMinRowsPerThread = 16;  // below this, waking a thread costs more than it saves
+  const int parts = std::max(1, std::min(pool.threads(), rows / kMinRowsPerThread));
+  if (parts == 1) return fn(0, rows);
+  pool.run(parts, [&](int part, int) {
+    fn(static_cast<int>(static_cast<int64_t>(rows) * part / parts),
+       static_cast<int>(static_cast<int64_t>(rows) * (part + 1) / parts));
+  });
+}
+
+}  // namespace pf::cpu

@@ -1,0 +1,46 @@
+// The threads of one rank's CPU kernels: a small pool whose idle workers sleep on a condition
+// variable (no spinning), so they never compete with OpenBLAS' threads or a neighbour rank for
+// a core. The caller's thread works too: a pool of n threads has n - 1 workers.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace pf::cpu {
+
+class ThreadPool {
+ public:
+  // The rank's pool (one thread until set_threads).
+  static ThreadPool& instance();
+
+  ~ThreadPool();
+  void set_threads(int threads);
+  int threads() const { return static_cast<int>(workers_.size()) + 1; }
+
+  // Calls task(i, thread) for i in [0, tasks), spread over the threads (thread < threads()),
+  // in order of i as threads free up; returns when all are done. Not reentrant.
+  void run(int tasks, const std::function<void(int task, int thread)>& task);
+
+ private:
+  void work(int thread);
+  void take_tasks(int thread);
+  void stop_workers();
+
+  std::vector<std::thread> workers_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void(int, int)>* task_ = nullptr;
+  int tasks_ = 0, next_ = 0, busy_ = 0;
+  uint64_t generation_ = 0;
+  bool stopping_ = false;
+};
+
+// Row-wise ops on the rank's threads: fn(begin, end) on one contiguous range of [0, rows) per
+// thread (one call on the caller's thread when rows are few).
+void parallel_rows(int rows, const std::function<void(int begin, int end)>& fn);
+
+}  // namespace pf::cpu
