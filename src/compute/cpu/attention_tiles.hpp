@@ -24,7 +24,7 @@
 
 namespace pf::cpu::tiles {
 
-constexpr int kKeyBlock = 64;  // keys per block: S^T (64 x 2 vectors) and the K/V block stay in L1/L2
+constexpr int kKeyBlock = 128;  // keys per block: S^T (128 x 2 vectors) in L1, the K/V block (64 KB at d 64) in L2
 
 // S^T[j][0..2W) for the kJ keys at `keys` (rows of head_dim): registers kJ x 2 vectors.
 template <class V, int kJ>

@@ -3,6 +3,10 @@
 
 #include <cblas.h>
 
+#include <algorithm>
+
+#include "compute/cpu/thread_pool.hpp"
+
 namespace pf::cpu {
 namespace {
 
@@ -11,12 +15,23 @@ thread_local double gemm_flops = 0;
 }  // namespace
 
 void linear(const float* x, int rows, int in, const float* weight, int out, float* y) {
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, out, in, 1.0f, x, in, weight, in, 0.0f, y, out);
+  // One slice of the weight's rows (the output's columns) per thread of the rank's pool.
+  ThreadPool& pool = ThreadPool::instance();
+  constexpr int kMinColumns = 64;
+  const int parts = std::max(1, std::min(pool.threads(), out / kMinColumns));
+  pool.run(parts, [&](int part, int) {
+    const int begin = static_cast<int>(int64_t(out) * part / parts / 16 * 16);
+    const int end = part + 1 == parts ? out : static_cast<int>(int64_t(out) * (part + 1) / parts / 16 * 16);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, end - begin, in, 1.0f, x, in,
+                weight + int64_t(begin) * in, in, 0.0f, y + begin, out);
+  });
   count_gemm_flops(2.0 * rows * in * out);
 }
 
-void set_gemm_threads(int threads) {
-  openblas_set_num_threads(threads);
+void set_gemm_threads(int) {
+  // OpenBLAS' own threads busy-wait with sched_yield between calls, taking cores from the
+  // attention threads: it runs single-threaded, each thread of the pool on its own slice.
+  openblas_set_num_threads(1);
 }
 
 const char* gemm_kernels() {

@@ -60,7 +60,9 @@ void ThreadPool::work(int thread) {
 }
 
 void ThreadPool::run(int tasks, const std::function<void(int, int)>& task) {
-  if (workers_.empty() || tasks <= 1) {
+  // A call from inside a task, or from a second thread while the pool is busy (the unit
+  // tests run TP ranks as threads of one process), runs on its caller's thread alone.
+  if (workers_.empty() || tasks <= 1 || running_.exchange(true)) {
     for (int i = 0; i < tasks; ++i) task(i, 0);
     return;
   }
@@ -77,6 +79,7 @@ void ThreadPool::run(int tasks, const std::function<void(int, int)>& task) {
   done_.wait(lock, [&] { return next_ >= tasks_ && busy_ == 0; });
   task_ = nullptr;
   tasks_ = 0;
+  running_ = false;
 }
 
 void parallel_rows(int rows, const std::function<void(int, int)>& fn) {

@@ -3,6 +3,7 @@
 // a core. The caller's thread works too: a pool of n threads has n - 1 workers.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <functional>
@@ -22,7 +23,8 @@ class ThreadPool {
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls task(i, thread) for i in [0, tasks), spread over the threads (thread < threads()),
-  // in order of i as threads free up; returns when all are done. Not reentrant.
+  // in order of i as threads free up; returns when all are done. A nested or concurrent call
+  // runs its tasks on the calling thread (thread 0) instead.
   void run(int tasks, const std::function<void(int task, int thread)>& task);
 
  private:
@@ -37,6 +39,7 @@ class ThreadPool {
   int tasks_ = 0, next_ = 0, busy_ = 0;
   uint64_t generation_ = 0;
   bool stopping_ = false;
+  std::atomic<bool> running_{false};
 };
 
 // Row-wise ops on the rank's threads: fn(begin, end) on one contiguous range of [0, rows) per
