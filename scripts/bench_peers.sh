@@ -2,22 +2,23 @@
 # pipefill against the peers a CPU user would pick, on the same real document, the same threads,
 # in one run: SmolLM2-135M in float32 (the same dequantized weights everywhere) prefilling real
 # text (Debian's licences, scripts/licence_document.sh), for each thread count T:
-#   pipefill 1 rank with T threads, and (T > 1) T ranks pp T with 1 thread each, at every chunk
-#   size of CHUNKS (the issue's rule: its best chunk and chunk 512);
+#   pipefill 1 rank with T threads; and for T > 1, T ranks pp T with 1 thread each (each bound to
+#   a core), and T ranks pp T with T threads each sharing the T cores; at every chunk size of
+#   CHUNKS (the issue's rule: its best chunk and chunk 512);
 #   llama.cpp (llama-cpp-python, F32 GGUF, n_batch 512, T threads), flash attention off and on;
 #   transformers on torch (T threads, one forward, SDPA attention, logits of the last position).
 # Every configuration runs REPEATS times, alternating, and keeps its best: single runs on a
 # shared machine move by up to 25 %. Prints tokens/s and each one's most likely next token
 # (they must agree), then per thread count and length the ratios the issue asks for.
 # Needs scripts/setup_peers.sh once (builds llama-cpp-python, ~20 min).
-# usage: [THREADS="1 2"] [CHUNKS="512 2048"] [REPEATS=2] [LLAMA_FLASH="off on"] scripts/bench_peers.sh [TOKENS...]
+# usage: [THREADS="1 2"] [CHUNKS="512 1024"] [REPEATS=2] [LLAMA_FLASH="off on"] scripts/bench_peers.sh [TOKENS...]
 #        (default tokens: 4096 16384)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/mpi/mpi_env.sh
 read -ra lengths <<<"${*:-4096 16384}"
 read -ra thread_counts <<<"${THREADS:-1 2}"
-read -ra chunks <<<"${CHUNKS:-512 2048}"
+read -ra chunks <<<"${CHUNKS:-512 1024}"
 repeats=${REPEATS:-2}
 read -ra llama_modes <<<"${LLAMA_FLASH:-off on}"
 model=models/smollm2-135m
@@ -31,8 +32,10 @@ work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 
 pipefill() {  # RANKS THREADS CHUNK DOC TOKENS: prints a result line like the peers'
-  local ranks=$1 threads=$2 chunk=$3 doc=$4 tokens=$5
-  mpirun -n "$ranks" --bind-to none build/pipefill run --model "$model" --input "$doc" --output "$work/out.h5" \
+  local ranks=$1 threads=$2 chunk=$3 doc=$4 tokens=$5 bind=none
+  # One thread a rank: each rank bound to a core of its own, as Open MPI does by default.
+  [ "$threads" -gt 1 ] || [ "$ranks" -eq 1 ] || bind=core
+  mpirun -n "$ranks" --bind-to "$bind" build/pipefill run --model "$model" --input "$doc" --output "$work/out.h5" \
     --pp "$ranks" --threads "$threads" --chunk-size "$chunk" --allow-long-prompts --progress-interval 0 >"$work/log"
   local wall top1
   wall=$(grep -oP 'wall \K[0-9.]+' "$work/log")
@@ -45,7 +48,9 @@ runs() {  # THREADS DOC TOKENS: one round of every configuration
   local t=$1 doc=$2 tokens=$3 chunk mode
   for chunk in "${chunks[@]}"; do
     pipefill 1 "$t" "$chunk" "$doc" "$tokens"
-    [ "$t" -eq 1 ] || pipefill "$t" 1 "$chunk" "$doc" "$tokens"
+    [ "$t" -eq 1 ] && continue
+    pipefill "$t" 1 "$chunk" "$doc" "$tokens"
+    pipefill "$t" "$t" "$chunk" "$doc" "$tokens"  # the ranks share all T cores: a waiting stage lends its cores
   done
   for mode in "${llama_modes[@]}"; do
     if [ "$mode" = on ]; then

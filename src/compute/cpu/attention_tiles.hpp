@@ -26,9 +26,11 @@ namespace pf::cpu::tiles {
 
 constexpr int kKeyBlock = 128;  // keys per block: S^T (128 x 2 vectors) in L1, the K/V block (64 KB at d 64) in L2
 
-// S^T[j][0..2W) for the kJ keys at `keys` (rows of head_dim): registers kJ x 2 vectors.
+// S^T[j][0..2W) for the kJ keys at `keys` (rows of head_dim): registers kJ x 2 vectors. The
+// block's running max per row (max0, max1) takes them in while they are in registers.
 template <class V, int kJ>
-inline void score_keys(const float* qt, int rows, const float* keys, int d, float* st) {
+inline void score_keys(const float* qt, int rows, const float* keys, int d, float* st, typename V::reg& max0,
+                       typename V::reg& max1) {
   constexpr int W = V::kLanes;
   typename V::reg acc[kJ][2];
 #pragma GCC unroll 16
@@ -46,15 +48,18 @@ inline void score_keys(const float* qt, int rows, const float* keys, int d, floa
   for (int j = 0; j < kJ; ++j) {
     V::store(st + j * 2 * W, acc[j][0]);
     V::store(st + j * 2 * W + W, acc[j][1]);
+    max0 = V::max(max0, acc[j][0]);
+    max1 = V::max(max1, acc[j][1]);
   }
 }
 
 // The remainder of a key block (fewer than V::kKeys keys), one instantiation per count.
 template <class V, int kJ>
-inline void score_tail(const float* qt, int rows, const float* keys, int d, float* st, int n) {
+inline void score_tail(const float* qt, int rows, const float* keys, int d, float* st, int n, typename V::reg& max0,
+                       typename V::reg& max1) {
   if constexpr (kJ > 0) {
-    if (n == kJ) return score_keys<V, kJ>(qt, rows, keys, d, st);
-    score_tail<V, kJ - 1>(qt, rows, keys, d, st, n);
+    if (n == kJ) return score_keys<V, kJ>(qt, rows, keys, d, st, max0, max1);
+    score_tail<V, kJ - 1>(qt, rows, keys, d, st, n, max0, max1);
   }
 }
 
@@ -90,17 +95,15 @@ inline void accumulate_values(const float* pt, int n, const float* values, int d
   }
 }
 
-// Online softmax over n keys of one tile's S^T (two vectors of rows): S^T becomes P^T, the
-// running max m and sum l are updated, and the factor to rescale O^T by is returned.
+// Online softmax over n keys of one tile's S^T (two vectors of rows) whose maxima are
+// block0/1: S^T becomes P^T, the running max m and sum l are updated, and the factor to
+// rescale O^T by is returned.
 template <class V>
-inline void softmax_block(float* st, int n, float* m, float* l, typename V::reg& corr0, typename V::reg& corr1) {
+inline void softmax_block(float* st, int n, typename V::reg block0, typename V::reg block1, float* m, float* l,
+                          typename V::reg& corr0, typename V::reg& corr1) {
   constexpr int W = V::kLanes;
-  auto max0 = V::load(m), max1 = V::load(m + W);
-  const auto old0 = max0, old1 = max1;
-  for (int j = 0; j < n; ++j) {
-    max0 = V::max(max0, V::load(st + j * 2 * W));
-    max1 = V::max(max1, V::load(st + j * 2 * W + W));
-  }
+  const auto old0 = V::load(m), old1 = V::load(m + W);
+  const auto max0 = V::max(old0, block0), max1 = V::max(old1, block1);
   auto sum0 = V::zero(), sum1 = V::zero();
   for (int j = 0; j < n; ++j) {
     const auto p0 = V::exp(V::sub(V::load(st + j * 2 * W), max0));
@@ -183,16 +186,29 @@ void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
       const int tile_first = qpos[t0], tile_last = qpos[t0 + TW - 1];
       if (k0 > tile_last) continue;                    // the whole block lies in this tile's future
       const int n = std::min(nk, tile_last + 1 - k0);  // keys some row of the tile sees
+      auto max0 = V::set1(kMaskedScore), max1 = max0;
       int j = 0;
-      for (; j + kJ <= n; j += kJ) score_keys<V, kJ>(qt + t0, rows, keys + static_cast<int64_t>(j) * d, d, st + j * TW);
-      if (j < n) score_tail<V, kJ - 1>(qt + t0, rows, keys + static_cast<int64_t>(j) * d, d, st + j * TW, n - j);
-      if (k0 + n - 1 > tile_first)  // the causal diagonal crosses this block
-        for (int jj = std::max(0, tile_first + 1 - k0); jj < n; ++jj) {
-          V::store(st + jj * TW, V::mask_after(V::load(st + jj * TW), k0 + jj, qpos + t0));
-          V::store(st + jj * TW + W, V::mask_after(V::load(st + jj * TW + W), k0 + jj, qpos + t0 + W));
+      for (; j + kJ <= n; j += kJ)
+        score_keys<V, kJ>(qt + t0, rows, keys + static_cast<int64_t>(j) * d, d, st + j * TW, max0, max1);
+      if (j < n)
+        score_tail<V, kJ - 1>(qt + t0, rows, keys + static_cast<int64_t>(j) * d, d, st + j * TW, n - j, max0, max1);
+      if (k0 + n - 1 > tile_first) {  // the causal diagonal crosses this block: mask, then the max again
+        const int first_masked = std::max(0, tile_first + 1 - k0);
+        max0 = max1 = V::set1(kMaskedScore);
+        for (int jj = 0; jj < n; ++jj) {
+          auto s0 = V::load(st + jj * TW), s1 = V::load(st + jj * TW + W);
+          if (jj >= first_masked) {
+            s0 = V::mask_after(s0, k0 + jj, qpos + t0);
+            s1 = V::mask_after(s1, k0 + jj, qpos + t0 + W);
+            V::store(st + jj * TW, s0);
+            V::store(st + jj * TW + W, s1);
+          }
+          max0 = V::max(max0, s0);
+          max1 = V::max(max1, s1);
         }
+      }
       typename V::reg corr0, corr1;
-      softmax_block<V>(st, n, m + t0, l + t0, corr0, corr1);
+      softmax_block<V>(st, n, max0, max1, m + t0, l + t0, corr0, corr1);
       accumulate_values<V>(st, n, values, d, ot + t0, rows, corr0, corr1);
     }
   }

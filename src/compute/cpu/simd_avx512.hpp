@@ -30,7 +30,8 @@ struct Avx512 {
     return _mm512_mask_blend_ps(future, s, _mm512_set1_ps(-1e30f));
   }
 
-  // exp as cpu::exp_inplace computes it (2^k * degree-6 polynomial, 0 below -87).
+  // exp as cpu::exp_inplace computes it (2^k * degree-6 polynomial, 0 below -87); the 2^k
+  // by scalef rather than building the exponent's bits.
   static reg exp(reg x) {
     const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
     x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
@@ -45,8 +46,7 @@ struct Avx512 {
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(0.5f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
     p = _mm512_fmadd_ps(p, r, _mm512_set1_ps(1.0f));
-    const __m512i bits = _mm512_slli_epi32(_mm512_add_epi32(_mm512_cvtps_epi32(k), _mm512_set1_epi32(127)), 23);
-    return _mm512_maskz_mul_ps(static_cast<__mmask16>(~underflow), p, _mm512_castsi512_ps(bits));
+    return _mm512_maskz_scalef_ps(static_cast<__mmask16>(~underflow), p, k);
   }
 };
 
