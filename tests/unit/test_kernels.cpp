@@ -106,7 +106,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ChunkAttention,
                                            AttentionCase{513, 2, 2, 128, 32, 1},    // one token per chunk
                                            AttentionCase{520, 16, 2, 8, 8, 512},    // group 8: 32-token query blocks
                                            AttentionCase{400, 9, 3, 64, 64, 150},   // SmolLM2's group of 3
-                                           AttentionCase{300, 8, 2, 128, 128, 97},  // d 128; pages wider than a block
+                                           AttentionCase{300, 8, 2, 128, 128, 97},  // d 128, one block a page
+                                           AttentionCase{600, 4, 1, 32, 200, 250},  // pages wider than a block
+                                           AttentionCase{500, 6, 2, 64, 48, 130},   // blocks across page edges
                                            AttentionCase{200, 6, 2, 12, 16,
                                                          50}));  // d 12: AVX2's kernel, not AVX-512's
 

@@ -23,7 +23,8 @@ struct QueryBlock {
   float scale = 1.0f;               // softmax scale, folded into Q
 };
 
-// Per-thread scratch, grown on demand and kept between calls. 64-byte aligned rows.
+// Per-thread scratch, grown on demand and kept between calls; float buffers start 64-byte
+// aligned (the kernels' loads are unaligned anyway).
 class TileScratch {
  public:
   float* floats(int slot, size_t n);  // slot 0..kSlots-1: one buffer each
@@ -36,7 +37,8 @@ class TileScratch {
   std::vector<int32_t> positions_;
 };
 
-// A kernel's width: value rows it accumulates per register pass must divide head_dim.
+// Whether a kernel takes this head size: the value columns it accumulates per register pass
+// must divide head_dim.
 bool avx512_attention_fits(int head_dim);
 bool avx2_attention_fits(int head_dim);
 void attend_query_block_avx512(const QueryBlock& block, TileScratch& scratch);

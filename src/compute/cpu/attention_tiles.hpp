@@ -1,6 +1,6 @@
 // The attention kernel's body, written once over a vector type V (simd_avx512.hpp,
 // simd_avx2.hpp) and compiled once per ISA. Included only by attention_avx512.cpp and
-// attention_avx2.cpp.
+// attention_avx2.cpp, under their target pragmas: every function here is a template on V.
 //
 // Layout: the block's query rows (token, head-in-group) lie across vector lanes. Q is packed
 // transposed, Q^T [head_dim][rows], pre-scaled; the output accumulates transposed too, O^T.
@@ -123,6 +123,7 @@ inline void softmax_block(float* st, int n, typename V::reg block0, typename V::
 
 // The rows of the key block [k0, k0 + n) in one contiguous [n, head_dim] run each for K and V:
 // the pages' own memory when the block lies in one page, else a copy in `staged`.
+template <class V>  // (a template only so that each ISA's file has its own copy)
 inline void key_block(const kv::KvLayerView& kv, int kv_head, int k0, int n, float* staged, const float** keys,
                       const float** values) {
   const kv::KvShape& shape = kv.pool->shape();
@@ -181,7 +182,7 @@ void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
   for (int k0 = 0; k0 <= last_pos; k0 += kKeyBlock) {
     const int nk = std::min(kKeyBlock, last_pos + 1 - k0);
     const float *keys, *values;
-    key_block(*b.kv, b.kv_head, k0, nk, staged, &keys, &values);
+    key_block<V>(*b.kv, b.kv_head, k0, nk, staged, &keys, &values);
     for (int t0 = 0; t0 < rows; t0 += TW) {
       const int tile_first = qpos[t0], tile_last = qpos[t0 + TW - 1];
       if (k0 > tile_last) continue;                    // the whole block lies in this tile's future

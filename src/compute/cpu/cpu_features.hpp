@@ -1,7 +1,8 @@
 // Which vector ISA the hand-written CPU kernels use: the widest this CPU runs and this build
-// compiled, chosen once at run time (so one binary serves AVX2-only and AVX-512 nodes).
-// PIPEFILL_CPU_ISA=avx512|avx2|portable narrows the choice, for tests and comparisons; asking
-// for an ISA the CPU lacks is refused rather than crashing on an illegal instruction.
+// compiled, chosen once at run time (a build with -DPIPEFILL_NATIVE=OFF serves AVX2-only and
+// AVX-512 nodes alike; the default -march=native build is for CPUs like the one it was built
+// on). PIPEFILL_CPU_ISA=avx512|avx2|portable narrows the choice, for tests and comparisons;
+// asking for an ISA the CPU lacks is an error rather than an illegal instruction.
 #pragma once
 
 namespace pf::cpu {

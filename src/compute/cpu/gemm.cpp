@@ -28,9 +28,10 @@ void linear(const float* x, int rows, int in, const float* weight, int out, floa
   count_gemm_flops(2.0 * rows * in * out);
 }
 
-void set_gemm_threads(int) {
+void single_threaded_gemm() {
   // OpenBLAS' own threads busy-wait with sched_yield between calls, taking cores from the
-  // attention threads: it runs single-threaded, each thread of the pool on its own slice.
+  // attention threads. (An OpenMP build of OpenBLAS reads this per calling thread: there,
+  // OMP_NUM_THREADS=1 does it; Debian's default is the pthreads build.)
   openblas_set_num_threads(1);
 }
 

@@ -5,11 +5,13 @@
 
 namespace pf::cpu {
 
-// y[rows, out] = x[rows, in] . W^T, W stored [out, in] as Hugging Face does.
+// y[rows, out] = x[rows, in] . W^T, W stored [out, in] as Hugging Face does. Split by output
+// columns over the rank's threads (thread_pool.hpp), one single-threaded sgemm each.
 void linear(const float* x, int rows, int in, const float* weight, int out, float* y);
 
-// OpenBLAS' threads for each GEMM, and the name of the kernels it picked for this CPU.
-void set_gemm_threads(int threads);
+// OpenBLAS runs single-threaded (the pool gives each thread its slice; docs/choices.md), and
+// the name of the kernels it picked for this CPU.
+void single_threaded_gemm();
 const char* gemm_kernels();
 
 // The FLOPs of every GEMM this thread has run (linear, MLA's absorption, and attention's

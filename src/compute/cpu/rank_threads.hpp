@@ -1,6 +1,8 @@
-// How many threads each rank's CPU kernels use (attention's pool and OpenBLAS), decided in
-// one place. Ranks launched unbound share the node's CPUs evenly; a rank the launcher bound
-// (srun --cpu-bind, mpirun --bind-to) uses the CPUs it was given. --threads overrides both.
+// How many threads each rank's CPU kernels use (the pool of thread_pool.hpp, which also runs
+// the GEMMs), decided in one place: the CPUs in the rank's affinity mask, shared evenly with
+// the node's ranks whose masks overlap it. So a rank the launcher bound to cores of its own
+// (srun --cpu-bind, mpirun --bind-to core, --map-by ...:PE=n) uses them all, and ranks left
+// unbound split the node. --threads overrides it.
 #pragma once
 
 #include <mpi.h>
@@ -11,17 +13,17 @@ namespace pf::compute {
 
 struct RankThreads {
   int threads = 1;
-  int cpus = 1;            // in this rank's affinity mask
-  int ranks_on_node = 1;   // sharing this node
-  bool bound = false;      // the mask is narrower than the node: the launcher placed the rank
+  int cpus = 1;     // in this rank's affinity mask
+  int sharing = 1;  // ranks of this node whose masks overlap it (itself included)
+  int ranks_on_node = 1;
   bool requested = false;  // --threads decided
 };
 
 // Collective over `world`. requested > 0: that many threads.
 RankThreads decide_rank_threads(int requested, MPI_Comm world);
-// Starts the threads: the kernels' pool and OpenBLAS' count.
+// Starts the pool's threads (OpenBLAS itself stays single-threaded: gemm.hpp).
 void use_rank_threads(const RankThreads& threads);
-// e.g. "2 threads a rank (2 CPUs shared by 1 rank on this node)".
+// e.g. "2 threads a rank (2 CPUs shared by 1 rank, 1 rank on this node)".
 std::string describe(const RankThreads& threads);
 
 }  // namespace pf::compute

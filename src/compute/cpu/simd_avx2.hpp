@@ -32,7 +32,8 @@ struct Avx2 {
 
   static reg exp(reg x) {
     const reg underflow = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_LT_OQ);
-    x = _mm256_min_ps(_mm256_max_ps(x, _mm256_set1_ps(-87.0f)), _mm256_set1_ps(88.0f));
+    // max/min return their second operand when one is NaN: x second, so NaN passes through.
+    x = _mm256_min_ps(_mm256_set1_ps(88.0f), _mm256_max_ps(_mm256_set1_ps(-87.0f), x));
     const reg k = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
                                   _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     reg r = _mm256_fnmadd_ps(k, _mm256_set1_ps(0.693145751953125f), x);

@@ -34,7 +34,8 @@ struct Avx512 {
   // by scalef rather than building the exponent's bits.
   static reg exp(reg x) {
     const __mmask16 underflow = _mm512_cmp_ps_mask(x, _mm512_set1_ps(-87.0f), _CMP_LT_OQ);
-    x = _mm512_min_ps(_mm512_max_ps(x, _mm512_set1_ps(-87.0f)), _mm512_set1_ps(88.0f));
+    // max/min return their second operand when one is NaN: x second, so NaN passes through.
+    x = _mm512_min_ps(_mm512_set1_ps(88.0f), _mm512_max_ps(_mm512_set1_ps(-87.0f), x));
     const reg k = _mm512_roundscale_ps(_mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
                                        _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
     reg r = _mm512_fnmadd_ps(k, _mm512_set1_ps(0.693145751953125f), x);

@@ -3,6 +3,9 @@
 #include "compute/cpu/thread_pool.hpp"
 
 #include <algorithm>
+#include <exception>
+#include <stdexcept>
+#include <utility>
 
 namespace pf::cpu {
 
@@ -27,6 +30,7 @@ void ThreadPool::stop_workers() {
 }
 
 void ThreadPool::set_threads(int threads) {
+  if (running_) throw std::logic_error("ThreadPool::set_threads while tasks run");
   if (threads < 1) threads = 1;
   if (threads == this->threads()) return;
   stop_workers();
@@ -39,9 +43,18 @@ void ThreadPool::take_tasks(int thread) {
     const int i = next_++;
     ++busy_;
     lock.unlock();
-    (*task_)(i, thread);
+    std::exception_ptr failure;
+    try {
+      (*task_)(i, thread);
+    } catch (...) {
+      failure = std::current_exception();
+    }
     lock.lock();
     --busy_;
+    if (failure) {  // hand out no more tasks; run() rethrows the first failure
+      if (!failure_) failure_ = failure;
+      next_ = tasks_;
+    }
   }
   if (busy_ == 0) done_.notify_all();
 }
@@ -79,7 +92,9 @@ void ThreadPool::run(int tasks, const std::function<void(int, int)>& task) {
   done_.wait(lock, [&] { return next_ >= tasks_ && busy_ == 0; });
   task_ = nullptr;
   tasks_ = 0;
+  std::exception_ptr failure = std::exchange(failure_, nullptr);
   running_ = false;
+  if (failure) std::rethrow_exception(failure);
 }
 
 void parallel_rows(int rows, const std::function<void(int, int)>& fn) {

@@ -1,11 +1,13 @@
-// The threads of one rank's CPU kernels: a small pool whose idle workers sleep on a condition
-// variable (no spinning), so they never compete with OpenBLAS' threads or a neighbour rank for
-// a core. The caller's thread works too: a pool of n threads has n - 1 workers.
+// The threads of one rank's CPU kernels (attention, GEMM slices, row-wise ops): a small pool
+// whose idle workers sleep on a condition variable (no spinning), so they never take a core
+// from the threads at work or from a neighbour rank. The caller's thread works too: a pool of
+// n threads has n - 1 workers.
 #pragma once
 
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
+#include <exception>
 #include <functional>
 #include <mutex>
 #include <thread>
@@ -23,7 +25,8 @@ class ThreadPool {
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
 
   // Calls task(i, thread) for i in [0, tasks), spread over the threads (thread < threads()),
-  // in order of i as threads free up; returns when all are done. A nested or concurrent call
+  // in order of i as threads free up; returns when all are done. If a task throws, no further
+  // task starts and run() rethrows it once the running ones end. A nested or concurrent call
   // runs its tasks on the calling thread (thread 0) instead.
   void run(int tasks, const std::function<void(int task, int thread)>& task);
 
@@ -39,6 +42,7 @@ class ThreadPool {
   int tasks_ = 0, next_ = 0, busy_ = 0;
   uint64_t generation_ = 0;
   bool stopping_ = false;
+  std::exception_ptr failure_;  // the first task that threw, rethrown by run()
   std::atomic<bool> running_{false};
 };
 
