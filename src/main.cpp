@@ -41,6 +41,7 @@
 #include "sched/prefix_sharing.hpp"   // defines: find_shared_prefixes (prefix reuse inside the batch)
 #include "trace/chrome_trace.hpp"     // defines: write_chrome_trace
 #include "trace/expert_load.hpp"      // defines: gather_expert_load, print_expert_load
+#include "trace/op_times.hpp"         // defines: gather_op_times, print_op_times (cpu time by kind of op)
 #include "trace/summary.hpp"          // defines: summarize, print_summary
 #include "trace/traffic.hpp"          // defines: gather_traffic, print_traffic (bytes vs the seed's formulas)
 
@@ -214,6 +215,7 @@ static int run_command(int argc, char** argv) {
   traffic_report.allreduce_modelled = emulate;
   const trace::ExpertLoad expert_load =
       trace::gather_expert_load(topo, backend.compute->expert_rows(), emulate ? 0 : shape.experts);
+  const compute::OpTimes op_times = trace::gather_op_times(backend.compute->op_times());
   if (writer) {
     const trace::RunSummary summary = trace::summarize(plan, events, topo.pp, topo.tp, wall_s, sched::plan_flops(shape, plan));
     const bool complete =
@@ -223,6 +225,7 @@ static int run_command(int argc, char** argv) {
       trace::print_summary(summary, stdout);
       trace::print_traffic(traffic_report, stdout);
       trace::print_expert_load(expert_load, stdout);
+      trace::print_op_times(op_times, stdout);
       if (results->scored_tokens() > 0)
         std::printf("log-probs: %lld tokens scored this run, perplexity %.4g (exp of their mean NLL; per prompt in "
                     "/perplexity)\n",

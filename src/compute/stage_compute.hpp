@@ -26,6 +26,13 @@ struct DeviceSpan {
   double start_s = 0, end_s = 0;
 };
 
+// Seconds and counted FLOPs of a backend's forwards, by kind of op (StageCompute::op_times).
+struct OpTimes {
+  double forward_s = 0;                          // all of forward()
+  double attention_s = 0, attention_flops = 0;   // the attention kernels
+  double gemm_s = 0, gemm_flops = 0;             // projections and experts (their GEMMs and glue)
+};
+
 class StageCompute {
  public:
   virtual ~StageCompute() = default;
@@ -75,6 +82,9 @@ class StageCompute {
   // MoE models: rows the router sent to each expert so far, [local layers][experts] (dense
   // layers count none); empty where the backend does not count (trace/expert_load.hpp).
   virtual std::vector<int64_t> expert_rows() const { return {}; }
+  // Where forward()'s time went so far, by kind of op; all zero where not measured (only the
+  // cpu backend times its ops: trace/op_times.hpp).
+  virtual OpTimes op_times() const { return {}; }
 
   // Profiling support. Makes `prefix` tokens of `prompt` look computed (K/V present) so a
   // chunk after them can be timed; returns how many tokens (prefix + chunk) the stage can hold.

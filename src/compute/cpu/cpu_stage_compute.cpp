@@ -6,6 +6,7 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <chrono>
 #include <random>
 #include <stdexcept>
 
@@ -61,8 +62,10 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   }
 
   void project(Buffer in, Projection projection, Buffer out) override {
-    cpu::linear(buffer(in), t_, shape_.in_width(projection), weight_of(*w_, projection).data(),
-                shape_.out_width(projection), buffer(out));
+    timed(GemmOps, [&] {
+      cpu::linear(buffer(in), t_, shape_.in_width(projection), weight_of(*w_, projection).data(),
+                  shape_.out_width(projection), buffer(out));
+    });
   }
 
   // No fusion on the CPU: the GEMM, then the add (sgemm with beta = 1 would round differently).
@@ -111,16 +114,20 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   }
 
   void attention() override {
-    const kv::KvLayerView view{&s_.kv_pool_, layer_, &s_.kv_pool_.pages(chunk_.prompt)};
-    if (shape_.latent)
-      return cpu::latent_attention(s_.qkv_.data(), t_, pos0_, view, s_.config_, shape_.heads, *w_, s_.attn_.data(),
-                                   s_.latent_ws_);
-    cpu::chunk_attention(s_.qkv_.data(), shape_.qkv_width(), t_, pos0_, view, shape_.heads, s_.attn_.data(),
-                         shape_.q_width(), s_.attention_ws_);
+    timed(AttentionOps, [&] {
+      const kv::KvLayerView view{&s_.kv_pool_, layer_, &s_.kv_pool_.pages(chunk_.prompt)};
+      if (shape_.latent)
+        return cpu::latent_attention(s_.qkv_.data(), t_, pos0_, view, s_.config_, shape_.heads, *w_, s_.attn_.data(),
+                                     s_.latent_ws_);
+      cpu::chunk_attention(s_.qkv_.data(), shape_.qkv_width(), t_, pos0_, view, shape_.heads, s_.attn_.data(),
+                           shape_.q_width(), s_.attention_ws_);
+    });
   }
 
   void latent_projections() override {
-    cpu::latent_projections(s_.normed_.data(), t_, s_.config_, shape_.heads, *w_, s_.qkv_.data(), s_.latent_ws_);
+    timed(GemmOps, [&] {
+      cpu::latent_projections(s_.normed_.data(), t_, s_.config_, shape_.heads, *w_, s_.qkv_.data(), s_.latent_ws_);
+    });
   }
 
   void route() override {
@@ -133,13 +140,17 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   }
 
   void routed_experts() override {
-    cpu::routed_experts(s_.normed_.data(), t_, shape_.hidden, s_.shard_.expert_intermediate, s_.shard_.expert_begin,
-                        *w_, s_.moe_ws_, s_.proj_.data());
+    timed(GemmOps, [&] {
+      cpu::routed_experts(s_.normed_.data(), t_, shape_.hidden, s_.shard_.expert_intermediate, s_.shard_.expert_begin,
+                          *w_, s_.moe_ws_, s_.proj_.data());
+    });
   }
 
   void shared_expert() override {
-    cpu::shared_expert(s_.normed_.data(), t_, shape_.hidden, s_.shard_.shared_intermediate, *w_, s_.moe_ws_,
-                       s_.proj_.data());
+    timed(GemmOps, [&] {
+      cpu::shared_expert(s_.normed_.data(), t_, shape_.hidden, s_.shard_.shared_intermediate, *w_, s_.moe_ws_,
+                         s_.proj_.data());
+    });
   }
 
   void swiglu() override {
@@ -159,6 +170,20 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   }
 
  private:
+  enum OpKind { AttentionOps, GemmOps };
+  // Runs op() and adds its seconds and counted FLOPs to the stage's op times.
+  template <typename Op>
+  void timed(OpKind kind, Op&& op) {
+    const double flops0 = cpu::counted_gemm_flops();
+    const auto t0 = std::chrono::steady_clock::now();
+    op();
+    const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double flops = cpu::counted_gemm_flops() - flops0;
+    OpTimes& times = s_.op_times_;
+    (kind == AttentionOps ? times.attention_s : times.gemm_s) += seconds;
+    (kind == AttentionOps ? times.attention_flops : times.gemm_flops) += flops;
+  }
+
   float* buffer(Buffer role) {
     switch (role) {
       case Buffer::kHidden:
@@ -198,8 +223,10 @@ void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
   gate_up_.resize(t * shape_.width(Buffer::kGateUp));
   act_.resize(t * shape_.width(Buffer::kActivation));
   kv_pool_.reserve(chunk.prompt, chunk.pos0 + chunk.tokens);
+  const auto t0 = std::chrono::steady_clock::now();
   LayerOnCpu ops(*this, chunk, hidden);
   forward_layers(ops, static_cast<int>(weights_.layers.size()), recipe_);
+  op_times_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
 void CpuStageCompute::final_norm(const float* hidden, int rows, float* normed) {

@@ -39,6 +39,7 @@ class CpuStageCompute final : public StageCompute {
   void share_prefix(int source, int dest, int64_t tokens) override { kv_pool_.share(source, dest, tokens); }
   void finish_prompt(int prompt) override { kv_pool_.release(prompt); }
   std::vector<int64_t> expert_rows() const override { return expert_rows_; }
+  OpTimes op_times() const override { return op_times_; }
   // Fills the prefix's K/V with random values: attention's cost does not depend on them.
   void prepare_prefix(int prompt, int64_t prefix, int tokens) override;
   int64_t capacity_tokens() const override {
@@ -64,6 +65,7 @@ class CpuStageCompute final : public StageCompute {
   cpu::LatentWorkspace latent_ws_;    // MLA models
   cpu::MoeWorkspace moe_ws_;          // MoE models
   std::vector<int64_t> expert_rows_;  // [local layers][experts]: rows routed so far
+  OpTimes op_times_;
 };
 
 }  // namespace pf::compute
