@@ -28,6 +28,7 @@ RankThreads decide_rank_threads(int requested, MPI_Comm world) {
   std::vector<cpu_set_t> masks(t.ranks_on_node);
   MPI_Allgather(&mask, sizeof(mask), MPI_BYTE, masks.data(), sizeof(mask), MPI_BYTE, node);
   MPI_Comm_free(&node);
+  t.sharing = 0;  // itself included below
   for (const cpu_set_t& other : masks) {
     cpu_set_t both;
     CPU_AND(&both, &mask, &other);
