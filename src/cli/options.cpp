@@ -121,6 +121,8 @@ OptionTable<PlacementOptions> placement_table() {
       .check([](const int& threads) {
         if (threads < 0)
           throw UserError("--threads must be 0 (automatic) or more (got " + std::to_string(threads) + ")");
+        // A typo like 100000 would start that many threads in every rank before any compute.
+        if (threads > 1024) throw UserError("--threads " + std::to_string(threads) + " is more than 1024 a rank");
       })
       .echo_as("threads");
   t.add("backend",
