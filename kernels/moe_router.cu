@@ -44,6 +44,9 @@ __device__ TokenScratch scratch_of(float* base, int experts, int groups) {
   return s;
 }
 
+// NaN ranks lowest, as in the cpu's top_k (a NaN hidden state must not win a slot).
+__device__ inline float rank_key(float v) { return v != v ? -INFINITY : v; }  // v != v: NaN, in both builds
+
 // Indices of the k largest of v[0, n), best first; ties to the lower index (cpu's top_k).
 __device__ void top_k_serial(const float* v, int n, int k, int* chosen) {
   for (int i = 0; i < k; ++i) {
@@ -51,7 +54,7 @@ __device__ void top_k_serial(const float* v, int n, int k, int* chosen) {
     for (int j = 0; j < n; ++j) {
       bool taken = false;
       for (int c = 0; c < i; ++c) taken = taken || chosen[c] == j;
-      if (!taken && (best < 0 || v[j] > v[best])) best = j;
+      if (!taken && (best < 0 || rank_key(v[j]) > rank_key(v[best]))) best = j;
     }
     chosen[i] = best;
   }

@@ -23,7 +23,7 @@ for run in "${runs[@]}"; do
     extra=(--chunk-policy "$policy" --cost-model "$out/cost_pp1.json" --smooth-factor "$smooth")
     name=pp1_${policy}_s$smooth
   fi
-  mpirun -n 1 build/pipefill run --model synthetic:small --input "$out/in.h5" --output "$out/$name.h5" \
+  mpirun -n 1 build/pipefill run --model synthetic:small --input "$out/in.h5" --output "$out/$name.h5" --overwrite \
     --chunk-size "$c0" "${extra[@]}" | grep -E "wall"
   files+=("$out/$name.h5")
 done
@@ -37,7 +37,7 @@ if [ "${PP2:-0}" = 1 ]; then
     extra=()
     [ "$policy" = fixed ] || extra=(--chunk-policy "$policy" --cost-model "$out/cost_pp2.json" --smooth-factor "$smooth")
     echo "-- $policy"
-    mpirun -n 2 build/pipefill run --model synthetic:small --pp 2 --input "$out/in.h5" --output "$out/pp2_$policy.h5" \
+    mpirun -n 2 build/pipefill run --model synthetic:small --pp 2 --input "$out/in.h5" --output "$out/pp2_$policy.h5" --overwrite \
       --chunk-size "$c0" "${extra[@]}" | grep -E "wall|bubble|busy"
   done
 fi

@@ -19,7 +19,7 @@ for round in $(seq "$rounds"); do
     rm -rf "$work/kv" "$work/out.h5"
     flags=()
     [ $export = yes ] && flags=(--save-kv "$work/kv")
-    mpirun -n 2 build/pipefill run --model "$model" --input "$work/in.h5" --output "$work/out.h5" --pp 2 \
+    mpirun -n 2 build/pipefill run --model "$model" --input "$work/in.h5" --output "$work/out.h5" --overwrite --pp 2 \
       --chunk-size "$chunk" --allow-long-prompts --progress-interval 0 "${flags[@]}" >"$work/log"
     wall=$(grep -oP 'wall \K[0-9.]+' "$work/log")
     bytes=$([ $export = yes ] && du -sb "$work/kv" | cut -f1 || echo 0)

@@ -19,7 +19,7 @@ trap 'rm -rf "$work"' EXIT
 run() {
   local name=$1 ranks=$2
   shift 2
-  OPENBLAS_NUM_THREADS=1 mpirun -n "$ranks" "$bin" run --input "$work/in.h5" --output "$work/$name.h5" \
+  OPENBLAS_NUM_THREADS=1 mpirun -n "$ranks" "$bin" run --input "$work/in.h5" --output "$work/$name.h5" --overwrite \
     --chunk-size "$chunk" "$@" >"$work/$name.log" 2>&1
   awk -v name="$name" '/^wall .* tokens\/s,/ {printf "%-24s %8.1f tokens/s %8.2f GFLOP/s\n", name, $4, $6}' \
     "$work/$name.log"

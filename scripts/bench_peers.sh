@@ -35,7 +35,7 @@ pipefill() {  # RANKS THREADS CHUNK DOC TOKENS: prints a result line like the pe
   local ranks=$1 threads=$2 chunk=$3 doc=$4 tokens=$5 bind=none
   # One thread a rank: each rank bound to a core of its own, as Open MPI does by default.
   [ "$threads" -gt 1 ] || [ "$ranks" -eq 1 ] || bind=core
-  mpirun -n "$ranks" --bind-to "$bind" build/pipefill run --model "$model" --input "$doc" --output "$work/out.h5" \
+  mpirun -n "$ranks" --bind-to "$bind" build/pipefill run --model "$model" --input "$doc" --output "$work/out.h5" --overwrite \
     --pp "$ranks" --threads "$threads" --chunk-size "$chunk" --allow-long-prompts --progress-interval 0 >"$work/log"
   local wall top1
   wall=$(grep -oP 'wall \K[0-9.]+' "$work/log")

@@ -11,7 +11,7 @@ trap 'rm -rf "$work"' EXIT
 build/pipefill make-prompts --out "$work/in.h5" --num 1 --min-len "$tokens" --max-len "$tokens" --vocab 32000 >/dev/null
 printf "%-4s %8s %6s %9s %9s %9s %9s %9s\n" pp tokens chunk wall_s tokens/s GFLOP/s bubble ideal
 for pp in 1 2; do
-  mpirun -n $pp build/pipefill run --model synthetic:small --input "$work/in.h5" --output "$work/out$pp.h5" \
+  mpirun -n $pp build/pipefill run --model synthetic:small --input "$work/in.h5" --output "$work/out$pp.h5" --overwrite \
     --pp $pp --chunk-size "$chunk" >"$work/log$pp"
   wall=$(grep -oP 'wall \K[0-9.]+' "$work/log$pp")
   tps=$(grep -oP '[0-9.]+(?= tokens/s)' "$work/log$pp")

@@ -46,7 +46,7 @@ printf "%-18s %9s %12s %10s %10s\n" run wall_s "mean ttft_s" computed reused
 for mode in reuse full; do
   flags=()
   [ $mode = full ] && flags=(--no-prefix-cache)
-  mpirun -n 2 build/pipefill run --model "$model" --input "$work/in.h5" --output "$work/$mode.h5" --pp 2 \
+  mpirun -n 2 build/pipefill run --model "$model" --input "$work/in.h5" --output "$work/$mode.h5" --overwrite --pp 2 \
     --chunk-size "$chunk" --logprobs --progress-interval 0 "${flags[@]}" >"$work/$mode.log"
   wall=$(grep -oP 'wall \K[0-9.]+' "$work/$mode.log")
   /usr/bin/python3 - "$work/$mode.h5" "$mode" "$wall" <<'PY'
@@ -75,7 +75,7 @@ mkdir "$work/store"
 run() {  # NAME INPUT ARGS...: one run, its wall time and mean TTFT
   local name=$1 input=$2
   shift 2
-  mpirun -n 2 build/pipefill run --model "$model" --input "$input" --output "$work/$name.h5" --pp 2 \
+  mpirun -n 2 build/pipefill run --model "$model" --input "$input" --output "$work/$name.h5" --overwrite --pp 2 \
     --chunk-size "$chunk" --progress-interval 0 "$@" >"$work/$name.log"
   printf "%-30s %9s %12s   %s\n" "$name" "$(grep -oP 'wall \K[0-9.]+' "$work/$name.log")" \
     "$(/usr/bin/python3 -c "import h5py,sys; print('%.3f' % h5py.File(sys.argv[1])['ttft_s'][:].mean())" "$work/$name.h5")" \

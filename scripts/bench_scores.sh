@@ -22,7 +22,7 @@ run() {
   rm -f "$work"/rss.* "$work/out.h5"
   # Each rank under /usr/bin/time: its peak RSS (KiB) into rss.RANK.
   mpirun -n 2 bash -c 'exec /usr/bin/time -f %M -o "$0/rss.$OMPI_COMM_WORLD_RANK" "$@"' "$work" \
-    build/pipefill run --model "$model" --input "$input" --output "$work/out.h5" --pp 2 --chunk-size "$chunk" \
+    build/pipefill run --model "$model" --input "$input" --output "$work/out.h5" --overwrite --pp 2 --chunk-size "$chunk" \
     --progress-interval 0 "$@" >"$work/log"
   local wall
   wall=$(grep -oP 'wall \K[0-9.]+' "$work/log")

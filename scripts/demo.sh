@@ -14,7 +14,7 @@ source tests/mpi/mpi_env.sh  # root, oversubscription, shared-memory transport, 
 
 mkdir -p outputs
 build/pipefill make-prompts --out outputs/demo_prompts.h5 --num 8 --min-len 512 --max-len 2048 --vocab 512 --seed 1
-mpirun -n 4 build/pipefill run --model synthetic:tiny --input outputs/demo_prompts.h5 --output outputs/demo.h5 \
+mpirun -n 4 build/pipefill run --model synthetic:tiny --input outputs/demo_prompts.h5 --output outputs/demo.h5 --overwrite \
   --pp 2 --tp 2 --chunk-size 256 --trace outputs/demo_trace.json
 echo "open outputs/demo_trace.json in https://ui.perfetto.dev to see the pipeline"
 
@@ -27,7 +27,7 @@ for licence in Apache-2.0 BSD CC0-1.0; do  # tokenize.py reads .txt (one prompt)
 done
 scripts/tokenize.py --model models/smollm2-135m --out outputs/demo_text_prompts.h5 "$texts"/*.txt
 mpirun -n 2 build/pipefill run --model models/smollm2-135m --input outputs/demo_text_prompts.h5 \
-  --output outputs/demo_text.h5 --pp 2 --chunk-size 256 --logprobs --top-k 5
+  --output outputs/demo_text.h5 --overwrite --pp 2 --chunk-size 256 --logprobs --top-k 5
 echo "how well the model predicts each document, and the tokens it expected least:"
 scripts/perplexity.py outputs/demo_text.h5 --input outputs/demo_text_prompts.h5 --model models/smollm2-135m \
   --surprising 3

@@ -4,14 +4,15 @@
 usage: scripts/detokenize.py --model DIR FILE.h5 [--dataset NAME] [--input IN.h5] [--prompt I]
                              [--boundaries] [--skip-special] [--last N] [--top K]
 
-What is printed depends on the dataset (default: tokens):
-  ids [T]        (/tokens)     each prompt's text; --boundaries: one token per line
-                               (position, id, the token's text as a JSON string)
-  ids [T, K]     (/topk_ids)   per position: the token there, then the K candidates after it
-  ids [n, K]                   per prompt: the K ids of its row
-  floats [n, V]  (/logits)     per prompt: the --top K most likely next tokens and their probabilities
+What is printed depends on the dataset (default: tokens); no other holds token ids or logits:
+  /tokens     ids [T]        each prompt's text; --boundaries: one token per line
+                             (position, id, the token's text as a JSON string)
+  /topk_ids   ids [T, K]     per position: the token there, then the K candidates after it,
+                             each with its log-prob from /topk_logprobs
+  /logits     floats [n, V]  per prompt: the --top K most likely next tokens and their probabilities
 Prompt boundaries (/offsets), the tokens and each prompt's source file and line come from FILE,
-or from --input (the tokenize.py file a run read) when FILE is a run's output.
+or from --input (the tokenize.py file a run read, checked against the output's fingerprint of
+it) when FILE is a run's output.
 Runs itself under the venv scripts/setup.sh makes, like tokenize.py.
 """
 import os
@@ -32,8 +33,14 @@ import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 
 from model_tokenizer import ModelTokenizer  # noqa: E402
-from prompt_file import PromptIndex, open_h5  # noqa: E402
+from prompt_file import PromptIndex, check_run_input, open_h5  # noqa: E402
 from python_tool import UserError  # noqa: E402
+
+# The datasets of pipefill's files (docs/formats.md) that hold token ids or logits, and what they
+# must be. Chosen by name: by type alone, /completed or /offsets pass for ids, and /hidden_states
+# or /topk_logprobs for logits.
+SHOWN = {"tokens": ("iu", 1, "integers [T]"), "topk_ids": ("iu", 2, "integers [T, K]"),
+         "logits": ("f", 2, "floats [n, vocab]")}
 
 
 def help_text():
@@ -49,7 +56,7 @@ def parse_args():
     parser = ArgumentParser(description=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", required=True, help="model directory holding tokenizer.json")
     parser.add_argument("file", metavar="FILE.h5", help="tokenize.py's file, or a pipefill run's output")
-    parser.add_argument("--dataset", default="tokens", help="dataset holding the ids (default: tokens)")
+    parser.add_argument("--dataset", default="tokens", help="tokens (default), topk_ids or logits")
     parser.add_argument("--input", help="the input file of the run that wrote FILE (offsets, tokens, sources)")
     parser.add_argument("--prompt", type=int, help="only this prompt (0-based); default: all")
     parser.add_argument("--boundaries", action="store_true", help="one token per line instead of running text")
@@ -104,17 +111,17 @@ def print_texts(args, model, prompts, ids):
 
 
 def print_candidates(args, model, prompts, rows, describe):
-    """rows [T, K] (per position) or [n, K] (per prompt): each row's ids as texts."""
+    """rows [T, K] (per position) or [n, K] (per prompt): describe(i) says what row i holds."""
     n = prompts.count()
     if n is None:  # nothing says which rows belong to which prompt
         if args.prompt is not None:
             raise UserError(f"{args.file} has no /offsets: give the run's input with --input to pick a prompt")
         for row in range(len(rows)):
-            print(f"row {row}: {describe(rows[row])}")
+            print(f"row {row}: {describe(row)}")
         return
     if len(rows) == n:
         for prompt in chosen_prompts(args, n):
-            print(f"{prompts.name(prompt)}: {describe(rows[prompt])}")
+            print(f"{prompts.name(prompt)}: {describe(prompt)}")
         return
     if len(rows) != prompts.offsets[-1]:
         raise UserError(f"/{args.dataset} has {len(rows)} rows: neither one per prompt ({n}) "
@@ -128,35 +135,57 @@ def print_candidates(args, model, prompts, rows, describe):
             print(f"--- {prompts.name(prompt)} ---")
         for position in range(start, end):
             here = f"{quoted(token_text(model, prompts.tokens[position]))} -> " if prompts.tokens is not None else ""
-            print(f"{position}\t{here}{describe(rows[position])}")
+            print(f"{position}\t{here}{describe(position)}")
+
+
+def candidates(args, model, data_file, ids):
+    """describe(i) for /topk_ids: row i's candidates, each with its log-prob (natural log, as
+    /topk_logprobs stores it) when the file has them."""
+    if "topk_logprobs" not in data_file:
+        return lambda i: " ".join(quoted(token_text(model, t)) for t in ids[i])
+    logprobs = data_file["topk_logprobs"]
+    if logprobs.shape != ids.shape:
+        raise UserError(f"{args.file}: /topk_logprobs is {list(logprobs.shape)}, /topk_ids {list(ids.shape)}")
+    logprobs = logprobs[:]
+    return lambda i: " ".join(f"{quoted(token_text(model, t))} {p:.3f}" for t, p in zip(ids[i], logprobs[i]))
+
+
+def most_likely(args, model, logits):
+    """describe(i) for /logits: the --top most likely next tokens after prompt i, with probabilities."""
+    def describe(i):
+        row = logits[i].astype(np.float64)
+        top = np.argsort(-row, kind="stable")[:args.top]
+        probabilities = np.exp(row - row.max())
+        probabilities /= probabilities.sum()
+        return " ".join(f"{quoted(token_text(model, t))} {probabilities[t]:.3f}" for t in top)
+    return describe
 
 
 def main():
     args = parse_args()
     model = ModelTokenizer(args.model)
     data_file = open_h5(args.file)
-    if args.dataset not in data_file or not isinstance(data_file[args.dataset], h5py.Dataset):
-        names = ", ".join(sorted(k for k in data_file if isinstance(data_file[k], h5py.Dataset)))
-        raise UserError(f"{args.file} has no dataset /{args.dataset} (it has: {names})")
+    showable = ", ".join(k for k in sorted(SHOWN) if isinstance(data_file.get(k), h5py.Dataset)) or "none of them"
+    if args.dataset not in SHOWN:
+        raise UserError(f"--dataset {args.dataset}: /{args.dataset} holds neither token ids nor logits; detokenize.py "
+                        f"shows tokens, topk_ids and logits ({args.file} has: {showable})")
+    if not isinstance(data_file.get(args.dataset), h5py.Dataset):
+        raise UserError(f"{args.file} has no dataset /{args.dataset} "
+                        f"(of tokens, topk_ids and logits it has: {showable})")
     dataset = data_file[args.dataset]
     prompts = PromptIndex(data_file, args.input)
-    kind = dataset.dtype.kind
-    if kind in "iu" and dataset.ndim == 1:
+    if args.input and "offsets" not in data_file:
+        check_run_input(data_file, args.file, args.input, prompts)
+    kinds, ndim, what = SHOWN[args.dataset]
+    if dataset.dtype.kind not in kinds or dataset.ndim != ndim:
+        raise UserError(f"{args.file}: /{args.dataset} is {dataset.dtype} {list(dataset.shape)}, not {what}")
+    if args.dataset == "tokens":
         print_texts(args, model, prompts, dataset[:])
-    elif kind in "iu" and dataset.ndim == 2:
-        print_candidates(args, model, prompts, dataset[:],
-                         lambda row: " ".join(quoted(token_text(model, i)) for i in row))
-    elif kind == "f" and dataset.ndim == 2:
-        def most_likely(logits):
-            logits = logits.astype(np.float64)
-            top = np.argsort(-logits, kind="stable")[:args.top]
-            probabilities = np.exp(logits - logits.max())
-            probabilities /= probabilities.sum()
-            return " ".join(f"{quoted(token_text(model, i))} {probabilities[i]:.3f}" for i in top)
-        print_candidates(args, model, prompts, dataset, most_likely)
+    elif args.dataset == "topk_ids":
+        ids = dataset[:]
+        print_candidates(args, model, prompts, ids, candidates(args, model, data_file, ids))
     else:
-        raise UserError(f"/{args.dataset} is {dataset.dtype} {list(dataset.shape)}: not token ids "
-                        f"(integers [T] or [rows, K]) nor logits (floats [n, vocab])")
+        print_candidates(args, model, prompts, dataset, most_likely(args, model, dataset))
 
 
 if __name__ == "__main__":

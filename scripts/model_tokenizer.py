@@ -12,7 +12,7 @@ import os
 
 import tokenizers
 
-from python_tool import UserError
+from python_tool import UserError, require_unicode
 
 # The names transformers hands a chat template (its special_tokens_map), read from the config.
 SPECIAL_TOKEN_NAMES = ("bos_token", "eos_token", "unk_token", "sep_token", "pad_token", "cls_token", "mask_token")
@@ -100,7 +100,9 @@ class ModelTokenizer:
         if not isinstance(template, str) or not template:
             raise UserError(f"{self.model_dir} has no chat template (chat_template.jinja or tokenizer_config.json's "
                             f"chat_template): leave out --chat for this model")
-        return template
+        # tokenizer_config.json's JSON may write a lone surrogate (chat_template.jinja is read as UTF-8).
+        config_path = os.path.join(self.model_dir, "tokenizer_config.json")
+        return require_unicode(template, f"the chat_template of {config_path}")
 
     def special_tokens(self):
         values = {}

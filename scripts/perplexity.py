@@ -27,27 +27,17 @@ import math  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from prompt_file import PromptIndex, open_h5  # noqa: E402
-from python_tool import UserError, fnv1a  # noqa: E402
+from prompt_file import PromptIndex, check_run_input, open_h5  # noqa: E402
+from python_tool import UserError  # noqa: E402
 
 CONTEXT_TOKENS = 8  # text shown before a surprising token
-FINGERPRINT_LIMIT = 64 << 20  # bytes of input hashed in Python (about a second per 16 MB)
 
 
 def check_same_input(out, args, prompts, logprobs, done):
-    """--input must be the file the run read: its fingerprint (the output's resume identity
-    holds it), and in any case its prompt boundaries where the output has a NaN."""
+    """--input must be the file the run read: its count and fingerprint, and in any case its prompt
+    boundaries where the output has a NaN."""
+    check_run_input(out, args.file, args.input, prompts)
     offsets = prompts.offsets
-    if len(offsets) - 1 != len(done):
-        raise UserError(f"{args.input} has {len(offsets) - 1} prompts, {args.file} {len(done)}: not the run's input")
-    identity = out.attrs.get("resume_identity")
-    identity = json.loads(identity.decode() if isinstance(identity, bytes) else identity) if identity else {}
-    expected = identity.get("input_fingerprint")
-    if expected is not None and prompts.tokens is not None and \
-            prompts.tokens.nbytes + offsets.nbytes <= FINGERPRINT_LIMIT:
-        data = prompts.tokens.astype("<i4").tobytes() + offsets.astype("<i8").tobytes()
-        if str(fnv1a(data)) != str(expected):
-            raise UserError(f"{args.input} is not the input {args.file} was computed from (another fingerprint)")
     for p in np.flatnonzero(done):
         first, end = int(offsets[p]), int(offsets[p + 1])
         if not np.isnan(logprobs[first]) or np.isnan(logprobs[first + 1:end]).any():

@@ -11,8 +11,8 @@ layers.{L}.value [kv_heads, tokens, head_dim] for the stage's layers and the ran
 after RoPE (and q/k norm) exactly as Hugging Face caches it, and DIR/index.json listing the
 prompts and shards (docs/formats.md, "KV export"). The loader joins the heads of the TP ranks,
 puts the layers in order, and checks every file's identity against the index (model, prompt,
-token count and hash) before trusting it. Needs torch, safetensors and (for the cache)
-transformers: the venv of scripts/setup_venv.sh has them.
+token count and hash) and its data against its data_checksum before trusting it. Needs torch,
+safetensors and (for the cache) transformers: the venv of scripts/setup_venv.sh has them.
 """
 import json
 import os
@@ -33,6 +33,68 @@ class KvExportError(ValueError):
 def tokens_fnv1a(tokens):
     """FNV-1a 64 of the int32 token ids, as pipefill hashes a prompt's tokens (hex, as stored)."""
     return f"{fnv1a(np.asarray(tokens, dtype='<i4').tobytes()):016x}"
+
+
+def token_ids(tokens):
+    """`tokens` as a flat array of ids, refusing anything that is not int32 ids as they are:
+    the hash is of int32 values, so a float, a bool or an id past int32 cast to match would
+    pass for the exported prompt."""
+    if isinstance(tokens, torch.Tensor):
+        tokens = tokens.detach().cpu()
+    try:
+        ids = np.asarray(tokens)
+    except (TypeError, ValueError) as e:
+        raise KvExportError(f"tokens: not an array of token ids ({e})")
+    if ids.dtype.kind not in "iu":  # bool is "b", floats "f", mixed or > 64-bit integers "O"
+        raise KvExportError(f"tokens: token ids must be integers, not {ids.dtype} values")
+    ids = ids.reshape(-1)  # [T], or input_ids-shaped [1, T]
+    bad = np.flatnonzero((ids < 0) | (ids > np.iinfo(np.int32).max))
+    if len(bad):
+        raise KvExportError(f"tokens: id {int(ids[bad[0]])} at position {int(bad[0])} is not a token id "
+                            f"(pipefill's ids are int32, 0 <= id < 2**31)")
+    return ids
+
+
+# The data checksum of src/kvcache/kv_checksum.hpp, computed the same way on numpy uint64 arrays
+# (whose products wrap modulo 2**64 as C++'s do), one element per row.
+MASK64 = (1 << 64) - 1
+
+
+def _mix64(x):  # splitmix64's finalizer
+    x = ((x ^ (x >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    x = ((x ^ (x >> 27)) * 0x94D049BB133111EB) & MASK64
+    return x ^ (x >> 31)
+
+
+def _row_hashes(rows):
+    """row_hash of each row of `rows` (uint8 [N, row_bytes]): 8 bytes at a time, then the tail."""
+    words = rows.shape[1] // 8
+    hashes = np.full(rows.shape[0], 0x9E3779B97F4A7C15 ^ rows.shape[1], dtype=np.uint64)
+    packed = np.ascontiguousarray(rows[:, :words * 8]).view("<u8")
+    for w in range(words):
+        hashes = _mix64(hashes ^ packed[:, w])
+    for b in range(words * 8, rows.shape[1]):
+        hashes = _mix64(hashes ^ rows[:, b].astype(np.uint64))
+    return hashes
+
+
+def _name_hash(name):
+    return int(_row_hashes(np.frombuffer(name.encode(), dtype=np.uint8)[None])[0])
+
+
+def data_checksum(tensors):
+    """The file's data_checksum (16 hex digits) from its tensors {name: [kv_heads, tokens, head_dim]}:
+    the sum modulo 2**64 of one term per row (a head's values at a position) mixing the hash of
+    the row's stored bytes with the tensor's name, the head and the position."""
+    total = 0
+    for name, tensor in tensors.items():
+        heads, tokens = tensor.shape[0], tensor.shape[1]
+        rows = tensor.contiguous().view(torch.uint8).numpy().reshape(heads * tokens, -1)
+        head = np.repeat(np.arange(heads, dtype=np.uint64), tokens)
+        position = np.tile(np.arange(tokens, dtype=np.uint64), heads)
+        place = (_name_hash(name) + head * 0x100000001B3 + position * 0x9E3779B97F4A7C15) & MASK64
+        total += int(_mix64(_row_hashes(rows) ^ _mix64(place)).sum(dtype=np.uint64))
+    return f"{total & MASK64:016x}"
 
 
 def read_index(directory):
@@ -56,7 +118,7 @@ def load_kv(directory, prompt_index, tokens=None):
         raise KvExportError(f"{directory}: prompt {prompt_index} is not in the export "
                             f"(it has {len(index['prompts'])} prompts)")
     if tokens is not None:
-        tokens = np.asarray(tokens).reshape(-1)  # [T], or input_ids-shaped [1, T]
+        tokens = token_ids(tokens)
     if tokens is not None and (len(tokens) != entry["tokens"] or tokens_fnv1a(tokens) != entry["tokens_fnv1a"]):
         raise KvExportError(f"{directory}: prompt {prompt_index} was exported for other tokens")
     num_layers, num_heads = index["num_layers"], index["num_kv_heads"]
@@ -82,9 +144,18 @@ def load_kv(directory, prompt_index, tokens=None):
             if not (0 <= first_layer < end_layer <= num_layers and 0 <= first_head < end_head <= num_heads):
                 raise KvExportError(f"{path}: layers {meta['layers']} / KV heads {meta['kv_heads']} lie outside "
                                     f"the index's {num_layers} layers and {num_heads} KV heads")
-            for layer in range(first_layer, end_layer):
-                keys[layer][first_head] = f.get_tensor(f"layers.{layer}.key")
-                values[layer][first_head] = f.get_tensor(f"layers.{layer}.value")
+            names = [f"layers.{layer}.{part}" for layer in range(first_layer, end_layer) for part in ("key", "value")]
+            if sorted(f.keys()) != sorted(names):
+                raise KvExportError(f"{path}: holds tensors {sorted(f.keys())}, not the keys and values of layers "
+                                    f"{meta['layers']}")
+            tensors = {name: f.get_tensor(name) for name in names}
+        # What the metadata cannot show: a changed value, or rows moved between positions or heads.
+        if meta.get("data_checksum") != data_checksum(tensors):
+            raise KvExportError(f"{path}: its data do not match their data_checksum (a damaged or altered file): "
+                                f"export the prompt again")
+        for layer in range(first_layer, end_layer):
+            keys[layer][first_head] = tensors[f"layers.{layer}.key"]
+            values[layer][first_head] = tensors[f"layers.{layer}.value"]
     layers = []
     for layer in range(num_layers):
         parts_k = [k for k in keys[layer] if k is not None]

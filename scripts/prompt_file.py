@@ -3,15 +3,17 @@
 and, for the tools that read a run's output, which rows belong to which prompt and where it came from.
 """
 import itertools
+import json
 import os
 import tempfile
 
 import h5py
 import numpy as np
 
-from python_tool import UserError
+from python_tool import UserError, fnv1a, utf8_name
 
 INT32_LIMIT = 2**31
+FINGERPRINT_LIMIT = 64 << 20  # bytes of input hashed in Python (about a second per 16 MB)
 
 
 class PromptSet:
@@ -72,12 +74,12 @@ def write_prompt_file(out, prompts, attrs):
         with h5py.File(partial, "w", locking=False) as f:
             f.create_dataset("tokens", data=np.concatenate(prompts.token_arrays), dtype="<i4")
             f.create_dataset("offsets", data=prompts.offsets(), dtype="<i8")
-            names = [p.encode("utf-8", "surrogateescape").decode("utf-8", "replace") for p in prompts.paths]
+            names = [utf8_name(p) for p in prompts.paths]
             f.create_dataset("source_files", data=names, dtype=h5py.string_dtype("utf-8"))
             f.create_dataset("source_file", data=np.asarray(prompts.source_file, dtype=np.int32), dtype="<i4")
             f.create_dataset("source_line", data=np.asarray(prompts.source_line, dtype=np.int64), dtype="<i8")
-            for key, value in attrs.items():
-                f.attrs[key] = value
+            for key, value in attrs.items():  # paths and --field as typed, maybe not UTF-8
+                f.attrs[key] = utf8_name(value) if isinstance(value, str) else value
         with open(partial, "rb") as f:
             os.fsync(f.fileno())
         os.replace(partial, out)
@@ -124,3 +126,19 @@ class PromptIndex:
 
     def name(self, prompt):
         return f"prompt {prompt}" + (f" ({self.labels[prompt]})" if self.labels else "")
+
+
+def check_run_input(out, out_path, input_path, prompts):
+    """--input must be the file the run that wrote `out` read: as many prompts, and the fingerprint
+    of its tokens and offsets (io::fingerprint) that the output's resume identity holds."""
+    count = prompts.count()
+    if "completed" in out and len(out["completed"]) != count:
+        raise UserError(f"{input_path} has {count} prompts, {out_path} {len(out['completed'])}: not the run's input")
+    identity = out.attrs.get("resume_identity")
+    identity = json.loads(identity.decode() if isinstance(identity, bytes) else identity) if identity else {}
+    expected = identity.get("input_fingerprint")
+    if expected is not None and prompts.tokens is not None and \
+            prompts.tokens.nbytes + prompts.offsets.nbytes <= FINGERPRINT_LIMIT:
+        data = prompts.tokens.astype("<i4").tobytes() + prompts.offsets.astype("<i8").tobytes()
+        if str(fnv1a(data)) != str(expected):
+            raise UserError(f"{input_path} is not the input {out_path} was computed from (another fingerprint)")

@@ -46,6 +46,23 @@ def fnv1a(data):
     return value
 
 
+def require_unicode(text, what):
+    """`text`, unless it holds a lone surrogate (U+D800-U+DFFF unpaired: JSON's \\u escapes can
+    write one, no tokenizer or UTF-8 file can take it): then a UserError naming `what`."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as e:
+        raise UserError(f"{what} holds a lone surrogate, \\u{ord(text[e.start]):04x} at character {e.start}: not "
+                        f"Unicode text (JSON escapes \\ud800-\\udfff must come in high-low pairs)")
+    return text
+
+
+def utf8_name(name):
+    """A path or name from the command line as valid UTF-8: bytes that were not UTF-8 (which Python
+    keeps as surrogates \\udc80-\\udcff) become U+FFFD, so that it can be stored as text."""
+    return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
 def fail(message):
     sys.stdout.flush()
     print(f"error: {message}", file=sys.stderr)
@@ -55,6 +72,9 @@ def fail(message):
 def main_with_user_errors(main):
     """Runs main(); a UserError becomes the `error:` line, Ctrl-C a quiet exit 130. Anything else
     is a bug and keeps its traceback."""
+    # A path typed in bytes that are not UTF-8 is printed back as those bytes, whatever the locale
+    # (Python does so only under the C locale; elsewhere printing it would fail).
+    sys.stdout.reconfigure(errors="surrogateescape")
     try:
         main()
     except UserError as e:

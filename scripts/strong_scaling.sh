@@ -38,7 +38,7 @@ run_case() {
   else
     "$bin" make-prompts --out "$work/in.h5" --num "$count" --min-len "$length" --max-len "$length" --vocab 1000 >/dev/null
     mpirun -n $((pp * tp)) "$bin" run --backend emulate --cost-model "analytic:$hardware" --model "$model" \
-      --input "$work/in.h5" --output "$work/out.h5" "${flags[@]}" --quiet --allow-long-prompts
+      --input "$work/in.h5" --output "$work/out.h5" --overwrite "${flags[@]}" --quiet --allow-long-prompts
     /usr/bin/python3 - "$work/out.h5" "$length" "$count" <<'PY'
 import sys, h5py, numpy as np
 with h5py.File(sys.argv[1]) as f:

@@ -32,7 +32,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
-from python_tool import UserError  # noqa: E402
+from python_tool import UserError, require_unicode  # noqa: E402
 
 EXTENSIONS = (".txt", ".jsonl")
 # Text handed to the tokenizer per call: ~2M tokens, a few seconds on one core, so that every core
@@ -150,6 +150,7 @@ def jsonl_documents(paths, index, text, field):
         value = record[field]
         if not isinstance(value, str):
             raise UserError(f"{label}: field \"{field}\" is {json_type(value)}, not a string")
+        require_unicode(value, f"{label}: field \"{field}\"")
         found += 1
         yield require_text(Document(index, number, label, value))
     if not found:
@@ -191,7 +192,9 @@ def tokenize_all(args, model, prompts):
             return
         if len(batch) == 1 and batch_chars >= BATCH_CHARS:  # one core, ~1-3 s per million tokens
             progress.note(f"{batch[0].label}: one prompt of {batch_chars / 1e6:.0f} M characters")
-        texts = [render(d.text) for d in batch] if render else [d.text for d in batch]
+        # The template and the special tokens come from JSON too: their output is checked as well.
+        texts = [require_unicode(render(d.text), f"the chat template of {model.model_dir} rendered for {d.label}")
+                 for d in batch] if render else [d.text for d in batch]
         # A chat template writes its special tokens itself (transformers encodes it the same way).
         prompts.add_batch(batch, model.encode(texts, add_special_tokens=not args.chat))
         batch_file = batch[-1].file_index

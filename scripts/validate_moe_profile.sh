@@ -18,8 +18,8 @@ mpirun -n 2 "$bin" profile --model "$model" --pp 2 --chunk-size "$chunk" --max-p
   --out "$work/profile.json" | tail -1
 flags=(--pp 2 --chunk-size "$chunk" --chunk-policy pipefill --cost-model "$work/profile.json")
 ttft() { grep -oP 'ttft_s: \K[0-9.]+' | head -1; }
-real=$(mpirun -n 2 "$bin" run --model "$model" --input "$work/in.h5" --output "$work/real.h5" "${flags[@]}" | ttft)
-emulated=$(mpirun -n 2 "$bin" run --backend emulate --model "$model" --input "$work/in.h5" --output "$work/emu.h5" \
+real=$(mpirun -n 2 "$bin" run --model "$model" --input "$work/in.h5" --output "$work/real.h5" --overwrite "${flags[@]}" | ttft)
+emulated=$(mpirun -n 2 "$bin" run --backend emulate --model "$model" --input "$work/in.h5" --output "$work/emu.h5" --overwrite \
            "${flags[@]}" | ttft)
 simulated=$("$bin" simulate --model-config "$model" --hardware cpu --length "$tokens" "${flags[@]}" | ttft)
 /usr/bin/python3 - "$real" "$emulated" "$simulated" <<'PY'

@@ -22,7 +22,7 @@ for pp in $pps; do
     sim=$("$bin" simulate --model-config "$model" --hardware "$hardware" --length "$tokens" "${flags[@]}" |
           grep -oP 'ttft_s: \K[0-9.]+')
     emu=$(timeout 600 mpirun -n "$pp" "$bin" run --backend emulate --cost-model "analytic:$hardware" --model "$model" \
-          --input "$work/in.h5" --output "$work/out.h5" "${flags[@]}" --allow-long-prompts | grep -oP 'ttft_s: \K[0-9.]+')
+          --input "$work/in.h5" --output "$work/out.h5" --overwrite "${flags[@]}" --allow-long-prompts | grep -oP 'ttft_s: \K[0-9.]+')
     diff=$(/usr/bin/python3 -c "print(f'{100 * ($sim - $emu) / $emu:+.2f}%')")
     printf "%-4s %-9s %12.3f %12.3f %8s\n" "$pp" "$policy" "$sim" "$emu" "$diff"
     /usr/bin/python3 -c "import sys; sys.exit(abs($sim - $emu) / $emu * 100 > $tolerance)" || status=1

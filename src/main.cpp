@@ -1,7 +1,7 @@
 // pipefill: chunked pipeline-parallel prefill of very long prompts.
 //
 // `run` is the story of the program and reads top to bottom:
-//   MPI init -> options -> topology -> model -> prompts -> weights -> plan -> run -> write -> finalize
+//   MPI init -> options -> topology -> model -> prompts -> weights -> outputs -> plan -> run -> write -> finalize
 // Every setup step that can fail on bad input is a checked_step: all ranks learn of a
 // failure on any rank, rank 0 prints one `error:` line, and every rank exits with status 2.
 #include <mpi.h>
@@ -25,6 +25,7 @@
 #include "dist/same_everywhere.hpp"   // defines: require_same_as_rank0 (options agree on every rank)
 #include "dist/topology.hpp"          // defines: Topology (rank -> stage, tp_rank; communicators)
 #include "errors.hpp"                 // defines: UserError, check macros
+#include "io/directory_lock.hpp"      // defines: DirectoryLock (one run at a time in --save-kv DIR)
 #include "io/prompts_h5.hpp"          // defines: read_prompts (validated HDF5 input)
 #include "io/results_h5.hpp"          // defines: ResultWriter (temporary file, renamed on success)
 #include "pipeline/backend_setup.hpp"  // defines: make_stage_backend (cpu, cuda or emulate)
@@ -60,8 +61,6 @@ static int run_command(int argc, char** argv) {
   const auto& chunking = options.chunking;
   const bool emulate = place.backend == compute::BackendKind::kEmulate;
   dist::set_watchdog_timeout(options.watchdog_timeout_s);
-  std::signal(SIGTERM, request_stop);
-  std::signal(SIGUSR1, request_stop);
   // A heterogeneous launch (`mpirun A : B`) must not run ranks with different options.
   dist::require_same_as_rank0(cli::to_json(options).dump(), "command line", MPI_COMM_WORLD);
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
@@ -69,17 +68,15 @@ static int run_command(int argc, char** argv) {
 
   // Model: config.json (or preset), layer partition; for real compute also TP divisibility
   // and every tensor's shape. The emulator only counts FLOPs, so any config.json will do.
-  const pipeline::RankModel rank_model =
+  pipeline::RankModel rank_model =
       pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition, place.expert_split,
                                 /*with_weights=*/!emulate);
   const model::ModelShape& shape = rank_model.shape;
 
   // Prompts: rank 0 checks every path, reads and validates the input, checks every stage's
-  // KV capacity and a saved cost model against this placement, and opens the output.
+  // KV capacity and a saved cost model against this placement; every rank learns the lengths.
   io::PromptSet prompts;
   std::optional<sched::CostProfile> saved_costs;
-  std::unique_ptr<io::ResultWriter> results;
-  int already_complete = 0;  // --resume on a finished output: nothing to do
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!writer) return;
     cli::check_run_paths(options);
@@ -87,6 +84,33 @@ static int run_command(int argc, char** argv) {
     prompts = cli::read_run_prompts(options, rank_model);
     cli::check_kv_capacity(options, topo, rank_model, prompts);
     saved_costs = cli::load_saved_costs(options, cli::placement_identity(place, topo, rank_model));
+  });
+  const std::vector<int64_t> lengths = pipeline::share_prompts(topo, prompts, /*last_stage_scores=*/options.logprobs);
+
+  // Backend: the CPU or a GPU (this rank's weights and a KV pool for the longest prompt,
+  // with room for profiling when this run profiles) or the emulator (cost-model sleeps).
+  pipeline::BackendRequest request =
+      cli::backend_request(place, chunking.page_size, sched::longest_chunk(chunking.initial_chunk, chunking.page_size));
+  request.cost_source = chunking.cost_source;
+  if (chunking.dynamic() && !saved_costs)
+    request.profile_room_tokens = pipeline::profile_capacity_tokens(lengths, chunking.initial_chunk);
+  pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, lengths);
+  // The weights' identity: every value every rank loaded, whatever the layout (what --resume,
+  // --save-kv and --kv-store compare, so it is known before any of them opens a file).
+  if (!emulate) rank_model.weights_fingerprint = pipeline::agree_on_weights_identity(topo, rank_model, backend.weights_digests);
+
+  // Outputs: rank 0 takes the --save-kv directory (one run at a time; it removes what killed
+  // runs left there) and opens the output (or finds it complete: --resume has nothing to do).
+  std::unique_ptr<io::ResultWriter> results;
+  std::unique_ptr<io::DirectoryLock> export_lock;
+  int already_complete = 0;
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    if (!writer) return;
+    if (!options.save_kv.empty()) {
+      export_lock = std::make_unique<io::DirectoryLock>(options.save_kv, "--save-kv", io::this_run_in_words(options.output));
+      if (const int removed = export_lock->remove_partial_files(); removed > 0 && !options.quiet)
+        std::printf("note: removed %d unfinished file(s) that killed runs left in %s\n", removed, options.save_kv.c_str());
+    }
     results = cli::open_output(options, rank_model, prompts);
     already_complete = !results;
   });
@@ -99,21 +123,11 @@ static int run_command(int argc, char** argv) {
     dist::free_topology(topo);
     return 0;
   }
-  const std::vector<int64_t> lengths = pipeline::share_prompts(topo, prompts, /*last_stage_scores=*/options.logprobs);
   // KV export (--save-kv): a writer per rank; a resumed run recomputes finished prompts whose
   // export is missing on some rank.
   std::unique_ptr<kv::KvExporter> kv_export;
   if (!options.save_kv.empty())
     kv_export = pipeline::start_kv_export(topo, rank_model, options.save_kv, prompts, lengths, results.get());
-
-  // Backend: the CPU or a GPU (this rank's weights and a KV pool for the longest prompt,
-  // with room for profiling when this run profiles) or the emulator (cost-model sleeps).
-  pipeline::BackendRequest request =
-      cli::backend_request(place, chunking.page_size, sched::longest_chunk(chunking.initial_chunk, chunking.page_size));
-  request.cost_source = chunking.cost_source;
-  if (chunking.dynamic() && !saved_costs)
-    request.profile_room_tokens = pipeline::profile_capacity_tokens(lengths, chunking.initial_chunk);
-  pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, lengths);
 
   // Plan: prompts that share a prefix back to back, the prefix computed once (rank 0 finds
   // them), cut into fixed chunks, or dynamic ones from cost models (profiled now or loaded).
@@ -261,6 +275,12 @@ int main(int argc, char** argv) {
   // run and profile are SPMD (MPI); the other commands are single-process tools.
   const bool is_run = std::strcmp(command, "run") == 0 || std::strcmp(command, "profile") == 0;
   int rank = 0;
+  if (std::strcmp(command, "run") == 0) {
+    // First thing: a stop that arrives during start-up (MPI_Init, loading the weights) is
+    // remembered, and the run ends with nothing computed (exit 75) instead of dying.
+    std::signal(SIGTERM, request_stop);
+    std::signal(SIGUSR1, request_stop);
+  }
   if (is_run) {
     MPI_CHECK(MPI_Init(&argc, &argv));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));

@@ -297,6 +297,10 @@ OptionTable<RunOptions> run_table() {
         "the prompts it holds",
         &R::resume)
       .echo_as("resume");
+  t.add("overwrite",
+        "replace OUTPUT if it exists (without it, a run refuses to replace an earlier run's output; --resume keeps "
+        "what it holds instead)",
+        &R::overwrite);
   return t;
 }
 
@@ -440,6 +444,8 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   if (!emulate && costs.analytic())
     throw UserError("--cost-model analytic:... drives the emulator: add --backend emulate");
   if (!emulate) require_dynamic_for_cost_model(o.chunking);
+  if (o.resume && o.overwrite)
+    throw UserError("--resume keeps what OUTPUT holds and --overwrite replaces it: give one of them");
   // Outputs beyond the logits are computed by the CPU backend only, so far.
   const auto refuse_unless_cpu = [&](bool asked, const char* flag, const char* what) {
     if (!asked) return;

@@ -45,6 +45,7 @@ struct RunOptions {
   double progress_interval_s = 10;   // 0: no progress lines
   bool allow_long_prompts = false;   // prompts beyond max_position_embeddings
   bool resume = false;               // continue OUTPUT.partial, skipping prompts it holds
+  bool overwrite = false;            // replace an existing OUTPUT (refused without it: runs cost hours)
   compute::HiddenStatesKind hidden_states = compute::HiddenStatesKind::kNone;  // /hidden_states per prompt
   bool logprobs = false;  // /token_logprobs per token, /perplexity and /nll_sum per prompt
   int top_k = 0;          // /topk_ids and /topk_logprobs [T, top_k]; 0: none

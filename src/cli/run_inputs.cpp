@@ -2,6 +2,7 @@
 #include "cli/run_inputs.hpp"
 
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/run_record.hpp"
 #include "errors.hpp"
@@ -42,6 +43,12 @@ void check_run_paths(const RunOptions& o) {
   io::require_outside_directory(files, {"--kv-store", o.kv_store});
   io::require_outside_directory({{"--save-kv", o.save_kv}}, {"--kv-store", o.kv_store});
   io::require_outside_directory({{"--kv-store", o.kv_store}}, {"--save-kv", o.save_kv});
+  // An earlier run's output can stand for hours of compute: replaced only when asked.
+  std::error_code missing;
+  if (!o.resume && !o.overwrite && std::filesystem::exists(o.output, missing))
+    throw UserError("--output " + o.output +
+                    " already exists (an earlier run's output?); add --overwrite to compute it again and replace it, "
+                    "or --resume to keep the prompts it holds");
 }
 
 io::PromptSet read_run_prompts(const RunOptions& o, const pipeline::RankModel& m) {

@@ -27,6 +27,9 @@ struct StageBackend {
   // for the emulator, whose modelled time includes it). The stage loop reads its counters.
   std::unique_ptr<dist::TpAllReduce> all_reduce;
   std::unique_ptr<StageCompute> compute;
+  // What this rank's weights loader read, block by block (empty for the emulator): the
+  // pieces of the weights' identity (pipeline::agree_on_weights_identity).
+  std::vector<model::BlockDigest> weights_digests;
   std::string description;  // e.g. "cpu" or "emulate, analytic:h20 (H20, bf16)"
   std::string detail;       // how it computes, for the run's header (cpu: kernels and threads), or empty
   // The transport for slots of `floats` floats (known once the plan is made).

@@ -48,38 +48,51 @@ std::string store_layout_key(const std::string& model_identity, int pp, int tp, 
 }
 
 std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& layout_key,
-                                           std::vector<std::string>* unreadable) {
+                                           std::vector<UnusableEntry>* unusable) {
   std::vector<StoreEntry> entries;
   std::error_code error;
   for (const fs::directory_entry& item : fs::directory_iterator(dir, error)) {
     const std::string name = item.path().filename().string();
     if (name.rfind(layout_key + "-", 0) != 0 || !item.is_directory(error)) continue;
+    // Each check says what it found wrong: the warning names the entry and the reason.
+    const auto refuse = [](const std::string& reason) { throw std::runtime_error(reason); };
     try {
       StoreEntry entry;
       entry.dir = item.path().string();
       // Regular files only: a FIFO would block the read.
-      if (!fs::is_regular_file(entry.dir + "/index.json") || !fs::is_regular_file(entry.dir + "/tokens.i32"))
-        throw std::runtime_error("not files");
+      for (const char* file : {"index.json", "tokens.i32"})
+        if (!fs::is_regular_file(entry.dir + "/" + file)) refuse(std::string(file) + " is missing or not a regular file");
       std::ifstream index_file(entry.dir + "/index.json");
-      const nlohmann::json index = nlohmann::json::parse(index_file);
-      const auto& prompts = index.at("prompts");
-      if (prompts.size() != 1) throw std::runtime_error("not one prompt");
-      entry.prompt = std::stoi(prompts.begin().key());
-      entry.tokens = prompts.begin().value().at("tokens").get<int64_t>();
+      const nlohmann::json index = nlohmann::json::parse(index_file, nullptr, /*allow_exceptions=*/false);
+      if (index.is_discarded()) refuse("its index.json is not valid JSON");
+      if (!index.contains("prompts") || !index["prompts"].is_object() || index["prompts"].size() != 1)
+        refuse("its index.json does not list exactly one prompt");
+      const auto& listed = *index["prompts"].begin();
+      if (!listed.contains("tokens") || !listed["tokens"].is_number_integer() || !listed.contains("tokens_fnv1a") ||
+          !listed["tokens_fnv1a"].is_string())
+        refuse("its index.json lacks the prompt's tokens or tokens_fnv1a");
+      const std::string key = index["prompts"].begin().key();
+      if (key.empty() || key.size() > 9 || key.find_first_not_of("0123456789") != std::string::npos)
+        refuse("its index.json's prompt \"" + key + "\" is not a prompt number");
+      entry.prompt = std::stoi(key);
+      entry.tokens = listed["tokens"].get<int64_t>();
       // The ids file's size first: an index claiming a billion tokens allocates nothing.
-      if (entry.tokens <= 0 || fs::file_size(entry.dir + "/tokens.i32") != static_cast<uintmax_t>(entry.tokens) * 4)
-        throw std::runtime_error("ids size");
+      const uintmax_t ids_bytes = fs::file_size(entry.dir + "/tokens.i32");
+      if (entry.tokens <= 0 || ids_bytes != static_cast<uintmax_t>(entry.tokens) * 4)
+        refuse("its tokens.i32 holds " + std::to_string(ids_bytes) + " bytes, but its index.json says " +
+               std::to_string(entry.tokens) + " tokens");
       std::ifstream ids_file(entry.dir + "/tokens.i32", std::ios::binary);
       entry.ids.resize(static_cast<size_t>(entry.tokens));
       ids_file.read(reinterpret_cast<char*>(entry.ids.data()), static_cast<std::streamsize>(entry.ids.size() * 4));
-      if (!ids_file || ids_file.peek() != std::char_traits<char>::eof()) throw std::runtime_error("ids");
+      if (!ids_file || ids_file.peek() != std::char_traits<char>::eof()) refuse("its tokens.i32 cannot be read whole");
       entry.tokens_hash = io::Fnv1a().add(entry.ids.data(), entry.ids.size() * sizeof(int32_t)).value;
-      if (tokens_hash_text(entry.tokens_hash) != prompts.begin().value().at("tokens_fnv1a").get<std::string>() ||
-          name != entry_name(layout_key, entry.tokens_hash, entry.tokens))
-        throw std::runtime_error("hash");
+      if (tokens_hash_text(entry.tokens_hash) != listed["tokens_fnv1a"].get<std::string>())
+        refuse("its tokens.i32 does not match the tokens_fnv1a of its index.json (the ids were changed)");
+      if (name != entry_name(layout_key, entry.tokens_hash, entry.tokens))
+        refuse("its name does not match the tokens it holds (files moved between entries, or renamed)");
       entries.push_back(std::move(entry));
-    } catch (const std::exception&) {
-      if (unreadable) unreadable->push_back(name);  // a foreign or damaged directory: never used
+    } catch (const std::exception& e) {  // a foreign or damaged directory: never used
+      if (unusable) unusable->push_back({name, e.what()});
     }
   }
   return entries;

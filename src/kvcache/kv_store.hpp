@@ -37,10 +37,16 @@ struct StoreEntry {
   std::vector<int32_t> ids;   // the token ids (rank 0, while planning)
 };
 
+// An entry list_store_entries skipped, and what was wrong with it.
+struct UnusableEntry {
+  std::string name;
+  std::string reason;  // e.g. "its tokens.i32 does not match the tokens_fnv1a of its index.json ..."
+};
+
 // Entries of `dir` under `layout_key` whose index.json and tokens.i32 read and agree (the ids'
-// hash and count); `unreadable` receives the names of the others (skipped).
+// hash and count, the entry's name); `unusable` receives the others (skipped) with the reason.
 std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& layout_key,
-                                           std::vector<std::string>* unreadable);
+                                           std::vector<UnusableEntry>* unusable);
 
 // Removes the .incoming directories of runs on this host whose process is gone (killed before
 // they could clean up); those of other hosts are left to them.

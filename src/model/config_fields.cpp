@@ -168,26 +168,58 @@ int read_head_dim(const Reader& config, int hidden_size, int num_heads) {
   return head_dim;
 }
 
-Rope read_rope(const Reader& config, RopeTypes accept) {
+namespace {
+
+bool same_scaling(const Rope& a, const Rope& b) {
+  const RopeScaling &x = a.scaling, &y = b.scaling;
+  return a.type == b.type && x.llama3 == y.llama3 && x.factor == y.factor && x.low_freq_factor == y.low_freq_factor &&
+         x.high_freq_factor == y.high_freq_factor &&
+         x.original_max_position_embeddings == y.original_max_position_embeddings && x.yarn == y.yarn &&
+         x.beta_fast == y.beta_fast && x.beta_slow == y.beta_slow && x.mscale == y.mscale &&
+         x.mscale_all_dim == y.mscale_all_dim && x.attention_factor == y.attention_factor && x.truncate == y.truncate;
+}
+
+// The legacy layout: rope_theta and rope_scaling at the top level (transformers 4).
+Rope read_legacy_rope(const Reader& config, double max_positions, RopeTypes accept) {
   Rope rope;
-  const double max_positions = config.number_or(kMaxPositions.key, 0.0, -HUGE_VAL);
-  if (config.object("rope_parameters")) {  // transformers 5: everything in one object
-    const Reader parameters = config.nested("rope_parameters");
-    // Models that mix attention kinds key one rope object per layer type; none of ours does.
-    for (const auto& [key, value] : config.object("rope_parameters")->items())
-      if (value.is_object())
-        parameters.fail(parameters.name(key.c_str()), "is a per-layer-type rope object, which pipefill does not read",
-                        value);
-    rope.theta = parameters.has("rope_theta") ? parameters.number("rope_theta", 0.0)
-                                              : config.number_or("rope_theta", 10000.0, 0.0);
-    read_scaling(parameters, "rope_type", max_positions, rope, accept);
-    return rope;
-  }
   rope.theta = config.number_or("rope_theta", 10000.0, 0.0);
   if (config.object("rope_scaling")) {
     const Reader scaling = config.nested("rope_scaling");
     read_scaling(scaling, scaling.has("rope_type") ? "rope_type" : "type", max_positions, rope, accept);
   }
+  return rope;
+}
+
+}  // namespace
+
+Rope read_rope(const Reader& config, RopeTypes accept) {
+  const double max_positions = config.number_or(kMaxPositions.key, 0.0, -HUGE_VAL);
+  if (!config.object("rope_parameters")) return read_legacy_rope(config, max_positions, accept);
+  // transformers 5: everything in one object.
+  Rope rope;
+  const Reader parameters = config.nested("rope_parameters");
+  // Models that mix attention kinds key one rope object per layer type; none of ours does.
+  for (const auto& [key, value] : config.object("rope_parameters")->items())
+    if (value.is_object())
+      parameters.fail(parameters.name(key.c_str()), "is a per-layer-type rope object, which pipefill does not read",
+                      value);
+  rope.theta = parameters.has("rope_theta") ? parameters.number("rope_theta", 0.0)
+                                            : config.number_or("rope_theta", 10000.0, 0.0);
+  read_scaling(parameters, "rope_type", max_positions, rope, accept);
+  // Both layouts in one file: transformers' precedence between them depends on which legacy
+  // fields are present (5.24 takes rope_parameters' theta over a lone rope_theta, but the
+  // legacy pair when rope_scaling is there too), so a contradiction is refused, not guessed.
+  const Rope legacy = read_legacy_rope(config, max_positions, accept);
+  if (config.has("rope_theta") && parameters.has("rope_theta") && legacy.theta != rope.theta)
+    throw UserError(config.origin() + ": field \"rope_theta\" (" + shown(*config.raw("rope_theta")) +
+                    ") and field \"rope_parameters.rope_theta\" (" + shown(*parameters.raw("rope_theta")) +
+                    ") disagree, and transformers' choice between them depends on its version and on the other "
+                    "fields; keep one of them (rope_parameters is transformers 5's)");
+  if (config.object("rope_scaling") && !same_scaling(legacy, rope))
+    throw UserError(config.origin() + ": field \"rope_scaling\" (" + shown(*config.raw("rope_scaling")) +
+                    ") and field \"rope_parameters\" (" + shown(*config.raw("rope_parameters")) +
+                    ") describe different rope scalings, and transformers' choice between them depends on its "
+                    "version and on the other fields; keep one of them (rope_parameters is transformers 5's)");
   return rope;
 }
 

@@ -26,6 +26,11 @@ ModelSource open_model(const std::string& model_flag, uint64_t seed) {
   const nlohmann::json config_json = read_config_json(config_path);
   source.config = parse_config(config_json, config_path);
   source.tensors = open_checkpoint(model_flag, parse_quantization(config_json, config_path));
+  // tie_word_embeddings with an lm_head.weight of its own in the checkpoint: transformers (5.x)
+  // does not tie them then, and computes the logits with lm_head.weight (the values may
+  // differ from the embeddings'). So do we: the config says what the model is from here on.
+  if (source.config.tie_word_embeddings && source.tensors->has("lm_head.weight"))
+    source.config.tie_word_embeddings = false;
   return source;
 }
 

@@ -9,6 +9,7 @@
 
 #include "errors.hpp"
 #include "model/tensor_names.hpp"
+#include "model/weights_digest.hpp"
 
 namespace pf::model {
 
@@ -20,16 +21,31 @@ std::string shape_text(const std::vector<int64_t>& shape) {
   return text + "]";
 }
 
-// Reads a slice; a slice holding NaN or Inf is loaded anyway but noted in `warnings`.
+// Reads a slice and digests it (the weights' identity covers every value a rank computes
+// with, model/weights_digest.hpp). A slice holding NaN or Inf is loaded anyway but noted in
+// the record's warnings; routing tensors refuse it (require_finite).
 std::vector<float> read(const TensorSource& source, const std::string& name, int64_t row0, int64_t rows, int64_t col0,
-                        int64_t cols, std::vector<std::string>& warnings) {
+                        int64_t cols, LoadRecord& record) {
   std::vector<float> out(static_cast<size_t>(rows * cols));
   source.read_block(name, row0, rows, col0, cols, out.data());
+  const std::vector<int64_t> shape = source.shape(name);
+  int64_t tensor_cols = 1;  // the 2-D view read_block uses: [shape[0], the rest]
+  for (size_t d = 1; d < shape.size(); ++d) tensor_cols *= shape[d];
+  record.digests.push_back(digest_block(name, row0, rows, col0, cols, tensor_cols, out.data()));
   const auto bad = std::count_if(out.begin(), out.end(), [](float v) { return !std::isfinite(v); });
   if (bad > 0)
-    warnings.push_back(name + " holds " + std::to_string(bad) + " NaN/Inf value(s) in this rank's slice; its logits "
-                       "will likely be NaN");
+    record.warnings.push_back(name + " holds " + std::to_string(bad) + " NaN/Inf value(s) in this rank's slice; its "
+                              "logits will likely be NaN");
   return out;
+}
+
+// A router's weights and bias decide which experts a token goes to: a NaN there makes the
+// choice meaningless (finite but wrong logits), so it is refused rather than warned about.
+void require_finite(const std::vector<float>& values, const std::string& name) {
+  const auto bad = std::count_if(values.begin(), values.end(), [](float v) { return !std::isfinite(v); });
+  if (bad > 0)
+    throw UserError(name + " holds " + std::to_string(bad) +
+                    " NaN/Inf value(s): the router would choose experts by them; the checkpoint is damaged");
 }
 
 void append(std::vector<float>& dst, const std::vector<float>& src) {
@@ -161,12 +177,12 @@ namespace {
 
 // A SwiGLU block of `width` columns, this rank's slice [rank * width, (rank + 1) * width).
 SwigluWeights read_swiglu(const TensorSource& source, const SwigluNames& names, int64_t h, int64_t width,
-                          int slice, std::vector<std::string>& warnings) {
+                          int slice, LoadRecord& record) {
   const int64_t row0 = slice * width;
   SwigluWeights w;
-  w.gate_up = read(source, names.gate, row0, width, 0, h, warnings);
-  append(w.gate_up, read(source, names.up, row0, width, 0, h, warnings));
-  w.down = read(source, names.down, 0, h, row0, width, warnings);
+  w.gate_up = read(source, names.gate, row0, width, 0, h, record);
+  append(w.gate_up, read(source, names.up, row0, width, 0, h, record));
+  w.down = read(source, names.down, 0, h, row0, width, record);
   return w;
 }
 
@@ -183,24 +199,24 @@ void deinterleave_rows(std::vector<float>& rows, int64_t first_row, int64_t coun
 }
 
 void load_latent_attention(const ModelConfig& c, const TensorSource& source, const LayerTensorNames& n,
-                           const ShardSpec& shard, LayerWeights& l, std::vector<std::string>& warnings) {
+                           const ShardSpec& shard, LayerWeights& l, LoadRecord& record) {
   const MlaConfig& m = c.mla;
   const int64_t h = c.hidden_size, qk = c.head_dim, heads = shard.heads, head0 = shard.tp_rank * heads;
   int64_t q_in = h;
   if (m.q_lora_rank > 0) {
     q_in = m.q_lora_rank;
-    l.q_a = read(source, n("self_attn.q_a_proj.weight"), 0, q_in, 0, h, warnings);
-    l.q_a_norm = read(source, n("self_attn.q_a_layernorm.weight"), 0, q_in, 0, 1, warnings);
-    l.q_b = read(source, n("self_attn.q_b_proj.weight"), head0 * qk, heads * qk, 0, q_in, warnings);
+    l.q_a = read(source, n("self_attn.q_a_proj.weight"), 0, q_in, 0, h, record);
+    l.q_a_norm = read(source, n("self_attn.q_a_layernorm.weight"), 0, q_in, 0, 1, record);
+    l.q_b = read(source, n("self_attn.q_b_proj.weight"), head0 * qk, heads * qk, 0, q_in, record);
   } else {
-    l.q_b = read(source, n("self_attn.q_proj.weight"), head0 * qk, heads * qk, 0, h, warnings);
+    l.q_b = read(source, n("self_attn.q_proj.weight"), head0 * qk, heads * qk, 0, h, record);
   }
-  l.kv_a = read(source, n("self_attn.kv_a_proj_with_mqa.weight"), 0, m.latent_width(), 0, h, warnings);
-  l.kv_a_norm = read(source, n("self_attn.kv_a_layernorm.weight"), 0, m.kv_lora_rank, 0, 1, warnings);
+  l.kv_a = read(source, n("self_attn.kv_a_proj_with_mqa.weight"), 0, m.latent_width(), 0, h, record);
+  l.kv_a_norm = read(source, n("self_attn.kv_a_layernorm.weight"), 0, m.kv_lora_rank, 0, 1, record);
   const int64_t kv_b_rows = m.qk_nope_head_dim + m.v_head_dim;
   l.kv_b = read(source, n("self_attn.kv_b_proj.weight"), head0 * kv_b_rows, heads * kv_b_rows, 0, m.kv_lora_rank,
-                warnings);
-  l.o = read(source, n("self_attn.o_proj.weight"), 0, h, head0 * m.v_head_dim, heads * m.v_head_dim, warnings);
+                record);
+  l.o = read(source, n("self_attn.o_proj.weight"), 0, h, head0 * m.v_head_dim, heads * m.v_head_dim, record);
   if (m.rope_interleave) {
     for (int64_t head = 0; head < heads; ++head)
       deinterleave_rows(l.q_b, head * qk + m.qk_nope_head_dim, m.qk_rope_head_dim, q_in);
@@ -209,38 +225,42 @@ void load_latent_attention(const ModelConfig& c, const TensorSource& source, con
 }
 
 void load_attention(const ModelConfig& c, const TensorSource& source, const LayerTensorNames& n,
-                    const ShardSpec& shard, LayerWeights& l, std::vector<std::string>& warnings) {
+                    const ShardSpec& shard, LayerWeights& l, LoadRecord& record) {
   const int64_t h = c.hidden_size, d = c.head_dim;
   const int64_t q_rows = shard.heads * d, kv_rows = shard.kv_heads * d;
   const int64_t q_row0 = shard.tp_rank * q_rows, kv_row0 = shard.tp_rank * kv_rows;
   // Column parallel: each rank owns whole heads, i.e. a contiguous block of output rows.
-  l.qkv = read(source, n("self_attn.q_proj.weight"), q_row0, q_rows, 0, h, warnings);
-  append(l.qkv, read(source, n("self_attn.k_proj.weight"), kv_row0, kv_rows, 0, h, warnings));
-  append(l.qkv, read(source, n("self_attn.v_proj.weight"), kv_row0, kv_rows, 0, h, warnings));
+  l.qkv = read(source, n("self_attn.q_proj.weight"), q_row0, q_rows, 0, h, record);
+  append(l.qkv, read(source, n("self_attn.k_proj.weight"), kv_row0, kv_rows, 0, h, record));
+  append(l.qkv, read(source, n("self_attn.v_proj.weight"), kv_row0, kv_rows, 0, h, record));
   if (c.attention_bias) {
-    l.qkv_bias = read(source, n("self_attn.q_proj.bias"), q_row0, q_rows, 0, 1, warnings);
-    append(l.qkv_bias, read(source, n("self_attn.k_proj.bias"), kv_row0, kv_rows, 0, 1, warnings));
-    append(l.qkv_bias, read(source, n("self_attn.v_proj.bias"), kv_row0, kv_rows, 0, 1, warnings));
+    l.qkv_bias = read(source, n("self_attn.q_proj.bias"), q_row0, q_rows, 0, 1, record);
+    append(l.qkv_bias, read(source, n("self_attn.k_proj.bias"), kv_row0, kv_rows, 0, 1, record));
+    append(l.qkv_bias, read(source, n("self_attn.v_proj.bias"), kv_row0, kv_rows, 0, 1, record));
   }
   if (c.qk_norm) {
-    l.q_norm = read(source, n("self_attn.q_norm.weight"), 0, d, 0, 1, warnings);
-    l.k_norm = read(source, n("self_attn.k_norm.weight"), 0, d, 0, 1, warnings);
+    l.q_norm = read(source, n("self_attn.q_norm.weight"), 0, d, 0, 1, record);
+    l.k_norm = read(source, n("self_attn.k_norm.weight"), 0, d, 0, 1, record);
   }
   // Row parallel: each rank owns the input columns matching its heads.
-  l.o = read(source, n("self_attn.o_proj.weight"), 0, h, q_row0, q_rows, warnings);
+  l.o = read(source, n("self_attn.o_proj.weight"), 0, h, q_row0, q_rows, record);
 }
 
 void load_experts(const ModelConfig& c, const TensorSource& source, const LayerTensorNames& n, const ShardSpec& shard,
-                  LayerWeights& l, std::vector<std::string>& warnings) {
+                  LayerWeights& l, LoadRecord& record) {
   const int64_t h = c.hidden_size;
   const MoeConfig& m = c.moe;
-  l.router = read(source, n.router(), 0, m.experts, 0, h, warnings);  // replicated: every rank routes
-  if (m.score_correction_bias) l.router_bias = read(source, n.router_correction_bias(), 0, m.experts, 0, 1, warnings);
+  l.router = read(source, n.router(), 0, m.experts, 0, h, record);  // replicated: every rank routes
+  require_finite(l.router, n.router());
+  if (m.score_correction_bias) {
+    l.router_bias = read(source, n.router_correction_bias(), 0, m.experts, 0, 1, record);
+    require_finite(l.router_bias, n.router_correction_bias());
+  }
   for (int e = shard.expert_begin; e < shard.expert_begin + shard.expert_count; ++e)
-    l.experts.push_back(read_swiglu(source, n.expert(e), h, shard.expert_intermediate, shard.expert_slice, warnings));
+    l.experts.push_back(read_swiglu(source, n.expert(e), h, shard.expert_intermediate, shard.expert_slice, record));
   if (m.shared_intermediate > 0)
-    l.shared = read_swiglu(source, n.shared_expert(), h, shard.shared_intermediate, shard.tp_rank, warnings);
-  if (m.shared_expert_gate) l.shared_gate = read(source, n.shared_expert_gate(), 0, 1, 0, h, warnings);
+    l.shared = read_swiglu(source, n.shared_expert(), h, shard.shared_intermediate, shard.tp_rank, record);
+  if (m.shared_expert_gate) l.shared_gate = read(source, n.shared_expert_gate(), 0, 1, 0, h, record);
 }
 
 }  // namespace
@@ -250,29 +270,29 @@ StageWeights load_stage_weights(const ModelConfig& c, const TensorSource& source
   const int64_t h = c.hidden_size;
   StageWeights w;
   w.first_layer = stage.first;
-  if (first_stage) w.embedding = read(source, "model.embed_tokens.weight", 0, c.vocab_size, 0, h, w.warnings);
+  if (first_stage) w.embedding = read(source, "model.embed_tokens.weight", 0, c.vocab_size, 0, h, w.record);
   for (int layer = stage.first; layer < stage.first + stage.count; ++layer) {
     const LayerTensorNames n(c, layer);
     LayerWeights l;
-    l.input_norm = read(source, n("input_layernorm.weight"), 0, h, 0, 1, w.warnings);
+    l.input_norm = read(source, n("input_layernorm.weight"), 0, h, 0, 1, w.record);
     if (c.is_mla())
-      load_latent_attention(c, source, n, shard, l, w.warnings);
+      load_latent_attention(c, source, n, shard, l, w.record);
     else
-      load_attention(c, source, n, shard, l, w.warnings);
-    l.post_norm = read(source, n("post_attention_layernorm.weight"), 0, h, 0, 1, w.warnings);
+      load_attention(c, source, n, shard, l, w.record);
+    l.post_norm = read(source, n("post_attention_layernorm.weight"), 0, h, 0, 1, w.record);
     if (c.moe_layer(layer)) {
-      load_experts(c, source, n, shard, l, w.warnings);
+      load_experts(c, source, n, shard, l, w.record);
     } else {
-      SwigluWeights mlp = read_swiglu(source, n.dense_mlp(), h, shard.intermediate, shard.tp_rank, w.warnings);
+      SwigluWeights mlp = read_swiglu(source, n.dense_mlp(), h, shard.intermediate, shard.tp_rank, w.record);
       l.gate_up = std::move(mlp.gate_up);
       l.down = std::move(mlp.down);
     }
     w.layers.push_back(std::move(l));
   }
   if (last_stage) {
-    w.final_norm = read(source, "model.norm.weight", 0, h, 0, 1, w.warnings);
+    w.final_norm = read(source, "model.norm.weight", 0, h, 0, 1, w.record);
     const std::string head = c.tie_word_embeddings ? "model.embed_tokens.weight" : "lm_head.weight";
-    w.lm_head = read(source, head, shard.vocab_begin, shard.vocab_count, 0, h, w.warnings);  // vocabulary parallel
+    w.lm_head = read(source, head, shard.vocab_begin, shard.vocab_count, 0, h, w.record);  // vocabulary parallel
   }
   return w;
 }

@@ -9,6 +9,7 @@
 #include "model/config.hpp"
 #include "model/layer_partition.hpp"
 #include "model/tensor_source.hpp"
+#include "model/weights_digest.hpp"
 
 namespace pf::model {
 
@@ -84,13 +85,20 @@ struct LayerWeights {
   std::vector<float> shared_gate;    // [H] (Qwen2-MoE), empty otherwise
 };
 
+// What loading noted beside the values: warnings for the user, and a digest of every block
+// read (the weights' identity, model/weights_digest.hpp).
+struct LoadRecord {
+  std::vector<std::string> warnings;
+  std::vector<BlockDigest> digests;
+};
+
 struct StageWeights {
   int first_layer = 0;           // global index of layers[0]
   std::vector<float> embedding;  // [V, H] on stage 0 only
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [H] on the last stage only
   std::vector<float> lm_head;     // [vocab_count, H] on the last stage only
-  std::vector<std::string> warnings;  // e.g. tensors holding NaN or Inf
+  LoadRecord record;  // warnings (tensors holding NaN or Inf) and the digests of what was read
   size_t bytes() const;
 };
 

@@ -29,11 +29,21 @@ std::vector<sim::StageCost> stage_costs_for(const sched::CostSource& source, con
 StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, const BackendRequest& request,
                                 const std::vector<int64_t>& lengths) {
   const compute::KvDemand demand{lengths, request.profile_room_tokens};
-  const compute::WeightsLoader load_weights = [&] { return load_rank_weights(topo, m); };
+  std::vector<model::BlockDigest> digests;  // kept from the loaded weights, which the backend consumes
+  const compute::WeightsLoader load_weights = [&] {
+    model::StageWeights weights = load_rank_weights(topo, m);
+    digests = std::move(weights.record.digests);
+    return weights;
+  };
+  const auto with_digests = [&](StageBackend backend) {
+    backend.weights_digests = std::move(digests);
+    return backend;
+  };
   switch (request.backend) {
     case compute::BackendKind::kCpu:
-      return compute::make_cpu_backend(topo, m.config(), m.shard, m.kv_shape(topo.stage, request.page_size),
-                                       request.kv_memory_mb, request.cpu_threads, demand, load_weights);
+      return with_digests(compute::make_cpu_backend(topo, m.config(), m.shard,
+                                                    m.kv_shape(topo.stage, request.page_size), request.kv_memory_mb,
+                                                    request.cpu_threads, demand, load_weights));
     case compute::BackendKind::kEmulate: {
       std::vector<sim::StageCost> costs;
       std::string description;
@@ -43,10 +53,10 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
     }
     case compute::BackendKind::kCuda:
 #ifdef PIPEFILL_HAVE_CUDA
-      return cuda::make_cuda_backend(
+      return with_digests(cuda::make_cuda_backend(
           topo, m.config(), m.shard,
           {request.transport, request.page_size, request.kv_memory_fraction, request.max_chunk_tokens}, demand,
-          load_weights);
+          load_weights));
 #else
       break;  // options.cpp offers --backend cuda only in builds that have it
 #endif

@@ -3,7 +3,9 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -63,22 +65,38 @@ std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, cons
   dist::broadcast_vector(finished, MPI_COMM_WORLD);
   const kv::KvExportLayout layout = export_layout(m, dir, names.model_identity, topo.stage, topo.tp, topo.tp_rank);
 
-  // A prompt the output holds but this rank's file does not: every rank says which.
+  // A prompt the output holds but this rank's file does not (missing, or failing its checks):
+  // every rank says which, and what it found wrong with the first.
   std::vector<int> missing;
-  for (int p = 0; p < static_cast<int>(finished.size()); ++p)
-    if (finished[p] && !kv::kv_file_complete(layout, p, lengths[p], hashes[p])) missing.push_back(p);
+  std::string first_problem;
+  for (int p = 0; p < static_cast<int>(finished.size()); ++p) {
+    if (!finished[p]) continue;
+    const std::string file = kv::kv_file_name(p, layout.stage, layout.tp_rank);
+    const std::optional<std::string> problem =
+        kv::kv_file_problem(dir + "/" + file, kv::kv_file_metadata(layout, p, lengths[p], hashes[p]));
+    if (!problem) continue;
+    if (missing.empty()) first_problem = file + (*problem == "missing" ? " is missing" : ": " + *problem);
+    missing.push_back(p);
+  }
   const std::vector<std::vector<int>> all = dist::gather_vector(missing, 0, MPI_COMM_WORLD);
+  const std::vector<std::vector<char>> problems =
+      dist::gather_bytes(std::vector<char>(first_problem.begin(), first_problem.end()), 0, MPI_COMM_WORLD);
   if (topo.is_writer()) {
     std::vector<char> again(finished.size(), 0);
-    for (const auto& missing_there : all)
-      for (int p : missing_there) again.at(p) = 1;
+    std::string example;
+    for (size_t rank = 0; rank < all.size(); ++rank) {
+      for (int p : all[rank]) again.at(p) = 1;
+      if (example.empty() && !all[rank].empty())
+        example = "rank " + std::to_string(rank) + ": " + std::string(problems[rank].begin(), problems[rank].end());
+    }
     std::vector<int> prompts_again;
     for (int p = 0; p < static_cast<int>(again.size()); ++p)
       if (again[p]) prompts_again.push_back(p);
     if (!prompts_again.empty()) {
       std::fprintf(stderr,
-                   "note: %zu finished prompt(s) (first: %d) lack their KV export in %s: computing them again\n",
-                   prompts_again.size(), prompts_again[0], dir.c_str());
+                   "note: %zu finished prompt(s) (first: %d) have no usable KV export in %s (%s): computing them "
+                   "again\n",
+                   prompts_again.size(), prompts_again[0], dir.c_str(), example.c_str());
       results->recompute(prompts_again);
     }
   }
@@ -129,14 +147,21 @@ std::optional<std::string> write_index(const dist::Topology& topo, const RankMod
     if (done[p]) finished.push_back(p);
   const nlohmann::json index = export_index(topo, m, exporter, finished);
   const std::string path = dir + "/index.json", partial = path + ".partial." + std::to_string(::getpid());
+  const std::string where = " (rank " + std::to_string(topo.world_rank) + ")";
   {
+    errno = 0;
     std::ofstream out(partial);
     out << index.dump(1) << "\n";
-    if (!out.flush()) return "--save-kv: cannot write " + partial;
+    if (!out.flush()) {
+      const int reason = errno;
+      std::error_code ignored;
+      std::filesystem::remove(partial, ignored);  // no half-written index left behind
+      return "--save-kv: cannot write " + partial + ": " + (reason ? std::strerror(reason) : "write failed") + where;
+    }
   }
   std::error_code error;
   std::filesystem::rename(partial, path, error);
-  if (error) return "--save-kv: cannot rename " + partial + ": " + error.message();
+  if (error) return "--save-kv: cannot rename " + partial + " to index.json: " + error.message() + where;
   return std::nullopt;
 }
 

@@ -63,12 +63,12 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
     incoming = as_bytes(dir + "/.incoming-" + host + "-" + std::to_string(::getpid()) + "-" +
                         std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
     kv::remove_abandoned_incoming(dir);
-    std::vector<std::string> unreadable;
-    if (load_prefixes) all = kv::list_store_entries(dir, layout_key_, &unreadable);
-    for (const std::string& name : unreadable) {
-      std::fprintf(stderr, "warning: --kv-store: not using %s/%s (its index.json or tokens.i32 cannot be read): a run "
-                   "that stores the same prompt replaces it\n", dir.c_str(), name.c_str());
-      damaged_.insert(name);
+    std::vector<kv::UnusableEntry> unusable;
+    if (load_prefixes) all = kv::list_store_entries(dir, layout_key_, &unusable);
+    for (const kv::UnusableEntry& entry : unusable) {
+      std::fprintf(stderr, "warning: --kv-store: not using %s/%s (%s): a run that stores the same prompt replaces it\n",
+                   dir.c_str(), entry.name.c_str(), entry.reason.c_str());
+      damaged_.insert(entry.name);
     }
   }
   dist::broadcast_bytes(incoming, 0, MPI_COMM_WORLD);

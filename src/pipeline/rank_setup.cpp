@@ -24,19 +24,16 @@ int layer_of(const std::string& name) {
   return std::sscanf(name.c_str(), "model.layers.%d.", &layer) == 1 ? layer : -1;
 }
 
-// Rank 0 fingerprints every tensor (the weights' identity in the output, for --resume); each
-// rank then checks the tensors it will load against rank 0's.
-void agree_on_weights(const dist::Topology& topo, RankModel& m) {
+// Every rank checks, for the tensors it will load, that its checkpoint files hold what rank
+// 0's do (header and sampled bytes, io::SafetensorsFile::content_fingerprint): a node with a
+// stale copy is refused before anything is loaded. This is not the weights' identity (that
+// is every value each rank loads, agree_on_weights_identity); it is the cheap early check.
+void require_rank0_checkpoint(const dist::Topology& topo, const RankModel& m) {
   std::string table;
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!topo.is_writer()) return;
-    io::Fnv1a whole;
-    for (const auto& spec : model::expected_tensors(m.config())) {
-      const std::string line = spec.name + " " + io::Fnv1a().add_value(m.source->tensors->fingerprint(spec.name)).hex();
-      table += line + "\n";
-      whole.add(line);
-    }
-    m.weights_fingerprint = whole.hex();
+    for (const auto& spec : model::expected_tensors(m.config()))
+      table += spec.name + " " + io::Fnv1a().add_value(m.source->tensors->fingerprint(spec.name)).hex() + "\n";
   });
   const model::StageRange layers = m.partition[topo.stage];
   dist::require_table_entries_as_rank0(
@@ -87,7 +84,7 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
   });
   // Every rank must hold the same model as rank 0 before anything sizes itself from it.
   dist::require_same_as_rank0(m.config_json.dump(), "model config (" + model_flag + ")", MPI_COMM_WORLD);
-  if (m.source) agree_on_weights(topo, m);
+  if (m.source) require_rank0_checkpoint(topo, m);
   if (m.source) {
     m.shard = model::make_shard_spec(m.config(), topo.tp, topo.tp_rank, expert_split);
   } else {
@@ -106,8 +103,29 @@ model::StageWeights load_rank_weights(const dist::Topology& topo, const RankMode
     weights = model::load_stage_weights(m.config(), *m.source->tensors, m.partition[topo.stage], topo.first_stage(),
                                         topo.last_stage(), m.shard);
   });
-  for (const auto& warning : weights.warnings) std::fprintf(stderr, "warning: rank %d: %s\n", topo.world_rank, warning.c_str());
+  for (const auto& warning : weights.record.warnings)
+    std::fprintf(stderr, "warning: rank %d: %s\n", topo.world_rank, warning.c_str());
   return weights;
+}
+
+std::string agree_on_weights_identity(const dist::Topology& topo, const RankModel& m,
+                                      const std::vector<model::BlockDigest>& loaded) {
+  const std::string mine = model::serialize(loaded);
+  const std::vector<std::vector<char>> all =
+      dist::gather_bytes(std::vector<char>(mine.begin(), mine.end()), 0, MPI_COMM_WORLD);
+  std::vector<char> identity;
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    if (!topo.is_writer()) return;
+    std::vector<model::BlockDigest> blocks;
+    for (const auto& text : all) {
+      std::vector<model::BlockDigest> of_rank = model::deserialize_digests(std::string(text.begin(), text.end()));
+      blocks.insert(blocks.end(), of_rank.begin(), of_rank.end());
+    }
+    const std::string combined = model::combine_digests(blocks, model::expected_tensors(m.config()));
+    identity.assign(combined.begin(), combined.end());
+  });
+  dist::broadcast_bytes(identity, 0, MPI_COMM_WORLD);
+  return std::string(identity.begin(), identity.end());
 }
 
 std::vector<int64_t> share_prompts(const dist::Topology& topo, io::PromptSet& prompts, bool last_stage_scores) {

@@ -26,7 +26,8 @@ struct RankModel {
   model::ShardSpec shard;      // this rank's TP shard (heads, MLP width, vocabulary slice)
   // Backends that compute for real: the strict config (Llama / Qwen2 / Qwen3) and the weights.
   std::optional<model::ModelSource> source;
-  // Rank 0 only, backends with weights: a fingerprint of every tensor (--resume identity).
+  // Backends with weights, once they are loaded: the weights' identity (every value every
+  // rank loaded, agree_on_weights_identity), what --resume, --save-kv and --kv-store compare.
   std::string weights_fingerprint;
 
   // The strict config of a backend that computes; std::logic_error (a bug, not a user error)
@@ -39,15 +40,20 @@ struct RankModel {
 
 // Collective. Opens config.json (or the preset), partitions the layers (`partition_text`
 // empty: SGLang's default), and checks that every rank sees rank 0's config and, for the
-// tensors it will load, rank 0's weights (fingerprints). With `with_weights` (real compute): the strict config, TP
+// tensors it will load, rank 0's checkpoint (headers and sampled bytes). With `with_weights` (real compute): the strict config, TP
 // divisibility, and rank 0 checks every tensor's shape. Without (emulate): any config.json
 // the cost model can count (dense, MoE, MLA).
 RankModel open_rank_model(const dist::Topology& topology, const std::string& model_flag, uint64_t seed,
                           const std::string& partition_text, model::ExpertSplit expert_split,
                           bool with_weights = true);
 
-// Collective. This rank's layers and TP shard only.
+// Collective. This rank's layers and TP shard only, with the digests of what it read.
 model::StageWeights load_rank_weights(const dist::Topology& topology, const RankModel& rank_model);
+
+// Collective, after every rank loaded its weights: the weights' identity from every rank's
+// digests (model/weights_digest.hpp), the same whatever the layout; on every rank.
+std::string agree_on_weights_identity(const dist::Topology& topology, const RankModel& rank_model,
+                                      const std::vector<model::BlockDigest>& loaded);
 
 // Collective. Rank 0 has read `prompts`; afterwards every rank knows the prompt lengths
 // (returned) and stage 0's ranks, which embed, also hold the token ids, as do the last

@@ -100,6 +100,15 @@ case $case in
     on_exit "kill $!"
     wait_until 10 "the holder's lock on $out.partial" grep -qs held "$out.partial"
     expect="another pipefill run is writing $out" ;;
+  output_exists) finished_output "$out"; expect="--output $out already exists (an earlier run's output?); add --overwrite" ;;
+  resume_and_overwrite) finished_output "$out"; extra=(--pp 2 --resume --overwrite); expect="give one of them" ;;
+  save_kv_held_by_another_run)  # another run holds the export directory: it names that run
+    mkdir "$work/kv"
+    ( exec 9>"$work/kv/.pipefill.lock"; flock -n 9 && echo "pid 4242 on node9, --output other.h5" >&9; exec sleep 100 ) &
+    on_exit "kill $!"
+    wait_until 10 "the holder's lock on $work/kv" grep -qs node9 "$work/kv/.pipefill.lock"
+    extra=(--pp 2 --save-kv "$work/kv")
+    expect="--save-kv $work/kv is being written by another pipefill run (pid 4242 on node9, --output other.h5)" ;;
   input_is_fifo) mkfifo "$work/in.fifo"; input=$work/in.fifo; expect="is not a regular file" ;;
   config_is_fifo) copy_model; rm "$model/config.json"; mkfifo "$model/config.json"; expect="is not a regular file" ;;
   weights_are_fifo) copy_model; rm "$model/model.safetensors"; mkfifo "$model/model.safetensors"; expect="is not a regular file" ;;
@@ -107,6 +116,22 @@ case $case in
   resume_complete_other_input) finished_output "$out"
     make_input other 'f["tokens"] = np.arange(40, dtype=np.int32); f["offsets"] = np.array([0, 15, 40])'
     extra=(--pp 2 --resume); expect="was written with another input" ;;
+  # A router's weights choose the experts: no NaN or Inf may reach its top-k.
+  router_bias_nan|router_bias_all_inf) "$bin/pipefill" make-model --preset tiny-mla --out "$work/model" >/dev/null
+    model=$work/model
+    value=$([ "$case" = router_bias_nan ] && echo "[3] = float('nan')" || echo "[:] = -float('inf')")
+    "$PYTHON" - "$model/model.safetensors" <<PY
+import sys, struct, json, numpy as np
+path = sys.argv[1]
+raw = bytearray(open(path, "rb").read())
+hl = struct.unpack("<Q", raw[:8])[0]
+begin, end = json.loads(raw[8:8 + hl])["model.layers.2.mlp.gate.e_score_correction_bias"]["data_offsets"]
+bias = np.frombuffer(bytes(raw[8 + hl + begin:8 + hl + end]), np.float32).copy()
+bias$value
+raw[8 + hl + begin:8 + hl + end] = bias.tobytes()
+open(path, "wb").write(raw)
+PY
+    expect="model.layers.2.mlp.gate.e_score_correction_bias holds $([ "$case" = router_bias_nan ] && echo 1 || echo 8) NaN/Inf value(s): the router" ;;
   resume_complete_rebuilt_weights) copy_model; finished_output "$out"
     "$bin/pipefill" make-model --preset tiny --seed 5 --out "$model" >/dev/null  # rebuilt in place
     extra=(--pp 2 --resume); expect="was written with another weights_fingerprint" ;;
@@ -135,6 +160,13 @@ case $case in
     expect="does not see the same model config (m) as rank 0" ;;
   # config.json values the program cannot honour (tests/mpi/bad_config.cmake): the error
   # names the field. The tiny model is Llama with llama3 rope_scaling, in the legacy layout.
+  rope_layouts_disagree) patch_config 'c["rope_theta"] = 10000.0; c["rope_parameters"] = {"rope_type": "default", "rope_theta": 500000.0}'
+    expect='field "rope_theta" (10000.0) and field "rope_parameters.rope_theta" (500000.0) disagree' ;;
+  rope_scalings_disagree) patch_config '
+c["rope_parameters"] = {"rope_type": "default", "rope_theta": 10000.0}
+c["rope_scaling"] = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                     "original_max_position_embeddings": 64}'
+    expect='field "rope_scaling" ({"factor":8.0' ;;
   rope_theta_zero) patch_config 'c["rope_theta"] = 0'; expect='field "rope_theta" must be a finite number > 0 (got 0)' ;;
   rope_theta_negative) patch_config 'c["rope_theta"] = -10000.0'; expect='field "rope_theta"' ;;
   rms_norm_eps_negative) patch_config 'c["rms_norm_eps"] = -1e-5'; expect='field "rms_norm_eps"' ;;

@@ -155,7 +155,8 @@ set(PF_BAD_CASES
   save_kv_dangling_link save_kv_emulate kv_store_emulate kv_store_inside_save_kv unknown_hardware hdf5_library_crash
   output_is_input output_links_to_input trace_is_input trace_is_output trace_is_partial output_is_directory
   output_ends_in_slash output_empty trace_directory_missing trace_is_directory output_held_by_another_run
-  input_is_fifo config_is_fifo weights_are_fifo
+  input_is_fifo config_is_fifo weights_are_fifo output_exists resume_and_overwrite save_kv_held_by_another_run
+  router_bias_nan router_bias_all_inf
   resume_complete_other_input resume_complete_rebuilt_weights resume_complete_other_chunking resume_over_garbage
   resume_over_foreign_hdf5 resume_partial_wrong_shape resume_partial_truncated resume_partial_garbage
   heterogeneous_arguments stale_weights_on_a_node stale_config_on_a_node
@@ -198,7 +199,8 @@ endforeach()
 
 # What a crash can leave in a partial output, and SIGTERM to mpirun; each resumed output
 # must equal an uninterrupted run's.
-foreach(case torn_row torn_hidden torn_token_rows empty_partial stale_partial mpirun_sigterm stop_after_last_start)
+foreach(case torn_row torn_hidden torn_token_rows empty_partial stale_partial mpirun_sigterm stop_after_last_start
+             stop_during_start_up)
   add_test(NAME mpi.resume_integrity.${case} COMMAND ${PF_MPI}/resume_integrity.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_integrity.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
 endforeach()
@@ -208,16 +210,23 @@ set_tests_properties(slow.kill_and_resume_soak PROPERTIES LABELS "slow;mpi" TIME
                      FIXTURES_REQUIRED model.tiny)
 
 # --save-kv: complete and equal to an uninterrupted run's after a stop, a lost file, a full disk.
-foreach(case resume missing_file disk_full complete shared_prefix)
+foreach(case resume missing_file damaged_file killed_litter concurrent disk_full complete shared_prefix)
   add_test(NAME mpi.kv_export.${case} COMMAND ${PF_MPI}/kv_export.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.kv_export.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        SKIP_RETURN_CODE 77)
 endforeach()
-set_tests_properties(mpi.kv_export.resume PROPERTIES RUN_SERIAL TRUE)
+set_tests_properties(mpi.kv_export.resume mpi.kv_export.killed_litter mpi.kv_export.concurrent PROPERTIES RUN_SERIAL TRUE)
 # --kv-store: prefixes of earlier runs, damaged and foreign entries, concurrent publishers.
 foreach(case reuse damaged other_layout concurrent scores full)
   add_test(NAME mpi.kv_store.${case} COMMAND ${PF_MPI}/kv_store.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.kv_store.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
+endforeach()
+
+# The weights' identity covers every value: an edit of two floats in a 2 MiB tensor is seen
+# by --kv-store and --resume, and every layout of one model has one identity.
+foreach(case kv_store resume layouts)
+  add_test(NAME mpi.weights_identity.${case} COMMAND ${PF_MPI}/weights_identity.sh ${PF_BIN} ${PF_DATA} ${case})
+  set_tests_properties(mpi.weights_identity.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
 endforeach()
 
 # scripts/perplexity.py on a --logprobs output (runs under the venv).

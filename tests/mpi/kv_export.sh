@@ -11,6 +11,12 @@
 #                 `error: --save-kv: cannot write ...`, no index, the output complete
 #   complete      --resume --save-kv on an output that is already complete: a note that
 #                 nothing was computed, hence nothing exported
+#   damaged_file  the same with a value of a finished prompt's file changed: --resume names the
+#                 file and what is wrong with it, and computes the prompt again
+#   killed_litter SIGKILL of every rank mid-batch: the next --resume removes the NAME.partial.PID
+#                 files the killed run left (a note says how many) and completes the export
+#   concurrent    a second run exporting into the directory a running one holds: refused
+#                 (exit 2) naming the first, which completes its export
 #   shared_prefix prompts that share prefixes (pp 2 x tp 2): a prompt that reused a prefix
 #                 exports it too (from the shared pages), equal to a --no-prefix-cache run's
 #                 export within float32 rounding
@@ -69,8 +75,66 @@ case $case in
     "$PYTHON" -c "import h5py,sys; h5py.File(sys.argv[1], 'r+')['completed'][4] = 0" "$work/out.h5.partial"
     pipefill_mpi 2 "${args[@]}" --quiet --output "$work/out.h5" --save-kv "$work/kv" --resume 2>"$work/stderr"
     cat "$work/stderr"
-    grep -q "^note: 1 finished prompt(s) (first: 2) lack their KV export" "$work/stderr" ||
+    grep -q "^note: 1 finished prompt(s) (first: 2) have no usable KV export in $work/kv (rank 1: prompt-000002/stage01_tp00.safetensors is missing)" "$work/stderr" ||
       fail "the prompt whose KV file is missing was not named"
+    same_export "$work/reference_kv" "$work/kv" ;;
+  damaged_file)
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 4 --min-len 100 --max-len 300 --vocab 512 --seed 4 >/dev/null
+    args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size 64 --page-size 16)
+    pipefill_mpi 2 "${args[@]}" --quiet --output "$work/reference.h5" --save-kv "$work/reference_kv"
+    cp -r "$work/reference_kv" "$work/kv"
+    # One value of prompt 1's stage-0 file changed: the file is there, whole, but wrong.
+    "$PYTHON" - "$work/kv/prompt-000001/stage00_tp00.safetensors" <<'PY'
+import json, struct, sys
+path = sys.argv[1]
+raw = bytearray(open(path, "rb").read())
+n = struct.unpack("<Q", raw[:8])[0]
+begin = json.loads(raw[8:8 + n])["layers.0.key"]["data_offsets"][0]
+raw[8 + n + begin + 40:8 + n + begin + 44] = struct.pack("<f", 1e30)
+open(path, "wb").write(raw)
+PY
+    mv "$work/reference.h5" "$work/out.h5.partial"
+    "$PYTHON" -c "import h5py,sys; h5py.File(sys.argv[1], 'r+')['completed'][3] = 0" "$work/out.h5.partial"
+    pipefill_mpi 2 "${args[@]}" --quiet --output "$work/out.h5" --save-kv "$work/kv" --resume 2>"$work/stderr"
+    cat "$work/stderr"
+    grep -q "^note: 1 finished prompt(s) (first: 1) have no usable KV export in $work/kv (rank 0: prompt-000001/stage00_tp00.safetensors: its data do not match their checksum" "$work/stderr" ||
+      fail "the damaged file was not named with what is wrong with it"
+    same_export "$work/reference_kv" "$work/kv" ;;
+  killed_litter)
+    # SIGKILL of every rank mid-batch leaves files being written as NAME.partial.PID; the
+    # --resume that holds the directory next removes them, and the export is whole.
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 12 --min-len 800 --max-len 1600 --vocab 512 --seed 8 >/dev/null
+    args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size 16 --page-size 16)
+    pipefill_mpi 2 "${args[@]}" --quiet --output "$work/reference.h5" --save-kv "$work/reference_kv"
+    start_run "$work/first.log" 2 "${args[@]}" --progress-interval 0.05 --output "$work/out.h5" --save-kv "$work/kv"
+    wait_for_prompts 1
+    signal_run KILL ranks
+    finish_run
+    litter=$(find "$work/kv" -name '*.partial.*' | wc -l)
+    echo "left by the killed run: $litter partial file(s)"
+    [ "$litter" -gt 0 ] || fail "the kill left no partial file: nothing to test"
+    pipefill_mpi 2 "${args[@]}" --output "$work/out.h5" --save-kv "$work/kv" --resume >"$work/stdout" 2>&1
+    grep -q "^note: removed $litter unfinished file(s) that killed runs left in $work/kv" "$work/stdout" ||
+      { cat "$work/stdout"; fail "no note of the files removed"; }
+    same_export "$work/reference_kv" "$work/kv" ;;
+  concurrent)
+    # Two runs exporting into one directory: the second is refused before any compute, with
+    # the first named; the first finishes, and the directory holds its export, whole.
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 8 --min-len 800 --max-len 1600 --vocab 512 --seed 8 >/dev/null
+    args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size 16 --page-size 16)
+    pipefill_mpi 2 "${args[@]}" --quiet --output "$work/reference.h5" --save-kv "$work/reference_kv"
+    start_run "$work/first.log" 2 "${args[@]}" --progress-interval 0.05 --output "$work/first.h5" --save-kv "$work/kv"
+    wait_for_prompts 1
+    holder=$(cat "$work/kv/.pipefill.lock")
+    status_of pipefill_mpi 2 "${args[@]}" --quiet --output "$work/second.h5" --save-kv "$work/kv" 2>"$work/stderr"
+    cat "$work/stderr"
+    expect_status 2 "the second run"
+    grep -qF "error: --save-kv $work/kv is being written by another pipefill run ($holder)" "$work/stderr" ||
+      fail "the second run's error does not name the first ($holder)"
+    [ ! -e "$work/second.h5" ] && [ ! -e "$work/second.h5.partial" ] || fail "the refused run left an output"
+    finish_run
+    expect_status 0 "the first run"
+    [ ! -e "$work/kv/.pipefill.lock" ] || fail "the lock file outlived its run"
     same_export "$work/reference_kv" "$work/kv" ;;
   disk_full)
     "$bin/pipefill" make-prompts --out "$work/in.h5" --num 4 --min-len 300 --max-len 400 --vocab 512 --seed 4 >/dev/null

@@ -12,6 +12,8 @@
 #                   /token_logprobs (or /topk_logprobs) entry is
 #                   torn and another whose /topk_ids entry is are named and recomputed (the rest
 #                   of their rows intact), and every token dataset equals an uninterrupted run's
+#   stop_during_start_up  SIGUSR1 to mpirun while the ranks are starting (MPI_Init): exit 75
+#                   with nothing computed, and --resume then computes every prompt
 #   empty_partial   a 0-byte partial (a kill before the first write): a note, a fresh start
 #   stale_partial   a partial left by an earlier run, run again *without* --resume: a
 #                   warning says it is replaced
@@ -43,6 +45,19 @@ with h5py.File(sys.argv[1], "r+") as f:
 PY
 }
 
+# ranks_starting N: N ranks of the run of start_run have begun: main() has caught SIGUSR1
+# (bit 9 of SigCgt), or MPI_Init has started its threads. Either way it is the start-up,
+# before any prompt, where a stop used to kill the rank.
+ranks_starting() {
+  local pid count=0 caught threads
+  for pid in $(rank_pids); do
+    caught=$(awk '/^SigCgt:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+    threads=$(ls "/proc/$pid/task" 2>/dev/null | wc -l)
+    if { [ -n "$caught" ] && (( (16#$caught >> 9) & 1 )); } || [ "$threads" -gt 1 ]; then count=$((count + 1)); fi
+  done
+  [ "$count" -ge "$1" ]
+}
+
 case $case in
   torn_row)
     forge 'f["logits"][1] = np.zeros(f["logits"].shape[1], np.float32); f["ttft_s"][3] = 0.5; f["completed"][4] = 0'
@@ -54,7 +69,7 @@ case $case in
     [ "$(grep -c 'failed its checksum' "$work/stderr")" -eq 2 ] || fail "intact rows were called torn" ;;
   torn_hidden)
     args+=(--hidden-states mean)
-    run --input "$work/in.h5" --output "$work/reference.h5"
+    run --input "$work/in.h5" --output "$work/reference.h5" --overwrite  # this case's own reference
     forge 'f["hidden_states"][2, 5] += 1.0; f["completed"][4] = 0'
     before=$(md5sum <"$work/out.h5.partial")
     status_of run --input "$work/in.h5" --output "$work/out.h5" --resume --hidden-states last 2>"$work/stderr"
@@ -86,7 +101,7 @@ PY
       rm -f "$work/out.h5"  # the first round's (another identity: --resume would refuse it)
       # shellcheck disable=SC2086
       set -- $scores
-      run --input "$work/in.h5" --output "$work/reference.h5" "$@"
+      run --input "$work/in.h5" --output "$work/reference.h5" --overwrite "$@"
       if [ "$1" = --logprobs ]; then torn='f["token_logprobs"][o[2] + 7] -= 0.5'; else torn='f["topk_logprobs"][o[2] + 7, 0] -= 0.5'; fi
       forge 'o = h5py.File("'"$work/in.h5"'", "r")["offsets"][:]
     '"$torn"'; f["topk_ids"][o[3] + 1, 1] += 1; f["completed"][4] = 0'
@@ -111,6 +126,19 @@ sys.exit(0 if ok else 1)
 PY
     done
     ;;
+  stop_during_start_up)
+    # SIGUSR1 to mpirun while the ranks start (in MPI_Init, or before): nothing is computed,
+    # the run exits 75, and --resume then computes everything from a clean start.
+    start_run "$work/first.log" 2 "${args[@]}" --input "$work/in.h5" --output "$work/out.h5"
+    wait_until 30 "two ranks in their start-up" ranks_starting 2
+    signal_run USR1 mpirun
+    finish_run
+    cat "$work/first.log"
+    expect_status 75 "a run stopped during its start-up"
+    # mpirun forwards the signal when it can: rank 0 may have issued a prompt by then.
+    grep -qE "^stopped: [0-5] of 6 prompts" "$work/first.log" || fail "the stopped run does not say what it left"
+    run --input "$work/in.h5" --output "$work/out.h5" --resume 2>"$work/stderr"
+    cat "$work/stderr" ;;
   empty_partial)
     : >"$work/out.h5.partial"
     run --input "$work/in.h5" --output "$work/out.h5" --resume 2>"$work/stderr"
@@ -125,7 +153,7 @@ PY
     num=24
     "$bin/pipefill" make-prompts --out "$work/in.h5" --num $num --min-len 1500 --max-len 2500 --vocab 512 --seed 8 >/dev/null
     args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16)
-    run --input "$work/in.h5" --output "$work/reference.h5"
+    run --input "$work/in.h5" --output "$work/reference.h5" --overwrite  # this case's own reference
     # Mid-run: once a progress line says a prompt is stored, with most of the batch left.
     start_run "$work/first.log" 2 "${args[@]}" --progress-interval 0.05 --input "$work/in.h5" --output "$work/out.h5"
     wait_for_prompts 1
@@ -142,7 +170,7 @@ PY
   stop_after_last_start)
     "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 9 >/dev/null
     args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16)
-    run --input "$work/in.h5" --output "$work/reference.h5"
+    run --input "$work/in.h5" --output "$work/reference.h5" --overwrite  # this case's own reference
     # The first progress line comes after rank 0 finished a micro-batch: the prompt has started.
     start_run "$work/first.log" 2 "${args[@]}" --progress-interval 0.05 --input "$work/in.h5" --output "$work/out.h5"
     wait_until 120 "a first progress line" grep -q '^progress:' "$work/first.log"

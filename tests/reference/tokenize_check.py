@@ -7,8 +7,11 @@ split like SmolLM2's, a chat template) is trained here with `tokenizers`, no net
 prompt's ids are compared with transformers.AutoTokenizer on the same directory (the template
 from tokenizer_config.json, and from chat_template.jinja, which wins); offsets, sources and
 attributes are checked; `pipefill run --model synthetic:tiny` reads the file; detokenize.py
-gives the texts back; each bad input is exit status 2, one `error:` line and no file (an
-existing output left as it was). Also prints, not asserted, the time for a ~1M-token document.
+gives the texts back, shows the run's /logits and its /topk_ids beside /topk_logprobs, and refuses
+other datasets and an --input that is not the run's; each bad input (lone surrogates among them)
+is exit status 2, one `error:` line and no file (an existing output left as it was); paths and
+--field in bytes that are not UTF-8 are stored as text. Also prints, not asserted, the time for a
+~1M-token document.
 
 usage: tokenize_check.py SOURCE_DIR BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
 """
@@ -191,7 +194,8 @@ def main():
 
     # ---- pipefill reads the file -------------------------------------------------------------
     result = subprocess.run([PIPEFILL, "run", "--model", "synthetic:tiny", "--input", "in.h5", "--output", "out.h5",
-                             "--quiet"], capture_output=True, text=True, cwd=WORK)
+                             "--quiet", "--logprobs", "--top-k", "3", "--hidden-states", "last"],
+                            capture_output=True, text=True, cwd=WORK)
     check(result.returncode == 0, f"pipefill run accepts the file (rc {result.returncode}: {result.stderr.strip()})")
 
     # ---- detokenize.py -----------------------------------------------------------------------
@@ -231,8 +235,11 @@ def main():
             + " ".join(json.dumps(piece(int(t)), ensure_ascii=False) for t in topk[j])
             for j in (end - 2, end - 1)]
     check(result.stdout.splitlines() == want, f"topk ids per position: {result.stdout.splitlines()} vs {want}")
+    if os.path.exists(os.path.join(WORK, "out.h5")):
+        check_run_outputs(data, piece, vocab)
 
     check_bad_inputs()
+    check_unencodable_names(texts)
     check_atomic_output()
     time_a_million_tokens()
 
@@ -240,6 +247,57 @@ def main():
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
     print("all tokenize checks passed")
+
+
+def check_run_outputs(data, piece, vocab):
+    """detokenize.py on the run's output: the candidates of /topk_ids with their /topk_logprobs; a
+    dataset that holds neither ids nor logits, or an --input other than the run's, is refused."""
+    def text(token_id):
+        return json.dumps(piece(token_id) if token_id < vocab else f"<id {token_id}>", ensure_ascii=False)
+
+    with h5py.File(os.path.join(WORK, "out.h5"), "r") as f:
+        ids, logprobs = f["topk_ids"][:], f["topk_logprobs"][:]
+    result = run(DETOKENIZE, "--model", "model", "out.h5", "--dataset", "topk_ids", "--input", "in.h5",
+                 "--prompt", "3", "--last", "3")
+    end = int(data["offsets"][4])
+    want = [f"{j}\t{text(int(data['tokens'][j]))} -> "
+            + " ".join(f"{text(int(t))} {p:.3f}" for t, p in zip(ids[j], logprobs[j])) for j in range(end - 3, end)]
+    check(result.returncode == 0 and result.stdout.splitlines() == want,
+          f"the run's topk ids, each with its log-prob: {result.stdout.splitlines()} vs {want} ({result.stderr})")
+
+    shown = "(out.h5 has: logits, topk_ids)"
+    for dataset in ("hidden_states", "completed", "topk_logprobs", "token_logprobs", "row_checksum"):
+        expect_tool_error(f"detokenize --dataset {dataset}", DETOKENIZE,
+                          ["--model", "model", "out.h5", "--dataset", dataset, "--input", "in.h5"],
+                          f"--dataset {dataset}: /{dataset} holds neither token ids nor logits; detokenize.py shows "
+                          f"tokens, topk_ids and logits {shown}")
+    expect_tool_error("detokenize --dataset offsets", DETOKENIZE, ["--model", "model", "in.h5", "--dataset", "offsets"],
+                      "/offsets holds neither token ids nor logits; detokenize.py shows tokens, topk_ids and logits "
+                      "(in.h5 has: tokens)")
+    # Another batch with the same boundaries (and sources): only its tokens differ.
+    with h5py.File(os.path.join(WORK, "in.h5"), "r") as f, h5py.File(os.path.join(WORK, "other.h5"), "w") as g:
+        for name in f:
+            g[name] = f[name][:]
+        del g["tokens"]
+        g["tokens"] = (f["tokens"][:] + 1) % vocab
+    with h5py.File(os.path.join(WORK, "fewer.h5"), "w") as g:
+        g["tokens"] = data["tokens"][:data["offsets"][2]]
+        g["offsets"] = data["offsets"][:3]
+    for dataset in ("topk_ids", "logits"):
+        expect_tool_error(f"detokenize --dataset {dataset} with another input", DETOKENIZE,
+                          ["--model", "model", "out.h5", "--dataset", dataset, "--input", "other.h5"],
+                          "other.h5 is not the input out.h5 was computed from")
+        expect_tool_error(f"detokenize --dataset {dataset} with an input of 2 prompts", DETOKENIZE,
+                          ["--model", "model", "out.h5", "--dataset", dataset, "--input", "fewer.h5"],
+                          "fewer.h5 has 2 prompts, out.h5 5: not the run's input")
+
+
+def expect_tool_error(name, tool, args, message):
+    result = run(tool, *args)
+    lines = result.stderr.splitlines()
+    check(result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0],
+          f"{name}: exit status 2 and one error line saying {message!r} (got {result.returncode}, {result.stderr!r})")
+    check(result.stdout == "", f"{name}: nothing on stdout")
 
 
 def check_bad_inputs():
@@ -270,6 +328,15 @@ def check_bad_inputs():
     os.makedirs(os.path.join(WORK, "huge_ids"), exist_ok=True)
     write(os.path.join(WORK, "huge_ids", "tokenizer.json"), json.dumps(huge))
     write(os.path.join(WORK, "huge.txt"), "fine huge fine")
+    # Lone surrogates: JSON escapes can write them, UTF-8 cannot hold them, no tokenizer reads them.
+    write(os.path.join(WORK, "surrogate.jsonl"), '{"text": "fine"}\n\n{"text": "bad \\ud800 here", "id": 3}\n')
+    write(os.path.join(WORK, "surrogate_body.jsonl"), '{"body": "x\\udc00\\ud83d"}\n')
+    write(os.path.join(WORK, "surrogate.txt"), b"encoded \xed\xa0\x80 surrogate")
+    for name, config in (("model_surrogate_bos", {"bos_token": "\ud800", "chat_template": CHAT_TEMPLATE}),
+                         ("model_surrogate_template", {"chat_template": "{# \udfff #}" + CHAT_TEMPLATE})):
+        os.makedirs(os.path.join(WORK, name), exist_ok=True)
+        shutil.copy(os.path.join(WORK, "model", "tokenizer.json"), os.path.join(WORK, name))
+        write(os.path.join(WORK, name, "tokenizer_config.json"), json.dumps(config))  # ASCII: \u escapes
 
     cases = [  # name, arguments after --model, what the error line must say
         ("no tokenizer.json", ["no_tokenizer", "ok.txt"], "has no tokenizer.json"),
@@ -295,6 +362,20 @@ def check_bad_inputs():
         ("id past the model's vocabulary", ["model_small_vocab", "doc.txt"], "is not below the model's vocab_size 300"),
         ("id past int32", ["huge_ids", "huge.txt"], "token id 3000000000 does not fit the input's int32 ids"),
         ("unknown flag", ["model", "--bogus", "ok.txt"], "unrecognized arguments: --bogus"),
+        ("lone surrogate in .jsonl", ["model", "ok.txt", "surrogate.jsonl"],
+         'surrogate.jsonl line 3: field "text" holds a lone surrogate, \\ud800 at character 4: not Unicode text'),
+        ("lone surrogate under --chat", ["model", "--chat", "surrogate.jsonl"],
+         'surrogate.jsonl line 3: field "text" holds a lone surrogate, \\ud800 at character 4'),
+        ("lone surrogate in --field", ["model", "--field", "body", "surrogate_body.jsonl"],
+         'surrogate_body.jsonl line 1: field "body" holds a lone surrogate, \\udc00 at character 1'),
+        ("surrogate encoded in .txt", ["model", "surrogate.txt"],
+         "surrogate.txt is not valid UTF-8: byte 0xed at byte offset 8 (line 1)"),
+        ("lone surrogate in a special token", ["model_surrogate_bos", "--chat", "ok.txt"],
+         f"the chat template of {os.path.join(WORK, 'model_surrogate_bos')} rendered for ok.txt holds a lone "
+         f"surrogate, \\ud800 at character 0"),
+        ("lone surrogate in the chat template", ["model_surrogate_template", "--chat", "ok.txt"],
+         f"the chat_template of {os.path.join(WORK, 'model_surrogate_template', 'tokenizer_config.json')} holds a "
+         f"lone surrogate, \\udfff at character 3"),
     ]
     for name, args, message in cases:
         expect_error(name, ["--model", args[0], "--out", "bad.h5", *args[1:]], message, "bad.h5")
@@ -315,6 +396,32 @@ def expect_error(name, args, message, out, env=None):
     if out:
         check(not os.path.exists(os.path.join(WORK, out)), f"{name}: no output file")
     check(not any(f.endswith(".partial") for f in os.listdir(WORK)), f"{name}: no partial file left")
+
+
+def check_unencodable_names(texts):
+    """A lone surrogate in a field that is not read is no error; a model directory, --out and
+    --field in bytes that are not UTF-8 (Python holds them as surrogates) are stored with U+FFFD
+    and printed back as typed, even where Python's stdout is strict UTF-8."""
+    write(os.path.join(WORK, "other_field.jsonl"), '{"text": "fine 42", "note": "\\ud800"}\n')
+    result = run(TOKENIZE, "--model", "model", "--out", "other_field.h5", "other_field.jsonl")
+    check(result.returncode == 0, f"a lone surrogate in a field not read: no error ({result.stderr.strip()})")
+    if result.returncode == 0:
+        check_against_transformers("other field", os.path.join(WORK, "other_field.h5"), os.path.join(WORK, "model"),
+                                   ["fine 42"], chat=False)
+    model = os.path.join(WORK, os.fsdecode(b"model\xff"))
+    shutil.copytree(os.path.join(WORK, "model"), model)
+    out = os.fsdecode(b"out\xff.h5")
+    result = subprocess.run([TOKENIZE, "--model", model, "--out", out, "--field", os.fsdecode(b"\xfe"), "doc.txt"],
+                            capture_output=True, cwd=WORK, env=dict(os.environ, PYTHONIOENCODING="utf-8"))
+    check(result.returncode == 0 and result.stdout.startswith(b"wrote out\xff.h5: 1 prompt"),
+          f"paths and --field not in UTF-8: the file is written, named as typed ({result.stdout!r}, {result.stderr!r})")
+    if result.returncode == 0:
+        # transformers cannot open such a path: the reference reads the same files under their first name.
+        _, attrs = check_against_transformers("names not in UTF-8", os.path.join(WORK, out),
+                                              os.path.join(WORK, "model"), [texts[0]], chat=False)
+        stored = model.replace("\udcff", "\ufffd")
+        check(text_attr(attrs["model_dir"]) == stored and text_attr(attrs["field"]) == "\ufffd",
+              f"model_dir and field stored with U+FFFD ({attrs['model_dir']!r}, {attrs['field']!r})")
 
 
 def check_atomic_output():

@@ -6,7 +6,8 @@ save_pretrained (which writes the transformers-5 layout: `rope_parameters`, no t
 rope_theta / rope_scaling), run through `mpirun -n 2 pipefill run --pp 2`, and the logits
 of each prompt's last position are compared with transformers' forward. The same weights
 under a wrong rope (theta 10000, or llama3 scaling dropped) must give logits far from
-pipefill's, so the test cannot pass by ignoring the rope fields.
+pipefill's, so the test cannot pass by ignoring the rope fields. And a tied checkpoint that
+also holds an lm_head.weight of its own is read as transformers reads it (that head, untied).
 
 usage: transformers_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
 """
@@ -103,12 +104,50 @@ def check_case(build, work, name, config_class, model_class, rope, extra, wrong_
     return ok
 
 
+def check_tied_with_own_head(build, work):
+    """tie_word_embeddings true, but the checkpoint also holds an lm_head.weight of other values:
+    transformers then does not tie them and computes the logits with lm_head.weight; pipefill
+    must give transformers' logits (on pp 2 and on tp 2, where the head is split by vocabulary),
+    far from the embeddings' (what tying would give)."""
+    from safetensors.torch import load_file, save_file
+    name = "qwen3_tied_with_own_lm_head"
+    torch.manual_seed(4321)
+    config = Qwen3Config(**SIZES, head_dim=16, tie_word_embeddings=True, rope_parameters=dict(DEFAULT_THETA))
+    model_dir = os.path.join(work, name)
+    Qwen3ForCausalLM(config).save_pretrained(model_dir, safe_serialization=True)
+    path = os.path.join(model_dir, "model.safetensors")
+    tensors = load_file(path)
+    assert "lm_head.weight" not in tensors, "save_pretrained wrote a tied lm_head"
+    tensors["lm_head.weight"] = torch.randn_like(tensors["model.embed_tokens.weight"]) * 0.1
+    save_file(tensors, path, metadata={"format": "pt"})
+    loaded = Qwen3ForCausalLM.from_pretrained(model_dir).eval()  # what transformers makes of it
+    assert torch.equal(loaded.lm_head.weight, tensors["lm_head.weight"]), "transformers tied them after all"
+    prompts_h5 = os.path.join(work, "prompts.h5")
+    prompts = make_prompts(prompts_h5, PROMPT_LENGTHS, SIZES["vocab_size"], seed=11)
+    expected = last_logits(loaded, prompts)
+    with torch.no_grad():
+        loaded.lm_head.weight.copy_(tensors["model.embed_tokens.weight"])
+    tied = last_logits(loaded, prompts)
+    scale = max(1.0, float(np.abs(expected).max()))
+    ok = True
+    for layout in ("--pp 2", "--tp 2"):
+        got, _, _ = run_pipefill(build, model_dir, prompts_h5, os.path.join(work, name + ".h5"), 2,
+                                 f"{layout} --chunk-size 64 --page-size 16")
+        error, distance = float(np.abs(got - expected).max()), float(np.abs(got - tied).max())
+        print(f"{name} ({layout}): max abs error {error:.3e} (bound {RTOL * scale:.1e}); vs the embeddings as "
+              f"the head: {distance:.3e} (must exceed {WRONG_FRACTION * scale:.1e})")
+        ok = ok and error <= RTOL * scale and distance > WRONG_FRACTION * scale
+    return ok
+
+
 def main():
     build, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
     torch.set_num_threads(1)
     print(f"torch {torch.__version__}, transformers {transformers.__version__}")
     failed = [case[0] for case in CASES if not check_case(build, work, *case)]
+    if not check_tied_with_own_head(build, work):
+        failed.append("qwen3_tied_with_own_lm_head")
     if failed:
         print("FAILED:", ", ".join(failed))
         return 1

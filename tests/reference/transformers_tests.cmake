@@ -45,3 +45,10 @@ set_tests_properties(transformers.moe PROPERTIES FIXTURES_REQUIRED venv LABELS "
 pf_venv_test(transformers.fp8 fp8_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/fp8_check)
 set_tests_properties(transformers.fp8 PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
                      TIMEOUT 300 PROCESSORS 2)
+
+# scripts/pipefill_kv.py on a real --save-kv export of the tiny model (pp 2 x tp 2): it loads,
+# with data_checksum recomputed as the C++ writer computes it; a file with a changed value or
+# moved rows, and token ids that match only once cast to int32, are refused.
+pf_venv_test(kv_export.python_loader kv_load_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/kv_load_check)
+set_tests_properties(kv_export.python_loader PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
+                     TIMEOUT 300 PROCESSORS 2)

@@ -217,20 +217,30 @@ TEST(ConfigValidation, RopeParametersOfTransformers5AreRead) {
                       "rope_parameters.full_attention");
 }
 
-TEST(ConfigValidation, RopeParametersWinOverTopLevelKeys) {
+// Both layouts in one config.json: transformers 5.24 takes rope_parameters' theta over a lone
+// top-level rope_theta, but the top-level pair when rope_scaling is there too, so pipefill
+// refuses any contradiction between them (naming both) and reads them when they agree.
+TEST(ConfigValidation, RopeLayoutsThatDisagreeAreRefused) {
   nlohmann::json j = transformers5_json({{"rope_type", "default"}, {"rope_theta", 500000.0}});
   j["rope_theta"] = 10000.0;
+  expect_config_error(j, "rope_theta", "rope_parameters.rope_theta");
+  j["rope_theta"] = 500000;  // the same value (as an int): no contradiction
+  EXPECT_EQ(parse_config(j, "cfg.json").rope_theta, 500000.0);
   j["rope_scaling"] = {{"rope_type", "llama3"},
                        {"factor", 8.0},
                        {"low_freq_factor", 1.0},
                        {"high_freq_factor", 4.0},
                        {"original_max_position_embeddings", 64}};
-  const ModelConfig c = parse_config(j, "cfg.json");
-  EXPECT_EQ(c.rope_theta, 500000.0);
-  EXPECT_FALSE(c.rope_scaling.llama3);
+  expect_config_error(j, "rope_scaling", "rope_parameters");
+  j["rope_parameters"].update(j["rope_scaling"]);  // the same scaling in both: read
+  const ModelConfig same = parse_config(j, "cfg.json");
+  EXPECT_TRUE(same.rope_scaling.llama3);
+  EXPECT_EQ(same.rope_scaling.factor, 8.0);
+  j["rope_parameters"]["factor"] = 4.0;
+  expect_config_error(j, "rope_scaling", "rope_parameters");
   // Without a theta of its own, rope_parameters takes the top-level one.
+  j.erase("rope_scaling");
   j["rope_parameters"].erase("rope_theta");
-  EXPECT_EQ(parse_config(j, "cfg.json").rope_theta, 10000.0);
   j["rope_theta"] = 750000;
   EXPECT_EQ(parse_config(j, "cfg.json").rope_theta, 750000.0);
 }

@@ -23,13 +23,19 @@ RouterScratch& scratch() {
   return buffers;
 }
 
+// What a score ranks by: NaN (a NaN hidden state reaching the router) as the lowest, so the
+// comparator below stays a strict weak ordering (std::partial_sort is undefined otherwise).
+inline float rank_key(float v) { return std::isnan(v) ? -INFINITY : v; }
+
 // Indices of the k largest of values[0, n), best first; ties go to the lower index.
 void top_k(const float* values, int n, int k, int* chosen) {
   std::vector<int>& order = scratch().order;
   order.resize(n);
   std::iota(order.begin(), order.end(), 0);
-  std::partial_sort(order.begin(), order.begin() + k, order.end(),
-                    [values](int a, int b) { return values[a] > values[b] || (values[a] == values[b] && a < b); });
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [values](int a, int b) {
+    const float x = rank_key(values[a]), y = rank_key(values[b]);
+    return x > y || (x == y && a < b);
+  });
   std::copy_n(order.begin(), k, chosen);
 }
 
