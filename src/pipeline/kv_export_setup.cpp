@@ -161,7 +161,11 @@ std::optional<std::string> write_index(const dist::Topology& topo, const RankMod
   }
   std::error_code error;
   std::filesystem::rename(partial, path, error);
-  if (error) return "--save-kv: cannot rename " + partial + " to index.json: " + error.message() + where;
+  if (error) {
+    const std::string reason = error.message();
+    std::filesystem::remove(partial, error);
+    return "--save-kv: cannot rename " + partial + " to index.json: " + reason + where;
+  }
   return std::nullopt;
 }
 

@@ -210,14 +210,15 @@ set_tests_properties(slow.kill_and_resume_soak PROPERTIES LABELS "slow;mpi" TIME
                      FIXTURES_REQUIRED model.tiny)
 
 # --save-kv: complete and equal to an uninterrupted run's after a stop, a lost file, a full disk.
-foreach(case resume missing_file damaged_file killed_litter concurrent disk_full complete shared_prefix)
+foreach(case resume missing_file damaged_file killed_litter concurrent index_unwritable disk_full complete
+             shared_prefix)
   add_test(NAME mpi.kv_export.${case} COMMAND ${PF_MPI}/kv_export.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.kv_export.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        SKIP_RETURN_CODE 77)
 endforeach()
 set_tests_properties(mpi.kv_export.resume mpi.kv_export.killed_litter mpi.kv_export.concurrent PROPERTIES RUN_SERIAL TRUE)
 # --kv-store: prefixes of earlier runs, damaged and foreign entries, concurrent publishers.
-foreach(case reuse damaged other_layout concurrent scores full)
+foreach(case reuse damaged edited_ids other_layout concurrent scores full)
   add_test(NAME mpi.kv_store.${case} COMMAND ${PF_MPI}/kv_store.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.kv_store.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
 endforeach()

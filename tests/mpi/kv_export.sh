@@ -9,6 +9,7 @@
 #                 and computes it again, with prompt 4 that was not finished
 #   disk_full     the export directory is a full file system (a small tmpfs): exit 2 and one
 #                 `error: --save-kv: cannot write ...`, no index, the output complete
+#   index_unwritable  DIR/index.json cannot be written: one error with the reason and the rank
 #   complete      --resume --save-kv on an output that is already complete: a note that
 #                 nothing was computed, hence nothing exported
 #   damaged_file  the same with a value of a finished prompt's file changed: --resume names the
@@ -153,6 +154,19 @@ PY
     [ -e "$work/out.h5" ] || fail "the output did not survive the failed export"
     [ ! -e "$work/small/kv/index.json" ] || fail "an index was written for a failed export"
     "$PYTHON" "$here/check_output.py" "$work/out.h5" ;;
+  index_unwritable)
+    # DIR/index.json is a directory (with a file in it): the index cannot be put in place. One
+    # error says why and on which rank; no index.json.partial.PID is left behind.
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 2 --min-len 50 --max-len 80 --vocab 512 --seed 4 >/dev/null
+    mkdir -p "$work/kv/index.json" && touch "$work/kv/index.json/in_the_way"
+    status_of pipefill_mpi 2 run --model "$data/tiny" --pp 2 --input "$work/in.h5" --chunk-size 64 --page-size 16 \
+      --quiet --output "$work/out.h5" --save-kv "$work/kv" 2>"$work/stderr"
+    cat "$work/stderr"
+    expect_status 2 "a run whose index could not be written"
+    grep -q "^error: --save-kv: cannot rename $work/kv/index.json.partial.[0-9]* to index.json: .* (rank 0)$" \
+      "$work/stderr" || fail "the error does not say why and on which rank"
+    [ -z "$(find "$work/kv" -name 'index.json.partial.*')" ] || fail "a partial index was left behind"
+    [ -e "$work/out.h5" ] || fail "the output did not survive the failed index" ;;
   complete)
     "$bin/pipefill" make-prompts --out "$work/in.h5" --num 2 --min-len 50 --max-len 80 --vocab 512 --seed 4 >/dev/null
     args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size 64 --page-size 16 --quiet)

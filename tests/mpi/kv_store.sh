@@ -9,6 +9,8 @@
 #   damaged       one byte of an entry's file changed, and the file of the other entry holding
 #                 the document truncated: B names both (it falls back from one to the other),
 #                 loads neither, and is right; A again replaces both, and B then finds no damage
+#   edited_ids    an entry's tokens.i32 edited, two entries' ids and index swapped: B names each
+#                 with what is wrong with it (not "cannot be read"), loads none, and is right
 #   full          the store on a full file system (a small tmpfs): one `error: --kv-store:
 #                 cannot write`, exit 2, the output complete, no .incoming left behind
 #   other_layout  B at pp 1 sees none of A's pp 2 entries (another layout key) and adds its own
@@ -106,6 +108,26 @@ PY
     ! grep -q "^warning" "$work/b2.log" || fail "the damaged entries were not replaced"
     grep -q "loaded from --kv-store" "$work/b2.log" || fail "nothing was loaded after the replacement"
     [ -z "$(find "$store" -maxdepth 1 -name '.replaced-*')" ] || fail "a replaced entry was left aside" ;;
+  edited_ids)
+    run_a a
+    # The 70-token entry's ids changed; the two document entries' ids and index swapped (each
+    # pair agrees with itself, not with the entry's name). Each warning says what is wrong.
+    "$PYTHON" - "$(echo "$store"/*-70)/tokens.i32" <<'PY'
+import sys, numpy as np
+ids = np.fromfile(sys.argv[1], "<i4")
+ids[5] = (ids[5] + 1) % 512
+ids.tofile(sys.argv[1])
+PY
+    a=$(echo "$store"/*-340) b=$(echo "$store"/*-325)
+    for f in tokens.i32 index.json; do mv "$a/$f" "$work/swap"; mv "$b/$f" "$a/$f"; mv "$work/swap" "$b/$f"; done
+    run_b b 4 --pp 2 --tp 2
+    grep -q "^warning: --kv-store: not using .*-70 (its tokens.i32 does not match the tokens_fnv1a of its index.json"       "$work/b.log" || fail "the edited ids were not named as such"
+    for entry in 340 325; do
+      grep -q "^warning: --kv-store: not using .*-$entry (its name does not match the tokens it holds" "$work/b.log" ||
+        fail "the swapped entry -$entry was not named as such"
+    done
+    ! grep -q "loaded from --kv-store" "$work/b.log" || fail "a damaged entry was loaded"
+    same_results b 4 --pp 2 --tp 2 ;;
   full)
     mkdir "$work/small"
     mount -t tmpfs -o size=400k tmpfs "$work/small" 2>/dev/null || { echo "cannot mount a tmpfs: skipped"; exit 77; }
