@@ -23,11 +23,11 @@ inline uint64_t mix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// One element's term. The index and the tensor's salt pick a position-dependent key; the
-// value's bits enter through an odd multiplier (injective), so for a given index distinct
-// values give distinct terms, and no single change can leave the sum as it was.
+// One element's term. The index and the tensor's salt pick a position-dependent key, xored
+// with the value's bits (a bijection of them) before the bijective mix: for a given index
+// distinct values give distinct terms, so no single change can leave the sum as it was.
 inline uint64_t term(uint64_t salt, uint64_t index, uint32_t bits) {
-  return mix(salt ^ (index * 0x9e3779b97f4a7c15ull) ^ (static_cast<uint64_t>(bits) * 0xd6e8feb86659fd93ull));
+  return mix(salt ^ (index * 0x9e3779b97f4a7c15ull) ^ bits);
 }
 
 bool inside(const BlockDigest& inner, const BlockDigest& outer) {
