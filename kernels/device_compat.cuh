@@ -29,8 +29,10 @@
 #define __syncthreads() ::pf::sim::sync_threads()
 #define __shfl_xor_sync(mask, value, offset) ::pf::sim::shfl_xor(value, offset)
 #define PF_DYNAMIC_SHARED(type, name) type* name = static_cast<type*>(::pf::sim::dynamic_shared())
-#define PF_LAUNCH(kernel, grid, block, smem, stream, ...) \
-  ((void)(stream), ::pf::sim::launch(dim3(grid), dim3(block), smem, [=] { kernel(__VA_ARGS__); }))
+#define PF_LAUNCH(kernel, grid, block, smem, stream, ...)                                               \
+  ::pf::sim::launch_on_stream(static_cast<void*>(stream), [=] {                                      \
+    ::pf::sim::launch(dim3(grid), dim3(block), smem, [=] { kernel(__VA_ARGS__); });                  \
+  })
 #define PF_SET_MAX_DYNAMIC_SHARED(kernel, bytes) ((void)0)
 using std::min;
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }

@@ -108,7 +108,8 @@ static int run_command(int argc, char** argv) {
     if (!writer) return;
     if (!options.save_kv.empty()) {
       export_lock = std::make_unique<io::DirectoryLock>(options.save_kv, "--save-kv", io::this_run_in_words(options.output));
-      if (const int removed = export_lock->remove_partial_files(); removed > 0 && !options.quiet)
+      if (const int removed = export_lock->remove_partial_files(kv::kv_export_file_patterns());
+          removed > 0 && !options.quiet)
         std::printf("note: removed %d unfinished file(s) that killed runs left in %s\n", removed, options.save_kv.c_str());
     }
     results = cli::open_output(options, rank_model, prompts);

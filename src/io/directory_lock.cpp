@@ -2,10 +2,12 @@
 #include "io/directory_lock.hpp"
 
 #include <fcntl.h>
+#include <fnmatch.h>
 #include <sys/file.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -73,17 +75,25 @@ DirectoryLock::~DirectoryLock() {
   ::close(fd_);
 }
 
-int DirectoryLock::remove_partial_files() const {
+int DirectoryLock::remove_partial_files(const std::vector<std::string>& names) const {
   std::vector<fs::path> litter;  // listed first: nothing is removed under a running iterator
-  std::error_code error;
-  for (fs::recursive_directory_iterator it(directory_, error), end; !error && it != end; it.increment(error)) {
+  std::error_code walk;
+  for (fs::recursive_directory_iterator it(directory_, walk), end; !walk && it != end; it.increment(walk)) {
     const std::string name = it->path().filename().string();
     const size_t at = name.rfind(".partial.");
-    if (at == std::string::npos || !it->is_regular_file(error)) continue;
-    const std::string pid = name.substr(at + 9);
-    if (!pid.empty() && pid.find_first_not_of("0123456789") == std::string::npos) litter.push_back(it->path());
+    if (at == std::string::npos) continue;
+    const std::string pid = name.substr(at + 9), file = name.substr(0, at);
+    if (pid.empty() || pid.find_first_not_of("0123456789") != std::string::npos) continue;
+    // Only names this run's kind of writer gives its files: nothing else in DIR is touched.
+    const std::string relative = it->path().lexically_relative(directory_).parent_path().append(file).string();
+    const bool ours = std::any_of(names.begin(), names.end(), [&](const std::string& pattern) {
+      return ::fnmatch(pattern.c_str(), relative.c_str(), FNM_PATHNAME) == 0;
+    });
+    std::error_code stat_error;
+    if (ours && it->is_regular_file(stat_error)) litter.push_back(it->path());
   }
   int removed = 0;
+  std::error_code error;
   for (const fs::path& path : litter) removed += fs::remove(path, error) ? 1 : 0;
   return removed;
 }

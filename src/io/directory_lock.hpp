@@ -6,6 +6,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace pf::io {
 
@@ -18,10 +19,11 @@ class DirectoryLock {
   DirectoryLock(const DirectoryLock&) = delete;
   DirectoryLock& operator=(const DirectoryLock&) = delete;
 
-  // Removes what killed runs left: files named `*.partial.PID` anywhere under the directory
-  // (a file being written is `NAME.partial.PID` until renamed). Only the holder may do this,
-  // since no other run can be writing there. Returns how many it removed.
-  int remove_partial_files() const;
+  // Removes what killed runs left: `NAME.partial.PID` files (a file being written is that
+  // until renamed) whose NAME, relative to the directory, matches one of `names` (fnmatch
+  // patterns, e.g. "prompt-*/stage*_tp*.safetensors"). Only the holder may do this, since no
+  // other run can be writing there. Returns how many it removed.
+  int remove_partial_files(const std::vector<std::string>& names) const;
 
  private:
   std::string directory_;

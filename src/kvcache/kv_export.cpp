@@ -60,6 +60,10 @@ std::string kv_file_name(int prompt, int stage, int tp_rank) {
   return "prompt-" + padded(prompt, 6) + "/stage" + padded(stage, 2) + "_tp" + padded(tp_rank, 2) + ".safetensors";
 }
 
+std::vector<std::string> kv_export_file_patterns() {
+  return {"prompt-[0-9]*/stage[0-9]*_tp[0-9]*.safetensors", "index.json"};
+}
+
 std::string tokens_hash_text(uint64_t tokens_hash) {
   io::Fnv1a hash;
   hash.value = tokens_hash;

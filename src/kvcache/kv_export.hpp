@@ -53,6 +53,9 @@ std::string tokens_hash_text(uint64_t tokens_hash);
 
 // The path of prompt p's file of (stage, tp_rank), relative to DIR.
 std::string kv_file_name(int prompt, int stage, int tp_rank);
+// The names an export writes in its directory (fnmatch patterns, relative to it): each
+// prompt's files and index.json. What a killed run can have left as NAME.partial.PID.
+std::vector<std::string> kv_export_file_patterns();
 
 // The __metadata__ a prompt's file holds (and a resumed run checks before trusting it).
 std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout, int prompt, int64_t tokens,

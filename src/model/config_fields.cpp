@@ -210,8 +210,13 @@ Rope read_rope(const Reader& config, RopeTypes accept) {
   // fields are present (5.24 takes rope_parameters' theta over a lone rope_theta, but the
   // legacy pair when rope_scaling is there too), so a contradiction is refused, not guessed.
   const Rope legacy = read_legacy_rope(config, max_positions, accept);
-  if (config.has("rope_theta") && parameters.has("rope_theta") && legacy.theta != rope.theta)
-    throw UserError(config.origin() + ": field \"rope_theta\" (" + shown(*config.raw("rope_theta")) +
+  // (With rope_scaling present transformers drops rope_parameters, its theta included, and
+  // takes the top-level rope_theta or its own default: a theta only rope_parameters gives is
+  // a contradiction then too.)
+  if ((config.has("rope_theta") || config.object("rope_scaling")) && parameters.has("rope_theta") &&
+      legacy.theta != rope.theta)
+    throw UserError(config.origin() + ": field \"rope_theta\" (" +
+                    (config.has("rope_theta") ? shown(*config.raw("rope_theta")) : std::string("absent")) +
                     ") and field \"rope_parameters.rope_theta\" (" + shown(*parameters.raw("rope_theta")) +
                     ") disagree, and transformers' choice between them depends on its version and on the other "
                     "fields; keep one of them (rope_parameters is transformers 5's)");

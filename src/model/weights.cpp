@@ -270,7 +270,20 @@ StageWeights load_stage_weights(const ModelConfig& c, const TensorSource& source
   const int64_t h = c.hidden_size;
   StageWeights w;
   w.first_layer = stage.first;
-  if (first_stage) w.embedding = read(source, "model.embed_tokens.weight", 0, c.vocab_size, 0, h, w.record);
+  if (first_stage) {
+    w.embedding = read(source, "model.embed_tokens.weight", 0, c.vocab_size, 0, h, w.record);
+    // A tied LM head reads TP vocabulary slices of the same tensor on the last stage: digested
+    // here slice by slice too, the same blocks are then compared across the ranks that read
+    // them (weights_digest.hpp), and the sum is the same.
+    if (c.tie_word_embeddings && shard.tp > 1) {
+      w.record.digests.pop_back();
+      for (int rank = 0; rank < shard.tp; ++rank) {
+        const VocabSlice slice = vocab_slice(c.vocab_size, shard.tp, rank);
+        w.record.digests.push_back(digest_block("model.embed_tokens.weight", slice.begin, slice.count, 0, h, h,
+                                                w.embedding.data() + static_cast<size_t>(slice.begin) * h));
+      }
+    }
+  }
   for (int layer = stage.first; layer < stage.first + stage.count; ++layer) {
     const LayerTensorNames n(c, layer);
     LayerWeights l;

@@ -83,6 +83,9 @@ std::vector<BlockDigest> deserialize_digests(const std::string& text) {
 std::string combine_digests(const std::vector<BlockDigest>& blocks, const std::vector<TensorSpec>& expected) {
   std::map<std::string, std::vector<const BlockDigest*>> by_tensor;
   for (const auto& b : blocks) by_tensor[b.tensor].push_back(&b);
+  for (const auto& [name, read] : by_tensor)  // a value read is a value the identity covers
+    if (std::none_of(expected.begin(), expected.end(), [&](const TensorSpec& spec) { return spec.name == name; }))
+      throw std::logic_error("weights digest: a rank read " + name + ", which the model's tensor list lacks");
   io::Fnv1a identity;
   for (const auto& spec : expected) {
     std::vector<const BlockDigest*>& read = by_tensor[spec.name];

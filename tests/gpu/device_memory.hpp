@@ -1,8 +1,16 @@
 // Test helper: a typed buffer in device memory (a GPU build) or in host memory (the host
-// simulator build, PF_HOST_SIM), so one test source checks the kernels both ways.
+// kernels-only simulator build, PF_HOST_SIM), so one test source checks the kernels both ways.
 #pragma once
 
 #include <cuda_runtime.h>
+
+// The kernel checks under the host simulator have no runtime: their "device memory" is host
+// memory. The simulated runtime (PF_RUNTIME_SIM) has one, so its tests use the real calls.
+#if defined(PF_HOST_SIM) && !defined(PF_RUNTIME_SIM)
+#define PF_KERNELS_ONLY_SIM 1
+#else
+#define PF_KERNELS_ONLY_SIM 0
+#endif
 
 #include <string>
 #include <vector>
@@ -11,7 +19,7 @@ namespace pf::test {
 
 // Empty when a device is usable (or in the simulator); else why not.
 inline std::string no_device_reason() {
-#ifdef PF_HOST_SIM
+#if PF_KERNELS_ONLY_SIM
   return "";
 #else
   int count = 0;
@@ -24,7 +32,7 @@ inline std::string no_device_reason() {
 
 // Waits for the device and turns an error into a test failure message ("" when fine).
 inline std::string sync_device() {
-#ifdef PF_HOST_SIM
+#if PF_KERNELS_ONLY_SIM
   return "";
 #else
   cudaError_t status = cudaGetLastError();
@@ -37,7 +45,7 @@ template <typename T>
 class DeviceMemory {
  public:
   explicit DeviceMemory(size_t count) : count_(count) {
-#ifdef PF_HOST_SIM
+#if PF_KERNELS_ONLY_SIM
     host_.resize(count);
     ptr_ = host_.data();
 #else
@@ -46,7 +54,7 @@ class DeviceMemory {
   }
   explicit DeviceMemory(const std::vector<T>& values) : DeviceMemory(values.size()) { put(values); }
   ~DeviceMemory() {
-#ifndef PF_HOST_SIM
+#if !PF_KERNELS_ONLY_SIM
     if (ptr_) cudaFree(ptr_);
 #endif
   }
@@ -55,7 +63,7 @@ class DeviceMemory {
 
   T* get() { return ptr_; }
   void put(const std::vector<T>& values) {
-#ifdef PF_HOST_SIM
+#if PF_KERNELS_ONLY_SIM
     host_ = values;
     host_.resize(count_);
     ptr_ = host_.data();
@@ -64,7 +72,7 @@ class DeviceMemory {
 #endif
   }
   std::vector<T> read() const {
-#ifdef PF_HOST_SIM
+#if PF_KERNELS_ONLY_SIM
     return host_;
 #else
     std::vector<T> out(count_);
@@ -76,7 +84,7 @@ class DeviceMemory {
  private:
   size_t count_;
   T* ptr_ = nullptr;
-#ifdef PF_HOST_SIM
+#if PF_KERNELS_ONLY_SIM
   std::vector<T> host_;
 #endif
 };

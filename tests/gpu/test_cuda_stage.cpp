@@ -71,7 +71,7 @@ void round_to_bf16(model::StageWeights& weights) {
 // A prompt of 150 tokens prefilled in three chunks (the last two after a prefix) on both
 // backends; the last token's logits compared.
 void expect_prefill_matches_cpu(const model::ModelConfig& c, const model::TensorSource& tensors,
-                                const std::string& name) {
+                                const std::string& name, double bound = 1e-2) {
   const model::ShardSpec shard = model::make_shard_spec(c, 1, 0);
   model::StageWeights weights = model::load_stage_weights(c, tensors, {0, c.num_layers}, true, true, shard);
   round_to_bf16(weights);
@@ -105,7 +105,7 @@ void expect_prefill_matches_cpu(const model::ModelConfig& c, const model::Tensor
   ASSERT_EQ(test::sync_device(), "");
   const double error = relative_error(gpu_logits, cpu_logits);
   ::testing::Test::RecordProperty("relative_error", std::to_string(error));
-  EXPECT_LE(error, 1e-2) << name;
+  EXPECT_LE(error, bound) << name;
 }
 
 class CudaStage : public ::testing::TestWithParam<const char*> {};
@@ -116,7 +116,11 @@ TEST_P(CudaStage, PrefillInChunksMatchesCpuBackend) {
   expect_prefill_matches_cpu(source.config, *source.tensors, GetParam());
 }
 
+#ifdef PF_RUNTIME_SIM  // the host simulator runs a thread per CUDA thread: "small" would take hours there
+INSTANTIATE_TEST_SUITE_P(Presets, CudaStage, ::testing::Values("tiny", "tiny-qwen2", "tiny-qwen3"));
+#else
 INSTANTIATE_TEST_SUITE_P(Presets, CudaStage, ::testing::Values("tiny", "tiny-qwen2", "tiny-qwen3", "small"));
+#endif
 
 // Mixture-of-experts and latent-attention families, as config.json files of small shapes
 // (head_dim 32 where the attention is grouped-query: the dense attention kernel's sizes).
@@ -146,11 +150,24 @@ nlohmann::json family_config(const std::string& family) {
 
 class CudaStageFamily : public ::testing::TestWithParam<const char*> {};
 
+// Routed families twice. With every expert chosen (no discrete choice) the GPU's bf16
+// activations must give the CPU's logits within the dense models' bound. With the top-k as
+// configured, a token whose scores are near a tie can pick other experts in bf16 than in
+// float32, which moves its hidden state by a whole expert's output: measured on the host
+// simulator, 1.3e-2 (Qwen3-MoE) and 5.0e-2 (DeepSeek-V3) against 2.8e-3 and 5.5e-3 with
+// every expert chosen. So the top-k run's bound is 1e-1: it still catches a wrong expert,
+// weight or gate (errors of order 1), and the router's own choice is checked kernel by
+// kernel against the CPU's (test_moe_kernels_vs_cpu.cpp).
 TEST_P(CudaStageFamily, PrefillInChunksMatchesCpuBackend) {
   REQUIRE_DEVICE();
-  const model::ModelConfig c = model::parse_config(family_config(GetParam()), GetParam());
-  const auto tensors = model::make_synthetic_source(c, 5);
-  expect_prefill_matches_cpu(c, *tensors, GetParam());
+  nlohmann::json j = family_config(GetParam());
+  const model::ModelConfig c = model::parse_config(j, GetParam());
+  expect_prefill_matches_cpu(c, *model::make_synthetic_source(c, 5), GetParam(), 1e-1);
+  const int experts = c.moe.experts;
+  j["num_experts_per_tok"] = experts;
+  if (j.contains("topk_group")) j["topk_group"] = j["n_group"];
+  const model::ModelConfig every = model::parse_config(j, GetParam());
+  expect_prefill_matches_cpu(every, *model::make_synthetic_source(every, 5), std::string(GetParam()) + ", every expert");
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeAndMla, CudaStageFamily,

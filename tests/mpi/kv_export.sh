@@ -126,6 +126,10 @@ PY
     pipefill_mpi 2 "${args[@]}" --quiet --output "$work/reference.h5" --save-kv "$work/reference_kv"
     start_run "$work/first.log" 2 "${args[@]}" --progress-interval 0.05 --output "$work/first.h5" --save-kv "$work/kv"
     wait_for_prompts 1
+    # Paused (a stopped process keeps its lock) so that it cannot end before the second run asks.
+    pids=$(rank_pids)
+    kill -STOP $pids
+    on_exit "kill -CONT $pids"
     holder=$(cat "$work/kv/.pipefill.lock")
     status_of pipefill_mpi 2 "${args[@]}" --quiet --output "$work/second.h5" --save-kv "$work/kv" 2>"$work/stderr"
     cat "$work/stderr"
@@ -133,6 +137,7 @@ PY
     grep -qF "error: --save-kv $work/kv is being written by another pipefill run ($holder)" "$work/stderr" ||
       fail "the second run's error does not name the first ($holder)"
     [ ! -e "$work/second.h5" ] && [ ! -e "$work/second.h5.partial" ] || fail "the refused run left an output"
+    kill -CONT $pids
     finish_run
     expect_status 0 "the first run"
     [ ! -e "$work/kv/.pipefill.lock" ] || fail "the lock file outlived its run"

@@ -51,6 +51,8 @@ PY
 ranks_starting() {
   local pid count=0 caught threads
   for pid in $(rank_pids); do
+    # Not yet exec'ed (still a copy of mpirun, which catches SIGUSR1 to forward it): not a rank.
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$bin/pipefill")" ] || continue
     caught=$(awk '/^SigCgt:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
     threads=$(ls "/proc/$pid/task" 2>/dev/null | wc -l)
     if { [ -n "$caught" ] && (( (16#$caught >> 9) & 1 )); } || [ "$threads" -gt 1 ]; then count=$((count + 1)); fi

@@ -236,6 +236,11 @@ TEST(ConfigValidation, RopeLayoutsThatDisagreeAreRefused) {
   const ModelConfig same = parse_config(j, "cfg.json");
   EXPECT_TRUE(same.rope_scaling.llama3);
   EXPECT_EQ(same.rope_scaling.factor, 8.0);
+  // With rope_scaling there, transformers drops rope_parameters (its theta too): a theta
+  // only rope_parameters gives is a contradiction.
+  nlohmann::json no_top_theta = j;
+  no_top_theta.erase("rope_theta");
+  expect_config_error(no_top_theta, "rope_theta", "(absent) and field \"rope_parameters.rope_theta\" (500000.0)");
   j["rope_parameters"]["factor"] = 4.0;
   expect_config_error(j, "rope_scaling", "rope_parameters");
   // Without a theta of its own, rope_parameters takes the top-level one.

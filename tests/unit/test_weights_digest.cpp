@@ -112,6 +112,30 @@ TEST(WeightsIdentity, RanksThatReadOtherValuesAreNamed) {
   }
 }
 
+// A tied LM head (tiny-qwen2) at pp 2 x tp 2: the last stage reads vocabulary slices of the
+// embedding that stage 0 read whole. A node whose copy differs there is caught too.
+TEST(WeightsIdentity, ATiedHeadsSlicesAreComparedWithTheEmbedding) {
+  const model::ModelConfig c = model::preset_config("tiny-qwen2");
+  ASSERT_TRUE(c.tie_word_embeddings);
+  const auto source = model::make_synthetic_source(c, 3);
+  EditedSource stale(*source, "model.embed_tokens.weight", c.vocab_size - 3, 7, 0.25f);  // in rank 1's slice
+  const auto partition = model::default_partition(c.num_layers, 2);
+  std::vector<model::BlockDigest> all;
+  for (int stage = 0; stage < 2; ++stage)
+    for (int rank = 0; rank < 2; ++rank) {
+      const model::TensorSource& seen = stage == 1 && rank == 1 ? static_cast<const model::TensorSource&>(stale) : *source;
+      const auto w = model::load_stage_weights(c, seen, partition[stage], stage == 0, stage == 1,
+                                               model::make_shard_spec(c, 2, rank));
+      all.insert(all.end(), w.record.digests.begin(), w.record.digests.end());
+    }
+  try {
+    model::combine_digests(all, model::expected_tensors(c));
+    FAIL() << "the stale slice was not seen";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("model.embed_tokens.weight"), std::string::npos) << e.what();
+  }
+}
+
 TEST(WeightsIdentity, UnreadValuesAreABug) {
   // A part of a tensor that no rank read would be left out of the identity: a loader bug.
   const model::ModelConfig c = model::preset_config("tiny");
