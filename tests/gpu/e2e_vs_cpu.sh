@@ -4,25 +4,33 @@
 # logits must match the CPU's within the bf16 tolerance (relative 1e-2) and the output be
 # complete. Exits 77 (skipped) without a device (or without PF_MIN_GPUS of them), before
 # making anything.
-# usage: [PF_MIN_GPUS=N] e2e_vs_cpu.sh BIN_DIR WORK_DIR PRESET RANKS -- <pipefill run arguments for the cuda run>
+# With PF_SIM=1 the cuda run is pipefill_sim's, the whole backend on the simulated device
+# (tests/gpu/runtime_sim: no GPU needed; shorter prompts, since it computes on one core).
+# usage: [PF_MIN_GPUS=N] [PF_SIM=1] e2e_vs_cpu.sh BIN_DIR WORK_DIR PRESET RANKS -- <pipefill run arguments for the cuda run>
 set -euo pipefail
 here=$(dirname "$0")
 source "$here/../mpi/mpi_env.sh"
 bin=$1 work=$2 preset=$3 ranks=$4
 shift 4
 [ "$1" = "--" ] && shift
-"$bin/tests/gpu/cuda_probe" "${PF_MIN_GPUS:-1}" || exit $?
+if [ "${PF_SIM:-0}" = 1 ]; then
+  cuda_bin=$bin/pipefill_sim num=2 max_len=160
+else
+  "$bin/tests/gpu/cuda_probe" "${PF_MIN_GPUS:-1}" || exit $?
+  cuda_bin=$bin/pipefill num=3 max_len=400
+fi
 mkdir -p "$work"
 model=$work/$preset-bf16
 [ -f "$model/config.json" ] || "$bin/pipefill" make-model --preset "$preset" --dtype bf16 --seed 11 --out "$model" >/dev/null
 prompts=$work/prompts.h5
-[ -f "$prompts" ] || "$bin/pipefill" make-prompts --out "$prompts" --num 3 --min-len 40 --max-len 400 --vocab 500 --seed 4 >/dev/null
+[ -f "$prompts" ] || "$bin/pipefill" make-prompts --out "$prompts" --num $num --min-len 40 --max-len $max_len --vocab 500 \
+  --seed 4 >/dev/null
 cpu=$work/$preset-cpu.h5
 [ -f "$cpu" ] || OPENBLAS_NUM_THREADS=2 timeout 600 mpirun -n 1 "$bin/pipefill" run --quiet --model "$model" \
   --input "$prompts" --output "$cpu" --chunk-size 128
 out=$work/$preset-cuda-$ranks-$(echo "$@" | tr -c 'a-z0-9' '_').h5
 rm -f "$out" "$out.partial"
-timeout 300 mpirun -n "$ranks" "$bin/pipefill" run --quiet --model "$model" --input "$prompts" --output "$out" \
+timeout 600 mpirun -n "$ranks" "$cuda_bin" run --quiet --model "$model" --input "$prompts" --output "$out" \
   --backend cuda "$@"
 "$bin/tests/compare_logits" "$out" "$cpu" --rtol 1e-2
 "$PYTHON" "$here/../mpi/check_output.py" "$out"
