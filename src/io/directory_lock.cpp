@@ -56,7 +56,8 @@ DirectoryLock::DirectoryLock(const std::string& directory, const std::string& ro
                         "); wait for it to end, or choose another directory");
       throw UserError("cannot lock " + path_ + " (" + std::strerror(reason) + ")");
     }
-    struct stat held {}, at_path {};
+    struct stat held {
+    }, at_path{};
     if (::fstat(fd_, &held) == 0 && ::stat(path_.c_str(), &at_path) == 0 && held.st_dev == at_path.st_dev &&
         held.st_ino == at_path.st_ino)
       break;

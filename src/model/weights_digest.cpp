@@ -31,8 +31,8 @@ inline uint64_t term(uint64_t salt, uint64_t index, uint32_t bits) {
 }
 
 bool inside(const BlockDigest& inner, const BlockDigest& outer) {
-  return inner.row0 >= outer.row0 && inner.row0 + inner.rows <= outer.row0 + outer.rows &&
-         inner.col0 >= outer.col0 && inner.col0 + inner.cols <= outer.col0 + outer.cols;
+  return inner.row0 >= outer.row0 && inner.row0 + inner.rows <= outer.row0 + outer.rows && inner.col0 >= outer.col0 &&
+         inner.col0 + inner.cols <= outer.col0 + outer.cols;
 }
 
 bool overlap(const BlockDigest& a, const BlockDigest& b) {
@@ -40,8 +40,8 @@ bool overlap(const BlockDigest& a, const BlockDigest& b) {
 }
 
 std::string region_text(const BlockDigest& b) {
-  return "rows " + std::to_string(b.row0) + "-" + std::to_string(b.row0 + b.rows) + ", cols " +
-         std::to_string(b.col0) + "-" + std::to_string(b.col0 + b.cols);
+  return "rows " + std::to_string(b.row0) + "-" + std::to_string(b.row0 + b.rows) + ", cols " + std::to_string(b.col0) +
+         "-" + std::to_string(b.col0 + b.cols);
 }
 
 }  // namespace
@@ -98,8 +98,8 @@ std::string combine_digests(const std::vector<BlockDigest>& blocks, const std::v
     for (const BlockDigest* block : read) {
       bool counted = false;
       for (const BlockDigest* held : kept) {
-        const bool same_region = block->row0 == held->row0 && block->rows == held->rows &&
-                                 block->col0 == held->col0 && block->cols == held->cols;
+        const bool same_region = block->row0 == held->row0 && block->rows == held->rows && block->col0 == held->col0 &&
+                                 block->cols == held->cols;
         if (same_region && block->sum != held->sum)
           throw UserError("two ranks read other values for " + spec.name + " (" + region_text(*block) +
                           "): is the checkpoint the same on every node?");

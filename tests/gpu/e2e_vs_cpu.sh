@@ -32,5 +32,6 @@ out=$work/$preset-cuda-$ranks-$(echo "$@" | tr -c 'a-z0-9' '_').h5
 rm -f "$out" "$out.partial"
 timeout 600 mpirun -n "$ranks" "$cuda_bin" run --quiet --model "$model" --input "$prompts" --output "$out" \
   --backend cuda "$@"
-"$bin/tests/compare_logits" "$out" "$cpu" --rtol 1e-2
+# PF_RTOL: routed (MoE) models' bound, where bf16 near-ties pick other experts (test_cuda_stage.cpp).
+"$bin/tests/compare_logits" "$out" "$cpu" --rtol "${PF_RTOL:-1e-2}"
 "$PYTHON" "$here/../mpi/check_output.py" "$out"

@@ -85,7 +85,8 @@ TEST(SimCublasLt, TransposesLeadingDimensionsAndRowOrder) {
   cublasLtMatrixLayoutCreate(&g.b, CUDA_R_16BF, 2, 3, 2);
   cublasLtMatrixLayoutCreate(&g.c, CUDA_R_32F, 2, 2, 2);
   const int32_t row = CUBLASLT_ORDER_ROW;
-  ASSERT_EQ(cublasLtMatrixLayoutSetAttribute(g.c, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof row), CUBLAS_STATUS_SUCCESS);
+  ASSERT_EQ(cublasLtMatrixLayoutSetAttribute(g.c, CUBLASLT_MATRIX_LAYOUT_ORDER, &row, sizeof row),
+            CUBLAS_STATUS_SUCCESS);
   auto *da = device_copy(a), *db = device_copy(b);
   float* dc = device_copy(std::vector<float>(4, 0));
   ASSERT_EQ(g.run(da, db, 0.0f, dc), CUBLAS_STATUS_SUCCESS);
@@ -95,7 +96,7 @@ TEST(SimCublasLt, TransposesLeadingDimensionsAndRowOrder) {
 
 // Two batches 6 elements apart in A, 2 apart in B (a 2x1 vector), 2 apart in C.
 TEST(SimCublasLt, StridedBatchesAndBf16Output) {
-  const std::vector<uint16_t> a = {bf16(1), bf16(0), bf16(0), bf16(1), bf16(0), bf16(0),   // batch 0: I
+  const std::vector<uint16_t> a = {bf16(1), bf16(0), bf16(0), bf16(1),   bf16(0), bf16(0),   // batch 0: I
                                    bf16(2), bf16(0), bf16(0), bf16(0.5), bf16(0), bf16(0)};  // batch 1: diag(2, .5)
   const std::vector<uint16_t> b = {bf16(3), bf16(5), bf16(3), bf16(5)};
   Gemm g(CUBLAS_OP_N, CUBLAS_OP_N);

@@ -4,6 +4,7 @@
 // model allows, and the FLOPs the cpu backend really runs against the analytic cost model.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <condition_variable>
 #include <map>
@@ -251,6 +252,33 @@ TEST(MoeRouter, SigmoidGroupsBiasAndScaling) {
   moe.norm_topk_prob = true;
   cpu::choose_experts(logits, bias, moe, expert, weight);
   EXPECT_NEAR(weight[0] + weight[1], 2.0, 1e-6);  // renormalised, then scaled
+}
+
+// A NaN score (from a NaN hidden state) ranks below every number: the comparators stay strict
+// weak orderings (std::partial_sort is undefined otherwise), and no NaN wins a slot.
+TEST(MoeRouter, NanScoresRankLowest) {
+  model::MoeConfig moe;
+  moe.router = model::Router::kSigmoidGrouped;
+  moe.experts = 8;
+  moe.experts_per_token = 2;
+  moe.groups = 4;
+  moe.topk_groups = 2;
+  const float nan = std::nanf("");
+  // Group {4,5} holds a NaN: it is not among the two best groups ({0,1} and {2,3} are).
+  const float logits[8] = {3.0f, -4.0f, 1.5f, 1.4f, nan, 1.2f, -3.0f, -3.0f};
+  int expert[2];
+  float weight[2];
+  cpu::choose_experts(logits, nullptr, moe, expert, weight);
+  EXPECT_EQ(expert[0], 0);
+  EXPECT_EQ(expert[1], 2);
+  // Every score NaN but one: that one first, then the lowest index (ties of NaN).
+  float mostly_nan[8];
+  std::fill(mostly_nan, mostly_nan + 8, nan);
+  mostly_nan[6] = 0.5f;
+  moe.topk_groups = 4;
+  cpu::choose_experts(mostly_nan, nullptr, moe, expert, weight);
+  EXPECT_EQ(expert[0], 6);
+  EXPECT_EQ(expert[1], 0);
 }
 
 // The FLOPs the cpu backend runs on a chunk after a prefix (every GEMM: projections, the

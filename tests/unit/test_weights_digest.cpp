@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <tuple>
 #include <stdexcept>
+#include <tuple>
 
 #include "errors.hpp"
 #include "model/layer_partition.hpp"
@@ -81,9 +81,12 @@ TEST(WeightsIdentity, ChangesWithAnySingleValue) {
   const auto source = model::make_synthetic_source(c, 3);
   const std::string original = identity_of(c, *source, 2, 2);
   const std::string gate = "model.layers.1.mlp.gate_proj.weight";
-  for (const auto& [tensor, row, col] : std::vector<std::tuple<std::string, int64_t, int64_t>>{
-           {gate, 100, 17}, {gate, 0, 0}, {"model.embed_tokens.weight", 300, 5},
-           {"model.layers.0.self_attn.o_proj.weight", 3, 60}, {"model.norm.weight", 7, 0}}) {
+  for (const auto& [tensor, row, col] :
+       std::vector<std::tuple<std::string, int64_t, int64_t>>{{gate, 100, 17},
+                                                              {gate, 0, 0},
+                                                              {"model.embed_tokens.weight", 300, 5},
+                                                              {"model.layers.0.self_attn.o_proj.weight", 3, 60},
+                                                              {"model.norm.weight", 7, 0}}) {
     SCOPED_TRACE(tensor + " " + std::to_string(row) + "," + std::to_string(col));
     // The smallest change a float can take, and a large one: both seen, on any layout.
     EditedSource tiny_edit(*source, tensor, row, col, 0.0f), big_edit(*source, tensor, row, col, 1.0f);
@@ -98,7 +101,7 @@ TEST(WeightsIdentity, RanksThatReadOtherValuesAreNamed) {
   const auto source = model::make_synthetic_source(c, 3);
   const auto partition = model::default_partition(c.num_layers, 1);
   std::vector<model::BlockDigest> all;
-  for (int rank = 0; rank < 2; ++rank) {  // tp 2: both ranks read the norms whole
+  for (int rank = 0; rank < 2; ++rank) {                           // tp 2: both ranks read the norms whole
     EditedSource stale(*source, "model.norm.weight", 2, 0, 0.5f);  // rank 1's node has another copy
     const model::TensorSource& seen = rank == 1 ? static_cast<const model::TensorSource&>(stale) : *source;
     const auto w = model::load_stage_weights(c, seen, partition[0], true, true, model::make_shard_spec(c, 2, rank));
@@ -123,7 +126,8 @@ TEST(WeightsIdentity, ATiedHeadsSlicesAreComparedWithTheEmbedding) {
   std::vector<model::BlockDigest> all;
   for (int stage = 0; stage < 2; ++stage)
     for (int rank = 0; rank < 2; ++rank) {
-      const model::TensorSource& seen = stage == 1 && rank == 1 ? static_cast<const model::TensorSource&>(stale) : *source;
+      const model::TensorSource& seen =
+          stage == 1 && rank == 1 ? static_cast<const model::TensorSource&>(stale) : *source;
       const auto w = model::load_stage_weights(c, seen, partition[stage], stage == 0, stage == 1,
                                                model::make_shard_spec(c, 2, rank));
       all.insert(all.end(), w.record.digests.begin(), w.record.digests.end());

@@ -25,7 +25,9 @@ RouterScratch& scratch() {
 
 // What a score ranks by: NaN (a NaN hidden state reaching the router) as the lowest, so the
 // comparator below stays a strict weak ordering (std::partial_sort is undefined otherwise).
-inline float rank_key(float v) { return std::isnan(v) ? -INFINITY : v; }
+inline float rank_key(float v) {
+  return std::isnan(v) ? -INFINITY : v;
+}
 
 // Indices of the k largest of values[0, n), best first; ties go to the lower index.
 void top_k(const float* values, int n, int k, int* chosen) {

@@ -52,7 +52,9 @@ uint16_t float_to_bf16(float value) {  // round to nearest even, as the hardware
   return static_cast<uint16_t>(bits >> 16);
 }
 
-bool known_type(cudaDataType type) { return type == CUDA_R_32F || type == CUDA_R_16BF; }
+bool known_type(cudaDataType type) {
+  return type == CUDA_R_32F || type == CUDA_R_16BF;
+}
 
 // Element (r, c) of the stored matrix of `layout` at `base` (batch offset applied).
 float load(const void* base, const Layout& layout, uint64_t r, uint64_t c) {
@@ -83,8 +85,12 @@ cublasStatus_t copy_attribute(T& field, const void* buffer, size_t bytes) {
   return CUBLAS_STATUS_SUCCESS;
 }
 
-Layout& layout_of(cublasLtMatrixLayout_t handle) { return *reinterpret_cast<Layout*>(handle); }
-Desc& desc_of(cublasLtMatmulDesc_t handle) { return *reinterpret_cast<Desc*>(handle); }
+Layout& layout_of(cublasLtMatrixLayout_t handle) {
+  return *reinterpret_cast<Layout*>(handle);
+}
+Desc& desc_of(cublasLtMatmulDesc_t handle) {
+  return *reinterpret_cast<Desc*>(handle);
+}
 
 // The shapes agree: op(A) m x k, op(B) k x n, C and D m x n, one batch count (or 1, broadcast).
 bool shapes_agree(const Desc& d, const Layout& a, const Layout& b, const Layout& c, const Layout& out) {
@@ -112,14 +118,20 @@ cublasStatus_t cublasLtDestroy(cublasLtHandle_t handle) {
 
 const char* cublasLtGetStatusString(cublasStatus_t status) {
   switch (status) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED (by the host simulator)";
-    default: return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED (by the host simulator)";
+    default:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
   }
 }
 
-const char* cublasLtGetStatusName(cublasStatus_t status) { return cublasLtGetStatusString(status); }
+const char* cublasLtGetStatusName(cublasStatus_t status) {
+  return cublasLtGetStatusString(status);
+}
 
 cublasStatus_t cublasLtMatrixLayoutCreate(cublasLtMatrixLayout_t* handle, cudaDataType type, uint64_t rows,
                                           uint64_t cols, int64_t ld) {
@@ -147,12 +159,18 @@ cublasStatus_t cublasLtMatrixLayoutSetAttribute(cublasLtMatrixLayout_t handle, c
       if (layout.order != CUBLASLT_ORDER_COL && layout.order != CUBLASLT_ORDER_ROW) return CUBLAS_STATUS_NOT_SUPPORTED;
       return status;
     }
-    case CUBLASLT_MATRIX_LAYOUT_ROWS: return copy_attribute(layout.rows, buffer, bytes);
-    case CUBLASLT_MATRIX_LAYOUT_COLS: return copy_attribute(layout.cols, buffer, bytes);
-    case CUBLASLT_MATRIX_LAYOUT_LD: return copy_attribute(layout.ld, buffer, bytes);
-    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT: return copy_attribute(layout.batch_count, buffer, bytes);
-    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET: return copy_attribute(layout.batch_stride, buffer, bytes);
-    default: return CUBLAS_STATUS_NOT_SUPPORTED;
+    case CUBLASLT_MATRIX_LAYOUT_ROWS:
+      return copy_attribute(layout.rows, buffer, bytes);
+    case CUBLASLT_MATRIX_LAYOUT_COLS:
+      return copy_attribute(layout.cols, buffer, bytes);
+    case CUBLASLT_MATRIX_LAYOUT_LD:
+      return copy_attribute(layout.ld, buffer, bytes);
+    case CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT:
+      return copy_attribute(layout.batch_count, buffer, bytes);
+    case CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET:
+      return copy_attribute(layout.batch_stride, buffer, bytes);
+    default:
+      return CUBLAS_STATUS_NOT_SUPPORTED;
   }
 }
 

@@ -27,9 +27,13 @@ cudaError_t fail(cudaError_t error) {
   return error;
 }
 
-std::unique_lock<std::recursive_mutex> hold() { return std::unique_lock<std::recursive_mutex>(SimDevice::get().lock()); }
+std::unique_lock<std::recursive_mutex> hold() {
+  return std::unique_lock<std::recursive_mutex>(SimDevice::get().lock());
+}
 
-SimEvent* event_of(cudaEvent_t event) { return reinterpret_cast<SimEvent*>(event); }
+SimEvent* event_of(cudaEvent_t event) {
+  return reinterpret_cast<SimEvent*>(event);
+}
 
 }  // namespace
 
@@ -40,7 +44,9 @@ cudaError_t cudaGetDeviceCount(int* count) {
   return cudaSuccess;
 }
 
-cudaError_t cudaSetDevice(int device) { return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice); }
+cudaError_t cudaSetDevice(int device) {
+  return device == 0 ? cudaSuccess : fail(cudaErrorInvalidDevice);
+}
 
 cudaError_t cudaGetDevice(int* device) {
   *device = 0;
@@ -159,7 +165,9 @@ cudaError_t cudaEventCreateWithFlags(cudaEvent_t* event, unsigned int flags) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventCreate(cudaEvent_t* event) { return cudaEventCreateWithFlags(event, cudaEventDefault); }
+cudaError_t cudaEventCreate(cudaEvent_t* event) {
+  return cudaEventCreateWithFlags(event, cudaEventDefault);
+}
 
 cudaError_t cudaEventDestroy(cudaEvent_t event) {
   delete event_of(event);
@@ -178,7 +186,9 @@ cudaError_t cudaEventQuery(cudaEvent_t event) {
   return cudaSuccess;
 }
 
-cudaError_t cudaEventSynchronize(cudaEvent_t event) { return cudaEventQuery(event); }
+cudaError_t cudaEventSynchronize(cudaEvent_t event) {
+  return cudaEventQuery(event);
+}
 
 cudaError_t cudaEventElapsedTime(float* ms, cudaEvent_t start, cudaEvent_t end) {
   auto lock = hold();
@@ -196,21 +206,33 @@ cudaError_t cudaGetLastError() {
   return error;
 }
 
-cudaError_t cudaPeekAtLastError() { return t_last_error; }
+cudaError_t cudaPeekAtLastError() {
+  return t_last_error;
+}
 
 const char* cudaGetErrorString(cudaError_t error) {
   switch (error) {
-    case cudaSuccess: return "no error";
-    case cudaErrorMemoryAllocation: return "out of memory (simulated device)";
-    case cudaErrorInvalidValue: return "invalid argument";
-    case cudaErrorInvalidDevice: return "invalid device ordinal";
-    case cudaErrorNotReady: return "device not ready";
-    case cudaErrorNotSupported: return "operation not supported (by the host simulator)";
-    case cudaErrorInvalidResourceHandle: return "invalid resource handle";
-    default: return "unknown error (simulated device)";
+    case cudaSuccess:
+      return "no error";
+    case cudaErrorMemoryAllocation:
+      return "out of memory (simulated device)";
+    case cudaErrorInvalidValue:
+      return "invalid argument";
+    case cudaErrorInvalidDevice:
+      return "invalid device ordinal";
+    case cudaErrorNotReady:
+      return "device not ready";
+    case cudaErrorNotSupported:
+      return "operation not supported (by the host simulator)";
+    case cudaErrorInvalidResourceHandle:
+      return "invalid resource handle";
+    default:
+      return "unknown error (simulated device)";
   }
 }
 
-const char* cudaGetErrorName(cudaError_t error) { return cudaGetErrorString(error); }
+const char* cudaGetErrorName(cudaError_t error) {
+  return cudaGetErrorString(error);
+}
 
 }  // extern "C"

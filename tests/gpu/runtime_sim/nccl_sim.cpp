@@ -25,9 +25,12 @@ namespace {
 
 size_t type_bytes(ncclDataType_t type) {
   switch (type) {
-    case ncclFloat32: return 4;
-    case ncclBfloat16: return 2;
-    default: return 0;
+    case ncclFloat32:
+      return 4;
+    case ncclBfloat16:
+      return 2;
+    default:
+      return 0;
   }
 }
 
@@ -99,8 +102,8 @@ ncclResult_t ncclSend(const void* data, size_t count, ncclDataType_t type, int p
   if (bytes == 0 && count > 0) return ncclInvalidArgument;
   return run_on(stream, [=] {
     reap(comm, false);
-    comm->sends.emplace_back(MPI_REQUEST_NULL, std::vector<char>(static_cast<const char*>(data),
-                                                                 static_cast<const char*>(data) + bytes));
+    comm->sends.emplace_back(MPI_REQUEST_NULL,
+                             std::vector<char>(static_cast<const char*>(data), static_cast<const char*>(data) + bytes));
     auto& sent = comm->sends.back();
     MPI_Isend(sent.second.data(), static_cast<int>(bytes), MPI_BYTE, peer, 0, comm->mpi, &sent.first);
   });
@@ -109,7 +112,8 @@ ncclResult_t ncclSend(const void* data, size_t count, ncclDataType_t type, int p
 ncclResult_t ncclRecv(void* data, size_t count, ncclDataType_t type, int peer, ncclComm_t comm, cudaStream_t stream) {
   const size_t bytes = count * type_bytes(type);
   if (bytes == 0 && count > 0) return ncclInvalidArgument;
-  return run_on(stream, [=] { MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm->mpi, MPI_STATUS_IGNORE); });
+  return run_on(stream,
+                [=] { MPI_Recv(data, static_cast<int>(bytes), MPI_BYTE, peer, 0, comm->mpi, MPI_STATUS_IGNORE); });
 }
 
 ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataType_t type, ncclRedOp_t op,
@@ -122,10 +126,14 @@ ncclResult_t ncclAllReduce(const void* send, void* recv, size_t count, ncclDataT
 
 const char* ncclGetErrorString(ncclResult_t result) {
   switch (result) {
-    case ncclSuccess: return "no error";
-    case ncclInvalidUsage: return "invalid usage (the host simulator makes the world communicator and its splits)";
-    case ncclInvalidArgument: return "invalid argument (the host simulator sums float32 only)";
-    default: return "unhandled error (simulated NCCL)";
+    case ncclSuccess:
+      return "no error";
+    case ncclInvalidUsage:
+      return "invalid usage (the host simulator makes the world communicator and its splits)";
+    case ncclInvalidArgument:
+      return "invalid argument (the host simulator sums float32 only)";
+    default:
+      return "unhandled error (simulated NCCL)";
   }
 }
 
