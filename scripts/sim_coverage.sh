@@ -9,7 +9,7 @@ dir=${1:-$root/build-coverage}
 cmake -S "$root" -B "$dir" -DCMAKE_BUILD_TYPE=Release -DPIPEFILL_SIM_COVERAGE=ON >/dev/null
 cmake --build "$dir" -j "$(nproc)" --target pipefill pipefill_sim sim_stage_tests compare_logits >/dev/null
 find "$dir" -name '*.gcda' -delete
-(cd "$dir" && ctest -j "$(nproc)" -R '^sim\.(e2e|Presets|MoeAndMla|LtGemm)' --output-on-failure >/dev/null)
+(cd "$dir" && ctest -j "$(nproc)" -R '^sim\.(e2e|Presets|MoeAndMla|LtGemm)' --output-on-failure | tail -3)
 cd "$dir"
 sources=("$root"/src/compute/cuda/*.cpp "$root"/src/dist/{nccl_comms,device_all_reduce,device_transports}.cpp)
 total=0 covered=0

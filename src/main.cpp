@@ -147,7 +147,7 @@ static int run_command(int argc, char** argv) {
       std::printf("note: --kv-store lends no prefixes to a run with --logprobs, --top-k or --hidden-states mean "
                   "(it keeps KV, not the prefix's scores); this run's prompts are added to it\n");
     kv_store = std::make_unique<pipeline::KvStoreRun>(topo, rank_model, options.kv_store, prompts, lengths, done,
-                                                      chunking.page_size, load);
+                                                      chunking.page_size, load, place.backend);
     if (writer) sched::prefer_longer_outside(prefixes, kv_store->offers());
   }
   const pipeline::PlanDecision decision = pipeline::decide_plan(topo, chunking, lengths, *backend.compute,

@@ -456,8 +456,11 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   refuse_unless_cpu(o.hidden_states != compute::HiddenStatesKind::kNone, "--hidden-states", "hidden states");
   refuse_unless_cpu(o.logprobs, "--logprobs", "log-probs");
   refuse_unless_cpu(o.top_k > 0, "--top-k", "log-probs");
-  refuse_unless_cpu(!o.save_kv.empty(), "--save-kv", "KV cache");
-  refuse_unless_cpu(!o.kv_store.empty(), "--kv-store", "KV cache");
+  // The KV cache goes to and from files on both backends that compute.
+  if (emulate && !o.save_kv.empty())
+    throw UserError("--save-kv needs real compute: --backend emulate computes no KV cache");
+  if (emulate && !o.kv_store.empty())
+    throw UserError("--kv-store needs real compute: --backend emulate computes no KV cache");
   // A chunk's token rows travel as one MPI message of (1 + 2k) floats a token.
   const int64_t longest = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
   if (o.top_k > 0 && longest * (1 + 2 * static_cast<int64_t>(o.top_k)) > (int64_t{1} << 30))

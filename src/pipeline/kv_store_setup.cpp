@@ -49,10 +49,12 @@ std::vector<sched::PrefixReuse> match_entries(const std::vector<kv::StoreEntry>&
 
 KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std::string& dir,
                        const io::PromptSet& prompts, const std::vector<int64_t>& lengths,
-                       const std::vector<char>& done, int page_size, bool load_prefixes)
+                       const std::vector<char>& done, int page_size, bool load_prefixes,
+                       compute::BackendKind backend)
     : topo_(topo), model_(m), dir_(dir) {
   const ExportNames names = export_names(topo, m, prompts, lengths);
-  layout_key_ = kv::store_layout_key(names.model_identity, topo.pp, topo.tp, model::partition_text(m.partition));
+  layout_key_ = kv::store_layout_key(names.model_identity + "/" + compute::backend_name(backend), topo.pp, topo.tp,
+                                     model::partition_text(m.partition));
   // Rank 0 names this run's incoming directory and lists the store's entries for this layout.
   std::vector<char> incoming;
   std::vector<kv::StoreEntry> all;

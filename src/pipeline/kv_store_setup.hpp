@@ -7,6 +7,8 @@
 // becomes an entry.
 #pragma once
 
+#include "compute/backend_kind.hpp"
+
 #include <memory>
 #include <optional>
 #include <set>
@@ -27,9 +29,11 @@ class KvStoreRun {
  public:
   // Collective. `done`: prompts a resumed output holds (rank 0). With `load_prefixes` false the
   // store is only written to.
+  // `backend`: the cache's precision is part of an entry's key (a cuda run's bf16 KV is not
+  // lent to a cpu run, whose results would then move by more than float32 rounding).
   KvStoreRun(const dist::Topology& topology, const RankModel& rank_model, const std::string& dir,
              const io::PromptSet& prompts, const std::vector<int64_t>& lengths, const std::vector<char>& done,
-             int page_size, bool load_prefixes);
+             int page_size, bool load_prefixes, compute::BackendKind backend);
   KvStoreRun(const KvStoreRun&) = delete;
   KvStoreRun& operator=(const KvStoreRun&) = delete;
 

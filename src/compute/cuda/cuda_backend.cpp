@@ -33,8 +33,8 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
   const bool nccl = request.transport == "nccl";
   dist::checked_step(MPI_COMM_WORLD, [&] {
     // MLA's attention kernel reads the latent rows at any page size and width up to its limit.
-    // (--save-kv / --kv-store never reach here: options.cpp keeps them to --backend cpu, and
-    // run_inputs.cpp refuses them for MLA on any backend.)
+    // (--save-kv / --kv-store with MLA never reach here: run_inputs.cpp refuses them for MLA
+    // on any backend.)
     if (config.is_mla() && config.mla.latent_width() > kernels::latent_attention_max_width())
       throw UserError("--backend cuda runs latent attention on rows of kv_lora_rank + qk_rope_head_dim up to " +
                       std::to_string(kernels::latent_attention_max_width()) +

@@ -3,12 +3,14 @@
 // GEMMs and kernels/ launches, and the LM head.
 #include "compute/cuda/cuda_stage_compute.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <functional>
 #include <thread>
 
 #include "compute/cpu/elementwise.hpp"
+#include "io/safetensors.hpp"
 
 namespace pf::cuda {
 namespace {
@@ -45,6 +47,7 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
   CUDA_CHECK(cudaEventCreateWithFlags(&logits_ready_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&logits_copied_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&kv_written_, cudaEventDisableTiming));
   inv_freq_.upload(cpu::rope_inv_freq(config_));
   ensure_workspace(max_chunk_tokens);
   if (shard_.vocab_count > 0) {
@@ -80,6 +83,7 @@ CudaStageCompute::~CudaStageCompute() {
   cudaEventDestroy(logits_ready_);
   cudaEventDestroy(logits_copied_);
   cudaEventDestroy(drained_);
+  cudaEventDestroy(kv_written_);
   cudaStreamDestroy(copy_stream_);
   cudaStreamDestroy(forward_stream_);
 }
@@ -389,6 +393,91 @@ void CudaStageCompute::align_clock(double host_now_s) {
   CUDA_CHECK(cudaEventRecord(clock_origin_, forward_stream_));
   CUDA_CHECK(cudaEventSynchronize(clock_origin_));
   clock_origin_s_ = host_now_s;
+}
+
+namespace {
+
+// Visits the rows [pos0, pos0 + count) of a prompt page by page: fn(page index in the table,
+// first slot in the page, row offset in the chunk, rows).
+template <typename Fn>
+void for_each_page_run(int page_size, int64_t pos0, int count, Fn fn) {
+  for (int64_t pos = pos0; pos < pos0 + count;) {
+    const int64_t slot = pos % page_size;
+    const int rows = static_cast<int>(std::min<int64_t>(page_size - slot, pos0 + count - pos));
+    fn(static_cast<int>(pos / page_size), static_cast<int>(slot), static_cast<int>(pos - pos0), rows);
+    pos += rows;
+  }
+}
+
+}  // namespace
+
+// The pages are copied whole (a page holds every local layer: [layer][K heads | V heads]) on
+// the copy stream once the forward stream's appends are done, then converted on the host.
+void CudaStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const {
+  const kv::KvShape shape = kv_shape();
+  if (shape.latent) throw std::logic_error("read_kv: a latent (MLA) cache is not exported");
+  const std::vector<int>& pages = pages_->pages(prompt);
+  const int64_t page_elements = shape.layers * shape.floats_per_page_layer();
+  const int64_t d = shape.head_dim, layer_elements = shape.floats_per_page_layer();
+  CUDA_CHECK(cudaEventRecord(kv_written_, forward_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, kv_written_, 0));  // the chunk's appends first
+  const int first = static_cast<int>(pos0 / shape.page_size);
+  const int last = static_cast<int>((pos0 + count - 1) / shape.page_size);
+  kv_host_.resize(static_cast<size_t>(last - first + 1) * page_elements);
+  for (int p = first; p <= last; ++p)
+    CUDA_CHECK(cudaMemcpyAsync(kv_host_.data() + (p - first) * page_elements,
+                               kv_storage_.data() + static_cast<int64_t>(pages.at(p)) * page_elements,
+                               sizeof(bf16) * page_elements, cudaMemcpyDeviceToHost, copy_stream_));
+  CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  for_each_page_run(shape.page_size, pos0, count, [&](int p, int slot, int row, int rows) {
+    const uint16_t* page = kv_host_.data() + (p - first) * page_elements;
+    for (int layer = 0; layer < shape.layers; ++layer)
+      for (int head = 0; head < shape.kv_heads; ++head) {
+        const uint16_t* k = page + layer * layer_elements + (head * shape.page_size + slot) * d;
+        const uint16_t* v = k + layer_elements / 2;
+        const int64_t at = ((static_cast<int64_t>(layer) * shape.kv_heads + head) * count + row) * d;
+        for (int64_t i = 0; i < rows * d; ++i) {
+          keys[at + i] = io::bf16_to_float(k[i]);
+          values[at + i] = io::bf16_to_float(v[i]);
+        }
+      }
+  });
+}
+
+// The inverse: the touched pages are read, the rows replaced, the pages written back, all on
+// the forward stream (the chunks computed on this prefix come after it there).
+void CudaStageCompute::write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) {
+  const kv::KvShape shape = kv_shape();
+  if (shape.latent) throw std::logic_error("write_kv: a latent (MLA) cache is not loaded");
+  pages_->reserve(prompt, pos0 + count);
+  const std::vector<int>& pages = pages_->pages(prompt);
+  const int64_t page_elements = shape.layers * shape.floats_per_page_layer();
+  const int64_t d = shape.head_dim, layer_elements = shape.floats_per_page_layer();
+  const int first = static_cast<int>(pos0 / shape.page_size);
+  const int last = static_cast<int>((pos0 + count - 1) / shape.page_size);
+  kv_host_.resize(static_cast<size_t>(last - first + 1) * page_elements);
+  auto device_page = [&](int p) { return kv_storage_.data() + static_cast<int64_t>(pages.at(p)) * page_elements; };
+  for (int p = first; p <= last; ++p)
+    CUDA_CHECK(cudaMemcpyAsync(kv_host_.data() + (p - first) * page_elements, device_page(p),
+                               sizeof(bf16) * page_elements, cudaMemcpyDeviceToHost, forward_stream_));
+  CUDA_CHECK(cudaStreamSynchronize(forward_stream_));
+  for_each_page_run(shape.page_size, pos0, count, [&](int p, int slot, int row, int rows) {
+    uint16_t* page = kv_host_.data() + (p - first) * page_elements;
+    for (int layer = 0; layer < shape.layers; ++layer)
+      for (int head = 0; head < shape.kv_heads; ++head) {
+        uint16_t* k = page + layer * layer_elements + (head * shape.page_size + slot) * d;
+        uint16_t* v = k + layer_elements / 2;
+        const int64_t at = ((static_cast<int64_t>(layer) * shape.kv_heads + head) * count + row) * d;
+        for (int64_t i = 0; i < rows * d; ++i) {
+          k[i] = io::float_to_bf16(keys[at + i]);
+          v[i] = io::float_to_bf16(values[at + i]);
+        }
+      }
+  });
+  for (int p = first; p <= last; ++p)
+    CUDA_CHECK(cudaMemcpyAsync(device_page(p), kv_host_.data() + (p - first) * page_elements,
+                               sizeof(bf16) * page_elements, cudaMemcpyHostToDevice, forward_stream_));
+  CUDA_CHECK(cudaStreamSynchronize(forward_stream_));  // kv_host_ is reused by the next call
 }
 
 void CudaStageCompute::take_finished_spans(std::vector<compute::DeviceSpan>& out, bool wait_for_all) {

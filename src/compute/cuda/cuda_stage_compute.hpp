@@ -64,6 +64,10 @@ class CudaStageCompute final : public compute::StageCompute {
   void lm_head(const float* hidden_row, float* logits_shard) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void share_prefix(int source, int dest, int64_t tokens) override { pages_->share(source, dest, tokens); }
+  // --save-kv, --kv-store: rows of the bf16 cache to and from host floats (exact both ways
+  // for values the cache holds), in read_kv's [layers][kv_heads][count][head_dim] layout.
+  void read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const override;
+  void write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) override;
   void finish_prompt(int prompt) override;
   void prepare_prefix(int prompt, int64_t prefix, int tokens) override;
   int64_t capacity_tokens() const override;
@@ -111,6 +115,8 @@ class CudaStageCompute final : public compute::StageCompute {
   // KV pool.
   std::unique_ptr<kv::PageTable> pages_;
   DeviceArray<bf16> kv_storage_;
+  mutable std::vector<uint16_t> kv_host_;  // read_kv / write_kv: whole pages, as bf16 bits
+  cudaEvent_t kv_written_ = nullptr;       // read_kv: the forward stream's appends so far
 
   // Pinned staging slots for small uploads (token ids, page tables).
   struct Staging {
