@@ -453,7 +453,8 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
     if (o.placement.backend == compute::BackendKind::kCuda)
       throw UserError(std::string(flag) + " is not implemented on --backend cuda yet (use --backend cpu)");
   };
-  refuse_unless_cpu(o.hidden_states != compute::HiddenStatesKind::kNone, "--hidden-states", "hidden states");
+  if (emulate && o.hidden_states != compute::HiddenStatesKind::kNone)
+    throw UserError("--hidden-states needs real compute: --backend emulate computes no hidden states");
   refuse_unless_cpu(o.logprobs, "--logprobs", "log-probs");
   refuse_unless_cpu(o.top_k > 0, "--top-k", "log-probs");
   // The KV cache goes to and from files on both backends that compute.

@@ -25,13 +25,25 @@ model=$work/$preset-bf16
 prompts=$work/prompts.h5
 [ -f "$prompts" ] || "$bin/pipefill" make-prompts --out "$prompts" --num $num --min-len 40 --max-len $max_len --vocab 500 \
   --seed 4 >/dev/null
-cpu=$work/$preset-cpu.h5
+# PF_HIDDEN=last|mean: both runs also write /hidden_states, compared like the logits.
+hidden=()
+[ -z "${PF_HIDDEN:-}" ] || hidden=(--hidden-states "$PF_HIDDEN")
+cpu=$work/$preset-cpu${PF_HIDDEN:+-$PF_HIDDEN}.h5
 [ -f "$cpu" ] || OPENBLAS_NUM_THREADS=2 timeout 600 mpirun -n 1 "$bin/pipefill" run --quiet --model "$model" \
-  --input "$prompts" --output "$cpu" --chunk-size 128
+  --input "$prompts" --output "$cpu" --chunk-size 128 "${hidden[@]}"
 out=$work/$preset-cuda-$ranks-$(echo "$@" | tr -c 'a-z0-9' '_').h5
 rm -f "$out" "$out.partial"
 timeout 600 mpirun -n "$ranks" "$cuda_bin" run --quiet --model "$model" --input "$prompts" --output "$out" \
-  --backend cuda "$@"
+  --backend cuda "${hidden[@]}" "$@"
 # PF_RTOL: routed (MoE) models' bound, where bf16 near-ties pick other experts (test_cuda_stage.cpp).
 "$bin/tests/compare_logits" "$out" "$cpu" --rtol "${PF_RTOL:-1e-2}"
 "$PYTHON" "$here/../mpi/check_output.py" "$out"
+if [ -n "${PF_HIDDEN:-}" ]; then
+  "$PYTHON" - "$out" "$cpu" "${PF_RTOL:-1e-2}" <<'PY'
+import sys, h5py, numpy as np
+got, want = (h5py.File(p, "r")["hidden_states"][:].astype(np.float64) for p in sys.argv[1:3])
+error = float(np.abs(got - want).max() / np.abs(want).max())
+print(f"/hidden_states {got.shape}: worst difference {error:.3e} of the largest value (tolerance {sys.argv[3]})")
+sys.exit(0 if got.shape == want.shape and error <= float(sys.argv[3]) else 1)
+PY
+fi

@@ -163,7 +163,7 @@ set(PF_BAD_CASES
   cost_model_negative_coefficient cost_model_stage_count flag_value_not_a_number)
 if(PIPEFILL_HAVE_CUDA)  # --backend cuda exists in this build
   list(APPEND PF_BAD_CASES cuda_without_device cuda_page_size unknown_transport kv_memory_fraction_out_of_range
-       hidden_states_cuda top_k_cuda)
+       top_k_cuda)
 endif()
 foreach(case ${PF_BAD_CASES})
   add_test(NAME bad_input.${case} COMMAND ${PF_MPI}/bad_input.sh ${PF_BIN} ${case} ${PF_DATA})

@@ -363,6 +363,24 @@ void CudaStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
   std::memcpy(logits_shard, logits_host_, sizeof(float) * shard_.vocab_count);
 }
 
+void CudaStageCompute::final_norm(const float* hidden, int rows, float* normed) {
+  const int h = config_.hidden_size;
+  if (final_norm_host_.empty()) {  // once: the weight, widened exactly from its bf16
+    std::vector<uint16_t> bits(h);
+    CUDA_CHECK(cudaMemcpy(bits.data(), weights_.final_norm.data(), sizeof(bf16) * h, cudaMemcpyDeviceToHost));
+    final_norm_host_.resize(h);
+    for (int i = 0; i < h; ++i) final_norm_host_[i] = io::bf16_to_float(bits[i]);
+  }
+  hidden_host_.resize(static_cast<size_t>(rows) * h);
+  CUDA_CHECK(cudaEventRecord(kv_written_, forward_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, kv_written_, 0));  // the rows are the forward's output
+  CUDA_CHECK(cudaMemcpyAsync(hidden_host_.data(), hidden, sizeof(float) * hidden_host_.size(), cudaMemcpyDeviceToHost,
+                             copy_stream_));
+  CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  cpu::rms_norm(hidden_host_.data(), rows, h, h, final_norm_host_.data(), static_cast<float>(config_.rms_norm_eps),
+                normed, h);
+}
+
 void CudaStageCompute::finish_prompt(int prompt) {
   // Later kernels that reuse these pages run after this prompt's, in stream order.
   if (pages_) pages_->release(prompt);

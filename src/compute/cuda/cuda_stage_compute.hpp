@@ -62,6 +62,9 @@ class CudaStageCompute final : public compute::StageCompute {
   void embed(const int32_t* tokens, int count, float* hidden) override;
   void forward(const compute::ChunkContext& chunk, float* hidden) override;
   void lm_head(const float* hidden_row, float* logits_shard) override;
+  // --hidden-states: the rows copied to the host after the forward stream has made them,
+  // normed there in float32 with the final norm's weight (exact from bf16), as the cpu does.
+  void final_norm(const float* hidden, int rows, float* normed) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void share_prefix(int source, int dest, int64_t tokens) override { pages_->share(source, dest, tokens); }
   // --save-kv, --kv-store: rows of the bf16 cache to and from host floats (exact both ways
@@ -116,6 +119,7 @@ class CudaStageCompute final : public compute::StageCompute {
   std::unique_ptr<kv::PageTable> pages_;
   DeviceArray<bf16> kv_storage_;
   mutable std::vector<uint16_t> kv_host_;  // read_kv / write_kv: whole pages, as bf16 bits
+  std::vector<float> final_norm_host_, hidden_host_;  // final_norm: the weight, the rows
   cudaEvent_t kv_written_ = nullptr;       // read_kv: the forward stream's appends so far
 
   // Pinned staging slots for small uploads (token ids, page tables).
