@@ -446,22 +446,16 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   if (!emulate) require_dynamic_for_cost_model(o.chunking);
   if (o.resume && o.overwrite)
     throw UserError("--resume keeps what OUTPUT holds and --overwrite replaces it: give one of them");
-  // Outputs beyond the logits are computed by the CPU backend only, so far.
-  const auto refuse_unless_cpu = [&](bool asked, const char* flag, const char* what) {
-    if (!asked) return;
-    if (emulate) throw UserError(std::string(flag) + " needs real compute: --backend emulate computes no " + what);
-    if (o.placement.backend == compute::BackendKind::kCuda)
-      throw UserError(std::string(flag) + " is not implemented on --backend cuda yet (use --backend cpu)");
+  // Every product beyond the logits needs real compute: the cpu and cuda backends have them all.
+  const auto refuse_on_emulate = [&](bool asked, const char* flag, const char* what) {
+    if (asked && emulate)
+      throw UserError(std::string(flag) + " needs real compute: --backend emulate computes no " + what);
   };
-  if (emulate && o.hidden_states != compute::HiddenStatesKind::kNone)
-    throw UserError("--hidden-states needs real compute: --backend emulate computes no hidden states");
-  refuse_unless_cpu(o.logprobs, "--logprobs", "log-probs");
-  refuse_unless_cpu(o.top_k > 0, "--top-k", "log-probs");
-  // The KV cache goes to and from files on both backends that compute.
-  if (emulate && !o.save_kv.empty())
-    throw UserError("--save-kv needs real compute: --backend emulate computes no KV cache");
-  if (emulate && !o.kv_store.empty())
-    throw UserError("--kv-store needs real compute: --backend emulate computes no KV cache");
+  refuse_on_emulate(o.hidden_states != compute::HiddenStatesKind::kNone, "--hidden-states", "hidden states");
+  refuse_on_emulate(o.logprobs, "--logprobs", "log-probs");
+  refuse_on_emulate(o.top_k > 0, "--top-k", "log-probs");
+  refuse_on_emulate(!o.save_kv.empty(), "--save-kv", "KV cache");
+  refuse_on_emulate(!o.kv_store.empty(), "--kv-store", "KV cache");
   // A chunk's token rows travel as one MPI message of (1 + 2k) floats a token.
   const int64_t longest = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
   if (o.top_k > 0 && longest * (1 + 2 * static_cast<int64_t>(o.top_k)) > (int64_t{1} << 30))

@@ -26,9 +26,11 @@ prompts=$work/prompts.h5
 [ -f "$prompts" ] || "$bin/pipefill" make-prompts --out "$prompts" --num $num --min-len 40 --max-len $max_len --vocab 500 \
   --seed 4 >/dev/null
 # PF_HIDDEN=last|mean: both runs also write /hidden_states, compared like the logits.
+# PF_SCORES=1: both runs also score every token (--logprobs --top-k 3), compared below.
 hidden=()
 [ -z "${PF_HIDDEN:-}" ] || hidden=(--hidden-states "$PF_HIDDEN")
-cpu=$work/$preset-cpu${PF_HIDDEN:+-$PF_HIDDEN}.h5
+[ -z "${PF_SCORES:-}" ] || hidden+=(--logprobs --top-k 3)
+cpu=$work/$preset-cpu${PF_HIDDEN:+-$PF_HIDDEN}${PF_SCORES:+-scores}.h5
 [ -f "$cpu" ] || OPENBLAS_NUM_THREADS=2 timeout 600 mpirun -n 1 "$bin/pipefill" run --quiet --model "$model" \
   --input "$prompts" --output "$cpu" --chunk-size 128 "${hidden[@]}"
 out=$work/$preset-cuda-$ranks-$(echo "$@" | tr -c 'a-z0-9' '_').h5
@@ -38,6 +40,25 @@ timeout 600 mpirun -n "$ranks" "$cuda_bin" run --quiet --model "$model" --input 
 # PF_RTOL: routed (MoE) models' bound, where bf16 near-ties pick other experts (test_cuda_stage.cpp).
 "$bin/tests/compare_logits" "$out" "$cpu" --rtol "${PF_RTOL:-1e-2}"
 "$PYTHON" "$here/../mpi/check_output.py" "$out"
+if [ -n "${PF_SCORES:-}" ]; then
+  # Log-probs within 0.05 nats (bf16 logits: relative 1e-2 of logits of a few units), the same
+  # NaN at each prompt's first token, perplexities within 1e-2; the top-k log-probs likewise
+  # (their ids may swap where two candidates are within bf16 of each other).
+  "$PYTHON" - "$out" "$cpu" <<'PY'
+import sys, h5py, numpy as np
+got, want = (h5py.File(p, "r") for p in sys.argv[1:3])
+a, b = got["token_logprobs"][:], want["token_logprobs"][:]
+assert np.array_equal(np.isnan(a), np.isnan(b)), "the NaN positions differ"
+ok = ~np.isnan(b)
+worst = float(np.abs(a[ok] - b[ok]).max())
+ppl = float(np.abs(got["perplexity"][:] / want["perplexity"][:] - 1).max())
+topk = float(np.abs(got["topk_logprobs"][:] - want["topk_logprobs"][:]).max())
+same_ids = float((got["topk_ids"][:, 0] == want["topk_ids"][:, 0]).mean())
+print(f"/token_logprobs: worst difference {worst:.3e} nats; /perplexity {ppl:.3e} relative; /topk_logprobs "
+      f"{topk:.3e}; best candidate the same at {100 * same_ids:.1f}% of positions")
+sys.exit(0 if worst < 0.05 and ppl < 1e-2 and topk < 0.05 and same_ids > 0.9 else 1)
+PY
+fi
 if [ -n "${PF_HIDDEN:-}" ]; then
   "$PYTHON" - "$out" "$cpu" "${PF_RTOL:-1e-2}" <<'PY'
 import sys, h5py, numpy as np

@@ -247,8 +247,6 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
     expect="--backend cuda: no usable CUDA device" ;;
   cuda_page_size) extra=(--pp 2 --backend cuda --page-size 16); expect="--page-size a multiple of 64 (given: 16)" ;;
   unknown_transport) extra=(--pp 2 --backend cuda --transport pigeon); expect="--transport pigeon is unknown" ;;
-  top_k_cuda) extra=(--pp 2 --backend cuda --top-k 5)
-    expect="--top-k is not implemented on --backend cuda yet" ;;
   kv_memory_fraction_out_of_range) extra=(--pp 2 --backend cuda --kv-memory-fraction 1.5)
     expect="--kv-memory-fraction must be in (0, 1]" ;;
   hdf5_library_crash) input=$here/libhdf5_crash_input.h5  # found by tests/fuzz: crashes libhdf5 1.10 in H5Lexists

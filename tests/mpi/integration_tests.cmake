@@ -162,8 +162,7 @@ set(PF_BAD_CASES
   heterogeneous_arguments stale_weights_on_a_node stale_config_on_a_node
   cost_model_negative_coefficient cost_model_stage_count flag_value_not_a_number)
 if(PIPEFILL_HAVE_CUDA)  # --backend cuda exists in this build
-  list(APPEND PF_BAD_CASES cuda_without_device cuda_page_size unknown_transport kv_memory_fraction_out_of_range
-       top_k_cuda)
+  list(APPEND PF_BAD_CASES cuda_without_device cuda_page_size unknown_transport kv_memory_fraction_out_of_range)
 endif()
 foreach(case ${PF_BAD_CASES})
   add_test(NAME bad_input.${case} COMMAND ${PF_MPI}/bad_input.sh ${PF_BIN} ${case} ${PF_DATA})

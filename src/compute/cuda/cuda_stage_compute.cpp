@@ -363,6 +363,27 @@ void CudaStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
   std::memcpy(logits_shard, logits_host_, sizeof(float) * shard_.vocab_count);
 }
 
+void CudaStageCompute::lm_head_rows(const float* hidden, int rows, float* logits_shard) {
+  const int h = config_.hidden_size, vocab = shard_.vocab_count;
+  const int block = std::max(1, std::min(rows, static_cast<int>((size_t{64} << 20) / (sizeof(float) * vocab))));
+  ensure_workspace(block);
+  row_logits_.ensure(static_cast<size_t>(block) * vocab);
+  for (int first = 0; first < rows; first += block) {
+    const int n = std::min(block, rows - first);
+    kernels::rms_norm_rows(hidden + static_cast<int64_t>(first) * h, n, h, h, weights_.final_norm.data(),
+                           static_cast<float>(config_.rms_norm_eps), normed_.data(), h, forward_stream_);
+    gemm_.linear(normed_.data(), n, h, weights_.lm_head.data(), vocab, row_logits_.data(), forward_stream_);
+    CUDA_CHECK_LAUNCH();
+    // As lm_head: the copy stream takes them once the forward stream has made them.
+    CUDA_CHECK(cudaEventRecord(logits_ready_, forward_stream_));
+    CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, logits_ready_, 0));
+    CUDA_CHECK(cudaMemcpyAsync(logits_shard + static_cast<int64_t>(first) * vocab, row_logits_.data(),
+                               sizeof(float) * n * vocab, cudaMemcpyDeviceToHost, copy_stream_));
+    CUDA_CHECK(cudaEventRecord(logits_copied_, copy_stream_));
+    wait_event(logits_copied_);  // the block's buffer is reused by the next block
+  }
+}
+
 void CudaStageCompute::final_norm(const float* hidden, int rows, float* normed) {
   const int h = config_.hidden_size;
   if (final_norm_host_.empty()) {  // once: the weight, widened exactly from its bf16

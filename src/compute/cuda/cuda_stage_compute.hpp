@@ -65,6 +65,9 @@ class CudaStageCompute final : public compute::StageCompute {
   // --hidden-states: the rows copied to the host after the forward stream has made them,
   // normed there in float32 with the final norm's weight (exact from bf16), as the cpu does.
   void final_norm(const float* hidden, int rows, float* normed) override;
+  // --logprobs, --top-k: every row's logits over this rank's vocabulary slice, computed on the
+  // device in blocks of rows (at most 64 MiB of logits at a time) and copied to the host.
+  void lm_head_rows(const float* hidden, int rows, float* logits_shard) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void share_prefix(int source, int dest, int64_t tokens) override { pages_->share(source, dest, tokens); }
   // --save-kv, --kv-store: rows of the bf16 cache to and from host floats (exact both ways
@@ -111,6 +114,7 @@ class CudaStageCompute final : public compute::StageCompute {
   DeviceArray<float> qkv_, proj_, gate_up_, profile_hidden_;
   DeviceArray<int32_t> tokens_, page_table_;
   DeviceArray<float> logits_;
+  DeviceArray<float> row_logits_;  // lm_head_rows: one block of rows' logits
   float* logits_host_ = nullptr;  // pinned
   cudaEvent_t logits_ready_ = nullptr, logits_copied_ = nullptr, drained_ = nullptr;
   Waiter waiter_;
