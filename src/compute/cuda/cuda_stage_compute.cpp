@@ -47,7 +47,7 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
   CUDA_CHECK(cudaEventCreateWithFlags(&logits_ready_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&logits_copied_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&kv_written_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&forward_mark_, cudaEventDisableTiming));
   inv_freq_.upload(cpu::rope_inv_freq(config_));
   ensure_workspace(max_chunk_tokens);
   if (shard_.vocab_count > 0) {
@@ -83,7 +83,7 @@ CudaStageCompute::~CudaStageCompute() {
   cudaEventDestroy(logits_ready_);
   cudaEventDestroy(logits_copied_);
   cudaEventDestroy(drained_);
-  cudaEventDestroy(kv_written_);
+  cudaEventDestroy(forward_mark_);
   cudaStreamDestroy(copy_stream_);
   cudaStreamDestroy(forward_stream_);
 }
@@ -393,8 +393,8 @@ void CudaStageCompute::final_norm(const float* hidden, int rows, float* normed) 
     for (int i = 0; i < h; ++i) final_norm_host_[i] = io::bf16_to_float(bits[i]);
   }
   hidden_host_.resize(static_cast<size_t>(rows) * h);
-  CUDA_CHECK(cudaEventRecord(kv_written_, forward_stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, kv_written_, 0));  // the rows are the forward's output
+  CUDA_CHECK(cudaEventRecord(forward_mark_, forward_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, forward_mark_, 0));  // the rows are the forward's output
   CUDA_CHECK(cudaMemcpyAsync(hidden_host_.data(), hidden, sizeof(float) * hidden_host_.size(), cudaMemcpyDeviceToHost,
                              copy_stream_));
   CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
@@ -458,8 +458,8 @@ void CudaStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys,
   const std::vector<int>& pages = pages_->pages(prompt);
   const int64_t page_elements = shape.layers * shape.floats_per_page_layer();
   const int64_t d = shape.head_dim, layer_elements = shape.floats_per_page_layer();
-  CUDA_CHECK(cudaEventRecord(kv_written_, forward_stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, kv_written_, 0));  // the chunk's appends first
+  CUDA_CHECK(cudaEventRecord(forward_mark_, forward_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, forward_mark_, 0));  // the chunk's appends first
   const int first = static_cast<int>(pos0 / shape.page_size);
   const int last = static_cast<int>((pos0 + count - 1) / shape.page_size);
   kv_host_.resize(static_cast<size_t>(last - first + 1) * page_elements);

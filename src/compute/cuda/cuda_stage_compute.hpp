@@ -124,7 +124,7 @@ class CudaStageCompute final : public compute::StageCompute {
   DeviceArray<bf16> kv_storage_;
   mutable std::vector<uint16_t> kv_host_;  // read_kv / write_kv: whole pages, as bf16 bits
   std::vector<float> final_norm_host_, hidden_host_;  // final_norm: the weight, the rows
-  cudaEvent_t kv_written_ = nullptr;       // read_kv: the forward stream's appends so far
+  cudaEvent_t forward_mark_ = nullptr;  // read_kv, final_norm: the forward stream's work so far
 
   // Pinned staging slots for small uploads (token ids, page tables).
   struct Staging {
