@@ -12,8 +12,8 @@
 #                   /token_logprobs (or /topk_logprobs) entry is
 #                   torn and another whose /topk_ids entry is are named and recomputed (the rest
 #                   of their rows intact), and every token dataset equals an uninterrupted run's
-#   stop_during_start_up  SIGUSR1 to mpirun while the ranks are starting (MPI_Init): exit 75
-#                   with nothing computed, and --resume then computes every prompt
+#   stop_during_start_up  SIGUSR1 to the ranks while they start (MPI_Init): exit 75 with
+#                   nothing computed, and --resume then computes every prompt
 #   empty_partial   a 0-byte partial (a kill before the first write): a note, a fresh start
 #   stale_partial   a partial left by an earlier run, run again *without* --resume: a
 #                   warning says it is replaced
@@ -47,15 +47,26 @@ PY
 
 # ranks_starting N: N ranks of the run of start_run have begun: main() has caught SIGUSR1
 # (bit 9 of SigCgt), or MPI_Init has started its threads. Either way it is the start-up,
-# before any prompt, where a stop used to kill the rank.
+# before any prompt, where a stop used to kill the rank. Polled without subprocesses once the
+# ranks are known (MPI_Init lasts a fraction of a second here).
+starting_pids=()
 ranks_starting() {
-  local pid count=0 caught threads
-  for pid in $(rank_pids); do
-    # Not yet exec'ed (still a copy of mpirun, which catches SIGUSR1 to forward it): not a rank.
-    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$(readlink -f "$bin/pipefill")" ] || continue
-    caught=$(awk '/^SigCgt:/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
-    threads=$(ls "/proc/$pid/task" 2>/dev/null | wc -l)
-    if { [ -n "$caught" ] && (( (16#$caught >> 9) & 1 )); } || [ "$threads" -gt 1 ]; then count=$((count + 1)); fi
+  local pid count=0 key value tasks exe
+  if [ ${#starting_pids[@]} -lt "$1" ]; then
+    starting_pids=()
+    for pid in $(rank_pids); do
+      # Not yet exec'ed (still a copy of mpirun, which catches SIGUSR1 to forward it): not a rank.
+      exe=$(readlink "/proc/$pid/exe" 2>/dev/null) || continue
+      [ "$exe" = "$(readlink -f "$bin/pipefill")" ] && starting_pids+=("$pid")
+    done
+    [ ${#starting_pids[@]} -ge "$1" ] || return 1
+  fi
+  for pid in "${starting_pids[@]}"; do
+    tasks=(/proc/"$pid"/task/*)
+    if [ ${#tasks[@]} -gt 1 ]; then count=$((count + 1)); continue; fi
+    while read -r key value; do
+      if [ "$key" = "SigCgt:" ] && (( (16#$value >> 9) & 1 )); then count=$((count + 1)); break; fi
+    done <"/proc/$pid/status" 2>/dev/null || true
   done
   [ "$count" -ge "$1" ]
 }
@@ -129,11 +140,13 @@ PY
     done
     ;;
   stop_during_start_up)
-    # SIGUSR1 to mpirun while the ranks start (in MPI_Init, or before): nothing is computed,
-    # the run exits 75, and --resume then computes everything from a clean start.
+    # SIGUSR1 to the ranks themselves while they start (in MPI_Init, or before it), as Slurm's
+    # scancel --signal sends it (mpirun forwards a signal only once its job is up): nothing is
+    # computed, the run exits 75, and --resume then computes everything from a clean start.
     start_run "$work/first.log" 2 "${args[@]}" --input "$work/in.h5" --output "$work/out.h5"
-    wait_until 30 "two ranks in their start-up" ranks_starting 2
-    signal_run USR1 mpirun
+    end=$((SECONDS + 30))  # polled without naps: the start-up is short
+    until ranks_starting 2; do [ "$SECONDS" -lt "$end" ] || fail "the ranks never started"; done
+    signal_run USR1 ranks
     finish_run
     cat "$work/first.log"
     expect_status 75 "a run stopped during its start-up"
