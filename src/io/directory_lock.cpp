@@ -65,8 +65,13 @@ DirectoryLock::DirectoryLock(const std::string& directory, const std::string& ro
     fd_ = -1;
   }
   const std::string line = holder + "\n";
-  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size()))
-    throw UserError("cannot write " + path_ + " (" + std::strerror(errno) + ")");
+  if (::ftruncate(fd_, 0) != 0 || ::pwrite(fd_, line.data(), line.size(), 0) != static_cast<ssize_t>(line.size())) {
+    const int reason = errno;
+    ::unlink(path_.c_str());  // no destructor runs for a constructor that throws
+    ::close(fd_);
+    fd_ = -1;
+    throw UserError("cannot write " + path_ + " (" + std::strerror(reason) + ")");
+  }
 }
 
 DirectoryLock::~DirectoryLock() {
