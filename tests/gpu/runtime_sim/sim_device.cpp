@@ -25,6 +25,12 @@ SimDevice& SimDevice::get() {
   return device;
 }
 
+namespace {
+// The device (and so its launch executor) exists before main: a kernel launched before any
+// runtime call is queued too, never run at once.
+const bool g_device_ready = (SimDevice::get(), true);
+}  // namespace
+
 SimDevice::SimDevice() {
   streams_.push_back(std::make_unique<SimStream>());  // the legacy default stream, id 0
   next_id_ = 1;
