@@ -44,10 +44,9 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
     moe_ = std::make_unique<MoeOnGpu>(config_, shard_, [this](cudaEvent_t event) { wait_event(event); });
   if (config_.is_mla()) latent_ = std::make_unique<LatentOnGpu>(config_, shard_);
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
-  CUDA_CHECK(cudaEventCreateWithFlags(&logits_ready_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&logits_copied_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&forward_done_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming));
-  CUDA_CHECK(cudaEventCreateWithFlags(&forward_mark_, cudaEventDisableTiming));
   inv_freq_.upload(cpu::rope_inv_freq(config_));
   ensure_workspace(max_chunk_tokens);
   if (shard_.vocab_count > 0) {
@@ -58,7 +57,17 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
   for (auto& slot : staging_) CUDA_CHECK(cudaEventCreateWithFlags(&slot.done, cudaEventDisableTiming));
 }
 
-void CudaStageCompute::wait_event(cudaEvent_t event) {
+void CudaStageCompute::copy_to_host_after_forward(const std::function<void(cudaStream_t)>& enqueue) const {
+  // The copy stream takes the data off the device once the forward stream's work so far is
+  // done; the forward stream goes on meanwhile.
+  CUDA_CHECK(cudaEventRecord(forward_done_, forward_stream_));
+  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, forward_done_, 0));
+  enqueue(copy_stream_);
+  CUDA_CHECK(cudaEventRecord(copied_, copy_stream_));
+  wait_event(copied_);
+}
+
+void CudaStageCompute::wait_event(cudaEvent_t event) const {
   const std::function<bool()> ready = [event] { return event_done(event); };
   if (waiter_)
     waiter_(ready);
@@ -80,10 +89,9 @@ CudaStageCompute::~CudaStageCompute() {
   for (cudaEvent_t e : free_events_) cudaEventDestroy(e);
   if (clock_origin_) cudaEventDestroy(clock_origin_);
   if (logits_host_) cudaFreeHost(logits_host_);
-  cudaEventDestroy(logits_ready_);
-  cudaEventDestroy(logits_copied_);
+  cudaEventDestroy(forward_done_);
+  cudaEventDestroy(copied_);
   cudaEventDestroy(drained_);
-  cudaEventDestroy(forward_mark_);
   cudaStreamDestroy(copy_stream_);
   cudaStreamDestroy(forward_stream_);
 }
@@ -353,13 +361,10 @@ void CudaStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
                          normed_.data(), h, forward_stream_);
   gemm_.linear(normed_.data(), 1, h, weights_.lm_head.data(), shard_.vocab_count, logits_.data(), forward_stream_);
   CUDA_CHECK_LAUNCH();
-  // The copy stream takes the logits off the device; the forward stream goes on.
-  CUDA_CHECK(cudaEventRecord(logits_ready_, forward_stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, logits_ready_, 0));
-  CUDA_CHECK(cudaMemcpyAsync(logits_host_, logits_.data(), sizeof(float) * shard_.vocab_count, cudaMemcpyDeviceToHost,
-                             copy_stream_));
-  CUDA_CHECK(cudaEventRecord(logits_copied_, copy_stream_));
-  wait_event(logits_copied_);
+  copy_to_host_after_forward([&](cudaStream_t copy) {
+    CUDA_CHECK(cudaMemcpyAsync(logits_host_, logits_.data(), sizeof(float) * shard_.vocab_count, cudaMemcpyDeviceToHost,
+                               copy));
+  });
   std::memcpy(logits_shard, logits_host_, sizeof(float) * shard_.vocab_count);
 }
 
@@ -374,13 +379,10 @@ void CudaStageCompute::lm_head_rows(const float* hidden, int rows, float* logits
                            static_cast<float>(config_.rms_norm_eps), normed_.data(), h, forward_stream_);
     gemm_.linear(normed_.data(), n, h, weights_.lm_head.data(), vocab, row_logits_.data(), forward_stream_);
     CUDA_CHECK_LAUNCH();
-    // As lm_head: the copy stream takes them once the forward stream has made them.
-    CUDA_CHECK(cudaEventRecord(logits_ready_, forward_stream_));
-    CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, logits_ready_, 0));
-    CUDA_CHECK(cudaMemcpyAsync(logits_shard + static_cast<int64_t>(first) * vocab, row_logits_.data(),
-                               sizeof(float) * n * vocab, cudaMemcpyDeviceToHost, copy_stream_));
-    CUDA_CHECK(cudaEventRecord(logits_copied_, copy_stream_));
-    wait_event(logits_copied_);  // the block's buffer is reused by the next block
+    copy_to_host_after_forward([&](cudaStream_t copy) {  // the block's buffer is reused by the next block
+      CUDA_CHECK(cudaMemcpyAsync(logits_shard + static_cast<int64_t>(first) * vocab, row_logits_.data(),
+                                 sizeof(float) * n * vocab, cudaMemcpyDeviceToHost, copy));
+    });
   }
 }
 
@@ -393,11 +395,10 @@ void CudaStageCompute::final_norm(const float* hidden, int rows, float* normed) 
     for (int i = 0; i < h; ++i) final_norm_host_[i] = io::bf16_to_float(bits[i]);
   }
   hidden_host_.resize(static_cast<size_t>(rows) * h);
-  CUDA_CHECK(cudaEventRecord(forward_mark_, forward_stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, forward_mark_, 0));  // the rows are the forward's output
-  CUDA_CHECK(cudaMemcpyAsync(hidden_host_.data(), hidden, sizeof(float) * hidden_host_.size(), cudaMemcpyDeviceToHost,
-                             copy_stream_));
-  CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  copy_to_host_after_forward([&](cudaStream_t copy) {
+    CUDA_CHECK(cudaMemcpyAsync(hidden_host_.data(), hidden, sizeof(float) * hidden_host_.size(), cudaMemcpyDeviceToHost,
+                               copy));
+  });
   cpu::rms_norm(hidden_host_.data(), rows, h, h, final_norm_host_.data(), static_cast<float>(config_.rms_norm_eps),
                 normed, h);
 }
@@ -458,16 +459,15 @@ void CudaStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys,
   const std::vector<int>& pages = pages_->pages(prompt);
   const int64_t page_elements = shape.layers * shape.floats_per_page_layer();
   const int64_t d = shape.head_dim, layer_elements = shape.floats_per_page_layer();
-  CUDA_CHECK(cudaEventRecord(forward_mark_, forward_stream_));
-  CUDA_CHECK(cudaStreamWaitEvent(copy_stream_, forward_mark_, 0));  // the chunk's appends first
   const int first = static_cast<int>(pos0 / shape.page_size);
   const int last = static_cast<int>((pos0 + count - 1) / shape.page_size);
   kv_host_.resize(static_cast<size_t>(last - first + 1) * page_elements);
-  for (int p = first; p <= last; ++p)
-    CUDA_CHECK(cudaMemcpyAsync(kv_host_.data() + (p - first) * page_elements,
-                               kv_storage_.data() + static_cast<int64_t>(pages.at(p)) * page_elements,
-                               sizeof(bf16) * page_elements, cudaMemcpyDeviceToHost, copy_stream_));
-  CUDA_CHECK(cudaStreamSynchronize(copy_stream_));
+  copy_to_host_after_forward([&](cudaStream_t copy) {  // after the chunk's appends
+    for (int p = first; p <= last; ++p)
+      CUDA_CHECK(cudaMemcpyAsync(kv_host_.data() + (p - first) * page_elements,
+                                 kv_storage_.data() + static_cast<int64_t>(pages.at(p)) * page_elements,
+                                 sizeof(bf16) * page_elements, cudaMemcpyDeviceToHost, copy));
+  });
   for_each_page_run(shape.page_size, pos0, count, [&](int p, int slot, int row, int rows) {
     const uint16_t* page = kv_host_.data() + (p - first) * page_elements;
     for (int layer = 0; layer < shape.layers; ++layer)

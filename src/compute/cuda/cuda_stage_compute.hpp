@@ -19,13 +19,13 @@
 #include <memory>
 #include <vector>
 
-#include "device/device_array.hpp"
 #include "compute/cuda/device_weights.hpp"
 #include "compute/cuda/latent_on_gpu.hpp"
 #include "compute/cuda/lt_gemm.hpp"
 #include "compute/cuda/moe_on_gpu.hpp"
 #include "compute/decoder_layer.hpp"
 #include "compute/stage_compute.hpp"
+#include "device/device_array.hpp"
 #include "dist/tp_all_reduce.hpp"
 #include "kvcache/page_table.hpp"
 #include "kvcache/paged_kv_pool.hpp"
@@ -92,7 +92,11 @@ class CudaStageCompute final : public compute::StageCompute {
   // Host -> device copy through a pinned staging slot, in forward-stream order, without
   // waiting for the stream (the slot is reused only once its copy has run).
   void upload_async(void* device, const void* host, size_t bytes);
-  void wait_event(cudaEvent_t event);
+  void wait_event(cudaEvent_t event) const;
+  // Device-to-host copies (`enqueue` puts them on the stream it is given) made after the
+  // forward stream's work so far, waited for through the waiter (the watchdog): the logits,
+  // scored rows, hidden rows and KV pages all leave the device this way.
+  void copy_to_host_after_forward(const std::function<void(cudaStream_t)>& enqueue) const;
 
   model::ModelConfig config_;
   model::ShardSpec shard_;
@@ -104,7 +108,7 @@ class CudaStageCompute final : public compute::StageCompute {
   LtGemm gemm_;
   dist::TpAllReduce* all_reduce_;
   DeviceArray<double> inv_freq_;
-  float rope_scale_;  // YaRN's attention factor on cos and sin (1 otherwise)
+  float rope_scale_;                     // YaRN's attention factor on cos and sin (1 otherwise)
   std::unique_ptr<MoeOnGpu> moe_;        // MoE models
   std::unique_ptr<LatentOnGpu> latent_;  // MLA models
 
@@ -115,16 +119,16 @@ class CudaStageCompute final : public compute::StageCompute {
   DeviceArray<int32_t> tokens_, page_table_;
   DeviceArray<float> logits_;
   DeviceArray<float> row_logits_;  // lm_head_rows: one block of rows' logits
-  float* logits_host_ = nullptr;  // pinned
-  cudaEvent_t logits_ready_ = nullptr, logits_copied_ = nullptr, drained_ = nullptr;
+  float* logits_host_ = nullptr;   // pinned
+  cudaEvent_t forward_done_ = nullptr, copied_ = nullptr,
+              drained_ = nullptr;  // copy_to_host_after_forward, synchronize
   Waiter waiter_;
 
   // KV pool.
   std::unique_ptr<kv::PageTable> pages_;
   DeviceArray<bf16> kv_storage_;
-  mutable std::vector<uint16_t> kv_host_;  // read_kv / write_kv: whole pages, as bf16 bits
+  mutable std::vector<uint16_t> kv_host_;             // read_kv / write_kv: whole pages, as bf16 bits
   std::vector<float> final_norm_host_, hidden_host_;  // final_norm: the weight, the rows
-  cudaEvent_t forward_mark_ = nullptr;  // read_kv, final_norm: the forward stream's work so far
 
   // Pinned staging slots for small uploads (token ids, page tables).
   struct Staging {
