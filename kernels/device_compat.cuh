@@ -37,6 +37,12 @@
 using std::min;
 inline float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 inline float __expf(float x) { return std::exp(x); }
+// A block's fibers switch only at barriers and warp exchanges: a plain add is atomic here.
+inline int atomicAdd(int* address, int value) {
+  const int old = *address;
+  *address = old + value;
+  return old;
+}
 #else
 #define PF_DYNAMIC_SHARED(type, name) extern __shared__ __align__(16) type name[]
 #define PF_LAUNCH(kernel, grid, block, smem, stream, ...) kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)

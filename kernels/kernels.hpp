@@ -168,4 +168,11 @@ void fill_uniform_bf16(bf16* out, int64_t n, uint64_t seed, float scale, cudaStr
 // Launch failures are reported through the usual CUDA error state; callers check
 // cudaGetLastError() after each launcher (CUDA_CHECK_LAUNCH in device/cuda_check.hpp).
 
+// --logprobs, --top-k: row r of logits [rows, count] (this rank's vocabulary slice, token
+// ids vocab_begin...) summarized into records [rows] of compute::RowSummaryHeader plus k
+// compute::RowCandidate each (compute/vocab_scores.hpp); targets [rows] are the tokens whose
+// logit each row keeps (global ids, -1: none; may be null).                  (vocab_summary.cu)
+void vocab_summaries(const float* logits, int rows, int count, int vocab_begin, const int32_t* targets, int k,
+                     void* records, cudaStream_t stream);
+
 }  // namespace pf::kernels

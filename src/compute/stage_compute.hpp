@@ -6,6 +6,7 @@
 // device memory for cuda (the transport hands out buffers of the same kind).
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <stdexcept>
@@ -51,11 +52,15 @@ class StageCompute {
   virtual void final_norm(const float* /*hidden*/, int /*rows*/, float* /*normed*/) {
     throw std::logic_error("final_norm: this backend does not compute hidden states (--hidden-states)");
   }
-  // Final norm + this rank's vocabulary shard of the LM head on `rows` hidden rows, into host
-  // memory `logits_shard` [rows, vocab_shard_size()] (last stage, --logprobs / --top-k).
-  // Backends that do not implement it refuse those options when options are parsed.
-  virtual void lm_head_rows(const float* /*hidden*/, int /*rows*/, float* /*logits_shard*/) {
-    throw std::logic_error("lm_head_rows: this backend does not score tokens (--logprobs, --top-k)");
+  // Final norm + this rank's vocabulary shard of the LM head on `rows` hidden rows, each row's
+  // logits summarized where they were computed (compute/vocab_scores.hpp) into host memory
+  // `records` [rows] of row_summary_bytes(k): targets [rows] is the token whose logit each row
+  // keeps (a global id, -1: none). Only the summaries reach the host, never a row's logits
+  // (last stage, --logprobs / --top-k). Backends that do not implement it refuse those options
+  // when options are parsed.
+  virtual void summarize_vocab_rows(const float* /*hidden*/, int /*rows*/, const int32_t* /*targets*/, int /*k*/,
+                                    std::byte* /*records*/) {
+    throw std::logic_error("summarize_vocab_rows: this backend does not score tokens (--logprobs, --top-k)");
   }
   // The K and V of positions [pos0, pos0 + count) of `prompt` in every local layer, copied into
   // host memory: keys and values each [layers][kv_heads][count][head_dim], K as attention used

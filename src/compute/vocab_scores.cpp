@@ -11,22 +11,12 @@
 namespace pf::compute {
 namespace {
 
-struct Candidate {
-  float logit;
-  int32_t id;
-};
+using Candidate = RowCandidate;
+using SummaryHeader = RowSummaryHeader;
 
 // a is the better candidate: a larger logit, or the same logit and a smaller id.
 bool better(const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
 
-struct SummaryHeader {
-  float max;
-  float target_logit;
-  int32_t has_target;
-  int32_t candidates;  // how many of the k candidate slots are filled (a slice may be smaller than k)
-  double sum_exp;      // sum over the slice of exp(logit - max)
-};
-static_assert(sizeof(SummaryHeader) == 24, "records are packed: header, then k candidates");
 
 Candidate* candidates_of(std::byte* record) { return reinterpret_cast<Candidate*>(record + sizeof(SummaryHeader)); }
 const Candidate* candidates_of(const std::byte* record) {

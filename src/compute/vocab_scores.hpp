@@ -15,6 +15,22 @@
 
 namespace pf::compute {
 
+// One slice's summary of one row: this header, then `candidates` of k candidate slots (in
+// no particular order: the merge sorts). Made on the host (summarize_row_slice) or on the
+// device (kernels/vocab_summary.cu), merged on the host.
+struct RowSummaryHeader {
+  float max;           // the slice's largest logit (-inf for none)
+  float target_logit;  // when has_target
+  int32_t has_target;
+  int32_t candidates;  // how many of the k candidate slots are filled (a slice may be smaller than k)
+  double sum_exp;      // sum over the slice of exp(logit - max); NaN when a logit is NaN or infinite
+};
+struct RowCandidate {
+  float logit;
+  int32_t id;
+};
+static_assert(sizeof(RowSummaryHeader) == 24 && sizeof(RowCandidate) == 8, "records are packed: header, then k candidates");
+
 // Bytes of one slice's summary of one row with `k` candidates (records are packed at this stride).
 size_t row_summary_bytes(int k);
 

@@ -10,7 +10,6 @@
 #include "compute/vocab_scores.hpp"
 #include "dist/wait.hpp"
 #include "errors.hpp"
-#include "model/weights.hpp"
 
 namespace pf::pipeline {
 
@@ -43,7 +42,6 @@ TokenScorer::TokenScorer(const dist::Topology& topology, compute::StageCompute& 
       prompts_(prompts),
       layout_(layout),
       record_bytes_(compute::row_summary_bytes(layout.top_k)) {
-  vocab_begin_ = model::vocab_slice(vocab_size, topology.tp, topology.tp_rank).begin;
   block_rows_ = block_rows_for(vocab_size, topology.tp, record_bytes_);
 }
 
@@ -66,19 +64,16 @@ const std::vector<float>& TokenScorer::score(const sched::MicroBatch& mb, const 
 }
 
 void TokenScorer::score_block(const sched::MicroBatch& mb, int first_row, int rows, const float* hidden) {
-  const int slice = compute_.vocab_shard_size(), k = layout_.top_k;
-  logits_.resize(static_cast<size_t>(rows) * slice);
-  compute_.lm_head_rows(hidden, rows, logits_.data());
+  const int k = layout_.top_k;
   // The token each row predicts: the prompt's next one (none after its last token).
   const int64_t* offsets = layout_.logprobs ? &prompts_.offsets.at(mb.prompt) : nullptr;
-  summaries_.resize(rows * record_bytes_);
+  targets_.assign(rows, -1);
   for (int r = 0; r < rows; ++r) {
-    int target = -1;
     const int64_t next = offsets ? offsets[0] + mb.start + first_row + r + 1 : 0;
-    if (offsets && next < offsets[1]) target = prompts_.tokens[next];
-    compute::summarize_row_slice(logits_.data() + static_cast<size_t>(r) * slice, slice, vocab_begin_, target, k,
-                                 summaries_.data() + r * record_bytes_);
+    if (offsets && next < offsets[1]) targets_[r] = prompts_.tokens[next];
   }
+  summaries_.resize(rows * record_bytes_);
+  compute_.summarize_vocab_rows(hidden, rows, targets_.data(), k, summaries_.data());
   // TP rank 0 gathers every rank's summaries of the block: [rank][row] records.
   const std::byte* merged_from = summaries_.data();
   if (topology_.tp > 1) {

@@ -39,10 +39,9 @@ class TokenScorer {
   compute::StageCompute& compute_;
   const io::PromptSet& prompts_;
   TokenRowLayout layout_;
-  int vocab_begin_ = 0;
   int block_rows_ = 0;   // rows through the LM head at a time
   size_t record_bytes_;  // one row's slice summary
-  std::vector<float> logits_;        // [block_rows, vocab slice]
+  std::vector<int32_t> targets_;     // [block_rows]: the token each row scores (-1: none)
   std::vector<std::byte> summaries_, gathered_;
   std::vector<float> next_logprob_;  // [length]: row r's log-prob of token start + r + 1
   std::vector<float> part_;          // the chunk's token part (TP rank 0)

@@ -9,11 +9,14 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <ostream>
 #include <vector>
 
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/elementwise.hpp"
+#include "compute/vocab_scores.hpp"
 #include "kernel_checks.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
@@ -240,5 +243,90 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ChunkAttention,
                                   std::to_string(c.kv_heads) + "_page" + std::to_string(c.page_size) + "_prefix" +
                                   std::to_string(c.pos0) + "_t" + std::to_string(c.tokens);
                          });
+
+// The device's row summaries (--logprobs, --top-k) against the host's, row for row: the same
+// max, target and candidate count, the sum to double rounding, and the same k best after the
+// merge (ids included), on rows built to catch the select's corner cases.
+void check_vocab_summaries(const std::vector<float>& logits, int rows, int count, int vocab_begin,
+                           const std::vector<int32_t>& targets, int k) {
+  const size_t stride = compute::row_summary_bytes(k);
+  std::vector<std::byte> want(stride * rows);
+  for (int r = 0; r < rows; ++r)
+    compute::summarize_row_slice(logits.data() + size_t(r) * count, count, vocab_begin, targets[r], k,
+                                 want.data() + r * stride);
+  DeviceMemory<float> d_logits(logits);
+  DeviceMemory<int32_t> d_targets(targets);
+  DeviceMemory<unsigned char> d_records(std::vector<unsigned char>(stride * rows, 0xff));
+  kernels::vocab_summaries(d_logits.get(), rows, count, vocab_begin, d_targets.get(), k, d_records.get(), nullptr);
+  EXPECT_SYNCED();
+  const std::vector<unsigned char> got_bytes = d_records.read();
+  const auto* got = reinterpret_cast<const std::byte*>(got_bytes.data());
+  for (int r = 0; r < rows; ++r) {
+    SCOPED_TRACE("row " + std::to_string(r));
+    compute::RowSummaryHeader a, b;
+    std::memcpy(&a, got + r * stride, sizeof a);
+    std::memcpy(&b, want.data() + r * stride, sizeof b);
+    EXPECT_EQ(a.max, b.max);
+    EXPECT_EQ(a.has_target, b.has_target);
+    if (b.has_target) {
+      EXPECT_EQ(a.target_logit, b.target_logit);
+    }
+    EXPECT_EQ(a.candidates, b.candidates);
+    if (std::isnan(b.sum_exp))
+      EXPECT_TRUE(std::isnan(a.sum_exp));
+    else
+      EXPECT_NEAR(a.sum_exp, b.sum_exp, 1e-12 * b.sum_exp);
+    float lp_a = 0, lp_b = 0;
+    std::vector<float> top_a(k), top_b(k);
+    std::vector<int32_t> ids_a(k), ids_b(k);
+    compute::merge_row_summaries(got + r * stride, 1, stride, k, &lp_a, top_a.data(), ids_a.data());
+    compute::merge_row_summaries(want.data() + r * stride, 1, stride, k, &lp_b, top_b.data(), ids_b.data());
+    EXPECT_EQ(ids_a, ids_b);
+    for (int j = 0; j < k; ++j)
+      if (top_a[j] != top_b[j]) {  // equal infinities pass; NaN never does
+        EXPECT_NEAR(top_a[j], top_b[j], 1e-6f);
+      }
+  }
+}
+
+TEST(Kernels, VocabSummariesMatchTheHost) {
+  REQUIRE_DEVICE();
+  const int count = 700, vocab_begin = 1000;
+  const float inf = std::numeric_limits<float>::infinity();
+  std::vector<std::vector<float>> rows;
+  rows.push_back(random_vector(count, 21, 4.0f));  // plain
+  std::vector<float> ties = random_vector(count, 22, 2.0f);
+  for (float& x : ties) x = std::round(x);  // five values: ties at the k-th place
+  rows.push_back(ties);
+  std::vector<float> zeros(count, 0.0f);
+  for (int i = 0; i < count; i += 3) zeros[i] = -0.0f;  // -0 and +0 are equal logits
+  rows.push_back(zeros);
+  std::vector<float> with_nan = random_vector(count, 23);
+  with_nan[400] = kNaN;
+  rows.push_back(with_nan);
+  std::vector<float> with_inf = random_vector(count, 24);
+  with_inf[5] = inf;
+  rows.push_back(with_inf);
+  std::vector<float> with_minus_inf = random_vector(count, 25);
+  for (int i = 0; i < count; i += 2) with_minus_inf[i] = -inf;
+  rows.push_back(with_minus_inf);
+  std::vector<float> negative = random_vector(count, 26);
+  for (float& x : negative) x = -100.0f - std::abs(x);
+  negative[699] = -1.0f;  // the best in the last thread's run
+  rows.push_back(negative);
+  std::vector<float> logits;
+  for (const auto& row : rows) logits.insert(logits.end(), row.begin(), row.end());
+  const int n = static_cast<int>(rows.size());
+  // Targets in the slice (first, last, middle), outside it, and none.
+  const std::vector<int32_t> targets = {vocab_begin, vocab_begin + count - 1, 5, -1, vocab_begin + 400,
+                                        vocab_begin + 5, vocab_begin + 699};
+  for (int k : {0, 1, 5, 64}) {
+    SCOPED_TRACE("k " + std::to_string(k));
+    check_vocab_summaries(logits, n, count, vocab_begin, targets, k);
+  }
+  // A slice smaller than k: every token is a candidate.
+  const std::vector<float> small = random_vector(3 * 10, 27);
+  check_vocab_summaries(small, 3, 10, 0, {0, 9, -1}, 16);
+}
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "compute/vocab_scores.hpp"
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
 #include "compute/cpu/thread_pool.hpp"
@@ -242,11 +243,17 @@ void CpuStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
               0.0f, logits_shard, 1);
 }
 
-void CpuStageCompute::lm_head_rows(const float* hidden, int rows, float* logits_shard) {
-  const int h = config_.hidden_size;
+void CpuStageCompute::summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets, int k,
+                                           std::byte* records) {
+  const int h = config_.hidden_size, vocab = shard_.vocab_count;
   head_normed_.resize(static_cast<size_t>(rows) * h);
+  head_logits_.resize(static_cast<size_t>(rows) * vocab);
   final_norm(hidden, rows, head_normed_.data());
-  cpu::linear(head_normed_.data(), rows, h, weights_.lm_head.data(), shard_.vocab_count, logits_shard);
+  cpu::linear(head_normed_.data(), rows, h, weights_.lm_head.data(), vocab, head_logits_.data());
+  const size_t record_bytes = compute::row_summary_bytes(k);
+  for (int r = 0; r < rows; ++r)
+    compute::summarize_row_slice(head_logits_.data() + static_cast<size_t>(r) * vocab, vocab, shard_.vocab_begin,
+                                 targets[r], k, records + r * record_bytes);
 }
 
 namespace {

@@ -33,7 +33,8 @@ class CpuStageCompute final : public StageCompute {
   void lm_head(const float* hidden_row, float* logits_shard) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void final_norm(const float* hidden, int rows, float* normed) override;
-  void lm_head_rows(const float* hidden, int rows, float* logits_shard) override;
+  void summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets, int k,
+                            std::byte* records) override;
   void read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const override;
   void write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) override;
   void share_prefix(int source, int dest, int64_t tokens) override { kv_pool_.share(source, dest, tokens); }
@@ -60,7 +61,7 @@ class CpuStageCompute final : public StageCompute {
   float rope_scale_;
   // Workspace, grown to the largest chunk seen.
   std::vector<float> normed_, qkv_, attn_, proj_, gate_up_, act_;
-  std::vector<float> head_normed_;  // lm_head_rows' final-norm rows
+  std::vector<float> head_normed_, head_logits_;  // summarize_vocab_rows' final-norm rows and logits
   cpu::AttentionWorkspace attention_ws_;
   cpu::LatentWorkspace latent_ws_;    // MLA models
   cpu::MoeWorkspace moe_ws_;          // MoE models

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "compute/cpu/elementwise.hpp"
+#include "compute/vocab_scores.hpp"
 #include "io/safetensors.hpp"
 
 namespace pf::cuda {
@@ -368,22 +369,28 @@ void CudaStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
   std::memcpy(logits_shard, logits_host_, sizeof(float) * shard_.vocab_count);
 }
 
-void CudaStageCompute::lm_head_rows(const float* hidden, int rows, float* logits_shard) {
+void CudaStageCompute::summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets, int k,
+                                            std::byte* records) {
   const int h = config_.hidden_size, vocab = shard_.vocab_count;
+  const size_t record_bytes = compute::row_summary_bytes(k);
   const int block = std::max(1, std::min(rows, static_cast<int>((size_t{64} << 20) / (sizeof(float) * vocab))));
   ensure_workspace(block);
   row_logits_.ensure(static_cast<size_t>(block) * vocab);
-  for (int first = 0; first < rows; first += block) {
+  row_targets_.ensure(static_cast<size_t>(rows));
+  row_summaries_.ensure(rows * record_bytes);
+  upload_async(row_targets_.data(), targets, sizeof(int32_t) * rows);
+  for (int first = 0; first < rows; first += block) {  // the logits buffer is reused in stream order
     const int n = std::min(block, rows - first);
     kernels::rms_norm_rows(hidden + static_cast<int64_t>(first) * h, n, h, h, weights_.final_norm.data(),
                            static_cast<float>(config_.rms_norm_eps), normed_.data(), h, forward_stream_);
     gemm_.linear(normed_.data(), n, h, weights_.lm_head.data(), vocab, row_logits_.data(), forward_stream_);
+    kernels::vocab_summaries(row_logits_.data(), n, vocab, shard_.vocab_begin, row_targets_.data() + first, k,
+                             row_summaries_.data() + first * record_bytes, forward_stream_);
     CUDA_CHECK_LAUNCH();
-    copy_to_host_after_forward([&](cudaStream_t copy) {  // the block's buffer is reused by the next block
-      CUDA_CHECK(cudaMemcpyAsync(logits_shard + static_cast<int64_t>(first) * vocab, row_logits_.data(),
-                                 sizeof(float) * n * vocab, cudaMemcpyDeviceToHost, copy));
-    });
   }
+  copy_to_host_after_forward([&](cudaStream_t copy) {
+    CUDA_CHECK(cudaMemcpyAsync(records, row_summaries_.data(), rows * record_bytes, cudaMemcpyDeviceToHost, copy));
+  });
 }
 
 void CudaStageCompute::final_norm(const float* hidden, int rows, float* normed) {

@@ -66,8 +66,10 @@ class CudaStageCompute final : public compute::StageCompute {
   // normed there in float32 with the final norm's weight (exact from bf16), as the cpu does.
   void final_norm(const float* hidden, int rows, float* normed) override;
   // --logprobs, --top-k: every row's logits over this rank's vocabulary slice, computed on the
-  // device in blocks of rows (at most 64 MiB of logits at a time) and copied to the host.
-  void lm_head_rows(const float* hidden, int rows, float* logits_shard) override;
+  // device in blocks of rows (at most 64 MiB of logits at a time) and summarized there
+  // (kernels/vocab_summary.cu); only the summaries are copied to the host.
+  void summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets, int k,
+                            std::byte* records) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void share_prefix(int source, int dest, int64_t tokens) override { pages_->share(source, dest, tokens); }
   // --save-kv, --kv-store: rows of the bf16 cache to and from host floats (exact both ways
@@ -118,7 +120,9 @@ class CudaStageCompute final : public compute::StageCompute {
   DeviceArray<float> qkv_, proj_, gate_up_, profile_hidden_;
   DeviceArray<int32_t> tokens_, page_table_;
   DeviceArray<float> logits_;
-  DeviceArray<float> row_logits_;  // lm_head_rows: one block of rows' logits
+  DeviceArray<float> row_logits_;  // summarize_vocab_rows: one block of rows' logits,
+  DeviceArray<int32_t> row_targets_;  // their targets,
+  DeviceArray<unsigned char> row_summaries_;  // and their summaries
   float* logits_host_ = nullptr;   // pinned
   cudaEvent_t forward_done_ = nullptr, copied_ = nullptr,
               drained_ = nullptr;  // copy_to_host_after_forward, synchronize
