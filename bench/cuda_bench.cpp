@@ -1,12 +1,16 @@
 // The GPU benchmark that scripts/gpu_check.sh runs: the device's own ceilings (copy
 // bandwidth, a large cuBLASLt GEMM), then pipefill's attention kernel at long prefixes,
 // its GEMMs at Llama-3-8B shapes, and end-to-end single-GPU prefill of Llama-3-8B-shaped
-// random weights (made on the device) at 32K and 128K tokens, with MFU. One table out.
+// random weights (made on the device) at 32K and 128K tokens, with MFU. One table out, then
+// the same figures as `metric KEY VALUE` lines for scripts (scripts/gpu_check.sh reads them).
 // No MPI, no HDF5: it runs on a bare GPU machine.
 //
-// usage: pipefill_cuda_bench [--quick] [--chunk N] [--lengths 32768,131072]
+// usage: pipefill_cuda_bench [--quick] [--chunk N] [--lengths 32768,131072] [--prefixes 8192,65536,262144]
+//                            [--no-prefill]
 #include <cuda_runtime.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -28,10 +32,18 @@ struct Row {
   std::string what, value, versus;
 };
 std::vector<Row> g_rows;
+std::vector<std::pair<std::string, double>> g_metrics;  // printed last, one `metric KEY VALUE` line each
 void add_row(std::string what, std::string value, std::string versus = "") {
   std::printf("  %-58s %-16s %s\n", what.c_str(), value.c_str(), versus.c_str());
   std::fflush(stdout);
   g_rows.push_back({std::move(what), std::move(value), std::move(versus)});
+}
+void add_metric(std::string key, double value) { g_metrics.emplace_back(std::move(key), value); }
+
+std::vector<int64_t> parse_list(char* text) {
+  std::vector<int64_t> values;
+  for (char* s = std::strtok(text, ","); s; s = std::strtok(nullptr, ",")) values.push_back(std::atoll(s));
+  return values;
 }
 std::string fmt(const char* f, double v) {
   char buf[64];
@@ -156,65 +168,8 @@ PrefillResult prefill(cuda::CudaStageCompute& gpu, const model::ModelConfig& con
   return r;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-  bool quick = false;
-  int chunk = 8192;
-  std::vector<int64_t> lengths = {32768, 131072};
-  for (int i = 1; i < argc; ++i) {
-    if (!std::strcmp(argv[i], "--quick")) {
-      quick = true;
-    } else if (!std::strcmp(argv[i], "--chunk") && i + 1 < argc) {
-      chunk = std::atoi(argv[++i]);
-    } else if (!std::strcmp(argv[i], "--lengths") && i + 1 < argc) {
-      lengths.clear();
-      for (char* s = std::strtok(argv[++i], ","); s; s = std::strtok(nullptr, ",")) lengths.push_back(std::atoll(s));
-    } else {
-      std::fprintf(stderr, "usage: %s [--quick] [--chunk N] [--lengths 32768,131072]\n", argv[0]);
-      return 2;
-    }
-  }
-  int devices = 0;
-  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
-    std::fprintf(stderr, "error: no usable CUDA device\n");
-    return 2;
-  }
-  cudaDeviceProp prop{};
-  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
-  std::printf("pipefill GPU benchmark on %s (%d SMs, %.1f GiB)%s\n", prop.name, prop.multiProcessorCount,
-              prop.totalGlobalMem / 1073741824.0, quick ? " [quick]" : "");
-  const int reps = quick ? 3 : 10;
-
-  const double bandwidth = copy_bandwidth();
-  add_row("device copy bandwidth (read + write)", fmt("%.2f TB/s", bandwidth / 1e12));
-  cuda::LtGemm gemm;
-  const double ceiling = gemm_tflops(gemm, 8192, 8192, 8192, reps);
-  add_row("GEMM 8192^3 bf16 in, f32 out (cuBLASLt): the ceiling", fmt("%.0f TFLOP/s", ceiling),
-          fmt("%.0f%% of datasheet 989", 100 * ceiling / kDatasheetBf16Tflops));
-
-  const model::ModelConfig config = model::preset_config("llama3-8b");
-  const int h = config.hidden_size, inter = config.intermediate_size;
-  const int qkv = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
-  struct Shape {
-    const char* name;
-    int in, out;
-  } shapes[] = {{"qkv", h, qkv}, {"o", config.num_heads * config.head_dim, h}, {"gate_up", h, 2 * inter}, {"down", inter, h}};
-  for (const auto& s : shapes) {
-    const double t = gemm_tflops(gemm, chunk, s.in, s.out, reps);
-    add_row(std::string("GEMM llama3-8b ") + s.name + " (" + std::to_string(chunk) + " x " + std::to_string(s.in) +
-                " x " + std::to_string(s.out) + ")",
-            fmt("%.0f TFLOP/s", t), fmt("%.0f%% of the ceiling", 100 * t / ceiling));
-  }
-
-  const int attn_chunk = 4096;
-  for (const int64_t prefix : {int64_t{8192}, int64_t{65536}, int64_t{262144}}) {
-    const double t = attention_tflops(prefix, attn_chunk, quick ? 2 : 5);
-    add_row("attention d128 GQA 32/8, 4096 queries at prefix " + std::to_string(prefix / 1024) + "K",
-            fmt("%.0f TFLOP/s", t), fmt("%.0f%% of the ceiling", 100 * t / ceiling));
-  }
-
-  // End to end: all 32 layers of Llama-3-8B's shape on this GPU.
+// End to end: all layers of `config` on this GPU, one prompt of each length in chunks of `chunk`.
+void prefill_rows_for(const model::ModelConfig& config, const std::vector<int64_t>& lengths, int chunk, double ceiling) {
   const model::ShardSpec shard = model::make_shard_spec(config, 1, 0);
   cuda::CudaStageCompute gpu(config, shard, cuda::DeviceWeights::random(config, shard, config.num_layers, true, true, 1),
                              64, chunk);
@@ -233,9 +188,88 @@ int main(int argc, char** argv) {
                 fmt("MFU %.1f%% (989 peak), ", 100 * tflops / kDatasheetBf16Tflops) +
                 fmt("%.0f%% of the measured ceiling; ", 100 * tflops / ceiling) +
                 fmt("chunk time first %.3f s, ", r.first_chunk_s) + fmt("last %.3f s", r.last_chunk_s));
+    const std::string key = "prefill_" + std::to_string(length) + "_";
+    add_metric(key + "seconds", r.seconds);
+    add_metric(key + "tok_s", length / r.seconds);
+    add_metric(key + "tflops", tflops);
+    add_metric(key + "mfu_pct", 100 * tflops / kDatasheetBf16Tflops);
   }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  bool quick = false, prefill_rows = true;
+  int chunk = 8192;
+  std::vector<int64_t> lengths = {32768, 131072};
+  std::vector<int64_t> prefixes = {8192, 65536, 262144};
+  for (int i = 1; i < argc; ++i) {
+    if (!std::strcmp(argv[i], "--quick")) {
+      quick = true;
+    } else if (!std::strcmp(argv[i], "--chunk") && i + 1 < argc) {
+      chunk = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--lengths") && i + 1 < argc) {
+      lengths = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--prefixes") && i + 1 < argc) {
+      prefixes = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--no-prefill")) {
+      prefill_rows = false;  // the GPU check times prefill through `pipefill run` instead
+    } else {
+      std::fprintf(stderr,
+                   "usage: %s [--quick] [--chunk N] [--lengths 32768,131072] [--prefixes 8192,65536,262144] "
+                   "[--no-prefill]\n",
+                   argv[0]);
+      return 2;
+    }
+  }
+  int devices = 0;
+  if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
+    std::fprintf(stderr, "error: no usable CUDA device\n");
+    return 2;
+  }
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
+  std::printf("pipefill GPU benchmark on %s (%d SMs, %.1f GiB)%s\n", prop.name, prop.multiProcessorCount,
+              prop.totalGlobalMem / 1073741824.0, quick ? " [quick]" : "");
+  const int reps = quick ? 3 : 10;
+
+  const double bandwidth = copy_bandwidth();
+  add_row("device copy bandwidth (read + write)", fmt("%.2f TB/s", bandwidth / 1e12));
+  add_metric("copy_tb_s", bandwidth / 1e12);
+  cuda::LtGemm gemm;
+  const double ceiling = gemm_tflops(gemm, 8192, 8192, 8192, reps);
+  add_row("GEMM 8192^3 bf16 in, f32 out (cuBLASLt): the ceiling", fmt("%.0f TFLOP/s", ceiling),
+          fmt("%.0f%% of datasheet 989", 100 * ceiling / kDatasheetBf16Tflops));
+  add_metric("gemm_ceiling_tflops", ceiling);
+
+  const model::ModelConfig config = model::preset_config("llama3-8b");
+  const int h = config.hidden_size, inter = config.intermediate_size;
+  const int qkv = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
+  struct Shape {
+    const char* name;
+    int in, out;
+  } shapes[] = {{"qkv", h, qkv}, {"o", config.num_heads * config.head_dim, h}, {"gate_up", h, 2 * inter}, {"down", inter, h}};
+  for (const auto& s : shapes) {
+    const double t = gemm_tflops(gemm, chunk, s.in, s.out, reps);
+    add_row(std::string("GEMM llama3-8b ") + s.name + " (" + std::to_string(chunk) + " x " + std::to_string(s.in) +
+                " x " + std::to_string(s.out) + ")",
+            fmt("%.0f TFLOP/s", t), fmt("%.0f%% of the ceiling", 100 * t / ceiling));
+    add_metric(std::string("gemm_") + s.name + "_tflops", t);
+  }
+
+  const int attn_chunk = 4096;
+  for (const int64_t prefix : prefixes) {
+    const double t = attention_tflops(prefix, attn_chunk, quick ? 2 : 5);
+    const std::string at = prefix % 1024 == 0 && prefix > 0 ? std::to_string(prefix / 1024) + "K" : std::to_string(prefix);
+    add_row("attention d128 GQA 32/8, 4096 queries at prefix " + at, fmt("%.0f TFLOP/s", t),
+            fmt("%.0f%% of the ceiling", 100 * t / ceiling));
+    add_metric("attention_prefix_" + std::to_string(prefix) + "_tflops", t);
+  }
+  if (prefill_rows) prefill_rows_for(config, lengths, chunk, ceiling);
 
   std::printf("\n| figure | value | against |\n|---|---|---|\n");
   for (const auto& row : g_rows) std::printf("| %s | %s | %s |\n", row.what.c_str(), row.value.c_str(), row.versus.c_str());
+  std::printf("\n");
+  for (const auto& [key, value] : g_metrics) std::printf("metric %s %.6g\n", key.c_str(), value);
   return 0;
 }

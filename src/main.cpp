@@ -128,7 +128,7 @@ static int run_command(int argc, char** argv) {
   // export is missing on some rank.
   std::unique_ptr<kv::KvExporter> kv_export;
   if (!options.save_kv.empty())
-    kv_export = pipeline::start_kv_export(topo, rank_model, options.save_kv, prompts, lengths, results.get());
+    kv_export = pipeline::start_kv_export(topo, rank_model, options.save_kv, options.kv_dtype, prompts, lengths, results.get());
 
   // Plan: prompts that share a prefix back to back, the prefix computed once (rank 0 finds
   // them), cut into fixed chunks, or dynamic ones from cost models (profiled now or loaded).

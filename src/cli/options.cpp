@@ -56,6 +56,10 @@ Spelling<compute::HiddenStatesKind> hidden_states_spelling() {
                       compute::hidden_states_name);
 }
 
+const char* kv_dtype_name(io::Dtype dtype) { return dtype == io::Dtype::kBF16 ? "bf16" : "f32"; }
+
+Spelling<io::Dtype> kv_dtype_spelling() { return named_choice("--kv-dtype", {io::Dtype::kF32, io::Dtype::kBF16}, kv_dtype_name); }
+
 Spelling<sched::CostSource> cost_source_spelling() {
   return {[](const std::string& text) {
             using Kind = sched::CostSource::Kind;
@@ -266,6 +270,11 @@ OptionTable<RunOptions> run_table() {
         "and DIR/index.json (scripts/pipefill_kv.py loads them as a transformers cache)",
         &R::save_kv)
       .echo_as("save_kv");
+  t.add("kv-dtype",
+        "the --save-kv files' dtype: f32, or bf16 to halve them (exact on --backend cuda, whose cache is bf16; on cpu "
+        "the cache's floats rounded to nearest even)",
+        &R::kv_dtype, kv_dtype_spelling())
+      .echo_as("kv_dtype", kOnlyWhenSet);
   t.add("kv-store",
         "a directory of KV caches kept across runs: prompts load the longest prefix an earlier run stored there "
         "(same model and layout) instead of computing it, and every prompt computed is added",
@@ -456,6 +465,9 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   refuse_on_emulate(o.top_k > 0, "--top-k", "log-probs");
   refuse_on_emulate(!o.save_kv.empty(), "--save-kv", "KV cache");
   refuse_on_emulate(!o.kv_store.empty(), "--kv-store", "KV cache");
+  if (o.kv_dtype != io::Dtype::kF32 && o.save_kv.empty())
+    throw UserError("--kv-dtype sets the dtype of --save-kv's files: add --save-kv DIR (--kv-store always keeps float32, "
+                    "so that a loaded prefix gives what computing it gives)");
   // A chunk's token rows travel as one MPI message of (1 + 2k) floats a token.
   const int64_t longest = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
   if (o.top_k > 0 && longest * (1 + 2 * static_cast<int64_t>(o.top_k)) > (int64_t{1} << 30))

@@ -10,6 +10,7 @@
 
 #include "compute/backend_kind.hpp"
 #include "compute/hidden_states.hpp"
+#include "io/safetensors.hpp"
 #include "dist/activation_wire.hpp"
 #include "model/weights.hpp"
 #include "sched/chunking_options.hpp"
@@ -50,6 +51,7 @@ struct RunOptions {
   bool logprobs = false;  // /token_logprobs per token, /perplexity and /nll_sum per prompt
   int top_k = 0;          // /topk_ids and /topk_logprobs [T, top_k]; 0: none
   std::string save_kv;    // directory of the KV export (kvcache/kv_export.hpp); empty: none
+  io::Dtype kv_dtype = io::Dtype::kF32;  // the export's files: F32 or BF16
   // Outputs that need every position's scores on the last stage.
   bool token_rows_wanted() const { return logprobs || top_k > 0; }
   std::string kv_store;   // directory of the KV store (kvcache/kv_store.hpp); empty: none

@@ -19,7 +19,7 @@ namespace pf::pipeline {
 // The layout of (stage, tp_rank): the KV heads of the rank's weight shard
 // (model::make_shard_spec), whole heads in contiguous blocks per TP rank.
 kv::KvExportLayout export_layout(const RankModel& m, const std::string& dir, const std::string& identity, int stage,
-                                 int tp, int tp_rank) {
+                                 int tp, int tp_rank, io::Dtype dtype) {
   const model::ModelConfig& c = m.config();
   kv::KvExportLayout layout;
   layout.dir = dir;
@@ -33,7 +33,7 @@ kv::KvExportLayout export_layout(const RankModel& m, const std::string& dir, con
   layout.kv_head_begin = tp_rank * layout.kv_heads;
   layout.total_kv_heads = c.num_kv_heads;
   layout.head_dim = c.head_dim;
-  layout.dtype = io::Dtype::kF32;  // the cpu backend's KV, and the cuda backend's bf16 widened exactly
+  layout.dtype = dtype;
   return layout;
 }
 
@@ -56,14 +56,15 @@ ExportNames export_names(const dist::Topology& topo, const RankModel& m, const i
 }
 
 std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, const RankModel& m, const std::string& dir,
-                                                const io::PromptSet& prompts, const std::vector<int64_t>& lengths,
+                                                io::Dtype dtype, const io::PromptSet& prompts, const std::vector<int64_t>& lengths,
                                                 io::ResultWriter* results) {
   ExportNames names = export_names(topo, m, prompts, lengths);
   std::vector<uint64_t>& hashes = names.token_hashes;
   std::vector<char> finished;
   if (topo.is_writer()) finished = results->completed();
   dist::broadcast_vector(finished, MPI_COMM_WORLD);
-  const kv::KvExportLayout layout = export_layout(m, dir, names.model_identity, topo.stage, topo.tp, topo.tp_rank);
+  const kv::KvExportLayout layout =
+      export_layout(m, dir, names.model_identity, topo.stage, topo.tp, topo.tp_rank, dtype);
 
   // A prompt the output holds but this rank's file does not (missing, or failing its checks):
   // every rank says which, and what it found wrong with the first.
@@ -109,7 +110,7 @@ nlohmann::json export_index(const dist::Topology& topo, const RankModel& m, cons
   nlohmann::json shards = nlohmann::json::array();
   for (int s = 0; s < topo.pp; ++s)
     for (int r = 0; r < topo.tp; ++r) {
-      const kv::KvExportLayout l = export_layout(m, "", "", s, topo.tp, r);
+      const kv::KvExportLayout l = export_layout(m, "", "", s, topo.tp, r, exporter.layout().dtype);
       shards.push_back({{"stage", s},
                         {"tp_rank", r},
                         {"layers", {l.layer_begin, l.layer_begin + l.layers}},

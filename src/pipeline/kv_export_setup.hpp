@@ -26,9 +26,10 @@ struct ExportNames {
 ExportNames export_names(const dist::Topology& topology, const RankModel& rank_model, const io::PromptSet& prompts,
                          const std::vector<int64_t>& lengths);
 
-// What (stage, tp_rank) exports into `dir`: its layers and the KV heads of its weight shard.
+// What (stage, tp_rank) exports into `dir`: its layers and the KV heads of its weight shard,
+// in files of `dtype` (F32 or BF16).
 kv::KvExportLayout export_layout(const RankModel& rank_model, const std::string& dir, const std::string& identity,
-                                 int stage, int tp, int tp_rank);
+                                 int stage, int tp, int tp_rank, io::Dtype dtype);
 
 // The index.json of an export holding `prompts` (rank 0).
 nlohmann::json export_index(const dist::Topology& topology, const RankModel& rank_model,
@@ -39,7 +40,7 @@ nlohmann::json export_index(const dist::Topology& topology, const RankModel& ran
 // `dir` on some rank (a run killed between the two, or started without --save-kv) is marked to
 // be computed again, with a note.
 std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topology, const RankModel& rank_model,
-                                                const std::string& dir, const io::PromptSet& prompts,
+                                                const std::string& dir, io::Dtype dtype, const io::PromptSet& prompts,
                                                 const std::vector<int64_t>& lengths, io::ResultWriter* results);
 
 // Collective. Waits for every rank's writes. Rank 0 then writes dir/index.json listing the

@@ -75,7 +75,8 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
   }
   dist::broadcast_bytes(incoming, 0, MPI_COMM_WORLD);
   incoming_ = as_text(incoming);
-  layout_ = export_layout(m, incoming_, names.model_identity, topo.stage, topo.tp, topo.tp_rank);
+  // Float32 whatever --kv-dtype: a prefix loaded from the store must give what computing it gives.
+  layout_ = export_layout(m, incoming_, names.model_identity, topo.stage, topo.tp, topo.tp_rank, io::Dtype::kF32);
 
   // Rounds: rank 0 offers each prompt its best entry not yet found bad; every rank checks its
   // own file of each entry not checked before (metadata and every byte against the checksum);

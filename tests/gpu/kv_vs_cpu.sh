@@ -37,7 +37,9 @@ case $case in
     timeout 300 mpirun -n 1 "$bin/pipefill" run --quiet --model "$model" --input "$work/a.h5" --output "$work/cpu.h5" \
       --save-kv "$work/cpu_kv"
     cuda --input "$work/a.h5" --output "$work/cuda.h5" --save-kv "$work/cuda_kv" "$@"
-    "$PYTHON" - "$work/cpu_kv" "$work/cuda_kv" <<'PY'
+    # --kv-dtype bf16 halves the files and, the cuda cache being bf16, loses nothing.
+    cuda --input "$work/a.h5" --output "$work/cuda_bf16.h5" --save-kv "$work/cuda_kv_bf16" --kv-dtype bf16 "$@"
+    "$PYTHON" - "$work/cpu_kv" "$work/cuda_kv" "$work/cuda_kv_bf16" <<'PY'
 import json, os, struct, sys
 import numpy as np
 def tensors(directory):
@@ -52,7 +54,12 @@ def tensors(directory):
             meta = header.pop("__metadata__")
             heads = [int(x) for x in meta["kv_heads"].split(",")]
             for key, info in header.items():
-                value = np.frombuffer(data[info["data_offsets"][0]:info["data_offsets"][1]], np.float32).reshape(info["shape"])
+                raw = data[info["data_offsets"][0]:info["data_offsets"][1]]
+                if info["dtype"] == "BF16":  # widened exactly: the bits are a float32's top half
+                    value = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+                else:
+                    value = np.frombuffer(raw, np.float32)
+                value = value.reshape(info["shape"])
                 for h in range(value.shape[0]):  # by global head: the layouts differ in how heads are split
                     out[(prompt, key, heads[0] + h)] = value[h]
     return out
@@ -61,6 +68,10 @@ assert cpu.keys() == cuda.keys(), (len(cpu), len(cuda))
 worst = max(float(np.abs(cpu[k] - cuda[k]).max() / np.abs(cpu[k]).max()) for k in cpu)
 print(f"cuda export: {len(cuda)} (prompt, tensor, head) rows sets, worst difference {worst:.3g} of the largest value")
 assert worst < 2.5e-2, worst
+bf16 = tensors(sys.argv[3])
+assert bf16.keys() == cuda.keys() and all(np.array_equal(bf16[k], cuda[k]) for k in cuda), "bf16 export differs"
+size = lambda d: sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs if f.endswith(".safetensors"))
+print(f"--kv-dtype bf16: the same values, files {size(sys.argv[3]) / size(sys.argv[2]):.2f} of float32's")
 PY
     ;;
   store)
