@@ -110,8 +110,12 @@ def read_index(directory):
 
 
 def load_kv(directory, prompt_index, tokens=None):
-    """[(key, value)] per layer in order, each [1, num_kv_heads, T, head_dim], as stored (float32
-    from the cpu backend). With `tokens` (the prompt's ids), they must be the exported ones."""
+    """[(key, value)] per layer in order, each [1, num_kv_heads, T, head_dim], as stored (float32,
+    or bfloat16 with --kv-dtype bf16). An MLA export (index "cache": "latent") holds one latent
+    row per token, the same in every TP rank's file; each layer comes back as transformers'
+    DeepSeek-V3 cache holds it: the normed compressed KV [1, 1, T, kv_lora_rank] and the shared
+    key after RoPE [1, 1, T, qk_rope_head_dim]. With `tokens` (the prompt's ids), they must be the
+    exported ones."""
     index = read_index(directory)
     entry = index["prompts"].get(str(prompt_index))
     if entry is None:
@@ -122,6 +126,8 @@ def load_kv(directory, prompt_index, tokens=None):
     if tokens is not None and (len(tokens) != entry["tokens"] or tokens_fnv1a(tokens) != entry["tokens_fnv1a"]):
         raise KvExportError(f"{directory}: prompt {prompt_index} was exported for other tokens")
     num_layers, num_heads = index["num_layers"], index["num_kv_heads"]
+    latent = index.get("cache") == "latent"
+    parts = ("latent",) if latent else ("key", "value")
     keys = [[None] * num_heads for _ in range(num_layers)]
     values = [[None] * num_heads for _ in range(num_layers)]
     for name in entry["files"]:
@@ -144,16 +150,22 @@ def load_kv(directory, prompt_index, tokens=None):
             if not (0 <= first_layer < end_layer <= num_layers and 0 <= first_head < end_head <= num_heads):
                 raise KvExportError(f"{path}: layers {meta['layers']} / KV heads {meta['kv_heads']} lie outside "
                                     f"the index's {num_layers} layers and {num_heads} KV heads")
-            names = [f"layers.{layer}.{part}" for layer in range(first_layer, end_layer) for part in ("key", "value")]
+            names = [f"layers.{layer}.{part}" for layer in range(first_layer, end_layer) for part in parts]
             if sorted(f.keys()) != sorted(names):
-                raise KvExportError(f"{path}: holds tensors {sorted(f.keys())}, not the keys and values of layers "
-                                    f"{meta['layers']}")
+                raise KvExportError(f"{path}: holds tensors {sorted(f.keys())}, not the {' and '.join(parts)} rows "
+                                    f"of layers {meta['layers']}")
             tensors = {name: f.get_tensor(name) for name in names}
         # What the metadata cannot show: a changed value, or rows moved between positions or heads.
         if meta.get("data_checksum") != data_checksum(tensors):
             raise KvExportError(f"{path}: its data do not match their data_checksum (a damaged or altered file): "
                                 f"export the prompt again")
         for layer in range(first_layer, end_layer):
+            if latent:  # every TP rank's file holds the same rows: they must agree
+                rows = tensors[f"layers.{layer}.latent"]
+                if keys[layer][0] is not None and not torch.equal(keys[layer][0], rows):
+                    raise KvExportError(f"{path}: layer {layer}'s latent rows differ from another TP rank's")
+                keys[layer][0] = rows
+                continue
             keys[layer][first_head] = tensors[f"layers.{layer}.key"]
             values[layer][first_head] = tensors[f"layers.{layer}.value"]
     layers = []
@@ -162,6 +174,13 @@ def load_kv(directory, prompt_index, tokens=None):
         parts_v = [v for v in values[layer] if v is not None]
         if not parts_k:
             raise KvExportError(f"{directory}: prompt {prompt_index}: no file holds layer {layer}")
+        if latent:
+            rows, rank = parts_k[0], index["kv_lora_rank"]
+            if rows.shape[1] != entry["tokens"]:
+                raise KvExportError(f"{directory}: layer {layer} holds {rows.shape[1]} tokens, the index says "
+                                    f"{entry['tokens']}")
+            layers.append((rows[None, :, :, :rank], rows[None, :, :, rank:]))
+            continue
         key, value = torch.cat(parts_k, dim=0), torch.cat(parts_v, dim=0)
         if key.shape[0] != num_heads:
             raise KvExportError(f"{directory}: layer {layer} has {key.shape[0]} of {num_heads} KV heads")
@@ -174,7 +193,8 @@ def load_kv(directory, prompt_index, tokens=None):
 
 def load_hf_cache(directory, prompt_index, tokens=None, dtype=None, device="cpu"):
     """The prompt's cache as transformers' past_key_values: a DynamicCache holding every layer's
-    K and V for the prompt's T tokens (so the next token goes at position T)."""
+    K and V for the prompt's T tokens (so the next token goes at position T); for an MLA model
+    (DeepSeek-V3) its compressed latent and shared rope key, which is what its cache holds."""
     from transformers import DynamicCache
     cache = DynamicCache()
     for layer, (key, value) in enumerate(load_kv(directory, prompt_index, tokens)):

@@ -80,7 +80,6 @@ static int run_command(int argc, char** argv) {
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!writer) return;
     cli::check_run_paths(options);
-    cli::check_options_for_model(options, rank_model);
     prompts = cli::read_run_prompts(options, rank_model);
     cli::check_kv_capacity(options, topo, rank_model, prompts);
     saved_costs = cli::load_saved_costs(options, cli::placement_identity(place, topo, rank_model));

@@ -11,14 +11,6 @@
 
 namespace pf::cli {
 
-void check_options_for_model(const RunOptions& o, const pipeline::RankModel& m) {
-  if (!m.source || !m.config().is_mla()) return;
-  for (const auto& [flag, value] : {std::pair{"--save-kv", o.save_kv}, std::pair{"--kv-store", o.kv_store}})
-    if (!value.empty())
-      throw UserError(std::string(flag) + " writes each head's K and V, but " + m.config().architecture_name +
-                      " caches one latent row per token (MLA): its export is not written yet; run without " + flag);
-}
-
 void check_run_paths(const RunOptions& o) {
   const bool cost_file = o.chunking.cost_source.profile_file();
   const std::string& cost_path = o.chunking.cost_source.value;

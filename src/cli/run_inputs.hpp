@@ -21,10 +21,6 @@ namespace pf::cli {
 // must be creatable files, and no two roles may be the same file.
 void check_run_paths(const RunOptions& options);
 
-// What the model rules out among the options: the KV export and store write K and V per
-// head, which an MLA model's latent cache does not hold.
-void check_options_for_model(const RunOptions& options, const pipeline::RankModel& rank_model);
-
 // The prompts, validated against the model's vocabulary and context length.
 io::PromptSet read_run_prompts(const RunOptions& options, const pipeline::RankModel& rank_model);
 

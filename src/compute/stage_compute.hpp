@@ -64,7 +64,9 @@ class StageCompute {
   }
   // The K and V of positions [pos0, pos0 + count) of `prompt` in every local layer, copied into
   // host memory: keys and values each [layers][kv_heads][count][head_dim], K as attention used
-  // it (after RoPE and q/k norm). Last call for a prompt before finish_prompt (run --save-kv).
+  // it (after RoPE and q/k norm). A latent cache (MLA: kv_heads 1, head_dim the latent's width)
+  // has one row per token: it goes into `keys`, and `values` is not touched (here and in
+  // write_kv). Last call for a prompt before finish_prompt (run --save-kv).
   // Backends that do not implement it refuse --save-kv when options are parsed.
   virtual void read_kv(int /*prompt*/, int64_t /*pos0*/, int /*count*/, float* /*keys*/, float* /*values*/) const {
     throw std::logic_error("read_kv: this backend does not export its KV cache (--save-kv)");

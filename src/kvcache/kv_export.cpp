@@ -27,16 +27,11 @@ std::string padded(int value, int width) {
   return std::string(text.size() < static_cast<size_t>(width) ? width - text.size() : 0, '0') + text;
 }
 
-std::string key_name(int layer) { return "layers." + std::to_string(layer) + ".key"; }
-std::string value_name(int layer) { return "layers." + std::to_string(layer) + ".value"; }
-
 std::vector<io::TensorSpec> tensor_specs(const KvExportLayout& layout, int64_t tokens) {
   std::vector<io::TensorSpec> specs;
   const std::vector<int64_t> shape = {layout.kv_heads, tokens, layout.head_dim};
-  for (int l = 0; l < layout.layers; ++l) {
-    specs.push_back({key_name(layout.layer_begin + l), shape});
-    specs.push_back({value_name(layout.layer_begin + l), shape});
-  }
+  for (int l = 0; l < layout.layers; ++l)
+    for (const std::string& name : kv_tensor_names(layout.layer_begin + l, layout.latent)) specs.push_back({name, shape});
   return specs;
 }
 
@@ -60,6 +55,12 @@ std::string kv_file_name(int prompt, int stage, int tp_rank) {
   return "prompt-" + padded(prompt, 6) + "/stage" + padded(stage, 2) + "_tp" + padded(tp_rank, 2) + ".safetensors";
 }
 
+std::vector<std::string> kv_tensor_names(int layer, bool latent) {
+  const std::string prefix = "layers." + std::to_string(layer);
+  if (latent) return {prefix + ".latent"};
+  return {prefix + ".key", prefix + ".value"};
+}
+
 std::vector<std::string> kv_export_file_patterns() {
   return {"prompt-[0-9]*/stage[0-9]*_tp[0-9]*.safetensors", "index.json"};
 }
@@ -73,7 +74,7 @@ std::string tokens_hash_text(uint64_t tokens_hash) {
 std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout, int prompt, int64_t tokens,
                                                     uint64_t tokens_hash) {
   const auto range = [](int begin, int count) { return std::to_string(begin) + "," + std::to_string(begin + count); };
-  return {{"format", kKvExportFormat},
+  std::map<std::string, std::string> metadata = {{"format", kKvExportFormat},
           {"model_identity", layout.model_identity},
           {"dtype", io::dtype_name(layout.dtype)},
           {"prompt", std::to_string(prompt)},
@@ -89,6 +90,15 @@ std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout
           {"tp_rank", std::to_string(layout.tp_rank)},
           {"key", "after RoPE (and q/k norm), as Hugging Face caches it; [kv_heads, tokens, head_dim]"},
           {"data_checksum", kUnsetChecksum}};
+  if (!layout.latent) return metadata;
+  // (Dense files keep the keys they always had: exports and stores written before stay valid.)
+  metadata.erase("key");
+  metadata["cache"] = "latent";
+  metadata["kv_lora_rank"] = std::to_string(layout.kv_lora_rank);
+  metadata["latent"] =
+      "per token: the normed compressed KV (kv_lora_rank values), then the shared key after RoPE; [1, tokens, "
+      "head_dim]; the same rows on every TP rank";
+  return metadata;
 }
 
 std::optional<std::string> kv_file_problem(const std::string& path, std::map<std::string, std::string> expected,
@@ -114,10 +124,11 @@ std::optional<std::string> kv_file_problem(const std::string& path, std::map<std
     const auto [head_begin, head_end] = range("kv_heads");
     const int64_t tokens = std::stoll(expected.at("tokens"));
     const std::vector<int64_t> shape = {head_end - head_begin, tokens, std::stoll(expected.at("head_dim"))};
-    if (file.tensors().size() != static_cast<size_t>(2 * (layer_end - layer_begin)))
+    const bool latent = expected.count("cache") && expected.at("cache") == "latent";
+    if (file.tensors().size() != static_cast<size_t>((latent ? 1 : 2) * (layer_end - layer_begin)))
       return "it does not hold the tensors it should";
     for (int l = layer_begin; l < layer_end; ++l)
-      for (const std::string& name : {key_name(l), value_name(l)}) {
+      for (const std::string& name : kv_tensor_names(l, latent)) {
         if (file.tensors().count(name) == 0) return "tensor " + name + " is missing";
         const io::TensorInfo& info = file.info(name);
         if (info.shape != shape || io::dtype_name(info.dtype) != expected.at("dtype"))
@@ -259,9 +270,10 @@ void KvExporter::write_chunk(const Chunk& chunk) {
     const size_t element = static_cast<size_t>(io::dtype_size(layout_.dtype));
     const size_t row_floats = static_cast<size_t>(chunk.count) * layout_.head_dim;
     for (int l = 0; l < layout_.layers; ++l) {
-      for (int part = 0; part < 2; ++part) {
+      const std::vector<std::string> names = kv_tensor_names(layout_.layer_begin + l, layout_.latent);
+      for (size_t part = 0; part < names.size(); ++part) {
         const std::vector<float>& source = part == 0 ? chunk.keys : chunk.values;
-        const std::string name = part == 0 ? key_name(layout_.layer_begin + l) : value_name(layout_.layer_begin + l);
+        const std::string& name = names[part];
         const uint64_t tensor_begin = file.header.data_begin.at(name);
         const uint64_t tensor_name = name_hash(name);
         for (int h = 0; h < layout_.kv_heads; ++h) {

@@ -7,7 +7,8 @@
 //   DIR/index.json                                written by rank 0 when the run ends
 //
 // A file holds `layers.{L}.key` and `layers.{L}.value` for each of its global layers L, each
-// [kv_heads, tokens, head_dim] (K after RoPE and q/k norm: what Hugging Face caches), and its
+// [kv_heads, tokens, head_dim] (K after RoPE and q/k norm: what Hugging Face caches), or for an
+// MLA model `layers.{L}.latent` [1, tokens, kv_lora_rank + qk_rope_head_dim], and its
 // identity in the safetensors __metadata__. The compute thread copies a chunk's rows out of the
 // KV pool (StageCompute::read_kv) and queues them; a writer thread puts them at their offsets
 // in the prompt's file (written as "NAME.partial.PID", preallocated, then fdatasync'd and renamed
@@ -39,7 +40,14 @@ struct KvExportLayout {
   int kv_head_begin = 0, kv_heads = 0, total_kv_heads = 0;  // KV heads [begin, begin + kv_heads)
   int head_dim = 0;
   io::Dtype dtype = io::Dtype::kF32;
+  // MLA: one latent row per token and layer, the same on every TP rank (kv_heads 1, head_dim
+  // the latent's width: kv_lora_rank normed values, then the roped shared key).
+  bool latent = false;
+  int kv_lora_rank = 0;
 };
+
+// The tensors a file holds for global layer `layer`: its key and value, or its latent rows.
+std::vector<std::string> kv_tensor_names(int layer, bool latent);
 
 // The format name every file's metadata and DIR/index.json carry.
 inline constexpr const char* kKvExportFormat = "pipefill-kv-1";
@@ -81,7 +89,8 @@ class KvExporter {
   KvExporter& operator=(const KvExporter&) = delete;
 
   // One chunk's rows, positions [pos0, pos0 + count) of `prompt`: keys and values each
-  // [layers][kv_heads][count][head_dim] float32 (the rank's own layers and heads). `last`: the
+  // [layers][kv_heads][count][head_dim] float32 (the rank's own layers and heads; a latent
+  // layout's rows are the keys, values empty). `last`: the
   // prompt's last chunk (its file is completed after this). Blocks only while the queue is full.
   void add_chunk(int prompt, int64_t pos0, int count, std::vector<float> keys, std::vector<float> values, bool last);
   // Waits for every queued write; the first failure, if any ("cannot write PATH: reason").

@@ -106,10 +106,10 @@ void read_store_rows(const io::SafetensorsFile& file, const KvExportLayout& layo
                      const std::vector<uint64_t>& position_sums, float* keys, float* values) {
   const size_t d = static_cast<size_t>(layout.head_dim);
   std::vector<uint64_t> sums(static_cast<size_t>(count), 0);
-  for (int l = 0; l < layout.layers; ++l)
-    for (int part = 0; part < 2; ++part) {
-      const std::string name =
-          "layers." + std::to_string(layout.layer_begin + l) + (part == 0 ? ".key" : ".value");
+  for (int l = 0; l < layout.layers; ++l) {
+    const std::vector<std::string> names = kv_tensor_names(layout.layer_begin + l, layout.latent);
+    for (size_t part = 0; part < names.size(); ++part) {
+      const std::string& name = names[part];
       const uint64_t tensor_name = name_hash(name);
       float* out = (part == 0 ? keys : values) + static_cast<size_t>(l) * layout.kv_heads * count * d;
       // [kv_heads, tokens, head_dim] as rows of kv_heads: head h's rows pos0.. are contiguous.
@@ -120,6 +120,7 @@ void read_store_rows(const io::SafetensorsFile& file, const KvExportLayout& layo
           sums[r] += checksum_term(tensor_name, h, pos0 + r, row_hash(rows + r * d, d * sizeof(float)));
       }
     }
+  }
   for (int r = 0; r < count; ++r)
     if (position_sums.at(static_cast<size_t>(pos0 + r)) != sums[r])
       throw std::runtime_error(file.path() + ": position " + std::to_string(pos0 + r) +

@@ -57,7 +57,7 @@ std::string store_file(const StoreEntry& entry, int stage, int tp_rank);
 
 // Rows [pos0, pos0 + count) of the rank's layers and heads from its file of an entry (float32),
 // into keys and values each [layers][kv_heads][count][head_dim] (what StageCompute::write_kv
-// takes). Each position's rows are hashed again and compared with `position_sums` from the
+// takes; a latent layout's rows go into keys, values untouched). Each position's rows are hashed again and compared with `position_sums` from the
 // file's check (kv_file_problem): a file changed in place since then throws std::runtime_error.
 void read_store_rows(const io::SafetensorsFile& file, const KvExportLayout& layout, int64_t pos0, int count,
                      const std::vector<uint64_t>& position_sums, float* keys, float* values);

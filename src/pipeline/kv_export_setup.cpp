@@ -29,11 +29,18 @@ kv::KvExportLayout export_layout(const RankModel& m, const std::string& dir, con
   layout.layer_begin = m.partition[stage].first;
   layout.layers = m.partition[stage].count;
   layout.total_layers = c.num_layers;
+  layout.dtype = dtype;
+  if (c.is_mla()) {  // every TP rank holds the whole latent row: each file has it
+    layout.latent = true;
+    layout.kv_lora_rank = c.mla.kv_lora_rank;
+    layout.kv_heads = layout.total_kv_heads = 1;
+    layout.head_dim = c.mla.latent_width();
+    return layout;
+  }
   layout.kv_heads = model::make_shard_spec(c, tp, tp_rank).kv_heads;
   layout.kv_head_begin = tp_rank * layout.kv_heads;
   layout.total_kv_heads = c.num_kv_heads;
   layout.head_dim = c.head_dim;
-  layout.dtype = dtype;
   return layout;
 }
 
@@ -124,17 +131,24 @@ nlohmann::json export_index(const dist::Topology& topo, const RankModel& m, cons
     listed[std::to_string(p)] = {
         {"tokens", exporter.length(p)}, {"tokens_fnv1a", kv::tokens_hash_text(exporter.tokens_hash(p))}, {"files", files}};
   }
-  return {{"format", kv::kKvExportFormat},
-          {"model_identity", exporter.layout().model_identity},
-          {"model_config", m.config_json},
-          {"dtype", io::dtype_name(exporter.layout().dtype)},
-          {"num_layers", c.num_layers},
-          {"num_kv_heads", c.num_kv_heads},
-          {"head_dim", c.head_dim},
-          {"pp", topo.pp},
-          {"tp", topo.tp},
-          {"shards", shards},
-          {"prompts", listed}};
+  const kv::KvExportLayout& layout = exporter.layout();
+  nlohmann::json index = {{"format", kv::kKvExportFormat},
+                          {"model_identity", layout.model_identity},
+                          {"model_config", m.config_json},
+                          {"dtype", io::dtype_name(layout.dtype)},
+                          {"num_layers", c.num_layers},
+                          {"num_kv_heads", layout.total_kv_heads},
+                          {"head_dim", layout.head_dim},
+                          {"pp", topo.pp},
+                          {"tp", topo.tp},
+                          {"shards", shards},
+                          {"prompts", listed}};
+  if (layout.latent) {  // (a dense index keeps the keys it always had)
+    index["cache"] = "latent";
+    index["kv_lora_rank"] = layout.kv_lora_rank;
+    index["qk_rope_head_dim"] = layout.head_dim - layout.kv_lora_rank;
+  }
+  return index;
 }
 
 namespace {

@@ -287,7 +287,7 @@ void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_las
   kv::KvExporter& any = ctx_.kv_export ? *ctx_.kv_export : ctx_.kv_store->exporter();
   const kv::KvExportLayout& layout = any.layout();
   const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim;
-  std::vector<float> keys(floats), values(floats);
+  std::vector<float> keys(floats), values(layout.latent ? 0 : floats);
   ctx_.compute.read_kv(prompt, start, count, keys.data(), values.data());
   dist::WaitLabel label(stage_name_ + " queueing the KV export of prompt " + std::to_string(prompt) + " (the disk is behind)");
   if (ctx_.kv_export && ctx_.kv_store) ctx_.kv_store->exporter().add_chunk(prompt, start, count, keys, values, is_last);
@@ -307,7 +307,7 @@ void StageLoop::load_prefix(const sched::MicroBatch& mb) {
     const kv::KvExportLayout& layout = ctx_.kv_store->exporter().layout();
     const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim;
     keys.resize(floats);
-    values.resize(floats);
+    values.resize(layout.latent ? 0 : floats);
     // The file was checked before the plan; if it fails now (deleted, a disk error), this
     // stage cannot make those rows in any other way: the job ends, naming it.
     try {

@@ -9,7 +9,12 @@
 #   store   a cuda run stores a document and a question; a second asks another question: it
 #           loads the document's prefix from the store (/reused_tokens), and its logits equal
 #           the same run computed in full within bf16's 1e-2
-# usage: [PF_SIM=1] kv_vs_cpu.sh BIN_DIR WORK_DIR CASE RANKS -- <pipefill run arguments for the cuda runs>
+# PF_PRESET: the model (default tiny; tiny-mla exports and stores MLA's latent rows). tiny-mla
+# routes tokens to experts, and bf16 flips near-tied choices (as in test_cuda_stage.cpp): a
+# flip changes the rows of that position in later layers (measured: 12 of 170 positions of
+# one prompt at the last layer), so there every tensor needs 90 % of its positions within
+# 2.5e-2, which a misplaced row or head still fails.
+# usage: [PF_SIM=1] [PF_PRESET=name] kv_vs_cpu.sh BIN_DIR WORK_DIR CASE RANKS -- <pipefill run arguments for the cuda runs>
 set -euo pipefail
 here=$(dirname "$0")
 source "$here/../mpi/mpi_env.sh"
@@ -19,7 +24,7 @@ shift 4
 if [ "${PF_SIM:-0}" = 1 ]; then cuda_bin=$bin/pipefill_sim; else "$bin/tests/gpu/cuda_probe" 1 || exit $?; cuda_bin=$bin/pipefill; fi
 rm -rf "$work" && mkdir -p "$work"
 model=$work/model
-"$bin/pipefill" make-model --preset tiny --dtype bf16 --seed 11 --out "$model" >/dev/null
+"$bin/pipefill" make-model --preset "${PF_PRESET:-tiny}" --dtype bf16 --seed 11 --out "$model" >/dev/null
 "$PYTHON" - "$work" <<'PY'
 import sys, h5py, numpy as np
 rng = np.random.default_rng(5)
@@ -65,9 +70,13 @@ def tensors(directory):
     return out
 cpu, cuda = tensors(sys.argv[1]), tensors(sys.argv[2])
 assert cpu.keys() == cuda.keys(), (len(cpu), len(cuda))
-worst = max(float(np.abs(cpu[k] - cuda[k]).max() / np.abs(cpu[k]).max()) for k in cpu)
-print(f"cuda export: {len(cuda)} (prompt, tensor, head) rows sets, worst difference {worst:.3g} of the largest value")
-assert worst < 2.5e-2, worst
+# Per position: its row's largest difference relative to the tensor's largest value.
+errors = {k: np.abs(cpu[k] - cuda[k]).max(axis=1) / np.abs(cpu[k]).max() for k in cpu}
+worst = max(float(e.max()) for e in errors.values())
+within = min(float((e < 2.5e-2).mean()) for e in errors.values())
+print(f"cuda export: {len(cuda)} (prompt, tensor, head) rows sets, worst difference {worst:.3g} of the largest value; "
+      f"at least {100 * within:.1f}% of each one's positions within 2.5e-2")
+assert (within >= 0.9) if os.environ.get("PF_PRESET") == "tiny-mla" else (worst < 2.5e-2), worst
 bf16 = tensors(sys.argv[3])
 assert bf16.keys() == cuda.keys() and all(np.array_equal(bf16[k], cuda[k]) for k in cuda), "bf16 export differs"
 size = lambda d: sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs if f.endswith(".safetensors"))

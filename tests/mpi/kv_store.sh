@@ -16,6 +16,8 @@
 #   other_layout  B at pp 1 sees none of A's pp 2 entries (another layout key) and adds its own
 #   concurrent    two runs of A publish into one store at once: both succeed, each entry is
 #                 there once and whole (B then loads from it)
+#   mla_reuse     reuse on a DeepSeek-V3-style model (tiny-mla): the store holds its latent
+#                 rows (one per token, the same on both TP ranks) and B loads them
 #   scores        B with --logprobs: a note that the store lends no prefix to scoring runs,
 #                 nothing loaded, B's prompts still added
 # usage: kv_store.sh BIN_DIR DATA_DIR CASE
@@ -40,7 +42,12 @@ write(f"{sys.argv[1]}/a.h5", [doc + list(rng.integers(0, 512, 40)), list(rng.int
 write(f"{sys.argv[1]}/b.h5", [doc + list(rng.integers(0, 512, 30)), list(rng.integers(0, 512, 50)),
                               doc[:100] + list(rng.integers(0, 512, 20))])
 PY
-common=(run --model "$data/tiny" --chunk-size 64 --page-size 16)
+model=$data/tiny
+if [ "$case" = mla_reuse ]; then
+  model=$work/tiny-mla
+  "$bin/pipefill" make-model --preset tiny-mla --out "$model" >/dev/null
+fi
+common=(run --model "$model" --chunk-size 64 --page-size 16)
 run_a() { pipefill_mpi 4 "${common[@]}" --pp 2 --tp 2 --input "$work/a.h5" --output "$work/out_$1.h5" --kv-store "$store" --quiet; }
 # run_b NAME RANKS ARGS...: B into NAME.h5 with the store, its stdout and stderr in NAME.log
 run_b() {
@@ -71,7 +78,7 @@ no_incoming() { [ -z "$(find "$store" -maxdepth 1 -name '.incoming-*')" ] || fai
 reused() { "$PYTHON" -c "import h5py,sys; print(' '.join(map(str, h5py.File(sys.argv[1])['reused_tokens'][:])))" "$work/out_$1.h5"; }
 
 case $case in
-  reuse)
+  reuse | mla_reuse)
     run_a a
     [ "$(entries)" -eq 3 ] || fail "run A stored $(entries) entries, expected 3"
     run_b b 4 --pp 2 --tp 2 --hidden-states last

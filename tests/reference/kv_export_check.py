@@ -10,6 +10,9 @@ printed: how far the exported K/V are from transformers' own prefill cache.
 
   smollm2   the real SmolLM2-135M-Instruct (9 query / 3 KV heads, tied): pp 2, tp 3, pp 2 x tp 3
   qwen3     a tiny Qwen3 (q/k norm) written by transformers' save_pretrained: pp 2, tp 2, pp 2 x tp 2
+  deepseek  a tiny DeepSeek-V3 (MLA: the latent cache, YaRN, interleaved rope; tests/reference/
+            moe_check.py's): pp 2, pp 2 x tp 2; the files hold the latent rows, which are what
+            transformers' DeepSeek-V3 caches
 
 With --kv-dtype bf16 (SmolLM2 at pp 2) the files hold the K/V rounded to bfloat16: loaded
 widened to float32, they must be within bf16 rounding (2^-8 relative) of transformers' own cache
@@ -26,7 +29,7 @@ import numpy as np
 import torch
 import transformers
 from tokenizers import Tokenizer
-from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
@@ -63,7 +66,7 @@ def cache_distance(model, kv_dir, prompt_index, prompt):
     with torch.no_grad():
         own = model(input_ids=torch.tensor(prompt[None, :], dtype=torch.long), use_cache=True).cache
     exported = load_hf_cache(kv_dir, prompt_index, dtype=torch.float32)
-    return max(max(float(((a.keys - b.keys).abs() / b.keys.abs().max()).max()),
+    return max(max(float(((a.keys - b.keys).abs() / b.keys.abs().max()).max()),  # (MLA: latent, rope key)
                    float(((a.values - b.values).abs() / b.values.abs().max()).max()))
                for a, b in zip(exported.layers, own.layers))
 
@@ -123,6 +126,18 @@ def main():
     ok = check(build, work, "qwen3", qwen3_dir, qwen3, random_prompts,
                [("pp2", 2, "--pp 2 --chunk-size 32 --page-size 16"),
                 ("tp2", 2, "--tp 2 --chunk-size 48 --page-size 16"),
+                ("pp2_tp2", 4, "--pp 2 --tp 2 --chunk-size 40 --page-size 16")]) and ok
+
+    from moe_check import BASE, EXPERTS, MLA, YARN
+    torch.manual_seed(7)
+    deepseek_dir = os.path.join(work, "deepseek_v3")
+    config = DeepseekV3Config(**{**BASE, **EXPERTS, **MLA}, num_hidden_layers=3, q_lora_rank=32, rope_parameters=YARN,
+                              rope_interleave=True)
+    DeepseekV3ForCausalLM(config).eval().save_pretrained(deepseek_dir, safe_serialization=True)
+    deepseek = AutoModelForCausalLM.from_pretrained(deepseek_dir, dtype=torch.float32).eval()
+    random_prompts = [rng.integers(0, BASE["vocab_size"], size=n, dtype=np.int32) for n in (130, 45)]
+    ok = check(build, work, "deepseek", deepseek_dir, deepseek, random_prompts,
+               [("pp2", 2, "--pp 2 --chunk-size 32 --page-size 16"),
                 ("pp2_tp2", 4, "--pp 2 --tp 2 --chunk-size 40 --page-size 16")]) and ok
     if not ok:
         print("FAILED: decoding from pipefill's KV export differs from transformers' generate()")

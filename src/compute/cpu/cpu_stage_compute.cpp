@@ -281,19 +281,21 @@ void for_each_page_run(const kv::PagedKvPool& pool, const std::vector<int>& page
 }  // namespace
 
 void CpuStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const {
+  const bool latent = kv_pool_.shape().latent;  // one row per token: the keys
   for_each_page_run(kv_pool_, kv_pool_.pages(prompt), pos0, count,
                     [&](int layer, int page, int head, size_t in_page, size_t at, size_t n) {
                       std::copy_n(kv_pool_.key_page(layer, page, head) + in_page, n, keys + at);
-                      std::copy_n(kv_pool_.value_page(layer, page, head) + in_page, n, values + at);
+                      if (!latent) std::copy_n(kv_pool_.value_page(layer, page, head) + in_page, n, values + at);
                     });
 }
 
 void CpuStageCompute::write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) {
+  const bool latent = kv_pool_.shape().latent;
   kv_pool_.reserve(prompt, pos0 + count);
   for_each_page_run(kv_pool_, kv_pool_.pages(prompt), pos0, count,
                     [&](int layer, int page, int head, size_t in_page, size_t at, size_t n) {
                       std::copy_n(keys + at, n, kv_pool_.mutable_key_page(layer, page, head) + in_page);
-                      std::copy_n(values + at, n, kv_pool_.mutable_value_page(layer, page, head) + in_page);
+                      if (!latent) std::copy_n(values + at, n, kv_pool_.mutable_value_page(layer, page, head) + in_page);
                     });
 }
 

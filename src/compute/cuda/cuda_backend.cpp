@@ -47,9 +47,6 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
     if (config.is_moe() && !kernels::router_supports(moe.experts, moe.experts_per_token, moe.groups))
       throw UserError("--backend cuda's router holds each token's " + std::to_string(moe.experts) +
                       " expert scores in shared memory, too many for it: use --backend cpu");
-    if (config.is_moe() && shard.expert_count != moe.experts)
-      throw UserError("--backend cuda runs every expert's width slice on each TP rank: --expert-split experts is "
-                      "cpu-only so far (use --expert-split width)");
   });
   const int device = dist::select_device(topo, /*allow_shared_device=*/!nccl);
 

@@ -279,7 +279,10 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
   void route() override { g_.moe_->route(g_.normed_.data(), chunk_.tokens, *w_, stream_); }
 
   void routed_experts() override {
-    g_.moe_->routed_experts(g_.normed_.data(), chunk_.tokens, *w_, g_.gemm_, g_.proj_.data(), stream_);
+    const size_t experts = static_cast<size_t>(g_.config_.moe.experts);
+    g_.expert_rows_.resize(g_.weights_.layers.size() * experts);
+    g_.moe_->routed_experts(g_.normed_.data(), chunk_.tokens, *w_, g_.gemm_, g_.proj_.data(),
+                            g_.expert_rows_.data() + layer_ * experts, stream_);
   }
 
   void shared_expert() override {
@@ -462,7 +465,6 @@ void for_each_page_run(int page_size, int64_t pos0, int count, Fn fn) {
 // the copy stream once the forward stream's appends are done, then converted on the host.
 void CudaStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const {
   const kv::KvShape shape = kv_shape();
-  if (shape.latent) throw std::logic_error("read_kv: a latent (MLA) cache is not exported");
   const std::vector<int>& pages = pages_->pages(prompt);
   const int64_t page_elements = shape.layers * shape.floats_per_page_layer();
   const int64_t d = shape.head_dim, layer_elements = shape.floats_per_page_layer();
@@ -482,10 +484,9 @@ void CudaStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys,
         const uint16_t* k = page + layer * layer_elements + (head * shape.page_size + slot) * d;
         const uint16_t* v = k + layer_elements / 2;
         const int64_t at = ((static_cast<int64_t>(layer) * shape.kv_heads + head) * count + row) * d;
-        for (int64_t i = 0; i < rows * d; ++i) {
-          keys[at + i] = io::bf16_to_float(k[i]);
-          values[at + i] = io::bf16_to_float(v[i]);
-        }
+        for (int64_t i = 0; i < rows * d; ++i) keys[at + i] = io::bf16_to_float(k[i]);
+        if (!shape.latent)  // a latent cache's one row per token is the keys
+          for (int64_t i = 0; i < rows * d; ++i) values[at + i] = io::bf16_to_float(v[i]);
       }
   });
 }
@@ -494,7 +495,6 @@ void CudaStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys,
 // the forward stream (the chunks computed on this prefix come after it there).
 void CudaStageCompute::write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) {
   const kv::KvShape shape = kv_shape();
-  if (shape.latent) throw std::logic_error("write_kv: a latent (MLA) cache is not loaded");
   pages_->reserve(prompt, pos0 + count);
   const std::vector<int>& pages = pages_->pages(prompt);
   const int64_t page_elements = shape.layers * shape.floats_per_page_layer();
@@ -514,10 +514,9 @@ void CudaStageCompute::write_kv(int prompt, int64_t pos0, int count, const float
         uint16_t* k = page + layer * layer_elements + (head * shape.page_size + slot) * d;
         uint16_t* v = k + layer_elements / 2;
         const int64_t at = ((static_cast<int64_t>(layer) * shape.kv_heads + head) * count + row) * d;
-        for (int64_t i = 0; i < rows * d; ++i) {
-          k[i] = io::float_to_bf16(keys[at + i]);
-          v[i] = io::float_to_bf16(values[at + i]);
-        }
+        for (int64_t i = 0; i < rows * d; ++i) k[i] = io::float_to_bf16(keys[at + i]);
+        if (!shape.latent)
+          for (int64_t i = 0; i < rows * d; ++i) v[i] = io::float_to_bf16(values[at + i]);
       }
   });
   for (int p = first; p <= last; ++p)

@@ -85,6 +85,7 @@ class CudaStageCompute final : public compute::StageCompute {
   void take_finished_spans(std::vector<compute::DeviceSpan>& out, bool wait_for_all) override;
   float* profiling_hidden(std::vector<float>& host) override;
 
+  std::vector<int64_t> expert_rows() const override { return expert_rows_; }
   int peak_kv_pages() const { return pages_ ? pages_->peak_pages_in_use() : 0; }
 
  private:
@@ -112,6 +113,7 @@ class CudaStageCompute final : public compute::StageCompute {
   DeviceArray<double> inv_freq_;
   float rope_scale_;                     // YaRN's attention factor on cos and sin (1 otherwise)
   std::unique_ptr<MoeOnGpu> moe_;        // MoE models
+  std::vector<int64_t> expert_rows_;     // [local layers][experts]: rows routed so far
   std::unique_ptr<LatentOnGpu> latent_;  // MLA models
 
   // Workspace for one chunk.

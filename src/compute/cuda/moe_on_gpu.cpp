@@ -13,6 +13,8 @@ MoeOnGpu::MoeOnGpu(const model::ModelConfig& config, const model::ShardSpec& sha
       hidden_(config.hidden_size),
       expert_width_(shard.expert_intermediate),
       shared_width_(shard.shared_intermediate),
+      expert_begin_(shard.expert_begin),
+      expert_count_(shard.expert_count),
       wait_(std::move(wait)) {
   first_slot_.ensure(static_cast<size_t>(moe_.experts) + 1);
   CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&first_slot_host_), sizeof(int32_t) * (moe_.experts + 1)));
@@ -61,7 +63,7 @@ void MoeOnGpu::route(const bf16* x, int tokens, const DeviceLayer& layer, cudaSt
 }
 
 void MoeOnGpu::routed_experts(const bf16* x, int tokens, const DeviceLayer& layer, LtGemm& gemm, float* out,
-                              cudaStream_t stream) {
+                              int64_t* rows_per_expert, cudaStream_t stream) {
   const int k = moe_.experts_per_token, slots = tokens * k, h = hidden_, width = expert_width_;
   kernels::group_by_expert(expert_.data(), slots, moe_.experts, first_slot_.data(), slot_of_.data(),
                            row_of_slot_.data(), stream);
@@ -73,19 +75,30 @@ void MoeOnGpu::routed_experts(const bf16* x, int tokens, const DeviceLayer& laye
   CUDA_CHECK_LAUNCH();
   wait_(counts_ready_);
 
+  for (int e = 0; e < moe_.experts; ++e) rows_per_expert[e] += first_slot_host_[e + 1] - first_slot_host_[e];
+
+  // The slots of the experts this rank holds are contiguous (grouped by expert): the others'
+  // outputs are zero here (--expert-split experts: their ranks add them in the all-reduce).
+  const int begin = expert_begin_, end = expert_begin_ + expert_count_;
+  const int64_t local_first = first_slot_host_[begin], local_end = first_slot_host_[end];
+  if (local_first > 0) CUDA_CHECK(cudaMemsetAsync(expert_out_.data(), 0, sizeof(float) * local_first * h, stream));
+  if (local_end < slots)
+    CUDA_CHECK(cudaMemsetAsync(expert_out_.data() + local_end * h, 0, sizeof(float) * (slots - local_end) * h, stream));
   // Each expert with tokens: its rows through gate_up, in place in the grouped buffers.
-  for (int e = 0; e < moe_.experts; ++e) {
+  for (int e = begin; e < end; ++e) {
     const int64_t first = first_slot_host_[e], count = first_slot_host_[e + 1] - first;
     if (count > 0)
-      gemm.linear(rows_.data() + first * h, static_cast<int>(count), h, layer.experts[e].gate_up.data(), 2 * width,
-                  gate_up_.data() + first * 2 * width, stream);
+      gemm.linear(rows_.data() + first * h, static_cast<int>(count), h, layer.experts[e - begin].gate_up.data(),
+                  2 * width, gate_up_.data() + first * 2 * width, stream);
   }
-  kernels::swiglu(gate_up_.data(), slots, width, activation_.data(), stream);  // every expert's rows at once
-  for (int e = 0; e < moe_.experts; ++e) {
+  if (local_end > local_first)  // every local expert's rows at once
+    kernels::swiglu(gate_up_.data() + local_first * 2 * width, static_cast<int>(local_end - local_first), width,
+                    activation_.data() + local_first * width, stream);
+  for (int e = begin; e < end; ++e) {
     const int64_t first = first_slot_host_[e], count = first_slot_host_[e + 1] - first;
     if (count > 0)
-      gemm.linear(activation_.data() + first * width, static_cast<int>(count), width, layer.experts[e].down.data(), h,
-                  expert_out_.data() + first * h, stream);
+      gemm.linear(activation_.data() + first * width, static_cast<int>(count), width,
+                  layer.experts[e - begin].down.data(), h, expert_out_.data() + first * h, stream);
   }
   kernels::combine_experts(expert_out_.data(), h, row_of_slot_.data(), weight_.data(), tokens, k, out, stream);
   CUDA_CHECK_LAUNCH();

@@ -35,9 +35,12 @@ class MoeOnGpu {
   void reserve(int tokens);
   // Each token's experts and weights from x [tokens, hidden] (normed, bf16), kept for the next call.
   void route(const bf16* x, int tokens, const DeviceLayer& layer, cudaStream_t stream);
-  // out [tokens, hidden] = sum over each token's experts of weight * expert(x).
+  // out [tokens, hidden] = sum over each token's experts of weight * expert(x), over the
+  // experts this rank holds (ShardSpec: every expert's width slice, or whole experts with
+  // --expert-split experts; the TP all-reduce adds the other ranks' part). Adds each expert's
+  // row count (all experts, as routed) to rows_per_expert [experts].
   void routed_experts(const bf16* x, int tokens, const DeviceLayer& layer, LtGemm& gemm, float* out,
-                      cudaStream_t stream);
+                      int64_t* rows_per_expert, cudaStream_t stream);
   // out += [sigmoid(x . gate) *] shared_expert(x).
   void shared_expert(const bf16* x, int tokens, const DeviceLayer& layer, LtGemm& gemm, float* out,
                      cudaStream_t stream);
@@ -45,6 +48,7 @@ class MoeOnGpu {
  private:
   model::MoeConfig moe_;
   int hidden_, expert_width_, shared_width_;
+  int expert_begin_, expert_count_;  // the routed experts this rank holds
   std::function<void(cudaEvent_t)> wait_;
   int reserved_tokens_ = 0;
   DeviceArray<int32_t> expert_, first_slot_, slot_of_, row_of_slot_;  // the routing, then its grouping
