@@ -6,7 +6,8 @@
 # making anything.
 # With PF_SIM=1 the cuda run is pipefill_sim's, the whole backend on the simulated device
 # (tests/gpu/runtime_sim: no GPU needed; shorter prompts, since it computes on one core).
-# usage: [PF_MIN_GPUS=N] [PF_SIM=1] e2e_vs_cpu.sh BIN_DIR WORK_DIR PRESET RANKS -- <pipefill run arguments for the cuda run>
+# MODEL: a preset (made here in bf16) or a model directory (tests/gpu/make_family_models.py's).
+# usage: [PF_MIN_GPUS=N] [PF_SIM=1] e2e_vs_cpu.sh BIN_DIR WORK_DIR MODEL RANKS -- <pipefill run arguments for the cuda run>
 set -euo pipefail
 here=$(dirname "$0")
 source "$here/../mpi/mpi_env.sh"
@@ -20,11 +21,20 @@ else
   cuda_bin=$bin/pipefill num=3 max_len=400
 fi
 mkdir -p "$work"
-model=$work/$preset-bf16
-[ -f "$model/config.json" ] || "$bin/pipefill" make-model --preset "$preset" --dtype bf16 --seed 11 --out "$model" >/dev/null
+if [ -d "$preset" ]; then
+  model=$preset preset=$(basename "$preset")
+else
+  model=$work/$preset-bf16
+  [ -f "$model/config.json" ] || "$bin/pipefill" make-model --preset "$preset" --dtype bf16 --seed 11 --out "$model" >/dev/null
+fi
+# A model made again (a newer config.json) makes the cached prompts and cpu run stale.
+for cached in "$work/prompts.h5" "$work"/*-cpu*.h5; do
+  [ ! -f "$cached" ] || [ "$cached" -nt "$model/config.json" ] || rm -f "$cached"
+done
+vocab=$("$PYTHON" -c "import json, sys; print(min(500, json.load(open(sys.argv[1]))['vocab_size']))" "$model/config.json")
 prompts=$work/prompts.h5
-[ -f "$prompts" ] || "$bin/pipefill" make-prompts --out "$prompts" --num $num --min-len 40 --max-len $max_len --vocab 500 \
-  --seed 4 >/dev/null
+[ -f "$prompts" ] || "$bin/pipefill" make-prompts --out "$prompts" --num $num --min-len 40 --max-len $max_len \
+  --vocab "$vocab" --seed 4 >/dev/null
 # PF_HIDDEN=last|mean: both runs also write /hidden_states, compared like the logits.
 # PF_SCORES=1: both runs also score every token (--logprobs --top-k 3), compared below.
 hidden=()

@@ -10,13 +10,14 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-def run_pipefill(build, model_dir, prompts_h5, out_h5, ranks, options):
+def run_pipefill(build, model_dir, prompts_h5, out_h5, ranks, options, program="pipefill", timeout=300):
     """`pipefill run` on `ranks` ranks with `options` (a string of flags); returns the
-    last-position logits (float64), the root attributes and the timeline."""
+    last-position logits (float64), the root attributes and the timeline. `program`:
+    pipefill_sim runs the cuda backend on the simulated device."""
     mpi_env = os.path.join(HERE, "..", "mpi", "mpi_env.sh")
     if os.path.exists(out_h5):
         os.remove(out_h5)
-    command = (f'source "{mpi_env}" && exec timeout 300 mpirun -n {ranks} "{build}/pipefill" run '
+    command = (f'source "{mpi_env}" && exec timeout {timeout} mpirun -n {ranks} "{build}/{program}" run '
                f'--model "{model_dir}" --input "{prompts_h5}" --output "{out_h5}" {options} --quiet >/dev/null')
     subprocess.run(["bash", "-c", command], check=True)
     with h5py.File(out_h5, "r") as f:

@@ -4,14 +4,17 @@
 // columns (rows, for row order), batches of BATCH_COUNT at STRIDED_BATCH_OFFSET elements.
 // Types: A, B in bf16 (CUDA_R_16BF) or float; C, D in float or bf16; CUBLAS_COMPUTE_32F: the
 // bf16 inputs are widened exactly and every product is summed in float (the tensor cores'
-// accumulation, in another order), alpha and beta are float host scalars. The matmul is
+// accumulation, in another order: here OpenBLAS's sgemm on the exactly widened operands, so
+// that whole models run in CI time), alpha and beta are float host scalars. The matmul is
 // queued on its stream like a kernel. Anything else (epilogues, other types or compute
 // modes) is refused with CUBLAS_STATUS_NOT_SUPPORTED rather than computed wrong.
+#include <cblas.h>
 #include <cublasLt.h>
 
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <vector>
 
 #include "runtime_sim/sim_device.hpp"
 
@@ -260,13 +263,21 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t, cublasLtMatmulDesc_t desc_handle
       const void* bb = batch(b_ptr, b, b.batch_count == 1 ? 0 : batch_index);
       const void* cb = batch(c_ptr, c, c.batch_count == 1 ? 0 : batch_index);
       void* db = const_cast<void*>(batch(d_ptr, d, batch_index));
+      // op(A) [m, k] and op(B) [k, n] widened into dense column-major floats, then summed in float.
+      std::vector<float> wide_a(m * k), wide_b(k * n), sum(m * n);
+      for (uint64_t p = 0; p < k; ++p)
+        for (uint64_t i = 0; i < m; ++i) wide_a[p * m + i] = ta ? load(ab, a, p, i) : load(ab, a, i, p);
+      for (uint64_t j = 0; j < n; ++j)
+        for (uint64_t p = 0; p < k; ++p) wide_b[j * k + p] = tb ? load(bb, b, j, p) : load(bb, b, p, j);
+      if (m > 0 && n > 0 && k > 0)
+        cblas_sgemm(CblasColMajor, CblasNoTrans, CblasNoTrans, static_cast<int>(m), static_cast<int>(n),
+                    static_cast<int>(k), 1.0f, wide_a.data(), static_cast<int>(m), wide_b.data(), static_cast<int>(k),
+                    0.0f, sum.data(), static_cast<int>(m));
       for (uint64_t j = 0; j < n; ++j)
         for (uint64_t i = 0; i < m; ++i) {
-          float sum = 0.0f;
-          for (uint64_t p = 0; p < k; ++p)
-            sum += (ta ? load(ab, a, p, i) : load(ab, a, i, p)) * (tb ? load(bb, b, j, p) : load(bb, b, p, j));
+          const float s = sum[j * m + i];
           // beta == 0: C is not read (it may hold NaN), as cuBLASLt documents.
-          store(db, d, i, j, beta == 0.0f ? alpha * sum : alpha * sum + beta * load(cb, c, i, j));
+          store(db, d, i, j, beta == 0.0f ? alpha * s : alpha * s + beta * load(cb, c, i, j));
         }
     }
   });
