@@ -130,8 +130,9 @@ OptionTable<PlacementOptions> placement_table() {
       })
       .echo_as("threads");
   t.add("backend",
-        "compute backend: cpu, cuda (one GPU per rank, bf16), or emulate (sleeps of --cost-model; real MPI, schedule "
-        "and message sizes)",
+        "compute backend: cpu or cuda (one GPU per rank, bf16 weights and KV cache), both with every product "
+        "(--logprobs, --top-k, --hidden-states, --save-kv, --kv-store); or emulate (sleeps of --cost-model; real MPI, "
+        "schedule and message sizes; logits only)",
         &P::backend, backend_spelling())
       .echo_as("backend", kRunIdentity | kPlacementIdentity);
   t.add("transport",

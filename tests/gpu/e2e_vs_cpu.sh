@@ -21,18 +21,22 @@ else
   cuda_bin=$bin/pipefill num=3 max_len=400
 fi
 mkdir -p "$work"
-if [ -d "$preset" ]; then
+if [[ $preset == */* && ! -f $preset/config.json ]]; then
+  echo "skipped: $preset was not made (tests/gpu/make_family_models.py needs transformers)"
+  exit 77
+elif [ -d "$preset" ]; then
   model=$preset preset=$(basename "$preset")
 else
   model=$work/$preset-bf16
   [ -f "$model/config.json" ] || "$bin/pipefill" make-model --preset "$preset" --dtype bf16 --seed 11 --out "$model" >/dev/null
 fi
-# A model made again (a newer config.json) makes the cached prompts and cpu run stale.
-for cached in "$work/prompts.h5" "$work"/*-cpu*.h5; do
+# Prompts and cpu runs are kept per model (GPU cases share one work directory); a model made
+# again (a newer config.json) makes them stale.
+prompts=$work/$preset-prompts.h5
+for cached in "$prompts" "$work/$preset"-cpu*.h5; do
   [ ! -f "$cached" ] || [ "$cached" -nt "$model/config.json" ] || rm -f "$cached"
 done
 vocab=$("$PYTHON" -c "import json, sys; print(min(500, json.load(open(sys.argv[1]))['vocab_size']))" "$model/config.json")
-prompts=$work/prompts.h5
 [ -f "$prompts" ] || "$bin/pipefill" make-prompts --out "$prompts" --num $num --min-len 40 --max-len $max_len \
   --vocab "$vocab" --seed 4 >/dev/null
 # PF_HIDDEN=last|mean: both runs also write /hidden_states, compared like the logits.

@@ -1,6 +1,7 @@
 // The host simulator (see host_sim.hpp).
 #include "host_sim/host_sim.hpp"
 
+#include <setjmp.h>
 #include <ucontext.h>
 
 #include <cstring>
@@ -11,18 +12,27 @@
 namespace pf::sim {
 namespace {
 
-// The threads of a block are fibers (ucontext) on the launching host thread: a barrier
-// yields to the next fiber until every thread has arrived. A switch costs a few hundred
-// nanoseconds where an OS thread's futex wake-up cost microseconds (and a core), which made
-// whole-stage runs on the simulated device 10x slower.
+// The threads of a block are fibers on the launching host thread: a barrier yields to the
+// next fiber until every thread has arrived. A fiber is started once with ucontext (its own
+// stack), and every switch after that is a _setjmp / _longjmp pair: swapcontext saves and
+// restores the signal mask, two system calls a switch, which were most of a simulated run's
+// time. (An OS thread per GPU thread, before fibers, cost a futex wake-up a switch: 10x slower.)
+struct Jump {
+  jmp_buf at;
+};
 struct Fibers {
   ucontext_t scheduler;
+  Jump scheduler_jump;
   std::vector<ucontext_t> contexts;
+  std::vector<Jump> jumps;     // where each started fiber resumes
+  std::vector<char> started;
   int current = 0;
 };
 thread_local Fibers* t_fibers = nullptr;
 
-void yield_fiber() { swapcontext(&t_fibers->contexts[t_fibers->current], &t_fibers->scheduler); }
+void yield_fiber() {
+  if (_setjmp(t_fibers->jumps[t_fibers->current].at) == 0) _longjmp(t_fibers->scheduler_jump.at, 1);
+}
 
 class Barrier {
  public:
@@ -191,7 +201,20 @@ void fiber_main() {
         body();
         state.barrier.wait();
       }
-  (*t_start.finished)[t_linear] = 1;  // then back to the scheduler (uc_link)
+  (*t_start.finished)[t_linear] = 1;
+  _longjmp(t_fibers->scheduler_jump.at, 1);  // never returns: its stack is simply not resumed
+}
+
+// Runs fiber t until its next barrier, or until it has finished. (A function of its own: no
+// local of the scheduler's loop lives across the _setjmp.)
+__attribute__((noinline)) void run_until_it_waits(Fibers& fibers, int t) {
+  if (_setjmp(fibers.scheduler_jump.at) != 0) return;  // back from the fiber
+  if (!fibers.started[t]) {
+    fibers.started[t] = 1;
+    swapcontext(&fibers.scheduler, &fibers.contexts[t]);
+  } else {
+    _longjmp(fibers.jumps[t].at, 1);
+  }
 }
 
 }  // namespace
@@ -204,6 +227,8 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::funct
   state.block = block;
   Fibers fibers;
   fibers.contexts.resize(threads);
+  fibers.jumps.resize(threads);
+  fibers.started.assign(threads, 0);
   while (t_stacks.size() < static_cast<size_t>(threads)) t_stacks.emplace_back(new char[kStackBytes]);
   std::vector<char> finished(threads, 0);
   Fibers* outer = t_fibers;
@@ -213,7 +238,7 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::funct
     getcontext(&fibers.contexts[t]);
     fibers.contexts[t].uc_stack.ss_sp = t_stacks[t].get();
     fibers.contexts[t].uc_stack.ss_size = kStackBytes;
-    fibers.contexts[t].uc_link = &fibers.scheduler;  // returning ends the fiber
+    fibers.contexts[t].uc_link = &fibers.scheduler;  // (fiber_main ends with a jump instead)
     makecontext(&fibers.contexts[t], fiber_main, 0);
   }
   // Round robin until every fiber has returned; each runs until it waits at a barrier.
@@ -224,7 +249,7 @@ void launch(dim3 grid, dim3 block, size_t dynamic_shared_bytes, const std::funct
       fibers.current = t;
       t_linear = t;
       t_thread = dim3(t % block.x, (t / block.x) % block.y, t / (block.x * block.y));
-      swapcontext(&fibers.scheduler, &fibers.contexts[t]);  // back at its next barrier, or finished
+      run_until_it_waits(fibers, t);
     }
     left = 0;
     for (int t = 0; t < threads; ++t) left += finished[t] ? 0 : 1;
