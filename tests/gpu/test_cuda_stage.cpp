@@ -15,6 +15,7 @@
 #include "compute/cpu/cpu_stage_compute.hpp"
 #include "device_memory.hpp"
 #include "support/test_data.hpp"
+#include "io/safetensors.hpp"
 #include "model/model_source.hpp"
 #include "model/tensor_source.hpp"
 #include "model/weights.hpp"
@@ -213,6 +214,47 @@ TEST(LtGemm, BatchedSlicesMatchCpuLinear) {
       for (int c = heads * out; c < y_ld; ++c) got[size_t(r) * y_ld + c] = want[size_t(r) * y_ld + c] = 0;
     EXPECT_LE(relative_error(got, want), 1e-5) << (w_in_out ? "w [in, out]" : "w [out, in]");
   }
+}
+
+// The benchmark's weights (DeviceWeights::random, bench/): every tensor of a dense stage in the
+// shapes its shard needs, the projections uniform within sqrt(3 / fan_in) and the norms' gains
+// within 0.1 of 1, and a chunk through them stays finite; MoE and MLA models are refused.
+TEST(DeviceWeights, RandomFillsEveryTensorOfADenseStage) {
+  REQUIRE_DEVICE();
+  for (const char* preset : {"tiny-qwen2", "tiny-qwen3"}) {
+    SCOPED_TRACE(preset);
+    const model::ModelConfig config = model::open_model(std::string("synthetic:") + preset, 5).config;
+    const model::ShardSpec shard = model::make_shard_spec(config, 1, 0);
+    const cuda::DeviceWeights w = cuda::DeviceWeights::random(config, shard, config.num_layers, true, true, 3);
+    const size_t h = config.hidden_size, d = config.head_dim, qkv = (shard.heads + 2 * shard.kv_heads) * d;
+    size_t layer = qkv * h + h * shard.heads * d + 3 * h * shard.intermediate + 2 * h;
+    if (config.attention_bias) layer += qkv;
+    if (config.qk_norm) layer += 2 * d;
+    const size_t values = 2 * size_t(config.vocab_size) * h + h + config.num_layers * layer;
+    EXPECT_EQ(w.bytes(), 2 * values);
+    const auto widened = [](const cuda::DeviceArray<kernels::bf16>& a) {
+      std::vector<uint16_t> bits(a.size());
+      EXPECT_EQ(cudaMemcpy(bits.data(), a.data(), 2 * bits.size(), cudaMemcpyDeviceToHost), cudaSuccess);
+      std::vector<float> v;
+      for (uint16_t b : bits) v.push_back(io::bf16_to_float(b));
+      return v;
+    };
+    for (float x : widened(w.layers[0].qkv)) ASSERT_LE(std::abs(x), std::sqrt(3.0f / h) * 1.01f);
+    for (float x : widened(w.final_norm)) ASSERT_NEAR(x, 1.0f, 0.101f);
+    cuda::CudaStageCompute gpu(config, shard, cuda::DeviceWeights::random(config, shard, config.num_layers, true, true, 3),
+                               64, 64);
+    gpu.allocate_kv(gpu.kv_shape().pages_for(64));
+    const std::vector<int32_t> tokens = {1, 7, 3, 9, 4, 2, 8, 5};
+    test::DeviceMemory<float> hidden(std::vector<float>(tokens.size() * h, 0.0f));
+    gpu.prepare_prefix(0, 0, static_cast<int>(tokens.size()));
+    gpu.embed(tokens.data(), static_cast<int>(tokens.size()), hidden.get());
+    gpu.forward({0, 0, static_cast<int>(tokens.size())}, hidden.get());
+    gpu.synchronize();
+    for (float x : hidden.read()) ASSERT_TRUE(std::isfinite(x));
+  }
+  const model::ModelConfig moe = model::open_model("synthetic:tiny-moe", 5).config;
+  EXPECT_THROW(cuda::DeviceWeights::random(moe, model::make_shard_spec(moe, 1, 0), 1, true, true, 3),
+               std::invalid_argument);
 }
 
 }  // namespace
