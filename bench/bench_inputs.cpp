@@ -109,7 +109,8 @@ int write_checkpoint(const std::string& preset, const std::string& dir, unsigned
   for (size_t t = 0; t < specs.size(); ++t) {
     int64_t numel = 1;
     for (int64_t d : specs[t].shape) numel *= d;
-    for (int64_t begin = 0; begin < numel; begin += kPiece) pieces.push_back({t, begin, std::min(kPiece, numel - begin)});
+    for (int64_t begin = 0; begin < numel; begin += kPiece)
+      pieces.push_back({t, begin, std::min(kPiece, numel - begin)});
     values += numel;
   }
   std::atomic<size_t> next{0};
@@ -143,9 +144,8 @@ int write_checkpoint(const std::string& preset, const std::string& dir, unsigned
   if (::close(fd) != 0 && error.empty()) error = "closing " + path + " failed: " + std::strerror(errno);
   if (!error.empty()) throw std::runtime_error(error);
   const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("wrote %s: preset %s, %.2fB values, bf16, %.1f GB in %.1f s on %u threads\n", dir.c_str(),
-              preset.c_str(), static_cast<double>(values) / 1e9, static_cast<double>(header.file_size) / 1e9, seconds,
-              threads);
+  std::printf("wrote %s: preset %s, %.2fB values, bf16, %.1f GB in %.1f s on %u threads\n", dir.c_str(), preset.c_str(),
+              static_cast<double>(values) / 1e9, static_cast<double>(header.file_size) / 1e9, seconds, threads);
   return 0;
 }
 
@@ -178,8 +178,8 @@ int main(int argc, char** argv) {
   const std::string command = argv[1];
   try {
     if (command == "checkpoint" && (argc == 4 || argc == 5)) {
-      const unsigned threads = argc == 5 ? static_cast<unsigned>(std::atoi(argv[4]))
-                                         : std::max(1u, std::thread::hardware_concurrency());
+      const unsigned threads =
+          argc == 5 ? static_cast<unsigned>(std::atoi(argv[4])) : std::max(1u, std::thread::hardware_concurrency());
       return write_checkpoint(argv[2], argv[3], std::max(1u, threads));
     }
     if (command == "prompts" && argc >= 5) {

@@ -56,9 +56,13 @@ Spelling<compute::HiddenStatesKind> hidden_states_spelling() {
                       compute::hidden_states_name);
 }
 
-const char* kv_dtype_name(io::Dtype dtype) { return dtype == io::Dtype::kBF16 ? "bf16" : "f32"; }
+const char* kv_dtype_name(io::Dtype dtype) {
+  return dtype == io::Dtype::kBF16 ? "bf16" : "f32";
+}
 
-Spelling<io::Dtype> kv_dtype_spelling() { return named_choice("--kv-dtype", {io::Dtype::kF32, io::Dtype::kBF16}, kv_dtype_name); }
+Spelling<io::Dtype> kv_dtype_spelling() {
+  return named_choice("--kv-dtype", {io::Dtype::kF32, io::Dtype::kBF16}, kv_dtype_name);
+}
 
 Spelling<sched::CostSource> cost_source_spelling() {
   return {[](const std::string& text) {
@@ -467,8 +471,9 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   refuse_on_emulate(!o.save_kv.empty(), "--save-kv", "KV cache");
   refuse_on_emulate(!o.kv_store.empty(), "--kv-store", "KV cache");
   if (o.kv_dtype != io::Dtype::kF32 && o.save_kv.empty())
-    throw UserError("--kv-dtype sets the dtype of --save-kv's files: add --save-kv DIR (--kv-store always keeps float32, "
-                    "so that a loaded prefix gives what computing it gives)");
+    throw UserError(
+        "--kv-dtype sets the dtype of --save-kv's files: add --save-kv DIR (--kv-store always keeps float32, "
+        "so that a loaded prefix gives what computing it gives)");
   // A chunk's token rows travel as one MPI message of (1 + 2k) floats a token.
   const int64_t longest = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
   if (o.top_k > 0 && longest * (1 + 2 * static_cast<int64_t>(o.top_k)) > (int64_t{1} << 30))

@@ -29,7 +29,8 @@ struct RowCandidate {
   float logit;
   int32_t id;
 };
-static_assert(sizeof(RowSummaryHeader) == 24 && sizeof(RowCandidate) == 8, "records are packed: header, then k candidates");
+static_assert(sizeof(RowSummaryHeader) == 24 && sizeof(RowCandidate) == 8,
+              "records are packed: header, then k candidates");
 
 // Bytes of one slice's summary of one row with `k` candidates (records are packed at this stride).
 size_t row_summary_bytes(int k);

@@ -10,10 +10,10 @@
 #include <random>
 #include <stdexcept>
 
-#include "compute/vocab_scores.hpp"
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
 #include "compute/cpu/thread_pool.hpp"
+#include "compute/vocab_scores.hpp"
 
 namespace pf::compute {
 
@@ -295,7 +295,8 @@ void CpuStageCompute::write_kv(int prompt, int64_t pos0, int count, const float*
   for_each_page_run(kv_pool_, kv_pool_.pages(prompt), pos0, count,
                     [&](int layer, int page, int head, size_t in_page, size_t at, size_t n) {
                       std::copy_n(keys + at, n, kv_pool_.mutable_key_page(layer, page, head) + in_page);
-                      if (!latent) std::copy_n(values + at, n, kv_pool_.mutable_value_page(layer, page, head) + in_page);
+                      if (!latent)
+                        std::copy_n(values + at, n, kv_pool_.mutable_value_page(layer, page, head) + in_page);
                     });
 }
 
