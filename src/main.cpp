@@ -18,6 +18,7 @@
 #include "cli/options.hpp"            // defines: RunOptions and its option table
 #include "cli/run_inputs.hpp"         // defines: rank 0's checks and reads before a run, open_output
 #include "cli/run_record.hpp"         // defines: placement_identity, output_attributes
+#include "compute/cpu/blas_kernels.hpp"  // defines: choose_blas_kernels (OpenBLAS kernels by CPU features)
 #include "dist/activation_wire.hpp"    // defines: kActivationWireBytes (float32 on the wire)
 #include "dist/checked_step.hpp"      // defines: checked_step (collective user-error agreement)
 #include "dist/clock_sync.hpp"        // defines: synchronize_clocks (one time base for the timeline)
@@ -271,6 +272,8 @@ static int run_command(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
+  // Before anything else (MPI, threads): OpenBLAS's kernels by this CPU's features, not its model.
+  pf::cpu::choose_blas_kernels(argv);
   const char* command = argc > 1 ? argv[1] : "";
   // run and profile are SPMD (MPI); the other commands are single-process tools.
   const bool is_run = std::strcmp(command, "run") == 0 || std::strcmp(command, "profile") == 0;

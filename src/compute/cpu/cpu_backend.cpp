@@ -1,6 +1,7 @@
 // cpu backend factory (see cpu_backend.hpp).
 #include "compute/cpu/cpu_backend.hpp"
 
+#include "compute/cpu/blas_kernels.hpp"
 #include "compute/cpu/cpu_features.hpp"
 #include "compute/cpu/cpu_stage_compute.hpp"
 #include "compute/cpu/gemm.hpp"
@@ -43,8 +44,10 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
   backend.description = "cpu";
   const RankThreads rank_threads = decide_rank_threads(threads, MPI_COMM_WORLD);
   use_rank_threads(rank_threads);
-  backend.detail = std::string(cpu::isa_name(cpu::kernel_isa())) + " attention, OpenBLAS " + cpu::gemm_kernels() +
-                   " GEMMs, " + describe(rank_threads);
+  backend.detail = std::string(cpu::isa_name(cpu::kernel_isa())) + " attention, " + cpu::blas_kernels_description() +
+                   ", " + describe(rank_threads);
+  if (const std::string warning = cpu::blas_kernels_warning(); !warning.empty() && topo.is_writer())
+    std::fprintf(stderr, "warning: %s\n", warning.c_str());
   return backend;
 }
 

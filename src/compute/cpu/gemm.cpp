@@ -35,10 +35,6 @@ void single_threaded_gemm() {
   openblas_set_num_threads(1);
 }
 
-const char* gemm_kernels() {
-  return openblas_get_corename();
-}
-
 void count_gemm_flops(double flops) {
   gemm_flops += flops;
 }

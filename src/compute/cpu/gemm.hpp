@@ -9,10 +9,9 @@ namespace pf::cpu {
 // columns over the rank's threads (thread_pool.hpp), one single-threaded sgemm each.
 void linear(const float* x, int rows, int in, const float* weight, int out, float* y);
 
-// OpenBLAS runs single-threaded (the pool gives each thread its slice; docs/choices.md), and
-// the name of the kernels it picked for this CPU.
+// OpenBLAS runs single-threaded (the pool gives each thread its slice; docs/choices.md).
+// Which of its kernels run: blas_kernels.hpp.
 void single_threaded_gemm();
-const char* gemm_kernels();
 
 // The FLOPs of every GEMM this thread has run (linear, MLA's absorption, and attention's
 // causal part): tests hold the analytic cost model (model::chunk_flops) to what the backend

@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# OpenBLAS's GEMM kernels chosen by the CPU's features (compute/cpu/blas_kernels.hpp), on
+# whatever CPU runs the test:
+#   features        a plain run: on a CPU with AVX2 and FMA, the header names kernels for AVX2
+#                   or AVX-512 (never OpenBLAS's generic ones, which it picks for CPUs newer
+#                   than itself), and the run is the same as one with those kernels asked for
+#   forced_generic  OPENBLAS_CORETYPE=Prescott (the user's choice, kept): on such a CPU a
+#                   `warning:` says what it costs and how to fix it; the run still succeeds
+# usage: blas_kernels.sh BIN_DIR DATA_DIR CASE
+set -euo pipefail
+here=$(dirname "$0")
+source "$here/mpi_env.sh"
+bin=$1 data=$2 case=$3
+temp_dir work
+fast=0  # does this CPU run AVX2 with FMA (the least of the kernels pipefill asks for)?
+grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && fast=1
+run() { pipefill_mpi 1 run --model "$data/tiny" --input "$data/prompts.h5" --output "$work/$1.h5" --chunk-size 64 \
+  >"$work/$1.log" 2>&1 || { cat "$work/$1.log"; fail "run $1 failed"; }; }
+core_of() { sed -nE 's/^cpu: .*OpenBLAS ([A-Za-z0-9]+) GEMMs.*/\1/p' "$work/$1.log"; }
+case $case in
+  features)
+    run plain
+    core=$(core_of plain)
+    grep '^cpu:' "$work/plain.log"
+    [ -n "$core" ] || fail "the header names no OpenBLAS kernels"
+    if [ "$fast" = 1 ]; then
+      case $core in
+        SkylakeX | Cooperlake | SapphireRapids | Haswell | Zen | Excavator) ;;
+        *) fail "OpenBLAS runs $core kernels on a CPU with AVX2 and FMA" ;;
+      esac
+      ! grep -q '^warning: OpenBLAS' "$work/plain.log" || fail "a warning about the kernels pipefill chose"
+    fi
+    OPENBLAS_CORETYPE=$core run asked
+    [ "$(core_of asked)" = "$core" ] || fail "asking for $core gave $(core_of asked)"
+    "$bin/tests/compare_logits" "$work/plain.h5" "$work/asked.h5" --rtol 1e-6 ;;
+  forced_generic)
+    OPENBLAS_CORETYPE=Prescott run generic
+    grep '^cpu:' "$work/generic.log"
+    [ "$(core_of generic)" = Prescott ] || fail "OPENBLAS_CORETYPE=Prescott was not kept ($(core_of generic))"
+    if [ "$fast" = 1 ]; then
+      grep -q "^warning: OpenBLAS runs its Prescott GEMM kernels (SSE) on this CPU, which has AVX.*unset it, or set it to" \
+        "$work/generic.log" || fail "no warning about the generic kernels"
+    fi ;;
+  *) fail "unknown case $case" ;;
+esac
+echo "Passed: $case"
