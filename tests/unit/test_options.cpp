@@ -48,6 +48,7 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"threads", 0},
                                    {"backend", "emulate"},
                                    {"transport", "nccl"},
+                                   {"kv_dtype", "f32"},
                                    {"kv_memory_fraction", 0.85},
                                    {"input", "in.h5"},
                                    {"output", "out.h5"},
