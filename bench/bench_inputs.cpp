@@ -37,18 +37,12 @@
 #include "io/prompts_h5.hpp"
 #include "io/safetensors.hpp"
 #include "model/presets.hpp"
+#include "model/splitmix64.hpp"
 #include "model/tensor_source.hpp"
 
 using namespace pf;
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
 
 bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
@@ -123,9 +117,9 @@ int write_checkpoint(const std::string& preset, const std::string& dir, unsigned
         const Piece& piece = pieces[i];
         const model::TensorSpec& spec = specs[piece.tensor];
         const Range range = range_of(spec);
-        const uint64_t base = splitmix64(0x5eedull * 1000003 + piece.tensor);
+        const uint64_t base = model::splitmix64(0x5eedull * 1000003 + piece.tensor);
         for (int64_t k = 0; k < piece.count; ++k) {
-          const uint64_t bits = splitmix64(base + static_cast<uint64_t>(piece.begin + k));
+          const uint64_t bits = model::splitmix64(base + static_cast<uint64_t>(piece.begin + k));
           const float u = static_cast<float>(bits >> 40) * (2.0f / 16777216.0f) - 1.0f;  // [-1, 1)
           buffer[static_cast<size_t>(k)] = io::float_to_bf16(range.offset + range.scale * u);
         }

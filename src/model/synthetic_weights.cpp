@@ -6,6 +6,7 @@
 
 #include "errors.hpp"
 #include "io/fnv1a.hpp"
+#include "model/splitmix64.hpp"
 #include "model/tensor_names.hpp"
 #include "model/tensor_source.hpp"
 
@@ -88,13 +89,6 @@ std::vector<TensorSpec> expected_tensors(const ModelConfig& c) {
 }
 
 namespace {
-
-uint64_t splitmix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
 
 uint64_t fnv1a(const std::string& text) { return io::Fnv1a().add(text).value; }
 
