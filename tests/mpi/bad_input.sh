@@ -236,6 +236,8 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
     expect="--logprobs needs real compute: --backend emulate computes no log-probs" ;;
   threads_too_many) extra=(--pp 2 --threads 100000); expect="--threads 100000 is more than 1024 a rank" ;;
   threads_negative) extra=(--pp 2 --threads -1); expect="--threads must be 0 (automatic) or more" ;;
+  kv_dtype_without_save_kv) extra=(--pp 2 --kv-dtype bf16); expect="--kv-dtype sets the dtype of --save-kv's files" ;;
+  kv_dtype_unknown) extra=(--pp 2 --save-kv "$work/kv" --kv-dtype f16); expect='--kv-dtype must be f32 or bf16 (got "f16")' ;;
   top_k_negative) extra=(--pp 2 --top-k -3); expect="--top-k must not be negative (got -3; 0: none)" ;;
   top_k_over_vocab) extra=(--pp 2 --top-k 513); expect="--top-k 513 is more than the model's vocabulary (512 tokens)" ;;
   analytic_without_emulate) extra=(--pp 2 --cost-model analytic:h20); expect="add --backend emulate" ;;
