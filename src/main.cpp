@@ -13,46 +13,48 @@
 #include <cstring>
 #include <optional>
 
-#include "cli/backend_request.hpp"    // defines: backend_request (placement options -> backend)
-#include "cli/commands.hpp"           // defines: profile, plan, make-model, make-prompts subcommands
-#include "cli/options.hpp"            // defines: RunOptions and its option table
-#include "cli/run_inputs.hpp"         // defines: rank 0's checks and reads before a run, open_output
-#include "cli/run_record.hpp"         // defines: placement_identity, output_attributes
+#include "cli/backend_request.hpp"       // defines: backend_request (placement options -> backend)
+#include "cli/commands.hpp"              // defines: profile, plan, make-model, make-prompts subcommands
+#include "cli/options.hpp"               // defines: RunOptions and its option table
+#include "cli/run_inputs.hpp"            // defines: rank 0's checks and reads before a run, open_output
+#include "cli/run_record.hpp"            // defines: placement_identity, output_attributes
 #include "compute/cpu/blas_kernels.hpp"  // defines: choose_blas_kernels (OpenBLAS kernels by CPU features)
-#include "dist/activation_wire.hpp"    // defines: kActivationWireBytes (float32 on the wire)
-#include "dist/checked_step.hpp"      // defines: checked_step (collective user-error agreement)
-#include "dist/clock_sync.hpp"        // defines: synchronize_clocks (one time base for the timeline)
-#include "dist/collectives.hpp"       // defines: broadcast_bytes, allreduce_sum, barrier
-#include "dist/same_everywhere.hpp"   // defines: require_same_as_rank0 (options agree on every rank)
-#include "dist/topology.hpp"          // defines: Topology (rank -> stage, tp_rank; communicators)
-#include "errors.hpp"                 // defines: UserError, check macros
-#include "io/directory_lock.hpp"      // defines: DirectoryLock (one run at a time in --save-kv DIR)
-#include "io/prompts_h5.hpp"          // defines: read_prompts (validated HDF5 input)
-#include "io/results_h5.hpp"          // defines: ResultWriter (temporary file, renamed on success)
-#include "pipeline/backend_setup.hpp"  // defines: make_stage_backend (cpu, cuda or emulate)
-#include "pipeline/chunk_planning.hpp"  // defines: decide_plan (fixed or dynamic chunks, profiled or loaded)
+#include "dist/activation_wire.hpp"      // defines: kActivationWireBytes (float32 on the wire)
+#include "dist/checked_step.hpp"         // defines: checked_step (collective user-error agreement)
+#include "dist/clock_sync.hpp"           // defines: synchronize_clocks (one time base for the timeline)
+#include "dist/collectives.hpp"          // defines: broadcast_bytes, allreduce_sum, barrier
+#include "dist/same_everywhere.hpp"      // defines: require_same_as_rank0 (options agree on every rank)
+#include "dist/topology.hpp"             // defines: Topology (rank -> stage, tp_rank; communicators)
+#include "errors.hpp"                    // defines: UserError, check macros
+#include "io/directory_lock.hpp"         // defines: DirectoryLock (one run at a time in --save-kv DIR)
+#include "io/prompts_h5.hpp"             // defines: read_prompts (validated HDF5 input)
+#include "io/results_h5.hpp"             // defines: ResultWriter (temporary file, renamed on success)
+#include "pipeline/backend_setup.hpp"    // defines: make_stage_backend (cpu, cuda or emulate)
+#include "pipeline/chunk_planning.hpp"   // defines: decide_plan (fixed or dynamic chunks, profiled or loaded)
 #include "pipeline/kv_export_setup.hpp"  // defines: start_kv_export, finish_kv_export (--save-kv)
-#include "pipeline/kv_store_setup.hpp"  // defines: KvStoreRun (--kv-store: prefixes across runs)
-#include "pipeline/rank_setup.hpp"   // defines: open_rank_model, load_rank_weights, share_prompts
-#include "pipeline/stage_profiler.hpp"  // defines: profile_capacity_tokens
-#include "pipeline/stage_loop.hpp"   // defines: run_stage_loop (the per-rank event loop)
-#include "pipeline/stored_results.hpp"  // defines: StoredResults (rank 0 stores finite results)
-#include "sched/cost_profile.hpp"    // defines: CostProfile (a saved --cost-model)
-#include "sched/dynamic_chunker.hpp"  // defines: longest_chunk (the workspace a backend reserves)
-#include "sched/plan_flops.hpp"       // defines: plan_flops (for the achieved rate)
-#include "sched/prefix_sharing.hpp"   // defines: find_shared_prefixes (prefix reuse inside the batch)
-#include "trace/chrome_trace.hpp"     // defines: write_chrome_trace
-#include "trace/expert_load.hpp"      // defines: gather_expert_load, print_expert_load
-#include "trace/op_times.hpp"         // defines: gather_op_times, print_op_times (cpu time by kind of op)
-#include "trace/summary.hpp"          // defines: summarize, print_summary
-#include "trace/traffic.hpp"          // defines: gather_traffic, print_traffic (bytes vs the seed's formulas)
+#include "pipeline/kv_store_setup.hpp"   // defines: KvStoreRun (--kv-store: prefixes across runs)
+#include "pipeline/rank_setup.hpp"       // defines: open_rank_model, load_rank_weights, share_prompts
+#include "pipeline/stage_loop.hpp"       // defines: run_stage_loop (the per-rank event loop)
+#include "pipeline/stage_profiler.hpp"   // defines: profile_capacity_tokens
+#include "pipeline/stored_results.hpp"   // defines: StoredResults (rank 0 stores finite results)
+#include "sched/cost_profile.hpp"        // defines: CostProfile (a saved --cost-model)
+#include "sched/dynamic_chunker.hpp"     // defines: longest_chunk (the workspace a backend reserves)
+#include "sched/plan_flops.hpp"          // defines: plan_flops (for the achieved rate)
+#include "sched/prefix_sharing.hpp"      // defines: find_shared_prefixes (prefix reuse inside the batch)
+#include "trace/chrome_trace.hpp"        // defines: write_chrome_trace
+#include "trace/expert_load.hpp"         // defines: gather_expert_load, print_expert_load
+#include "trace/op_times.hpp"            // defines: gather_op_times, print_op_times (cpu time by kind of op)
+#include "trace/summary.hpp"             // defines: summarize, print_summary
+#include "trace/traffic.hpp"             // defines: gather_traffic, print_traffic (bytes vs the seed's formulas)
 
 using namespace pf;
 
 // Set by SIGTERM (Slurm's time limit, scancel) or SIGUSR1 (what mpirun forwards): rank 0
 // then stops issuing prompts, finishes those in flight, saves, and exits with kExitStopped.
 static volatile int g_stop_requested = 0;
-static void request_stop(int) { g_stop_requested = 1; }
+static void request_stop(int) {
+  g_stop_requested = 1;
+}
 constexpr int kExitStopped = 75;  // EX_TEMPFAIL: interrupted, resume me
 
 static int run_command(int argc, char** argv) {
@@ -97,7 +99,8 @@ static int run_command(int argc, char** argv) {
   pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, lengths);
   // The weights' identity: every value every rank loaded, whatever the layout (what --resume,
   // --save-kv and --kv-store compare, so it is known before any of them opens a file).
-  if (!emulate) rank_model.weights_fingerprint = pipeline::agree_on_weights_identity(topo, rank_model, backend.weights_digests);
+  if (!emulate)
+    rank_model.weights_fingerprint = pipeline::agree_on_weights_identity(topo, rank_model, backend.weights_digests);
 
   // Outputs: rank 0 takes the --save-kv directory (one run at a time; it removes what killed
   // runs left there) and opens the output (or finds it complete: --resume has nothing to do).
@@ -107,10 +110,12 @@ static int run_command(int argc, char** argv) {
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!writer) return;
     if (!options.save_kv.empty()) {
-      export_lock = std::make_unique<io::DirectoryLock>(options.save_kv, "--save-kv", io::this_run_in_words(options.output));
+      export_lock =
+          std::make_unique<io::DirectoryLock>(options.save_kv, "--save-kv", io::this_run_in_words(options.output));
       if (const int removed = export_lock->remove_partial_files(kv::kv_export_file_patterns());
           removed > 0 && !options.quiet)
-        std::printf("note: removed %d unfinished file(s) that killed runs left in %s\n", removed, options.save_kv.c_str());
+        std::printf("note: removed %d unfinished file(s) that killed runs left in %s\n", removed,
+                    options.save_kv.c_str());
     }
     results = cli::open_output(options, rank_model, prompts);
     already_complete = !results;
@@ -119,8 +124,10 @@ static int run_command(int argc, char** argv) {
   if (already_complete) {
     if (writer) std::printf("%s is already complete: nothing to resume\n", options.output.c_str());
     if (writer && !options.save_kv.empty())
-      std::printf("note: nothing was computed, so nothing was exported to %s (the run that computes a prompt "
-                  "exports it: run again to a new --output)\n", options.save_kv.c_str());
+      std::printf(
+          "note: nothing was computed, so nothing was exported to %s (the run that computes a prompt "
+          "exports it: run again to a new --output)\n",
+          options.save_kv.c_str());
     dist::free_topology(topo);
     return 0;
   }
@@ -128,7 +135,8 @@ static int run_command(int argc, char** argv) {
   // export is missing on some rank.
   std::unique_ptr<kv::KvExporter> kv_export;
   if (!options.save_kv.empty())
-    kv_export = pipeline::start_kv_export(topo, rank_model, options.save_kv, options.kv_dtype, prompts, lengths, results.get());
+    kv_export =
+        pipeline::start_kv_export(topo, rank_model, options.save_kv, options.kv_dtype, prompts, lengths, results.get());
 
   // Plan: prompts that share a prefix back to back, the prefix computed once (rank 0 finds
   // them), cut into fixed chunks, or dynamic ones from cost models (profiled now or loaded).
@@ -144,41 +152,45 @@ static int run_command(int argc, char** argv) {
     const bool load = !options.no_prefix_cache && !options.token_rows_wanted() &&
                       options.hidden_states != compute::HiddenStatesKind::kMean;
     if (writer && !load && !options.no_prefix_cache)
-      std::printf("note: --kv-store lends no prefixes to a run with --logprobs, --top-k or --hidden-states mean "
-                  "(it keeps KV, not the prefix's scores); this run's prompts are added to it\n");
+      std::printf(
+          "note: --kv-store lends no prefixes to a run with --logprobs, --top-k or --hidden-states mean "
+          "(it keeps KV, not the prefix's scores); this run's prompts are added to it\n");
     kv_store = std::make_unique<pipeline::KvStoreRun>(topo, rank_model, options.kv_store, prompts, lengths, done,
-                                                      chunking.page_size, load, place.backend);
+                                                      chunking.page_size, load, place.backend, place.dtype);
     if (writer) sched::prefer_longer_outside(prefixes, kv_store->offers());
   }
-  const pipeline::PlanDecision decision = pipeline::decide_plan(topo, chunking, lengths, *backend.compute,
-                                                               shape.hidden_size, saved_costs, done, prefixes);
+  const pipeline::PlanDecision decision =
+      pipeline::decide_plan(topo, chunking, lengths, *backend.compute, shape.hidden_size, saved_costs, done, prefixes);
   const sched::BatchPlan& plan = decision.plan;
   if (writer && !options.quiet) {
-    std::printf("pipefill %s | %s %s (%.1fM active params) | pp %d x tp %d | layers %s | chunk %d (%s) | page %d | %s\n",
-                PIPEFILL_VERSION, place.model.c_str(), shape.name.c_str(), shape.active_parameters() / 1e6, topo.pp,
-                topo.tp, model::partition_text(rank_model.partition).c_str(), chunking.initial_chunk,
-                decision.policy_used.c_str(), chunking.page_size, backend.description.c_str());
+    std::printf(
+        "pipefill %s | %s %s (%.1fM active params) | pp %d x tp %d | layers %s | chunk %d (%s) | page %d | %s\n",
+        PIPEFILL_VERSION, place.model.c_str(), shape.name.c_str(), shape.active_parameters() / 1e6, topo.pp, topo.tp,
+        model::partition_text(rank_model.partition).c_str(), chunking.initial_chunk, decision.policy_used.c_str(),
+        chunking.page_size, backend.description.c_str());
     if (!backend.detail.empty()) std::printf("%s: %s\n", backend.description.c_str(), backend.detail.c_str());
     std::printf("input %s: %d prompts%s, %lld tokens to compute%s, %zu micro-batches\n", options.input.c_str(),
                 plan.num_prompts(),
-                results->resumed() ? (" (" + std::to_string(results->completed_count()) + " done before, resumed)").c_str()
-                                   : "",
+                results->resumed()
+                    ? (" (" + std::to_string(results->completed_count()) + " done before, resumed)").c_str()
+                    : "",
                 static_cast<long long>(plan.total_tokens()),
                 plan.reused_tokens() > 0
                     ? (" (" + std::to_string(plan.reused_tokens()) + " more reused from shared prefixes)").c_str()
                     : "",
                 plan.micro_batches.size());
     if (shape.mla())
-      std::printf("kv cache: latent attention keeps %.0f values a token a layer for all %d heads (kv_lora_rank %d + "
-                  "rope %d), %.1fx less than their own K and V (%.0f)\n",
-                  shape.cached_values_per_token(), shape.num_heads, shape.kv_lora_rank, shape.qk_rope_head_dim,
-                  shape.full_kv_values_per_token() / shape.cached_values_per_token(), shape.full_kv_values_per_token());
+      std::printf(
+          "kv cache: latent attention keeps %.0f values a token a layer for all %d heads (kv_lora_rank %d + "
+          "rope %d), %.1fx less than their own K and V (%.0f)\n",
+          shape.cached_values_per_token(), shape.num_heads, shape.kv_lora_rank, shape.qk_rope_head_dim,
+          shape.full_kv_values_per_token() / shape.cached_values_per_token(), shape.full_kv_values_per_token());
     std::fflush(stdout);
   }
 
   // Transport of hidden states between stages (host MPI, or device buffers over NCCL).
-  const std::unique_ptr<dist::Transport> transport = backend.make_transport(
-      static_cast<size_t>(plan.max_chunk()) * shape.hidden_size);
+  const std::unique_ptr<dist::Transport> transport =
+      backend.make_transport(static_cast<size_t>(plan.max_chunk()) * shape.hidden_size);
 
   // Run: one time base, then every rank walks the plan.
   const dist::RunClock clock = dist::synchronize_clocks(MPI_COMM_WORLD);
@@ -224,15 +236,15 @@ static int run_command(int argc, char** argv) {
 
   // Write: timeline and traffic gathered to rank 0, summary, output renamed into place.
   const auto events = trace::gather_timeline(timeline, MPI_COMM_WORLD);
-  trace::TrafficReport traffic_report =
-      trace::gather_traffic(topo, plan, shape.hidden_size, shape.hidden_size * dist::kActivationWireBytes,
-                            rank_model.partition, traffic);
+  trace::TrafficReport traffic_report = trace::gather_traffic(
+      topo, plan, shape.hidden_size, shape.hidden_size * dist::kActivationWireBytes, rank_model.partition, traffic);
   traffic_report.allreduce_modelled = emulate;
   const trace::ExpertLoad expert_load =
       trace::gather_expert_load(topo, backend.compute->expert_rows(), emulate ? 0 : shape.experts);
   const compute::OpTimes op_times = trace::gather_op_times(backend.compute->op_times());
   if (writer) {
-    const trace::RunSummary summary = trace::summarize(plan, events, topo.pp, topo.tp, wall_s, sched::plan_flops(shape, plan));
+    const trace::RunSummary summary =
+        trace::summarize(plan, events, topo.pp, topo.tp, wall_s, sched::plan_flops(shape, plan));
     const bool complete =
         results->finish(events, cli::output_attributes(options, rank_model, decision, backend.description, wall_s));
     if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp);
@@ -242,17 +254,19 @@ static int run_command(int argc, char** argv) {
       trace::print_expert_load(expert_load, stdout);
       trace::print_op_times(op_times, stdout);
       if (results->scored_tokens() > 0)
-        std::printf("log-probs: %lld tokens scored this run, perplexity %.4g (exp of their mean NLL; per prompt in "
-                    "/perplexity)\n",
-                    static_cast<long long>(results->scored_tokens()),
-                    std::exp(results->scored_nll_sum() / static_cast<double>(results->scored_tokens())));
+        std::printf(
+            "log-probs: %lld tokens scored this run, perplexity %.4g (exp of their mean NLL; per prompt in "
+            "/perplexity)\n",
+            static_cast<long long>(results->scored_tokens()),
+            std::exp(results->scored_nll_sum() / static_cast<double>(results->scored_tokens())));
     }
     if (complete) {
       std::printf("wrote %s%s%s\n", options.output.c_str(), options.trace.empty() ? "" : " and ",
                   options.trace.c_str());
     } else if (nonfinite_count > 0) {
       std::string which;
-      for (size_t i = 0; i < nonfinite_prompts.size() && i < 8; ++i) which += (i ? ", " : "") + std::to_string(nonfinite_prompts[i]);
+      for (size_t i = 0; i < nonfinite_prompts.size() && i < 8; ++i)
+        which += (i ? ", " : "") + std::to_string(nonfinite_prompts[i]);
       std::fprintf(stderr,
                    "error: the results of %d prompt(s) are not finite (NaN or Inf): prompt %s%s; they were not "
                    "stored (do the weights or the config make NaN? see the warnings above). %d prompt(s) are in "

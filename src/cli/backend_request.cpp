@@ -9,6 +9,7 @@ pipeline::BackendRequest backend_request(const PlacementOptions& p, int page_siz
   request.page_size = page_size;
   request.kv_memory_mb = p.kv_memory_mb;
   request.cpu_threads = p.threads;
+  request.cpu_dtype = p.dtype;
   request.transport = p.transport;
   request.kv_memory_fraction = p.kv_memory_fraction;
   request.max_chunk_tokens = max_chunk_tokens;

@@ -64,6 +64,10 @@ Spelling<io::Dtype> kv_dtype_spelling() {
   return named_choice("--kv-dtype", {io::Dtype::kF32, io::Dtype::kBF16}, kv_dtype_name);
 }
 
+Spelling<io::Dtype> dtype_spelling() {
+  return named_choice("--dtype", {io::Dtype::kF32, io::Dtype::kBF16}, kv_dtype_name);
+}
+
 Spelling<sched::CostSource> cost_source_spelling() {
   return {[](const std::string& text) {
             using Kind = sched::CostSource::Kind;
@@ -139,6 +143,11 @@ OptionTable<PlacementOptions> placement_table() {
         "schedule and message sizes; logits only)",
         &P::backend, backend_spelling())
       .echo_as("backend", kRunIdentity | kPlacementIdentity);
+  t.add("dtype",
+        "cpu: f32 (default), or bf16: weights and KV cache stored in bf16 (half the memory), GEMM inputs and "
+        "attention's Q and P rounded to bf16 where the cuda backend rounds them, every sum float32",
+        &P::dtype, dtype_spelling())
+      .echo_as("dtype", kRunIdentity | kPlacementIdentity | kOnlyWhenSet);
   t.add("transport",
         "cuda: how hidden states move between stages: nccl, or mpi (staged through host memory; lets ranks share a "
         "GPU)",
@@ -446,6 +455,14 @@ nlohmann::json placement_identity_options(const PlacementOptions& options) {
   return placement_table().identity(options, kPlacementIdentity);
 }
 
+// --dtype chooses the cpu backend's precision; cuda is bf16 always, the emulator computes nothing.
+void check_dtype(const PlacementOptions& p) {
+  if (p.dtype == io::Dtype::kBF16 && p.backend == compute::BackendKind::kEmulate)
+    throw UserError(
+        "--dtype bf16 sets the cpu backend's precision: --backend emulate computes nothing (its times come "
+        "from --cost-model)");
+}
+
 bool parse_run(int argc, char** argv, RunOptions& o) {
   if (!run_table().parse("pipefill run", "Prefill every prompt of an HDF5 input through a pp x tp pipeline.", argc,
                          argv, o))
@@ -470,6 +487,7 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   refuse_on_emulate(o.top_k > 0, "--top-k", "log-probs");
   refuse_on_emulate(!o.save_kv.empty(), "--save-kv", "KV cache");
   refuse_on_emulate(!o.kv_store.empty(), "--kv-store", "KV cache");
+  check_dtype(o.placement);
   if (o.kv_dtype != io::Dtype::kF32 && o.save_kv.empty())
     throw UserError(
         "--kv-dtype sets the dtype of --save-kv's files: add --save-kv DIR (--kv-store always keeps float32, "

@@ -10,8 +10,8 @@
 
 #include "compute/backend_kind.hpp"
 #include "compute/hidden_states.hpp"
-#include "io/safetensors.hpp"
 #include "dist/activation_wire.hpp"
+#include "io/safetensors.hpp"
 #include "model/weights.hpp"
 #include "sched/chunking_options.hpp"
 
@@ -23,13 +23,14 @@ struct PlacementOptions {
   uint64_t seed = 0;  // synthetic weights
   int pp = 1;
   int tp = 1;
-  std::string layer_partition;  // empty: SGLang default
+  std::string layer_partition;                                   // empty: SGLang default
   model::ExpertSplit expert_split = model::ExpertSplit::kWidth;  // MoE: how a TP group splits the experts
-  int64_t kv_memory_mb = 8192;  // KV pool budget per rank
-  int threads = 0;              // cpu: threads a rank; 0: its share of the node's CPUs
+  int64_t kv_memory_mb = 8192;                                   // KV pool budget per rank
+  int threads = 0;                                               // cpu: threads a rank; 0: its share of the node's CPUs
   compute::BackendKind backend = compute::BackendKind::kCpu;
-  std::string transport = "nccl";        // cuda: nccl | mpi (staged through host memory)
-  double kv_memory_fraction = 0.85;      // cuda: of the device memory left after weights + workspace
+  io::Dtype dtype = io::Dtype::kF32;  // cpu: --dtype (the cuda backend is bf16 always)
+  std::string transport = "nccl";     // cuda: nccl | mpi (staged through host memory)
+  double kv_memory_fraction = 0.85;   // cuda: of the device memory left after weights + workspace
 };
 
 constexpr int kMaxTopK = 1024;  // --top-k: candidates stored per token
@@ -48,13 +49,13 @@ struct RunOptions {
   bool resume = false;               // continue OUTPUT.partial, skipping prompts it holds
   bool overwrite = false;            // replace an existing OUTPUT (refused without it: runs cost hours)
   compute::HiddenStatesKind hidden_states = compute::HiddenStatesKind::kNone;  // /hidden_states per prompt
-  bool logprobs = false;  // /token_logprobs per token, /perplexity and /nll_sum per prompt
-  int top_k = 0;          // /topk_ids and /topk_logprobs [T, top_k]; 0: none
-  std::string save_kv;    // directory of the KV export (kvcache/kv_export.hpp); empty: none
+  bool logprobs = false;                 // /token_logprobs per token, /perplexity and /nll_sum per prompt
+  int top_k = 0;                         // /topk_ids and /topk_logprobs [T, top_k]; 0: none
+  std::string save_kv;                   // directory of the KV export (kvcache/kv_export.hpp); empty: none
   io::Dtype kv_dtype = io::Dtype::kF32;  // the export's files: F32 or BF16
   // Outputs that need every position's scores on the last stage.
   bool token_rows_wanted() const { return logprobs || top_k > 0; }
-  std::string kv_store;   // directory of the KV store (kvcache/kv_store.hpp); empty: none
+  std::string kv_store;          // directory of the KV store (kvcache/kv_store.hpp); empty: none
   bool no_prefix_cache = false;  // compute every prompt in full, in input order (sched/prefix_sharing.hpp)
 };
 // The echoed configuration: every option with a key (rank 0's command-line check, the output's
@@ -86,10 +87,10 @@ struct SimulateOptions {
   // or one for all, or none (nothing cached). Filled to one per prompt when parsed.
   std::vector<int64_t> cached_tokens;
   int ring_depth = 4;
-  double matmul_efficiency = 0;     // 0: the hardware file's
+  double matmul_efficiency = 0;  // 0: the hardware file's
   double attention_efficiency = 0;
   int wire_bytes = dist::kActivationWireBytes;  // 2: model a bf16 sender (SGLang)
-  std::string timeline;             // write the timeline format to this HDF5 file
+  std::string timeline;                         // write the timeline format to this HDF5 file
   bool json = false;
 };
 

@@ -51,8 +51,8 @@ io::PromptSet read_run_prompts(const RunOptions& o, const pipeline::RankModel& m
 
 void check_kv_capacity(const RunOptions& o, const dist::Topology& topo, const pipeline::RankModel& m,
                        const io::PromptSet& prompts) {
-  pipeline::check_kv_capacity(o.placement.backend, topo, m, o.chunking.page_size, o.placement.kv_memory_mb,
-                              prompts.lengths());
+  pipeline::check_kv_capacity(o.placement.backend, o.placement.dtype, topo, m, o.chunking.page_size,
+                              o.placement.kv_memory_mb, prompts.lengths());
 }
 
 std::optional<sched::CostProfile> load_saved_costs(const RunOptions& o, const nlohmann::json& placement_identity) {

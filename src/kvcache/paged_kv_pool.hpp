@@ -6,9 +6,13 @@
 // so the keys of one head inside a page form a contiguous [page_size, head_dim] matrix
 // that attention can hand straight to a GEMM. A latent cache (MLA) has one "head" of
 // kv_lora + rope per token and no V half: attention reads the latent as values too.
+//
+// Elements are float32, or bf16 (element_bytes 2: the cpu backend's --dtype bf16) rounded to
+// nearest even on the way in; a bf16 pool's pages are read through load_rows (widened exactly).
 #pragma once
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "kvcache/page_table.hpp"
@@ -19,8 +23,8 @@ struct KvShape {
   int layers = 0;    // local layers of the stage
   int kv_heads = 0;  // local KV heads of the TP shard
   int head_dim = 0;
-  int page_size = 0;  // tokens per page
-  int element_bytes = 4;  // float on the CPU, bf16 on the GPU
+  int page_size = 0;      // tokens per page
+  int element_bytes = 4;  // float, or bf16 (the GPU's pools; the CPU's with --dtype bf16)
   bool latent = false;    // MLA: keys only, which are also the values
   int64_t floats_per_page_layer() const { return (latent ? 1ll : 2ll) * kv_heads * page_size * head_dim; }
   int64_t bytes_per_page() const { return floats_per_page_layer() * layers * element_bytes; }
@@ -47,29 +51,33 @@ class PagedKvPool {
   void write(int layer, int prompt, int pos0, int count, const float* k, int64_t k_stride, const float* v,
              int64_t v_stride);
 
-  const float* key_page(int layer, int page, int kv_head) const { return base(layer, page) + head_offset(kv_head); }
-  const float* value_page(int layer, int page, int kv_head) const {
-    return base(layer, page) + value_offset() + head_offset(kv_head);
-  }
-  // Loading a stored prefix (StageCompute::write_kv) writes pages directly.
-  float* mutable_key_page(int layer, int page, int kv_head) { return base(layer, page) + head_offset(kv_head); }
-  float* mutable_value_page(int layer, int page, int kv_head) {
-    return base(layer, page) + value_offset() + head_offset(kv_head);
-  }
+  bool bf16() const { return shape_.element_bytes == 2; }
+
+  // A float pool's pages, in place (std::logic_error on a bf16 pool: use load_rows).
+  const float* key_page(int layer, int page, int kv_head) const { return floats(layer, page, kv_head, false); }
+  const float* value_page(int layer, int page, int kv_head) const { return floats(layer, page, kv_head, true); }
+
+  // `n` elements of one head's K (or V) block of one page from element `offset` on, as floats:
+  // copied from a float pool, widened from a bf16 one; and back (rounded into a bf16 pool).
+  void load_rows(int layer, int page, int kv_head, bool value, int64_t offset, int64_t n, float* out) const;
+  void store_rows(int layer, int page, int kv_head, bool value, int64_t offset, int64_t n, const float* in);
 
  private:
-  float* base(int layer, int page) {
-    return storage_.data() + (static_cast<int64_t>(page) * shape_.layers + layer) * shape_.floats_per_page_layer();
+  // The element index of one head's K (or V) block of one page of one layer.
+  int64_t element(int layer, int page, int kv_head, bool value) const {
+    return (static_cast<int64_t>(page) * shape_.layers + layer) * shape_.floats_per_page_layer() +
+           (value && !shape_.latent ? shape_.floats_per_page_layer() / 2 : 0) +
+           static_cast<int64_t>(kv_head) * shape_.page_size * shape_.head_dim;
   }
-  const float* base(int layer, int page) const {
-    return storage_.data() + (static_cast<int64_t>(page) * shape_.layers + layer) * shape_.floats_per_page_layer();
+  const float* floats(int layer, int page, int kv_head, bool value) const {
+    if (bf16()) throw std::logic_error("PagedKvPool: a bf16 pool's pages are read through load_rows");
+    return floats_.data() + element(layer, page, kv_head, value);
   }
-  int64_t value_offset() const { return shape_.latent ? 0 : shape_.floats_per_page_layer() / 2; }
-  int64_t head_offset(int kv_head) const { return static_cast<int64_t>(kv_head) * shape_.page_size * shape_.head_dim; }
 
   KvShape shape_;
   PageTable table_;
-  std::vector<float> storage_;
+  std::vector<float> floats_;     // a float pool's elements
+  std::vector<uint16_t> halves_;  // a bf16 pool's
 };
 
 // A read-only view of one layer of one prompt, what attention needs.

@@ -41,15 +41,15 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
   };
   switch (request.backend) {
     case compute::BackendKind::kCpu:
-      return with_digests(compute::make_cpu_backend(topo, m.config(), m.shard,
-                                                    m.kv_shape(topo.stage, request.page_size), request.kv_memory_mb,
-                                                    request.cpu_threads, demand, load_weights));
+      return with_digests(compute::make_cpu_backend(
+          topo, m.config(), m.shard, m.kv_shape(topo.stage, request.page_size, io::dtype_size(request.cpu_dtype)),
+          request.kv_memory_mb, request.cpu_threads, demand, load_weights));
     case compute::BackendKind::kEmulate: {
       std::vector<sim::StageCost> costs;
       std::string description;
       dist::checked_step(MPI_COMM_WORLD, [&] { costs = stage_costs_for(request.cost_source, topo, m, description); });
-      return compute::make_emulated_backend(topo, costs[topo.stage], m.shard.vocab_count,
-                                            request.profile_room_tokens, description);
+      return compute::make_emulated_backend(topo, costs[topo.stage], m.shard.vocab_count, request.profile_room_tokens,
+                                            description);
     }
     case compute::BackendKind::kCuda:
 #ifdef PIPEFILL_HAVE_CUDA
@@ -64,12 +64,13 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
   throw std::logic_error(std::string("no ") + compute::backend_name(request.backend) + " backend in this build");
 }
 
-void check_kv_capacity(compute::BackendKind backend, const dist::Topology& topo, const RankModel& m, int page_size,
-                       int64_t kv_memory_mb, const std::vector<int64_t>& lengths) {
+void check_kv_capacity(compute::BackendKind backend, io::Dtype cpu_dtype, const dist::Topology& topo,
+                       const RankModel& m, int page_size, int64_t kv_memory_mb, const std::vector<int64_t>& lengths) {
   switch (backend) {
     case compute::BackendKind::kCpu:
       for (int stage = 0; stage < topo.pp; ++stage)
-        compute::cpu_kv_pages(m.kv_shape(stage, page_size), stage, {lengths, 0}, kv_memory_mb);
+        compute::cpu_kv_pages(m.kv_shape(stage, page_size, io::dtype_size(cpu_dtype)), stage, {lengths, 0},
+                              kv_memory_mb);
       return;
     case compute::BackendKind::kCuda:     // at set-up: cuda::cuda_kv_pages
     case compute::BackendKind::kEmulate:  // no KV

@@ -11,6 +11,7 @@
 #include "compute/backend_kind.hpp"
 #include "compute/stage_backend.hpp"
 #include "dist/topology.hpp"
+#include "io/safetensors.hpp"
 #include "pipeline/rank_setup.hpp"
 #include "sched/cost_source.hpp"
 #include "sim/stage_costs.hpp"
@@ -22,9 +23,10 @@ struct BackendRequest {
   compute::BackendKind backend = compute::BackendKind::kCpu;
   sched::CostSource cost_source;  // emulate: analytic:HARDWARE or a `pipefill profile` JSON
   int page_size = 0;
-  int64_t kv_memory_mb = 0;         // cpu: the KV pool's budget per rank
-  int cpu_threads = 0;              // cpu: threads a rank; 0: decided by compute::decide_rank_threads
-  int64_t profile_room_tokens = 0;  // extra KV room when this run profiles (prefix + chunk)
+  int64_t kv_memory_mb = 0;               // cpu: the KV pool's budget per rank
+  int cpu_threads = 0;                    // cpu: threads a rank; 0: decided by compute::decide_rank_threads
+  io::Dtype cpu_dtype = io::Dtype::kF32;  // cpu: --dtype (bf16: weights and KV pool in bf16)
+  int64_t profile_room_tokens = 0;        // extra KV room when this run profiles (prefix + chunk)
   // cuda only:
   std::string transport;  // nccl | mpi
   double kv_memory_fraction = 0;
@@ -40,8 +42,9 @@ StageBackend make_stage_backend(const dist::Topology& topology, const RankModel&
 // pool could not hold the longest prompt, asked of the backend's own KV rule where the
 // options alone decide it (cpu). The cuda backend's rule needs the device memory left after
 // the weights, so it answers at set-up; the emulator holds no KV.
-void check_kv_capacity(compute::BackendKind backend, const dist::Topology& topology, const RankModel& rank_model,
-                       int page_size, int64_t kv_memory_mb, const std::vector<int64_t>& prompt_lengths);
+void check_kv_capacity(compute::BackendKind backend, io::Dtype cpu_dtype, const dist::Topology& topology,
+                       const RankModel& rank_model, int page_size, int64_t kv_memory_mb,
+                       const std::vector<int64_t>& prompt_lengths);
 
 // Per-stage costs from analytic:HARDWARE or a profile (its identity must match, the backend
 // it was measured on aside). UserError when unusable.

@@ -20,8 +20,12 @@ namespace pf::pipeline {
 
 namespace {
 
-std::vector<char> as_bytes(const std::string& text) { return {text.begin(), text.end()}; }
-std::string as_text(const std::vector<char>& bytes) { return {bytes.begin(), bytes.end()}; }
+std::vector<char> as_bytes(const std::string& text) {
+  return {text.begin(), text.end()};
+}
+std::string as_text(const std::vector<char>& bytes) {
+  return {bytes.begin(), bytes.end()};
+}
 
 // Rank 0: for each prompt still to compute, the entry sharing the longest prefix with it,
 // among those not known to be bad.
@@ -48,12 +52,13 @@ std::vector<sched::PrefixReuse> match_entries(const std::vector<kv::StoreEntry>&
 }  // namespace
 
 KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std::string& dir,
-                       const io::PromptSet& prompts, const std::vector<int64_t>& lengths,
-                       const std::vector<char>& done, int page_size, bool load_prefixes,
-                       compute::BackendKind backend)
+                       const io::PromptSet& prompts, const std::vector<int64_t>& lengths, const std::vector<char>& done,
+                       int page_size, bool load_prefixes, compute::BackendKind backend, io::Dtype cpu_dtype)
     : topo_(topo), model_(m), dir_(dir) {
   const ExportNames names = export_names(topo, m, prompts, lengths);
-  layout_key_ = kv::store_layout_key(names.model_identity + "/" + compute::backend_name(backend), topo.pp, topo.tp,
+  std::string precision = compute::backend_name(backend);
+  if (backend == compute::BackendKind::kCpu && cpu_dtype == io::Dtype::kBF16) precision += "-bf16";
+  layout_key_ = kv::store_layout_key(names.model_identity + "/" + precision, topo.pp, topo.tp,
                                      model::partition_text(m.partition));
   // Rank 0 names this run's incoming directory and lists the store's entries for this layout.
   std::vector<char> incoming;
@@ -94,8 +99,8 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
             std::find(to_check.begin(), to_check.end(), offer.store_entry) == to_check.end())
           to_check.push_back(offer.store_entry);
       for (int e : to_check)
-        list.push_back({{"dir", all[e].dir}, {"prompt", all[e].prompt}, {"tokens", all[e].tokens},
-                        {"hash", all[e].tokens_hash}});
+        list.push_back(
+            {{"dir", all[e].dir}, {"prompt", all[e].prompt}, {"tokens", all[e].tokens}, {"hash", all[e].tokens_hash}});
     }
     std::vector<char> bytes = as_bytes(list.dump());
     dist::broadcast_bytes(bytes, 0, MPI_COMM_WORLD);
@@ -103,8 +108,11 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
     if (checking.empty()) break;
     nlohmann::json problems = nlohmann::json::object();
     for (size_t i = 0; i < checking.size(); ++i) {
-      const kv::StoreEntry entry{checking[i]["dir"].get<std::string>(), checking[i]["prompt"].get<int>(),
-                                 checking[i]["tokens"].get<int64_t>(), checking[i]["hash"].get<uint64_t>(), {}};
+      const kv::StoreEntry entry{checking[i]["dir"].get<std::string>(),
+                                 checking[i]["prompt"].get<int>(),
+                                 checking[i]["tokens"].get<int64_t>(),
+                                 checking[i]["hash"].get<uint64_t>(),
+                                 {}};
       const std::string path = kv::store_file(entry, topo.stage, topo.tp_rank);
       std::vector<uint64_t> sums;
       const auto problem = kv::kv_file_problem(

@@ -7,14 +7,13 @@
 // becomes an entry.
 #pragma once
 
-#include "compute/backend_kind.hpp"
-
 #include <memory>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
+#include "compute/backend_kind.hpp"
 #include "dist/topology.hpp"
 #include "io/prompts_h5.hpp"
 #include "io/safetensors.hpp"
@@ -29,11 +28,12 @@ class KvStoreRun {
  public:
   // Collective. `done`: prompts a resumed output holds (rank 0). With `load_prefixes` false the
   // store is only written to.
-  // `backend`: the cache's precision is part of an entry's key (a cuda run's bf16 KV is not
-  // lent to a cpu run, whose results would then move by more than float32 rounding).
+  // `backend` and `cpu_dtype`: the cache's precision is part of an entry's key (a cuda or a
+  // --dtype bf16 run's KV is not lent to a float32 cpu run, nor the other way: the results
+  // would then move by more than float32 rounding).
   KvStoreRun(const dist::Topology& topology, const RankModel& rank_model, const std::string& dir,
              const io::PromptSet& prompts, const std::vector<int64_t>& lengths, const std::vector<char>& done,
-             int page_size, bool load_prefixes, compute::BackendKind backend);
+             int page_size, bool load_prefixes, compute::BackendKind backend, io::Dtype cpu_dtype);
   KvStoreRun(const KvStoreRun&) = delete;
   KvStoreRun& operator=(const KvStoreRun&) = delete;
 
@@ -52,12 +52,12 @@ class KvStoreRun {
   const RankModel& model_;
   const std::string dir_;
   std::string incoming_, layout_key_;
-  kv::KvExportLayout layout_;  // this rank's files
+  kv::KvExportLayout layout_;            // this rank's files
   std::vector<kv::StoreEntry> entries_;  // the candidates checked on every rank
   std::vector<sched::PrefixReuse> offers_;
   std::unique_ptr<kv::KvExporter> exporter_;
   std::vector<std::vector<uint64_t>> entry_sums_;  // per entry: this rank's file's checksum per position
-  std::set<std::string> damaged_;  // rank 0: entry names found damaged, which this run's copies replace
+  std::set<std::string> damaged_;                  // rank 0: entry names found damaged, which this run's copies replace
   int open_entry_ = -1;
   std::unique_ptr<io::SafetensorsFile> open_file_;
 };

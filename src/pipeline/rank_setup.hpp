@@ -23,7 +23,7 @@ struct RankModel {
   model::ModelShape shape;     // every backend: sizes and FLOP counts
   nlohmann::json config_json;  // config.json as read (output attributes, profile identity)
   std::vector<model::StageRange> partition;
-  model::ShardSpec shard;      // this rank's TP shard (heads, MLP width, vocabulary slice)
+  model::ShardSpec shard;  // this rank's TP shard (heads, MLP width, vocabulary slice)
   // Backends that compute for real: the strict config (Llama / Qwen2 / Qwen3) and the weights.
   std::optional<model::ModelSource> source;
   // Backends with weights, once they are loaded: the weights' identity (every value every
@@ -33,19 +33,19 @@ struct RankModel {
   // The strict config of a backend that computes; std::logic_error (a bug, not a user error)
   // when the model was opened without weights (emulate), which has none.
   const model::ModelConfig& config() const;
-  kv::KvShape kv_shape(int stage, int page_size) const {
-    return compute::cache_shape(config(), shard, partition[stage].count, page_size);
+  // element_bytes: 4 (float) or 2 (bf16: the cpu's --dtype bf16).
+  kv::KvShape kv_shape(int stage, int page_size, int element_bytes = 4) const {
+    return compute::cache_shape(config(), shard, partition[stage].count, page_size, element_bytes);
   }
 };
 
 // Collective. Opens config.json (or the preset), partitions the layers (`partition_text`
 // empty: SGLang's default), and checks that every rank sees rank 0's config and, for the
-// tensors it will load, rank 0's checkpoint (headers and sampled bytes). With `with_weights` (real compute): the strict config, TP
-// divisibility, and rank 0 checks every tensor's shape. Without (emulate): any config.json
-// the cost model can count (dense, MoE, MLA).
+// tensors it will load, rank 0's checkpoint (headers and sampled bytes). With `with_weights` (real compute): the strict
+// config, TP divisibility, and rank 0 checks every tensor's shape. Without (emulate): any config.json the cost model
+// can count (dense, MoE, MLA).
 RankModel open_rank_model(const dist::Topology& topology, const std::string& model_flag, uint64_t seed,
-                          const std::string& partition_text, model::ExpertSplit expert_split,
-                          bool with_weights = true);
+                          const std::string& partition_text, model::ExpertSplit expert_split, bool with_weights = true);
 
 // Collective. This rank's layers and TP shard only, with the digests of what it read.
 model::StageWeights load_rank_weights(const dist::Topology& topology, const RankModel& rank_model);

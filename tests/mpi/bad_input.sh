@@ -238,6 +238,11 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   threads_negative) extra=(--pp 2 --threads -1); expect="--threads must be 0 (automatic) or more" ;;
   kv_dtype_without_save_kv) extra=(--pp 2 --kv-dtype bf16); expect="--kv-dtype sets the dtype of --save-kv's files" ;;
   kv_dtype_unknown) extra=(--pp 2 --save-kv "$work/kv" --kv-dtype f16); expect='--kv-dtype must be f32 or bf16 (got "f16")' ;;
+  dtype_unknown) extra=(--pp 2 --dtype fp16); expect='--dtype must be f32 or bf16 (got "fp16")' ;;
+  dtype_bf16_emulate) extra=(--pp 2 --backend emulate --cost-model analytic:h20 --dtype bf16)
+    expect="--dtype bf16 sets the cpu backend's precision: --backend emulate computes nothing" ;;
+  dtype_bf16_moe) model=synthetic:tiny-moe; extra=(--pp 2 --dtype bf16)
+    expect="--dtype bf16 on the cpu backend covers dense models for now; this one has experts" ;;
   top_k_negative) extra=(--pp 2 --top-k -3); expect="--top-k must not be negative (got -3; 0: none)" ;;
   top_k_over_vocab) extra=(--pp 2 --top-k 513); expect="--top-k 513 is more than the model's vocabulary (512 tokens)" ;;
   analytic_without_emulate) extra=(--pp 2 --cost-model analytic:h20); expect="add --backend emulate" ;;

@@ -20,3 +20,10 @@ pf_venv_test(transformers.kv_export_decode kv_export_check.py ${PF_BIN} ${CMAKE_
              SHELL_ARG "${PF_SMOLLM2_DIR}")
 set_tests_properties(transformers.kv_export_decode PROPERTIES FIXTURES_REQUIRED "venv;smollm2"
                      LABELS "mpi;reference" TIMEOUT 600 PROCESSORS 2)
+
+# --dtype bf16 on the cpu backend: closer to float64 than transformers' own bf16 on pp, tp and
+# chunked layouts, and the KV pool halved (a prompt refused in float32 fits).
+pf_venv_test(transformers.smollm2_bf16 bf16_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/bf16_check
+             SHELL_ARG "${PF_SMOLLM2_DIR}")
+set_tests_properties(transformers.smollm2_bf16 PROPERTIES FIXTURES_REQUIRED "venv;smollm2" LABELS "mpi;reference"
+                     TIMEOUT 600 PROCESSORS 2)

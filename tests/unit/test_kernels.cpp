@@ -6,7 +6,9 @@
 
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/elementwise.hpp"
+#include "compute/cpu/gemm.hpp"
 #include "compute/cpu/thread_pool.hpp"
+#include "io/bf16.hpp"
 #include "model/presets.hpp"
 #include "support/test_data.hpp"
 
@@ -49,12 +51,13 @@ struct AttentionCase {
 // double-precision formula, chunk by chunk as the pipeline calls it, on 1 and 3 threads.
 class ChunkAttention : public ::testing::TestWithParam<AttentionCase> {
  protected:
-  std::vector<float> attend(cpu::Isa isa, int threads) {
+  // element_bytes 2: a bf16 pool (--dtype bf16), which also rounds Q and P.
+  std::vector<float> attend(cpu::Isa isa, int threads, int element_bytes = 4) {
     const auto c = GetParam();
     const auto q = random_vector(size_t(c.n) * c.heads * c.d, 1, 2.0f);
     const auto k = random_vector(size_t(c.n) * c.kv_heads * c.d, 2, 2.0f);
     const auto v = random_vector(size_t(c.n) * c.kv_heads * c.d, 3);
-    kv::PagedKvPool pool({1, c.kv_heads, c.d, c.page_size}, (c.n + c.page_size - 1) / c.page_size + 3);
+    kv::PagedKvPool pool({1, c.kv_heads, c.d, c.page_size, element_bytes}, (c.n + c.page_size - 1) / c.page_size + 3);
     // Take a page first so the prompt's pages are not 0, 1, 2, ...: the page table matters.
     pool.reserve(99, 1);
     std::vector<float> out(size_t(c.n) * c.heads * c.d, std::nanf(""));  // poisoned: unwritten shows up
@@ -96,6 +99,34 @@ TEST_P(ChunkAttention, EveryPathMatchesNaiveCausalAttention) {
     EXPECT_EQ(attend(isa, 3), out) << cpu::isa_name(isa) << " on 3 threads";
   }
   EXPECT_GE(paths, 1);
+}
+
+// A bf16 cache: every path against the double formula on Q, K and V rounded to bf16. The
+// paths also round P to bf16 before P V (as the cuda kernel does), which moves each output by
+// at most 2^-9 of max|v| (the formula cannot round P the same way: the online softmax scales
+// it by block maxima); and the rounding must be there: the result is further from the
+// unrounded formula than a float32 run is.
+TEST_P(ChunkAttention, Bf16CacheMatchesTheFormulaOnRoundedInputs) {
+  const auto c = GetParam();
+  auto q = random_vector(size_t(c.n) * c.heads * c.d, 1, 2.0f);
+  auto k = random_vector(size_t(c.n) * c.kv_heads * c.d, 2, 2.0f);
+  auto v = random_vector(size_t(c.n) * c.kv_heads * c.d, 3);
+  const auto unrounded = naive_attention(q, k, v, c.n, c.heads, c.kv_heads, c.d);
+  for (auto* x : {&q, &k, &v}) bf16::round_all(x->data(), static_cast<int64_t>(x->size()));
+  const auto expected = naive_attention(q, k, v, c.n, c.heads, c.kv_heads, c.d);
+  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
+    if (!cpu::isa_available(isa)) continue;
+    const auto out = attend(isa, 1, 2);
+    double worst = 0, moved = 0;
+    for (size_t i = 0; i < out.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(out[i])) << cpu::isa_name(isa) << " " << i;
+      worst = std::max(worst, std::fabs(out[i] - expected[i]));
+      moved = std::max(moved, std::fabs(out[i] - unrounded[i]));
+    }
+    EXPECT_LT(worst, 2.5e-3) << cpu::isa_name(isa);
+    EXPECT_GT(moved, 1e-4) << cpu::isa_name(isa) << ": nothing was rounded";
+    EXPECT_EQ(attend(isa, 3, 2), out) << cpu::isa_name(isa) << " on 3 threads";
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ChunkAttention,
@@ -172,4 +203,50 @@ TEST(Kernels, RopeRotatesHalves) {
   EXPECT_NEAR(x[2], 3 * std::cos(a0) + 1 * std::sin(a0), 1e-6);
   EXPECT_NEAR(x[1], 2 * std::cos(a1) - 4 * std::sin(a1), 1e-6);
   EXPECT_NEAR(x[3], 4 * std::cos(a1) + 2 * std::sin(a1), 1e-6);
+}
+
+// --dtype bf16's GEMM: x rounded to bf16, the weight stored as bf16, float32 sums: the double
+// formula on the rounded values to float32 rounding (rows wider than a widened block of 256,
+// several threads).
+TEST(Kernels, LinearBf16IsABf16GemmWithFloat32Sums) {
+  const int rows = 37, in = 96, out = 600;
+  const auto x = random_vector(size_t(rows) * in, 4, 2.0f);
+  const auto w = random_vector(size_t(out) * in, 5);
+  std::vector<uint16_t> w16(w.size());
+  bf16::narrow(w.data(), static_cast<int64_t>(w.size()), w16.data());
+  std::vector<float> y(size_t(rows) * out, std::nanf(""));
+  cpu::ThreadPool::instance().set_threads(3);
+  cpu::linear_bf16(x.data(), rows, in, w16.data(), out, y.data());
+  cpu::ThreadPool::instance().set_threads(1);
+  double worst = 0, moved = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < out; ++o) {
+      double rounded = 0, exact = 0;
+      for (int i = 0; i < in; ++i) {
+        rounded += double(bf16::round(x[r * in + i])) * bf16::round(w[o * in + i]);
+        exact += double(x[r * in + i]) * w[o * in + i];
+      }
+      worst = std::max(worst, std::fabs(y[r * out + o] - rounded));
+      moved = std::max(moved, std::fabs(y[r * out + o] - exact));
+    }
+  EXPECT_LT(worst, 2e-5);
+  EXPECT_GT(moved, 1e-3);  // the inputs really were rounded
+}
+
+// A bf16 pool rounds to nearest even on the way in and widens exactly on the way out.
+TEST(Kernels, Bf16KvPoolRoundsOnWrite) {
+  kv::PagedKvPool pool({2, 2, 8, 4, 2}, 4);
+  pool.reserve(0, 6);
+  const auto k = random_vector(6 * 16, 6), v = random_vector(6 * 16, 7);
+  pool.write(1, 0, 0, 6, k.data(), 16, v.data(), 16);
+  std::vector<float> row(8);
+  for (int t = 0; t < 6; ++t)
+    for (int h = 0; h < 2; ++h)
+      for (bool value : {false, true}) {
+        const int page = pool.pages(0)[t / 4];
+        pool.load_rows(1, page, h, value, (t % 4) * 8, 8, row.data());
+        for (int i = 0; i < 8; ++i)
+          ASSERT_EQ(row[i], bf16::round((value ? v : k)[t * 16 + h * 8 + i])) << t << " " << h << " " << i;
+      }
+  EXPECT_THROW(pool.key_page(1, 0, 0), std::logic_error);  // a bf16 pool has no float pages
 }

@@ -62,6 +62,7 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"profile_points", 16},
                                    {"cost_model", "analytic:h20"},
                                    {"expert_split", "width"},
+                                   {"dtype", "f32"},
                                    {"trace", "t.json"},
                                    {"ring_depth", 3},
                                    {"watchdog_timeout_s", 1800.0},

@@ -18,6 +18,7 @@
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
 #include "compute/cpu/thread_pool.hpp"
+#include "io/bf16.hpp"
 
 namespace pf::cpu {
 namespace {
@@ -74,6 +75,7 @@ void attend_with_kernel(BlockKernel kernel, const float* q, int64_t q_stride, in
     b.tokens = std::min(block_tokens, tokens - b.first_token);
     b.pos0 = pos0;
     b.scale = scale;
+    b.bf16 = kv.pool->bf16();
     kernel(b, ws.threads[thread]);
   });
 }
@@ -138,6 +140,14 @@ void chunk_attention_on(Isa isa, const float* q, int64_t q_stride, int tokens, i
   const int pages_per_block = std::max(1, kTargetKeyBlock / page_size);
   const int key_block = pages_per_block * page_size;
   const auto& pages = *kv.pages;
+  const bool bf16 = kv.pool->bf16();  // rounds Q and P, reads pages through a widened copy
+  // One page of one head: in place from a float pool, else widened into the workspace.
+  const auto page_rows = [&](int page, int kvh, bool value) {
+    if (!bf16) return value ? kv.pool->value_page(kv.layer, page, kvh) : kv.pool->key_page(kv.layer, page, kvh);
+    ws.page_rows.resize(static_cast<size_t>(page_size) * d);
+    kv.pool->load_rows(kv.layer, page, kvh, value, 0, int64_t(page_size) * d, ws.page_rows.data());
+    return static_cast<const float*>(ws.page_rows.data());
+  };
 
   const int max_rows = std::min(block_tokens, tokens) * group;
   ws.q_packed.resize(static_cast<size_t>(max_rows) * d);
@@ -154,7 +164,7 @@ void chunk_attention_on(Isa isa, const float* q, int64_t q_stride, int tokens, i
         for (int j = 0; j < group; ++j) {
           const float* src = q + (q0 + t) * q_stride + static_cast<int64_t>(kvh * group + j) * d;
           float* dst = ws.q_packed.data() + static_cast<int64_t>(t * group + j) * d;
-          for (int i = 0; i < d; ++i) dst[i] = src[i] * scale;
+          for (int i = 0; i < d; ++i) dst[i] = (bf16 ? bf16::round(src[i]) : src[i]) * scale;
         }
       std::fill(ws.acc.begin(), ws.acc.begin() + static_cast<int64_t>(rows) * d, 0.0f);
       std::fill(ws.row_max.begin(), ws.row_max.begin() + rows, kMaskedScore);
@@ -167,7 +177,7 @@ void chunk_attention_on(Isa isa, const float* q, int64_t q_stride, int tokens, i
         // S = Q K^T, one GEMM per page of the block.
         for (int c = 0; c < nk; c += page_size) {
           const int n = std::min(page_size, nk - c);
-          const float* keys = kv.pool->key_page(kv.layer, pages[(k0 + c) / page_size], kvh);
+          const float* keys = page_rows(pages[(k0 + c) / page_size], kvh, false);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, n, d, 1.0f, ws.q_packed.data(), d, keys, d, 0.0f,
                       ws.scores.data() + c, key_block);
         }
@@ -183,10 +193,12 @@ void chunk_attention_on(Isa isa, const float* q, int64_t q_stride, int tokens, i
         for (int r = 0; r < rows; ++r)
           online_softmax_step(ws.scores.data() + static_cast<int64_t>(r) * key_block, nk, ws.row_max[r], ws.row_sum[r],
                               ws.acc.data() + static_cast<int64_t>(r) * d, d);
+        if (bf16)
+          for (int r = 0; r < rows; ++r) bf16::round_all(ws.scores.data() + static_cast<int64_t>(r) * key_block, nk);
         // O += P V, one GEMM per page.
         for (int c = 0; c < nk; c += page_size) {
           const int n = std::min(page_size, nk - c);
-          const float* values = kv.pool->value_page(kv.layer, pages[(k0 + c) / page_size], kvh);
+          const float* values = page_rows(pages[(k0 + c) / page_size], kvh, true);
           cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, n, 1.0f, ws.scores.data() + c, key_block,
                       values, d, 1.0f, ws.acc.data(), d);
         }

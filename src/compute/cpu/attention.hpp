@@ -19,6 +19,7 @@ struct AttentionWorkspace {
   std::vector<float> scores;    // [query rows, key block]
   std::vector<float> acc;       // [query rows, head_dim]
   std::vector<float> row_max, row_sum;
+  std::vector<float> page_rows;  // one page of a bf16 cache, widened
 };
 
 // q: [tokens, heads * head_dim] (row stride q_stride), already RoPE'd, tokens at positions

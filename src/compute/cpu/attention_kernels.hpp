@@ -21,6 +21,9 @@ struct QueryBlock {
   int first_token = 0, tokens = 0;  // the block's tokens within the chunk
   int pos0 = 0;                     // position of the chunk's first token
   float scale = 1.0f;               // softmax scale, folded into Q
+  // A bf16 cache (--dtype bf16) rounds where the cuda kernel does: Q and the probabilities P
+  // to bf16 before their products (whose sums stay float32).
+  bool bf16 = false;
 };
 
 // Per-thread scratch, grown on demand and kept between calls; float buffers start 64-byte

@@ -21,6 +21,7 @@
 
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/attention_kernels.hpp"
+#include "io/bf16.hpp"
 
 namespace pf::cpu::tiles {
 
@@ -122,18 +123,19 @@ inline void softmax_block(float* st, int n, typename V::reg block0, typename V::
 }
 
 // The rows of the key block [k0, k0 + n) in one contiguous [n, head_dim] run each for K and V:
-// the pages' own memory when the block lies in one page, else a copy in `staged`.
+// the pages' own memory when the block lies in one page of a float pool, else a copy in
+// `staged` (a bf16 pool's widened once a block, for every query tile).
 template <class V>  // (a template only so that each ISA's file has its own copy)
 inline void key_block(const kv::KvLayerView& kv, int kv_head, int k0, int n, float* staged, const float** keys,
                       const float** values) {
-  const kv::KvShape& shape = kv.pool->shape();
-  const int d = shape.head_dim, page_size = shape.page_size;
+  const kv::PagedKvPool& pool = *kv.pool;
+  const int d = pool.shape().head_dim, page_size = pool.shape().page_size;
   const auto& pages = *kv.pages;
   const int in_page = k0 % page_size;
-  if (in_page + n <= page_size) {
+  if (!pool.bf16() && in_page + n <= page_size) {
     const int page = pages[k0 / page_size];
-    *keys = kv.pool->key_page(kv.layer, page, kv_head) + static_cast<int64_t>(in_page) * d;
-    *values = kv.pool->value_page(kv.layer, page, kv_head) + static_cast<int64_t>(in_page) * d;
+    *keys = pool.key_page(kv.layer, page, kv_head) + static_cast<int64_t>(in_page) * d;
+    *values = pool.value_page(kv.layer, page, kv_head) + static_cast<int64_t>(in_page) * d;
     return;
   }
   float* k_out = staged;
@@ -141,10 +143,8 @@ inline void key_block(const kv::KvLayerView& kv, int kv_head, int k0, int n, flo
   for (int j = 0; j < n;) {
     const int pos = k0 + j, page = pages[pos / page_size], at = pos % page_size;
     const int run = std::min(page_size - at, n - j);
-    std::memcpy(k_out + static_cast<int64_t>(j) * d, kv.pool->key_page(kv.layer, page, kv_head) + int64_t(at) * d,
-                sizeof(float) * run * d);
-    std::memcpy(v_out + static_cast<int64_t>(j) * d, kv.pool->value_page(kv.layer, page, kv_head) + int64_t(at) * d,
-                sizeof(float) * run * d);
+    pool.load_rows(kv.layer, page, kv_head, false, int64_t(at) * d, int64_t(run) * d, k_out + int64_t(j) * d);
+    pool.load_rows(kv.layer, page, kv_head, true, int64_t(at) * d, int64_t(run) * d, v_out + int64_t(j) * d);
     j += run;
   }
   *keys = k_out;
@@ -173,7 +173,8 @@ void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
     qpos[r] = real ? first_pos + r / g : last_pos;
     const float* src = b.q + static_cast<int64_t>(b.first_token + r / g) * b.q_stride +
                        static_cast<int64_t>(b.kv_head * g + r % g) * d;
-    for (int c = 0; c < d; ++c) qt[static_cast<int64_t>(c) * rows + r] = real ? src[c] * b.scale : 0.0f;
+    for (int c = 0; c < d; ++c)
+      qt[static_cast<int64_t>(c) * rows + r] = real ? (b.bf16 ? bf16::round(src[c]) : src[c]) * b.scale : 0.0f;
     m[r] = kMaskedScore;
     l[r] = 0.0f;
   }
@@ -210,6 +211,7 @@ void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
       }
       typename V::reg corr0, corr1;
       softmax_block<V>(st, n, max0, max1, m + t0, l + t0, corr0, corr1);
+      if (b.bf16) bf16::round_all(st, static_cast<int64_t>(n) * TW);
       accumulate_values<V>(st, n, values, d, ot + t0, rows, corr0, corr1);
     }
   }

@@ -32,6 +32,9 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
     } catch (const std::runtime_error& e) {
       throw UserError(e.what());
     }
+    if (kv_shape.element_bytes == 2 && (config.is_moe() || config.is_mla()))
+      throw UserError(std::string("--dtype bf16 on the cpu backend covers dense models for now; this one has ") +
+                      (config.is_moe() ? "experts" : "latent attention (MLA)") + ": run it in f32 (the default)");
   });
   StageBackend backend;
   backend.kv_pool = std::make_unique<kv::PagedKvPool>(kv_shape, pages);
@@ -41,11 +44,12 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
   backend.make_transport = [&topo](size_t floats) {
     return std::make_unique<dist::HostTransport>(floats, topo.prev_rank, topo.next_rank, topo.pipeline_comm);
   };
-  backend.description = "cpu";
+  backend.description = kv_shape.element_bytes == 2 ? "cpu (bf16)" : "cpu";
   const RankThreads rank_threads = decide_rank_threads(threads, MPI_COMM_WORLD);
   use_rank_threads(rank_threads);
-  backend.detail = std::string(cpu::isa_name(cpu::kernel_isa())) + " attention, " + cpu::blas_kernels_description() +
-                   ", " + describe(rank_threads);
+  backend.detail = std::string(kv_shape.element_bytes == 2 ? "bf16 weights and KV cache (float32 sums), " : "") +
+                   cpu::isa_name(cpu::kernel_isa()) + " attention, " + cpu::blas_kernels_description() + ", " +
+                   describe(rank_threads);
   if (const std::string warning = cpu::blas_kernels_warning(); !warning.empty() && topo.is_writer())
     std::fprintf(stderr, "warning: %s\n", warning.c_str());
   return backend;

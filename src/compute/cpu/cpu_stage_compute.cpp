@@ -14,6 +14,7 @@
 #include "compute/cpu/gemm.hpp"
 #include "compute/cpu/thread_pool.hpp"
 #include "compute/vocab_scores.hpp"
+#include "io/bf16.hpp"
 
 namespace pf::compute {
 
@@ -30,10 +31,41 @@ CpuStageCompute::CpuStageCompute(const model::ModelConfig& config, const model::
       rope_scale_(cpu::rope_scale(config)) {
   if (recipe_.tensor_parallel && !all_reduce_)
     throw std::invalid_argument("CpuStageCompute: tp > 1 needs a TP all-reduce");
+  if (bf16()) store_weights_as_bf16();
+}
+
+namespace {
+
+// `values` as bf16, the float vector released.
+std::vector<uint16_t> take_as_bf16(std::vector<float>& values) {
+  std::vector<uint16_t> half(values.size());
+  bf16::narrow(values.data(), static_cast<int64_t>(values.size()), half.data());
+  std::vector<float>().swap(values);
+  return half;
+}
+
+void round_in_place(std::vector<float>& values) {
+  bf16::round_all(values.data(), static_cast<int64_t>(values.size()));
+}
+
+}  // namespace
+
+void CpuStageCompute::store_weights_as_bf16() {
+  if (config_.is_moe() || config_.is_mla())  // the backend factory refuses them first
+    throw std::logic_error("CpuStageCompute: --dtype bf16 covers dense models with grouped-query attention");
+  for (model::LayerWeights& w : weights_.layers) {
+    bf16_layers_.push_back({take_as_bf16(w.qkv), take_as_bf16(w.o), take_as_bf16(w.gate_up), take_as_bf16(w.down)});
+    for (auto* small : {&w.input_norm, &w.post_norm, &w.qkv_bias, &w.q_norm, &w.k_norm}) round_in_place(*small);
+  }
+  bf16_embedding_ = take_as_bf16(weights_.embedding);
+  bf16_lm_head_ = take_as_bf16(weights_.lm_head);
+  round_in_place(weights_.final_norm);
 }
 
 void CpuStageCompute::embed(const int32_t* tokens, int count, float* hidden) {
-  cpu::embed(weights_.embedding.data(), config_.hidden_size, tokens, count, hidden);
+  if (!bf16()) return cpu::embed(weights_.embedding.data(), config_.hidden_size, tokens, count, hidden);
+  const int64_t h = config_.hidden_size;
+  for (int t = 0; t < count; ++t) bf16::widen(bf16_embedding_.data() + tokens[t] * h, h, hidden + t * h);
 }
 
 // The decoder-layer ops (decoder_layer.hpp) of one chunk: float32 buffers of the
@@ -63,9 +95,13 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   }
 
   void project(Buffer in, Projection projection, Buffer out) override {
+    const int in_width = shape_.in_width(projection), out_width = shape_.out_width(projection);
     timed(GemmOps, [&] {
-      cpu::linear(buffer(in), t_, shape_.in_width(projection), weight_of(*w_, projection).data(),
-                  shape_.out_width(projection), buffer(out));
+      if (s_.bf16())
+        cpu::linear_bf16(buffer(in), t_, in_width, weight_of(s_.bf16_layers_[layer_], projection).data(), out_width,
+                         buffer(out));
+      else
+        cpu::linear(buffer(in), t_, in_width, weight_of(*w_, projection).data(), out_width, buffer(out));
     });
   }
 
@@ -239,6 +275,7 @@ void CpuStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
   const int h = config_.hidden_size;
   std::vector<float> normed(h);
   final_norm(hidden_row, 1, normed.data());
+  if (bf16()) return cpu::linear_bf16(normed.data(), 1, h, bf16_lm_head_.data(), shard_.vocab_count, logits_shard);
   cblas_sgemv(CblasRowMajor, CblasNoTrans, shard_.vocab_count, h, 1.0f, weights_.lm_head.data(), h, normed.data(), 1,
               0.0f, logits_shard, 1);
 }
@@ -249,7 +286,10 @@ void CpuStageCompute::summarize_vocab_rows(const float* hidden, int rows, const 
   head_normed_.resize(static_cast<size_t>(rows) * h);
   head_logits_.resize(static_cast<size_t>(rows) * vocab);
   final_norm(hidden, rows, head_normed_.data());
-  cpu::linear(head_normed_.data(), rows, h, weights_.lm_head.data(), vocab, head_logits_.data());
+  if (bf16())
+    cpu::linear_bf16(head_normed_.data(), rows, h, bf16_lm_head_.data(), vocab, head_logits_.data());
+  else
+    cpu::linear(head_normed_.data(), rows, h, weights_.lm_head.data(), vocab, head_logits_.data());
   const size_t record_bytes = compute::row_summary_bytes(k);
   for (int r = 0; r < rows; ++r)
     compute::summarize_row_slice(head_logits_.data() + static_cast<size_t>(r) * vocab, vocab, shard_.vocab_begin,
@@ -284,8 +324,8 @@ void CpuStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, 
   const bool latent = kv_pool_.shape().latent;  // one row per token: the keys
   for_each_page_run(kv_pool_, kv_pool_.pages(prompt), pos0, count,
                     [&](int layer, int page, int head, size_t in_page, size_t at, size_t n) {
-                      std::copy_n(kv_pool_.key_page(layer, page, head) + in_page, n, keys + at);
-                      if (!latent) std::copy_n(kv_pool_.value_page(layer, page, head) + in_page, n, values + at);
+                      kv_pool_.load_rows(layer, page, head, false, in_page, n, keys + at);
+                      if (!latent) kv_pool_.load_rows(layer, page, head, true, in_page, n, values + at);
                     });
 }
 
@@ -294,9 +334,8 @@ void CpuStageCompute::write_kv(int prompt, int64_t pos0, int count, const float*
   kv_pool_.reserve(prompt, pos0 + count);
   for_each_page_run(kv_pool_, kv_pool_.pages(prompt), pos0, count,
                     [&](int layer, int page, int head, size_t in_page, size_t at, size_t n) {
-                      std::copy_n(keys + at, n, kv_pool_.mutable_key_page(layer, page, head) + in_page);
-                      if (!latent)
-                        std::copy_n(values + at, n, kv_pool_.mutable_value_page(layer, page, head) + in_page);
+                      kv_pool_.store_rows(layer, page, head, false, in_page, n, keys + at);
+                      if (!latent) kv_pool_.store_rows(layer, page, head, true, in_page, n, values + at);
                     });
 }
 

@@ -1,4 +1,5 @@
-// One pipeline stage's compute on the CPU backend (float32, OpenBLAS): embed (stage 0),
+// One pipeline stage's compute on the CPU backend (float32, or bf16 storage with float32
+// sums, OpenBLAS): embed (stage 0),
 // the stage's decoder layers on one chunk, and the LM head (last stage). It owns the
 // weights and a workspace, writes K/V into the stage's paged pool, and implements the ops
 // of compute/decoder_layer.hpp, whose recipe runs each layer. The TP all-reduce is a
@@ -24,7 +25,10 @@ namespace pf::compute {
 class CpuStageCompute final : public StageCompute {
  public:
   // `all_reduce` sums the row-parallel partial results (o, down) across the TP group: null
-  // when tp == 1, else it must outlive this.
+  // when tp == 1, else it must outlive this. A bf16 `kv_pool` (--dtype bf16, dense models)
+  // makes the whole stage bf16: the weights are stored as bf16 (the float copies released),
+  // every GEMM input and attention's Q and P are rounded to bf16 where the cuda backend
+  // rounds them, and every sum stays float32.
   CpuStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard, model::StageWeights weights,
                   kv::PagedKvPool& kv_pool, dist::TpAllReduce* all_reduce = nullptr);
 
@@ -49,11 +53,20 @@ class CpuStageCompute final : public StageCompute {
  private:
   class LayerOnCpu;  // the decoder-layer ops on one chunk (cpu_stage_compute.cpp)
 
+  // bf16 storage of the large matrices (named as weight_of() in decoder_layer.hpp expects).
+  struct Bf16Layer {
+    std::vector<uint16_t> qkv, o, gate_up, down;
+  };
+  void store_weights_as_bf16();
+  bool bf16() const { return kv_pool_.bf16(); }
+
   model::ModelConfig config_;
   model::ShardSpec shard_;
   LayerShape shape_;
   LayerRecipe recipe_;
   model::StageWeights weights_;
+  std::vector<Bf16Layer> bf16_layers_;                   // --dtype bf16 only
+  std::vector<uint16_t> bf16_embedding_, bf16_lm_head_;  // (stage 0, the last stage)
   kv::PagedKvPool& kv_pool_;
   dist::TpAllReduce* all_reduce_;
   std::vector<double> inv_freq_;

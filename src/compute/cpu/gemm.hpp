@@ -9,6 +9,12 @@ namespace pf::cpu {
 // columns over the rank's threads (thread_pool.hpp), one single-threaded sgemm each.
 void linear(const float* x, int rows, int in, const float* weight, int out, float* y);
 
+// The same with a bf16 weight (--dtype bf16) and x rounded to bf16 on the way in: the
+// products and float32 sums of a bf16 x bf16 -> float32 GEMM (io/bf16.hpp), computed by sgemm
+// on blocks of the weight widened into a per-thread float buffer. Why not vdpbf16ps: on the
+// CPUs measured it runs at half the float32 FMA rate (docs/choices.md).
+void linear_bf16(const float* x, int rows, int in, const uint16_t* weight, int out, float* y);
+
 // OpenBLAS runs single-threaded (the pool gives each thread its slice; docs/choices.md).
 // Which of its kernels run: blas_kernels.hpp.
 void single_threaded_gemm();

@@ -1,0 +1,123 @@
+// The ceilings of this CPU that pipefill's rates are shares of (scripts/bench_peers.sh):
+//   fma_peak   float32 FMAs of one core: 16 independent vector accumulators, no memory traffic
+//              (AVX-512 where the CPU has it, else AVX2);
+//   bf16_peak  vdpbf16ps (AVX512-BF16) the same way, where the CPU has it: 2 products a lane;
+//   sgemm      OpenBLAS's single-threaded sgemm at 2048^3 (the best GEMM a float32 run can get);
+//   bandwidth  a STREAM-style triad a[i] = b[i] + s c[i] over 3 x 128 MiB, on THREADS threads.
+// Each is the best of several trials (a shared machine only ever slows a trial down). Prints
+// one `name value unit` line each; a ceiling the CPU cannot run prints nothing.
+// usage: pipefill_cpu_ceilings [THREADS]
+#include <cblas.h>
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "compute/cpu/blas_kernels.hpp"
+
+namespace {
+
+template <typename Work>
+double seconds_of(Work&& work) {
+  double best = 1e30;
+  for (int trial = 0; trial < 5; ++trial) {
+    const auto start = std::chrono::steady_clock::now();
+    work();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+constexpr long kIterations = 20'000'000;
+
+// 16 accumulators: enough independent chains to cover 2 ports x 4 cycles of FMA latency.
+__attribute__((target("avx512f"))) float fma_avx512() {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (long n = 0; n < kIterations; ++n)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  float sum = 0;
+  for (int i = 0; i < 16; ++i) sum += _mm512_reduce_add_ps(acc[i]);
+  return sum;
+}
+
+__attribute__((target("avx2,fma"))) float fma_avx2() {
+  __m256 acc[12];
+  for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i));
+  const __m256 a = _mm256_set1_ps(0.999f), b = _mm256_set1_ps(1e-3f);
+  for (long n = 0; n < kIterations; ++n)
+    for (int i = 0; i < 12; ++i) acc[i] = _mm256_fmadd_ps(acc[i], a, b);
+  float buffer[8], sum = 0;
+  for (int i = 0; i < 12; ++i) {
+    _mm256_storeu_ps(buffer, acc[i]);
+    for (float x : buffer) sum += x;
+  }
+  return sum;
+}
+
+__attribute__((target("avx512f,avx512bf16"))) float dot_bf16() {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3a833a83);
+  for (long n = 0; n < kIterations; ++n)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  float sum = 0;
+  for (int i = 0; i < 16; ++i) sum += _mm512_reduce_add_ps(acc[i]);
+  return sum;
+}
+
+volatile float sink;
+
+void print(const char* name, double value, const char* unit, const char* how) {
+  std::printf("%-10s %8.1f %-8s %s\n", name, value, unit, how);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  pf::cpu::choose_blas_kernels(argv);  // the kernels pipefill itself runs (re-executes at most once)
+  const int threads = argc > 1 ? std::max(1, std::atoi(argv[1])) : 1;
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f")) {
+    const double s = seconds_of([] { sink = fma_avx512(); });
+    print("fma_peak", kIterations * 16.0 * 16 * 2 / s / 1e9, "GFLOP/s", "one core, float32 FMA, AVX-512");
+  } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    const double s = seconds_of([] { sink = fma_avx2(); });
+    print("fma_peak", kIterations * 12.0 * 8 * 2 / s / 1e9, "GFLOP/s", "one core, float32 FMA, AVX2");
+  }
+  if (__builtin_cpu_supports("avx512bf16")) {
+    const double s = seconds_of([] { sink = dot_bf16(); });
+    print("bf16_peak", kIterations * 16.0 * 16 * 4 / s / 1e9, "GFLOP/s", "one core, vdpbf16ps (AVX512-BF16)");
+  }
+
+  openblas_set_num_threads(1);
+  constexpr int n = 2048;
+  std::vector<float> a(size_t(n) * n, 0.5f), b(size_t(n) * n, 0.25f), c(size_t(n) * n);
+  const double gemm = seconds_of([&] {
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+  });
+  const std::string how_gemm = "one core, " + pf::cpu::blas_kernels_description() + ", 2048^3";
+  print("sgemm", 2.0 * n * n * n / gemm / 1e9, "GFLOP/s", how_gemm.c_str());
+
+  constexpr size_t kFloats = size_t(32) << 20;  // 128 MiB an array: far beyond any cache
+  std::vector<float> x(kFloats, 1.0f), y(kFloats, 2.0f), z(kFloats, 0.0f);
+  const double triad = seconds_of([&] {
+    std::vector<std::thread> pool;
+    for (int t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        const size_t begin = kFloats * t / threads, end = kFloats * (t + 1) / threads;
+        for (size_t i = begin; i < end; ++i) z[i] = x[i] + 3.0f * y[i];
+      });
+    for (auto& thread : pool) thread.join();
+  });
+  char how[64];
+  std::snprintf(how, sizeof how, "triad, %d thread%s (3 x 128 MiB)", threads, threads == 1 ? "" : "s");
+  print("bandwidth", 3.0 * kFloats * sizeof(float) / triad / 1e9, "GB/s", how);
+  return 0;
+}
