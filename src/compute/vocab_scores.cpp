@@ -8,6 +8,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "compute/cpu/elementwise.hpp"
+
 namespace pf::compute {
 namespace {
 
@@ -15,25 +17,41 @@ using Candidate = RowCandidate;
 using SummaryHeader = RowSummaryHeader;
 
 // a is the better candidate: a larger logit, or the same logit and a smaller id.
-bool better(const Candidate& a, const Candidate& b) { return a.logit > b.logit || (a.logit == b.logit && a.id < b.id); }
+bool better(const Candidate& a, const Candidate& b) {
+  return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
 
-
-Candidate* candidates_of(std::byte* record) { return reinterpret_cast<Candidate*>(record + sizeof(SummaryHeader)); }
+Candidate* candidates_of(std::byte* record) {
+  return reinterpret_cast<Candidate*>(record + sizeof(SummaryHeader));
+}
 const Candidate* candidates_of(const std::byte* record) {
   return reinterpret_cast<const Candidate*>(record + sizeof(SummaryHeader));
 }
 
 }  // namespace
 
-size_t row_summary_bytes(int k) { return sizeof(SummaryHeader) + sizeof(Candidate) * static_cast<size_t>(k); }
+size_t row_summary_bytes(int k) {
+  return sizeof(SummaryHeader) + sizeof(Candidate) * static_cast<size_t>(k);
+}
 
 void summarize_row_slice(const float* logits, int count, int vocab_begin, int target, int k, std::byte* record) {
   SummaryHeader header{-std::numeric_limits<float>::infinity(), 0.0f, 0, 0, 0.0};
   for (int i = 0; i < count; ++i) header.max = logits[i] > header.max ? logits[i] : header.max;
-  // exp(x - max) <= 1, summed in double: no overflow, and the rounding of a 150K-term sum
-  // stays far below float32's. A NaN or Inf logit (Inf - Inf) turns the sum into NaN.
+  // exp(x - max) <= 1 (the vectorised float exp of the CPU kernels, within 2e-7 of exact),
+  // summed in float over blocks of 256 and the blocks in double: no overflow, and the
+  // rounding of a 150K-term sum stays far below float32's. A NaN or Inf logit (Inf - Inf)
+  // turns the sum into NaN. (Scalar double exp here took 40 % of a --logprobs run's extra time.)
+  constexpr int kBlock = 256;
+  float block[kBlock];
   double sum = 0;
-  for (int i = 0; i < count; ++i) sum += std::exp(static_cast<double>(logits[i]) - header.max);
+  for (int b0 = 0; b0 < count; b0 += kBlock) {
+    const int n = std::min(kBlock, count - b0);
+    for (int i = 0; i < n; ++i) block[i] = logits[b0 + i] - header.max;
+    cpu::exp_inplace(block, n);
+    float part = 0;
+    for (int i = 0; i < n; ++i) part += block[i];
+    sum += part;
+  }
   header.sum_exp = count > 0 && std::isfinite(header.max) ? sum : std::numeric_limits<double>::quiet_NaN();
   if (target >= vocab_begin && target < vocab_begin + count) {
     header.has_target = 1;
@@ -91,8 +109,8 @@ void merge_row_summaries(const std::byte* records, int slices, size_t stride, in
     // Fewer tokens than k in the whole vocabulary cannot happen (--top-k is checked against
     // it); the slots would read as id -1, log-prob -inf.
     topk_ids[j] = j < kept ? pool[j].id : -1;
-    topk_logprobs[j] = j < kept ? static_cast<float>(pool[j].logit - log_normalizer)
-                                : -std::numeric_limits<float>::infinity();
+    topk_logprobs[j] =
+        j < kept ? static_cast<float>(pool[j].logit - log_normalizer) : -std::numeric_limits<float>::infinity();
   }
 }
 
