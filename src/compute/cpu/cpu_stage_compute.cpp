@@ -291,9 +291,11 @@ void CpuStageCompute::summarize_vocab_rows(const float* hidden, int rows, const 
   else
     cpu::linear(head_normed_.data(), rows, h, weights_.lm_head.data(), vocab, head_logits_.data());
   const size_t record_bytes = compute::row_summary_bytes(k);
-  for (int r = 0; r < rows; ++r)
-    compute::summarize_row_slice(head_logits_.data() + static_cast<size_t>(r) * vocab, vocab, shard_.vocab_begin,
-                                 targets[r], k, records + r * record_bytes);
+  cpu::parallel_rows(rows, [&](int r0, int r1) {
+    for (int r = r0; r < r1; ++r)
+      compute::summarize_row_slice(head_logits_.data() + static_cast<size_t>(r) * vocab, vocab, shard_.vocab_begin,
+                                   targets[r], k, records + r * record_bytes);
+  });
 }
 
 namespace {
