@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "cli/option_table.hpp"
+#include "compute/backend_capabilities.hpp"
 #include "errors.hpp"
 #include "sched/cost_profile.hpp"
 #include "sched/dynamic_chunker.hpp"
@@ -455,12 +456,26 @@ nlohmann::json placement_identity_options(const PlacementOptions& options) {
   return placement_table().identity(options, kPlacementIdentity);
 }
 
-// --dtype chooses the cpu backend's precision; cuda is bf16 always, the emulator computes nothing.
-void check_dtype(const PlacementOptions& p) {
-  if (p.dtype == io::Dtype::kBF16 && p.backend == compute::BackendKind::kEmulate)
-    throw UserError(
-        "--dtype bf16 sets the cpu backend's precision: --backend emulate computes nothing (its times come "
-        "from --cost-model)");
+// Every product the flags ask for, against what the backend declares it supports
+// (compute/backend_capabilities.hpp); the model-dependent part is asked at set-up.
+void check_backend_supports(const RunOptions& o) {
+  using compute::Product;
+  struct Asked {
+    bool asked;
+    Product product;
+    const char* flag;
+  };
+  const Asked products[] = {
+      {o.hidden_states != compute::HiddenStatesKind::kNone, Product::kHiddenStates, "--hidden-states"},
+      {o.logprobs, Product::kTokenScores, "--logprobs"},
+      {o.top_k > 0, Product::kTokenScores, "--top-k"},
+      {!o.save_kv.empty(), Product::kKvExport, "--save-kv"},
+      {!o.kv_store.empty(), Product::kKvStore, "--kv-store"},
+      {o.placement.dtype == io::Dtype::kBF16, Product::kBf16Choice, "--dtype bf16"},
+  };
+  for (const Asked& a : products)
+    if (a.asked && !compute::supports(o.placement.backend, a.product))
+      throw UserError(compute::refusal(o.placement.backend, a.product, a.flag));
 }
 
 bool parse_run(int argc, char** argv, RunOptions& o) {
@@ -477,17 +492,7 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   if (!emulate) require_dynamic_for_cost_model(o.chunking);
   if (o.resume && o.overwrite)
     throw UserError("--resume keeps what OUTPUT holds and --overwrite replaces it: give one of them");
-  // Every product beyond the logits needs real compute: the cpu and cuda backends have them all.
-  const auto refuse_on_emulate = [&](bool asked, const char* flag, const char* what) {
-    if (asked && emulate)
-      throw UserError(std::string(flag) + " needs real compute: --backend emulate computes no " + what);
-  };
-  refuse_on_emulate(o.hidden_states != compute::HiddenStatesKind::kNone, "--hidden-states", "hidden states");
-  refuse_on_emulate(o.logprobs, "--logprobs", "log-probs");
-  refuse_on_emulate(o.top_k > 0, "--top-k", "log-probs");
-  refuse_on_emulate(!o.save_kv.empty(), "--save-kv", "KV cache");
-  refuse_on_emulate(!o.kv_store.empty(), "--kv-store", "KV cache");
-  check_dtype(o.placement);
+  check_backend_supports(o);
   if (o.kv_dtype != io::Dtype::kF32 && o.save_kv.empty())
     throw UserError(
         "--kv-dtype sets the dtype of --save-kv's files: add --save-kv DIR (--kv-store always keeps float32, "

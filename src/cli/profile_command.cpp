@@ -8,6 +8,7 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "cli/run_record.hpp"
+#include "compute/backend_capabilities.hpp"
 #include "dist/checked_step.hpp"
 #include "errors.hpp"
 #include "pipeline/backend_setup.hpp"
@@ -22,14 +23,14 @@ int profile_command(int argc, char** argv) {
   ProfileOptions options;
   if (!parse_profile(argc, argv, options)) return 0;
   const auto& place = options.placement;
-  if (!compute::computes_logits(place.backend))
-    throw UserError("pipefill profile measures a backend that computes: use --backend cpu or cuda");
+  if (!compute::supports(place.backend, compute::Product::kProfile))
+    throw UserError(compute::refusal(place.backend, compute::Product::kProfile, "profile"));
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
-  const pipeline::RankModel rank_model = pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition,
-                                                                   place.expert_split);
+  const pipeline::RankModel rank_model =
+      pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition, place.expert_split);
   const int longest_profiled = options.chunk_size + sched::chunk_floor(options.chunk_size);  // 1.25 C0
-  pipeline::BackendRequest request = backend_request(
-      place, options.page_size, sched::longest_chunk(options.chunk_size, options.page_size));
+  pipeline::BackendRequest request =
+      backend_request(place, options.page_size, sched::longest_chunk(options.chunk_size, options.page_size));
   request.profile_room_tokens = options.max_prefix + longest_profiled;
   // The backend's KV rule checks that the pool holds a chunk of 1.25 C0 (the rest of the
   // prefix range is optional), collectively, before any weights are read.

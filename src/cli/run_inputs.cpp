@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "cli/run_record.hpp"
+#include "compute/backend_capabilities.hpp"
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "pipeline/backend_setup.hpp"
@@ -73,7 +74,7 @@ std::unique_ptr<io::ResultWriter> open_output(const RunOptions& o, const pipelin
   io::OutputLayout layout;
   layout.num_prompts = prompts.num_prompts();
   layout.vocab_size = m.shape.vocab_size;
-  layout.with_logits = compute::computes_logits(o.placement.backend);
+  layout.with_logits = compute::supports(o.placement.backend, compute::Product::kLogits);
   layout.hidden_size = with_hidden ? m.shape.hidden_size : 0;
   layout.token_logprobs = o.logprobs;
   layout.top_k = o.top_k;

@@ -1,6 +1,7 @@
 // Identities and output attributes (see run_record.hpp).
 #include "cli/run_record.hpp"
 
+#include "compute/backend_capabilities.hpp"
 #include "model/layer_partition.hpp"
 
 namespace pf::cli {
@@ -37,7 +38,7 @@ nlohmann::json output_attributes(const RunOptions& options, const pipeline::Rank
   attributes["chunk_policy_used"] = decision.policy_used;
   attributes["chunk_policy_note"] = decision.note;
   attributes["backend_used"] = backend_used;
-  if (!compute::computes_logits(options.placement.backend))
+  if (!compute::supports(options.placement.backend, compute::Product::kLogits))
     attributes["logits"] = "not computed: emulate backend (compute replaced by cost-model sleeps)";
   attributes["wall_s"] = wall_s;
   return attributes;

@@ -20,7 +20,4 @@ inline const char* backend_name(BackendKind kind) {
   return "?";
 }
 
-// Backends whose compute is real (weights loaded, logits produced).
-inline bool computes_logits(BackendKind kind) { return kind != BackendKind::kEmulate; }
-
 }  // namespace pf::compute

@@ -3,9 +3,11 @@
 
 #include <stdexcept>
 
+#include "compute/backend_capabilities.hpp"
 #include "compute/cpu/cpu_backend.hpp"
 #include "compute/emulate/emulated_backend.hpp"
 #include "dist/checked_step.hpp"
+#include "errors.hpp"
 #ifdef PIPEFILL_HAVE_CUDA
 #include "compute/cuda/cuda_backend.hpp"
 #endif
@@ -28,6 +30,12 @@ std::vector<sim::StageCost> stage_costs_for(const sched::CostSource& source, con
 
 StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, const BackendRequest& request,
                                 const std::vector<int64_t>& lengths) {
+  // What the backend cannot do for this model: an error on every rank before any weight is read.
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    const std::string why =
+        compute::refusal_for_model(request.backend, request.cpu_dtype == io::Dtype::kBF16, m.shape);
+    if (!why.empty()) throw UserError(why);
+  });
   const compute::KvDemand demand{lengths, request.profile_room_tokens};
   std::vector<model::BlockDigest> digests;  // kept from the loaded weights, which the backend consumes
   const compute::WeightsLoader load_weights = [&] {

@@ -32,9 +32,6 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
     } catch (const std::runtime_error& e) {
       throw UserError(e.what());
     }
-    if (kv_shape.element_bytes == 2 && (config.is_moe() || config.is_mla()))
-      throw UserError(std::string("--dtype bf16 on the cpu backend covers dense models for now; this one has ") +
-                      (config.is_moe() ? "experts" : "latent attention (MLA)") + ": run it in f32 (the default)");
   });
   StageBackend backend;
   backend.kv_pool = std::make_unique<kv::PagedKvPool>(kv_shape, pages);

@@ -1,0 +1,178 @@
+// prepare_run: every collective of `pipefill run` up to the plan (see run_steps.hpp).
+#include <cstdio>
+
+#include "cli/backend_request.hpp"
+#include "cli/run_inputs.hpp"
+#include "cli/run_record.hpp"
+#include "cli/run_steps.hpp"
+#include "dist/checked_step.hpp"
+#include "dist/collectives.hpp"
+#include "dist/same_everywhere.hpp"
+#include "pipeline/kv_export_setup.hpp"
+#include "pipeline/stage_profiler.hpp"
+#include "sched/cost_profile.hpp"
+#include "sched/dynamic_chunker.hpp"
+#include "sched/prefix_sharing.hpp"
+
+namespace pf::cli {
+namespace {
+
+// Rank 0 checks every path, reads and validates the input, checks every stage's KV capacity
+// and a saved cost model against this placement; every rank learns the lengths.
+std::optional<sched::CostProfile> read_inputs(PreparedRun& run) {
+  const RunOptions& options = run.options;
+  std::optional<sched::CostProfile> saved_costs;
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    if (!run.topo.is_writer()) return;
+    check_run_paths(options);
+    run.prompts = read_run_prompts(options, run.rank_model);
+    check_kv_capacity(options, run.topo, run.rank_model, run.prompts);
+    saved_costs = load_saved_costs(options, placement_identity(options.placement, run.topo, run.rank_model));
+  });
+  run.lengths = pipeline::share_prompts(run.topo, run.prompts, /*last_stage_scores=*/options.logprobs);
+  return saved_costs;
+}
+
+// The CPU or a GPU (this rank's weights and a KV pool for the longest prompt, with room for
+// profiling when this run profiles) or the emulator (cost-model sleeps); then the weights'
+// identity: every value every rank loaded, whatever the layout (what --resume, --save-kv and
+// --kv-store compare, so it is known before any of them opens a file).
+void make_backend(PreparedRun& run, bool profiles) {
+  const sched::ChunkingOptions& chunking = run.options.chunking;
+  pipeline::BackendRequest request = backend_request(run.options.placement, chunking.page_size,
+                                                     sched::longest_chunk(chunking.initial_chunk, chunking.page_size));
+  request.cost_source = chunking.cost_source;
+  if (profiles) request.profile_room_tokens = pipeline::profile_capacity_tokens(run.lengths, chunking.initial_chunk);
+  run.backend = pipeline::make_stage_backend(run.topo, run.rank_model, request, run.lengths);
+  if (run.options.placement.backend != compute::BackendKind::kEmulate)
+    run.rank_model.weights_fingerprint =
+        pipeline::agree_on_weights_identity(run.topo, run.rank_model, run.backend.weights_digests);
+}
+
+// Rank 0 takes the --save-kv directory (one run at a time; it removes what killed runs left
+// there) and opens the output. False on every rank when the output is already complete.
+bool open_outputs(PreparedRun& run) {
+  const RunOptions& options = run.options;
+  int already_complete = 0;
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    if (!run.topo.is_writer()) return;
+    if (!options.save_kv.empty()) {
+      run.export_lock =
+          std::make_unique<io::DirectoryLock>(options.save_kv, "--save-kv", io::this_run_in_words(options.output));
+      if (const int removed = run.export_lock->remove_partial_files(kv::kv_export_file_patterns());
+          removed > 0 && !options.quiet)
+        std::printf("note: removed %d unfinished file(s) that killed runs left in %s\n", removed,
+                    options.save_kv.c_str());
+    }
+    run.results = open_output(options, run.rank_model, run.prompts);
+    already_complete = !run.results;
+  });
+  dist::broadcast_int(already_complete, 0, MPI_COMM_WORLD);
+  if (already_complete && run.topo.is_writer()) {
+    std::printf("%s is already complete: nothing to resume\n", options.output.c_str());
+    if (!options.save_kv.empty())
+      std::printf(
+          "note: nothing was computed, so nothing was exported to %s (the run that computes a prompt "
+          "exports it: run again to a new --output)\n",
+          options.save_kv.c_str());
+  }
+  return !already_complete;
+}
+
+// Prompts that share a prefix back to back, the prefix computed once (rank 0 finds them);
+// with --kv-store, a prompt loads a longer prefix an earlier run stored, unless the run wants
+// what the store does not keep (every position's scores, the mean hidden state).
+sched::PrefixPlan share_prefixes(PreparedRun& run, const std::vector<char>& done) {
+  const RunOptions& options = run.options;
+  const bool writer = run.topo.is_writer();
+  sched::PrefixPlan prefixes =
+      writer && !options.no_prefix_cache
+          ? sched::find_shared_prefixes(run.prompts.tokens, run.prompts.offsets, options.chunking.page_size, done)
+          : sched::PrefixPlan{};
+  if (options.kv_store.empty()) return prefixes;
+  const bool load = !options.no_prefix_cache && !options.token_rows_wanted() &&
+                    options.hidden_states != compute::HiddenStatesKind::kMean;
+  if (writer && !load && !options.no_prefix_cache)
+    std::printf(
+        "note: --kv-store lends no prefixes to a run with --logprobs, --top-k or --hidden-states mean "
+        "(it keeps KV, not the prefix's scores); this run's prompts are added to it\n");
+  run.kv_store = std::make_unique<pipeline::KvStoreRun>(run.topo, run.rank_model, options.kv_store, run.prompts,
+                                                        run.lengths, done, options.chunking.page_size, load,
+                                                        options.placement.backend, options.placement.dtype);
+  if (writer) sched::prefer_longer_outside(prefixes, run.kv_store->offers());
+  return prefixes;
+}
+
+// The run's header on rank 0: model, layout, chunking, backend, input.
+void print_header(const PreparedRun& run) {
+  const RunOptions& options = run.options;
+  const model::ModelShape& shape = run.rank_model.shape;
+  const sched::BatchPlan& plan = run.decision.plan;
+  std::printf("pipefill %s | %s %s (%.1fM active params) | pp %d x tp %d | layers %s | chunk %d (%s) | page %d | %s\n",
+              PIPEFILL_VERSION, options.placement.model.c_str(), shape.name.c_str(), shape.active_parameters() / 1e6,
+              run.topo.pp, run.topo.tp, model::partition_text(run.rank_model.partition).c_str(),
+              options.chunking.initial_chunk, run.decision.policy_used.c_str(), options.chunking.page_size,
+              run.backend.description.c_str());
+  if (!run.backend.detail.empty()) std::printf("%s: %s\n", run.backend.description.c_str(), run.backend.detail.c_str());
+  const io::ResultWriter& results = *run.results;
+  std::printf(
+      "input %s: %d prompts%s, %lld tokens to compute%s, %zu micro-batches\n", options.input.c_str(),
+      plan.num_prompts(),
+      results.resumed() ? (" (" + std::to_string(results.completed_count()) + " done before, resumed)").c_str() : "",
+      static_cast<long long>(plan.total_tokens()),
+      plan.reused_tokens() > 0
+          ? (" (" + std::to_string(plan.reused_tokens()) + " more reused from shared prefixes)").c_str()
+          : "",
+      plan.micro_batches.size());
+  if (shape.mla())
+    std::printf(
+        "kv cache: latent attention keeps %.0f values a token a layer for all %d heads (kv_lora_rank %d + "
+        "rope %d), %.1fx less than their own K and V (%.0f)\n",
+        shape.cached_values_per_token(), shape.num_heads, shape.kv_lora_rank, shape.qk_rope_head_dim,
+        shape.full_kv_values_per_token() / shape.cached_values_per_token(), shape.full_kv_values_per_token());
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+std::unique_ptr<PreparedRun> prepare_run(const RunOptions& options) {
+  const PlacementOptions& place = options.placement;
+  dist::set_watchdog_timeout(options.watchdog_timeout_s);
+  // A heterogeneous launch (`mpirun A : B`) must not run ranks with different options.
+  dist::require_same_as_rank0(to_json(options).dump(), "command line", MPI_COMM_WORLD);
+  auto run = std::make_unique<PreparedRun>();
+  run->options = options;
+  run->topo = dist::make_topology(place.pp, place.tp);
+
+  // Model: config.json (or preset), layer partition; for real compute also TP divisibility
+  // and every tensor's shape. The emulator only counts FLOPs, so any config.json will do.
+  const bool emulate = place.backend == compute::BackendKind::kEmulate;
+  run->rank_model = pipeline::open_rank_model(run->topo, place.model, place.seed, place.layer_partition,
+                                              place.expert_split, /*with_weights=*/!emulate);
+  const std::optional<sched::CostProfile> saved_costs = read_inputs(*run);
+  make_backend(*run, options.chunking.dynamic() && !saved_costs);
+  if (!open_outputs(*run)) {
+    dist::free_topology(run->topo);
+    return nullptr;
+  }
+  // KV export (--save-kv): a writer per rank; a resumed run recomputes finished prompts whose
+  // export is missing on some rank.
+  if (!options.save_kv.empty())
+    run->kv_export = pipeline::start_kv_export(run->topo, run->rank_model, options.save_kv, options.kv_dtype,
+                                               run->prompts, run->lengths, run->results.get());
+
+  // Plan: shared prefixes first, cut into fixed chunks, or dynamic ones from cost models
+  // (profiled now or loaded).
+  const std::vector<char> done = run->results ? run->results->completed() : std::vector<char>();
+  const sched::PrefixPlan prefixes = share_prefixes(*run, done);
+  run->decision = pipeline::decide_plan(run->topo, options.chunking, run->lengths, *run->backend.compute,
+                                        run->rank_model.shape.hidden_size, saved_costs, done, prefixes);
+  if (run->topo.is_writer() && !options.quiet) print_header(*run);
+
+  // Transport of hidden states between stages (host MPI, or device buffers over NCCL).
+  run->transport = run->backend.make_transport(static_cast<size_t>(run->decision.plan.max_chunk()) *
+                                               run->rank_model.shape.hidden_size);
+  return run;
+}
+
+}  // namespace pf::cli

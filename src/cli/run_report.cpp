@@ -1,0 +1,95 @@
+// report_run: gathers, rank 0's output, trace and summary, the exit status (see run_steps.hpp).
+#include <cmath>
+#include <cstdio>
+
+#include "cli/run_record.hpp"
+#include "cli/run_steps.hpp"
+#include "dist/activation_wire.hpp"
+#include "dist/collectives.hpp"
+#include "errors.hpp"
+#include "sched/plan_flops.hpp"
+#include "trace/chrome_trace.hpp"
+#include "trace/expert_load.hpp"
+#include "trace/op_times.hpp"
+#include "trace/summary.hpp"
+#include "trace/traffic.hpp"
+
+namespace pf::cli {
+namespace {
+
+// Rank 0: how the run ended, when it did not end with the output in place.
+void print_unfinished(const PreparedRun& run, const std::vector<int>& nonfinite_prompts) {
+  const io::ResultWriter& results = *run.results;
+  const std::string& output = run.options.output;
+  if (nonfinite_prompts.empty()) {
+    std::printf("stopped: %d of %d prompts are in %s.partial; run again with --resume to finish\n",
+                results.completed_count(), run.decision.plan.num_prompts(), output.c_str());
+    return;
+  }
+  const size_t count = nonfinite_prompts.size();
+  std::string which;
+  for (size_t i = 0; i < count && i < 8; ++i) which += (i ? ", " : "") + std::to_string(nonfinite_prompts[i]);
+  std::fprintf(stderr,
+               "error: the results of %zu prompt(s) are not finite (NaN or Inf): prompt %s%s; they were not "
+               "stored (do the weights or the config make NaN? see the warnings above). %d prompt(s) are in "
+               "%s.partial\n",
+               count, which.c_str(), count > 8 ? ", ..." : "", results.completed_count(), output.c_str());
+}
+
+void print_scores(const io::ResultWriter& results) {
+  if (results.scored_tokens() == 0) return;
+  std::printf(
+      "log-probs: %lld tokens scored this run, perplexity %.4g (exp of their mean NLL; per prompt in "
+      "/perplexity)\n",
+      static_cast<long long>(results.scored_tokens()),
+      std::exp(results.scored_nll_sum() / static_cast<double>(results.scored_tokens())));
+}
+
+}  // namespace
+
+int report_run(PreparedRun& run, FinishedLoop& loop) {
+  const RunOptions& options = run.options;
+  const model::ModelShape& shape = run.rank_model.shape;
+  const sched::BatchPlan& plan = run.decision.plan;
+  const dist::Topology& topo = run.topo;
+  const bool writer = topo.is_writer(), emulate = options.placement.backend == compute::BackendKind::kEmulate;
+  const std::vector<int> nonfinite_prompts = writer ? loop.stored->nonfinite_prompts() : std::vector<int>();
+  int nonfinite_count = static_cast<int>(nonfinite_prompts.size());
+  dist::broadcast_int(nonfinite_count, 0, MPI_COMM_WORLD);
+
+  // Timeline, traffic, expert load and op times gathered to rank 0.
+  const auto events = trace::gather_timeline(*loop.timeline, MPI_COMM_WORLD);
+  trace::TrafficReport traffic =
+      trace::gather_traffic(topo, plan, shape.hidden_size, shape.hidden_size * dist::kActivationWireBytes,
+                            run.rank_model.partition, loop.result.traffic);
+  traffic.allreduce_modelled = emulate;
+  const trace::ExpertLoad expert_load =
+      trace::gather_expert_load(topo, run.backend.compute->expert_rows(), emulate ? 0 : shape.experts);
+  const compute::OpTimes op_times = trace::gather_op_times(run.backend.compute->op_times());
+  if (writer) {
+    const trace::RunSummary summary =
+        trace::summarize(plan, events, topo.pp, topo.tp, loop.wall_s, sched::plan_flops(shape, plan));
+    const bool complete = run.results->finish(
+        events, output_attributes(options, run.rank_model, run.decision, run.backend.description, loop.wall_s));
+    if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp);
+    if (!options.quiet) {
+      trace::print_summary(summary, stdout);
+      trace::print_traffic(traffic, stdout);
+      trace::print_expert_load(expert_load, stdout);
+      trace::print_op_times(op_times, stdout);
+      print_scores(*run.results);
+    }
+    if (complete)
+      std::printf("wrote %s%s%s\n", options.output.c_str(), options.trace.empty() ? "" : " and ",
+                  options.trace.c_str());
+    else
+      print_unfinished(run, nonfinite_prompts);
+  }
+  // A failed KV export leaves the other outputs as they are (complete, or resumable).
+  if (loop.output_error && writer) std::fprintf(stderr, "error: %s\n", loop.output_error->c_str());
+  dist::free_topology(run.topo);
+  if (nonfinite_count > 0 || loop.output_error) return kExitUserError;
+  return loop.result.stopped ? kExitStopped : 0;
+}
+
+}  // namespace pf::cli
