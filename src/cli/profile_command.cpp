@@ -44,11 +44,11 @@ int profile_command(int argc, char** argv) {
     profile.identity = placement_identity(place, topo, rank_model);
     profile.hardware = sched::describe_hardware();
     profile.initial_chunk = options.chunk_size;
-    profile.stages = fits;
+    profile.stages = *fits;
     sched::save_cost_profile(options.out, profile);
     std::printf("%-5s %-7s %-3s %12s %12s %12s %12s %8s  %s\n", "stage", "form", "ok", "a", "b", "c", "gamma",
                 "held-out", "points (fit / held out)");
-    for (const auto& f : fits)
+    for (const auto& f : *fits)
       for (const auto* fit : {&f.sglang, &f.prefix}) {
         const bool sglang = fit == &f.sglang;
         const double error = sglang ? f.sglang_heldout_error : f.prefix_heldout_error;

@@ -17,7 +17,7 @@ std::unique_ptr<FinishedLoop> run_loop(PreparedRun& run, volatile int* stop_requ
   loop->timeline.emplace(run.topo, *loop->clock);
   pipeline::ProgressReporter progress(options.quiet ? 0 : options.progress_interval_s, plan.total_tokens(),
                                       plan.num_prompts());
-  if (writer) progress.set_work(plan, shape, run.topo.pp, &run.decision.fits, /*announce=*/!options.quiet);
+  if (writer) progress.set_work(plan, shape, run.topo.pp, &*run.decision.fits, /*announce=*/!options.quiet);
   // Rank 0 stores every finite result as it arrives; the rest is reported by report_run.
   const int hidden_width = options.hidden_states == compute::HiddenStatesKind::kNone ? 0 : shape.hidden_size;
   if (writer) loop->stored.emplace(*run.results, shape.vocab_size, hidden_width, plan);

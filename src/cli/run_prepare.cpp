@@ -46,7 +46,7 @@ void make_backend(PreparedRun& run, bool profiles) {
   run.backend = pipeline::make_stage_backend(run.topo, run.rank_model, request, run.lengths);
   if (run.options.placement.backend != compute::BackendKind::kEmulate)
     run.rank_model.weights_fingerprint =
-        pipeline::agree_on_weights_identity(run.topo, run.rank_model, run.backend.weights_digests);
+        pipeline::agree_on_weights_identity(run.rank_model, run.backend.weights_digests);
 }
 
 // Rank 0 takes the --save-kv directory (one run at a time; it removes what killed runs left

@@ -5,16 +5,18 @@
 #include <cstdlib>
 
 #include "dist/collectives.hpp"
+#include "dist/root_decision.hpp"
 #include "errors.hpp"
 #include "pipeline/stage_profiler.hpp"
 #include "sched/dynamic_chunker.hpp"
 
 namespace pf::pipeline {
 
-std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topo, compute::StageCompute& compute,
-                                                int hidden_size, int initial_chunk, int points, bool all_stages,
-                                                bool fresh, bool prefixed) {
-  std::vector<char> mine;
+dist::RootOnly<std::vector<sched::StageCostFit>> profile_stages(const dist::Topology& topo,
+                                                                compute::StageCompute& compute, int hidden_size,
+                                                                int initial_chunk, int points, bool all_stages,
+                                                                bool fresh, bool prefixed) {
+  std::string mine;  // this stage's fit as JSON (its TP rank 0), else empty
   if (all_stages || topo.first_stage()) {
     const ProfileGrid grid{initial_chunk, points, compute.capacity_tokens()};
     const GroupMax group_max = [&](double local) {
@@ -32,42 +34,44 @@ std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topo, comp
         fit.sglang.ok = fit.prefix.ok = false;
         fit.sglang.problem = fit.prefix.problem = "failure injected by PIPEFILL_TEST_FAIL_PROFILE_STAGE";
       }
-      const std::string text = to_json(fit).dump();
-      mine.assign(text.begin(), text.end());
+      mine = to_json(fit).dump();
     }
   }
+  const dist::RootOnly<std::vector<std::string>> texts = dist::gather_on_root(MPI_COMM_WORLD, mine);
+  if (!texts.here()) return {};
   std::vector<sched::StageCostFit> fits;
-  for (const auto& blob : dist::gather_bytes(mine, 0, MPI_COMM_WORLD))
-    if (!blob.empty()) fits.push_back(sched::stage_fit_from_json(nlohmann::json::parse(blob.begin(), blob.end())));
-  return fits;
+  for (const std::string& text : *texts)
+    if (!text.empty()) fits.push_back(sched::stage_fit_from_json(nlohmann::json::parse(text)));
+  return dist::RootOnly<std::vector<sched::StageCostFit>>::on_root(std::move(fits));
 }
 
 PlanDecision decide_plan(const dist::Topology& topo, const sched::ChunkingOptions& o,
-                         const std::vector<int64_t>& prompt_lengths, compute::StageCompute& compute,
-                         int hidden_size, const std::optional<sched::CostProfile>& saved,
-                         const std::vector<char>& done, const sched::PrefixPlan& prefixes) {
+                         const std::vector<int64_t>& prompt_lengths, compute::StageCompute& compute, int hidden_size,
+                         const std::optional<sched::CostProfile>& saved, const std::vector<char>& done,
+                         const sched::PrefixPlan& prefixes) {
   PlanDecision decision;
-  std::vector<sched::StageCostFit> fits;
   // Profile unless a saved profile was loaded (rank 0 decides; every rank must agree).
   int must_profile = o.dynamic() && !(topo.is_writer() && saved) ? 1 : 0;
   dist::broadcast_int(must_profile, 0, MPI_COMM_WORLD);
   if (must_profile) {
     const bool fresh = o.cost_form == sched::CostForm::kFreshQuadratic;
-    fits = profile_stages(topo, compute, hidden_size, o.initial_chunk, o.profile_points, o.all_stages, fresh, !fresh);
-  } else if (saved) {
-    fits = saved->stages;
+    decision.fits =
+        profile_stages(topo, compute, hidden_size, o.initial_chunk, o.profile_points, o.all_stages, fresh, !fresh);
+  } else if (topo.is_writer()) {
+    decision.fits = dist::RootOnly<std::vector<sched::StageCostFit>>::on_root(
+        saved ? saved->stages : std::vector<sched::StageCostFit>());
   }
-  std::vector<char> bytes;
-  if (topo.is_writer()) {
+  // Rank 0: the policy (dynamic from the fits, or fixed when they fail), then the plan.
+  const std::string plan_bytes = dist::decide_on_root(MPI_COMM_WORLD, [&] {
     std::unique_ptr<sched::ChunkPolicy> policy;
     if (o.dynamic()) {
       std::string problem;
-      policy = sched::make_dynamic_policy(o, fits, problem);
+      policy = sched::make_dynamic_policy(o, *decision.fits, problem);
       if (policy) {
         decision.policy_used = sched::policy_name(o.policy);
       } else {
-        decision.note = "dynamic chunking disabled, using fixed chunks of " + std::to_string(o.initial_chunk) +
-                        " (" + problem + ")";
+        decision.note = "dynamic chunking disabled, using fixed chunks of " + std::to_string(o.initial_chunk) + " (" +
+                        problem + ")";
         std::fprintf(stderr, "warning: %s\n", decision.note.c_str());
       }
     }
@@ -75,12 +79,15 @@ PlanDecision decide_plan(const dist::Topology& topo, const sched::ChunkingOption
       policy = std::make_unique<sched::FixedChunkPolicy>(o.initial_chunk);
       decision.policy_used = "fixed";
     }
-    decision.plan = sched::make_plan(prompt_lengths, *policy, done, prefixes);
-    bytes = sched::serialize(decision.plan);
-  }
-  dist::broadcast_bytes(bytes, 0, MPI_COMM_WORLD);
-  decision.plan = sched::deserialize(bytes);
-  if (topo.is_writer()) decision.fits = std::move(fits);
+    const std::vector<char> bytes = sched::serialize(sched::make_plan(prompt_lengths, *policy, done, prefixes));
+    return std::string(bytes.begin(), bytes.end());
+  });
+  decision.plan = sched::deserialize(std::vector<char>(plan_bytes.begin(), plan_bytes.end()));
+  const nlohmann::json why = nlohmann::json::parse(dist::decide_on_root(MPI_COMM_WORLD, [&] {
+    return nlohmann::json{{"policy_used", decision.policy_used}, {"note", decision.note}}.dump();
+  }));
+  decision.policy_used = why["policy_used"].get<std::string>();
+  decision.note = why["note"].get<std::string>();
   return decision;
 }
 

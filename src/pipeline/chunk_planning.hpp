@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "compute/stage_compute.hpp"
+#include "dist/root_decision.hpp"
 #include "dist/topology.hpp"
 #include "sched/batch_plan.hpp"
 #include "sched/chunking_options.hpp"
@@ -16,28 +17,29 @@
 
 namespace pf::pipeline {
 
+// Decided on rank 0, known on every rank but `fits`.
 struct PlanDecision {
   sched::BatchPlan plan;
   std::string policy_used;  // "fixed", "sglang" or "pipefill"; "fixed" also after a failed profile
   std::string note;         // why dynamic chunking was turned off, if it was
-  // The stage fits the plan was decided from (profiled now or loaded); rank 0 only, empty
-  // for fixed chunks. The progress reporter predicts the run's time from them.
-  std::vector<sched::StageCostFit> fits;
+  // The stage fits the plan was decided from (profiled now or loaded; empty for fixed
+  // chunks). The progress reporter predicts the run's time from them.
+  dist::RootOnly<std::vector<sched::StageCostFit>> fits;
 };
 
 // Collective over MPI_COMM_WORLD: when profiling is needed, each profiled stage times its
-// own layers (TP-collective) and fits; the fits gather on rank 0. Returns every stage's
-// fit on rank 0 (empty elsewhere).
-std::vector<sched::StageCostFit> profile_stages(const dist::Topology& topology, compute::StageCompute& compute,
-                                                int hidden_size, int initial_chunk, int points, bool all_stages,
-                                                bool fresh, bool prefixed);
+// own layers (TP-collective) and fits; the fits gather on rank 0.
+dist::RootOnly<std::vector<sched::StageCostFit>> profile_stages(const dist::Topology& topology,
+                                                                compute::StageCompute& compute, int hidden_size,
+                                                                int initial_chunk, int points, bool all_stages,
+                                                                bool fresh, bool prefixed);
 
 // Collective. `saved` is the loaded --cost-model, `done` the prompts a resumed output
 // already holds and `prefixes` the order and reused prefixes of prefix reuse (all rank 0
 // only). The plan is valid on all ranks.
 PlanDecision decide_plan(const dist::Topology& topology, const sched::ChunkingOptions& options,
-                         const std::vector<int64_t>& prompt_lengths, compute::StageCompute& compute,
-                         int hidden_size, const std::optional<sched::CostProfile>& saved,
-                         const std::vector<char>& done = {}, const sched::PrefixPlan& prefixes = {});
+                         const std::vector<int64_t>& prompt_lengths, compute::StageCompute& compute, int hidden_size,
+                         const std::optional<sched::CostProfile>& saved, const std::vector<char>& done = {},
+                         const sched::PrefixPlan& prefixes = {});
 
 }  // namespace pf::pipeline

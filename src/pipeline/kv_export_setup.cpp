@@ -12,6 +12,7 @@
 
 #include "dist/collectives.hpp"
 #include "dist/error_agreement.hpp"
+#include "dist/root_decision.hpp"
 #include "io/fnv1a.hpp"
 
 namespace pf::pipeline {
@@ -44,28 +45,23 @@ kv::KvExportLayout export_layout(const RankModel& m, const std::string& dir, con
   return layout;
 }
 
-ExportNames export_names(const dist::Topology& topo, const RankModel& m, const io::PromptSet& prompts,
-                         const std::vector<int64_t>& lengths) {
-  std::vector<char> identity;
+ExportNames export_names(const RankModel& m, const io::PromptSet& prompts, const std::vector<int64_t>& lengths) {
   ExportNames names;
-  if (topo.is_writer()) {
-    const std::string text = io::Fnv1a().add(m.config_json.dump()).add(m.weights_fingerprint).hex();
-    identity.assign(text.begin(), text.end());
-    for (int p = 0; p < prompts.num_prompts(); ++p) {
+  names.model_identity = dist::decide_on_root(MPI_COMM_WORLD, [&] {
+    for (int p = 0; p < prompts.num_prompts(); ++p) {  // (the prompts' ids are rank 0's)
       const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
       names.token_hashes.push_back(io::Fnv1a().add(ids, sizeof(int32_t) * lengths[p]).value);
     }
-  }
-  dist::broadcast_bytes(identity, 0, MPI_COMM_WORLD);
+    return io::Fnv1a().add(m.config_json.dump()).add(m.weights_fingerprint).hex();
+  });
   dist::broadcast_vector(names.token_hashes, MPI_COMM_WORLD);
-  names.model_identity.assign(identity.begin(), identity.end());
   return names;
 }
 
 std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, const RankModel& m, const std::string& dir,
-                                                io::Dtype dtype, const io::PromptSet& prompts, const std::vector<int64_t>& lengths,
-                                                io::ResultWriter* results) {
-  ExportNames names = export_names(topo, m, prompts, lengths);
+                                                io::Dtype dtype, const io::PromptSet& prompts,
+                                                const std::vector<int64_t>& lengths, io::ResultWriter* results) {
+  ExportNames names = export_names(m, prompts, lengths);
   std::vector<uint64_t>& hashes = names.token_hashes;
   std::vector<char> finished;
   if (topo.is_writer()) finished = results->completed();
@@ -86,16 +82,14 @@ std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, cons
     if (missing.empty()) first_problem = file + (*problem == "missing" ? " is missing" : ": " + *problem);
     missing.push_back(p);
   }
-  const std::vector<std::vector<int>> all = dist::gather_vector(missing, 0, MPI_COMM_WORLD);
-  const std::vector<std::vector<char>> problems =
-      dist::gather_bytes(std::vector<char>(first_problem.begin(), first_problem.end()), 0, MPI_COMM_WORLD);
-  if (topo.is_writer()) {
+  const dist::RootOnly<std::vector<std::vector<int>>> all = dist::gather_values_on_root(MPI_COMM_WORLD, missing);
+  const dist::RootOnly<std::vector<std::string>> problems = dist::gather_on_root(MPI_COMM_WORLD, first_problem);
+  if (all.here()) {
     std::vector<char> again(finished.size(), 0);
     std::string example;
-    for (size_t rank = 0; rank < all.size(); ++rank) {
-      for (int p : all[rank]) again.at(p) = 1;
-      if (example.empty() && !all[rank].empty())
-        example = "rank " + std::to_string(rank) + ": " + std::string(problems[rank].begin(), problems[rank].end());
+    for (size_t rank = 0; rank < all->size(); ++rank) {
+      for (int p : (*all)[rank]) again.at(p) = 1;
+      if (example.empty() && !(*all)[rank].empty()) example = "rank " + std::to_string(rank) + ": " + (*problems)[rank];
     }
     std::vector<int> prompts_again;
     for (int p = 0; p < static_cast<int>(again.size()); ++p)
@@ -128,8 +122,9 @@ nlohmann::json export_index(const dist::Topology& topo, const RankModel& m, cons
     nlohmann::json files = nlohmann::json::array();
     for (int s = 0; s < topo.pp; ++s)
       for (int r = 0; r < topo.tp; ++r) files.push_back(kv::kv_file_name(p, s, r));
-    listed[std::to_string(p)] = {
-        {"tokens", exporter.length(p)}, {"tokens_fnv1a", kv::tokens_hash_text(exporter.tokens_hash(p))}, {"files", files}};
+    listed[std::to_string(p)] = {{"tokens", exporter.length(p)},
+                                 {"tokens_fnv1a", kv::tokens_hash_text(exporter.tokens_hash(p))},
+                                 {"files", files}};
   }
   const kv::KvExportLayout& layout = exporter.layout();
   nlohmann::json index = {{"format", kv::kKvExportFormat},

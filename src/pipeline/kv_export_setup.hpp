@@ -23,7 +23,7 @@ struct ExportNames {
   std::string model_identity;
   std::vector<uint64_t> token_hashes;
 };
-ExportNames export_names(const dist::Topology& topology, const RankModel& rank_model, const io::PromptSet& prompts,
+ExportNames export_names(const RankModel& rank_model, const io::PromptSet& prompts,
                          const std::vector<int64_t>& lengths);
 
 // What (stage, tp_rank) exports into `dir`: its layers and the KV heads of its weight shard,
@@ -32,8 +32,8 @@ kv::KvExportLayout export_layout(const RankModel& rank_model, const std::string&
                                  int stage, int tp, int tp_rank, io::Dtype dtype);
 
 // The index.json of an export holding `prompts` (rank 0).
-nlohmann::json export_index(const dist::Topology& topology, const RankModel& rank_model,
-                            const kv::KvExporter& exporter, const std::vector<int>& prompts);
+nlohmann::json export_index(const dist::Topology& topology, const RankModel& rank_model, const kv::KvExporter& exporter,
+                            const std::vector<int>& prompts);
 
 // Collective. This rank's exporter into `dir`. `prompts` holds the token ids on rank 0, which
 // hashes them; `results` is rank 0's output: a prompt it holds as finished whose file is not in

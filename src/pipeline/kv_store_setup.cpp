@@ -12,6 +12,7 @@
 
 #include "dist/collectives.hpp"
 #include "dist/error_agreement.hpp"
+#include "dist/root_decision.hpp"
 #include "model/layer_partition.hpp"
 #include "pipeline/kv_export_setup.hpp"
 #include "sched/prefix_sharing.hpp"
@@ -19,13 +20,6 @@
 namespace pf::pipeline {
 
 namespace {
-
-std::vector<char> as_bytes(const std::string& text) {
-  return {text.begin(), text.end()};
-}
-std::string as_text(const std::vector<char>& bytes) {
-  return {bytes.begin(), bytes.end()};
-}
 
 // Rank 0: for each prompt still to compute, the entry sharing the longest prefix with it,
 // among those not known to be bad.
@@ -55,97 +49,116 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
                        const io::PromptSet& prompts, const std::vector<int64_t>& lengths, const std::vector<char>& done,
                        int page_size, bool load_prefixes, compute::BackendKind backend, io::Dtype cpu_dtype)
     : topo_(topo), model_(m), dir_(dir) {
-  const ExportNames names = export_names(topo, m, prompts, lengths);
+  const ExportNames names = export_names(m, prompts, lengths);
   std::string precision = compute::backend_name(backend);
   if (backend == compute::BackendKind::kCpu && cpu_dtype == io::Dtype::kBF16) precision += "-bf16";
   layout_key_ = kv::store_layout_key(names.model_identity + "/" + precision, topo.pp, topo.tp,
                                      model::partition_text(m.partition));
+  const std::vector<kv::StoreEntry> all = open_incoming(load_prefixes);  // rank 0's listing
+  // Float32 whatever --kv-dtype: a prefix loaded from the store must give what computing it gives.
+  layout_ = export_layout(m, incoming_, names.model_identity, topo.stage, topo.tp, topo.tp_rank, io::Dtype::kF32);
+  std::map<std::string, std::vector<uint64_t>> checked_sums = check_offers(all, prompts, done, page_size);
+  share_chosen_entries(all);
+  for (const auto& e : entries_) entry_sums_.push_back(std::move(checked_sums.at(e.dir)));
+  exporter_ = std::make_unique<kv::KvExporter>(layout_, lengths, names.token_hashes);
+}
+
+std::vector<kv::StoreEntry> KvStoreRun::open_incoming(bool load_prefixes) {
   // Rank 0 names this run's incoming directory and lists the store's entries for this layout.
-  std::vector<char> incoming;
   std::vector<kv::StoreEntry> all;
-  if (topo.is_writer()) {
+  incoming_ = dist::decide_on_root(MPI_COMM_WORLD, [&] {
     const auto now = std::chrono::system_clock::now().time_since_epoch();
     char host[64] = "host";
     ::gethostname(host, sizeof host - 1);
-    incoming = as_bytes(dir + "/.incoming-" + host + "-" + std::to_string(::getpid()) + "-" +
-                        std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now).count()));
-    kv::remove_abandoned_incoming(dir);
+    kv::remove_abandoned_incoming(dir_);
     std::vector<kv::UnusableEntry> unusable;
-    if (load_prefixes) all = kv::list_store_entries(dir, layout_key_, &unusable);
+    if (load_prefixes) all = kv::list_store_entries(dir_, layout_key_, &unusable);
     for (const kv::UnusableEntry& entry : unusable) {
       std::fprintf(stderr, "warning: --kv-store: not using %s/%s (%s): a run that stores the same prompt replaces it\n",
-                   dir.c_str(), entry.name.c_str(), entry.reason.c_str());
+                   dir_.c_str(), entry.name.c_str(), entry.reason.c_str());
       damaged_.insert(entry.name);
     }
-  }
-  dist::broadcast_bytes(incoming, 0, MPI_COMM_WORLD);
-  incoming_ = as_text(incoming);
-  // Float32 whatever --kv-dtype: a prefix loaded from the store must give what computing it gives.
-  layout_ = export_layout(m, incoming_, names.model_identity, topo.stage, topo.tp, topo.tp_rank, io::Dtype::kF32);
+    return dir_ + "/.incoming-" + host + "-" + std::to_string(::getpid()) + "-" +
+           std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
+  });
+  return all;
+}
 
-  // Rounds: rank 0 offers each prompt its best entry not yet found bad; every rank checks its
-  // own file of each entry not checked before (metadata and every byte against the checksum);
-  // an entry that fails on any rank is bad, and its prompts look again. Each round checks only
-  // what some prompt would load, so a store of many entries costs the reads of the ones used.
+// Rounds: rank 0 offers each prompt its best entry not yet found bad; every rank checks its
+// own file of each entry not checked before (metadata and every byte against the checksum);
+// an entry that fails on any rank is bad, and its prompts look again. Each round checks only
+// what some prompt would load, so a store of many entries costs the reads of the ones used.
+std::map<std::string, std::vector<uint64_t>> KvStoreRun::check_offers(const std::vector<kv::StoreEntry>& all,
+                                                                      const io::PromptSet& prompts,
+                                                                      const std::vector<char>& done, int page_size) {
   std::vector<char> bad(all.size(), 0), good(all.size(), 0);
   std::map<std::string, std::vector<uint64_t>> checked_sums;  // this rank's files that passed, per entry
   for (;;) {
     std::vector<int> to_check;  // indices into `all` (rank 0)
-    nlohmann::json list = nlohmann::json::array();
-    if (topo.is_writer()) {
+    const nlohmann::json checking = nlohmann::json::parse(dist::decide_on_root(MPI_COMM_WORLD, [&] {
       offers_ = match_entries(all, bad, prompts, done, page_size);
       for (const auto& offer : offers_)
         if (offer.tokens > 0 && !good[offer.store_entry] &&
             std::find(to_check.begin(), to_check.end(), offer.store_entry) == to_check.end())
           to_check.push_back(offer.store_entry);
+      nlohmann::json list = nlohmann::json::array();
       for (int e : to_check)
         list.push_back(
             {{"dir", all[e].dir}, {"prompt", all[e].prompt}, {"tokens", all[e].tokens}, {"hash", all[e].tokens_hash}});
-    }
-    std::vector<char> bytes = as_bytes(list.dump());
-    dist::broadcast_bytes(bytes, 0, MPI_COMM_WORLD);
-    const nlohmann::json checking = nlohmann::json::parse(as_text(bytes));
-    if (checking.empty()) break;
-    nlohmann::json problems = nlohmann::json::object();
-    for (size_t i = 0; i < checking.size(); ++i) {
-      const kv::StoreEntry entry{checking[i]["dir"].get<std::string>(),
-                                 checking[i]["prompt"].get<int>(),
-                                 checking[i]["tokens"].get<int64_t>(),
-                                 checking[i]["hash"].get<uint64_t>(),
-                                 {}};
-      const std::string path = kv::store_file(entry, topo.stage, topo.tp_rank);
-      std::vector<uint64_t> sums;
-      const auto problem = kv::kv_file_problem(
-          path, kv::kv_file_metadata(layout_, entry.prompt, entry.tokens, entry.tokens_hash), &sums);
-      if (!problem) checked_sums[entry.dir] = std::move(sums);
-      // The file's own errors name its path already.
-      if (problem) problems[std::to_string(i)] = problem->rfind(path, 0) == 0 ? *problem : path + ": " + *problem;
-    }
-    // (A path that is not UTF-8 must not make this rank throw while the others wait.)
-    const std::string report_text = problems.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
-    const auto reports = dist::gather_bytes(as_bytes(report_text), 0, MPI_COMM_WORLD);
-    if (!topo.is_writer()) continue;
-    std::map<int, std::string> failed;
-    for (const auto& report : reports) {
-      const nlohmann::json parsed = nlohmann::json::parse(as_text(report));
-      for (const auto& [i, why] : parsed.items()) failed.emplace(std::stoi(i), why.get<std::string>());
-    }
+      return list.dump();
+    }));
+    if (checking.empty()) return checked_sums;
+    const dist::RootOnly<std::map<int, std::string>> failed = check_files(checking, checked_sums);
+    if (!failed.here()) continue;
     for (size_t i = 0; i < to_check.size(); ++i) {
       const int e = to_check[i];
-      (failed.count(static_cast<int>(i)) ? bad : good)[e] = 1;
-      if (failed.count(static_cast<int>(i))) {
-        std::fprintf(stderr,
-                     "warning: --kv-store: not using %s (%s): its prompts compute that prefix, and a run that "
-                     "stores the same prompt replaces it\n",
-                     all[e].dir.c_str(), failed[static_cast<int>(i)].c_str());
-        damaged_.insert(std::filesystem::path(all[e].dir).filename().string());
-      }
+      const auto why = failed->find(static_cast<int>(i));
+      (why != failed->end() ? bad : good)[e] = 1;
+      if (why == failed->end()) continue;
+      std::fprintf(stderr,
+                   "warning: --kv-store: not using %s (%s): its prompts compute that prefix, and a run that "
+                   "stores the same prompt replaces it\n",
+                   all[e].dir.c_str(), why->second.c_str());
+      damaged_.insert(std::filesystem::path(all[e].dir).filename().string());
     }
   }
+}
 
-  // The entries the plan loads, renumbered; every rank learns their directories.
-  std::vector<char> chosen;
-  if (topo.is_writer()) {
+// One round's checks: this rank's file of each listed entry; the sums of those that pass
+// go into `checked_sums`. Rank 0 gets every failure, by index in the list, with its reason.
+dist::RootOnly<std::map<int, std::string>> KvStoreRun::check_files(
+    const nlohmann::json& checking, std::map<std::string, std::vector<uint64_t>>& checked_sums) {
+  nlohmann::json problems = nlohmann::json::object();
+  for (size_t i = 0; i < checking.size(); ++i) {
+    const kv::StoreEntry entry{checking[i]["dir"].get<std::string>(),
+                               checking[i]["prompt"].get<int>(),
+                               checking[i]["tokens"].get<int64_t>(),
+                               checking[i]["hash"].get<uint64_t>(),
+                               {}};
+    const std::string path = kv::store_file(entry, topo_.stage, topo_.tp_rank);
+    std::vector<uint64_t> sums;
+    const auto problem =
+        kv::kv_file_problem(path, kv::kv_file_metadata(layout_, entry.prompt, entry.tokens, entry.tokens_hash), &sums);
+    if (!problem) checked_sums[entry.dir] = std::move(sums);
+    // The file's own errors name its path already.
+    if (problem) problems[std::to_string(i)] = problem->rfind(path, 0) == 0 ? *problem : path + ": " + *problem;
+  }
+  // (A path that is not UTF-8 must not make this rank throw while the others wait.)
+  const std::string report_text = problems.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  const dist::RootOnly<std::vector<std::string>> reports = dist::gather_on_root(MPI_COMM_WORLD, report_text);
+  if (!reports.here()) return {};
+  std::map<int, std::string> failed;
+  for (const std::string& report : *reports) {
+    const nlohmann::json parsed = nlohmann::json::parse(report);  // (items() must not outlive it)
+    for (const auto& [i, why] : parsed.items()) failed.emplace(std::stoi(i), why.get<std::string>());
+  }
+  return dist::RootOnly<std::map<int, std::string>>::on_root(std::move(failed));
+}
+
+// The entries the plan loads, renumbered (rank 0's offers point at them); every rank learns
+// their directories.
+void KvStoreRun::share_chosen_entries(const std::vector<kv::StoreEntry>& all) {
+  const nlohmann::json chosen_list = nlohmann::json::parse(dist::decide_on_root(MPI_COMM_WORLD, [&] {
     std::map<int, int> renumber;
     for (auto& offer : offers_) {
       if (offer.tokens == 0) continue;
@@ -155,15 +168,11 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
     }
     nlohmann::json list = nlohmann::json::array();
     for (const auto& e : entries_) list.push_back({{"dir", e.dir}, {"prompt", e.prompt}});
-    chosen = as_bytes(list.dump());
-  }
-  dist::broadcast_bytes(chosen, 0, MPI_COMM_WORLD);
-  const nlohmann::json chosen_list = nlohmann::json::parse(as_text(chosen));
-  if (!topo.is_writer())
+    return list.dump();
+  }));
+  if (!topo_.is_writer())
     for (const auto& item : chosen_list)
       entries_.push_back({item["dir"].get<std::string>(), item["prompt"].get<int>(), 0, 0, {}});
-  for (const auto& e : entries_) entry_sums_.push_back(std::move(checked_sums.at(e.dir)));
-  exporter_ = std::make_unique<kv::KvExporter>(layout_, lengths, names.token_hashes);
 }
 
 void KvStoreRun::read_prefix(int entry, int64_t pos0, int count, float* keys, float* values) {

@@ -7,13 +7,16 @@
 // becomes an entry.
 #pragma once
 
+#include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
 #include <string>
 #include <vector>
 
 #include "compute/backend_kind.hpp"
+#include "dist/root_decision.hpp"
 #include "dist/topology.hpp"
 #include "io/prompts_h5.hpp"
 #include "io/safetensors.hpp"
@@ -48,6 +51,15 @@ class KvStoreRun {
   std::optional<std::string> finish(const io::PromptSet& prompts);
 
  private:
+  // The constructor's steps, each collective.
+  std::vector<kv::StoreEntry> open_incoming(bool load_prefixes);
+  std::map<std::string, std::vector<uint64_t>> check_offers(const std::vector<kv::StoreEntry>& all,
+                                                            const io::PromptSet& prompts, const std::vector<char>& done,
+                                                            int page_size);
+  dist::RootOnly<std::map<int, std::string>> check_files(const nlohmann::json& checking,
+                                                         std::map<std::string, std::vector<uint64_t>>& checked_sums);
+  void share_chosen_entries(const std::vector<kv::StoreEntry>& all);
+
   const dist::Topology& topo_;
   const RankModel& model_;
   const std::string dir_;

@@ -9,9 +9,10 @@
 
 #include "dist/checked_step.hpp"
 #include "dist/collectives.hpp"
+#include "dist/root_decision.hpp"
 #include "dist/same_everywhere.hpp"
-#include "io/fnv1a.hpp"
 #include "io/file_checks.hpp"
+#include "io/fnv1a.hpp"
 #include "model/presets.hpp"
 
 namespace pf::pipeline {
@@ -53,8 +54,9 @@ void require_rank0_checkpoint(const dist::Topology& topo, const RankModel& m) {
 
 const model::ModelConfig& RankModel::config() const {
   if (!source)
-    throw std::logic_error("RankModel::config(): the model was opened without weights (emulate backend), so it has "
-                           "no strict config; use RankModel::shape");
+    throw std::logic_error(
+        "RankModel::config(): the model was opened without weights (emulate backend), so it has "
+        "no strict config; use RankModel::shape");
   return source->config;
 }
 
@@ -66,8 +68,7 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
       m.source = model::open_model(model_flag, seed);
       m.config_json = model::to_json(m.config());
       model::validate_tensor_parallel(m.config(), topo.tp, expert_split);
-      if (topo.is_writer() && !m.source->synthetic)
-        model::validate_tensors(m.config(), *m.source->tensors, model_flag);
+      if (topo.is_writer() && !m.source->synthetic) model::validate_tensors(m.config(), *m.source->tensors, model_flag);
     } else if (model_flag.rfind("synthetic:", 0) == 0) {
       m.config_json = model::to_json(model::preset_config(model_flag.substr(10)));
     } else {  // a model directory, or (the emulator needs nothing else) a config.json itself
@@ -108,24 +109,16 @@ model::StageWeights load_rank_weights(const dist::Topology& topo, const RankMode
   return weights;
 }
 
-std::string agree_on_weights_identity(const dist::Topology& topo, const RankModel& m,
-                                      const std::vector<model::BlockDigest>& loaded) {
-  const std::string mine = model::serialize(loaded);
-  const std::vector<std::vector<char>> all =
-      dist::gather_bytes(std::vector<char>(mine.begin(), mine.end()), 0, MPI_COMM_WORLD);
-  std::vector<char> identity;
-  dist::checked_step(MPI_COMM_WORLD, [&] {
-    if (!topo.is_writer()) return;
+std::string agree_on_weights_identity(const RankModel& m, const std::vector<model::BlockDigest>& loaded) {
+  const dist::RootOnly<std::vector<std::string>> all = dist::gather_on_root(MPI_COMM_WORLD, model::serialize(loaded));
+  return dist::decide_on_root(MPI_COMM_WORLD, [&] {
     std::vector<model::BlockDigest> blocks;
-    for (const auto& text : all) {
-      std::vector<model::BlockDigest> of_rank = model::deserialize_digests(std::string(text.begin(), text.end()));
+    for (const std::string& text : *all) {
+      std::vector<model::BlockDigest> of_rank = model::deserialize_digests(text);
       blocks.insert(blocks.end(), of_rank.begin(), of_rank.end());
     }
-    const std::string combined = model::combine_digests(blocks, model::expected_tensors(m.config()));
-    identity.assign(combined.begin(), combined.end());
+    return model::combine_digests(blocks, model::expected_tensors(m.config()));
   });
-  dist::broadcast_bytes(identity, 0, MPI_COMM_WORLD);
-  return std::string(identity.begin(), identity.end());
 }
 
 std::vector<int64_t> share_prompts(const dist::Topology& topo, io::PromptSet& prompts, bool last_stage_scores) {

@@ -51,9 +51,9 @@ RankModel open_rank_model(const dist::Topology& topology, const std::string& mod
 model::StageWeights load_rank_weights(const dist::Topology& topology, const RankModel& rank_model);
 
 // Collective, after every rank loaded its weights: the weights' identity from every rank's
-// digests (model/weights_digest.hpp), the same whatever the layout; on every rank.
-std::string agree_on_weights_identity(const dist::Topology& topology, const RankModel& rank_model,
-                                      const std::vector<model::BlockDigest>& loaded);
+// digests (model/weights_digest.hpp), the same whatever the layout; on every rank (over
+// MPI_COMM_WORLD: rank 0 combines them).
+std::string agree_on_weights_identity(const RankModel& rank_model, const std::vector<model::BlockDigest>& loaded);
 
 // Collective. Rank 0 has read `prompts`; afterwards every rank knows the prompt lengths
 // (returned) and stage 0's ranks, which embed, also hold the token ids, as do the last

@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dist/collectives.hpp"
+#include "dist/root_decision.hpp"
 
 namespace pf::trace {
 
@@ -30,16 +30,10 @@ void Timeline::record(EventKind kind, const sched::MicroBatch& mb, double t_star
 }
 
 std::vector<TimelineEvent> gather_timeline(const Timeline& timeline, MPI_Comm comm) {
-  const auto& mine = timeline.events();
-  std::vector<char> bytes(mine.size() * sizeof(TimelineEvent));
-  if (!bytes.empty()) std::memcpy(bytes.data(), mine.data(), bytes.size());
+  const auto per_rank = dist::gather_values_on_root(comm, timeline.events());
   std::vector<TimelineEvent> all;
-  for (const auto& blob : dist::gather_bytes(bytes, 0, comm)) {
-    const size_t count = blob.size() / sizeof(TimelineEvent);
-    const size_t old = all.size();
-    all.resize(old + count);
-    if (count) std::memcpy(all.data() + old, blob.data(), blob.size());
-  }
+  if (per_rank.here())
+    for (const std::vector<TimelineEvent>& events : *per_rank) all.insert(all.end(), events.begin(), events.end());
   std::stable_sort(all.begin(), all.end(),
                    [](const TimelineEvent& a, const TimelineEvent& b) { return a.t_start_s < b.t_start_s; });
   return all;

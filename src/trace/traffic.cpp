@@ -4,7 +4,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "dist/collectives.hpp"
+#include "dist/root_decision.hpp"
 
 namespace pf::trace {
 
@@ -29,12 +29,10 @@ TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan&
   // Elements on the wire: the backend's bytes per token over the hidden size.
   const int bytes_per_element = std::max(1, wire_bytes_per_token_per_hidden / std::max(1, hidden_size));
   TrafficReport r = traffic_formulas(plan, hidden_size, bytes_per_element, topo.tp, partition);
-  std::vector<char> bytes(sizeof mine);
-  std::memcpy(bytes.data(), &mine, sizeof mine);
-  const auto all = dist::gather_bytes(bytes, 0, MPI_COMM_WORLD);
-  for (size_t rank = 0; rank < all.size(); ++rank) {
-    TrafficCounters c;
-    std::memcpy(&c, all[rank].data(), sizeof c);
+  const auto all = dist::gather_values_on_root(MPI_COMM_WORLD, std::vector<TrafficCounters>{mine});
+  if (!all.here()) return r;
+  for (size_t rank = 0; rank < all->size(); ++rank) {
+    const TrafficCounters& c = (*all)[rank].at(0);
     const int stage = static_cast<int>(rank) / topo.tp;
     if (stage + 1 < topo.pp) r.boundary_bytes[stage] += c.p2p_bytes_sent;
     r.allreduce_payload_bytes[stage] += c.allreduce_payload_bytes / topo.tp;
@@ -45,19 +43,22 @@ TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan&
 void print_traffic(const TrafficReport& r, std::FILE* out) {
   const double mib = 1024.0 * 1024.0;
   for (size_t s = 0; s < r.boundary_bytes.size(); ++s)
-    std::fprintf(out, "PP boundary %zu->%zu: %.1f MiB sent (%d TP rank(s) x the hidden states); formula B*S*H = %.1f MiB\n",
+    std::fprintf(out,
+                 "PP boundary %zu->%zu: %.1f MiB sent (%d TP rank(s) x the hidden states); formula B*S*H = %.1f MiB\n",
                  s, s + 1, r.boundary_bytes[s] / mib, r.tp, r.boundary_formula_bytes[s] / mib);
   if (r.tp > 1 && r.allreduce_modelled)
     for (size_t s = 0; s < r.ring_formula_bytes.size(); ++s)
-      std::fprintf(out, "TP group of stage %zu: all-reduces modelled, not performed; formula per rank 2 x layers x "
-                   "2(N-1)/N x S*H = %.1f MiB\n", s, r.ring_formula_bytes[s] / mib);
+      std::fprintf(out,
+                   "TP group of stage %zu: all-reduces modelled, not performed; formula per rank 2 x layers x "
+                   "2(N-1)/N x S*H = %.1f MiB\n",
+                   s, r.ring_formula_bytes[s] / mib);
   else if (r.tp > 1)
     for (size_t s = 0; s < r.allreduce_payload_bytes.size(); ++s)
       std::fprintf(out,
                    "TP group of stage %zu: %.1f MiB all-reduced per rank; ring traffic per rank 2(N-1)/N x that = "
                    "%.1f MiB, formula 2 x layers x 2(N-1)/N x S*H = %.1f MiB\n",
-                   s, r.allreduce_payload_bytes[s] / mib,
-                   r.allreduce_payload_bytes[s] * 2.0 * (r.tp - 1) / r.tp / mib, r.ring_formula_bytes[s] / mib);
+                   s, r.allreduce_payload_bytes[s] / mib, r.allreduce_payload_bytes[s] * 2.0 * (r.tp - 1) / r.tp / mib,
+                   r.ring_formula_bytes[s] / mib);
 }
 
 }  // namespace pf::trace
