@@ -4,6 +4,10 @@
 // thread until a run sets it): one rank, one core. scripts/bench_attention.sh sets torch's CPU
 // attention beside these on the same shapes.
 //
+// Each benchmark then checks what it timed against a double-precision formula on sampled
+// rows (as nccl-tests checks its buffers): a wrong result is reported as that benchmark's
+// error, and the program exits with status 1.
+//
 //   OPENBLAS_NUM_THREADS=1 build/bench/bench_kernels
 #include <benchmark/benchmark.h>
 #include <cblas.h>
@@ -15,6 +19,7 @@
 #include <string>
 
 #include "compute/cpu/attention.hpp"
+#include "compute/cpu/blas_kernels.hpp"
 #include "compute/cpu/gemm.hpp"
 
 using namespace pf;
@@ -22,6 +27,15 @@ using namespace pf;
 namespace {
 
 double g_sgemm_gflops = 0;  // measured once in main()
+int g_wrong_results = 0;    // benchmarks whose output failed its check
+
+// Marks the benchmark failed when `error` (max abs against the formula) exceeds `bound`.
+void check_result(benchmark::State& state, double error, double bound) {
+  state.counters["max_error"] = error;
+  if (error <= bound && std::isfinite(error)) return;
+  ++g_wrong_results;
+  state.SkipWithError(("wrong result: max error " + std::to_string(error) + " > " + std::to_string(bound)).c_str());
+}
 
 std::vector<float> random_vector(size_t n, uint32_t seed) {
   std::mt19937 rng(seed);
@@ -84,6 +98,27 @@ void BM_ChunkAttention(benchmark::State& state) {
     benchmark::DoNotOptimize(out.data());
   }
   report(state, cpu::chunk_attention_flops(chunk, prefix, heads, d));
+  // Causal softmax attention in double for 6 query rows (first, last, between), every head.
+  double error = 0;
+  for (int t : {0, 1, chunk / 3, chunk / 2, chunk - 2, chunk - 1})
+    for (int h = 0; h < heads; ++h) {
+      const int kvh = h / (heads / kv_heads), keys = prefix + t + 1;
+      std::vector<double> p(keys);
+      double max = -1e300, sum = 0;
+      for (int j = 0; j < keys; ++j) {
+        double dot = 0;
+        for (int c = 0; c < d; ++c)
+          dot += double(q[(size_t(t) * heads + h) * d + c]) * k[(size_t(j) * kv_heads + kvh) * d + c];
+        max = std::max(max, p[j] = dot * scale);
+      }
+      for (double& x : p) sum += (x = std::exp(x - max));
+      for (int c = 0; c < d; ++c) {
+        double o = 0;
+        for (int j = 0; j < keys; ++j) o += p[j] * v[(size_t(j) * kv_heads + kvh) * d + c];
+        error = std::max(error, std::fabs(o / sum - out[(size_t(t) * heads + h) * d + c]));
+      }
+    }
+  check_result(state, error, 1e-4);
 }
 BENCHMARK(BM_ChunkAttention)
     ->ArgNames({"prefix", "chunk", "shape", "isa"})
@@ -102,6 +137,15 @@ void BM_Projection(benchmark::State& state) {
     benchmark::DoNotOptimize(y.data());
   }
   report(state, 2.0 * tokens * in * out);
+  // 257 sampled entries of y against their dot products in double.
+  double error = 0;
+  for (int i = 0; i < 257; ++i) {
+    const int r = int(int64_t(i) * 7919 % tokens), c = int(int64_t(i) * 104729 % out);
+    double dot = 0;
+    for (int j = 0; j < in; ++j) dot += double(x[size_t(r) * in + j]) * w[size_t(c) * in + j];
+    error = std::max(error, std::fabs(dot - y[size_t(r) * out + c]));
+  }
+  check_result(state, error, 1e-3);
 }
 BENCHMARK(BM_Projection)
     ->ArgNames({"tokens", "in", "out"})
@@ -115,11 +159,13 @@ BENCHMARK(BM_Projection)
 }  // namespace
 
 int main(int argc, char** argv) {
+  pf::cpu::choose_blas_kernels(argv);  // the GEMM kernels pipefill itself runs (re-executes at most once)
   g_sgemm_gflops = measure_sgemm_gflops(2048);
   std::printf("ceiling: sgemm 2048^3 = %.1f GFLOP/s (%d BLAS thread(s)); of_sgemm below is the fraction of it\n",
               g_sgemm_gflops, openblas_get_num_threads());
   benchmark::Initialize(&argc, argv);
   benchmark::RunSpecifiedBenchmarks();
   benchmark::Shutdown();
-  return 0;
+  if (g_wrong_results > 0) std::fprintf(stderr, "error: %d benchmark(s) computed a wrong result\n", g_wrong_results);
+  return g_wrong_results > 0 ? 1 : 0;
 }

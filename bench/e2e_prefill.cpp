@@ -14,6 +14,7 @@
 #include <random>
 #include <string>
 
+#include "compute/cpu/blas_kernels.hpp"
 #include "compute/cpu/cpu_stage_compute.hpp"
 #include "model/model_shape.hpp"
 #include "model/presets.hpp"
@@ -75,6 +76,7 @@ Prefill prefill(const model::ModelConfig& config, const model::StageWeights& wei
 }  // namespace
 
 int main(int argc, char** argv) {
+  pf::cpu::choose_blas_kernels(argv);  // the GEMM kernels pipefill itself runs (re-executes at most once)
   std::string preset = "small";
   int tokens = 16384, chunk_size = 4096, page_size = 64;
   for (int i = 1; i + 1 < argc; i += 2) {
