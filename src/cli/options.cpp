@@ -146,7 +146,8 @@ OptionTable<PlacementOptions> placement_table() {
       .echo_as("backend", kRunIdentity | kPlacementIdentity);
   t.add("dtype",
         "cpu: f32 (default), or bf16: weights and KV cache stored in bf16 (half the memory), GEMM inputs and "
-        "attention's Q and P rounded to bf16 where the cuda backend rounds them, every sum float32",
+        "attention's Q and P rounded to bf16 where the cuda backend rounds them, every sum float32 (the cuda "
+        "backend is bf16 always and takes no --dtype)",
         &P::dtype, dtype_spelling())
       .echo_as("dtype", kRunIdentity | kPlacementIdentity | kOnlyWhenSet);
   t.add("transport",

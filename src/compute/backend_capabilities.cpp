@@ -18,7 +18,8 @@ std::string refusal(BackendKind backend, Product product, const std::string& fla
       return flag + " needs real compute: " + name + " computes no KV cache";
     case Product::kBf16Choice:
       return flag + " sets the cpu backend's precision: " + name +
-             " computes nothing (its times come from --cost-model)";
+             (backend == BackendKind::kCuda ? " stores bf16 always (drop --dtype)"
+                                            : " computes nothing (its times come from --cost-model)");
     case Product::kProfile:
       return "pipefill profile measures a backend that computes: use --backend cpu or cuda";
   }

@@ -28,12 +28,13 @@ inline constexpr Product kProducts[] = {Product::kLogits,   Product::kHiddenStat
                                         Product::kProfile};
 
 // The table: the cpu and cuda backends compute everything; cuda's precision is bf16 always
-// (--dtype bf16 is accepted as what it does); the emulator computes nothing.
-constexpr bool supports(BackendKind backend, [[maybe_unused]] Product product) {
+// (no --dtype to choose); the emulator computes nothing.
+constexpr bool supports(BackendKind backend, Product product) {
   switch (backend) {
     case BackendKind::kCpu:
-    case BackendKind::kCuda:
       return true;
+    case BackendKind::kCuda:
+      return product != Product::kBf16Choice;
     case BackendKind::kEmulate:
       return false;
   }

@@ -12,6 +12,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "compute/op_times.hpp"
+
 namespace pf::compute {
 
 struct ChunkContext {
@@ -25,13 +27,6 @@ struct ChunkContext {
 struct DeviceSpan {
   long long micro_batch = -1;
   double start_s = 0, end_s = 0;
-};
-
-// Seconds and counted FLOPs of a backend's forwards, by kind of op (StageCompute::op_times).
-struct OpTimes {
-  double forward_s = 0;                          // all of forward()
-  double attention_s = 0, attention_flops = 0;   // the attention kernels
-  double gemm_s = 0, gemm_flops = 0;             // projections and experts (their GEMMs and glue)
 };
 
 class StageCompute {

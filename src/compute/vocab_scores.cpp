@@ -36,23 +36,30 @@ size_t row_summary_bytes(int k) {
 
 void summarize_row_slice(const float* logits, int count, int vocab_begin, int target, int k, std::byte* record) {
   SummaryHeader header{-std::numeric_limits<float>::infinity(), 0.0f, 0, 0, 0.0};
-  for (int i = 0; i < count; ++i) header.max = logits[i] > header.max ? logits[i] : header.max;
-  // exp(x - max) <= 1 (the vectorised float exp of the CPU kernels, within 2e-7 of exact),
-  // summed in float over blocks of 256 and the blocks in double: no overflow, and the
-  // rounding of a 150K-term sum stays far below float32's. A NaN or Inf logit (Inf - Inf)
-  // turns the sum into NaN. (Scalar double exp here took 40 % of a --logprobs run's extra time.)
-  constexpr int kBlock = 256;
+  bool nan = false;  // said explicitly: the fast exp below gives no promise for NaN
+  for (int i = 0; i < count; ++i) {
+    header.max = logits[i] > header.max ? logits[i] : header.max;
+    nan = nan || std::isnan(logits[i]);
+  }
+  // exp(x - max) <= 1 by the vectorised float exp of the CPU kernels (within 2e-7 of exact),
+  // a block at a time, summed in 16 double lanes: no overflow, and the rounding of a
+  // 150K-term sum stays far below float32's. (Scalar double exp here took 40 % of a
+  // --logprobs run's extra time.) A NaN logit makes the sum NaN (below).
+  constexpr int kBlock = 256, kLanes = 16;
   float block[kBlock];
-  double sum = 0;
+  double lanes[kLanes] = {};
   for (int b0 = 0; b0 < count; b0 += kBlock) {
     const int n = std::min(kBlock, count - b0);
     for (int i = 0; i < n; ++i) block[i] = logits[b0 + i] - header.max;
     cpu::exp_inplace(block, n);
-    float part = 0;
-    for (int i = 0; i < n; ++i) part += block[i];
-    sum += part;
+    int i = 0;
+    for (; i + kLanes <= n; i += kLanes)
+      for (int l = 0; l < kLanes; ++l) lanes[l] += block[i + l];
+    for (; i < n; ++i) lanes[0] += block[i];
   }
-  header.sum_exp = count > 0 && std::isfinite(header.max) ? sum : std::numeric_limits<double>::quiet_NaN();
+  double sum = 0;
+  for (double lane : lanes) sum += lane;
+  header.sum_exp = count > 0 && !nan && std::isfinite(header.max) ? sum : std::numeric_limits<double>::quiet_NaN();
   if (target >= vocab_begin && target < vocab_begin + count) {
     header.has_target = 1;
     header.target_logit = logits[target - vocab_begin];

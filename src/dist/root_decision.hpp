@@ -42,7 +42,8 @@ class RootOnly {
 };
 
 // `decide` runs on rank 0 only, inside a checked_step (a UserError it throws is every rank's
-// `error:`, nobody is left waiting); its text is returned on every rank.
+// `error:`; any other exception is a bug that takes the job down from rank 0, as everywhere);
+// its text is returned on every rank.
 std::string decide_on_root(MPI_Comm comm, const std::function<std::string()>& decide);
 
 // Every rank's `mine`, on rank 0 in rank order.

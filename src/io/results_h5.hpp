@@ -23,7 +23,7 @@
 
 #include "io/output_lock.hpp"
 #include "io/stored_output.hpp"
-#include "trace/timeline.hpp"
+#include "trace/timeline_event.hpp"
 
 namespace pf::io {
 
@@ -35,7 +35,7 @@ struct OutputLayout {
   int num_prompts = 0;
   int vocab_size = 0;
   bool with_logits = true;
-  int hidden_size = 0;  // width of /hidden_states [n, hidden_size]; 0: not stored
+  int hidden_size = 0;          // width of /hidden_states [n, hidden_size]; 0: not stored
   bool token_logprobs = false;  // /token_logprobs [T], /perplexity [n], /nll_sum [n]
   int top_k = 0;                // /topk_ids, /topk_logprobs [T, top_k]; 0: not stored
   // With token rows: the input's /offsets (n + 1 entries), prompt p's rows are [offsets[p], offsets[p + 1]).

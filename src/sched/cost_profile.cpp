@@ -14,8 +14,12 @@ namespace pf::sched {
 namespace {
 
 nlohmann::json fit_json(const FitResult& fit) {
-  return {{"form", cost_form_name(fit.model.form)}, {"ok", fit.ok},       {"problem", fit.problem},
-          {"a", fit.model.a},                       {"b", fit.model.b},   {"c", fit.model.c},
+  return {{"form", cost_form_name(fit.model.form)},
+          {"ok", fit.ok},
+          {"problem", fit.problem},
+          {"a", fit.model.a},
+          {"b", fit.model.b},
+          {"c", fit.model.c},
           {"gamma", fit.model.gamma}};
 }
 
@@ -79,8 +83,11 @@ StageCostFit fit_stage(int stage, const std::vector<ChunkSample>& fresh, const s
 nlohmann::json to_json(const CostProfile& p) {
   nlohmann::json stages = nlohmann::json::array();
   for (const auto& s : p.stages) stages.push_back(to_json(s));
-  return {{"pipefill_version", PIPEFILL_VERSION}, {"identity", p.identity}, {"hardware", p.hardware},
-          {"initial_chunk", p.initial_chunk},     {"stages", stages}};
+  return {{"pipefill_version", PIPEFILL_VERSION},
+          {"identity", p.identity},
+          {"hardware", p.hardware},
+          {"initial_chunk", p.initial_chunk},
+          {"stages", stages}};
 }
 
 void check_coefficients(const ChunkCostModel& m, const std::string& what) {
@@ -169,6 +176,13 @@ void check_profile_matches(const CostProfile& profile, const nlohmann::json& ide
                       (profile.identity.contains(key) ? profile.identity[key].dump() : "none") + ", this run: " +
                       value.dump() + "); profile again with `pipefill profile` for this configuration");
   }
+  // Keys written only when not at their default (--dtype): a profile that has one the run
+  // lacks was measured on another configuration too.
+  for (const auto& [key, fallback] : {std::pair<const char*, const char*>{"dtype", "f32"}})
+    if (!identity.contains(key) && profile.identity.contains(key) && profile.identity[key] != fallback)
+      throw UserError(path + " was profiled for another " + key + " (" + profile.identity[key].dump() +
+                      ", this run: \"" + fallback +
+                      "\"); profile again with `pipefill profile` for this configuration");
   const auto pp = identity.find("pp");
   if (pp != identity.end() && pp->is_number_integer()) check_profile_stages(profile, pp->get<int>(), path);
 }

@@ -5,7 +5,7 @@
 
 #include <cstdio>
 
-#include "compute/stage_compute.hpp"
+#include "compute/op_times.hpp"
 #include "dist/topology.hpp"
 
 namespace pf::trace {

@@ -19,6 +19,7 @@
 #include "kernel_checks.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
+#include "model/rope_frequencies.hpp"
 #include "model/weights.hpp"
 
 using namespace pf;
@@ -94,8 +95,8 @@ TEST(LatentKernels, RopeOnRopePartsWithYarnFactor) {
   REQUIRE_DEVICE();
   const model::ModelConfig c = deepseek_config();
   const model::MlaConfig& m = c.mla;
-  const std::vector<double> inv_freq = cpu::rope_inv_freq(c);
-  const float scale = cpu::rope_scale(c);
+  const std::vector<double> inv_freq = model::rope_inv_freq(c);
+  const float scale = model::rope_scale(c);
   ASSERT_NE(scale, 1.0f);  // the factor is exercised
   const int rows = 11, heads = c.num_heads, q_width = heads * c.head_dim, width = m.latent_width();
   for (const int pos0 : {0, 1000003}) {

@@ -78,9 +78,10 @@ TEST(BackendCapabilities, EveryProductOptionIsServedOrRefusedWhenParsed) {
 
 TEST(BackendCapabilities, TheTableIsWhatTheBackendsImplement) {
   // The cpu and cuda backends override every optional StageCompute method; the emulator none.
+  // cuda's precision is bf16 always: it offers no --dtype.
   for (compute::Product product : compute::kProducts) {
     EXPECT_TRUE(compute::supports(compute::BackendKind::kCpu, product));
-    EXPECT_TRUE(compute::supports(compute::BackendKind::kCuda, product));
+    EXPECT_EQ(compute::supports(compute::BackendKind::kCuda, product), product != compute::Product::kBf16Choice);
     EXPECT_FALSE(compute::supports(compute::BackendKind::kEmulate, product));
     EXPECT_EQ(compute::refusal(compute::BackendKind::kCpu, product, "--flag"), "");
     EXPECT_NE(compute::refusal(compute::BackendKind::kEmulate, product, "--flag"), "");

@@ -19,7 +19,9 @@ using namespace pf::sched;
 
 namespace {
 
-ChunkCostModel sglang_model(double a, double b) { return {CostForm::kFreshQuadratic, a, b, 0, 0}; }
+ChunkCostModel sglang_model(double a, double b) {
+  return {CostForm::kFreshQuadratic, a, b, 0, 0};
+}
 
 std::vector<int> plan(int64_t length, int c0, double s, int page, std::vector<ChunkCostModel> models,
                       bool fold_tail = false, int stages = 1) {
@@ -66,7 +68,8 @@ TEST(DynamicChunking, SmoothOneIsTheRawSolveAfterAlignment) {
   //   L =  50000: 2aL + b = 3.2e-4    -> x* =  411.7 -> floor 1024
   //   L = 200000: 2aL + b = 1.22e-3   -> x* =  108.4 -> floor 1024
   const DynamicChunkPolicy policy({4096, 1.0, 64, false}, {sglang_model(3e-9, 2e-5)});
-  const std::vector<std::pair<int64_t, int64_t>> expected = {{4096, 2496}, {10000, 1536}, {50000, 1024}, {200000, 1024}};
+  const std::vector<std::pair<int64_t, int64_t>> expected = {
+      {4096, 2496}, {10000, 1536}, {50000, 1024}, {200000, 1024}};
   for (const auto& [prefix, size] : expected) EXPECT_EQ(policy.next_chunk(prefix, 1 << 30), size) << prefix;
   // s = 0.75 at L = 4096: 4096 + 0.75 (2534.5 - 4096) = 2924.9 -> 2880.
   EXPECT_EQ(DynamicChunkPolicy({4096, 0.75, 64, false}, {sglang_model(3e-9, 2e-5)}).next_chunk(4096, 1 << 30), 2880);
@@ -203,7 +206,8 @@ TEST(CostProfile, JsonRoundTripAndIdentityCheck) {
   std::vector<ChunkSample> fresh, prefixed;
   for (int n = 1; n <= 12; ++n) fresh.push_back({0, 100.0 * n, 1e-8 * n * n * 1e4 + 1e-5 * n * 100});
   for (int p = 0; p < 4; ++p)
-    for (int x = 1; x <= 4; ++x) prefixed.push_back({1000.0 * p, 256.0 * x, 1e-8 * (2.0 * 1000 * p * 256 * x + 65536.0 * x * x)});
+    for (int x = 1; x <= 4; ++x)
+      prefixed.push_back({1000.0 * p, 256.0 * x, 1e-8 * (2.0 * 1000 * p * 256 * x + 65536.0 * x * x)});
   CostProfile profile;
   profile.identity = {{"pp", 2}, {"tp", 1}, {"layer_partition", "4,4"}};
   profile.initial_chunk = 1024;
@@ -218,6 +222,14 @@ TEST(CostProfile, JsonRoundTripAndIdentityCheck) {
   EXPECT_EQ(back.stages[0].prefix.model.gamma, profile.stages[0].prefix.model.gamma);
   EXPECT_NO_THROW(check_profile_matches(back, profile.identity, path));
   EXPECT_THROW(check_profile_matches(back, {{"pp", 4}}, path), UserError);
+  // --dtype is in an identity only when not f32: both directions are refused.
+  CostProfile bf16 = back;
+  bf16.identity["dtype"] = "bf16";
+  EXPECT_THROW(check_profile_matches(bf16, profile.identity, path), UserError);
+  nlohmann::json bf16_run = profile.identity;
+  bf16_run["dtype"] = "bf16";
+  EXPECT_THROW(check_profile_matches(back, bf16_run, path), UserError);
+  EXPECT_NO_THROW(check_profile_matches(bf16, bf16_run, path));
   EXPECT_THROW(load_cost_profile(testing::TempDir() + "/missing.json"), UserError);
 }
 
@@ -265,8 +277,9 @@ TEST(CostProfile, RefusesCoefficientsNoCostModelHas) {
   j["stages"][1]["prefix"]["a"] = -3e-9;
   const std::string negative = write_json("negative_a.json", j.dump());
   EXPECT_EQ(user_error_of([&] { load_cost_profile(negative); }),
-            negative + ": stage 1's prefix fit has a = -3e-09: a cost model needs a > 0 and b, c, gamma >= 0 (all "
-                       "finite)");
+            negative +
+                ": stage 1's prefix fit has a = -3e-09: a cost model needs a > 0 and b, c, gamma >= 0 (all "
+                "finite)");
 
   // A failed fit's coefficients are never used: no reason to refuse the file.
   j["stages"][1]["prefix"]["ok"] = false;
@@ -274,8 +287,9 @@ TEST(CostProfile, RefusesCoefficientsNoCostModelHas) {
 
   j = good_profile(2, 2);
   j["stages"][0]["sglang"]["b"] = -1e-6;
-  EXPECT_NE(user_error_of([&] { load_cost_profile(write_json("negative_b.json", j.dump())); })
-                .find("stage 0's sglang fit has b = -1e-06"),
+  EXPECT_NE(user_error_of([&] {
+              load_cost_profile(write_json("negative_b.json", j.dump()));
+            }).find("stage 0's sglang fit has b = -1e-06"),
             std::string::npos);
 
   // 1e400 is no double: read as infinity, or refused by the parser; a UserError either way.
@@ -306,15 +320,17 @@ TEST(CostProfile, RefusesStageCountsThatDoNotMatch) {
   EXPECT_NE(user_error_of([&] { check_profile_matches(profile, {{"pp", 4}}, two); }), "");
   CostProfile edited = profile;  // identity says pp 2, stages say otherwise (built in memory, not loaded)
   edited.stages.pop_back();
-  EXPECT_NE(user_error_of([&] { check_profile_matches(edited, {{"pp", 2}}, two); }).find("has 1 stage but --pp is 2"),
+  EXPECT_NE(user_error_of([&] {
+              check_profile_matches(edited, {{"pp", 2}}, two);
+            }).find("has 1 stage but --pp is 2"),
             std::string::npos);
 
   // Stages 0..N-1 once each.
   nlohmann::json j = good_profile(2, 2);
   j["stages"][1]["stage"] = 0;
-  EXPECT_NE(user_error_of([&] { load_cost_profile(write_json("twice.json", j.dump())); })
-                .find("a second entry for stage 0"),
-            std::string::npos);
+  EXPECT_NE(
+      user_error_of([&] { load_cost_profile(write_json("twice.json", j.dump())); }).find("a second entry for stage 0"),
+      std::string::npos);
   j["stages"][1]["stage"] = 5;
   EXPECT_NE(user_error_of([&] { load_cost_profile(write_json("beyond.json", j.dump())); }).find("stage 5"),
             std::string::npos);
@@ -326,8 +342,8 @@ TEST(CostProfile, RefusesStageCountsThatDoNotMatch) {
 TEST(Profiler, FreshLengthsFollowSglang) {
   const auto lengths = pipeline::fresh_prompt_lengths({4096, 128, 1 << 20});
   ASSERT_EQ(lengths.size(), 128u);
-  EXPECT_EQ(lengths.front(), 5120);               // 1.25 C0
-  EXPECT_EQ(lengths.back(), 41);                  // about C0 / 100
+  EXPECT_EQ(lengths.front(), 5120);  // 1.25 C0
+  EXPECT_EQ(lengths.back(), 41);     // about C0 / 100
   EXPECT_TRUE(std::is_sorted(lengths.rbegin(), lengths.rend()));
   EXPECT_EQ(pipeline::fresh_prompt_lengths({4096, 16, 3000}).front(), 3000);  // what the pool holds
 }

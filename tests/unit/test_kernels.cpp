@@ -10,6 +10,7 @@
 #include "compute/cpu/thread_pool.hpp"
 #include "io/bf16.hpp"
 #include "model/presets.hpp"
+#include "model/rope_frequencies.hpp"
 #include "support/test_data.hpp"
 
 using namespace pf;
@@ -178,7 +179,7 @@ TEST(Kernels, RmsNormAndSwiglu) {
 
 TEST(Kernels, RopeLlama3FrequencyBands) {
   model::ModelConfig c = model::preset_config("llama3-8b");
-  const auto f = cpu::rope_inv_freq(c);
+  const auto f = model::rope_inv_freq(c);
   ASSERT_EQ(f.size(), 64u);
   EXPECT_DOUBLE_EQ(f[0], 1.0);                                        // high frequency: kept
   EXPECT_NEAR(f[63], std::pow(500000.0, -126.0 / 128) / 8.0, 1e-18);  // low frequency: divided by 8
@@ -195,7 +196,7 @@ TEST(Kernels, RopeRotatesHalves) {
   model::ModelConfig c = model::preset_config("tiny");
   c.rope_scaling = {};
   c.head_dim = 4;
-  const auto f = cpu::rope_inv_freq(c);  // {1, 1/100}
+  const auto f = model::rope_inv_freq(c);  // {1, 1/100}
   std::vector<float> x = {1, 2, 3, 4};
   cpu::apply_rope(x.data(), 1, 4, 1, 4, 5, f);
   const double a0 = 5 * 1.0, a1 = 5 * 0.01;

@@ -15,6 +15,7 @@
 #include "compute/cpu/thread_pool.hpp"
 #include "compute/vocab_scores.hpp"
 #include "io/bf16.hpp"
+#include "model/rope_frequencies.hpp"
 
 namespace pf::compute {
 
@@ -27,8 +28,8 @@ CpuStageCompute::CpuStageCompute(const model::ModelConfig& config, const model::
       weights_(std::move(weights)),
       kv_pool_(kv_pool),
       all_reduce_(all_reduce),
-      inv_freq_(cpu::rope_inv_freq(config)),
-      rope_scale_(cpu::rope_scale(config)) {
+      inv_freq_(model::rope_inv_freq(config)),
+      rope_scale_(model::rope_scale(config)) {
   if (recipe_.tensor_parallel && !all_reduce_)
     throw std::invalid_argument("CpuStageCompute: tp > 1 needs a TP all-reduce");
   if (bf16()) store_weights_as_bf16();

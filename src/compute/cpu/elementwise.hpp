@@ -16,12 +16,6 @@ void embed(const float* embedding, int hidden, const int32_t* tokens, int count,
 void rms_norm(const float* x, int rows, int width, int row_stride, const float* weight, float eps, float* y,
               int y_stride);
 
-// Rotary embedding frequencies over config.rope_dim(), including llama3 and yarn
-// rope_scaling (Hugging Face semantics).
-std::vector<double> rope_inv_freq(const model::ModelConfig& config);
-// The factor cos and sin are multiplied by (YaRN's attention_factor; 1 otherwise).
-float rope_scale(const model::ModelConfig& config);
-
 // Rotate-half RoPE in place on `heads` heads of each of `rows` tokens at positions pos0..,
 // cos and sin times `scale`.
 void apply_rope(float* x, int rows, int row_stride, int heads, int head_dim, int pos0,

@@ -9,9 +9,10 @@
 #include <functional>
 #include <thread>
 
-#include "compute/cpu/elementwise.hpp"
+#include "compute/cpu/elementwise.hpp"  // rms_norm: the final norm of --hidden-states rows on the host
 #include "compute/vocab_scores.hpp"
 #include "io/safetensors.hpp"
+#include "model/rope_frequencies.hpp"
 
 namespace pf::cuda {
 namespace {
@@ -38,7 +39,7 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
       page_size_(page_size),
       forward_stream_(forward ? forward : create_forward_stream()),
       all_reduce_(all_reduce),
-      rope_scale_(cpu::rope_scale(config)) {
+      rope_scale_(model::rope_scale(config)) {
   if (recipe_.tensor_parallel && !all_reduce_)
     fail("pipefill", "CudaStageCompute", "tp > 1 needs a TP all-reduce", __FILE__, __LINE__);
   if (config_.is_moe())
@@ -48,7 +49,7 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
   CUDA_CHECK(cudaEventCreateWithFlags(&forward_done_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming));
-  inv_freq_.upload(cpu::rope_inv_freq(config_));
+  inv_freq_.upload(model::rope_inv_freq(config_));
   ensure_workspace(max_chunk_tokens);
   if (shard_.vocab_count > 0) {
     logits_.ensure(shard_.vocab_count);
