@@ -57,16 +57,16 @@ Spelling<compute::HiddenStatesKind> hidden_states_spelling() {
                       compute::hidden_states_name);
 }
 
-const char* kv_dtype_name(io::Dtype dtype) {
+const char* dtype_flag_name(io::Dtype dtype) {
   return dtype == io::Dtype::kBF16 ? "bf16" : "f32";
 }
 
 Spelling<io::Dtype> kv_dtype_spelling() {
-  return named_choice("--kv-dtype", {io::Dtype::kF32, io::Dtype::kBF16}, kv_dtype_name);
+  return named_choice("--kv-dtype", {io::Dtype::kF32, io::Dtype::kBF16}, dtype_flag_name);
 }
 
 Spelling<io::Dtype> dtype_spelling() {
-  return named_choice("--dtype", {io::Dtype::kF32, io::Dtype::kBF16}, kv_dtype_name);
+  return named_choice("--dtype", {io::Dtype::kF32, io::Dtype::kBF16}, dtype_flag_name);
 }
 
 Spelling<sched::CostSource> cost_source_spelling() {

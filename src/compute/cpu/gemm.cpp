@@ -22,16 +22,24 @@ thread_local std::vector<float> rounded_x;
 // panel sgemm packs; the widening costs one pass over the weight per chunk, ~1/rows of the GEMM.
 constexpr int kWidenRows = 256;
 
-}  // namespace
-
-void linear(const float* x, int rows, int in, const float* weight, int out, float* y) {
-  // One slice of the weight's rows (the output's columns) per thread of the rank's pool.
+// Splits the output's columns (the weight's rows) over the rank's pool, one slice a thread,
+// each a multiple of 16 but the last; fn(begin, end) runs the slice's single-threaded GEMMs.
+template <typename Slice>
+void for_each_column_slice(int out, Slice&& fn) {
   ThreadPool& pool = ThreadPool::instance();
   constexpr int kMinColumns = 64;
   const int parts = std::max(1, std::min(pool.threads(), out / kMinColumns));
   pool.run(parts, [&](int part, int) {
     const int begin = static_cast<int>(int64_t(out) * part / parts / 16 * 16);
     const int end = part + 1 == parts ? out : static_cast<int>(int64_t(out) * (part + 1) / parts / 16 * 16);
+    fn(begin, end);
+  });
+}
+
+}  // namespace
+
+void linear(const float* x, int rows, int in, const float* weight, int out, float* y) {
+  for_each_column_slice(out, [&](int begin, int end) {
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, end - begin, in, 1.0f, x, in,
                 weight + int64_t(begin) * in, in, 0.0f, y + begin, out);
   });
@@ -44,13 +52,8 @@ void linear_bf16(const float* x, int rows, int in, const uint16_t* weight, int o
   const int64_t n = static_cast<int64_t>(rows) * in;
   std::copy_n(x, n, xr.data());
   bf16::round_all(xr.data(), n);
-  ThreadPool& pool = ThreadPool::instance();
-  constexpr int kMinColumns = 64;
-  const int parts = std::max(1, std::min(pool.threads(), out / kMinColumns));
   const float* xs = xr.data();
-  pool.run(parts, [&](int part, int) {
-    const int begin = static_cast<int>(int64_t(out) * part / parts / 16 * 16);
-    const int end = part + 1 == parts ? out : static_cast<int>(int64_t(out) * (part + 1) / parts / 16 * 16);
+  for_each_column_slice(out, [&](int begin, int end) {
     std::vector<float>& w = widened_weight;
     w.resize(static_cast<size_t>(std::min(kWidenRows, end - begin)) * in);
     for (int b0 = begin; b0 < end; b0 += kWidenRows) {
