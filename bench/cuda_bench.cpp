@@ -3,14 +3,18 @@
 // its GEMMs at Llama-3-8B shapes, and end-to-end single-GPU prefill of Llama-3-8B-shaped
 // random weights (made on the device) at 32K and 128K tokens, with MFU. One table out, then
 // the same figures as `metric KEY VALUE` lines for scripts (scripts/gpu_check.sh reads them).
-// No MPI, no HDF5: it runs on a bare GPU machine.
+// No MPI, no HDF5: it runs on a bare GPU machine. Every timed kernel's output is checked after
+// its timing (sampled entries against double-precision formulas on the host, as nccl-tests
+// checks what it timed): a wrong result prints `error:` and the exit status is 1.
 //
 // usage: pipefill_cuda_bench [--quick] [--chunk N] [--lengths 32768,131072] [--prefixes 8192,65536,262144]
-//                            [--no-prefill]
+//                            [--no-prefill] [--gemm N] [--copy-mib N]
+// (--gemm and --copy-mib shrink the ceilings' problems: the simulated-device test runs it small.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -38,7 +42,29 @@ void add_row(std::string what, std::string value, std::string versus = "") {
   std::fflush(stdout);
   g_rows.push_back({std::move(what), std::move(value), std::move(versus)});
 }
-void add_metric(std::string key, double value) { g_metrics.emplace_back(std::move(key), value); }
+void add_metric(std::string key, double value) {
+  g_metrics.emplace_back(std::move(key), value);
+}
+
+int g_failures = 0;  // checks that failed: the exit status is 1 if any did
+// Records a check of what a benchmark timed: `error` against `bound`, said either way.
+void check_result(const std::string& what, double error, double bound) {
+  const bool ok = error <= bound;  // false for NaN too
+  if (!ok) ++g_failures;
+  std::printf("    check %-52s %s (max error %.3g, bound %.3g)\n", what.c_str(), ok ? "ok" : "WRONG", error, bound);
+  if (!ok)
+    std::fprintf(stderr, "error: %s computed a wrong result (max error %.3g > %.3g)\n", what.c_str(), error, bound);
+}
+
+template <typename T>
+std::vector<T> download(const T* device, size_t count) {
+  std::vector<T> host(count);
+  CUDA_CHECK(cudaMemcpy(host.data(), device, count * sizeof(T), cudaMemcpyDeviceToHost));
+  return host;
+}
+double to_double(kernels::bf16 x) {
+  return static_cast<double>(__bfloat162float(x));
+}
 
 std::vector<int64_t> parse_list(char* text) {
   std::vector<int64_t> values;
@@ -70,11 +96,13 @@ double time_on(cudaStream_t stream, int warmup, int reps, Work&& work) {
   return ms * 1e-3 / reps;
 }
 
-double copy_bandwidth() {
-  const size_t bytes = size_t(4) << 30;
+double copy_bandwidth(size_t mib) {
+  const size_t bytes = mib << 20;
   cuda::DeviceArray<unsigned char> a(bytes), b(bytes);
   CUDA_CHECK(cudaMemset(a.data(), 1, bytes));
-  const double s = time_on(nullptr, 2, 5, [&] { CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, nullptr)); });
+  const double s = time_on(nullptr, 2, 5, [&] {
+    CUDA_CHECK(cudaMemcpyAsync(b.data(), a.data(), bytes, cudaMemcpyDeviceToDevice, nullptr));
+  });
   return 2.0 * bytes / s;  // read + write
 }
 
@@ -83,7 +111,24 @@ double gemm_tflops(cuda::LtGemm& gemm, int rows, int in, int out, int reps) {
   cuda::DeviceArray<float> y(size_t(rows) * out);
   kernels::fill_uniform_bf16(x.data(), x.size(), 1, 1.0f, nullptr);  // random, never zeros
   kernels::fill_uniform_bf16(w.data(), w.size(), 2, 0.05f, nullptr);
-  const double s = time_on(nullptr, 2, reps, [&] { gemm.linear(x.data(), rows, in, w.data(), out, y.data(), nullptr); });
+  const double s =
+      time_on(nullptr, 2, reps, [&] { gemm.linear(x.data(), rows, in, w.data(), out, y.data(), nullptr); });
+  // 64 sampled entries of y = x W^T against their dot products in double, each bounded by
+  // float32 accumulation of its terms' magnitudes.
+  const auto hx = download(x.data(), x.size()), hw = download(w.data(), w.size());
+  const auto hy = download(y.data(), y.size());
+  double error = 0;
+  for (int i = 0; i < 64; ++i) {
+    const int64_t r = int64_t(i) * 7919 % rows, c = int64_t(i) * 104729 % out;
+    double dot = 0, magnitude = 0;
+    for (int j = 0; j < in; ++j) {
+      const double term = to_double(hx[r * in + j]) * to_double(hw[c * in + j]);
+      dot += term;
+      magnitude += std::fabs(term);
+    }
+    error = std::max(error, std::fabs(dot - hy[r * out + c]) / (magnitude + 1e-30));
+  }
+  check_result("GEMM " + std::to_string(rows) + " x " + std::to_string(in) + " x " + std::to_string(out), error, 1e-4);
   return 2.0 * rows * in * out / s / 1e12;
 }
 
@@ -108,7 +153,10 @@ double attention_tflops(int64_t prefix, int tokens, int reps) {
   const int q_stride = (heads + 2 * kv_heads) * d;
   cuda::DeviceArray<float> q(size_t(tokens) * q_stride);
   std::vector<float> host_q(q.size());
-  for (size_t i = 0; i < host_q.size(); ++i) host_q[i] = static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f;
+  // Queries in [-8, 8]: scores spread wide enough that each row's softmax picks out a few keys,
+  // so the check below sees a wrong key, mask or page as a large error, not an averaged one.
+  for (size_t i = 0; i < host_q.size(); ++i)
+    host_q[i] = 8.0f * (static_cast<float>((i * 2654435761u) % 2001) / 1000.0f - 1.0f);
   CUDA_CHECK(cudaMemcpy(q.data(), host_q.data(), host_q.size() * sizeof(float), cudaMemcpyHostToDevice));
   cuda::DeviceArray<kernels::bf16> out(size_t(tokens) * heads * d);
   kernels::AttentionArgs args;
@@ -121,6 +169,36 @@ double attention_tflops(int64_t prefix, int tokens, int reps) {
   args.out = out.data();
   args.out_stride = heads * d;
   const double s = time_on(nullptr, 1, reps, [&] { kernels::chunk_attention(args, nullptr); });
+  // The first and last query of the chunk, one head per KV head, against causal softmax
+  // attention in double over the bf16 cache (queries rounded to bf16 as the kernel does).
+  const auto hcache = download(cache.data(), cache.size()), hout = download(out.data(), out.size());
+  double error = 0;
+  for (const int t : {0, tokens - 1})
+    for (int h = 0; h < heads; h += heads / kv_heads) {
+      const int kvh = h / (heads / kv_heads);
+      const int64_t keys = prefix + t + 1;
+      std::vector<double> p(keys);
+      double max = -1e300, sum = 0;
+      for (int64_t j = 0; j < keys; ++j) {
+        const kernels::bf16* k =
+            hcache.data() + (j / page) * kv.page_layer_elements() + (int64_t(kvh) * page + j % page) * d;
+        double dot = 0;
+        for (int c = 0; c < d; ++c)
+          dot += to_double(__float2bfloat16(host_q[size_t(t) * q_stride + h * d + c])) * to_double(k[c]);
+        max = std::max(max, p[j] = dot / std::sqrt(double(d)));
+      }
+      for (double& x : p) sum += (x = std::exp(x - max));
+      std::vector<double> o(d, 0.0);
+      for (int64_t j = 0; j < keys; ++j) {
+        const kernels::bf16* v = hcache.data() + (j / page) * kv.page_layer_elements() +
+                                 (int64_t(kv_heads) * page + int64_t(kvh) * page + j % page) * d;
+        for (int c = 0; c < d; ++c) o[c] += p[j] * to_double(v[c]);
+      }
+      for (int c = 0; c < d; ++c)
+        error = std::max(error, std::fabs(o[c] / sum - to_double(hout[size_t(t) * heads * d + h * d + c])));
+    }
+  // bf16 products (P and V rounded) and a bf16 output: a few bf16 ulps of values in [-1, 1].
+  check_result("attention at prefix " + std::to_string(prefix), error, 1e-2);
   const double flops = 4.0 * heads * d * (double(tokens) * prefix + double(tokens) * (tokens + 1) / 2);
   return flops / s / 1e12;
 }
@@ -159,6 +237,16 @@ PrefillResult prefill(cuda::CudaStageCompute& gpu, const model::ModelConfig& con
     r.flops += model::chunk_flops(shape, 0, config.num_layers, t, start);
     if (last) gpu.lm_head(hidden.data() + size_t(t - 1) * config.hidden_size, logits.data());
   }
+  // Random weights have no reference to match; what a broken forward shows is non-finite or
+  // constant logits.
+  double lo = logits[0], hi = logits[0], bad = 0;
+  for (float x : logits) {
+    if (!std::isfinite(x)) bad = 1;
+    lo = std::min<double>(lo, x);
+    hi = std::max<double>(hi, x);
+  }
+  if (!bad && hi <= lo) bad = 1;
+  check_result("prefill " + std::to_string(length) + " tokens: finite, varied logits", bad, 0);
   gpu.synchronize();
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
   r.flops += 2.0 * config.hidden_size * config.vocab_size;
@@ -169,10 +257,11 @@ PrefillResult prefill(cuda::CudaStageCompute& gpu, const model::ModelConfig& con
 }
 
 // End to end: all layers of `config` on this GPU, one prompt of each length in chunks of `chunk`.
-void prefill_rows_for(const model::ModelConfig& config, const std::vector<int64_t>& lengths, int chunk, double ceiling) {
+void prefill_rows_for(const model::ModelConfig& config, const std::vector<int64_t>& lengths, int chunk,
+                      double ceiling) {
   const model::ShardSpec shard = model::make_shard_spec(config, 1, 0);
-  cuda::CudaStageCompute gpu(config, shard, cuda::DeviceWeights::random(config, shard, config.num_layers, true, true, 1),
-                             64, chunk);
+  cuda::CudaStageCompute gpu(config, shard,
+                             cuda::DeviceWeights::random(config, shard, config.num_layers, true, true, 1), 64, chunk);
   int64_t longest = 0;
   for (int64_t l : lengths) longest = std::max(longest, l);
   const kv::KvShape kv_shape = gpu.kv_shape();
@@ -200,7 +289,8 @@ void prefill_rows_for(const model::ModelConfig& config, const std::vector<int64_
 
 int main(int argc, char** argv) {
   bool quick = false, prefill_rows = true;
-  int chunk = 8192;
+  int chunk = 8192, gemm_size = 8192;
+  size_t copy_mib = 4096;
   std::vector<int64_t> lengths = {32768, 131072};
   std::vector<int64_t> prefixes = {8192, 65536, 262144};
   for (int i = 1; i < argc; ++i) {
@@ -212,12 +302,16 @@ int main(int argc, char** argv) {
       lengths = parse_list(argv[++i]);
     } else if (!std::strcmp(argv[i], "--prefixes") && i + 1 < argc) {
       prefixes = parse_list(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--gemm") && i + 1 < argc) {
+      gemm_size = std::atoi(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--copy-mib") && i + 1 < argc) {
+      copy_mib = std::atoll(argv[++i]);
     } else if (!std::strcmp(argv[i], "--no-prefill")) {
       prefill_rows = false;  // the GPU check times prefill through `pipefill run` instead
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--chunk N] [--lengths 32768,131072] [--prefixes 8192,65536,262144] "
-                   "[--no-prefill]\n",
+                   "[--no-prefill] [--gemm N] [--copy-mib N]\n",
                    argv[0]);
       return 2;
     }
@@ -233,13 +327,13 @@ int main(int argc, char** argv) {
               prop.totalGlobalMem / 1073741824.0, quick ? " [quick]" : "");
   const int reps = quick ? 3 : 10;
 
-  const double bandwidth = copy_bandwidth();
+  const double bandwidth = copy_bandwidth(copy_mib);
   add_row("device copy bandwidth (read + write)", fmt("%.2f TB/s", bandwidth / 1e12));
   add_metric("copy_tb_s", bandwidth / 1e12);
   cuda::LtGemm gemm;
-  const double ceiling = gemm_tflops(gemm, 8192, 8192, 8192, reps);
-  add_row("GEMM 8192^3 bf16 in, f32 out (cuBLASLt): the ceiling", fmt("%.0f TFLOP/s", ceiling),
-          fmt("%.0f%% of datasheet 989", 100 * ceiling / kDatasheetBf16Tflops));
+  const double ceiling = gemm_tflops(gemm, gemm_size, gemm_size, gemm_size, reps);
+  add_row("GEMM " + std::to_string(gemm_size) + "^3 bf16 in, f32 out (cuBLASLt): the ceiling",
+          fmt("%.0f TFLOP/s", ceiling), fmt("%.0f%% of datasheet 989", 100 * ceiling / kDatasheetBf16Tflops));
   add_metric("gemm_ceiling_tflops", ceiling);
 
   const model::ModelConfig config = model::preset_config("llama3-8b");
@@ -248,7 +342,8 @@ int main(int argc, char** argv) {
   struct Shape {
     const char* name;
     int in, out;
-  } shapes[] = {{"qkv", h, qkv}, {"o", config.num_heads * config.head_dim, h}, {"gate_up", h, 2 * inter}, {"down", inter, h}};
+  } shapes[] = {
+      {"qkv", h, qkv}, {"o", config.num_heads * config.head_dim, h}, {"gate_up", h, 2 * inter}, {"down", inter, h}};
   for (const auto& s : shapes) {
     const double t = gemm_tflops(gemm, chunk, s.in, s.out, reps);
     add_row(std::string("GEMM llama3-8b ") + s.name + " (" + std::to_string(chunk) + " x " + std::to_string(s.in) +
@@ -257,19 +352,22 @@ int main(int argc, char** argv) {
     add_metric(std::string("gemm_") + s.name + "_tflops", t);
   }
 
-  const int attn_chunk = 4096;
+  const int attn_chunk = std::min(4096, chunk);
   for (const int64_t prefix : prefixes) {
     const double t = attention_tflops(prefix, attn_chunk, quick ? 2 : 5);
-    const std::string at = prefix % 1024 == 0 && prefix > 0 ? std::to_string(prefix / 1024) + "K" : std::to_string(prefix);
-    add_row("attention d128 GQA 32/8, 4096 queries at prefix " + at, fmt("%.0f TFLOP/s", t),
-            fmt("%.0f%% of the ceiling", 100 * t / ceiling));
+    const std::string at =
+        prefix % 1024 == 0 && prefix > 0 ? std::to_string(prefix / 1024) + "K" : std::to_string(prefix);
+    add_row("attention d128 GQA 32/8, " + std::to_string(attn_chunk) + " queries at prefix " + at,
+            fmt("%.0f TFLOP/s", t), fmt("%.0f%% of the ceiling", 100 * t / ceiling));
     add_metric("attention_prefix_" + std::to_string(prefix) + "_tflops", t);
   }
   if (prefill_rows) prefill_rows_for(config, lengths, chunk, ceiling);
 
   std::printf("\n| figure | value | against |\n|---|---|---|\n");
-  for (const auto& row : g_rows) std::printf("| %s | %s | %s |\n", row.what.c_str(), row.value.c_str(), row.versus.c_str());
+  for (const auto& row : g_rows)
+    std::printf("| %s | %s | %s |\n", row.what.c_str(), row.value.c_str(), row.versus.c_str());
   std::printf("\n");
   for (const auto& [key, value] : g_metrics) std::printf("metric %s %.6g\n", key.c_str(), value);
-  return 0;
+  if (g_failures > 0) std::fprintf(stderr, "error: %d check(s) of what was timed failed\n", g_failures);
+  return g_failures > 0 ? 1 : 0;
 }

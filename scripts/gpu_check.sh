@@ -497,6 +497,13 @@ bench_rows() {
     fi
   }
   one "device copy bandwidth, 4 GiB (read + write)" copy_tb_s '%.2f TB/s'
+  # The benchmark checks what it timed (sampled GEMM entries, attention rows against double
+  # formulas on the host, finite prefill logits): a wrong kernel is a FAIL, whatever its speed.
+  if grep -q ' WRONG ' "$out/bench.txt"; then
+    row "benchmark: outputs of the timed kernels" FAIL "$(grep ' WRONG ' "$out/bench.txt" | sed -E 's/^ *check //' | head -3 | paste -sd';')"
+  elif grep -q ' check .* ok ' "$out/bench.txt"; then
+    row "benchmark: outputs of the timed kernels" PASS "$(grep -c ' check .* ok ' "$out/bench.txt") checks against host double-precision formulas"
+  fi
   one "GEMM 8192^3 bf16 (cuBLASLt): the ceiling" gemm_ceiling_tflops '%.0f TFLOP/s' "$datasheet" "$peak_note"
   if [ -n "${m[gemm_qkv_tflops]:-}" ] && [ -n "${m[gemm_o_tflops]:-}" ] && [ -n "${m[gemm_gate_up_tflops]:-}" ] &&
      [ -n "${m[gemm_down_tflops]:-}" ]; then

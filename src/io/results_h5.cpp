@@ -1,8 +1,5 @@
-// Output HDF5: /logits float32 [n, vocab], /hidden_states float32 [n, hidden] (with
-// --hidden-states), /token_logprobs float32 [T], /perplexity and /nll_sum float64 [n] (with
-// --logprobs), /topk_ids int32 and /topk_logprobs float32 [T, k] (with --top-k k),
-// /completed uint8 [n], /ttft_s float64 [n], /reused_tokens int64 [n], /row_checksum uint64 [n], /timeline (compound),
-// root attributes (identity, configuration, version). docs/formats.md describes each.
+// Output HDF5: the datasets declared in output_format.cpp, plus the root attributes (identity,
+// configuration, version). docs/formats.md describes each.
 #include "io/results_h5.hpp"
 
 #include <sys/stat.h>
@@ -44,14 +41,34 @@ void write_attribute(hid_t object, const std::string& name, const nlohmann::json
 // Per-prompt datasets are contiguous and allocated at creation (never filled: every row is
 // written before its flag says so). A row's write then lands in bytes reserved for it and
 // changes no HDF5 metadata, so a kill in the middle of it cannot damage the file's structure.
-hid_t create_dataset(hid_t file, const char* name, hid_t type, int rank, const hsize_t* dims) {
-  H5Handle space{H5Screate_simple(rank, dims, nullptr), H5Sclose};
+H5Handle create_dataset(hid_t file, const DatasetSpec& spec, const OutputLayout& layout) {
+  const std::vector<hsize_t> dims = dataset_dims(spec, layout);
+  H5Handle space{H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr), H5Sclose};
   H5Handle properties{H5Pcreate(H5P_DATASET_CREATE), H5Pclose};
   H5_CHECK(H5Pset_layout(properties.id, H5D_CONTIGUOUS));
   H5_CHECK(H5Pset_alloc_time(properties.id, H5D_ALLOC_TIME_EARLY));
   H5_CHECK(H5Pset_fill_time(properties.id, H5D_FILL_TIME_NEVER));
-  const hid_t dataset = H5Dcreate2(file, name, type, space.id, H5P_DEFAULT, properties.id, H5P_DEFAULT);
-  H5_CHECK(dataset);
+  H5Handle dataset{
+      H5Dcreate2(file, spec.name, file_type(spec.element), space.id, H5P_DEFAULT, properties.id, H5P_DEFAULT),
+      H5Dclose};
+  H5_CHECK(dataset.id);
+  // The initial value, written as doubles: HDF5 converts them to the dataset's type exactly.
+  double initial = 0;
+  switch (spec.initial) {
+    case Initial::kNone:
+    case Initial::kAtFinish:
+      return dataset;
+    case Initial::kZero:
+      break;
+    case Initial::kNaN:
+      initial = NAN;
+      break;
+    case Initial::kMinusOne:
+      initial = -1;
+      break;
+  }
+  const std::vector<double> values(dims[0] * (dims.size() > 1 ? dims[1] : 1), initial);
+  H5_CHECK(H5Dwrite(dataset.id, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()));
   return dataset;
 }
 
@@ -90,17 +107,10 @@ void read_back_rows(hid_t dataset, hid_t memory_type, hsize_t first, hsize_t row
   H5_CHECK(H5Dread(dataset, memory_type, rows_of.memory_space.id, rows_of.file_space.id, H5P_DEFAULT, data));
 }
 
-// /reused_tokens: -1 (unknown) until a prompt is stored.
-hid_t create_reused_tokens(hid_t file, hsize_t n) {
-  const hid_t dataset = create_dataset(file, "reused_tokens", H5T_STD_I64LE, 1, &n);
-  const std::vector<int64_t> unknown(n, -1);
-  H5_CHECK(H5Dwrite(dataset, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, unknown.data()));
-  return dataset;
-}
-
 void write_timeline(hid_t file, const std::vector<trace::TimelineEvent>& events) {
   using trace::TimelineEvent;
-  if (H5Lexists(file, "timeline", H5P_DEFAULT) > 0) H5Ldelete(file, "timeline", H5P_DEFAULT);
+  const char* name = dataset_spec(Dataset::kTimeline).name;
+  if (H5Lexists(file, name, H5P_DEFAULT) > 0) H5Ldelete(file, name, H5P_DEFAULT);
   H5Handle type{H5Tcreate(H5T_COMPOUND, sizeof(TimelineEvent)), H5Tclose};
   H5Tinsert(type.id, "rank", HOFFSET(TimelineEvent, rank), H5T_NATIVE_INT32);
   H5Tinsert(type.id, "stage", HOFFSET(TimelineEvent, stage), H5T_NATIVE_INT32);
@@ -114,7 +124,7 @@ void write_timeline(hid_t file, const std::vector<trace::TimelineEvent>& events)
   H5Tinsert(type.id, "t_end_s", HOFFSET(TimelineEvent, t_end_s), H5T_NATIVE_DOUBLE);
   hsize_t count = events.size();
   H5Handle space{H5Screate_simple(1, &count, nullptr), H5Sclose};
-  H5Handle dataset{H5Dcreate2(file, "timeline", type.id, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
+  H5Handle dataset{H5Dcreate2(file, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
   H5_CHECK(dataset.id);
   if (count) H5_CHECK(H5Dwrite(dataset.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, events.data()));
   // The kind names, so readers need not hard-code the enum.
@@ -177,81 +187,46 @@ ResultWriter::ResultWriter(const std::string& path, const OutputLayout& layout, 
 
 void ResultWriter::reopen() {
   H5Handle access{unlocked_file_access(), H5Pclose};
-  file_ = H5Fopen(temporary_path_.c_str(), H5F_ACC_RDWR, access.id);
-  if (file_ < 0) throw UserError("cannot reopen " + temporary_path_ + " for writing");
-  completed_set_ = H5Dopen2(file_, "completed", H5P_DEFAULT);
-  ttft_set_ = H5Dopen2(file_, "ttft_s", H5P_DEFAULT);
-  // Outputs begun before prefix reuse existed have no /reused_tokens: it is added.
-  reused_set_ = H5Lexists(file_, "reused_tokens", H5P_DEFAULT) > 0
-                    ? H5Dopen2(file_, "reused_tokens", H5P_DEFAULT)
-                    : create_reused_tokens(file_, static_cast<hsize_t>(layout_.num_prompts));
-  H5_CHECK(reused_set_);
-  checksum_set_ = H5Dopen2(file_, "row_checksum", H5P_DEFAULT);
-  if (layout_.with_logits) H5_CHECK(logits_ = H5Dopen2(file_, "logits", H5P_DEFAULT));
-  if (layout_.hidden_size > 0) H5_CHECK(hidden_set_ = H5Dopen2(file_, "hidden_states", H5P_DEFAULT));
-  if (layout_.token_logprobs) {
-    H5_CHECK(token_logprobs_ = H5Dopen2(file_, "token_logprobs", H5P_DEFAULT));
-    H5_CHECK(perplexity_ = H5Dopen2(file_, "perplexity", H5P_DEFAULT));
-    H5_CHECK(nll_sum_ = H5Dopen2(file_, "nll_sum", H5P_DEFAULT));
+  file_ = H5Handle{H5Fopen(temporary_path_.c_str(), H5F_ACC_RDWR, access.id), H5Fclose};
+  if (file_.id < 0) throw UserError("cannot reopen " + temporary_path_ + " for writing");
+  for (const DatasetSpec& spec : output_datasets()) {
+    if (spec.initial == Initial::kAtFinish || !present_in(spec, layout_)) continue;
+    // The inspection checked every dataset's type and shape; one the format gained later
+    // than the file was begun is added as a new file would hold it.
+    H5Handle& dataset = sets_[static_cast<size_t>(spec.id)];
+    if (spec.added_later && H5Lexists(file_.id, spec.name, H5P_DEFAULT) <= 0)
+      dataset = create_dataset(file_.id, spec, layout_);
+    else
+      dataset = H5Handle{H5Dopen2(file_.id, spec.name, H5P_DEFAULT), H5Dclose};
+    H5_CHECK(dataset.id);
   }
-  if (layout_.top_k > 0) {
-    H5_CHECK(topk_ids_ = H5Dopen2(file_, "topk_ids", H5P_DEFAULT));
-    H5_CHECK(topk_logprobs_ = H5Dopen2(file_, "topk_logprobs", H5P_DEFAULT));
-  }
-  H5_CHECK(completed_set_);
-  H5_CHECK(ttft_set_);
-  H5_CHECK(checksum_set_);
   // A torn row loses its flag now, so that a kill before it is recomputed cannot hide it.
   const unsigned char not_done = 0;
-  for (int prompt : torn_rows_) write_row(completed_set_, H5T_NATIVE_UCHAR, static_cast<hsize_t>(prompt), 0, &not_done);
-  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  for (int prompt : torn_rows_)
+    write_row(set(Dataset::kCompleted), H5T_NATIVE_UCHAR, static_cast<hsize_t>(prompt), 0, &not_done);
+  H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
   resumed_ = true;
 }
 
 void ResultWriter::create(const nlohmann::json& identity) {
   H5Handle access{unlocked_file_access(), H5Pclose};
-  file_ = H5Fcreate(temporary_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.id);
-  if (file_ < 0) throw UserError("cannot create output file " + temporary_path_);
-  const hsize_t n = static_cast<hsize_t>(layout_.num_prompts);
-  if (layout_.with_logits) {
-    const hsize_t dims[2] = {n, static_cast<hsize_t>(layout_.vocab_size)};
-    logits_ = create_dataset(file_, "logits", H5T_IEEE_F32LE, 2, dims);
-  }
-  if (layout_.hidden_size > 0) {
-    const hsize_t dims[2] = {n, static_cast<hsize_t>(layout_.hidden_size)};
-    hidden_set_ = create_dataset(file_, "hidden_states", H5T_IEEE_F32LE, 2, dims);
-  }
-  const hsize_t tokens = static_cast<hsize_t>(layout_.total_tokens());
-  if (layout_.token_logprobs) {
-    token_logprobs_ = create_dataset(file_, "token_logprobs", H5T_IEEE_F32LE, 1, &tokens);
-    perplexity_ = create_dataset(file_, "perplexity", H5T_IEEE_F64LE, 1, &n);
-    nll_sum_ = create_dataset(file_, "nll_sum", H5T_IEEE_F64LE, 1, &n);
-  }
-  if (layout_.top_k > 0) {
-    const hsize_t dims[2] = {tokens, static_cast<hsize_t>(layout_.top_k)};
-    topk_ids_ = create_dataset(file_, "topk_ids", H5T_STD_I32LE, 2, dims);
-    topk_logprobs_ = create_dataset(file_, "topk_logprobs", H5T_IEEE_F32LE, 2, dims);
-  }
-  completed_set_ = create_dataset(file_, "completed", H5T_STD_U8LE, 1, &n);
-  ttft_set_ = create_dataset(file_, "ttft_s", H5T_IEEE_F64LE, 1, &n);
-  reused_set_ = create_reused_tokens(file_, n);
-  checksum_set_ = create_dataset(file_, "row_checksum", H5T_STD_U64LE, 1, &n);
-  const std::vector<unsigned char> zeros(n, 0);
-  const std::vector<double> unknown(n, NAN);
-  const std::vector<uint64_t> no_checksum(n, 0);
-  H5_CHECK(H5Dwrite(completed_set_, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, zeros.data()));
-  H5_CHECK(H5Dwrite(ttft_set_, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, unknown.data()));
-  H5_CHECK(H5Dwrite(checksum_set_, H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, no_checksum.data()));
-  write_attribute(file_, "resume_identity", identity.dump());
-  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  file_ = H5Handle{H5Fcreate(temporary_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.id), H5Fclose};
+  if (file_.id < 0) throw UserError("cannot create output file " + temporary_path_);
+  for (const DatasetSpec& spec : output_datasets())
+    if (spec.initial != Initial::kAtFinish && present_in(spec, layout_))
+      sets_[static_cast<size_t>(spec.id)] = create_dataset(file_.id, spec, layout_);
+  write_attribute(file_.id, "resume_identity", identity.dump());
+  H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
+}
+
+void ResultWriter::close_datasets() {
+  for (H5Handle& dataset : sets_) H5_CHECK(dataset.reset());
 }
 
 ResultWriter::~ResultWriter() {
-  for (hid_t dataset : {logits_, hidden_set_, completed_set_, ttft_set_, reused_set_, checksum_set_, token_logprobs_,
-                        perplexity_, nll_sum_, topk_ids_, topk_logprobs_})
-    if (dataset >= 0) H5Dclose(dataset);
-  if (file_ < 0) return;
-  H5Fclose(file_);
+  for (H5Handle& dataset : sets_) dataset.reset();
+  if (file_.id < 0) return;
+  file_.reset();
   if (completed_count() == 0) {  // nothing worth resuming
     std::remove(temporary_path_.c_str());
     lock_->forget_path();
@@ -261,10 +236,10 @@ ResultWriter::~ResultWriter() {
 void ResultWriter::recompute(const std::vector<int>& prompts) {
   const unsigned char not_done = 0;
   for (int prompt : prompts) {
-    write_row(completed_set_, H5T_NATIVE_UCHAR, static_cast<hsize_t>(prompt), 0, &not_done);
+    write_row(set(Dataset::kCompleted), H5T_NATIVE_UCHAR, static_cast<hsize_t>(prompt), 0, &not_done);
     completed_.at(prompt) = 0;
   }
-  if (!prompts.empty()) H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  if (!prompts.empty()) H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
 }
 
 int ResultWriter::completed_count() const {
@@ -286,14 +261,14 @@ void ResultWriter::write_token_rows(int prompt, int64_t start, int count, const 
   const size_t k = static_cast<size_t>(layout_.top_k);
   TokenRowsDigest& digest = open_.digest;
   if (layout_.token_logprobs) {
-    write_rows(token_logprobs_, H5T_NATIVE_FLOAT, first, rows, 0, logprobs);
+    write_rows(set(Dataset::kTokenLogprobs), H5T_NATIVE_FLOAT, first, rows, 0, logprobs);
     digest.logprobs.add(logprobs, sizeof(float) * count);
     // Position 0 has no log-prob (NaN): the NLL sums positions 1 .. length - 1.
     for (int j = start == 0 ? 1 : 0; j < count; ++j) digest.nll_sum -= logprobs[j];
   }
   if (k > 0) {
-    write_rows(topk_ids_, H5T_NATIVE_INT32, first, rows, k, topk_ids);
-    write_rows(topk_logprobs_, H5T_NATIVE_FLOAT, first, rows, k, topk_logprobs);
+    write_rows(set(Dataset::kTopkIds), H5T_NATIVE_INT32, first, rows, k, topk_ids);
+    write_rows(set(Dataset::kTopkLogprobs), H5T_NATIVE_FLOAT, first, rows, k, topk_logprobs);
     digest.topk_ids.add(topk_ids, sizeof(int32_t) * k * count);
     digest.topk_logprobs.add(topk_logprobs, sizeof(float) * k * count);
   }
@@ -307,10 +282,10 @@ void ResultWriter::read_token_rows(int prompt, int64_t start, int count, float* 
     throw std::logic_error("read_token_rows: no such rows");
   const hsize_t first = static_cast<hsize_t>(layout_.prompt_offsets[prompt] + start), rows = count;
   const size_t k = static_cast<size_t>(layout_.top_k);
-  if (layout_.token_logprobs) read_back_rows(token_logprobs_, H5T_NATIVE_FLOAT, first, rows, 0, logprobs);
+  if (layout_.token_logprobs) read_back_rows(set(Dataset::kTokenLogprobs), H5T_NATIVE_FLOAT, first, rows, 0, logprobs);
   if (k > 0) {
-    read_back_rows(topk_ids_, H5T_NATIVE_INT32, first, rows, k, topk_ids);
-    read_back_rows(topk_logprobs_, H5T_NATIVE_FLOAT, first, rows, k, topk_logprobs);
+    read_back_rows(set(Dataset::kTopkIds), H5T_NATIVE_INT32, first, rows, k, topk_ids);
+    read_back_rows(set(Dataset::kTopkLogprobs), H5T_NATIVE_FLOAT, first, rows, k, topk_logprobs);
   }
 }
 
@@ -330,20 +305,21 @@ void ResultWriter::write_prompt(int prompt, const float* row, const float* hidde
   const uint64_t checksum =
       row_checksum(row, layout_.with_logits ? layout_.vocab_size : 0, hidden_row, layout_.hidden_size, ttft_s, digest);
   if (layout_.token_logprobs) {
-    write_row(nll_sum_, H5T_NATIVE_DOUBLE, at, 0, &digest->nll_sum);
-    write_row(perplexity_, H5T_NATIVE_DOUBLE, at, 0, &digest->perplexity);
+    write_row(set(Dataset::kNllSum), H5T_NATIVE_DOUBLE, at, 0, &digest->nll_sum);
+    write_row(set(Dataset::kPerplexity), H5T_NATIVE_DOUBLE, at, 0, &digest->perplexity);
   }
-  if (layout_.with_logits) write_row(logits_, H5T_NATIVE_FLOAT, at, layout_.vocab_size, row);
-  if (layout_.hidden_size > 0) write_row(hidden_set_, H5T_NATIVE_FLOAT, at, layout_.hidden_size, hidden_row);
-  write_row(ttft_set_, H5T_NATIVE_DOUBLE, at, 0, &ttft_s);
-  write_row(reused_set_, H5T_NATIVE_INT64, at, 0, &reused_tokens);
-  write_row(checksum_set_, H5T_NATIVE_UINT64, at, 0, &checksum);
+  if (layout_.with_logits) write_row(set(Dataset::kLogits), H5T_NATIVE_FLOAT, at, layout_.vocab_size, row);
+  if (layout_.hidden_size > 0)
+    write_row(set(Dataset::kHiddenStates), H5T_NATIVE_FLOAT, at, layout_.hidden_size, hidden_row);
+  write_row(set(Dataset::kTtft), H5T_NATIVE_DOUBLE, at, 0, &ttft_s);
+  write_row(set(Dataset::kReusedTokens), H5T_NATIVE_INT64, at, 0, &reused_tokens);
+  write_row(set(Dataset::kRowChecksum), H5T_NATIVE_UINT64, at, 0, &checksum);
   // Two flushes order the writes: the flag reaches the file only after its row is there.
   // One flush would not: HDF5 writes its dirty pieces in no promised order.
-  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
   const unsigned char done = 1;
-  write_row(completed_set_, H5T_NATIVE_UCHAR, at, 0, &done);
-  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
+  write_row(set(Dataset::kCompleted), H5T_NATIVE_UCHAR, at, 0, &done);
+  H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
   completed_.at(prompt) = 1;
   ++written_this_run_;
   if (layout_.token_logprobs) {
@@ -357,17 +333,11 @@ bool ResultWriter::finish(const std::vector<trace::TimelineEvent>& timeline, con
   // change HDF5's metadata, which a kill at the wrong instant could leave unreadable, and a
   // partial file holds hours of rows. They are written once, when every prompt is done.
   if (completed_count() < static_cast<int>(completed_.size())) return false;
-  write_timeline(file_, timeline);
-  for (auto& [key, value] : attributes.items()) write_attribute(file_, key, value);
-  H5_CHECK(H5Fflush(file_, H5F_SCOPE_GLOBAL));
-  for (hid_t* dataset : {&logits_, &hidden_set_, &completed_set_, &ttft_set_, &reused_set_, &checksum_set_,
-                         &token_logprobs_, &perplexity_, &nll_sum_, &topk_ids_, &topk_logprobs_})
-    if (*dataset >= 0) {
-      H5_CHECK(H5Dclose(*dataset));
-      *dataset = -1;
-    }
-  H5_CHECK(H5Fclose(file_));
-  file_ = -1;
+  write_timeline(file_.id, timeline);
+  for (auto& [key, value] : attributes.items()) write_attribute(file_.id, key, value);
+  H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
+  close_datasets();
+  H5_CHECK(file_.reset());
   // Renamed while still locked: no other run can slip in between.
   std::filesystem::rename(temporary_path_, path_);
   lock_->forget_path();

@@ -2,7 +2,7 @@
 // complete, under an exclusive lock (io/output_lock.hpp). Every per-prompt dataset is
 // contiguous and allocated when the file is created, so a prompt's write touches only its
 // own bytes and never HDF5's metadata. A prompt is stored in two flushed steps: its row,
-// TTFT and row checksum, then its flag in /completed; a kill at any instant leaves at worst a
+// TTFT and row checksum, then its completion flag; a kill at any instant leaves at worst a
 // row without its flag, and a flag whose row fails its checksum (a torn write the OS did not
 // order) is caught on resume and recomputed. The run's identity (model and weights
 // fingerprints, input fingerprint, configuration) is stored at creation; `--resume` reopens a
@@ -14,6 +14,7 @@
 
 #include <hdf5.h>
 
+#include <array>
 #include <cstdint>
 #include <memory>
 #include <nlohmann/json.hpp>
@@ -21,29 +22,13 @@
 #include <string>
 #include <vector>
 
+#include "io/h5_handle.hpp"
+#include "io/output_format.hpp"
 #include "io/output_lock.hpp"
 #include "io/stored_output.hpp"
 #include "trace/timeline_event.hpp"
 
 namespace pf::io {
-
-// The shape an output of this run has. Without logits (the emulate backend computes none)
-// there is no /logits dataset; without hidden states (no --hidden-states) no /hidden_states;
-// without token rows (--logprobs, --top-k) none of /token_logprobs, /perplexity, /nll_sum,
-// /topk_ids, /topk_logprobs.
-struct OutputLayout {
-  int num_prompts = 0;
-  int vocab_size = 0;
-  bool with_logits = true;
-  int hidden_size = 0;          // width of /hidden_states [n, hidden_size]; 0: not stored
-  bool token_logprobs = false;  // /token_logprobs [T], /perplexity [n], /nll_sum [n]
-  int top_k = 0;                // /topk_ids, /topk_logprobs [T, top_k]; 0: not stored
-  // With token rows: the input's /offsets (n + 1 entries), prompt p's rows are [offsets[p], offsets[p + 1]).
-  std::vector<int64_t> prompt_offsets;
-
-  bool token_rows() const { return token_logprobs || top_k > 0; }
-  int64_t total_tokens() const { return prompt_offsets.empty() ? 0 : prompt_offsets.back(); }
-};
 
 class ResultWriter {
  public:
@@ -86,7 +71,7 @@ class ResultWriter {
                        int32_t* topk_ids) const;
   // Stores one prompt's logits (nullptr without logits), hidden-state row (read only when
   // the layout has one), its perplexity and NLL (from its token rows, with token_logprobs),
-  // TTFT, the tokens it reused instead of computing (/reused_tokens) and checksum, flushes,
+  // TTFT, the tokens it reused instead of computing and checksum, flushes,
   // then marks it complete and flushes again.
   void write_prompt(int prompt, const float* row, const float* hidden_row, double ttft_s, int64_t reused_tokens = 0);
   // If every prompt is complete: writes /timeline (this run's events) and the root
@@ -103,14 +88,11 @@ class ResultWriter {
   OutputLayout layout_;
   bool resumed_ = false;
   std::unique_ptr<OutputLock> lock_;
-  hid_t file_ = -1;
-  hid_t logits_ = -1;
-  hid_t hidden_set_ = -1;
-  hid_t completed_set_ = -1;
-  hid_t ttft_set_ = -1;
-  hid_t reused_set_ = -1;
-  hid_t checksum_set_ = -1;
-  hid_t token_logprobs_ = -1, perplexity_ = -1, nll_sum_ = -1, topk_ids_ = -1, topk_logprobs_ = -1;
+  void close_datasets();
+  hid_t set(Dataset id) const { return sets_[static_cast<size_t>(id)].id; }
+
+  H5Handle file_;
+  std::array<H5Handle, kNumDatasets> sets_;  // the layout's datasets, by Dataset (output_format.hpp)
   // The prompt whose token rows are being written, and what its checksum needs of them.
   struct OpenPrompt {
     int prompt = -1;

@@ -4,32 +4,33 @@
 #include <hdf5.h>
 
 #include <algorithm>
+#include <array>
 
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/fnv1a.hpp"
 #include "io/h5_handle.hpp"
 #include "io/isolated_call.hpp"
+#include "io/output_format.hpp"
 #include "io/prompts_h5.hpp"
-#include "io/results_h5.hpp"
 
 namespace pf::io {
 namespace {
 
 // Opens `name` and checks its class, element size and shape; UserError naming what is off.
-hid_t open_checked(hid_t file, const std::string& path, const char* name, H5T_class_t type_class, size_t element,
-                   const std::vector<hsize_t>& dims) {
-  const std::string where = path + ": /" + name;
-  if (H5Lexists(file, name, H5P_DEFAULT) <= 0) throw UserError(where + " is missing");
-  const hid_t dataset = H5Dopen2(file, name, H5P_DEFAULT);
-  if (dataset < 0) throw UserError(where + " is not a dataset");
-  H5Handle type{H5Dget_type(dataset), H5Tclose};
-  H5Handle space{H5Dget_space(dataset), H5Sclose};
+H5Handle open_checked(hid_t file, const std::string& path, const DatasetSpec& spec, const OutputLayout& layout) {
+  const std::string where = path + ": /" + spec.name;
+  if (H5Lexists(file, spec.name, H5P_DEFAULT) <= 0) throw UserError(where + " is missing");
+  H5Handle dataset{H5Dopen2(file, spec.name, H5P_DEFAULT), H5Dclose};
+  if (dataset.id < 0) throw UserError(where + " is not a dataset");
+  const std::vector<hsize_t> dims = dataset_dims(spec, layout);
+  H5Handle type{H5Dget_type(dataset.id), H5Tclose};
+  H5Handle space{H5Dget_space(dataset.id), H5Sclose};
   const int rank = H5Sget_simple_extent_ndims(space.id);
   std::vector<hsize_t> actual(rank > 0 ? rank : 0);
   if (rank > 0) H5Sget_simple_extent_dims(space.id, actual.data(), nullptr);
-  if (H5Tget_class(type.id) != type_class || H5Tget_size(type.id) != element || actual != dims) {
-    H5Dclose(dataset);
+  if (H5Tget_class(type.id) != type_class(spec.element) || H5Tget_size(type.id) != element_size(spec.element) ||
+      actual != dims) {
     std::string expected;
     for (hsize_t d : dims) expected += (expected.empty() ? "" : " x ") + std::to_string(d);
     throw UserError(where + " does not have this run's type and shape (" + expected + ")");
@@ -51,15 +52,15 @@ void read_row(hid_t dataset, hid_t memory_type, hsize_t row, hsize_t width, void
   read_rows(dataset, memory_type, row, 1, width, out);
 }
 
-// The token-row datasets of an output that has them (-1 for those it has not).
-struct TokenRowSets {
-  H5Handle logprobs{-1, H5Dclose}, perplexity{-1, H5Dclose}, nll_sum{-1, H5Dclose};
-  H5Handle topk_ids{-1, H5Dclose}, topk_logprobs{-1, H5Dclose};
+// The layout's datasets as opened by the inspection, by Dataset (-1 for those it has not).
+struct OpenDatasets {
+  std::array<H5Handle, kNumDatasets> sets;
+  hid_t operator[](Dataset id) const { return sets[static_cast<size_t>(id)].id; }
 };
 
 // Prompt p's token rows, hashed as ResultWriter::write_token_rows streamed them (in blocks of
 // at most 16 MiB, whatever the prompt's length), with its stored NLL and perplexity.
-TokenRowsDigest digest_token_rows(const TokenRowSets& sets, const OutputLayout& layout, hsize_t p) {
+TokenRowsDigest digest_token_rows(const OpenDatasets& sets, const OutputLayout& layout, hsize_t p) {
   TokenRowsDigest digest;
   const hsize_t begin = layout.prompt_offsets[p], end = layout.prompt_offsets[p + 1];
   const hsize_t k = static_cast<hsize_t>(layout.top_k);
@@ -70,21 +71,21 @@ TokenRowsDigest digest_token_rows(const TokenRowSets& sets, const OutputLayout& 
     const hsize_t rows = std::min(kBlock, end - first);
     if (layout.token_logprobs) {
       values.resize(rows);
-      read_rows(sets.logprobs.id, H5T_NATIVE_FLOAT, first, rows, 0, values.data());
+      read_rows(sets[Dataset::kTokenLogprobs], H5T_NATIVE_FLOAT, first, rows, 0, values.data());
       digest.logprobs.add(values.data(), sizeof(float) * rows);
     }
     if (k > 0) {
       ids.resize(rows * k);
       values.resize(rows * k);
-      read_rows(sets.topk_ids.id, H5T_NATIVE_INT32, first, rows, k, ids.data());
-      read_rows(sets.topk_logprobs.id, H5T_NATIVE_FLOAT, first, rows, k, values.data());
+      read_rows(sets[Dataset::kTopkIds], H5T_NATIVE_INT32, first, rows, k, ids.data());
+      read_rows(sets[Dataset::kTopkLogprobs], H5T_NATIVE_FLOAT, first, rows, k, values.data());
       digest.topk_ids.add(ids.data(), sizeof(int32_t) * rows * k);
       digest.topk_logprobs.add(values.data(), sizeof(float) * rows * k);
     }
   }
   if (layout.token_logprobs) {
-    read_row(sets.nll_sum.id, H5T_NATIVE_DOUBLE, p, 0, &digest.nll_sum);
-    read_row(sets.perplexity.id, H5T_NATIVE_DOUBLE, p, 0, &digest.perplexity);
+    read_row(sets[Dataset::kNllSum], H5T_NATIVE_DOUBLE, p, 0, &digest.nll_sum);
+    read_row(sets[Dataset::kPerplexity], H5T_NATIVE_DOUBLE, p, 0, &digest.perplexity);
   }
   return digest;
 }
@@ -97,7 +98,8 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
   H5Pset_file_locking(access.id, false, true);  // the parent holds our own flock on it
   H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.id), H5Fclose};
   if (file.id < 0) throw UserError(path + " cannot be opened as HDF5 (damaged?)");
-  if (H5Aexists(file.id, "resume_identity") <= 0) throw UserError(path + " has no resume_identity: not a pipefill output");
+  if (H5Aexists(file.id, "resume_identity") <= 0)
+    throw UserError(path + " has no resume_identity: not a pipefill output");
   std::string identity_text;
   {
     H5Handle attr{H5Aopen(file.id, "resume_identity", H5P_DEFAULT), H5Aclose};
@@ -115,43 +117,32 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
   if (auto difference = identity_difference(identity, expected))
     throw UserError(path + " was written with another " + *difference);
 
+  OpenDatasets sets;
+  for (const DatasetSpec& spec : output_datasets()) {
+    if (spec.initial == Initial::kAtFinish || !present_in(spec, layout)) continue;
+    // One the format gained after the file was begun is added on reopening (ResultWriter).
+    if (spec.added_later && H5Lexists(file.id, spec.name, H5P_DEFAULT) <= 0) continue;
+    sets.sets[static_cast<size_t>(spec.id)] = open_checked(file.id, path, spec, layout);
+  }
   const hsize_t n = static_cast<hsize_t>(layout.num_prompts), vocab = static_cast<hsize_t>(layout.vocab_size);
-  H5Handle completed_set{open_checked(file.id, path, "completed", H5T_INTEGER, 1, {n}), H5Dclose};
-  H5Handle ttft_set{open_checked(file.id, path, "ttft_s", H5T_FLOAT, 8, {n}), H5Dclose};
-  H5Handle checksum_set{open_checked(file.id, path, "row_checksum", H5T_INTEGER, 8, {n}), H5Dclose};
-  H5Handle logits{layout.with_logits ? open_checked(file.id, path, "logits", H5T_FLOAT, 4, {n, vocab}) : -1,
-                  H5Dclose};
   const hsize_t hidden = static_cast<hsize_t>(layout.hidden_size);
-  H5Handle hidden_set{hidden > 0 ? open_checked(file.id, path, "hidden_states", H5T_FLOAT, 4, {n, hidden}) : -1,
-                      H5Dclose};
-  TokenRowSets token_sets;
-  const hsize_t tokens = static_cast<hsize_t>(layout.total_tokens()), k = static_cast<hsize_t>(layout.top_k);
-  if (layout.token_logprobs) {
-    token_sets.logprobs.id = open_checked(file.id, path, "token_logprobs", H5T_FLOAT, 4, {tokens});
-    token_sets.perplexity.id = open_checked(file.id, path, "perplexity", H5T_FLOAT, 8, {n});
-    token_sets.nll_sum.id = open_checked(file.id, path, "nll_sum", H5T_FLOAT, 8, {n});
-  }
-  if (k > 0) {
-    token_sets.topk_ids.id = open_checked(file.id, path, "topk_ids", H5T_INTEGER, 4, {tokens, k});
-    token_sets.topk_logprobs.id = open_checked(file.id, path, "topk_logprobs", H5T_FLOAT, 4, {tokens, k});
-  }
   std::vector<unsigned char> completed(n);
-  if (H5Dread(completed_set.id, H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, completed.data()) < 0)
-    throw UserError(path + ": /completed cannot be read");
+  if (H5Dread(sets[Dataset::kCompleted], H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, completed.data()) < 0)
+    throw UserError(path + ": the completion flags cannot be read");
   nlohmann::json done = nlohmann::json::array(), torn = nlohmann::json::array();
   std::vector<float> row(layout.with_logits ? vocab : 0), hidden_row(hidden);
   for (hsize_t p = 0; p < n; ++p) {
     if (completed[p] != 1) continue;
     double ttft = 0;
     uint64_t stored = 0;
-    read_row(ttft_set.id, H5T_NATIVE_DOUBLE, p, 0, &ttft);
-    read_row(checksum_set.id, H5T_NATIVE_UINT64, p, 0, &stored);
-    if (layout.with_logits) read_row(logits.id, H5T_NATIVE_FLOAT, p, vocab, row.data());
-    if (hidden > 0) read_row(hidden_set.id, H5T_NATIVE_FLOAT, p, hidden, hidden_row.data());
+    read_row(sets[Dataset::kTtft], H5T_NATIVE_DOUBLE, p, 0, &ttft);
+    read_row(sets[Dataset::kRowChecksum], H5T_NATIVE_UINT64, p, 0, &stored);
+    if (layout.with_logits) read_row(sets[Dataset::kLogits], H5T_NATIVE_FLOAT, p, vocab, row.data());
+    if (hidden > 0) read_row(sets[Dataset::kHiddenStates], H5T_NATIVE_FLOAT, p, hidden, hidden_row.data());
     TokenRowsDigest digest;
-    if (layout.token_rows()) digest = digest_token_rows(token_sets, layout, p);
-    (row_checksum(row.data(), layout.with_logits ? layout.vocab_size : 0, hidden_row.data(), layout.hidden_size,
-                  ttft, layout.token_rows() ? &digest : nullptr) == stored
+    if (layout.token_rows()) digest = digest_token_rows(sets, layout, p);
+    (row_checksum(row.data(), layout.with_logits ? layout.vocab_size : 0, hidden_row.data(), layout.hidden_size, ttft,
+                  layout.token_rows() ? &digest : nullptr) == stored
          ? done
          : torn)
         .push_back(static_cast<int>(p));
@@ -164,8 +155,8 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
 StoredOutput inspect_output(const std::string& path, const OutputLayout& layout, const nlohmann::json& identity,
                             double timeout_s) {
   require_regular_file(path, "output");
-  const nlohmann::json found = nlohmann::json::parse(
-      run_isolated(path, timeout_s, [&] { return inspect_in_child(path, layout, identity); }));
+  const nlohmann::json found =
+      nlohmann::json::parse(run_isolated(path, timeout_s, [&] { return inspect_in_child(path, layout, identity); }));
   StoredOutput stored;
   stored.completed.assign(layout.num_prompts, 0);
   for (int p : found["completed"]) stored.completed[p] = 1;

@@ -125,6 +125,14 @@ cudaError_t cudaMemsetAsync(void* dst, int value, size_t bytes, cudaStream_t str
   return cudaSuccess;
 }
 
+cudaError_t cudaMemset(void* dst, int value, size_t bytes) {
+  auto lock = hold();
+  SimDevice& device = SimDevice::get();
+  cudaMemsetAsync(dst, value, bytes, nullptr);
+  device.run_stream(device.stream(nullptr));  // synchronous with the host, as cudaMemcpy
+  return cudaSuccess;
+}
+
 cudaError_t cudaStreamCreateWithFlags(cudaStream_t* stream, unsigned int flags) {
   // Only non-blocking streams: the legacy default stream's implicit ordering with blocking
   // streams is not simulated, so such a stream is refused rather than misrepresented.

@@ -1,0 +1,234 @@
+// The output's datasets (see output_format.hpp). The only place their names are spelled.
+#include "io/output_format.hpp"
+
+#include <stdexcept>
+
+namespace pf::io {
+namespace {
+
+using D = Dataset;
+using E = Element;
+using R = Rows;
+using W = Width;
+using P = Presence;
+using I = Initial;
+
+const std::array<DatasetSpec, kNumDatasets> kDatasets = {{
+    {D::kLogits, "logits", E::kFloat32, R::kPrompts, W::kVocab, P::kWithLogits, I::kNone, false,
+     "logits of each prompt's last position, input order"},
+    {D::kHiddenStates, "hidden_states", E::kFloat32, R::kPrompts, W::kHidden, P::kWithHiddenStates, I::kNone, false,
+     "each prompt's final-norm output (the model's last RMSNorm applied, what Hugging Face calls "
+     "`last_hidden_state`) at its last position (`last`), or its mean over all the prompt's positions (`mean`); "
+     "see below"},
+    {D::kTokenLogprobs, "token_logprobs", E::kFloat32, R::kTokens, W::kNone, P::kWithLogprobs, I::kNone, false,
+     "aligned with the input's `/tokens`; entry j is log p(tokens[j] \\| the prompt's tokens before j), natural "
+     "log; NaN at each prompt's first token (nothing precedes it); see below"},
+    {D::kNllSum, "nll_sum", E::kFloat64, R::kPrompts, W::kNone, P::kWithLogprobs, I::kNone, false,
+     "minus the sum of the prompt's `/token_logprobs` after its first token (float64, in position order)"},
+    {D::kPerplexity, "perplexity", E::kFloat64, R::kPrompts, W::kNone, P::kWithLogprobs, I::kNone, false,
+     "exp(`/nll_sum` / (length − 1)); NaN for a one-token prompt"},
+    {D::kTopkIds, "topk_ids", E::kInt32, R::kTokens, W::kTopK, P::kWithTopK, I::kNone, false,
+     "row j holds the K most likely tokens *after* tokens[..j] (the prediction made at position j), most likely "
+     "first, ties to the smaller id"},
+    {D::kTopkLogprobs, "topk_logprobs", E::kFloat32, R::kTokens, W::kTopK, P::kWithTopK, I::kNone, false,
+     "their log-probs, descending"},
+    {D::kCompleted, "completed", E::kUint8, R::kPrompts, W::kNone, P::kAlways, I::kZero, false,
+     "1 once the prompt's row, TTFT and checksum are written and flushed; a finished file is all ones"},
+    {D::kRowChecksum, "row_checksum", E::kUint64, R::kPrompts, W::kNone, P::kAlways, I::kZero, false,
+     "FNV-1a of the prompt's `/logits` row bytes, then its `/hidden_states` row bytes (when stored), then (with "
+     "`--logprobs` or `--top-k`) the 64-bit FNV-1a of its `/token_logprobs` slice, of its `/topk_ids` slice and of "
+     "its `/topk_logprobs` slice (each 0xcbf29ce484222325, FNV's empty hash, when not stored), its `/nll_sum` and "
+     "its `/perplexity` (0 when not stored), then its `/ttft_s` bytes (all little-endian); 0 until done"},
+    {D::kTtft, "ttft_s", E::kFloat64, R::kPrompts, W::kNone, P::kAlways, I::kNaN, false,
+     "seconds from the run's start (t = 0 on rank 0, after set-up) until the last stage had the prompt's logits "
+     "gathered; NaN until done. A resumed prompt's value is relative to the start of the run that computed it"},
+    {D::kReusedTokens, "reused_tokens", E::kInt64, R::kPrompts, W::kNone, P::kAlways, I::kMinusOne, true,
+     "tokens at the start of the prompt that this run did not compute but took from an earlier prompt of the "
+     "batch with the same tokens (prefix reuse, on unless `--no-prefix-cache`; see below); 0 for a prompt computed "
+     "in full, -1 until done. Not in the checksum: reuse changes no result beyond float32 rounding"},
+    {D::kTimeline, "timeline", E::kCompound, R::kEvents, W::kNone, P::kAlways, I::kAtFinish, false,
+     "one record per event of every rank, written when every prompt is done; see below"},
+}};
+
+const char* presence_note(Presence presence) {
+  switch (presence) {
+    case P::kAlways:
+      return "";
+    case P::kWithLogits:
+      return "absent with `--backend emulate` (it computes none): ";
+    case P::kWithHiddenStates:
+      return "only with `--hidden-states last\\|mean`: ";
+    case P::kWithLogprobs:
+      return "only with `--logprobs`: ";
+    case P::kWithTopK:
+      return "only with `--top-k K`: ";
+  }
+  return "";
+}
+
+const char* element_name(Element element) {
+  switch (element) {
+    case E::kFloat32:
+      return "float32";
+    case E::kFloat64:
+      return "float64";
+    case E::kInt32:
+      return "int32";
+    case E::kInt64:
+      return "int64";
+    case E::kUint8:
+      return "uint8";
+    case E::kUint64:
+      return "uint64";
+    case E::kCompound:
+      return "compound";
+  }
+  return "";
+}
+
+std::string shape_text(const DatasetSpec& spec) {
+  std::string shape = spec.rows == R::kPrompts ? "n" : spec.rows == R::kTokens ? "T" : "events";
+  switch (spec.width) {
+    case W::kNone:
+      break;
+    case W::kVocab:
+      shape += ", vocab";
+      break;
+    case W::kHidden:
+      shape += ", hidden";
+      break;
+    case W::kTopK:
+      shape += ", K";
+      break;
+  }
+  return "`[" + shape + "]`";
+}
+
+}  // namespace
+
+const std::array<DatasetSpec, kNumDatasets>& output_datasets() {
+  return kDatasets;
+}
+
+const DatasetSpec& dataset_spec(Dataset id) {
+  return kDatasets.at(static_cast<size_t>(id));
+}
+
+bool present_in(const DatasetSpec& spec, const OutputLayout& layout) {
+  switch (spec.presence) {
+    case P::kAlways:
+      return true;
+    case P::kWithLogits:
+      return layout.with_logits;
+    case P::kWithHiddenStates:
+      return layout.hidden_size > 0;
+    case P::kWithLogprobs:
+      return layout.token_logprobs;
+    case P::kWithTopK:
+      return layout.top_k > 0;
+  }
+  return false;
+}
+
+std::vector<hsize_t> dataset_dims(const DatasetSpec& spec, const OutputLayout& layout) {
+  if (spec.rows == R::kEvents) throw std::logic_error("dataset_dims: /timeline's size is its events'");
+  std::vector<hsize_t> dims{
+      static_cast<hsize_t>(spec.rows == R::kPrompts ? layout.num_prompts : layout.total_tokens())};
+  switch (spec.width) {
+    case W::kNone:
+      break;
+    case W::kVocab:
+      dims.push_back(static_cast<hsize_t>(layout.vocab_size));
+      break;
+    case W::kHidden:
+      dims.push_back(static_cast<hsize_t>(layout.hidden_size));
+      break;
+    case W::kTopK:
+      dims.push_back(static_cast<hsize_t>(layout.top_k));
+      break;
+  }
+  return dims;
+}
+
+hid_t file_type(Element element) {
+  switch (element) {
+    case E::kFloat32:
+      return H5T_IEEE_F32LE;
+    case E::kFloat64:
+      return H5T_IEEE_F64LE;
+    case E::kInt32:
+      return H5T_STD_I32LE;
+    case E::kInt64:
+      return H5T_STD_I64LE;
+    case E::kUint8:
+      return H5T_STD_U8LE;
+    case E::kUint64:
+      return H5T_STD_U64LE;
+    case E::kCompound:
+      break;
+  }
+  throw std::logic_error("file_type: a compound type is built by its writer");
+}
+
+hid_t memory_type(Element element) {
+  switch (element) {
+    case E::kFloat32:
+      return H5T_NATIVE_FLOAT;
+    case E::kFloat64:
+      return H5T_NATIVE_DOUBLE;
+    case E::kInt32:
+      return H5T_NATIVE_INT32;
+    case E::kInt64:
+      return H5T_NATIVE_INT64;
+    case E::kUint8:
+      return H5T_NATIVE_UCHAR;
+    case E::kUint64:
+      return H5T_NATIVE_UINT64;
+    case E::kCompound:
+      break;
+  }
+  throw std::logic_error("memory_type: a compound type is built by its writer");
+}
+
+H5T_class_t type_class(Element element) {
+  switch (element) {
+    case E::kFloat32:
+    case E::kFloat64:
+      return H5T_FLOAT;
+    case E::kInt32:
+    case E::kInt64:
+    case E::kUint8:
+    case E::kUint64:
+      return H5T_INTEGER;
+    case E::kCompound:
+      return H5T_COMPOUND;
+  }
+  return H5T_NO_CLASS;
+}
+
+size_t element_size(Element element) {
+  switch (element) {
+    case E::kUint8:
+      return 1;
+    case E::kFloat32:
+    case E::kInt32:
+      return 4;
+    case E::kFloat64:
+    case E::kInt64:
+    case E::kUint64:
+      return 8;
+    case E::kCompound:
+      break;
+  }
+  throw std::logic_error("element_size: a compound type's size is its writer's");
+}
+
+std::string output_format_table() {
+  std::string table = "| dataset | type | shape | meaning |\n|---|---|---|---|\n";
+  for (const DatasetSpec& spec : kDatasets)
+    table += std::string("| `/") + spec.name + "` | " + element_name(spec.element) + " | " + shape_text(spec) + " | " +
+             presence_note(spec.presence) + spec.meaning + " |\n";
+  return table;
+}
+
+}  // namespace pf::io

@@ -1,0 +1,144 @@
+// The output format declared once (io/output_format.hpp): the docs' table is the one rendered
+// from the declaration, and a file ResultWriter creates holds exactly the declared datasets,
+// with their types and shapes, reopens for --resume, and gains a dataset the format added
+// later instead of being refused.
+#include <gtest/gtest.h>
+#include <hdf5.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "io/h5_handle.hpp"
+#include "io/output_format.hpp"
+#include "io/results_h5.hpp"
+
+namespace pf::io {
+namespace {
+
+std::string read_text(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+TEST(OutputFormat, DocsTableIsTheDeclaredOne) {
+  const std::string docs = read_text(std::string(PIPEFILL_SOURCE_DIR) + "/docs/formats.md");
+  const std::string begin = "<!-- output datasets: begin -->\n", end = "<!-- output datasets: end -->";
+  const size_t a = docs.find(begin), b = docs.find(end);
+  ASSERT_NE(a, std::string::npos) << "docs/formats.md lacks the marker " << begin;
+  ASSERT_NE(b, std::string::npos) << "docs/formats.md lacks the marker " << end;
+  EXPECT_EQ(docs.substr(a + begin.size(), b - a - begin.size()), output_format_table())
+      << "docs/formats.md's output table differs from src/io/output_format.cpp; put this between the markers:\n"
+      << output_format_table();
+}
+
+TEST(OutputFormat, EveryDatasetIsDeclaredOnceInOrder) {
+  const auto& sets = output_datasets();
+  for (int i = 0; i < kNumDatasets; ++i) {
+    EXPECT_EQ(static_cast<int>(sets[i].id), i) << sets[i].name;
+    for (int j = 0; j < i; ++j) EXPECT_STRNE(sets[i].name, sets[j].name);
+  }
+}
+
+class OutputFileTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = std::filesystem::temp_directory_path() / ("pf_output_format_" + std::to_string(::getpid()));
+    std::filesystem::create_directories(dir_);
+    path_ = (dir_ / "out.h5").string();
+    layout_.num_prompts = 2;
+    layout_.vocab_size = 5;
+    layout_.hidden_size = 3;
+    layout_.token_logprobs = true;
+    layout_.top_k = 2;
+    layout_.prompt_offsets = {0, 3, 5};
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+
+  // Prompt 0 stored: its three token rows, then its row.
+  void store_first_prompt(ResultWriter& writer) {
+    const float logprobs[3] = {NAN, -1.5f, -0.25f}, topk_logprobs[6] = {-0.1f, -2, -0.2f, -3, -0.3f, -4};
+    const int32_t topk_ids[6] = {1, 2, 3, 4, 0, 1};
+    writer.write_token_rows(0, 0, 3, logprobs, topk_logprobs, topk_ids);
+    const float row[5] = {1, 2, 3, 4, 5}, hidden[3] = {0.5f, -0.5f, 1};
+    writer.write_prompt(0, row, hidden, 0.125);
+  }
+
+  std::filesystem::path dir_;
+  std::string path_;
+  OutputLayout layout_;
+  const nlohmann::json identity_ = {{"model", "m"}, {"chunk_size", 64}};
+};
+
+TEST_F(OutputFileTest, HoldsTheDeclaredDatasetsAndResumes) {
+  {
+    ResultWriter writer(path_, layout_, identity_, false, 0);
+    store_first_prompt(writer);
+  }  // a stopped run: the partial file stays
+  const std::string partial = path_ + ".partial";
+  {
+    H5Handle file{H5Fopen(partial.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+    ASSERT_GE(file.id, 0);
+    for (const DatasetSpec& spec : output_datasets()) {
+      const bool expected = spec.initial != Initial::kAtFinish && present_in(spec, layout_);
+      ASSERT_EQ(H5Lexists(file.id, spec.name, H5P_DEFAULT) > 0, expected) << spec.name;
+      if (!expected) continue;
+      H5Handle set{H5Dopen2(file.id, spec.name, H5P_DEFAULT), H5Dclose};
+      H5Handle type{H5Dget_type(set.id), H5Tclose}, space{H5Dget_space(set.id), H5Sclose};
+      EXPECT_EQ(H5Tget_class(type.id), type_class(spec.element)) << spec.name;
+      EXPECT_EQ(H5Tget_size(type.id), element_size(spec.element)) << spec.name;
+      std::vector<hsize_t> dims(H5Sget_simple_extent_ndims(space.id));
+      H5Sget_simple_extent_dims(space.id, dims.data(), nullptr);
+      EXPECT_EQ(dims, dataset_dims(spec, layout_)) << spec.name;
+    }
+  }
+  {
+    ResultWriter writer(path_, layout_, identity_, true, 0);
+    EXPECT_TRUE(writer.resumed());
+    EXPECT_EQ(writer.completed(), (std::vector<char>{1, 0}));
+    EXPECT_TRUE(writer.torn_rows().empty());
+  }
+}
+
+TEST_F(OutputFileTest, APartialWithoutALaterDatasetGainsIt) {
+  {
+    ResultWriter writer(path_, layout_, identity_, false, 0);
+    store_first_prompt(writer);
+  }
+  const std::string partial = path_ + ".partial";
+  const DatasetSpec* later = nullptr;
+  for (const DatasetSpec& spec : output_datasets())
+    if (spec.added_later) later = &spec;
+  ASSERT_NE(later, nullptr);
+  {
+    H5Handle file{H5Fopen(partial.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose};
+    ASSERT_GE(H5Ldelete(file.id, later->name, H5P_DEFAULT), 0);
+  }
+  {
+    ResultWriter writer(path_, layout_, identity_, true, 0);
+    EXPECT_EQ(writer.completed(), (std::vector<char>{1, 0}));
+    const float logprobs[2] = {NAN, -2}, topk_logprobs[4] = {-0.1f, -2, -0.2f, -3};
+    const int32_t topk_ids[4] = {1, 2, 3, 4};
+    writer.write_token_rows(1, 0, 2, logprobs, topk_logprobs, topk_ids);
+    const float row[5] = {5, 4, 3, 2, 1}, hidden[3] = {1, 2, 3};
+    writer.write_prompt(1, row, hidden, 0.25, 1);
+    EXPECT_TRUE(writer.finish({}, {{"version", "test"}}));
+  }
+  H5Handle file{H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  ASSERT_GE(file.id, 0);
+  EXPECT_GT(H5Lexists(file.id, dataset_spec(Dataset::kTimeline).name, H5P_DEFAULT), 0);
+  H5Handle set{H5Dopen2(file.id, later->name, H5P_DEFAULT), H5Dclose};
+  ASSERT_GE(set.id, 0);
+  std::vector<double> values(layout_.num_prompts);
+  ASSERT_GE(H5Dread(set.id, H5T_NATIVE_DOUBLE, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()), 0);
+  EXPECT_EQ(values[0], -1);  // as a new file holds it: prompt 0 was stored before it existed
+  EXPECT_EQ(values[1], 1);
+}
+
+}  // namespace
+}  // namespace pf::io
