@@ -102,6 +102,36 @@ bool is_pipefill(const ChunkingOptions& c) {
   return c.policy == ChunkPolicyKind::kPipefill;
 }
 
+// ---- options several commands take, declared once ---------------------------------
+// Each command adds them to its own table with its own member (and, for run, the key it
+// echoes them under); the flag, help and checks live here.
+
+template <typename O>
+MemberOption<O, int, int>& add_pp(OptionTable<O>& t, int O::*member, const char* help = "pipeline stages") {
+  return t.add("pp", help, member).at_least_one();
+}
+template <typename O>
+MemberOption<O, int, int>& add_tp(OptionTable<O>& t, int O::*member) {
+  return t.add("tp", "tensor-parallel ranks per stage", member).at_least_one();
+}
+template <typename O>
+MemberOption<O, std::string, std::string>& add_layer_partition(OptionTable<O>& t, std::string O::*member) {
+  return t.add("layer-partition", "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages)",
+               member);
+}
+template <typename O>
+MemberOption<O, int, int>& add_ring_depth(OptionTable<O>& t, int O::*member) {
+  return t.add("ring-depth", "receives posted ahead / sends in flight per rank", member).at_least_one();
+}
+template <typename O>
+MemberOption<O, int, int>& add_chunk_size(OptionTable<O>& t, int O::*member, const char* help) {
+  return t.add("chunk-size", help, member).at_least_one();
+}
+template <typename O>
+MemberOption<O, int, int>& add_page_size(OptionTable<O>& t, int O::*member) {
+  return t.add("page-size", "tokens per KV-cache page (dynamic chunks align to max(page, 64))", member).at_least_one();
+}
+
 // ---- shared tables -----------------------------------------------------------------
 
 // --model ... --kv-memory-fraction: shared by run and profile. pp and tp enter the placement
@@ -113,10 +143,9 @@ OptionTable<PlacementOptions> placement_table() {
       .required()
       .echo_as("model", kRunIdentity);
   t.add("seed", "seed of synthetic:PRESET weights", &P::seed).echo_as("seed", kRunIdentity);
-  t.add("pp", "pipeline stages", &P::pp).at_least_one().echo_as("pp", kRunIdentity);
-  t.add("tp", "tensor-parallel ranks per stage", &P::tp).at_least_one().echo_as("tp", kRunIdentity);
-  t.add("layer-partition", "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages)",
-        &P::layer_partition)
+  add_pp(t, &P::pp).echo_as("pp", kRunIdentity);
+  add_tp(t, &P::tp).echo_as("tp", kRunIdentity);
+  add_layer_partition(t, &P::layer_partition)
       .echo_as("layer_partition");  // the identities hold the partition used (run_record.cpp)
   t.add("expert-split",
         "MoE models: how a TP group splits the routed experts: width (each rank a slice of every expert) or "
@@ -173,12 +202,9 @@ OptionTable<PlacementOptions> placement_table() {
 OptionTable<ChunkingOptions> chunking_table() {
   using C = ChunkingOptions;
   OptionTable<C> t("chunking");
-  t.add("chunk-size", "tokens per chunk; with dynamic chunking the initial chunk C0", &C::initial_chunk)
-      .at_least_one()
+  add_chunk_size(t, &C::initial_chunk, "tokens per chunk; with dynamic chunking the initial chunk C0")
       .echo_as("chunk_size", kRunIdentity);
-  t.add("page-size", "tokens per KV-cache page (dynamic chunks align to max(page, 64))", &C::page_size)
-      .at_least_one()
-      .echo_as("page_size", kRunIdentity);
+  add_page_size(t, &C::page_size).echo_as("page_size", kRunIdentity);
   t.add("chunk-policy", "fixed | sglang (SGLang dynamic chunking) | pipefill (prefix-aware, every stage, no tiny tail)",
         &C::policy, policy_spelling())
       .optional()
@@ -259,9 +285,7 @@ OptionTable<RunOptions> run_table() {
       .required()
       .echo_as("output");
   t.add("trace", "also write a Chrome trace (Perfetto) to this JSON file", &R::trace).echo_as("trace");
-  t.add("ring-depth", "receives posted ahead / sends in flight per rank", &R::ring_depth)
-      .at_least_one()
-      .echo_as("ring_depth");
+  add_ring_depth(t, &R::ring_depth).echo_as("ring_depth");
   t.add("hidden-states",
         "also store each prompt's final-norm hidden state in /hidden_states: last (its last position) or mean (over "
         "the prompt); none: not stored",
@@ -334,8 +358,8 @@ OptionTable<ProfileOptions> profile_table() {
   OptionTable<P> t;
   t.include(placement_table(), &P::placement);
   t.add("out", "cost profile JSON to write", &P::out).required();
-  t.add("chunk-size", "initial chunk C0 the profile is centred on", &P::chunk_size).at_least_one();
-  t.add("page-size", "tokens per KV-cache page", &P::page_size).at_least_one();
+  add_chunk_size(t, &P::chunk_size, "initial chunk C0 the profile is centred on");
+  add_page_size(t, &P::page_size);
   t.add("profile-points", "timed forwards per sample set (9-128)", &P::points).check([](const int& points) {
     if (points < 9 || points > 128) throw UserError("--profile-points must lie in [9, 128]");
   });
@@ -361,16 +385,16 @@ OptionTable<SimulateOptions> simulate_table() {
       .required();
   t.add("hardware", "hardware description: h20, h100, h200, cpu (hardware/NAME.json) or a JSON path", &S::hardware)
       .required();
-  t.add("pp", "pipeline stages", &S::pp).at_least_one();
-  t.add("tp", "tensor-parallel ranks per stage", &S::tp).at_least_one();
-  t.add("layer-partition", "layers per stage (default: equal, remainder on the last stages)", &S::layer_partition);
+  add_pp(t, &S::pp);
+  add_tp(t, &S::tp);
+  add_layer_partition(t, &S::layer_partition);
   t.add("length", "prompt length in tokens (repeat for several prompts)", &S::lengths).required().at_least_one();
   t.add("cached-tokens",
         "tokens of the prompt's prefix already in the KV cache (a shared prefix computed before): once per "
         "--length, or once for all; the prompt's chunks start there",
         &S::cached_tokens)
       .optional();
-  t.add("ring-depth", "receives posted ahead / sends in flight per rank", &S::ring_depth).at_least_one();
+  add_ring_depth(t, &S::ring_depth);
   t.add("matmul-efficiency", "override the hardware file's matmul efficiency", &S::matmul_efficiency)
       .optional()
       .check(efficiency);
@@ -425,7 +449,7 @@ OptionTable<PlanOptions> plan_table() {
   t.add("coefficients", "cost model a,b (SGLang form) or a,b,c[,gamma] (prefix form) instead of --cost-model",
         &P::coefficients)
       .optional();
-  t.add("pp", "pipeline stages the plan is for (tail folding weighs the drain through them)", &P::pp).at_least_one();
+  add_pp(t, &P::pp, "pipeline stages the plan is for (tail folding weighs the drain through them)");
   t.add("json", "print JSON instead", &P::json);
   return t;
 }

@@ -33,7 +33,9 @@ struct PlacementOptions {
   double kv_memory_fraction = 0.85;   // cuda: of the device memory left after weights + workspace
 };
 
-constexpr int kMaxTopK = 1024;  // --top-k: candidates stored per token
+constexpr int kMaxTopK = 1024;
+constexpr int kDefaultRingDepth =
+    4;  // run and simulate: receives posted ahead / sends in flight  // --top-k: candidates stored per token
 
 struct RunOptions {
   PlacementOptions placement;
@@ -41,7 +43,7 @@ struct RunOptions {
   std::string input;
   std::string output;
   std::string trace;  // Chrome trace path, empty: none
-  int ring_depth = 4;
+  int ring_depth = kDefaultRingDepth;
   bool quiet = false;
   double watchdog_timeout_s = 1800;  // a wait this long means a peer died or hung: abort the job
   double progress_interval_s = 10;   // 0: no progress lines
@@ -68,8 +70,8 @@ nlohmann::json placement_identity_options(const PlacementOptions& options);
 
 struct ProfileOptions {
   PlacementOptions placement;
-  int chunk_size = 4096;
-  int page_size = 64;
+  int chunk_size = sched::kDefaultChunkSize;
+  int page_size = sched::kDefaultPageSize;
   int points = 16;
   int64_t max_prefix = 0;  // longest prefix profiled; 0: 4 x chunk size
   std::string out;
@@ -86,7 +88,7 @@ struct SimulateOptions {
   // Tokens of each prompt's prefix already in the KV cache (prefix reuse): one per --length,
   // or one for all, or none (nothing cached). Filled to one per prompt when parsed.
   std::vector<int64_t> cached_tokens;
-  int ring_depth = 4;
+  int ring_depth = kDefaultRingDepth;
   double matmul_efficiency = 0;  // 0: the hardware file's
   double attention_efficiency = 0;
   int wire_bytes = dist::kActivationWireBytes;  // 2: model a bf16 sender (SGLang)

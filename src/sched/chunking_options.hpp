@@ -14,17 +14,21 @@ enum class ChunkPolicyKind {
   kPipefill  // prefix-aware fit on every stage, no tiny tail
 };
 
+// Defaults every command that chunks or pages shares (run, simulate, plan, profile).
+constexpr int kDefaultChunkSize = 4096;
+constexpr int kDefaultPageSize = 64;
+
 struct ChunkingOptions {
   ChunkPolicyKind policy = ChunkPolicyKind::kFixed;
-  int initial_chunk = 4096;      // C0 (--chunk-size)
-  double smooth_factor = 0.75;   // s
-  int page_size = 64;
+  int initial_chunk = kDefaultChunkSize;  // C0 (--chunk-size)
+  double smooth_factor = 0.75;            // s
+  int page_size = kDefaultPageSize;
   CostForm cost_form = CostForm::kFreshQuadratic;
-  bool all_stages = false;       // profile every stage (else stage 0 only)
+  bool all_stages = false;  // profile every stage (else stage 0 only)
   bool fold_tail = false;
   int profile_points = 16;
-  CostSource cost_source;        // --cost-model: reuse a saved profile instead of profiling
-  int stages = 1;                // P, set from --pp (tail folding weighs the drain through P stages)
+  CostSource cost_source;  // --cost-model: reuse a saved profile instead of profiling
+  int stages = 1;          // P, set from --pp (tail folding weighs the drain through P stages)
 
   bool dynamic() const { return policy != ChunkPolicyKind::kFixed; }
 };

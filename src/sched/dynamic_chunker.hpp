@@ -13,10 +13,9 @@
 // the tail is nearly free.
 #pragma once
 
-#include <vector>
-
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "sched/batch_plan.hpp"
 #include "sched/chunking_options.hpp"
@@ -36,9 +35,9 @@ int chunk_floor(int initial_chunk);
 int longest_chunk(int initial_chunk, int page_size);
 
 struct DynamicChunkConfig {
-  int initial_chunk = 4096;   // C0
+  int initial_chunk = kDefaultChunkSize;  // C0
   double smooth_factor = 0.75;
-  int page_size = 64;
+  int page_size = kDefaultPageSize;
   bool fold_tail = false;
   int stages = 1;  // P: how many stages the last chunk crosses (for the fold decision)
 };
