@@ -27,11 +27,14 @@ void residual_projection(LayerOps& ops, const LayerRecipe& recipe, Buffer in, Pr
 void attention_mixer(LayerOps& ops, const LayerRecipe& recipe) {
   if (recipe.latent_attention) {
     ops.latent_projections();
-  } else {
-    ops.project(Buffer::kNormed, Projection::kQkv, Buffer::kQkv);
-    if (recipe.qkv_bias) ops.add_qkv_bias();
-    if (recipe.qk_norm) ops.qk_norm();
+    ops.latent_rope();
+    ops.append_latent();
+    ops.latent_attention();
+    return;
   }
+  ops.project(Buffer::kNormed, Projection::kQkv, Buffer::kQkv);
+  if (recipe.qkv_bias) ops.add_qkv_bias();
+  if (recipe.qk_norm) ops.qk_norm();
   ops.rope();
   ops.append_kv();
   ops.attention();

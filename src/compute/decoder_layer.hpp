@@ -129,10 +129,17 @@ class LayerOps {
   virtual void swiglu() = 0;
 
   // ---- Multi-head latent attention (recipe.latent_attention) ----
+  // The MLA recipe's own ops, in place of qkv/rope/append_kv/attention (so that no backend
+  // branches on MLA inside the dense ops):
   // kNormed -> this rank's query heads (q_nope | q_rope) and the token's latent row
-  // (normed kv_lora | k_rope). rope(), append_kv() and attention() then act on those: RoPE on
-  // the rope parts, the latent into the pages, attention over the latent cache into kAttention.
+  // (normed kv_lora | k_rope).
   virtual void latent_projections() { unsupported("multi-head latent attention"); }
+  // RoPE on the rope parts: the queries' q_rope and the latent rows' k_rope.
+  virtual void latent_rope() { unsupported("multi-head latent attention"); }
+  // The chunk's latent rows into the layer's pages (one row per token, for every head).
+  virtual void append_latent() { unsupported("multi-head latent attention"); }
+  // kAttention = causal attention of the chunk's queries over the latent cache (absorbed).
+  virtual void latent_attention() { unsupported("multi-head latent attention"); }
 
   // ---- Mixture of experts (recipe.moe_layer) ----
   // Each token's top-k experts and their weights, from kNormed (every TP rank routes alike).

@@ -70,6 +70,10 @@ class RecordingOps final : public compute::LayerOps {
   void rope() override { ops.push_back("rope"); }
   void append_kv() override { ops.push_back("append kv"); }
   void attention() override { ops.push_back("attention"); }
+  void latent_projections() override { ops.push_back("latent projections"); }
+  void latent_rope() override { ops.push_back("latent rope"); }
+  void append_latent() override { ops.push_back("append latent"); }
+  void latent_attention() override { ops.push_back("latent attention"); }
   void swiglu() override { ops.push_back("swiglu"); }
   void all_reduce(Buffer b) override { ops.push_back(std::string("all-reduce ") + name(b)); }
   void add_to_residual(Buffer b) override { ops.push_back(std::string("hidden += ") + name(b)); }
@@ -136,6 +140,17 @@ TEST(DecoderLayer, BiasThenQkNormComeBetweenTheQkvProjectionAndRope) {
   const std::vector<std::string> norm = run(false, true, false);  // Qwen3
   EXPECT_EQ(std::vector<std::string>(norm.begin() + 2, norm.begin() + 5),
             (std::vector<std::string>{"project normed W_qkv -> qkv", "qk norm", "rope"}));
+}
+
+TEST(DecoderLayer, LatentAttentionHasItsOwnOps) {
+  compute::LayerRecipe recipe;
+  recipe.latent_attention = true;
+  RecordingOps ops;
+  compute::forward_layers(ops, 1, recipe);
+  ASSERT_GE(ops.ops.size(), 7u);
+  EXPECT_EQ(std::vector<std::string>(ops.ops.begin() + 2, ops.ops.begin() + 7),
+            (std::vector<std::string>{"latent projections", "latent rope", "append latent", "latent attention",
+                                      "project attention W_o onto hidden"}));
 }
 
 TEST(DecoderLayer, EveryLayerInTurn) {

@@ -130,8 +130,6 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
 
   void rope() override {
     float* q = s_.qkv_.data();
-    if (shape_.latent)
-      return cpu::latent_rope(q, t_, s_.config_, shape_.heads, pos0_, s_.inv_freq_, s_.rope_scale_, s_.latent_ws_);
     const int stride = shape_.qkv_width();
     cpu::parallel_rows(t_, [&](int r0, int r1) {
       float* rows = q + int64_t(r0) * stride;
@@ -142,10 +140,6 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   }
 
   void append_kv() override {
-    if (shape_.latent) {  // one latent row per token, read as keys and values
-      const int width = s_.config_.mla.latent_width();
-      return s_.kv_pool_.write(layer_, chunk_.prompt, pos0_, t_, s_.latent_ws_.latent.data(), width, nullptr, 0);
-    }
     const float* k = s_.qkv_.data() + shape_.q_width();
     const int stride = shape_.qkv_width();
     s_.kv_pool_.write(layer_, chunk_.prompt, pos0_, t_, k, stride, k + shape_.kv_width(), stride);
@@ -154,9 +148,6 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   void attention() override {
     timed(AttentionOps, [&] {
       const kv::KvLayerView view{&s_.kv_pool_, layer_, &s_.kv_pool_.pages(chunk_.prompt)};
-      if (shape_.latent)
-        return cpu::latent_attention(s_.qkv_.data(), t_, pos0_, view, s_.config_, shape_.heads, *w_, s_.attn_.data(),
-                                     s_.latent_ws_);
       cpu::chunk_attention(s_.qkv_.data(), shape_.qkv_width(), t_, pos0_, view, shape_.heads, s_.attn_.data(),
                            shape_.q_width(), s_.attention_ws_);
     });
@@ -165,6 +156,23 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   void latent_projections() override {
     timed(GemmOps, [&] {
       cpu::latent_projections(s_.normed_.data(), t_, s_.config_, shape_.heads, *w_, s_.qkv_.data(), s_.latent_ws_);
+    });
+  }
+
+  void latent_rope() override {
+    cpu::latent_rope(s_.qkv_.data(), t_, s_.config_, shape_.heads, pos0_, s_.inv_freq_, s_.rope_scale_, s_.latent_ws_);
+  }
+
+  void append_latent() override {  // one latent row per token, read as keys and values
+    const int width = s_.config_.mla.latent_width();
+    s_.kv_pool_.write(layer_, chunk_.prompt, pos0_, t_, s_.latent_ws_.latent.data(), width, nullptr, 0);
+  }
+
+  void latent_attention() override {
+    timed(AttentionOps, [&] {
+      const kv::KvLayerView view{&s_.kv_pool_, layer_, &s_.kv_pool_.pages(chunk_.prompt)};
+      cpu::latent_attention(s_.qkv_.data(), t_, pos0_, view, s_.config_, shape_.heads, *w_, s_.attn_.data(),
+                            s_.latent_ws_);
     });
   }
 

@@ -236,24 +236,18 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
     kernels::rms_norm_heads(q + shape_.q_width(), t, shape_.kv_heads, d, stride, w_->k_norm.data(), eps_, stream_);
   }
 
-  // Dense: q and k heads in one launch. MLA: the queries' rope parts and the latent rows' rope keys.
+  // The q and k heads in one launch.
   void rope() override {
-    if (g_.latent_)
-      return g_.latent_->rope(g_.qkv_.data(), chunk_.tokens, chunk_.pos0, g_.inv_freq_.data(), g_.rope_scale_, stream_);
     kernels::rope(g_.qkv_.data(), chunk_.tokens, shape_.qkv_width(), shape_.heads, shape_.kv_heads, shape_.q_width(),
                   shape_.head_dim, chunk_.pos0, g_.inv_freq_.data(), g_.rope_scale_, stream_);
   }
 
   void append_kv() override {
-    if (g_.latent_) return g_.latent_->append(kv_, layer_, chunk_.pos0, chunk_.tokens, stream_);
     const float* k = g_.qkv_.data() + shape_.q_width();
     kernels::kv_append(kv_, layer_, chunk_.pos0, chunk_.tokens, k, k + shape_.kv_width(), shape_.qkv_width(), stream_);
   }
 
   void attention() override {
-    if (g_.latent_)
-      return g_.latent_->attention(g_.qkv_.data(), chunk_.tokens, chunk_.pos0, kv_, layer_, *w_, g_.gemm_,
-                                   g_.attn_.data(), stream_);
     kernels::AttentionArgs args;
     args.q = g_.qkv_.data();
     args.q_stride = shape_.qkv_width();
@@ -275,6 +269,18 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
   // The query heads into kQkv, the latent rows kept by LatentOnGpu.
   void latent_projections() override {
     g_.latent_->projections(g_.normed_.data(), chunk_.tokens, *w_, g_.gemm_, g_.qkv_.data(), stream_);
+  }
+
+  // The queries' rope parts and the latent rows' rope keys.
+  void latent_rope() override {
+    g_.latent_->rope(g_.qkv_.data(), chunk_.tokens, chunk_.pos0, g_.inv_freq_.data(), g_.rope_scale_, stream_);
+  }
+
+  void append_latent() override { g_.latent_->append(kv_, layer_, chunk_.pos0, chunk_.tokens, stream_); }
+
+  void latent_attention() override {
+    g_.latent_->attention(g_.qkv_.data(), chunk_.tokens, chunk_.pos0, kv_, layer_, *w_, g_.gemm_, g_.attn_.data(),
+                          stream_);
   }
 
   void route() override { g_.moe_->route(g_.normed_.data(), chunk_.tokens, *w_, stream_); }
