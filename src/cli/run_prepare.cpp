@@ -79,10 +79,28 @@ bool open_outputs(PreparedRun& run) {
   return !already_complete;
 }
 
+// The one resume state, on every rank, before anything reads it: the prompts the output holds
+// verified, less those whose KV export some rank lacks (--save-kv), which the output forgets
+// here (their flags cleared) so that they are computed again.
+void decide_resume_state(PreparedRun& run) {
+  if (run.topo.is_writer()) run.done = run.results->completed();
+  dist::broadcast_vector(run.done, MPI_COMM_WORLD);
+  if (run.options.save_kv.empty()) return;
+  pipeline::KvExportStart start = pipeline::start_kv_export(run.topo, run.rank_model, run.options.save_kv,
+                                                            run.options.kv_dtype, run.prompts, run.lengths, run.done);
+  run.kv_export = std::move(start.exporter);
+  if (start.prompts_again.here()) {
+    run.results->recompute(*start.prompts_again);
+    run.done = run.results->completed();
+  }
+  dist::broadcast_vector(run.done, MPI_COMM_WORLD);
+}
+
 // Prompts that share a prefix back to back, the prefix computed once (rank 0 finds them);
 // with --kv-store, a prompt loads a longer prefix an earlier run stored, unless the run wants
 // what the store does not keep (every position's scores, the mean hidden state).
-sched::PrefixPlan share_prefixes(PreparedRun& run, const std::vector<char>& done) {
+sched::PrefixPlan share_prefixes(PreparedRun& run) {
+  const std::vector<char>& done = run.done;
   const RunOptions& options = run.options;
   const bool writer = run.topo.is_writer();
   sched::PrefixPlan prefixes =
@@ -155,18 +173,13 @@ std::unique_ptr<PreparedRun> prepare_run(const RunOptions& options) {
     dist::free_topology(run->topo);
     return nullptr;
   }
-  // KV export (--save-kv): a writer per rank; a resumed run recomputes finished prompts whose
-  // export is missing on some rank.
-  if (!options.save_kv.empty())
-    run->kv_export = pipeline::start_kv_export(run->topo, run->rank_model, options.save_kv, options.kv_dtype,
-                                               run->prompts, run->lengths, run->results.get());
+  decide_resume_state(*run);  // and the KV export's writers (--save-kv)
 
   // Plan: shared prefixes first, cut into fixed chunks, or dynamic ones from cost models
   // (profiled now or loaded).
-  const std::vector<char> done = run->results ? run->results->completed() : std::vector<char>();
-  const sched::PrefixPlan prefixes = share_prefixes(*run, done);
+  const sched::PrefixPlan prefixes = share_prefixes(*run);
   run->decision = pipeline::decide_plan(run->topo, options.chunking, run->lengths, *run->backend.compute,
-                                        run->rank_model.shape.hidden_size, saved_costs, done, prefixes);
+                                        run->rank_model.shape.hidden_size, saved_costs, run->done, prefixes);
   if (run->topo.is_writer() && !options.quiet) print_header(*run);
 
   // Transport of hidden states between stages (host MPI, or device buffers over NCCL).

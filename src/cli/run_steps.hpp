@@ -43,6 +43,7 @@ struct PreparedRun {
   pipeline::StageBackend backend;
   std::unique_ptr<io::DirectoryLock> export_lock;  // rank 0: --save-kv DIR, one run at a time
   std::unique_ptr<io::ResultWriter> results;       // rank 0
+  std::vector<char> done;                          // every rank: the prompts this run skips (resume state)
   std::unique_ptr<kv::KvExporter> kv_export;       // --save-kv
   std::unique_ptr<pipeline::KvStoreRun> kv_store;  // --kv-store
   pipeline::PlanDecision decision;

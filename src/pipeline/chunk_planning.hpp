@@ -34,9 +34,9 @@ dist::RootOnly<std::vector<sched::StageCostFit>> profile_stages(const dist::Topo
                                                                 int initial_chunk, int points, bool all_stages,
                                                                 bool fresh, bool prefixed);
 
-// Collective. `saved` is the loaded --cost-model, `done` the prompts a resumed output
-// already holds and `prefixes` the order and reused prefixes of prefix reuse (all rank 0
-// only). The plan is valid on all ranks.
+// Collective. `saved` is the loaded --cost-model and `prefixes` the order and reused prefixes
+// of prefix reuse (both rank 0 only), `done` the run's resume state (the prompts it skips;
+// read on rank 0). The plan is valid on all ranks.
 PlanDecision decide_plan(const dist::Topology& topology, const sched::ChunkingOptions& options,
                          const std::vector<int64_t>& prompt_lengths, compute::StageCompute& compute, int hidden_size,
                          const std::optional<sched::CostProfile>& saved, const std::vector<char>& done = {},

@@ -58,14 +58,11 @@ ExportNames export_names(const RankModel& m, const io::PromptSet& prompts, const
   return names;
 }
 
-std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, const RankModel& m, const std::string& dir,
-                                                io::Dtype dtype, const io::PromptSet& prompts,
-                                                const std::vector<int64_t>& lengths, io::ResultWriter* results) {
+KvExportStart start_kv_export(const dist::Topology& topo, const RankModel& m, const std::string& dir, io::Dtype dtype,
+                              const io::PromptSet& prompts, const std::vector<int64_t>& lengths,
+                              const std::vector<char>& finished) {
   ExportNames names = export_names(m, prompts, lengths);
   std::vector<uint64_t>& hashes = names.token_hashes;
-  std::vector<char> finished;
-  if (topo.is_writer()) finished = results->completed();
-  dist::broadcast_vector(finished, MPI_COMM_WORLD);
   const kv::KvExportLayout layout =
       export_layout(m, dir, names.model_identity, topo.stage, topo.tp, topo.tp_rank, dtype);
 
@@ -84,6 +81,7 @@ std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, cons
   }
   const dist::RootOnly<std::vector<std::vector<int>>> all = dist::gather_values_on_root(MPI_COMM_WORLD, missing);
   const dist::RootOnly<std::vector<std::string>> problems = dist::gather_on_root(MPI_COMM_WORLD, first_problem);
+  KvExportStart start;
   if (all.here()) {
     std::vector<char> again(finished.size(), 0);
     std::string example;
@@ -99,10 +97,11 @@ std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topo, cons
                    "note: %zu finished prompt(s) (first: %d) have no usable KV export in %s (%s): computing them "
                    "again\n",
                    prompts_again.size(), prompts_again[0], dir.c_str(), example.c_str());
-      results->recompute(prompts_again);
     }
+    start.prompts_again = dist::RootOnly<std::vector<int>>::on_root(std::move(prompts_again));
   }
-  return std::make_unique<kv::KvExporter>(layout, lengths, std::move(hashes));
+  start.exporter = std::make_unique<kv::KvExporter>(layout, lengths, std::move(hashes));
+  return start;
 }
 
 nlohmann::json export_index(const dist::Topology& topo, const RankModel& m, const kv::KvExporter& exporter,

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dist/root_decision.hpp"
 #include "dist/topology.hpp"
 #include "io/prompts_h5.hpp"
 #include "io/results_h5.hpp"
@@ -35,13 +36,19 @@ kv::KvExportLayout export_layout(const RankModel& rank_model, const std::string&
 nlohmann::json export_index(const dist::Topology& topology, const RankModel& rank_model, const kv::KvExporter& exporter,
                             const std::vector<int>& prompts);
 
-// Collective. This rank's exporter into `dir`. `prompts` holds the token ids on rank 0, which
-// hashes them; `results` is rank 0's output: a prompt it holds as finished whose file is not in
-// `dir` on some rank (a run killed between the two, or started without --save-kv) is marked to
-// be computed again, with a note.
-std::unique_ptr<kv::KvExporter> start_kv_export(const dist::Topology& topology, const RankModel& rank_model,
-                                                const std::string& dir, io::Dtype dtype, const io::PromptSet& prompts,
-                                                const std::vector<int64_t>& lengths, io::ResultWriter* results);
+// What starting an export decides: this rank's exporter into `dir`, and (rank 0) the
+// finished prompts to compute again because some rank's file for them is missing or fails
+// its checks (a run killed between the two, or started without --save-kv), said in a note.
+struct KvExportStart {
+  std::unique_ptr<kv::KvExporter> exporter;
+  dist::RootOnly<std::vector<int>> prompts_again;
+};
+
+// Collective. `prompts` holds the token ids on rank 0, which hashes them; `finished`: the
+// prompts the output holds (every rank). Reads the directory; changes no file.
+KvExportStart start_kv_export(const dist::Topology& topology, const RankModel& rank_model, const std::string& dir,
+                              io::Dtype dtype, const io::PromptSet& prompts, const std::vector<int64_t>& lengths,
+                              const std::vector<char>& finished);
 
 // Collective. Waits for every rank's writes. Rank 0 then writes dir/index.json listing the
 // prompts the output holds as finished, unless a rank failed: the first failure is returned

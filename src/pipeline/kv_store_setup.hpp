@@ -29,7 +29,7 @@ namespace pf::pipeline {
 
 class KvStoreRun {
  public:
-  // Collective. `done`: prompts a resumed output holds (rank 0). With `load_prefixes` false the
+  // Collective. `done`: the run's resume state (every rank). With `load_prefixes` false the
   // store is only written to.
   // `backend` and `cpu_dtype`: the cache's precision is part of an entry's key (a cuda or a
   // --dtype bf16 run's KV is not lent to a float32 cpu run, nor the other way: the results
