@@ -15,7 +15,7 @@ for pp in 1 2; do
     --pp $pp --chunk-size "$chunk" >"$work/log$pp"
   wall=$(grep -oP 'wall \K[0-9.]+' "$work/log$pp")
   tps=$(grep -oP '[0-9.]+(?= tokens/s)' "$work/log$pp")
-  gf=$(grep -oP '[0-9.]+(?= GFLOP/s achieved)' "$work/log$pp")
+  gf=$(grep -oP '[0-9.]+ [GTPE](?=FLOP/s achieved)' "$work/log$pp" | awk '{ print $1 * ($2 == "T" ? 1e3 : $2 == "P" ? 1e6 : $2 == "E" ? 1e9 : 1) }')
   bubble=$(grep -oP 'measured \K[0-9.]+' "$work/log$pp")
   ideal=$(grep -oP '= \K[0-9.]+(?= \(P=)' "$work/log$pp")
   printf "%-4s %8s %6s %9s %9s %9s %9s %9s\n" $pp "$tokens" "$chunk" "$wall" "$tps" "$gf" "$bubble" "$ideal"

@@ -47,9 +47,12 @@ std::string duration_text(double seconds) {
     return text;
   }
   const long s = static_cast<long>(seconds + 0.5);
-  if (s >= 3600) std::snprintf(text, sizeof text, "%ldh%02ldm", s / 3600, (s / 60) % 60);
-  else if (s >= 60) std::snprintf(text, sizeof text, "%ldm%02lds", s / 60, s % 60);
-  else std::snprintf(text, sizeof text, "%lds", s);
+  if (s >= 3600)
+    std::snprintf(text, sizeof text, "%ldh%02ldm", s / 3600, (s / 60) % 60);
+  else if (s >= 60)
+    std::snprintf(text, sizeof text, "%ldm%02lds", s / 60, s % 60);
+  else
+    std::snprintf(text, sizeof text, "%lds", s);
   return text;
 }
 
@@ -87,8 +90,10 @@ std::vector<sched::ChunkCostModel> stage_models(const std::vector<sched::StageCo
   std::vector<const sched::ChunkCostModel*> chosen(std::max(stages, 0), nullptr);
   for (const auto& fit : fits) {
     if (fit.stage < 0 || fit.stage >= stages) continue;
-    if (fit.prefix.ok) chosen[fit.stage] = &fit.prefix.model;
-    else if (fit.sglang.ok) chosen[fit.stage] = &fit.sglang.model;
+    if (fit.prefix.ok)
+      chosen[fit.stage] = &fit.prefix.model;
+    else if (fit.sglang.ok)
+      chosen[fit.stage] = &fit.sglang.model;
   }
   if (own_fits) *own_fits = static_cast<int>(std::count_if(chosen.begin(), chosen.end(), [](auto* m) { return m; }));
   if (chosen.empty() || !chosen[0]) return {};
@@ -128,6 +133,10 @@ void ProgressReporter::set_work(const sched::BatchPlan& plan, const model::Model
                                 const std::vector<sched::StageCostFit>* fits, bool announce) {
   work_ = plan_work(plan, shape);
   weighted_ = true;
+  stages_ = std::max(stages, 1);
+  last_micro_batch_.clear();
+  for (size_t i = 0; i < plan.micro_batches.size(); ++i)
+    if (plan.micro_batches[i].is_last) last_micro_batch_.push_back(static_cast<long long>(i));
   if (!announce) return;
   const double total = work_.total();
   const double attention_share = total > 0 ? work_.attention_flops / total : 0;
@@ -154,12 +163,47 @@ double ProgressReporter::fraction_done(const ProgressCounts& done) const {
 }
 
 double ProgressReporter::eta_seconds(const ProgressCounts& done, double elapsed_s) const {
-  return remaining_seconds(elapsed_s, fraction_done(done));
+  const double fraction = fraction_done(done);
+  const double stage0 = remaining_seconds(elapsed_s, fraction);
+  if (!weighted_ || stages_ <= 1 || stage0 < 0) return stage0;
+  // Stage 0 still working: its remaining time, then the drain. Done: what is left of the
+  // drain since it passed the last micro-batch.
+  const double drain = drain_seconds(fraction, elapsed_s);
+  double eta =
+      fraction < 1 || passed_at_s_.empty() ? stage0 + drain : std::max(0.0, passed_at_s_.back() + drain - elapsed_s);
+  // The last stage's own pace, once it has completed prompts: the work it has still to do.
+  if (!arrived_at_s_.empty() && arrived_at_s_.back() > 0) {
+    const double completed = work_.fraction_done(last_micro_batch_[arrived_at_s_.size() - 1] + 1);
+    const double pace = completed / arrived_at_s_.back();  // share of the work a second
+    if (pace > 0) eta = std::max(eta, (1 - completed) / pace - (elapsed_s - arrived_at_s_.back()));
+  }
+  return std::max(eta, 0.0);
+}
+
+double ProgressReporter::drain_seconds(double stage0_fraction, double elapsed_s) const {
+  // Measured: how long the latest prompt's logits took to arrive after stage 0 passed it.
+  if (!arrived_at_s_.empty()) return arrived_at_s_.back() - passed_at_s_[arrived_at_s_.size() - 1];
+  // Expected: the last micro-batch through the other stages at stage 0's pace (stage 0 ran
+  // stage0_fraction of the work's first 1/P in elapsed_s; the last micro-batch is the
+  // plan's costliest, so the average chunk would underestimate it).
+  if (!(stage0_fraction > 0) || work_.flops_through.empty()) return 0;
+  const size_t n = work_.flops_through.size();
+  const double last = (work_.flops_through[n - 1] - (n > 1 ? work_.flops_through[n - 2] : 0)) / work_.total();
+  return (stages_ - 1) * last * elapsed_s / stage0_fraction;
+}
+
+void ProgressReporter::observe(const ProgressCounts& done, double now) {
+  const double t = now - start_s_;
+  while (passed_at_s_.size() < last_micro_batch_.size() && done.micro_batches > last_micro_batch_[passed_at_s_.size()])
+    passed_at_s_.push_back(t);
+  while (arrived_at_s_.size() < passed_at_s_.size() && static_cast<int>(arrived_at_s_.size()) < done.prompts)
+    arrived_at_s_.push_back(t);
 }
 
 void ProgressReporter::update(const ProgressCounts& done) {
   if (interval_s_ <= 0) return;
   const double now = clock_();
+  observe(done, now);
   if (now - last_print_s_ < interval_s_) return;
   last_print_s_ = now;
   print(done, now);

@@ -8,6 +8,13 @@
 // times the first, and a token-linear ETA is off by orders of magnitude (18 minutes said,
 // 28 hours taken). Given the plan (set_work), the fraction done is FLOPs of the
 // micro-batches stage 0 has finished over the plan's FLOPs (sched/plan_flops.hpp).
+//
+// The ETA is the whole pipeline's, not stage 0's: after stage 0 finishes, the last stage still
+// has its backlog (with --logprobs it also runs the LM head on every token, and can lag by
+// minutes). Until a prompt completes, the drain is the last micro-batch through the other
+// stages at stage 0's pace; once prompts complete, rank 0 knows how far the last stage lags
+// (a prompt's logits arrive some time after stage 0 passed its last chunk) and its own pace
+// (work completed per second), and the ETA is the later of the two estimates.
 #pragma once
 
 #include <cstdint>
@@ -74,10 +81,14 @@ class ProgressReporter {
 
   // What the next line would say (for tests and the line itself).
   double fraction_done(const ProgressCounts& done) const;  // work if set_work was called, else tokens
+  // Seconds until the last prompt's logits arrive, `elapsed_s` after the start.
   double eta_seconds(const ProgressCounts& done, double elapsed_s) const;
 
  private:
   void print(const ProgressCounts& done, double now);
+  // Notes when stage 0 passes each prompt's last micro-batch and when its logits arrive.
+  void observe(const ProgressCounts& done, double now);
+  double drain_seconds(double stage0_fraction, double elapsed_s) const;
   double interval_s_;
   int64_t total_tokens_;
   int total_prompts_;
@@ -89,6 +100,11 @@ class ProgressReporter {
   bool printed_ = false;
   PlanWork work_;
   bool weighted_ = false;  // set_work was called
+  int stages_ = 1;
+  // Plan indices of each prompt's last micro-batch, in plan order (the order logits arrive),
+  // the times (since the start) stage 0 passed them and their logits arrived.
+  std::vector<long long> last_micro_batch_;
+  std::vector<double> passed_at_s_, arrived_at_s_;
 };
 
 }  // namespace pf::pipeline

@@ -45,17 +45,32 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
   return s;
 }
 
+std::string flop_rate_text(double flops_per_s) {
+  static const char* const kUnits[] = {"GFLOP/s", "TFLOP/s", "PFLOP/s", "EFLOP/s"};
+  double value = flops_per_s / 1e9;
+  int unit = 0;
+  while (unit < 3 && std::fabs(value) >= 1000) {
+    value /= 1000;
+    ++unit;
+  }
+  char text[48];
+  std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
+  return text;
+}
+
 void print_summary(const RunSummary& s, std::FILE* out, size_t max_prompts) {
   std::fprintf(out, "\n== pipefill summary ==\n");
   std::fprintf(out, "prompts %d (%d run now), tokens %lld, micro-batches %d\n", s.num_prompts, s.scheduled_prompts,
                static_cast<long long>(s.num_tokens), s.num_micro_batches);
-  std::fprintf(out, "wall %.3f s, %.1f tokens/s, %.2f GFLOP/s achieved (%.3g model FLOPs)\n", s.wall_s, s.tokens_per_s,
-               s.wall_s > 0 ? s.model_flops / s.wall_s / 1e9 : 0.0, s.model_flops);
+  std::fprintf(out, "wall %.3f s, %.1f tokens/s, %s achieved (%.3g model FLOPs)\n", s.wall_s, s.tokens_per_s,
+               flop_rate_text(s.wall_s > 0 ? s.model_flops / s.wall_s : 0.0).c_str(), s.model_flops);
   size_t shown = 0, hidden = 0;
   for (size_t p = 0; p < s.ttft_s.size(); ++p) {
     if (std::isnan(s.ttft_s[p])) continue;
-    if (shown++ < max_prompts) std::fprintf(out, "  prompt %zu ttft_s: %.4f\n", p, s.ttft_s[p]);
-    else ++hidden;
+    if (shown++ < max_prompts)
+      std::fprintf(out, "  prompt %zu ttft_s: %.4f\n", p, s.ttft_s[p]);
+    else
+      ++hidden;
   }
   if (hidden) std::fprintf(out, "  ... %zu more in /ttft_s\n", hidden);
   if (shown > 0) {
@@ -64,13 +79,14 @@ void print_summary(const RunSummary& s, std::FILE* out, size_t max_prompts) {
     std::fprintf(out, "ttft mean %.4f s over %zu prompts\n", sum / static_cast<double>(shown), shown);
   }
   if (s.reused_tokens > 0)
-    std::fprintf(out,
-                 "prefix reuse: %d of %d prompts started after a shared prefix; %lld tokens reused%s, %lld computed "
-                 "(%.1f%% of these prompts' tokens not computed; per prompt in /reused_tokens)\n",
-                 s.reusing_prompts, s.scheduled_prompts, static_cast<long long>(s.reused_tokens),
-                 s.loaded_tokens > 0 ? (" (" + std::to_string(s.loaded_tokens) + " loaded from --kv-store)").c_str() : "",
-                 static_cast<long long>(s.num_tokens),
-                 100.0 * static_cast<double>(s.reused_tokens) / static_cast<double>(s.reused_tokens + s.num_tokens));
+    std::fprintf(
+        out,
+        "prefix reuse: %d of %d prompts started after a shared prefix; %lld tokens reused%s, %lld computed "
+        "(%.1f%% of these prompts' tokens not computed; per prompt in /reused_tokens)\n",
+        s.reusing_prompts, s.scheduled_prompts, static_cast<long long>(s.reused_tokens),
+        s.loaded_tokens > 0 ? (" (" + std::to_string(s.loaded_tokens) + " loaded from --kv-store)").c_str() : "",
+        static_cast<long long>(s.num_tokens),
+        100.0 * static_cast<double>(s.reused_tokens) / static_cast<double>(s.reused_tokens + s.num_tokens));
   std::fprintf(out, "stage busy fraction:");
   for (double f : s.stage_busy_fraction) std::fprintf(out, " %.3f", f);
   std::fprintf(out, "\nbubble: measured %.3f, ideal (P-1)/(P-1+M) = %.3f (P=%d, M=%d)\n", s.bubble_measured,

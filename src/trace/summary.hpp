@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdio>
+#include <string>
 #include <vector>
 
 #include "sched/batch_plan.hpp"
@@ -31,6 +32,9 @@ struct RunSummary {
 RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEvent>& events, int pp, int tp,
                      double wall_s, double model_flops);
 // Lists at most `max_prompts` TTFTs (all of them are in the output file).
+// A FLOP rate with its unit scaled to the value: "124.41 GFLOP/s", "2.95 PFLOP/s".
+std::string flop_rate_text(double flops_per_s);
+
 void print_summary(const RunSummary& summary, std::FILE* out, size_t max_prompts = 16);
 
 }  // namespace pf::trace

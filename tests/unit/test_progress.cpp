@@ -12,6 +12,7 @@
 #include "pipeline/progress.hpp"
 #include "sched/batch_plan.hpp"
 #include "sched/plan_flops.hpp"
+#include "trace/summary.hpp"
 
 using namespace pf;
 using namespace pf::pipeline;
@@ -84,7 +85,11 @@ TEST(Progress, MillionTokenPromptEtaIsWeighedByFlops) {
   const ProgressCounts done{done_chunks, static_cast<int64_t>(prefix), 0};
   const double linear_eta = 100 * (1 - token_fraction) / token_fraction;  // what the token count says: 15m17s
   const double eta = progress.eta_seconds(done, 100);
-  EXPECT_NEAR(eta, 100 * (1 - expected_fraction) / expected_fraction, 1e-6 * eta);
+  // Stage 0's remaining work at its pace so far, then the drain: the last micro-batch through
+  // the other 3 stages at that pace.
+  const double last_share = (work.flops_through[244] - work.flops_through[243]) / work.total();
+  const double drain = 3 * last_share * 100 / expected_fraction;
+  EXPECT_NEAR(eta, 100 * (1 - expected_fraction) / expected_fraction + drain, 1e-6 * eta);
   EXPECT_GT(eta, 5 * linear_eta);  // about 1h56m
   progress.update(done);
 
@@ -178,4 +183,42 @@ TEST(Progress, StageCostModelsPredictBeatPlusDrain) {
       "one\\)\n"
       "work: .*; the time estimate comes with the first progress line\n");
   EXPECT_TRUE(std::regex_match(text, announcement)) << text;
+}
+
+// Four equal prompts on two stages whose last stage is three times slower than stage 0 (as
+// with --logprobs): when stage 0 is done, the ETA is the last stage's backlog, not zero.
+TEST(Progress, EtaCoversTheLastStagesBacklog) {
+  const PlainLines lines;
+  const model::ModelShape shape = model::shape_from_config(model::preset_config("llama3-8b"));
+  const sched::BatchPlan plan = sched::make_plan({100, 100, 100, 100}, sched::FixedChunkPolicy(100));
+  double now = 0;
+  std::FILE* out = std::tmpfile();
+  ASSERT_NE(out, nullptr);
+  ProgressReporter progress(1000.0, plan.total_tokens(), 4, out, [&] { return now; });
+  progress.set_work(plan, shape, 2, nullptr, /*announce=*/false);
+  // Stage 0 passes a prompt a second; the last stage finishes one every 3 s.
+  ProgressCounts done{};
+  for (int t = 1; t <= 6; ++t) {
+    now = t;
+    if (t <= 4) {
+      ++done.micro_batches;
+      done.tokens += 100;
+    }
+    if (t % 3 == 0) ++done.prompts;
+    progress.update(done);
+  }
+  EXPECT_EQ(progress.fraction_done(done), 1.0);           // stage 0 is done
+  EXPECT_NEAR(progress.eta_seconds(done, 6), 6.0, 1e-9);  // two prompts left at 3 s each
+  // Before any prompt arrives: stage 0's pace for the rest, and the last chunk through stage 1.
+  ProgressReporter fresh(1000.0, plan.total_tokens(), 4, out, [&] { return 0.0; });
+  fresh.set_work(plan, shape, 2, nullptr, false);
+  EXPECT_NEAR(fresh.eta_seconds(ProgressCounts{2, 200, 0}, 2), 2.0 + 1.0, 1e-9);
+  std::fclose(out);
+}
+
+TEST(Summary, FlopRatesCarryTheirUnit) {
+  EXPECT_EQ(trace::flop_rate_text(124.41e9), "124.41 GFLOP/s");
+  EXPECT_EQ(trace::flop_rate_text(2945234.59e9), "2.95 PFLOP/s");
+  EXPECT_EQ(trace::flop_rate_text(1.5e12), "1.50 TFLOP/s");
+  EXPECT_EQ(trace::flop_rate_text(0), "0.00 GFLOP/s");
 }
