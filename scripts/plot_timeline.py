@@ -1,71 +1,150 @@
 #!/usr/bin/env python3
-"""Gantt chart of a pipefill timeline (a run's output, or `simulate --timeline`).
+"""Gantt chart of a pipefill timeline.
 
-usage: scripts/plot_timeline.py OUT.h5 [--out timeline.png] [--until SECONDS]
+Reads either of the two files a run leaves:
+  OUT.h5      a run's output (its /timeline dataset), or `pipefill simulate --timeline FILE`
+  TRACE.json  the Chrome/Perfetto trace `pipefill run --trace TRACE.json` writes
+
+usage: scripts/plot_timeline.py FILE [--out timeline.png] [--until SECONDS]
 
 One row per (stage, TP rank). Compute in two alternating blues by prompt (so prompt
-boundaries show), LM head in purple, waiting for a receive in light orange, blocking on a
-send commit in red, TP all-reduces as thin green ticks inside compute. Dashed lines mark the
-start of each prompt's first chunk on stage 0.
+boundaries show), LM head in purple, loading a prefix from the KV store in brown, copying K/V
+out for an export in grey, waiting for a receive in light orange, blocking on a send commit
+in red, TP all-reduces as thin green ticks inside compute. Dashed lines mark the start of each
+prompt's first chunk on stage 0.
 """
 import argparse
+import json
 import os
+import sys
 
-import h5py
 import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 from matplotlib.patches import Patch  # noqa: E402
 
-KINDS = ["compute", "recv_wait", "send_commit", "allreduce", "lm_head"]
-COLORS = {"recv_wait": "#f5b971", "send_commit": "#d62728", "allreduce": "#2ca02c", "lm_head": "#9467bd"}
+# The kinds' names as pipefill writes them (the /timeline attribute kind_names, the trace's
+# "cat"); an output older than a kind simply has none of it.
+DEFAULT_KINDS = ["compute", "recv_wait", "send_commit", "allreduce", "lm_head", "kv_load", "kv_export"]
+COLORS = {"recv_wait": "#f5b971", "send_commit": "#d62728", "allreduce": "#2ca02c", "lm_head": "#9467bd",
+          "kv_load": "#8c564b", "kv_export": "#7f7f7f"}
+LABELS = {"lm_head": "LM head", "kv_load": "prefix from the KV store", "kv_export": "K/V copied out for export",
+          "recv_wait": "waiting for a receive", "send_commit": "blocked on a send commit",
+          "allreduce": "TP all-reduce"}
 PROMPT_BLUES = ["#1f77b4", "#7fb2e0"]
 
 
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def read_h5(path):
+    """Events as dicts, and the run's attributes, from an output's /timeline."""
+    import h5py
+
+    try:
+        f = h5py.File(path, "r")
+    except OSError as e:
+        fail(f"{path} cannot be read as HDF5 ({e})")
+    with f:
+        if "timeline" not in f:
+            fail(f"{path} has no /timeline: not a finished pipefill output (a .partial file gets its timeline only "
+                 "when every prompt is done)")
+        t = f["timeline"][:]
+        names = f["timeline"].attrs.get("kind_names", ",".join(DEFAULT_KINDS))
+        names = (names.decode() if isinstance(names, bytes) else str(names)).split(",")
+        attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
+    events = [{"kind": names[int(e["kind"])], "stage": int(e["stage"]), "tp_rank": int(e["tp_rank"]),
+               "prompt": int(e["prompt"]), "chunk_start": int(e["chunk_start"]),
+               "start": float(e["t_start_s"]), "end": float(e["t_end_s"])} for e in t]
+    return events, attrs
+
+
+def read_trace(path):
+    """Events from a Chrome trace (`--trace`): complete events, pid = stage, tid = TP rank."""
+    try:
+        with open(path) as f:
+            trace = json.load(f)
+    except (OSError, ValueError) as e:
+        fail(f"{path} is not a readable JSON trace ({e})")
+    records = trace.get("traceEvents") if isinstance(trace, dict) else None
+    if not isinstance(records, list):
+        fail(f"{path} has no traceEvents: not a trace that `pipefill run --trace` wrote")
+    events = []
+    for e in records:
+        if e.get("ph") != "X":
+            continue
+        args = e.get("args", {})
+        events.append({"kind": e.get("cat", "compute"), "stage": int(e["pid"]), "tp_rank": int(e["tid"]),
+                       "prompt": int(args.get("prompt", 0)), "chunk_start": int(args.get("chunk_start", -1)),
+                       "start": e["ts"] / 1e6, "end": (e["ts"] + e["dur"]) / 1e6})
+    return events, {}
+
+
+def read_events(path):
+    if not os.path.isfile(path):
+        fail(f"{path} does not exist (give the run's OUT.h5 or the JSON file --trace wrote)")
+    with open(path, "rb") as f:
+        head = f.read(8)
+    if head.startswith(b"\x89HDF"):
+        return read_h5(path)
+    if head.lstrip()[:1] in (b"{", b"["):
+        return read_trace(path)
+    fail(f"{path} is neither HDF5 (a run's output) nor JSON (a --trace file)")
+
+
 def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("file")
-    ap.add_argument("--out", default=None)
+    ap = argparse.ArgumentParser(
+        description="Gantt chart of a pipefill timeline: one row per (stage, TP rank), each event a bar.",
+        epilog="FILE is a run's output OUT.h5 (its /timeline), a `pipefill simulate --timeline` file, or the "
+               "JSON trace `pipefill run --trace TRACE.json` writes.")
+    ap.add_argument("file", metavar="FILE", help="OUT.h5 or TRACE.json")
+    ap.add_argument("--out", default=None, help="the PNG to write (default: FILE's name with _timeline.png)")
     ap.add_argument("--until", type=float, default=None, help="show only the first SECONDS")
     args = ap.parse_args()
-    with h5py.File(args.file, "r") as f:
-        t = f["timeline"][:]
-        attrs = dict(f.attrs)
-    rows = sorted({(int(s), int(r)) for s, r in zip(t["stage"], t["tp_rank"])})
+    events, attrs = read_events(args.file)
+    if not events:
+        fail(f"{args.file} holds no timeline events")
+    rows = sorted({(e["stage"], e["tp_rank"]) for e in events})
     row_of = {key: i for i, key in enumerate(rows)}
-    fig, ax = plt.subplots(figsize=(14, 1.2 + 0.45 * len(rows)))
-    for e in t:
-        if args.until is not None and e["t_start_s"] > args.until:
+    fig, ax = plt.subplots(figsize=(14, 1.6 + 0.45 * len(rows)))
+    kinds_seen = set()
+    for e in events:
+        if args.until is not None and e["start"] > args.until:
             continue
-        kind = KINDS[int(e["kind"])]
-        y = row_of[(int(e["stage"]), int(e["tp_rank"]))]
-        start, width = e["t_start_s"], e["t_end_s"] - e["t_start_s"]
+        kind = e["kind"]
+        kinds_seen.add(kind)
+        y = row_of[(e["stage"], e["tp_rank"])]
+        start, width = e["start"], e["end"] - e["start"]
         if kind == "compute":
-            ax.broken_barh([(start, width)], (y - 0.4, 0.8), facecolor=PROMPT_BLUES[int(e["prompt"]) % 2],
+            ax.broken_barh([(start, width)], (y - 0.4, 0.8), facecolor=PROMPT_BLUES[e["prompt"] % 2],
                            edgecolor="white", linewidth=0.4)  # chunk boundaries stay visible
         elif kind == "allreduce":
             ax.broken_barh([(start, width)], (y + 0.25, 0.15), color=COLORS[kind])
         else:
-            ax.broken_barh([(start, width)], (y - 0.4, 0.8), color=COLORS[kind])
-    first = t[(t["kind"] == 0) & (t["stage"] == 0) & (t["chunk_start"] == 0)]
-    for e in first:
-        ax.axvline(e["t_start_s"], color="gray", linestyle="--", linewidth=0.7)
+            ax.broken_barh([(start, width)], (y - 0.4, 0.8), color=COLORS.get(kind, "black"))
+    for e in events:
+        if e["kind"] == "compute" and e["stage"] == 0 and e["chunk_start"] == 0:
+            ax.axvline(e["start"], color="gray", linestyle="--", linewidth=0.7)
     ax.set_yticks(range(len(rows)))
     ax.set_yticklabels([f"stage {s} / tp {r}" for s, r in rows])
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the run's start (rank 0 clock)")
     if args.until is not None:
         ax.set_xlim(0, args.until)
-    policy = attrs.get("chunk_policy_used", b"")
-    policy = policy.decode() if isinstance(policy, bytes) else str(policy)
-    ax.set_title(f"{os.path.basename(args.file)}: pp {attrs.get('pp')} x tp {attrs.get('tp')}, chunk {attrs.get('chunk_size')} ({policy})")
-    ax.legend(handles=[Patch(color=PROMPT_BLUES[0], label="compute (prompts alternate shades)"),
-                       Patch(color=COLORS["lm_head"], label="LM head"),
-                       Patch(color=COLORS["recv_wait"], label="waiting for a receive"),
-                       Patch(color=COLORS["send_commit"], label="blocked on a send commit"),
-                       Patch(color=COLORS["allreduce"], label="TP all-reduce")],
-              loc="upper center", bbox_to_anchor=(0.5, -0.18), ncol=5, fontsize=8, frameon=False)
+    title = os.path.basename(args.file)
+    if attrs:
+        title += f": pp {attrs.get('pp')} x tp {attrs.get('tp')}, chunk {attrs.get('chunk_size')}"
+        if attrs.get("chunk_policy_used"):
+            title += f" ({attrs.get('chunk_policy_used')})"
+    ax.set_title(title)
+    handles = [Patch(color=PROMPT_BLUES[0], label="compute (prompts alternate shades)")]
+    handles += [Patch(color=COLORS[k], label=LABELS[k]) for k in COLORS if k in kinds_seen]
+    # The legend goes above the plot, so it never covers the x axis's label.
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.08), ncol=min(len(handles), 4),
+              fontsize=8, frameon=False)
     fig.tight_layout()
     out = args.out or args.file.rsplit(".", 1)[0] + "_timeline.png"
     fig.savefig(out, dpi=110)

@@ -127,7 +127,7 @@ class StageLoop {
   std::unique_ptr<ResultSender> sender_;  // the last stage
   std::unique_ptr<TokenScorer> scorer_;   // the last stage, with --logprobs or --top-k
   std::vector<float> logits_shard_;
-  const int hidden_width_;  // 0: none stored
+  const int hidden_width_;                        // 0: none stored
   std::unique_ptr<HiddenStateRows> hidden_rows_;  // the last stage's TP rank 0, with --hidden-states
   // Prefix reuse: the prompts that take over each prompt's first KV pages when it finishes.
   std::vector<std::vector<int>> heirs_;
@@ -246,6 +246,7 @@ std::optional<dist::ReadySlot> StageLoop::receive_forward(long long i) {
 }
 
 void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
+  if (mb.is_first && ctx_.plan.reuse[mb.prompt].store_entry >= 0) load_prefix(mb);
   {
     // Host-timed backends: the span is the forward call. Device-timed ones return at once
     // and report the span from CUDA events (record_device_spans).
@@ -253,7 +254,6 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
     if (!device_timed_) span.emplace(ctx_.timeline, EventKind::kCompute, mb);
     // Names the micro-batch for the watchdog, should a TP all-reduce inside never complete.
     dist::WaitLabel label(stage_name_ + " computing " + describe(mb) + (topo_.tp > 1 ? " (TP all-reduces)" : ""));
-    if (mb.is_first && ctx_.plan.reuse[mb.prompt].store_entry >= 0) load_prefix(mb);
     const compute::ChunkContext chunk{mb.prompt, mb.start, mb.length, mb.index};
     ctx_.compute.forward(chunk, state.data());
   }
@@ -274,6 +274,7 @@ void StageLoop::finish_prompt(const sched::MicroBatch& mb) {
 // pages hold it), in pieces of at most 512 tokens, before its first chunk.
 void StageLoop::export_kv(const sched::MicroBatch& mb) {
   constexpr int kPrefixPiece = 512;
+  trace::Timeline::Scope span(ctx_.timeline, EventKind::kKvExport, mb);
   if (mb.is_first)
     for (int64_t at = 0; at < mb.start; at += kPrefixPiece)
       export_kv_rows(mb.prompt, at, static_cast<int>(std::min<int64_t>(kPrefixPiece, mb.start - at)), false);
@@ -289,7 +290,8 @@ void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_las
   const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim;
   std::vector<float> keys(floats), values(layout.latent ? 0 : floats);
   ctx_.compute.read_kv(prompt, start, count, keys.data(), values.data());
-  dist::WaitLabel label(stage_name_ + " queueing the KV export of prompt " + std::to_string(prompt) + " (the disk is behind)");
+  dist::WaitLabel label(stage_name_ + " queueing the KV export of prompt " + std::to_string(prompt) +
+                        " (the disk is behind)");
   if (ctx_.kv_export && ctx_.kv_store) ctx_.kv_store->exporter().add_chunk(prompt, start, count, keys, values, is_last);
   any.add_chunk(prompt, start, count, std::move(keys), std::move(values), is_last);
 }
@@ -299,6 +301,7 @@ void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_las
 void StageLoop::load_prefix(const sched::MicroBatch& mb) {
   constexpr int kPiece = 512;
   const sched::PrefixReuse& reuse = ctx_.plan.reuse[mb.prompt];
+  trace::Timeline::Scope span(ctx_.timeline, EventKind::kKvLoad, mb);
   dist::WaitLabel label(stage_name_ + " loading the first " + std::to_string(reuse.tokens) + " tokens of prompt " +
                         std::to_string(mb.prompt) + " from the KV store");
   std::vector<float> keys, values;
@@ -366,7 +369,8 @@ void StageLoop::finish_micro_batch(const sched::MicroBatch& mb) {
 void StageLoop::post_receives_until(long long end) {
   if (topo_.first_stage()) return;
   for (; next_to_post_ < end; ++next_to_post_)
-    receives_.push_back(transport_.post_recv(mbs_[next_to_post_].length * ctx_.hidden_size, dist::tag_of(next_to_post_)));
+    receives_.push_back(
+        transport_.post_recv(mbs_[next_to_post_].length * ctx_.hidden_size, dist::tag_of(next_to_post_)));
 }
 
 void StageLoop::apply_cutoff(long long cutoff) {
@@ -402,6 +406,8 @@ void StageLoop::record_all_reduces(const sched::MicroBatch& mb) {
 
 }  // namespace
 
-LoopResult run_stage_loop(StageLoopContext& context) { return StageLoop(context).run(); }
+LoopResult run_stage_loop(StageLoopContext& context) {
+  return StageLoop(context).run();
+}
 
 }  // namespace pf::pipeline

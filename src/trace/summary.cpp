@@ -28,7 +28,10 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
   std::vector<double> busy(pp, 0.0);
   for (const auto& e : events) {
     const auto kind = static_cast<EventKind>(e.kind);
-    if (kind == EventKind::kCompute || kind == EventKind::kLmHead) busy[e.stage] += e.t_end_s - e.t_start_s;
+    // Busy: what the stage does itself, the KV store's loads and the export's copies included.
+    if (kind == EventKind::kCompute || kind == EventKind::kLmHead || kind == EventKind::kKvLoad ||
+        kind == EventKind::kKvExport)
+      busy[e.stage] += e.t_end_s - e.t_start_s;
     // The prompt's last LM-head span ends at its TTFT (with --logprobs every chunk has one).
     if (kind == EventKind::kLmHead && e.stage == pp - 1 && e.tp_rank == 0)
       s.ttft_s[e.prompt] = std::isnan(s.ttft_s[e.prompt]) ? e.t_end_s : std::max(s.ttft_s[e.prompt], e.t_end_s);

@@ -20,6 +20,10 @@ const char* event_kind_name(EventKind kind) {
       return "allreduce";
     case EventKind::kLmHead:
       return "lm_head";
+    case EventKind::kKvLoad:
+      return "kv_load";
+    case EventKind::kKvExport:
+      return "kv_export";
   }
   return "?";
 }

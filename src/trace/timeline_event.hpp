@@ -6,9 +6,17 @@
 
 namespace pf::trace {
 
-enum class EventKind : int32_t { kCompute = 0, kRecvWait = 1, kSendCommit = 2, kAllReduce = 3, kLmHead = 4 };
+enum class EventKind : int32_t {
+  kCompute = 0,
+  kRecvWait = 1,
+  kSendCommit = 2,
+  kAllReduce = 3,
+  kLmHead = 4,
+  kKvLoad = 5,    // a prefix read from --kv-store into the prompt's pages, before its first chunk
+  kKvExport = 6,  // a chunk's K/V copied out of the pool and queued for --save-kv / --kv-store
+};
 const char* event_kind_name(EventKind kind);
-constexpr int kNumEventKinds = 5;
+constexpr int kNumEventKinds = 7;
 
 // The record stored in the output file's /timeline (an HDF5 compound type of these fields).
 struct TimelineEvent {

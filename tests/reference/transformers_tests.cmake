@@ -52,3 +52,9 @@ set_tests_properties(transformers.fp8 PROPERTIES FIXTURES_REQUIRED venv LABELS "
 pf_venv_test(kv_export.python_loader kv_load_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/kv_load_check)
 set_tests_properties(kv_export.python_loader PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
                      TIMEOUT 300 PROCESSORS 2)
+
+# scripts/plot_timeline.py on a real run's output and --trace file (pp 2, --save-kv: the
+# export's copies are events too), and its one-line refusals of anything else.
+pf_venv_test(tools.plot_timeline plot_timeline_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/plot_timeline_check)
+set_tests_properties(tools.plot_timeline PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
+                     TIMEOUT 300 PROCESSORS 2)
