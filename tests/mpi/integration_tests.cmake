@@ -77,7 +77,11 @@ pf_mpi_case(tiny.pp2_dynamic_cost_model tiny 2 --pp 2 --dynamic-chunking --cost-
             --chunk-size 128 --page-size 16)
 pf_mpi_case(tiny.pp2_pipefill_cost_model tiny 2 --pp 2 --chunk-policy pipefill --cost-model ${PF_DATA}/cost_tiny_pp2.json
             --chunk-size 128 --page-size 16 --smooth-factor 0.6)
-foreach(case tiny.pp2_dynamic_cost_model tiny.pp2_pipefill_cost_model)
+# A cost model under which fixed chunks are predicted faster: the pipefill policy keeps them.
+pf_mpi_case(tiny.pp2_pipefill_slower_than_fixed tiny 2 --pp 2 --chunk-policy pipefill
+            --cost-model ${PF_DATA}/cost_tiny_pp2_overhead.json --chunk-size 128 --page-size 16 --smooth-factor 0.6)
+set_tests_properties(mpi.tiny.pp2_pipefill_slower_than_fixed PROPERTIES ENVIRONMENT EXPECT_POLICY=fixed)
+foreach(case tiny.pp2_dynamic_cost_model tiny.pp2_pipefill_cost_model tiny.pp2_pipefill_slower_than_fixed)
   set_tests_properties(mpi.${case} PROPERTIES FIXTURES_REQUIRED "reference.tiny;numpy.tiny;prompts;cost_model")
 endforeach()
 set_tests_properties(mpi.tiny.pp2_dynamic_cost_model PROPERTIES ENVIRONMENT EXPECT_POLICY=sglang)
