@@ -34,8 +34,11 @@ std::unique_ptr<sched::ChunkPolicy> policy_for(const PlanOptions& options) {
   fits = sched::load_cost_profile(c.cost_source.value).stages;
   std::string problem;
   auto policy = sched::make_dynamic_policy(c, fits, problem);
-  if (!policy) throw UserError(c.cost_source.value + " cannot drive dynamic chunking: " + problem);
-  return policy;
+  if (policy) return policy;
+  // What `pipefill run` does with the same profile: it says why, and runs fixed chunks.
+  std::fprintf(stderr, "warning: dynamic chunking disabled, using fixed chunks of %d (%s cannot drive it: %s)\n",
+               c.initial_chunk, c.cost_source.value.c_str(), problem.c_str());
+  return std::make_unique<sched::FixedChunkPolicy>(c.initial_chunk);
 }
 
 }  // namespace

@@ -37,7 +37,8 @@ int profile_command(int argc, char** argv) {
   pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, {longest_profiled});
 
   const auto fits = pipeline::profile_stages(topo, *backend.compute, rank_model.shape.hidden_size, options.chunk_size,
-                                             options.points, /*all_stages=*/true, /*fresh=*/true, /*prefixed=*/true);
+                                             options.points, /*all_stages=*/true, /*fresh=*/true, /*prefixed=*/true,
+                                             /*report_progress=*/true);
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!topo.is_writer()) return;
     sched::CostProfile profile;
@@ -59,6 +60,16 @@ int profile_command(int argc, char** argv) {
                     fit->ok ? "" : fit->problem.c_str());
       }
     std::printf("wrote %s (held-out: mean relative error on prefixed chunks neither fit saw)\n", options.out.c_str());
+    // What `run` and `plan` will do with it, said now, once per policy that cannot use it.
+    for (const auto& [form, policy] : {std::pair{sched::CostForm::kPrefixAware, "--chunk-policy pipefill"},
+                                       std::pair{sched::CostForm::kFreshQuadratic, "--dynamic-chunking"}}) {
+      std::string problem;
+      for (const auto& f : *fits)
+        if (!f.fit(form).ok) problem = "stage " + std::to_string(f.stage) + ": " + f.fit(form).problem;
+      if (!problem.empty())
+        std::fprintf(stderr, "warning: with this profile, %s falls back to fixed chunks (%s)\n", policy,
+                     problem.c_str());
+    }
   });
   dist::free_topology(topo);
   return 0;

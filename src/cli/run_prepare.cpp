@@ -179,7 +179,8 @@ std::unique_ptr<PreparedRun> prepare_run(const RunOptions& options) {
   // (profiled now or loaded).
   const sched::PrefixPlan prefixes = share_prefixes(*run);
   run->decision = pipeline::decide_plan(run->topo, options.chunking, run->lengths, *run->backend.compute,
-                                        run->rank_model.shape.hidden_size, saved_costs, run->done, prefixes);
+                                        run->rank_model.shape.hidden_size, saved_costs, run->done, prefixes,
+                                        /*report_progress=*/!options.quiet);
   if (run->topo.is_writer() && !options.quiet) print_header(*run);
 
   // Transport of hidden states between stages (host MPI, or device buffers over NCCL).

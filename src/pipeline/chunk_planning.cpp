@@ -6,6 +6,7 @@
 
 #include "dist/collectives.hpp"
 #include "dist/root_decision.hpp"
+#include "dist/steady_clock.hpp"
 #include "errors.hpp"
 #include "pipeline/progress.hpp"
 #include "pipeline/stage_profiler.hpp"
@@ -45,10 +46,23 @@ std::string keep_the_faster_plan(sched::BatchPlan& plan, const sched::ChunkingOp
 dist::RootOnly<std::vector<sched::StageCostFit>> profile_stages(const dist::Topology& topo,
                                                                 compute::StageCompute& compute, int hidden_size,
                                                                 int initial_chunk, int points, bool all_stages,
-                                                                bool fresh, bool prefixed) {
+                                                                bool fresh, bool prefixed, bool report_progress) {
   std::string mine;  // this stage's fit as JSON (its TP rank 0), else empty
   if (all_stages || topo.first_stage()) {
-    const ProfileGrid grid{initial_chunk, points, compute.capacity_tokens()};
+    ProfileGrid grid{initial_chunk, points, compute.capacity_tokens(), {}};
+    // Rank 0 says how far its own stage is (the others time theirs alongside), every few
+    // seconds: a profile takes minutes on a large model.
+    const double start = dist::steady_seconds();
+    double last = start;
+    if (report_progress && topo.is_writer())
+      grid.progress = [&](const char* what, int done, int total) {
+        const double now = dist::steady_seconds();
+        if (done < total && now - last < 5) return;
+        last = now;
+        std::printf("profiling: stage 0 timed %d of %d %s (%.0f s)%s\n", done, total, what, now - start,
+                    all_stages && topo.pp > 1 ? ", every stage its own" : "");
+        std::fflush(stdout);
+      };
     const GroupMax group_max = [&](double local) {
       double result = local;
       MPI_Request request;
@@ -78,15 +92,15 @@ dist::RootOnly<std::vector<sched::StageCostFit>> profile_stages(const dist::Topo
 PlanDecision decide_plan(const dist::Topology& topo, const sched::ChunkingOptions& o,
                          const std::vector<int64_t>& prompt_lengths, compute::StageCompute& compute, int hidden_size,
                          const std::optional<sched::CostProfile>& saved, const std::vector<char>& done,
-                         const sched::PrefixPlan& prefixes) {
+                         const sched::PrefixPlan& prefixes, bool report_progress) {
   PlanDecision decision;
   // Profile unless a saved profile was loaded (rank 0 decides; every rank must agree).
   int must_profile = o.dynamic() && !(topo.is_writer() && saved) ? 1 : 0;
   dist::broadcast_int(must_profile, 0, MPI_COMM_WORLD);
   if (must_profile) {
     const bool fresh = o.cost_form == sched::CostForm::kFreshQuadratic;
-    decision.fits =
-        profile_stages(topo, compute, hidden_size, o.initial_chunk, o.profile_points, o.all_stages, fresh, !fresh);
+    decision.fits = profile_stages(topo, compute, hidden_size, o.initial_chunk, o.profile_points, o.all_stages, fresh,
+                                   !fresh, report_progress);
   } else if (topo.is_writer()) {
     decision.fits = dist::RootOnly<std::vector<sched::StageCostFit>>::on_root(
         saved ? saved->stages : std::vector<sched::StageCostFit>());

@@ -28,11 +28,13 @@ struct PlanDecision {
 };
 
 // Collective over MPI_COMM_WORLD: when profiling is needed, each profiled stage times its
-// own layers (TP-collective) and fits; the fits gather on rank 0.
+// own layers (TP-collective) and fits; the fits gather on rank 0. `report_progress`: rank 0
+// prints how far its stage is every few seconds.
 dist::RootOnly<std::vector<sched::StageCostFit>> profile_stages(const dist::Topology& topology,
                                                                 compute::StageCompute& compute, int hidden_size,
                                                                 int initial_chunk, int points, bool all_stages,
-                                                                bool fresh, bool prefixed);
+                                                                bool fresh, bool prefixed,
+                                                                bool report_progress = false);
 
 // Collective. `saved` is the loaded --cost-model and `prefixes` the order and reused prefixes
 // of prefix reuse (both rank 0 only), `done` the run's resume state (the prompts it skips;
@@ -40,6 +42,6 @@ dist::RootOnly<std::vector<sched::StageCostFit>> profile_stages(const dist::Topo
 PlanDecision decide_plan(const dist::Topology& topology, const sched::ChunkingOptions& options,
                          const std::vector<int64_t>& prompt_lengths, compute::StageCompute& compute, int hidden_size,
                          const std::optional<sched::CostProfile>& saved, const std::vector<char>& done = {},
-                         const sched::PrefixPlan& prefixes = {});
+                         const sched::PrefixPlan& prefixes = {}, bool report_progress = false);
 
 }  // namespace pf::pipeline

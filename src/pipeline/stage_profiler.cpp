@@ -49,6 +49,7 @@ std::vector<sched::ChunkSample> profile_fresh_prompts(compute::StageCompute& com
     const double seconds = timed_forward(compute, group_max, 0, lengths[i], hidden_size);
     compute.finish_prompt(kProfilePrompt);
     if (i > 0) samples.push_back({0, static_cast<double>(lengths[i]), seconds});  // first: warm-up
+    if (grid.progress) grid.progress("fresh prompts", static_cast<int>(i + 1), static_cast<int>(lengths.size()));
   }
   return samples;
 }
@@ -64,15 +65,19 @@ std::vector<sched::ChunkSample> profile_prefixed_chunks(compute::StageCompute& c
   compute.finish_prompt(kProfilePrompt);
 
   std::vector<sched::ChunkSample> samples;
+  const int total = levels * static_cast<int>(sizes.size());
   for (int level = 0; level < levels; ++level) {
     const int64_t prefix = max_prefix * level / (levels - 1);
-    for (int size : sizes) {
-      const int tokens = static_cast<int>(std::min<int64_t>(size, grid.max_tokens - prefix));
-      if (tokens <= 0) continue;
-      compute.prepare_prefix(kProfilePrompt, prefix, tokens);
-      const double seconds = timed_forward(compute, group_max, prefix, tokens, hidden_size);
-      compute.finish_prompt(kProfilePrompt);
-      samples.push_back({static_cast<double>(prefix), static_cast<double>(tokens), seconds});
+    for (size_t k = 0; k < sizes.size(); ++k) {
+      const int tokens = static_cast<int>(std::min<int64_t>(sizes[k], grid.max_tokens - prefix));
+      if (tokens > 0) {
+        compute.prepare_prefix(kProfilePrompt, prefix, tokens);
+        const double seconds = timed_forward(compute, group_max, prefix, tokens, hidden_size);
+        compute.finish_prompt(kProfilePrompt);
+        samples.push_back({static_cast<double>(prefix), static_cast<double>(tokens), seconds});
+      }
+      if (grid.progress)
+        grid.progress("chunks after prefixes", level * static_cast<int>(sizes.size()) + static_cast<int>(k) + 1, total);
     }
   }
   return samples;

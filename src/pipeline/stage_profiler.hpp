@@ -22,6 +22,8 @@ struct ProfileGrid {
   int initial_chunk = 4096;  // C0
   int points = 16;           // forwards per sample set (at most 128)
   int64_t max_tokens = 0;    // prefix + chunk must fit the stage (StageCompute::capacity_tokens)
+  // Called after each timed forward of a sample set (`what`): `done` of `total` (may be empty).
+  std::function<void(const char* what, int done, int total)> progress;
 };
 
 // Reduces a local duration to the TP group's maximum (the group finishes together).

@@ -2,6 +2,7 @@
 #include "sched/cost_model.hpp"
 
 #include <cmath>
+#include <cstdio>
 
 #include "errors.hpp"
 #include "sched/chunking_options.hpp"
@@ -10,14 +11,19 @@ namespace pf::sched {
 
 const char* policy_name(ChunkPolicyKind kind) {
   switch (kind) {
-    case ChunkPolicyKind::kFixed: return "fixed";
-    case ChunkPolicyKind::kSglang: return "sglang";
-    case ChunkPolicyKind::kPipefill: return "pipefill";
+    case ChunkPolicyKind::kFixed:
+      return "fixed";
+    case ChunkPolicyKind::kSglang:
+      return "sglang";
+    case ChunkPolicyKind::kPipefill:
+      return "pipefill";
   }
   return "?";
 }
 
-const char* cost_form_name(CostForm form) { return form == CostForm::kFreshQuadratic ? "sglang" : "prefix"; }
+const char* cost_form_name(CostForm form) {
+  return form == CostForm::kFreshQuadratic ? "sglang" : "prefix";
+}
 
 CostForm parse_cost_form(const std::string& name) {
   if (name == "sglang") return CostForm::kFreshQuadratic;
@@ -106,7 +112,9 @@ std::optional<std::vector<double>> fit_columns(const std::vector<ChunkSample>& s
 // a must be positive: attention makes every chunk dearer as the prefix grows.
 bool check_quadratic(FitResult& result, double raw_a) {
   if (raw_a > 0) return result.ok = true;
-  result.problem = "fitted quadratic coefficient a = " + std::to_string(raw_a) + " is not positive";
+  char text[96];
+  std::snprintf(text, sizeof text, "fitted quadratic coefficient a = %.3g is not positive", raw_a);
+  result.problem = text;
   return false;
 }
 
@@ -115,10 +123,13 @@ bool check_quadratic(FitResult& result, double raw_a) {
 FitResult fit_fresh_quadratic(const std::vector<ChunkSample>& samples) {
   FitResult result;
   result.model.form = CostForm::kFreshQuadratic;
-  const auto w = fit_columns(samples, 3, [](const ChunkSample& s) {
-    const double n = s.prefix + s.tokens;  // a fresh prompt: prefix is 0
-    return std::vector<double>{n * n, n, 1.0};
-  }, result.problem);
+  const auto w = fit_columns(
+      samples, 3,
+      [](const ChunkSample& s) {
+        const double n = s.prefix + s.tokens;  // a fresh prompt: prefix is 0
+        return std::vector<double>{n * n, n, 1.0};
+      },
+      result.problem);
   if (!w) return result;
   result.model.a = (*w)[0];
   result.model.b = std::max(0.0, (*w)[1]);
@@ -129,9 +140,12 @@ FitResult fit_fresh_quadratic(const std::vector<ChunkSample>& samples) {
 FitResult fit_prefix_aware(const std::vector<ChunkSample>& samples) {
   FitResult result;
   result.model.form = CostForm::kPrefixAware;
-  const auto w = fit_columns(samples, 4, [](const ChunkSample& s) {
-    return std::vector<double>{2.0 * s.prefix * s.tokens + s.tokens * s.tokens, s.tokens, s.prefix, 1.0};
-  }, result.problem);
+  const auto w = fit_columns(
+      samples, 4,
+      [](const ChunkSample& s) {
+        return std::vector<double>{2.0 * s.prefix * s.tokens + s.tokens * s.tokens, s.tokens, s.prefix, 1.0};
+      },
+      result.problem);
   if (!w) return result;
   result.model.a = (*w)[0];
   result.model.b = std::max(0.0, (*w)[1]);

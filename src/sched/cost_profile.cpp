@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <cstdio>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -77,6 +78,18 @@ StageCostFit fit_stage(int stage, const std::vector<ChunkSample>& fresh, const s
     if (f.sglang.ok) f.sglang_heldout_error = mean_relative_error(f.sglang.model, heldout);
     if (f.prefix.ok) f.prefix_heldout_error = mean_relative_error(f.prefix.model, heldout);
   }
+  // A prefix fit that misses the chunks it did not see by this much plans chunks on noise.
+  // (The SGLang fit is scored too but kept as SGLang keeps it: it never sees a prefix.)
+  if (f.prefix.ok && f.prefix_heldout_error > kMaxHeldoutError) {
+    char text[160];
+    std::snprintf(text, sizeof text, "it misses the held-out chunks by %.1f%% on average (limit %.0f%%)",
+                  100 * f.prefix_heldout_error, 100 * kMaxHeldoutError);
+    f.prefix.ok = false;
+    f.prefix.problem = text;
+  }
+  // Every failure says what would fix it, in every command that shows it (profile, plan, run).
+  for (FitResult* fit : {&f.sglang, &f.prefix})
+    if (!fit->ok && fit->problem != "not profiled") fit->problem += kFitAdvice;
   return f;
 }
 

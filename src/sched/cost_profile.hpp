@@ -14,11 +14,11 @@ namespace pf::sched {
 
 struct StageCostFit {
   int stage = 0;
-  FitResult sglang;               // fit of fresh prompts (kFreshQuadratic)
-  FitResult prefix;               // fit of prefixed chunks (kPrefixAware)
+  FitResult sglang;  // fit of fresh prompts (kFreshQuadratic)
+  FitResult prefix;  // fit of prefixed chunks (kPrefixAware)
   int fresh_points = 0;
-  int prefixed_points = 0;        // used for the fit
-  int heldout_points = 0;         // prefixed chunks kept out of both fits
+  int prefixed_points = 0;           // used for the fit
+  int heldout_points = 0;            // prefixed chunks kept out of both fits
   double sglang_heldout_error = -1;  // mean relative error on the held-out chunks, -1: none
   double prefix_heldout_error = -1;
 
@@ -28,8 +28,17 @@ struct StageCostFit {
 nlohmann::json to_json(const StageCostFit& fit);
 StageCostFit stage_fit_from_json(const nlohmann::json& json);
 
+// A prefix fit whose mean relative error on the held-out chunks exceeds this is not used.
+constexpr double kMaxHeldoutError = 0.2;
+// Appended to a failed fit's problem: what a user can change to get a usable one.
+constexpr const char* kFitAdvice =
+    "; to fix: more points (--profile-points 32 or more), a longer prefix (`pipefill profile --max-prefix` up to "
+    "your longest prompt) or a larger --chunk-size, timed on an otherwise idle machine";
+
 // Every prefixed sample whose index % 4 == 3 is held out; the rest fit the prefix model.
-// The SGLang model fits all fresh samples. Both are scored on the held-out chunks.
+// The SGLang model fits all fresh samples. Both are scored on the held-out chunks; a prefix
+// fit that misses them by more than kMaxHeldoutError is marked not ok, and every failed fit's
+// problem ends with kFitAdvice.
 StageCostFit fit_stage(int stage, const std::vector<ChunkSample>& fresh, const std::vector<ChunkSample>& prefixed);
 
 struct CostProfile {

@@ -187,6 +187,30 @@ TEST(CostFit, FailuresAndClamps) {
   EXPECT_FALSE(fit_fresh_quadratic(same_length).ok);  // rank deficient
 }
 
+// A prefix fit that misses its held-out chunks by more than 20 % is not used, and every failed
+// fit says what would fix it (the same text in profile, plan and run).
+TEST(CostFit, HeldOutChunksMissedByTooMuchFailTheFitWithAdvice) {
+  const ChunkCostModel truth{CostForm::kPrefixAware, 2e-9, 5e-5, 3e-3, 1e-7};
+  std::vector<ChunkSample> fresh, prefixed;
+  for (int n = 1; n <= 12; ++n) fresh.push_back({0, 400.0 * n, truth.chunk_time(0, 400.0 * n)});
+  int index = 0;
+  for (int prefix : {0, 8000, 16000, 24000})
+    for (int tokens : {1024, 2048, 4096, 5120}) {
+      const double scale = index++ % 4 == 3 ? 1.5 : 1.0;  // the held-out quarter ran 50 % slower
+      prefixed.push_back({double(prefix), double(tokens), truth.chunk_time(prefix, tokens) * scale});
+    }
+  const StageCostFit fit = fit_stage(0, fresh, prefixed);
+  EXPECT_GT(fit.prefix_heldout_error, kMaxHeldoutError);
+  EXPECT_FALSE(fit.prefix.ok);
+  EXPECT_NE(fit.prefix.problem.find("misses the held-out chunks"), std::string::npos) << fit.prefix.problem;
+  EXPECT_NE(fit.prefix.problem.find("--profile-points"), std::string::npos) << fit.prefix.problem;
+  // The same samples, all on the model: both fits are used.
+  for (auto& sample : prefixed) sample.seconds = truth.chunk_time(sample.prefix, sample.tokens);
+  const StageCostFit good = fit_stage(0, fresh, prefixed);
+  EXPECT_TRUE(good.prefix.ok) << good.prefix.problem;
+  EXPECT_TRUE(good.sglang.ok) << good.sglang.problem;
+}
+
 TEST(CostFit, LeastSquaresSolvesAnExactSystem) {
   // y = 2 x0 - 3 x1 + 0.5
   std::vector<double> a, y;
