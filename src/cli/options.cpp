@@ -371,6 +371,10 @@ OptionTable<ProfileOptions> profile_table() {
       .then([](P& o) {
         if (o.max_prefix == 0) o.max_prefix = 4ll * o.chunk_size;
       });
+  t.add("logprobs",
+        "profile the layer partition that runs with --logprobs or --top-k use by default (their last stage, which "
+        "also runs the LM head on every token, gets fewer layers)",
+        &P::logprobs);
   return t;
 }
 

@@ -74,6 +74,7 @@ struct ProfileOptions {
   int page_size = sched::kDefaultPageSize;
   int points = 16;
   int64_t max_prefix = 0;  // longest prefix profiled; 0: 4 x chunk size
+  bool logprobs = false;   // profile the layout of runs that score every token (--logprobs, --top-k)
   std::string out;
 };
 

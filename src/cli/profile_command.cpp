@@ -27,7 +27,8 @@ int profile_command(int argc, char** argv) {
     throw UserError(compute::refusal(place.backend, compute::Product::kProfile, "profile"));
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
   const pipeline::RankModel rank_model =
-      pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition, place.expert_split);
+      pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition, place.expert_split,
+                                /*with_weights=*/true, /*scored_chunk=*/options.logprobs ? options.chunk_size : 0);
   const int longest_profiled = options.chunk_size + sched::chunk_floor(options.chunk_size);  // 1.25 C0
   pipeline::BackendRequest request =
       backend_request(place, options.page_size, sched::longest_chunk(options.chunk_size, options.page_size));

@@ -165,8 +165,10 @@ std::unique_ptr<PreparedRun> prepare_run(const RunOptions& options) {
   // Model: config.json (or preset), layer partition; for real compute also TP divisibility
   // and every tensor's shape. The emulator only counts FLOPs, so any config.json will do.
   const bool emulate = place.backend == compute::BackendKind::kEmulate;
-  run->rank_model = pipeline::open_rank_model(run->topo, place.model, place.seed, place.layer_partition,
-                                              place.expert_split, /*with_weights=*/!emulate);
+  run->rank_model =
+      pipeline::open_rank_model(run->topo, place.model, place.seed, place.layer_partition, place.expert_split,
+                                /*with_weights=*/!emulate,
+                                /*scored_chunk=*/options.token_rows_wanted() ? options.chunking.initial_chunk : 0);
   const std::optional<sched::CostProfile> saved_costs = read_inputs(*run);
   make_backend(*run, options.chunking.dynamic() && !saved_costs);
   if (!open_outputs(*run)) {

@@ -74,6 +74,7 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
     if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp);
     if (!options.quiet) {
       trace::print_summary(summary, stdout);
+      trace::print_partition_advice(summary, run.rank_model.partition, stdout);
       trace::print_traffic(traffic, stdout);
       trace::print_expert_load(expert_load, stdout);
       trace::print_op_times(op_times, stdout);

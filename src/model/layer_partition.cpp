@@ -1,9 +1,13 @@
 // Layer partition: default SGLang split or an explicit list.
 #include "model/layer_partition.hpp"
 
+#include <algorithm>
+#include <cmath>
+#include <numeric>
 #include <sstream>
 
 #include "errors.hpp"
+#include "model/model_shape.hpp"
 
 namespace pf::model {
 namespace {
@@ -28,6 +32,42 @@ std::vector<StageRange> default_partition(int num_layers, int num_stages) {
   const int extra = num_layers % num_stages;
   for (int s = num_stages - extra; s < num_stages; ++s) ++counts[s];
   return from_counts(counts);
+}
+
+std::vector<StageRange> balanced_partition(int num_layers, int num_stages, double last_stage_extra) {
+  std::vector<StageRange> even = default_partition(num_layers, num_stages);
+  if (!(last_stage_extra > 0) || num_stages < 2) return even;
+  // The last stage's share of the whole load (layers + extra), less its extra, at least one
+  // layer and at most what leaves one for every other stage.
+  const double share = (num_layers + last_stage_extra) / num_stages - last_stage_extra;
+  const int last = std::clamp(static_cast<int>(std::lround(share)), 1, num_layers - (num_stages - 1));
+  std::vector<StageRange> rest = default_partition(num_layers - last, num_stages - 1);
+  rest.push_back({num_layers - last, last});
+  return rest;
+}
+
+double lm_head_in_layers(const ModelShape& shape, int chunk) {
+  const double tokens = std::max(chunk, 1);
+  const double layer = shape.matmul_flops(shape.num_layers / 2, 1.0) + shape.attention_flops(0, tokens) / tokens;
+  return layer > 0 ? shape.lm_head_flops() / layer : 0.0;
+}
+
+std::vector<StageRange> suggested_partition(const std::vector<StageRange>& used, const std::vector<double>& busy_s) {
+  const int stages = static_cast<int>(used.size());
+  if (stages < 2 || static_cast<int>(busy_s.size()) != stages) return {};
+  // A layer's time at the pace of the stages before the last (which do only layers).
+  double seconds = 0;
+  int layers = 0;
+  for (int s = 0; s + 1 < stages; ++s) {
+    seconds += busy_s[s];
+    layers += used[s].count;
+  }
+  if (!(seconds > 0) || layers == 0) return {};
+  const double per_layer = seconds / layers;
+  const double extra = std::max(0.0, busy_s.back() / per_layer - used.back().count);
+  const int total =
+      std::accumulate(used.begin(), used.end(), 0, [](int n, const StageRange& r) { return n + r.count; });
+  return balanced_partition(total, stages, extra);
 }
 
 std::vector<StageRange> parse_partition(const std::string& text, int num_layers, int num_stages) {

@@ -15,9 +15,25 @@ struct StageRange {
 // (the last stage finishes a prompt last, so the early stages are the ones that idle less).
 std::vector<StageRange> default_partition(int num_layers, int num_stages);
 
+// The default when the last stage also does `last_stage_extra` layers' worth of other work
+// (the LM head on every token with --logprobs / --top-k): it takes that many fewer layers, the
+// others share them as evenly as SGLang's rule does. 0: default_partition exactly.
+std::vector<StageRange> balanced_partition(int num_layers, int num_stages, double last_stage_extra);
+
+// What the last stage's LM head on every token is worth in layers of `shape`'s model, at
+// chunks of `chunk` tokens from position 0 (a layer's projections, plus its attention over the
+// chunk's average prefix): the `last_stage_extra` of a run that scores every token.
+struct ModelShape;
+double lm_head_in_layers(const ModelShape& shape, int chunk);
+
 // "15,15,15,16": one positive count per stage summing to num_layers, else UserError.
 std::vector<StageRange> parse_partition(const std::string& text, int num_layers, int num_stages);
 
 std::string partition_text(const std::vector<StageRange>& partition);  // "4,4"
+
+// A partition that evens out measured per-stage busy seconds: each stage's per-layer time from
+// its own busy time, the last stage's surplus over its layers at the others' pace counted as
+// extra work (its LM head). Empty when pp < 2 or nothing was measured.
+std::vector<StageRange> suggested_partition(const std::vector<StageRange>& used, const std::vector<double>& busy_s);
 
 }  // namespace pf::model

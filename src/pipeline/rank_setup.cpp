@@ -61,7 +61,8 @@ const model::ModelConfig& RankModel::config() const {
 }
 
 RankModel open_rank_model(const dist::Topology& topo, const std::string& model_flag, uint64_t seed,
-                          const std::string& partition_text, model::ExpertSplit expert_split, bool with_weights) {
+                          const std::string& partition_text, model::ExpertSplit expert_split, bool with_weights,
+                          int scored_chunk) {
   RankModel m;
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (with_weights) {
@@ -80,7 +81,9 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
     }
     m.shape = model::shape_from_json(m.config_json, model_flag);
     const int layers = m.shape.num_layers;
-    m.partition = partition_text.empty() ? model::default_partition(layers, topo.pp)
+    // Scoring every token puts the LM head on every chunk of the last stage: it gets fewer layers.
+    const double last_stage_extra = scored_chunk > 0 ? model::lm_head_in_layers(m.shape, scored_chunk) : 0.0;
+    m.partition = partition_text.empty() ? model::balanced_partition(layers, topo.pp, last_stage_extra)
                                          : model::parse_partition(partition_text, layers, topo.pp);
   });
   // Every rank must hold the same model as rank 0 before anything sizes itself from it.

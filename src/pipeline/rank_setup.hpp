@@ -40,12 +40,15 @@ struct RankModel {
 };
 
 // Collective. Opens config.json (or the preset), partitions the layers (`partition_text`
-// empty: SGLang's default), and checks that every rank sees rank 0's config and, for the
+// empty: SGLang's default, or with `scored_chunk` > 0, a run that scores every token in chunks
+// of that size, the last stage lightened by its LM head's work: model::balanced_partition),
+// and checks that every rank sees rank 0's config and, for the
 // tensors it will load, rank 0's checkpoint (headers and sampled bytes). With `with_weights` (real compute): the strict
 // config, TP divisibility, and rank 0 checks every tensor's shape. Without (emulate): any config.json the cost model
 // can count (dense, MoE, MLA).
 RankModel open_rank_model(const dist::Topology& topology, const std::string& model_flag, uint64_t seed,
-                          const std::string& partition_text, model::ExpertSplit expert_split, bool with_weights = true);
+                          const std::string& partition_text, model::ExpertSplit expert_split, bool with_weights = true,
+                          int scored_chunk = 0);
 
 // Collective. This rank's layers and TP shard only, with the digests of what it read.
 model::StageWeights load_rank_weights(const dist::Topology& topology, const RankModel& rank_model);

@@ -187,7 +187,11 @@ void check_profile_matches(const CostProfile& profile, const nlohmann::json& ide
     if (!profile.identity.contains(key) || profile.identity[key] != value)
       throw UserError(path + " was profiled for another " + key + " (" +
                       (profile.identity.contains(key) ? profile.identity[key].dump() : "none") + ", this run: " +
-                      value.dump() + "); profile again with `pipefill profile` for this configuration");
+                      value.dump() + "); profile again with `pipefill profile` for this configuration" +
+                      (key == "layer_partition"
+                           ? " (runs with --logprobs or --top-k give the last stage fewer layers by default: profile "
+                             "them with `pipefill profile --logprobs`, or give --layer-partition)"
+                           : ""));
   }
   // Keys written only when not at their default (--dtype): a profile that has one the run
   // lacks was measured on another configuration too.

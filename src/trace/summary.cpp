@@ -42,6 +42,7 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
   for (int stage = 0; stage < pp; ++stage) {
     const double fraction = wall_s > 0 ? busy[stage] / tp / wall_s : 0;
     s.stage_busy_fraction.push_back(fraction);
+    s.stage_busy_s.push_back(busy[stage] / tp);
     idle_sum += 1.0 - fraction;
   }
   s.bubble_measured = idle_sum / pp;
@@ -59,6 +60,19 @@ std::string flop_rate_text(double flops_per_s) {
   char text[48];
   std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
   return text;
+}
+
+void print_partition_advice(const RunSummary& s, const std::vector<model::StageRange>& used, std::FILE* out) {
+  if (s.stage_busy_s.size() < 2) return;
+  const auto [low, high] = std::minmax_element(s.stage_busy_s.begin(), s.stage_busy_s.end());
+  if (!(*low > 0) || *high < 1.15 * *low) return;
+  const std::vector<model::StageRange> better = model::suggested_partition(used, s.stage_busy_s);
+  if (better.empty() || model::partition_text(better) == model::partition_text(used)) return;
+  std::fprintf(out,
+               "note: the stages were unevenly busy (%.0f%% to %.0f%% of the wall time, layers %s): --layer-partition "
+               "%s would even them out (from this run's measured stage times)\n",
+               100 * *low / s.wall_s, 100 * *high / s.wall_s, model::partition_text(used).c_str(),
+               model::partition_text(better).c_str());
 }
 
 void print_summary(const RunSummary& s, std::FILE* out, size_t max_prompts) {

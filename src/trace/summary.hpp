@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "model/layer_partition.hpp"
 #include "sched/batch_plan.hpp"
 #include "trace/timeline.hpp"
 
@@ -25,6 +26,7 @@ struct RunSummary {
   int64_t loaded_tokens = 0;                // of which loaded from the KV store (--kv-store)
   std::vector<double> ttft_s;               // per prompt: its logits done on the last stage; NaN if not run now
   std::vector<double> stage_busy_fraction;  // compute + LM head time / wall, mean over TP ranks
+  std::vector<double> stage_busy_s;         // the same in seconds
   double bubble_measured = 0;               // mean over stages of 1 - busy fraction
   double bubble_ideal = 0;                  // (P-1)/(P-1+M)
 };
@@ -34,6 +36,10 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
 // Lists at most `max_prompts` TTFTs (all of them are in the output file).
 // A FLOP rate with its unit scaled to the value: "124.41 GFLOP/s", "2.95 PFLOP/s".
 std::string flop_rate_text(double flops_per_s);
+
+// When the stages' busy times differ by more than 15 %, a `note:` with the partition that would
+// even them out (model::suggested_partition, from these measured times); nothing otherwise.
+void print_partition_advice(const RunSummary& summary, const std::vector<model::StageRange>& used, std::FILE* out);
 
 void print_summary(const RunSummary& summary, std::FILE* out, size_t max_prompts = 16);
 

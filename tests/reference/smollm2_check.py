@@ -152,6 +152,7 @@ def main():
     # Scores and hidden states on pp1, pp2 and tp3 (their chunks cut the prompts); the logits
     # must not change by a bit when they are asked for.
     ref = reference_scores(model, prompts, 5)
+    scored = {}  # a scored run's attributes: its default partition lightens the last stage
     print("scores and hidden states vs transformers (max abs error of log-probs, top-5 log-probs; "
           "hidden states relative to max|h|)")
     for name, ranks, options in LAYOUTS:
@@ -160,8 +161,8 @@ def main():
         for mode in ("last", "mean"):
             out_h5 = os.path.join(work, f"{name}_scores_{mode}.h5")
             start = time.monotonic()
-            got, _, _ = run_pipefill(build, model_dir, prompts_h5, out_h5, ranks,
-                                     f"{options} {SCORES} --hidden-states {mode}")
+            got, scored[name], _ = run_pipefill(build, model_dir, prompts_h5, out_h5, ranks,
+                                                f"{options} {SCORES} --hidden-states {mode}")
             ok = compare(f"{name}+{mode}", got, expected, truth, time.monotonic() - start) and ok
             if not np.array_equal(got, logits_of[name]):
                 print(f"FAILED: {name}: {SCORES} --hidden-states {mode} changed the logits")
@@ -176,7 +177,9 @@ def main():
 
     name, ranks, options = DYNAMIC
     cost_model = os.path.join(work, "cost_pp2.json")
-    write_cost_model(cost_model, results["pp2"], pp=2, tp=1)
+    write_cost_model(cost_model, scored["pp2"], pp=2, tp=1)  # the dynamic run scores every token too
+    print(f"  pp2 partition: {results['pp2']['layer_partition_used']}, "
+          f"with {SCORES}: {scored['pp2']['layer_partition_used']}")
     start = time.monotonic()
     got, attributes, timeline = run_pipefill(build, model_dir, prompts_h5, os.path.join(work, name + ".h5"), ranks,
                                              f"{options} --cost-model {cost_model} {SCORES}")

@@ -4,6 +4,7 @@
 #include "errors.hpp"
 #include "model/config.hpp"
 #include "model/layer_partition.hpp"
+#include "model/model_shape.hpp"
 #include "model/presets.hpp"
 
 using namespace pf;
@@ -96,4 +97,33 @@ TEST(Partition, Explicit) {
   EXPECT_THROW(parse_partition("4,0,4", 8, 3), UserError);  // empty stage
   EXPECT_THROW(parse_partition("4,x,4", 8, 3), UserError);  // not a number
   EXPECT_THROW(parse_partition("4,2.5,4", 8, 3), UserError);
+}
+
+TEST(Partition, BalancedGivesTheLastStageFewerLayersForItsExtraWork) {
+  EXPECT_EQ(partition_text(balanced_partition(30, 4, 0)), partition_text(default_partition(30, 4)));
+  EXPECT_EQ(partition_text(balanced_partition(29, 4, 0)), "7,7,7,8");
+  // 30 layers + 6 layers' worth of LM head over 2 stages: 18 each.
+  EXPECT_EQ(partition_text(balanced_partition(30, 2, 6)), "18,12");
+  // 36 / 4 = 9 a stage, less 6 for the last: 3 layers; the 27 others evenly.
+  EXPECT_EQ(partition_text(balanced_partition(30, 4, 6)), "9,9,9,3");
+  EXPECT_EQ(partition_text(balanced_partition(4, 2, 100)), "3,1");  // at least one layer each
+}
+
+TEST(Partition, LmHeadInLayersWeighsTheVocabularyAgainstALayer) {
+  const ModelShape shape = shape_from_config(preset_config("llama3-8b"));
+  const double extra = lm_head_in_layers(shape, 4096);
+  // 2 x 4096 x 128256 FLOPs a token against a layer's ~0.44 GFLOP of projections plus attention.
+  EXPECT_GT(extra, 1.5);
+  EXPECT_LT(extra, 3.5);
+}
+
+TEST(Partition, SuggestedFromMeasuredBusyTimes) {
+  // 15 + 15 layers; stage 0 took 10 s (2/3 s a layer), the last 16 s: 6 s of it beyond its
+  // layers, 9 layers' worth, so 39 layers' load over 2 stages: 19.5 each, the last 10.5 of it
+  // layers (rounded to 11).
+  const auto used = default_partition(30, 2);
+  const auto better = suggested_partition(used, {10.0, 16.0});
+  EXPECT_EQ(partition_text(better), "19,11");
+  EXPECT_TRUE(suggested_partition(used, {0.0, 0.0}).empty());
+  EXPECT_TRUE(suggested_partition(default_partition(30, 1), {5.0}).empty());
 }
