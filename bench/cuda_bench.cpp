@@ -237,6 +237,9 @@ PrefillResult prefill(cuda::CudaStageCompute& gpu, const model::ModelConfig& con
     r.flops += model::chunk_flops(shape, 0, config.num_layers, t, start);
     if (last) gpu.lm_head(hidden.data() + size_t(t - 1) * config.hidden_size, logits.data());
   }
+  gpu.synchronize();
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
+  r.flops += 2.0 * config.hidden_size * config.vocab_size;
   // Random weights have no reference to match; what a broken forward shows is non-finite or
   // constant logits.
   double lo = logits[0], hi = logits[0], bad = 0;
@@ -247,9 +250,6 @@ PrefillResult prefill(cuda::CudaStageCompute& gpu, const model::ModelConfig& con
   }
   if (!bad && hi <= lo) bad = 1;
   check_result("prefill " + std::to_string(length) + " tokens: finite, varied logits", bad, 0);
-  gpu.synchronize();
-  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - wall0).count();
-  r.flops += 2.0 * config.hidden_size * config.vocab_size;
   gpu.finish_prompt(prompt_id);
   cudaEventDestroy(t0);
   cudaEventDestroy(t1);

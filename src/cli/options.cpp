@@ -116,7 +116,9 @@ MemberOption<O, int, int>& add_tp(OptionTable<O>& t, int O::*member) {
 }
 template <typename O>
 MemberOption<O, std::string, std::string>& add_layer_partition(OptionTable<O>& t, std::string O::*member) {
-  return t.add("layer-partition", "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages)",
+  return t.add("layer-partition",
+               "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages; with --logprobs "
+               "or --top-k the last stage gets fewer, for its LM head)",
                member);
 }
 template <typename O>

@@ -33,9 +33,9 @@ struct PlacementOptions {
   double kv_memory_fraction = 0.85;   // cuda: of the device memory left after weights + workspace
 };
 
-constexpr int kMaxTopK = 1024;
-constexpr int kDefaultRingDepth =
-    4;  // run and simulate: receives posted ahead / sends in flight  // --top-k: candidates stored per token
+constexpr int kMaxTopK = 1024;  // --top-k: candidates stored per token
+// run and simulate: receives posted ahead / sends in flight per rank
+constexpr int kDefaultRingDepth = 4;
 
 struct RunOptions {
   PlacementOptions placement;

@@ -89,10 +89,11 @@ void decide_resume_state(PreparedRun& run) {
   pipeline::KvExportStart start = pipeline::start_kv_export(run.topo, run.rank_model, run.options.save_kv,
                                                             run.options.kv_dtype, run.prompts, run.lengths, run.done);
   run.kv_export = std::move(start.exporter);
-  if (start.prompts_again.here()) {
+  dist::checked_step(MPI_COMM_WORLD, [&] {  // an HDF5 failure on rank 0 is every rank's error
+    if (!start.prompts_again.here()) return;
     run.results->recompute(*start.prompts_again);
     run.done = run.results->completed();
-  }
+  });
   dist::broadcast_vector(run.done, MPI_COMM_WORLD);
 }
 

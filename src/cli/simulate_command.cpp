@@ -39,7 +39,7 @@ sched::BatchPlan plan_for(const SimulateOptions& o, const std::vector<sim::Stage
       fits = sched::load_cost_profile(c.cost_source.value).stages;
     } else {
       const pipeline::ProfileGrid grid{c.initial_chunk, c.profile_points,
-                                       pipeline::profile_capacity_tokens(o.lengths, c.initial_chunk)};
+                                       pipeline::profile_capacity_tokens(o.lengths, c.initial_chunk), {}};
       const bool fresh = c.cost_form == sched::CostForm::kFreshQuadratic;
       for (int s = 0; s < static_cast<int>(costs.size()); ++s) {
         if (!c.all_stages && s > 0) break;

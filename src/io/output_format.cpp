@@ -130,6 +130,10 @@ bool present_in(const DatasetSpec& spec, const OutputLayout& layout) {
   return false;
 }
 
+bool held_while_partial(const DatasetSpec& spec, const OutputLayout& layout) {
+  return spec.initial != Initial::kAtFinish && present_in(spec, layout);
+}
+
 std::vector<hsize_t> dataset_dims(const DatasetSpec& spec, const OutputLayout& layout) {
   if (spec.rows == R::kEvents) throw std::logic_error("dataset_dims: /timeline's size is its events'");
   std::vector<hsize_t> dims{

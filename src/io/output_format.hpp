@@ -76,6 +76,9 @@ const DatasetSpec& dataset_spec(Dataset id);
 // Whether an output of `layout` has the dataset. The timeline is always present in a finished
 // file; it is not among the datasets a partial file holds (see Initial::kAtFinish).
 bool present_in(const DatasetSpec& spec, const OutputLayout& layout);
+// Whether a partial file of `layout` holds it from its creation (present, and not written
+// only at the finish like the timeline).
+bool held_while_partial(const DatasetSpec& spec, const OutputLayout& layout);
 // Its dimensions for `layout` (a per-prompt or per-token dataset; not the timeline).
 std::vector<hsize_t> dataset_dims(const DatasetSpec& spec, const OutputLayout& layout);
 

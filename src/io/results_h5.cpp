@@ -190,7 +190,7 @@ void ResultWriter::reopen() {
   file_ = H5Handle{H5Fopen(temporary_path_.c_str(), H5F_ACC_RDWR, access.id), H5Fclose};
   if (file_.id < 0) throw UserError("cannot reopen " + temporary_path_ + " for writing");
   for (const DatasetSpec& spec : output_datasets()) {
-    if (spec.initial == Initial::kAtFinish || !present_in(spec, layout_)) continue;
+    if (!held_while_partial(spec, layout_)) continue;
     // The inspection checked every dataset's type and shape; one the format gained later
     // than the file was begun is added as a new file would hold it.
     H5Handle& dataset = sets_[static_cast<size_t>(spec.id)];
@@ -213,7 +213,7 @@ void ResultWriter::create(const nlohmann::json& identity) {
   file_ = H5Handle{H5Fcreate(temporary_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.id), H5Fclose};
   if (file_.id < 0) throw UserError("cannot create output file " + temporary_path_);
   for (const DatasetSpec& spec : output_datasets())
-    if (spec.initial != Initial::kAtFinish && present_in(spec, layout_))
+    if (held_while_partial(spec, layout_))
       sets_[static_cast<size_t>(spec.id)] = create_dataset(file_.id, spec, layout_);
   write_attribute(file_.id, "resume_identity", identity.dump());
   H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));

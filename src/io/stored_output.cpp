@@ -114,12 +114,19 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
   const nlohmann::json identity = nlohmann::json::parse(identity_text.c_str(), nullptr, false);
   if (identity.is_discarded() || !identity.is_object()) throw UserError(path + ": resume_identity is not JSON");
   // The identity first: "another input" says more than the shape that follows from it.
-  if (auto difference = identity_difference(identity, expected))
-    throw UserError(path + " was written with another " + *difference);
+  if (auto difference = identity_difference(identity, expected)) {
+    // Runs scoring every token split the layers differently since the default partition
+    // lightens their last stage: an older partial file continues under its own partition.
+    std::string hint;
+    if (difference->rfind("layer_partition ", 0) == 0 && identity.contains("layer_partition") &&
+        identity["layer_partition"].is_string())
+      hint = " (to continue it, give --layer-partition " + identity["layer_partition"].get<std::string>() + ")";
+    throw UserError(path + " was written with another " + *difference + hint);
+  }
 
   OpenDatasets sets;
   for (const DatasetSpec& spec : output_datasets()) {
-    if (spec.initial == Initial::kAtFinish || !present_in(spec, layout)) continue;
+    if (!held_while_partial(spec, layout)) continue;
     // One the format gained after the file was begun is added on reopening (ResultWriter).
     if (spec.added_later && H5Lexists(file.id, spec.name, H5P_DEFAULT) <= 0) continue;
     sets.sets[static_cast<size_t>(spec.id)] = open_checked(file.id, path, spec, layout);

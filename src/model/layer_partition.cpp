@@ -40,7 +40,8 @@ std::vector<StageRange> balanced_partition(int num_layers, int num_stages, doubl
   // The last stage's share of the whole load (layers + extra), less its extra, at least one
   // layer and at most what leaves one for every other stage.
   const double share = (num_layers + last_stage_extra) / num_stages - last_stage_extra;
-  const int last = std::clamp(static_cast<int>(std::lround(share)), 1, num_layers - (num_stages - 1));
+  const double most = num_layers - (num_stages - 1);  // clamped as a double: a huge extra must not wrap
+  const int last = static_cast<int>(std::lround(std::clamp(share, 1.0, most)));
   std::vector<StageRange> rest = default_partition(num_layers - last, num_stages - 1);
   rest.push_back({num_layers - last, last});
   return rest;

@@ -31,9 +31,10 @@ std::vector<StageRange> parse_partition(const std::string& text, int num_layers,
 
 std::string partition_text(const std::vector<StageRange>& partition);  // "4,4"
 
-// A partition that evens out measured per-stage busy seconds: each stage's per-layer time from
-// its own busy time, the last stage's surplus over its layers at the others' pace counted as
-// extra work (its LM head). Empty when pp < 2 or nothing was measured.
+// A partition that evens out measured per-stage busy seconds: a layer's time is the pace of
+// the stages before the last (pooled: they do only layers), and the last stage's surplus over
+// its layers at that pace counts as extra work (its LM head). Empty when pp < 2 or nothing was
+// measured.
 std::vector<StageRange> suggested_partition(const std::vector<StageRange>& used, const std::vector<double>& busy_s);
 
 }  // namespace pf::model

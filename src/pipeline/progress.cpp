@@ -8,23 +8,10 @@
 #include <string>
 
 #include "dist/clock_sync.hpp"
+#include "trace/summary.hpp"
 
 namespace pf::pipeline {
 namespace {
-
-// "3.41 TFLOP", "812 GFLOP".
-std::string flops_text(double flops) {
-  const char* units[] = {"GFLOP", "TFLOP", "PFLOP", "EFLOP"};
-  double value = flops / 1e9;
-  int unit = 0;
-  while (unit < 3 && value >= 1000) {
-    value /= 1000;
-    ++unit;
-  }
-  char text[48];
-  std::snprintf(text, sizeof text, "%.3g %s", value, units[unit]);
-  return text;
-}
 
 // A live bar only on a real terminal. Under mpirun the rank's stdout is a pseudo-terminal
 // even when mpirun's own output goes to a file, so launched ranks print lines unless
@@ -141,7 +128,7 @@ void ProgressReporter::set_work(const sched::BatchPlan& plan, const model::Model
   const double total = work_.total();
   const double attention_share = total > 0 ? work_.attention_flops / total : 0;
   std::fprintf(out_, "work: %s in %zu micro-batches (attention %.0f%%, projections and LM head %.0f%%)",
-               flops_text(total).c_str(), plan.micro_batches.size(), 100 * attention_share,
+               trace::scaled_flops(total, "%.3g").c_str(), plan.micro_batches.size(), 100 * attention_share,
                100 * (1 - attention_share));
   int own_fits = 0;
   const auto models = fits ? stage_models(*fits, stages, &own_fits) : std::vector<sched::ChunkCostModel>();

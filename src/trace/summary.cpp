@@ -28,10 +28,10 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
   std::vector<double> busy(pp, 0.0);
   for (const auto& e : events) {
     const auto kind = static_cast<EventKind>(e.kind);
-    // Busy: what the stage does itself, the KV store's loads and the export's copies included.
-    if (kind == EventKind::kCompute || kind == EventKind::kLmHead || kind == EventKind::kKvLoad ||
-        kind == EventKind::kKvExport)
-      busy[e.stage] += e.t_end_s - e.t_start_s;
+    // Busy: the stage's compute and LM head. The KV store's loads and the export's copies are
+    // events of their own, not counted: on device-timed backends the copy waits for the
+    // forward whose device span is already counted.
+    if (kind == EventKind::kCompute || kind == EventKind::kLmHead) busy[e.stage] += e.t_end_s - e.t_start_s;
     // The prompt's last LM-head span ends at its TTFT (with --logprobs every chunk has one).
     if (kind == EventKind::kLmHead && e.stage == pp - 1 && e.tp_rank == 0)
       s.ttft_s[e.prompt] = std::isnan(s.ttft_s[e.prompt]) ? e.t_end_s : std::max(s.ttft_s[e.prompt], e.t_end_s);
@@ -49,17 +49,21 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
   return s;
 }
 
-std::string flop_rate_text(double flops_per_s) {
-  static const char* const kUnits[] = {"GFLOP/s", "TFLOP/s", "PFLOP/s", "EFLOP/s"};
-  double value = flops_per_s / 1e9;
+std::string scaled_flops(double flops, const char* format) {
+  static const char* const kUnits[] = {"GFLOP", "TFLOP", "PFLOP", "EFLOP"};
+  double value = flops / 1e9;
   int unit = 0;
   while (unit < 3 && std::fabs(value) >= 1000) {
     value /= 1000;
     ++unit;
   }
-  char text[48];
-  std::snprintf(text, sizeof text, "%.2f %s", value, kUnits[unit]);
-  return text;
+  char number[32];
+  std::snprintf(number, sizeof number, format, value);
+  return std::string(number) + " " + kUnits[unit];
+}
+
+std::string flop_rate_text(double flops_per_s) {
+  return scaled_flops(flops_per_s, "%.2f") + "/s";
 }
 
 void print_partition_advice(const RunSummary& s, const std::vector<model::StageRange>& used, std::FILE* out) {

@@ -25,7 +25,7 @@ struct RunSummary {
   int64_t reused_tokens = 0;                // tokens those prompts reused instead of computing
   int64_t loaded_tokens = 0;                // of which loaded from the KV store (--kv-store)
   std::vector<double> ttft_s;               // per prompt: its logits done on the last stage; NaN if not run now
-  std::vector<double> stage_busy_fraction;  // compute + LM head time / wall, mean over TP ranks
+  std::vector<double> stage_busy_fraction;  // compute + LM head time / wall, mean over TP ranks (not kv_load/kv_export)
   std::vector<double> stage_busy_s;         // the same in seconds
   double bubble_measured = 0;               // mean over stages of 1 - busy fraction
   double bubble_ideal = 0;                  // (P-1)/(P-1+M)
@@ -33,14 +33,16 @@ struct RunSummary {
 
 RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEvent>& events, int pp, int tp,
                      double wall_s, double model_flops);
-// Lists at most `max_prompts` TTFTs (all of them are in the output file).
-// A FLOP rate with its unit scaled to the value: "124.41 GFLOP/s", "2.95 PFLOP/s".
+// FLOPs with their unit scaled to the value, the number printed with `format`: "1.45 TFLOP".
+std::string scaled_flops(double flops, const char* format);
+// A FLOP rate so: "124.41 GFLOP/s", "2.95 PFLOP/s".
 std::string flop_rate_text(double flops_per_s);
 
 // When the stages' busy times differ by more than 15 %, a `note:` with the partition that would
 // even them out (model::suggested_partition, from these measured times); nothing otherwise.
 void print_partition_advice(const RunSummary& summary, const std::vector<model::StageRange>& used, std::FILE* out);
 
+// Lists at most `max_prompts` TTFTs (all of them are in the output file).
 void print_summary(const RunSummary& summary, std::FILE* out, size_t max_prompts = 16);
 
 }  // namespace pf::trace

@@ -106,7 +106,9 @@ TEST(Partition, BalancedGivesTheLastStageFewerLayersForItsExtraWork) {
   EXPECT_EQ(partition_text(balanced_partition(30, 2, 6)), "18,12");
   // 36 / 4 = 9 a stage, less 6 for the last: 3 layers; the 27 others evenly.
   EXPECT_EQ(partition_text(balanced_partition(30, 4, 6)), "9,9,9,3");
-  EXPECT_EQ(partition_text(balanced_partition(4, 2, 100)), "3,1");  // at least one layer each
+  EXPECT_EQ(partition_text(balanced_partition(4, 2, 100)), "3,1");   // at least one layer each
+  EXPECT_EQ(partition_text(balanced_partition(4, 2, 1e12)), "3,1");  // no overflow on absurd extras
+  EXPECT_EQ(partition_text(balanced_partition(4, 4, 3)), "1,1,1,1");
 }
 
 TEST(Partition, LmHeadInLayersWeighsTheVocabularyAgainstALayer) {
