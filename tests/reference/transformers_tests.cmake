@@ -58,3 +58,9 @@ set_tests_properties(kv_export.python_loader PROPERTIES FIXTURES_REQUIRED venv L
 pf_venv_test(tools.plot_timeline plot_timeline_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/plot_timeline_check)
 set_tests_properties(tools.plot_timeline PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
                      TIMEOUT 300 PROCESSORS 2)
+
+# scripts/kv_store.py on a real --kv-store (pp 2): ls, du, verify (a changed value is found),
+# gc (a damaged entry and a dead run's .incoming removed, the rest still lends).
+pf_venv_test(tools.kv_store kv_store_tool_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/kv_store_tool_check)
+set_tests_properties(tools.kv_store PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
+                     TIMEOUT 300 PROCESSORS 2)

@@ -1,0 +1,214 @@
+#!/usr/bin/env python3
+"""Looking after a pipefill KV store (`pipefill run --kv-store DIR`).
+
+usage: kv_store.py ls STORE [--json]        each entry: model, layout, tokens, size, age
+       kv_store.py du STORE                 bytes, in all and per (model, layout)
+       kv_store.py verify STORE [ENTRY...]  every file's identity and checksums (exit 1 if any fails)
+       kv_store.py gc STORE [--dry-run]     remove entries that fail verify and the .incoming
+                                            directories of runs on this host that are gone
+
+A store holds one directory per stored prompt, `<layout key>-<tokens hash>-<tokens>`, with its
+index.json, its token ids (tokens.i32) and one safetensors file per (stage, TP rank); runs add
+entries by an atomic rename of a finished `.incoming-<host>-<pid>-<ms>` directory
+(docs/formats.md, "The KV store"). `gc` only removes what no run can use (a damaged entry is
+refused by every run's own checks) or what a dead run left, and renames an entry out of the
+store's names before deleting it, so a concurrent run never sees half of one. Needs the
+project's venv (numpy, torch, safetensors: scripts/setup_venv.sh).
+"""
+import argparse
+import json
+import os
+import shutil
+import socket
+import sys
+import time
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from pipefill_kv import KvExportError, load_kv, read_index, tokens_fnv1a  # noqa: E402
+
+
+def fail(message):
+    print(f"error: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
+def size_of(path):
+    total = 0
+    for root, _, files in os.walk(path):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
+
+
+def human(n):
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
+        n /= 1024
+
+
+def entries_of(store):
+    """The store's entry directories (names that are not dot files), sorted."""
+    if not os.path.isdir(store):
+        fail(f"{store} is not a directory (give the directory of --kv-store)")
+    return sorted(d for d in os.listdir(store) if not d.startswith(".") and os.path.isdir(os.path.join(store, d)))
+
+
+def describe(store, name):
+    """What an entry's index.json says, or its problem."""
+    path = os.path.join(store, name)
+    info = {"name": name, "bytes": size_of(path), "modified": os.path.getmtime(path)}
+    try:
+        index = read_index(path)
+        prompt, listed = next(iter(index["prompts"].items()))
+        shards = sorted(index.get("shards", []), key=lambda s: (s["stage"], s["tp_rank"]))
+        layers = {}
+        for shard in shards:
+            layers[shard["stage"]] = shard["layers"][1] - shard["layers"][0]
+        info.update(model=index["model_config"].get("architectures", ["?"])[0], model_identity=index["model_identity"],
+                    pp=index.get("pp"), tp=index.get("tp", max((s["tp_rank"] for s in shards), default=0) + 1),
+                    partition=",".join(str(layers[s]) for s in sorted(layers)), prompt=int(prompt),
+                    tokens=int(listed["tokens"]), dtype=index.get("dtype"))
+    except (KvExportError, OSError, ValueError, KeyError, StopIteration) as e:
+        info["problem"] = f"unreadable index.json: {e}"
+    return info
+
+
+def check(store, name):
+    """None if the entry verifies, else what is wrong with it."""
+    path = os.path.join(store, name)
+    try:
+        index = read_index(path)
+        prompt, listed = next(iter(index["prompts"].items()))
+        ids = np.fromfile(os.path.join(path, "tokens.i32"), dtype="<i4")
+        if len(ids) != listed["tokens"] or tokens_fnv1a(ids) != listed["tokens_fnv1a"]:
+            return "tokens.i32 does not match its index.json"
+        load_kv(path, int(prompt), ids)  # every file's identity and data_checksum
+    except (KvExportError, OSError, ValueError, KeyError, StopIteration) as e:
+        return str(e)
+    return None
+
+
+def cmd_ls(store, as_json):
+    rows = [describe(store, name) for name in entries_of(store)]
+    if as_json:
+        print(json.dumps(rows, indent=1))
+        return 0
+    now = time.time()
+    print(f"{'entry':<44} {'model':<30} {'layout':<24} {'tokens':>8} {'size':>10} {'age':>6}")
+    for r in rows:
+        if "problem" in r:
+            print(f"{r['name']:<44} {r['problem']}")
+            continue
+        layout = f"pp {r['pp']} x tp {r['tp']} ({r['partition']})"
+        age = now - r["modified"]
+        age_text = f"{age / 86400:.1f}d" if age >= 86400 else f"{age / 3600:.1f}h" if age >= 3600 else f"{age:.0f}s"
+        print(f"{r['name']:<44} {r['model'][:21] + ' ' + r['model_identity'][:8]:<30} {layout:<24} "
+              f"{r['tokens']:>8} {human(r['bytes']):>10} {age_text:>6}")
+    print(f"{len(rows)} entries, {human(sum(r['bytes'] for r in rows))}")
+    return 0
+
+
+def cmd_du(store):
+    groups, total = {}, 0
+    for name in entries_of(store):
+        r = describe(store, name)
+        key = ("damaged", "") if "problem" in r else (f"{r['model']} {r['model_identity'][:8]}",
+                                                       f"pp {r['pp']} x tp {r['tp']} ({r['partition']}), {r['dtype']}")
+        count, size = groups.get(key, (0, 0))
+        groups[key] = (count + 1, size + r["bytes"])
+        total += r["bytes"]
+    incoming = sum(size_of(os.path.join(store, d)) for d in os.listdir(store) if d.startswith(".incoming-"))
+    for (model, layout), (count, size) in sorted(groups.items()):
+        print(f"{human(size):>10}  {count:>5} entries  {model}  {layout}")
+    if incoming:
+        print(f"{human(incoming):>10}  in .incoming directories (runs writing now, or killed)")
+    print(f"{human(total + incoming):>10}  in all ({store})")
+    return 0
+
+
+def cmd_verify(store, names):
+    names = names or entries_of(store)
+    bad = 0
+    for name in names:
+        if not os.path.isdir(os.path.join(store, name)):
+            fail(f"{store} has no entry {name}")
+        problem = check(store, name)
+        print(f"{'ok' if problem is None else 'BAD':<4} {name}{'' if problem is None else ': ' + problem}")
+        bad += problem is not None
+    print(f"{len(names) - bad} of {len(names)} entries verify")
+    return 1 if bad else 0
+
+
+def dead_incoming(store):
+    """.incoming-<host>-<pid>-<ms> directories of this host whose process is gone."""
+    host = socket.gethostname()
+    prefix = f".incoming-{host}-"
+    for name in sorted(os.listdir(store)):
+        if not name.startswith(prefix):
+            continue
+        fields = name[len(prefix):].split("-")
+        if len(fields) != 2 or not fields[0].isdigit():
+            continue
+        try:
+            os.kill(int(fields[0]), 0)
+        except ProcessLookupError:
+            yield name
+        except PermissionError:  # alive, another user's
+            pass
+
+
+def cmd_gc(store, dry_run):
+    doomed = [(name, "left by a run that is gone") for name in dead_incoming(store)]
+    for name in entries_of(store):
+        problem = check(store, name)
+        if problem is not None:
+            doomed.append((name, problem))
+    freed = 0
+    for name, why in doomed:
+        path = os.path.join(store, name)
+        size = size_of(path)
+        print(f"{'would remove' if dry_run else 'removing'} {name} ({human(size)}): {why}")
+        if dry_run:
+            continue
+        # Out of the store's names first (an atomic rename), then deleted: no run lists it again.
+        trash = os.path.join(store, f".deleting-{name.lstrip('.')}-{os.getpid()}")
+        os.rename(path, trash)
+        shutil.rmtree(trash)
+        freed += size
+    print(f"{len(doomed)} {'would be removed' if dry_run else 'removed'}" + ("" if dry_run else f", {human(freed)} freed"))
+    return 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description="Look after a pipefill KV store (pipefill run --kv-store DIR).",
+                                 epilog="ls, du and verify only read; gc removes damaged entries and what dead "
+                                        "runs on this host left (--dry-run: only say what).")
+    sub = ap.add_subparsers(dest="command", required=True)
+    for name, text in (("ls", "list the entries"), ("du", "bytes per model and layout"),
+                       ("verify", "check every file against its checksums"), ("gc", "remove what no run can use")):
+        p = sub.add_parser(name, help=text)
+        p.add_argument("store", metavar="STORE", help="the --kv-store directory")
+        if name == "ls":
+            p.add_argument("--json", action="store_true", help="JSON instead of a table")
+        if name == "verify":
+            p.add_argument("entries", nargs="*", metavar="ENTRY", help="entries to check (default: all)")
+        if name == "gc":
+            p.add_argument("--dry-run", action="store_true", help="say what would be removed, remove nothing")
+    args = ap.parse_args()
+    if args.command == "ls":
+        return cmd_ls(args.store, args.json)
+    if args.command == "du":
+        return cmd_du(args.store)
+    if args.command == "verify":
+        return cmd_verify(args.store, args.entries)
+    return cmd_gc(args.store, args.dry_run)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""scripts/kv_store.py on a real store: ls, du, verify, gc.
+
+`pipefill run --pp 2 --kv-store STORE` on the tiny synthetic model fills a store; then:
+  - `ls --json` lists every prompt's entry with its model, layout and tokens; `du` adds up to the
+    bytes on disk; `verify` passes;
+  - one value of one safetensors file changed: `verify` names that entry and exits 1;
+  - a `.incoming` directory of a process that is gone (this host): `gc --dry-run` names both and
+    removes nothing, `gc` removes both, `verify` passes again, and a second run still loads
+    prefixes from the store that is left.
+
+usage: kv_store_tool_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
+"""
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+from pipefill_runs import run_pipefill  # noqa: E402
+
+TOOL = os.path.join(HERE, "..", "..", "scripts", "kv_store.py")
+failures = []
+
+
+def check(condition, what):
+    print(("ok: " if condition else "FAIL: ") + what)
+    if not condition:
+        failures.append(what)
+
+
+def tool(*args):
+    return subprocess.run([sys.executable, TOOL, *args], capture_output=True, text=True)
+
+
+def main():
+    build, work = (os.path.abspath(a) for a in sys.argv[1:3])
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    prompts_h5, store = os.path.join(work, "prompts.h5"), os.path.join(work, "store")
+    subprocess.run([os.path.join(build, "pipefill"), "make-prompts", "--out", prompts_h5, "--num", "3", "--min-len",
+                    "40", "--max-len", "90", "--vocab", "512", "--seed", "11"], check=True, stdout=subprocess.DEVNULL)
+    run_pipefill(build, "synthetic:tiny", prompts_h5, os.path.join(work, "a.h5"), 2,
+                 f"--pp 2 --chunk-size 32 --page-size 16 --kv-store {store}")
+
+    r = tool("ls", store, "--json")
+    entries = json.loads(r.stdout) if r.returncode == 0 else []
+    check(len(entries) == 3 and all(e["pp"] == 2 and e["partition"] == "4,4" and e["tokens"] >= 40 for e in entries),
+          f"ls lists the 3 prompts' entries with their layout: {r.stdout[-400:]} {r.stderr[-300:]}")
+    on_disk = sum(os.path.getsize(os.path.join(root, f)) for root, _, files in os.walk(store) for f in files)
+    check(sum(e["bytes"] for e in entries) == on_disk, f"ls's bytes add up to the store's {on_disk}")
+    r = tool("du", store)
+    check(r.returncode == 0 and "3 entries" in r.stdout and "pp 2 x tp 1 (4,4)" in r.stdout, f"du: {r.stdout}")
+    r = tool("verify", store)
+    check(r.returncode == 0 and "3 of 3 entries verify" in r.stdout, f"verify passes: {r.stdout[-300:]}")
+
+    # One value changed in the middle of one file: the data no longer match their checksum.
+    victim = sorted(e["name"] for e in entries)[0]
+    file = os.path.join(store, victim, "prompt-%06d" % next(e["prompt"] for e in entries if e["name"] == victim),
+                        "stage01_tp00.safetensors")
+    with open(file, "r+b") as f:
+        f.seek(os.path.getsize(file) - 64)
+        value = f.read(4)
+        f.seek(-4, 1)
+        f.write(bytes(b ^ 0x40 for b in value))
+    r = tool("verify", store)
+    check(r.returncode == 1 and f"BAD  {victim}" in r.stdout and "data_checksum" in r.stdout,
+          f"verify names the damaged entry: {r.stdout[-400:]}")
+
+    # A directory a killed run left: its pid is no process on this host.
+    dead = os.path.join(store, f".incoming-{socket.gethostname()}-{2**22 + 12345}-1")
+    os.makedirs(os.path.join(dead, "prompt-000000"))
+    with open(os.path.join(dead, "prompt-000000", "x"), "wb") as f:
+        f.write(b"0" * 1000)
+    r = tool("gc", store, "--dry-run")
+    check(r.returncode == 0 and "2 would be removed" in r.stdout and os.path.isdir(dead) and
+          os.path.isdir(os.path.join(store, victim)), f"gc --dry-run removes nothing: {r.stdout[-400:]}")
+    r = tool("gc", store)
+    check(r.returncode == 0 and not os.path.exists(dead) and not os.path.exists(os.path.join(store, victim)) and
+          not any(n.startswith(".deleting") for n in os.listdir(store)), f"gc removes both: {r.stdout[-400:]}")
+    r = tool("verify", store)
+    check(r.returncode == 0 and "2 of 2 entries verify" in r.stdout, f"the rest verifies: {r.stdout[-300:]}")
+
+    # The store still lends: the same prompts again load their prefixes from it.
+    _, attributes, _ = run_pipefill(build, "synthetic:tiny", prompts_h5, os.path.join(work, "b.h5"), 2,
+                                    f"--pp 2 --chunk-size 32 --page-size 16 --kv-store {store}")
+    import h5py
+    with h5py.File(os.path.join(work, "b.h5"), "r") as f:
+        reused = [int(x) for x in f["reused_tokens"][:]]
+    check(sum(1 for x in reused if x > 0) >= 2, f"a later run still loads prefixes from the store: {reused}")
+    r = tool("ls", "/nonexistent-store")
+    check(r.returncode == 2 and r.stderr.startswith("error: "), f"a missing store is one error line: {r.stderr}")
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
