@@ -61,7 +61,8 @@ std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::st
       entry.dir = item.path().string();
       // Regular files only: a FIFO would block the read.
       for (const char* file : {"index.json", "tokens.i32"})
-        if (!fs::is_regular_file(entry.dir + "/" + file)) refuse(std::string(file) + " is missing or not a regular file");
+        if (!fs::is_regular_file(entry.dir + "/" + file))
+          refuse(std::string(file) + " is missing or not a regular file");
       std::ifstream index_file(entry.dir + "/index.json");
       const nlohmann::json index = nlohmann::json::parse(index_file, nullptr, /*allow_exceptions=*/false);
       if (index.is_discarded()) refuse("its index.json is not valid JSON");
@@ -125,6 +126,42 @@ void read_store_rows(const io::SafetensorsFile& file, const KvExportLayout& layo
     if (position_sums.at(static_cast<size_t>(pos0 + r)) != sums[r])
       throw std::runtime_error(file.path() + ": position " + std::to_string(pos0 + r) +
                                " changed after the file was checked (written to by something else during this run)");
+}
+
+std::map<std::string, int> entries_passed_over(const std::string& dir, const std::string& layout_key,
+                                               const std::string& model_identity, int pp, int tp,
+                                               const std::string& partition) {
+  std::map<std::string, int> reasons;
+  std::error_code error;
+  for (const fs::directory_entry& item : fs::directory_iterator(dir, error)) {
+    const std::string name = item.path().filename().string();
+    if (name.empty() || name[0] == '.' || name.rfind(layout_key + "-", 0) == 0 || !item.is_directory(error)) continue;
+    std::ifstream file(item.path() / "index.json");
+    const nlohmann::json index = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+    if (index.is_discarded() || !index.is_object()) {
+      ++reasons["an unreadable index.json"];
+      continue;
+    }
+    if (index.value("model_identity", std::string()) != model_identity) {
+      ++reasons["another model"];
+      continue;
+    }
+    // The partition the entry was written under: the layer count of each stage's TP rank 0.
+    std::map<int, int> layers;
+    for (const auto& shard : index.value("shards", nlohmann::json::array()))
+      if (shard.value("tp_rank", -1) == 0 && shard.contains("layers") && shard["layers"].size() == 2)
+        layers[shard.value("stage", 0)] = shard["layers"][1].get<int>() - shard["layers"][0].get<int>();
+    std::string stored_partition;
+    for (const auto& [stage, count] : layers)
+      stored_partition += (stored_partition.empty() ? "" : ",") + std::to_string(count);
+    const int stored_pp = index.value("pp", 0), stored_tp = index.value("tp", 0);
+    if (stored_pp != pp || stored_tp != tp || stored_partition != partition)
+      ++reasons["layout pp " + std::to_string(stored_pp) + " x tp " + std::to_string(stored_tp) + " (layers " +
+                stored_partition + ")"];
+    else
+      ++reasons["another precision"];
+  }
+  return reasons;
 }
 
 void remove_abandoned_incoming(const std::string& dir) {

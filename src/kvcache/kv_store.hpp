@@ -17,6 +17,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <set>
 #include <string>
 #include <vector>
@@ -30,11 +31,11 @@ namespace pf::kv {
 std::string store_layout_key(const std::string& model_identity, int pp, int tp, const std::string& partition);
 
 struct StoreEntry {
-  std::string dir;            // DIR/<name>
-  int prompt = 0;             // the prompt number its files carry (its index.json's key)
+  std::string dir;  // DIR/<name>
+  int prompt = 0;   // the prompt number its files carry (its index.json's key)
   int64_t tokens = 0;
   uint64_t tokens_hash = 0;
-  std::vector<int32_t> ids;   // the token ids (rank 0, while planning)
+  std::vector<int32_t> ids;  // the token ids (rank 0, while planning)
 };
 
 // An entry list_store_entries skipped, and what was wrong with it.
@@ -48,6 +49,14 @@ struct UnusableEntry {
 std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& layout_key,
                                            std::vector<UnusableEntry>* unusable);
 
+// The entries of `dir` outside `layout_key` that a run of `model_identity` at (pp, tp,
+// partition) passes over, counted by why: "another model", "layout pp 2 x tp 1 (layers 15,15)"
+// (same model, another layout), "another precision" (same model and layout: --dtype or the
+// backend differs), "an unreadable index.json".
+std::map<std::string, int> entries_passed_over(const std::string& dir, const std::string& layout_key,
+                                               const std::string& model_identity, int pp, int tp,
+                                               const std::string& partition);
+
 // Removes the .incoming directories of runs on this host whose process is gone (killed before
 // they could clean up); those of other hosts are left to them.
 void remove_abandoned_incoming(const std::string& dir);
@@ -57,8 +66,9 @@ std::string store_file(const StoreEntry& entry, int stage, int tp_rank);
 
 // Rows [pos0, pos0 + count) of the rank's layers and heads from its file of an entry (float32),
 // into keys and values each [layers][kv_heads][count][head_dim] (what StageCompute::write_kv
-// takes; a latent layout's rows go into keys, values untouched). Each position's rows are hashed again and compared with `position_sums` from the
-// file's check (kv_file_problem): a file changed in place since then throws std::runtime_error.
+// takes; a latent layout's rows go into keys, values untouched). Each position's rows are hashed again and compared
+// with `position_sums` from the file's check (kv_file_problem): a file changed in place since then throws
+// std::runtime_error.
 void read_store_rows(const io::SafetensorsFile& file, const KvExportLayout& layout, int64_t pos0, int count,
                      const std::vector<uint64_t>& position_sums, float* keys, float* values);
 

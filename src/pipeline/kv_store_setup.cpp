@@ -52,6 +52,7 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
   const ExportNames names = export_names(m, prompts, lengths);
   std::string precision = compute::backend_name(backend);
   if (backend == compute::BackendKind::kCpu && cpu_dtype == io::Dtype::kBF16) precision += "-bf16";
+  model_identity_ = names.model_identity;
   layout_key_ = kv::store_layout_key(names.model_identity + "/" + precision, topo.pp, topo.tp,
                                      model::partition_text(m.partition));
   const std::vector<kv::StoreEntry> all = open_incoming(load_prefixes);  // rank 0's listing
@@ -72,7 +73,10 @@ std::vector<kv::StoreEntry> KvStoreRun::open_incoming(bool load_prefixes) {
     ::gethostname(host, sizeof host - 1);
     kv::remove_abandoned_incoming(dir_);
     std::vector<kv::UnusableEntry> unusable;
-    if (load_prefixes) all = kv::list_store_entries(dir_, layout_key_, &unusable);
+    if (load_prefixes) {
+      all = kv::list_store_entries(dir_, layout_key_, &unusable);
+      note_entries_passed_over();
+    }
     for (const kv::UnusableEntry& entry : unusable) {
       std::fprintf(stderr, "warning: --kv-store: not using %s/%s (%s): a run that stores the same prompt replaces it\n",
                    dir_.c_str(), entry.name.c_str(), entry.reason.c_str());
@@ -82,6 +86,24 @@ std::vector<kv::StoreEntry> KvStoreRun::open_incoming(bool load_prefixes) {
            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(now).count());
   });
   return all;
+}
+
+// Rank 0: says how many entries the run cannot load and why (another model or layout), so a
+// store that silently lends nothing is not a mystery.
+void KvStoreRun::note_entries_passed_over() const {
+  const std::map<std::string, int> reasons = kv::entries_passed_over(dir_, layout_key_, model_identity_, topo_.pp,
+                                                                     topo_.tp, model::partition_text(model_.partition));
+  if (reasons.empty()) return;
+  int total = 0;
+  std::string text;
+  for (const auto& [why, count] : reasons) {
+    total += count;
+    text += (text.empty() ? "" : ", ") + std::to_string(count) + " of " + why;
+  }
+  std::fprintf(stderr,
+               "note: --kv-store %s: passed over %d entr%s (%s): a run loads only entries of its own model, layout "
+               "(pp, tp, layer partition) and precision\n",
+               dir_.c_str(), total, total == 1 ? "y" : "ies", text.c_str());
 }
 
 // Rounds: rank 0 offers each prompt its best entry not yet found bad; every rank checks its

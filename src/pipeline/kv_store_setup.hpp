@@ -59,11 +59,12 @@ class KvStoreRun {
   dist::RootOnly<std::map<int, std::string>> check_files(const nlohmann::json& checking,
                                                          std::map<std::string, std::vector<uint64_t>>& checked_sums);
   void share_chosen_entries(const std::vector<kv::StoreEntry>& all);
+  void note_entries_passed_over() const;  // rank 0, while listing
 
   const dist::Topology& topo_;
   const RankModel& model_;
   const std::string dir_;
-  std::string incoming_, layout_key_;
+  std::string incoming_, layout_key_, model_identity_;
   kv::KvExportLayout layout_;            // this rank's files
   std::vector<kv::StoreEntry> entries_;  // the candidates checked on every rank
   std::vector<sched::PrefixReuse> offers_;

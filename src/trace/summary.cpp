@@ -69,7 +69,8 @@ std::string flop_rate_text(double flops_per_s) {
 void print_partition_advice(const RunSummary& s, const std::vector<model::StageRange>& used, std::FILE* out) {
   if (s.stage_busy_s.size() < 2) return;
   const auto [low, high] = std::minmax_element(s.stage_busy_s.begin(), s.stage_busy_s.end());
-  if (!(*low > 0) || *high < 1.15 * *low) return;
+  // Sub-second stages are timing noise more than balance: no advice from them.
+  if (!(*low > 0) || *high < 1.15 * *low || *high < 1.0) return;
   const std::vector<model::StageRange> better = model::suggested_partition(used, s.stage_busy_s);
   if (better.empty() || model::partition_text(better) == model::partition_text(used)) return;
   std::fprintf(out,

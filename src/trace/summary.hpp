@@ -38,7 +38,8 @@ std::string scaled_flops(double flops, const char* format);
 // A FLOP rate so: "124.41 GFLOP/s", "2.95 PFLOP/s".
 std::string flop_rate_text(double flops_per_s);
 
-// When the stages' busy times differ by more than 15 %, a `note:` with the partition that would
+// When the stages' busy times differ by more than 15 % (and the busiest ran for a second or
+// more), a `note:` with the partition that would
 // even them out (model::suggested_partition, from these measured times); nothing otherwise.
 void print_partition_advice(const RunSummary& summary, const std::vector<model::StageRange>& used, std::FILE* out);
 
