@@ -27,15 +27,8 @@ import torch
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
 from pipefill_kv import KvExportError, load_hf_cache, load_kv  # noqa: E402
-from pipefill_runs import run_pipefill  # noqa: E402
+from pipefill_runs import check, exit_if_failed, run_pipefill  # noqa: E402
 
-failures = []
-
-
-def check(condition, what):
-    print(("ok: " if condition else "FAIL: ") + what)
-    if not condition:
-        failures.append(what)
 
 
 def refusal(directory, prompt, tokens=None):
@@ -136,9 +129,7 @@ def main():
         message = refusal(kv, 0, ids) or ""
         check(expected in message, f"tokens as {label}: refused ({message!r})")
 
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
+    exit_if_failed()
     print("all KV loader checks passed")
 
 

@@ -22,16 +22,9 @@ import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from pipefill_runs import run_pipefill  # noqa: E402
+from pipefill_runs import check, exit_if_failed, run_pipefill  # noqa: E402
 
 TOOL = os.path.join(HERE, "..", "..", "scripts", "kv_store.py")
-failures = []
-
-
-def check(condition, what):
-    print(("ok: " if condition else "FAIL: ") + what)
-    if not condition:
-        failures.append(what)
 
 
 def tool(*args):
@@ -102,9 +95,7 @@ def main():
           f"a pp 1 run names the pp 2 entries it passed over: {r.stderr[-400:]}")
     r = tool("ls", "/nonexistent-store")
     check(r.returncode == 2 and r.stderr.startswith("error: "), f"a missing store is one error line: {r.stderr}")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
+    exit_if_failed()
 
 
 if __name__ == "__main__":

@@ -3,11 +3,28 @@ test environment (tests/mpi/mpi_env.sh), and what its output holds."""
 import json
 import os
 import subprocess
+import sys
 
 import h5py
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+
+# The checks of a reference script: each prints "ok:" or "FAIL:", and exit_if_failed ends the
+# script with status 1 when any failed.
+failures = []
+
+
+def check(condition, what):
+    print(("ok: " if condition else "FAIL: ") + what)
+    if not condition:
+        failures.append(what)
+
+
+def exit_if_failed():
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        sys.exit(1)
 
 
 def run_pipefill(build, model_dir, prompts_h5, out_h5, ranks, options, program="pipefill", timeout=300):

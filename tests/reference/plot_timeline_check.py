@@ -19,16 +19,9 @@ import h5py
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
-from pipefill_runs import run_pipefill  # noqa: E402
+from pipefill_runs import check, exit_if_failed, run_pipefill  # noqa: E402
 
 PLOT = os.path.join(HERE, "..", "..", "scripts", "plot_timeline.py")
-failures = []
-
-
-def check(condition, what):
-    print(("ok: " if condition else "FAIL: ") + what)
-    if not condition:
-        failures.append(what)
 
 
 def plot(*args):
@@ -65,9 +58,7 @@ def main():
               f"refuses {os.path.basename(bad)} in one line: {r.stderr.strip()[-300:]}")
     r = plot("--help")
     check(r.returncode == 0 and "OUT.h5" in r.stdout and "--trace" in r.stdout, "--help says what it reads")
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        sys.exit(1)
+    exit_if_failed()
 
 
 if __name__ == "__main__":
