@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <vector>
 
+#include "cli/duration.hpp"
 #include "cli/option_table.hpp"
 #include "compute/backend_capabilities.hpp"
 #include "errors.hpp"
@@ -327,6 +328,14 @@ OptionTable<RunOptions> run_table() {
         "after another and compute that prefix once; /reused_tokens says how much each reused)",
         &R::no_prefix_cache)
       .echo_as("no_prefix_cache");
+  t.add("checkpoint-every",
+        "checkpoint the prompt in flight this often (90s, 10m, 1h; or auto: the Young/Daly interval from the first "
+        "checkpoint's cost and --mtbf), written beside the compute into OUTPUT.checkpoint/, so that a kill loses "
+        "at most one interval (a stop signal always checkpoints the prompt in flight; see docs/checkpoints.md)",
+        &R::checkpoint_every)
+      .echo_as("checkpoint_every");
+  t.add("mtbf", "--checkpoint-every auto: the mean time between failures of the job's nodes together (24h)", &R::mtbf)
+      .echo_as("mtbf");
   t.add("quiet", "no configuration echo, progress or summary", &R::quiet);
   t.add("watchdog-timeout",
         "seconds a rank may wait for a peer before the job is aborted with an error naming the stage and "
@@ -502,6 +511,7 @@ void check_backend_supports(const RunOptions& o) {
       {o.top_k > 0, Product::kTokenScores, "--top-k"},
       {!o.save_kv.empty(), Product::kKvExport, "--save-kv"},
       {!o.kv_store.empty(), Product::kKvStore, "--kv-store"},
+      {!o.checkpoint_every.empty(), Product::kKvExport, "--checkpoint-every"},
       {o.placement.dtype == io::Dtype::kBF16, Product::kBf16Choice, "--dtype bf16"},
   };
   for (const Asked& a : products)
@@ -524,6 +534,12 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   if (o.resume && o.overwrite)
     throw UserError("--resume keeps what OUTPUT holds and --overwrite replaces it: give one of them");
   check_backend_supports(o);
+  if (!o.checkpoint_every.empty())
+    o.checkpoint_interval_s =
+        o.checkpoint_every == "auto" ? -1 : parse_duration("--checkpoint-every", o.checkpoint_every);
+  o.mtbf_s = parse_duration("--mtbf", o.mtbf);
+  if (o.checkpoint_every.empty() && o.mtbf != "24h")
+    throw UserError("--mtbf sets the interval of --checkpoint-every auto: add --checkpoint-every auto");
   if (o.kv_dtype != io::Dtype::kF32 && o.save_kv.empty())
     throw UserError(
         "--kv-dtype sets the dtype of --save-kv's files: add --save-kv DIR (--kv-store always keeps float32, "

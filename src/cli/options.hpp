@@ -59,6 +59,13 @@ struct RunOptions {
   bool token_rows_wanted() const { return logprobs || top_k > 0; }
   std::string kv_store;          // directory of the KV store (kvcache/kv_store.hpp); empty: none
   bool no_prefix_cache = false;  // compute every prompt in full, in input order (sched/prefix_sharing.hpp)
+  // Checkpoints inside a prompt (pipeline/checkpoint_run.hpp): --checkpoint-every as given
+  // ("": only when stopped, "auto", or a duration), parsed into the interval (0: none, -1:
+  // auto), and --mtbf for auto.
+  std::string checkpoint_every;
+  double checkpoint_interval_s = 0;
+  std::string mtbf = "24h";
+  double mtbf_s = 24 * 3600;
 };
 // The echoed configuration: every option with a key (rank 0's command-line check, the output's
 // attributes).

@@ -21,6 +21,10 @@ std::unique_ptr<FinishedLoop> run_loop(PreparedRun& run, volatile int* stop_requ
   // Rank 0 stores every finite result as it arrives; the rest is reported by report_run.
   const int hidden_width = options.hidden_states == compute::HiddenStatesKind::kNone ? 0 : shape.hidden_size;
   if (writer) loop->stored.emplace(*run.results, shape.vocab_size, hidden_width, plan);
+  if (writer && run.checkpoint && run.checkpoint->restored()) {
+    const pipeline::RestoredPrompt& restored = *run.checkpoint->restored();
+    loop->stored->set_restored(restored.prompt, restored.next_logprob, restored.rows_finite);
+  }
 
   pipeline::StageLoopContext context{run.topo,       plan,           run.prompts, *run.backend.compute,
                                      *run.transport, *loop->timeline};
@@ -32,6 +36,7 @@ std::unique_ptr<FinishedLoop> run_loop(PreparedRun& run, volatile int* stop_requ
   context.token_rows = {options.logprobs, options.top_k};
   context.kv_export = run.kv_export.get();
   context.kv_store = run.kv_store.get();
+  context.checkpoint = run.checkpoint.get();
   context.progress = writer ? &progress : nullptr;
   context.stop_requested = stop_requested;
   context.all_reduce = run.backend.all_reduce.get();

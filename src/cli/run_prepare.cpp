@@ -1,10 +1,13 @@
 // prepare_run: every collective of `pipefill run` up to the plan (see run_steps.hpp).
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/backend_request.hpp"
 #include "cli/run_inputs.hpp"
 #include "cli/run_record.hpp"
 #include "cli/run_steps.hpp"
+#include "compute/backend_capabilities.hpp"
 #include "dist/checked_step.hpp"
 #include "dist/collectives.hpp"
 #include "dist/same_everywhere.hpp"
@@ -79,12 +82,39 @@ bool open_outputs(PreparedRun& run) {
   return !already_complete;
 }
 
+// Checkpoints inside a prompt (where the backend reads its KV back and writes it again):
+// with --resume, the prompt an interrupted run was inside is restored from its newest
+// checkpoint that verifies on every rank.
+void open_checkpoints(PreparedRun& run) {
+  const RunOptions& options = run.options;
+  const compute::BackendKind backend = options.placement.backend;
+  if (!compute::supports(backend, compute::Product::kKvExport) ||
+      !compute::supports(backend, compute::Product::kKvStore))
+    return;
+  pipeline::CheckpointSettings settings;
+  settings.dir = options.output + ".checkpoint";
+  settings.interval_s = options.checkpoint_interval_s;
+  settings.mtbf_s = options.mtbf_s;
+  settings.resume = options.resume;
+  settings.quiet = options.quiet;
+  const bool writer = run.topo.is_writer();
+  const std::string identity = writer ? run_identity(options, run.rank_model, run.prompts).dump() : "";
+  if (writer && !run.results->resumed()) {  // a new output: what an earlier run left is not its
+    std::error_code error;
+    std::filesystem::remove_all(settings.dir, error);
+  }
+  run.checkpoint = std::make_unique<pipeline::CheckpointRun>(run.topo, run.rank_model, settings, run.prompts,
+                                                             run.lengths, run.done, run.results.get(), identity);
+}
+
 // The one resume state, on every rank, before anything reads it: the prompts the output holds
 // verified, less those whose KV export some rank lacks (--save-kv), which the output forgets
-// here (their flags cleared) so that they are computed again.
+// here (their flags cleared) so that they are computed again; and the prompt a checkpoint
+// restores.
 void decide_resume_state(PreparedRun& run) {
   if (run.topo.is_writer()) run.done = run.results->completed();
   dist::broadcast_vector(run.done, MPI_COMM_WORLD);
+  open_checkpoints(run);
   if (run.options.save_kv.empty()) return;
   pipeline::KvExportStart start = pipeline::start_kv_export(run.topo, run.rank_model, run.options.save_kv,
                                                             run.options.kv_dtype, run.prompts, run.lengths, run.done);
@@ -95,6 +125,23 @@ void decide_resume_state(PreparedRun& run) {
     run.done = run.results->completed();
   });
   dist::broadcast_vector(run.done, MPI_COMM_WORLD);
+}
+
+// The restored prompt runs first (the output continues its token rows), from its checkpoint.
+// A prompt that would take a prefix from it no longer than the restored part computes that
+// prefix instead with --hidden-states mean: the sum over it was the interrupted run's.
+void restore_prompt(sched::PrefixPlan& prefixes, const pipeline::RestoredPrompt& restored, const PreparedRun& run) {
+  if (!run.topo.is_writer()) return;
+  const int n = static_cast<int>(run.lengths.size()), p = restored.prompt;
+  if (prefixes.order.empty())
+    for (int q = 0; q < n; ++q) prefixes.order.push_back(q);
+  prefixes.order.erase(std::find(prefixes.order.begin(), prefixes.order.end(), p));
+  prefixes.order.insert(prefixes.order.begin(), p);
+  prefixes.reuse.resize(static_cast<size_t>(n));
+  prefixes.reuse[p] = {restored.tokens, -1, -1, true};
+  if (run.options.hidden_states == compute::HiddenStatesKind::kMean)
+    for (sched::PrefixReuse& reuse : prefixes.reuse)
+      if (reuse.source == p && reuse.tokens <= restored.tokens) reuse = {};
 }
 
 // Prompts that share a prefix back to back, the prefix computed once (rank 0 finds them);
@@ -108,7 +155,11 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
       writer && !options.no_prefix_cache
           ? sched::find_shared_prefixes(run.prompts.tokens, run.prompts.offsets, options.chunking.page_size, done)
           : sched::PrefixPlan{};
-  if (options.kv_store.empty()) return prefixes;
+  const bool restores = run.checkpoint && run.checkpoint->restored();
+  if (options.kv_store.empty()) {
+    if (restores) restore_prompt(prefixes, *run.checkpoint->restored(), run);
+    return prefixes;
+  }
   const bool load = !options.no_prefix_cache && !options.token_rows_wanted() &&
                     options.hidden_states != compute::HiddenStatesKind::kMean;
   if (writer && !load && !options.no_prefix_cache)
@@ -119,6 +170,7 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
                                                         run.lengths, done, options.chunking.page_size, load,
                                                         options.placement.backend, options.placement.dtype);
   if (writer) sched::prefer_longer_outside(prefixes, run.kv_store->offers());
+  if (restores) restore_prompt(prefixes, *run.checkpoint->restored(), run);
   return prefixes;
 }
 
@@ -134,15 +186,16 @@ void print_header(const PreparedRun& run) {
               run.backend.description.c_str());
   if (!run.backend.detail.empty()) std::printf("%s: %s\n", run.backend.description.c_str(), run.backend.detail.c_str());
   const io::ResultWriter& results = *run.results;
+  std::string beyond;  // what the plan does not compute
+  if (plan.restored_tokens() > 0)
+    beyond += " (" + std::to_string(plan.restored_tokens()) + " more restored from a checkpoint)";
+  if (plan.reused_tokens() > 0)
+    beyond += " (" + std::to_string(plan.reused_tokens()) + " more reused from shared prefixes)";
   std::printf(
       "input %s: %d prompts%s, %lld tokens to compute%s, %zu micro-batches\n", options.input.c_str(),
       plan.num_prompts(),
       results.resumed() ? (" (" + std::to_string(results.completed_count()) + " done before, resumed)").c_str() : "",
-      static_cast<long long>(plan.total_tokens()),
-      plan.reused_tokens() > 0
-          ? (" (" + std::to_string(plan.reused_tokens()) + " more reused from shared prefixes)").c_str()
-          : "",
-      plan.micro_batches.size());
+      static_cast<long long>(plan.total_tokens()), beyond.c_str(), plan.micro_batches.size());
   if (shape.mla())
     std::printf(
         "kv cache: latent attention keeps %.0f values a token a layer for all %d heads (kv_lora_rank %d + "

@@ -22,8 +22,13 @@ void print_unfinished(const PreparedRun& run, const std::vector<int>& nonfinite_
   const io::ResultWriter& results = *run.results;
   const std::string& output = run.options.output;
   if (nonfinite_prompts.empty()) {
-    std::printf("stopped: %d of %d prompts are in %s.partial; run again with --resume to finish\n",
-                results.completed_count(), run.decision.plan.num_prompts(), output.c_str());
+    std::string inside;
+    if (run.checkpoint && run.checkpoint->last_written() &&
+        !results.completed().at(run.checkpoint->last_written()->first))
+      inside = ", prompt " + std::to_string(run.checkpoint->last_written()->first) + " checkpointed at token " +
+               std::to_string(run.checkpoint->last_written()->second);
+    std::printf("stopped: %d of %d prompts are in %s.partial%s; run again with --resume to finish\n",
+                results.completed_count(), run.decision.plan.num_prompts(), output.c_str(), inside.c_str());
     return;
   }
   const size_t count = nonfinite_prompts.size();
@@ -80,6 +85,7 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
       trace::print_op_times(op_times, stdout);
       print_scores(*run.results);
     }
+    if (complete && run.checkpoint) run.checkpoint->remove_directory();
     if (complete)
       std::printf("wrote %s%s%s\n", options.output.c_str(), options.trace.empty() ? "" : " and ",
                   options.trace.c_str());

@@ -22,6 +22,7 @@
 #include "io/results_h5.hpp"
 #include "kvcache/kv_export.hpp"
 #include "pipeline/backend_setup.hpp"
+#include "pipeline/checkpoint_run.hpp"
 #include "pipeline/chunk_planning.hpp"
 #include "pipeline/kv_store_setup.hpp"
 #include "pipeline/rank_setup.hpp"
@@ -46,6 +47,9 @@ struct PreparedRun {
   std::vector<char> done;                          // every rank: the prompts this run skips (resume state)
   std::unique_ptr<kv::KvExporter> kv_export;       // --save-kv
   std::unique_ptr<pipeline::KvStoreRun> kv_store;  // --kv-store
+  // Checkpoints inside a prompt, and the prompt restored from one (null where the backend
+  // cannot read its KV back).
+  std::unique_ptr<pipeline::CheckpointRun> checkpoint;
   pipeline::PlanDecision decision;
   std::unique_ptr<dist::Transport> transport;
 };

@@ -1,6 +1,6 @@
 // What a blocking wait for a transfer may also watch. When it is raised the wait returns
 // early and leaves the transfer posted, so the caller decides what becomes of it. The
-// graceful stop (stop_notice.hpp) is one: a receive-wait must not outlast a cutoff that
+// graceful stop (control_notices.hpp) is one: a receive-wait must not outlast a cutoff that
 // says the data will never come.
 #pragma once
 

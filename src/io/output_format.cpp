@@ -46,6 +46,10 @@ const std::array<DatasetSpec, kNumDatasets> kDatasets = {{
      "tokens at the start of the prompt that this run did not compute but took from an earlier prompt of the "
      "batch with the same tokens (prefix reuse, on unless `--no-prefix-cache`; see below); 0 for a prompt computed "
      "in full, -1 until done. Not in the checksum: reuse changes no result beyond float32 rounding"},
+    {D::kRestoredTokens, "restored_tokens", E::kInt64, R::kPrompts, W::kNone, P::kAlways, I::kMinusOne, true,
+     "tokens at the start of the prompt that this run restored from a checkpoint of an interrupted run "
+     "(`--resume`; see docs/checkpoints.md) instead of computing; 0 for a prompt computed in one run, -1 until "
+     "done. Not in the checksum: a restored prompt's results are those of an uninterrupted run"},
     {D::kTimeline, "timeline", E::kCompound, R::kEvents, W::kNone, P::kAlways, I::kAtFinish, false,
      "one record per event of every rank, written when every prompt is done; see below"},
 }};

@@ -43,6 +43,7 @@ enum class Dataset : int {
   kRowChecksum,
   kTtft,
   kReusedTokens,
+  kRestoredTokens,
   kTimeline,
 };
 constexpr int kNumDatasets = static_cast<int>(Dataset::kTimeline) + 1;

@@ -227,7 +227,7 @@ ResultWriter::~ResultWriter() {
   for (H5Handle& dataset : sets_) dataset.reset();
   if (file_.id < 0) return;
   file_.reset();
-  if (completed_count() == 0) {  // nothing worth resuming
+  if (completed_count() == 0 && !keep_partial_) {  // nothing worth resuming
     std::remove(temporary_path_.c_str());
     lock_->forget_path();
   }
@@ -251,7 +251,7 @@ int ResultWriter::completed_count() const {
 void ResultWriter::write_token_rows(int prompt, int64_t start, int count, const float* logprobs,
                                     const float* topk_logprobs, const int32_t* topk_ids) {
   if (!layout_.token_rows()) throw std::logic_error("write_token_rows: this output stores no token rows");
-  if (start == 0) open_ = OpenPrompt{prompt, 0, {}};
+  if (start == 0) open_ = OpenPrompt{prompt, 0, {}, {}};
   if (open_.prompt != prompt || open_.next != start)
     throw std::logic_error("write_token_rows: prompt " + std::to_string(prompt) + " rows from " +
                            std::to_string(start) + " arrived out of order");
@@ -273,6 +273,56 @@ void ResultWriter::write_token_rows(int prompt, int64_t start, int count, const 
     digest.topk_logprobs.add(topk_logprobs, sizeof(float) * k * count);
   }
   open_.next = start + count;
+  open_.at_boundary[open_.next] = digest;
+}
+
+std::optional<TokenRowsDigest> ResultWriter::digest_at(int prompt, int64_t position) const {
+  if (open_.prompt != prompt) return std::nullopt;
+  const auto found = open_.at_boundary.find(position);
+  if (found == open_.at_boundary.end()) return std::nullopt;
+  return found->second;
+}
+
+std::optional<ResultWriter::ContinuedRows> ResultWriter::continue_prompt(int prompt, int64_t rows,
+                                                                         const TokenRowsDigest& expected) {
+  if (!layout_.token_rows()) throw std::logic_error("continue_prompt: this output stores no token rows");
+  constexpr int64_t kBlockRows = 65536;
+  const size_t k = static_cast<size_t>(layout_.top_k);
+  std::vector<float> logprobs, topk_logprobs;
+  std::vector<int32_t> topk_ids;
+  TokenRowsDigest digest;
+  ContinuedRows continued;
+  const auto finite = [](const float* v, size_t n) {
+    for (size_t i = 0; i < n; ++i)
+      if (!std::isfinite(v[i])) return false;
+    return true;
+  };
+  for (int64_t at = 0; at < rows; at += kBlockRows) {
+    const int count = static_cast<int>(std::min(kBlockRows, rows - at));
+    logprobs.resize(count);
+    topk_logprobs.resize(count * k);
+    topk_ids.resize(count * k);
+    read_token_rows(prompt, at, count, logprobs.data(), topk_logprobs.data(), topk_ids.data());
+    if (layout_.token_logprobs) {
+      digest.logprobs.add(logprobs.data(), sizeof(float) * count);
+      for (int j = at == 0 ? 1 : 0; j < count; ++j) digest.nll_sum -= logprobs[j];
+      continued.finite = continued.finite && finite(logprobs.data() + (at == 0), count - (at == 0));
+    }
+    if (k > 0) {
+      digest.topk_ids.add(topk_ids.data(), sizeof(int32_t) * k * count);
+      digest.topk_logprobs.add(topk_logprobs.data(), sizeof(float) * k * count);
+      continued.finite = continued.finite && finite(topk_logprobs.data(), k * count);
+    }
+  }
+  if (digest.logprobs.value != expected.logprobs.value || digest.topk_ids.value != expected.topk_ids.value ||
+      digest.topk_logprobs.value != expected.topk_logprobs.value || digest.nll_sum != expected.nll_sum)
+    return std::nullopt;
+  open_ = OpenPrompt{prompt, rows, digest, {}};
+  return continued;
+}
+
+void ResultWriter::flush() {
+  H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
 }
 
 void ResultWriter::read_token_rows(int prompt, int64_t start, int count, float* logprobs, float* topk_logprobs,
@@ -290,7 +340,7 @@ void ResultWriter::read_token_rows(int prompt, int64_t start, int count, float* 
 }
 
 void ResultWriter::write_prompt(int prompt, const float* row, const float* hidden_row, double ttft_s,
-                                int64_t reused_tokens) {
+                                int64_t reused_tokens, int64_t restored_tokens) {
   const hsize_t at = static_cast<hsize_t>(prompt);
   const TokenRowsDigest* digest = nullptr;
   if (layout_.token_rows()) {
@@ -313,6 +363,7 @@ void ResultWriter::write_prompt(int prompt, const float* row, const float* hidde
     write_row(set(Dataset::kHiddenStates), H5T_NATIVE_FLOAT, at, layout_.hidden_size, hidden_row);
   write_row(set(Dataset::kTtft), H5T_NATIVE_DOUBLE, at, 0, &ttft_s);
   write_row(set(Dataset::kReusedTokens), H5T_NATIVE_INT64, at, 0, &reused_tokens);
+  write_row(set(Dataset::kRestoredTokens), H5T_NATIVE_INT64, at, 0, &restored_tokens);
   write_row(set(Dataset::kRowChecksum), H5T_NATIVE_UINT64, at, 0, &checksum);
   // Two flushes order the writes: the flag reaches the file only after its row is there.
   // One flush would not: HDF5 writes its dirty pieces in no promised order.

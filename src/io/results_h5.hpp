@@ -16,6 +16,7 @@
 
 #include <array>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -71,9 +72,31 @@ class ResultWriter {
                        int32_t* topk_ids) const;
   // Stores one prompt's logits (nullptr without logits), hidden-state row (read only when
   // the layout has one), its perplexity and NLL (from its token rows, with token_logprobs),
-  // TTFT, the tokens it reused instead of computing and checksum, flushes,
+  // TTFT, the tokens it reused or restored instead of computing and checksum, flushes,
   // then marks it complete and flushes again.
-  void write_prompt(int prompt, const float* row, const float* hidden_row, double ttft_s, int64_t reused_tokens = 0);
+  void write_prompt(int prompt, const float* row, const float* hidden_row, double ttft_s, int64_t reused_tokens = 0,
+                    int64_t restored_tokens = 0);
+
+  // Checkpoints inside a prompt (pipeline/checkpoint_run.hpp). The digest of the open
+  // prompt's token rows [0, position) when its rows reached exactly `position` (a chunk
+  // boundary), if they did in this run.
+  std::optional<TokenRowsDigest> digest_at(int prompt, int64_t position) const;
+  // A resumed run: the file's rows [0, rows) of `prompt` (an interrupted run's) are read back;
+  // if their digest is `expected`, the prompt is open again at `rows` (its next rows continue
+  // it) and the result says whether they are all finite; nullopt when they differ.
+  struct ContinuedRows {
+    bool finite = true;
+  };
+  std::optional<ContinuedRows> continue_prompt(int prompt, int64_t rows, const TokenRowsDigest& expected);
+  // The prompt whose token rows are being stored (-1: none yet) and how many it has.
+  int open_prompt() const { return open_.prompt; }
+  int64_t open_rows() const { return open_.next; }
+  const OutputLayout& layout() const { return layout_; }
+  // Everything written so far reaches the file (a checkpoint's token rows).
+  void flush();
+  // The partial file is kept when the run ends even if no prompt is complete: a checkpoint
+  // needs its token rows.
+  void keep_partial() { keep_partial_ = true; }
   // If every prompt is complete: writes /timeline (this run's events) and the root
   // attributes, closes and renames into place, returns true. Otherwise (a stopped run) the
   // partial file stays as its rows left it, for --resume, and it returns false.
@@ -98,7 +121,9 @@ class ResultWriter {
     int prompt = -1;
     int64_t next = 0;  // its next position to write
     TokenRowsDigest digest;
+    std::map<int64_t, TokenRowsDigest> at_boundary;  // the digest each time its rows ended at a position
   } open_;
+  bool keep_partial_ = false;
   std::vector<char> completed_;
   std::vector<int> torn_rows_;
   int written_this_run_ = 0;

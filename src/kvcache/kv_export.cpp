@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -31,7 +32,8 @@ std::vector<io::TensorSpec> tensor_specs(const KvExportLayout& layout, int64_t t
   std::vector<io::TensorSpec> specs;
   const std::vector<int64_t> shape = {layout.kv_heads, tokens, layout.head_dim};
   for (int l = 0; l < layout.layers; ++l)
-    for (const std::string& name : kv_tensor_names(layout.layer_begin + l, layout.latent)) specs.push_back({name, shape});
+    for (const std::string& name : kv_tensor_names(layout.layer_begin + l, layout.latent))
+      specs.push_back({name, shape});
   return specs;
 }
 
@@ -51,8 +53,12 @@ bool write_all(int fd, const void* data, size_t bytes, uint64_t offset) {
 
 }  // namespace
 
+std::string kv_prompt_dir_name(int prompt) {
+  return "prompt-" + padded(prompt, 6);
+}
+
 std::string kv_file_name(int prompt, int stage, int tp_rank) {
-  return "prompt-" + padded(prompt, 6) + "/stage" + padded(stage, 2) + "_tp" + padded(tp_rank, 2) + ".safetensors";
+  return kv_prompt_dir_name(prompt) + "/stage" + padded(stage, 2) + "_tp" + padded(tp_rank, 2) + ".safetensors";
 }
 
 std::vector<std::string> kv_tensor_names(int layer, bool latent) {
@@ -74,22 +80,23 @@ std::string tokens_hash_text(uint64_t tokens_hash) {
 std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout, int prompt, int64_t tokens,
                                                     uint64_t tokens_hash) {
   const auto range = [](int begin, int count) { return std::to_string(begin) + "," + std::to_string(begin + count); };
-  std::map<std::string, std::string> metadata = {{"format", kKvExportFormat},
-          {"model_identity", layout.model_identity},
-          {"dtype", io::dtype_name(layout.dtype)},
-          {"prompt", std::to_string(prompt)},
-          {"tokens", std::to_string(tokens)},
-          {"tokens_fnv1a", tokens_hash_text(tokens_hash)},
-          {"first_position", "0"},
-          {"layers", range(layout.layer_begin, layout.layers)},
-          {"total_layers", std::to_string(layout.total_layers)},
-          {"kv_heads", range(layout.kv_head_begin, layout.kv_heads)},
-          {"total_kv_heads", std::to_string(layout.total_kv_heads)},
-          {"head_dim", std::to_string(layout.head_dim)},
-          {"stage", std::to_string(layout.stage)},
-          {"tp_rank", std::to_string(layout.tp_rank)},
-          {"key", "after RoPE (and q/k norm), as Hugging Face caches it; [kv_heads, tokens, head_dim]"},
-          {"data_checksum", kUnsetChecksum}};
+  std::map<std::string, std::string> metadata = {
+      {"format", kKvExportFormat},
+      {"model_identity", layout.model_identity},
+      {"dtype", io::dtype_name(layout.dtype)},
+      {"prompt", std::to_string(prompt)},
+      {"tokens", std::to_string(tokens)},
+      {"tokens_fnv1a", tokens_hash_text(tokens_hash)},
+      {"first_position", "0"},
+      {"layers", range(layout.layer_begin, layout.layers)},
+      {"total_layers", std::to_string(layout.total_layers)},
+      {"kv_heads", range(layout.kv_head_begin, layout.kv_heads)},
+      {"total_kv_heads", std::to_string(layout.total_kv_heads)},
+      {"head_dim", std::to_string(layout.head_dim)},
+      {"stage", std::to_string(layout.stage)},
+      {"tp_rank", std::to_string(layout.tp_rank)},
+      {"key", "after RoPE (and q/k norm), as Hugging Face caches it; [kv_heads, tokens, head_dim]"},
+      {"data_checksum", kUnsetChecksum}};
   if (!layout.latent) return metadata;
   // (Dense files keep the keys they always had: exports and stores written before stay valid.)
   metadata.erase("key");
@@ -101,8 +108,14 @@ std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout
   return metadata;
 }
 
-std::optional<std::string> kv_file_problem(const std::string& path, std::map<std::string, std::string> expected,
-                                           std::vector<uint64_t>* position_sums) {
+namespace {
+
+// kv_file_problem and kv_rows_problem: the metadata and tensors checked, then the terms of
+// positions [0, rows) summed (rows -1: every position) and compared with `checksum` (nullopt:
+// the file's own data_checksum).
+std::optional<std::string> file_problem(const std::string& path, std::map<std::string, std::string> expected,
+                                        int64_t rows, std::optional<uint64_t> checksum,
+                                        std::vector<uint64_t>* position_sums) {
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) return "missing";
   try {
@@ -123,6 +136,8 @@ std::optional<std::string> kv_file_problem(const std::string& path, std::map<std
     const auto [layer_begin, layer_end] = range("layers");
     const auto [head_begin, head_end] = range("kv_heads");
     const int64_t tokens = std::stoll(expected.at("tokens"));
+    if (rows < 0) rows = tokens;
+    if (rows > tokens) return "it holds " + std::to_string(tokens) + " positions, not " + std::to_string(rows);
     const std::vector<int64_t> shape = {head_end - head_begin, tokens, std::stoll(expected.at("head_dim"))};
     const bool latent = expected.count("cache") && expected.at("cache") == "latent";
     if (file.tensors().size() != static_cast<size_t>((latent ? 1 : 2) * (layer_end - layer_begin)))
@@ -136,18 +151,19 @@ std::optional<std::string> kv_file_problem(const std::string& path, std::map<std
       }
     // Every row hashed again, in blocks of whole rows.
     uint64_t sum = 0;
-    if (position_sums) position_sums->assign(static_cast<size_t>(tokens), 0);
+    if (position_sums) position_sums->assign(static_cast<size_t>(rows), 0);
     std::vector<char> block;
     for (const auto& [name, info] : file.tensors()) {
       const uint64_t row_bytes = static_cast<uint64_t>(info.shape[2]) * io::dtype_size(info.dtype);
       const uint64_t tensor_name = name_hash(name);
       constexpr int64_t kRows = 4096;
       for (int64_t head = 0; head < info.shape[0]; ++head)
-        for (int64_t at = 0; at < info.shape[1]; at += kRows) {
-          const int64_t rows = std::min(kRows, info.shape[1] - at);
-          block.resize(static_cast<size_t>(rows * row_bytes));
-          file.read_bytes(name, (static_cast<uint64_t>(head) * info.shape[1] + at) * row_bytes, block.size(), block.data());
-          for (int64_t r = 0; r < rows; ++r) {
+        for (int64_t at = 0; at < rows; at += kRows) {
+          const int64_t count = std::min(kRows, rows - at);
+          block.resize(static_cast<size_t>(count * row_bytes));
+          file.read_bytes(name, (static_cast<uint64_t>(head) * info.shape[1] + at) * row_bytes, block.size(),
+                          block.data());
+          for (int64_t r = 0; r < count; ++r) {
             const uint64_t term = checksum_term(tensor_name, static_cast<int>(head), at + r,
                                                 row_hash(block.data() + r * row_bytes, row_bytes));
             sum += term;
@@ -157,11 +173,24 @@ std::optional<std::string> kv_file_problem(const std::string& path, std::map<std
     }
     io::Fnv1a text;
     text.value = sum;
-    if (stored != text.hex()) return "its data do not match their checksum (a damaged file)";
+    if (checksum ? sum != *checksum : stored != text.hex())
+      return "its data do not match their checksum (a damaged file)";
     return std::nullopt;
   } catch (const std::exception& e) {
     return e.what();
   }
+}
+
+}  // namespace
+
+std::optional<std::string> kv_file_problem(const std::string& path, std::map<std::string, std::string> expected,
+                                           std::vector<uint64_t>* position_sums) {
+  return file_problem(path, std::move(expected), -1, std::nullopt, position_sums);
+}
+
+std::optional<std::string> kv_rows_problem(const std::string& path, std::map<std::string, std::string> expected,
+                                           int64_t rows, uint64_t checksum, std::vector<uint64_t>* position_sums) {
+  return file_problem(path, std::move(expected), rows, checksum, position_sums);
 }
 
 bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, uint64_t tokens_hash) {
@@ -169,12 +198,15 @@ bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, 
                           kv_file_metadata(layout, prompt, tokens, tokens_hash));
 }
 
-KvExporter::KvExporter(KvExportLayout layout, std::vector<int64_t> lengths, std::vector<uint64_t> token_hashes)
-    : layout_(std::move(layout)), lengths_(std::move(lengths)), hashes_(std::move(token_hashes)) {
+KvExporter::KvExporter(KvExportLayout layout, std::vector<int64_t> lengths, std::vector<uint64_t> token_hashes,
+                       KvFileMode mode)
+    : layout_(std::move(layout)), mode_(mode), lengths_(std::move(lengths)), hashes_(std::move(token_hashes)) {
   writer_ = std::thread([this] { run(); });
 }
 
-KvExporter::~KvExporter() { finish(); }
+KvExporter::~KvExporter() {
+  finish();
+}
 
 void KvExporter::add_chunk(int prompt, int64_t pos0, int count, std::vector<float> keys, std::vector<float> values,
                            bool last) {
@@ -182,8 +214,48 @@ void KvExporter::add_chunk(int prompt, int64_t pos0, int count, std::vector<floa
   std::unique_lock<std::mutex> lock(mutex_);
   changed_.wait(lock, [&] { return queue_.empty() || queued_bytes_ + bytes <= kMaxQueuedBytes; });
   queued_bytes_ += bytes;
-  queue_.push_back({prompt, pos0, count, std::move(keys), std::move(values), last});
+  Chunk chunk;
+  chunk.prompt = prompt;
+  chunk.pos0 = pos0;
+  chunk.count = count;
+  chunk.keys = std::move(keys);
+  chunk.values = std::move(values);
+  chunk.last = last;
+  queue_.push_back(std::move(chunk));
   changed_.notify_all();
+}
+
+void KvExporter::continue_file(int prompt, int64_t rows, uint64_t checksum) {
+  if (mode_ != KvFileMode::kCheckpoint) throw std::logic_error("continue_file: only a checkpoint's files continue");
+  Chunk op;
+  op.op = Chunk::Op::kContinue;
+  op.prompt = prompt;
+  op.pos0 = rows;
+  op.ticket = checksum;
+  std::lock_guard<std::mutex> lock(mutex_);
+  queue_.push_back(std::move(op));
+  changed_.notify_all();
+}
+
+uint64_t KvExporter::request_sync() {
+  Chunk op;
+  op.op = Chunk::Op::kSync;
+  std::lock_guard<std::mutex> lock(mutex_);
+  op.ticket = ++tickets_;
+  const uint64_t ticket = op.ticket;
+  queue_.push_back(std::move(op));
+  changed_.notify_all();
+  return ticket;
+}
+
+std::optional<KvSyncResult> KvExporter::sync_result(uint64_t ticket, bool wait) {
+  std::unique_lock<std::mutex> lock(mutex_);
+  if (wait) changed_.wait(lock, [&] { return synced_.count(ticket) > 0 || !writer_.joinable(); });
+  auto found = synced_.find(ticket);
+  if (found == synced_.end()) return std::nullopt;
+  KvSyncResult result = std::move(found->second);
+  synced_.erase(found);
+  return result;
 }
 
 std::optional<std::string> KvExporter::finish() {
@@ -217,18 +289,26 @@ void KvExporter::run() {
       std::lock_guard<std::mutex> lock(mutex_);
       failed = error_.has_value();
     }
-    if (!failed) write_chunk(chunk);  // after a failure the queue is only drained
+    switch (chunk.op) {
+      case Chunk::Op::kRows:
+        if (!failed) write_chunk(chunk);  // after a failure the queue is only drained
+        break;
+      case Chunk::Op::kContinue:
+        if (!failed) continue_chunk(chunk);
+        break;
+      case Chunk::Op::kSync:
+        sync(chunk.ticket);  // answered after a failure too, with the error
+        break;
+    }
     {
       std::lock_guard<std::mutex> lock(mutex_);  // its bytes leave the queue once written
       queued_bytes_ -= sizeof(float) * (chunk.keys.size() + chunk.values.size());
       changed_.notify_all();
     }
   }
-  for (auto& [prompt, file] : open_) {  // a stopped run: prompts that did not finish
-    ::close(file.fd);
-    ::unlink(file.partial_path.c_str());
-  }
-  open_.clear();
+  // A stopped run: prompts that did not finish. An export's partial files are removed; a
+  // checkpoint's stay (their manifest says what they are worth).
+  while (!open_.empty()) close_file(open_.begin()->first, mode_ == KvFileMode::kExport);
 }
 
 void KvExporter::fail(const std::string& message) {
@@ -236,36 +316,97 @@ void KvExporter::fail(const std::string& message) {
   if (!error_) error_ = message;
 }
 
-KvExporter::OpenFile& KvExporter::open_file(int prompt) {
+void KvExporter::close_file(int prompt, bool remove) {
+  auto found = open_.find(prompt);
+  if (found == open_.end()) return;
+  if (found->second.fd >= 0) ::close(found->second.fd);
+  if (remove) ::unlink(found->second.partial_path.c_str());
+  open_.erase(found);
+}
+
+KvExporter::OpenFile& KvExporter::open_file(int prompt, bool existing) {
   auto found = open_.find(prompt);
   if (found != open_.end()) return found->second;
   OpenFile file;
   file.final_path = layout_.dir + "/" + kv_file_name(prompt, layout_.stage, layout_.tp_rank);
   // Unique to this process: two runs exporting into one directory never write the same
-  // partial file (the last rename wins, and each file is whole).
-  file.partial_path = file.final_path + ".partial." + std::to_string(::getpid());
+  // partial file (the last rename wins, and each file is whole). A checkpoint's file has
+  // one name: its run holds the output's lock.
+  file.partial_path =
+      mode_ == KvFileMode::kCheckpoint ? file.final_path : file.final_path + ".partial." + std::to_string(::getpid());
   std::error_code error;
   std::filesystem::create_directories(std::filesystem::path(file.final_path).parent_path(), error);
   const int64_t tokens = lengths_.at(prompt);
   file.metadata = kv_file_metadata(layout_, prompt, tokens, hashes_.at(prompt));
   file.header = io::safetensors_header(tensor_specs(layout_, tokens), layout_.dtype, file.metadata);
-  file.fd = ::open(file.partial_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  // The whole file is allocated first (posix_fallocate: a full disk fails here, not mid-prompt).
-  int status = file.fd < 0 ? errno : ::posix_fallocate(file.fd, 0, static_cast<off_t>(file.header.file_size));
-  if (status == EOPNOTSUPP || status == EINVAL)  // file systems without fallocate: a sparse file
-    status = ::ftruncate(file.fd, static_cast<off_t>(file.header.file_size)) == 0 ? 0 : errno;
-  if (status == 0 && !write_all(file.fd, file.header.bytes.data(), file.header.bytes.size(), 0)) status = errno;
+  int status = 0;
+  if (existing) {  // a checkpoint's file continued: the header must be the one we would write
+    file.fd = ::open(file.partial_path.c_str(), O_RDWR | O_CLOEXEC);
+    std::vector<char> header(file.header.bytes.size());
+    struct stat info {};
+    if (file.fd < 0 || ::fstat(file.fd, &info) != 0) {
+      status = errno;
+    } else if (static_cast<uint64_t>(info.st_size) != file.header.file_size ||
+               ::pread(file.fd, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size()) ||
+               std::memcmp(header.data(), file.header.bytes.data(), header.size()) != 0) {
+      ::close(file.fd);
+      throw std::runtime_error("cannot continue " + file.partial_path + ": it is not the file this run would write");
+    }
+  } else {
+    file.fd = ::open(file.partial_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    // The whole file is allocated first (posix_fallocate: a full disk fails here, not mid-prompt).
+    status = file.fd < 0 ? errno : ::posix_fallocate(file.fd, 0, static_cast<off_t>(file.header.file_size));
+    if (status == EOPNOTSUPP || status == EINVAL)  // file systems without fallocate: a sparse file
+      status = ::ftruncate(file.fd, static_cast<off_t>(file.header.file_size)) == 0 ? 0 : errno;
+    if (status == 0 && !write_all(file.fd, file.header.bytes.data(), file.header.bytes.size(), 0)) status = errno;
+  }
   if (status != 0) {
     if (file.fd >= 0) ::close(file.fd);
-    ::unlink(file.partial_path.c_str());
+    if (!existing) ::unlink(file.partial_path.c_str());
     throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(status));
   }
   return open_.emplace(prompt, std::move(file)).first->second;
 }
 
+void KvExporter::continue_chunk(const Chunk& chunk) {
+  try {
+    OpenFile& file = open_file(chunk.prompt, /*existing=*/true);
+    file.next = chunk.pos0;
+    file.checksum = chunk.ticket;
+  } catch (const std::exception& e) {
+    fail(e.what());
+  }
+}
+
+void KvExporter::sync(uint64_t ticket) {
+  KvSyncResult result;
+  const auto start = std::chrono::steady_clock::now();
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    result.error = error_;
+  }
+  for (auto& [prompt, file] : open_) {
+    if (result.error) break;
+    if (::fdatasync(file.fd) != 0) {
+      result.error = "cannot write " + file.partial_path + ": " + std::strerror(errno);
+      fail(*result.error);
+      break;
+    }
+    result.files.push_back({prompt, file.next, file.checksum});
+  }
+  if (result.error) result.files.clear();
+  result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  std::lock_guard<std::mutex> lock(mutex_);
+  synced_.emplace(ticket, std::move(result));
+  changed_.notify_all();
+}
+
 void KvExporter::write_chunk(const Chunk& chunk) {
   try {
     OpenFile& file = open_file(chunk.prompt);
+    if (mode_ == KvFileMode::kCheckpoint && chunk.pos0 != file.next)
+      throw std::logic_error("checkpoint file of prompt " + std::to_string(chunk.prompt) + ": rows from " +
+                             std::to_string(chunk.pos0) + " after " + std::to_string(file.next));
     const int64_t tokens = lengths_.at(chunk.prompt);
     const size_t element = static_cast<size_t>(io::dtype_size(layout_.dtype));
     const size_t row_floats = static_cast<size_t>(chunk.count) * layout_.head_dim;
@@ -279,7 +420,8 @@ void KvExporter::write_chunk(const Chunk& chunk) {
         for (int h = 0; h < layout_.kv_heads; ++h) {
           const float* rows = source.data() + (static_cast<size_t>(l) * layout_.kv_heads + h) * row_floats;
           // Head h's rows [pos0, pos0 + count) of a [kv_heads, tokens, head_dim] tensor.
-          const uint64_t at = tensor_begin + (static_cast<uint64_t>(h) * tokens + chunk.pos0) * layout_.head_dim * element;
+          const uint64_t at =
+              tensor_begin + (static_cast<uint64_t>(h) * tokens + chunk.pos0) * layout_.head_dim * element;
           const void* data = rows;
           if (layout_.dtype == io::Dtype::kBF16) {
             bf16_rows_.resize(row_floats);
@@ -295,7 +437,12 @@ void KvExporter::write_chunk(const Chunk& chunk) {
         }
       }
     }
+    file.next = chunk.pos0 + chunk.count;
     if (!chunk.last) return;
+    if (mode_ == KvFileMode::kCheckpoint) {  // the prompt is done: its rows are the output's now
+      close_file(chunk.prompt, false);
+      return;
+    }
     // The header again, with the data's checksum in place of the placeholder (same length).
     io::Fnv1a checksum;
     checksum.value = file.checksum;
@@ -320,12 +467,7 @@ void KvExporter::write_chunk(const Chunk& chunk) {
     completed_.push_back(chunk.prompt);
   } catch (const std::exception& e) {
     fail(e.what());
-    auto found = open_.find(chunk.prompt);
-    if (found != open_.end()) {
-      if (found->second.fd >= 0) ::close(found->second.fd);
-      ::unlink(found->second.partial_path.c_str());
-      open_.erase(found);
-    }
+    close_file(chunk.prompt, mode_ == KvFileMode::kExport);
   }
 }
 

@@ -36,7 +36,7 @@ struct KvExportLayout {
   std::string dir;
   std::string model_identity;  // identifies config + weights (the run's fingerprints)
   int stage = 0, tp_rank = 0;
-  int layer_begin = 0, layers = 0, total_layers = 0;     // global layers [begin, begin + layers)
+  int layer_begin = 0, layers = 0, total_layers = 0;        // global layers [begin, begin + layers)
   int kv_head_begin = 0, kv_heads = 0, total_kv_heads = 0;  // KV heads [begin, begin + kv_heads)
   int head_dim = 0;
   io::Dtype dtype = io::Dtype::kF32;
@@ -59,6 +59,8 @@ inline constexpr const char* kUnsetChecksum = "0000000000000000";
 // A prompt's token hash as the files and the index write it (16 hex digits).
 std::string tokens_hash_text(uint64_t tokens_hash);
 
+// The directory of prompt p's files, relative to DIR ("prompt-000007").
+std::string kv_prompt_dir_name(int prompt);
 // The path of prompt p's file of (stage, tp_rank), relative to DIR.
 std::string kv_file_name(int prompt, int stage, int tp_rank);
 // The names an export writes in its directory (fnmatch patterns, relative to it): each
@@ -77,13 +79,42 @@ std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout
 std::optional<std::string> kv_file_problem(const std::string& path, std::map<std::string, std::string> expected,
                                            std::vector<uint64_t>* position_sums = nullptr);
 
+// A checkpoint's file (kCheckpoint below): why its rows [0, rows) cannot be used (the file
+// missing, another model, layout or prompt, data whose checksum is not `checksum`), or nullopt.
+// Reads those rows only. `position_sums` as for kv_file_problem (positions [0, rows)).
+std::optional<std::string> kv_rows_problem(const std::string& path, std::map<std::string, std::string> expected,
+                                           int64_t rows, uint64_t checksum,
+                                           std::vector<uint64_t>* position_sums = nullptr);
+
 // True when DIR holds prompt p's finished file of this rank, with this metadata, whole.
 bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, uint64_t tokens_hash);
+
+// kExport: --save-kv and --kv-store files, written as NAME.partial.PID and renamed on the
+// prompt's last chunk (a file under its final name is whole). kCheckpoint: a checkpoint's
+// files (pipeline/checkpoint_run.hpp), written under their final names from position 0 on,
+// never renamed nor removed by the writer; what their first rows are worth is said by the
+// checkpoint's manifest, from the states sync() reports.
+enum class KvFileMode { kExport, kCheckpoint };
+
+// A checkpoint file as the writer left it at a sync: rows [0, rows) of `prompt` are on disk
+// (fdatasync'd) and their checksum terms sum to `checksum`.
+struct KvFileState {
+  int prompt = 0;
+  int64_t rows = 0;
+  uint64_t checksum = 0;
+};
+
+struct KvSyncResult {
+  std::vector<KvFileState> files;    // every file open at the sync
+  std::optional<std::string> error;  // the writer's first failure, if any (then files is empty)
+  double seconds = 0;                // the fdatasync calls' time
+};
 
 class KvExporter {
  public:
   // `lengths` and `token_hashes` (FNV-1a of each prompt's int32 ids) per prompt.
-  KvExporter(KvExportLayout layout, std::vector<int64_t> lengths, std::vector<uint64_t> token_hashes);
+  KvExporter(KvExportLayout layout, std::vector<int64_t> lengths, std::vector<uint64_t> token_hashes,
+             KvFileMode mode = KvFileMode::kExport);
   ~KvExporter();  // finishes (waits for queued writes)
   KvExporter(const KvExporter&) = delete;
   KvExporter& operator=(const KvExporter&) = delete;
@@ -93,6 +124,16 @@ class KvExporter {
   // layout's rows are the keys, values empty). `last`: the
   // prompt's last chunk (its file is completed after this). Blocks only while the queue is full.
   void add_chunk(int prompt, int64_t pos0, int count, std::vector<float> keys, std::vector<float> values, bool last);
+  // kCheckpoint, before any chunk of `prompt`: its file already holds rows [0, rows) whose
+  // checksum is `checksum` (a resumed run's restored prefix); it is reopened in place (its
+  // header must be the one this writer would write) and chunks continue from `rows`.
+  void continue_file(int prompt, int64_t rows, uint64_t checksum);
+  // kCheckpoint: queued after every chunk added so far; the writer makes every open file
+  // durable and records its state. Returns a ticket for sync_result.
+  uint64_t request_sync();
+  // The result of sync `ticket` once the writer has done it (nullopt before); with `wait`,
+  // waits for it.
+  std::optional<KvSyncResult> sync_result(uint64_t ticket, bool wait = false);
   // Waits for every queued write; the first failure, if any ("cannot write PATH: reason").
   std::optional<std::string> finish();
   // Prompts whose files this exporter completed.
@@ -103,11 +144,13 @@ class KvExporter {
 
  private:
   struct Chunk {
-    int prompt;
-    int64_t pos0;
-    int count;
+    enum class Op { kRows, kContinue, kSync } op = Op::kRows;
+    int prompt = 0;
+    int64_t pos0 = 0;  // kContinue: the rows the file holds
+    int count = 0;
     std::vector<float> keys, values;
-    bool last;
+    bool last = false;
+    uint64_t ticket = 0;  // kSync; kContinue: the checksum
   };
   struct OpenFile {
     int fd = -1;
@@ -115,24 +158,31 @@ class KvExporter {
     std::map<std::string, std::string> metadata;
     io::SafetensorsHeader header;
     uint64_t checksum = 0;  // kv_checksum.hpp, over the rows written so far
+    int64_t next = 0;       // rows [0, next) written (kCheckpoint: chunks come in order)
   };
   void run();
   void write_chunk(const Chunk& chunk);
-  OpenFile& open_file(int prompt);
+  void continue_chunk(const Chunk& chunk);
+  void sync(uint64_t ticket);
+  OpenFile& open_file(int prompt, bool existing = false);
+  void close_file(int prompt, bool remove);
   void fail(const std::string& message);
 
   const KvExportLayout layout_;
+  const KvFileMode mode_;
   const std::vector<int64_t> lengths_;
   const std::vector<uint64_t> hashes_;
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Chunk> queue_;
   bool closing_ = false;
-  std::optional<std::string> error_;  // guarded by mutex_
-  std::vector<int> completed_;        // guarded by mutex_
-  std::map<int, OpenFile> open_;      // writer thread only
-  size_t queued_bytes_ = 0;           // guarded by mutex_: chunks queued or being written
-  std::vector<uint16_t> bf16_rows_;   // writer thread only (dtype conversion)
+  std::optional<std::string> error_;         // guarded by mutex_
+  std::vector<int> completed_;               // guarded by mutex_
+  uint64_t tickets_ = 0;                     // guarded by mutex_: syncs requested
+  std::map<uint64_t, KvSyncResult> synced_;  // guarded by mutex_: syncs done, not yet taken
+  std::map<int, OpenFile> open_;             // writer thread only
+  size_t queued_bytes_ = 0;                  // guarded by mutex_: chunks queued or being written
+  std::vector<uint16_t> bf16_rows_;          // writer thread only (dtype conversion)
   std::thread writer_;
 };
 

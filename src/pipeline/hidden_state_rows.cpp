@@ -13,7 +13,7 @@ HiddenStateRows::HiddenStateRows(compute::StageCompute& compute, compute::Hidden
   save_at_.resize(plan.prompt_lengths.size());
   // Prompts in plan order, so a source's own start is known before its heirs'.
   for (const sched::MicroBatch& mb : plan.micro_batches) {
-    if (!mb.is_first || mb.start == 0) continue;
+    if (!mb.is_first || mb.start == 0 || plan.reuse[mb.prompt].restored) continue;
     const int p = mb.prompt;
     const int64_t c = plan.reuse[p].tokens;
     // Up the chain of sources to the prompt that computed position c - 1 itself. A source that
@@ -44,14 +44,20 @@ void HiddenStateRows::take(const sched::MicroBatch& mb, const float* hidden) {
   compute_.final_norm(hidden, mb.length, normed_.data());
   if (mb.is_first) {
     std::fill(sum_.begin(), sum_.end(), 0.0);
-    if (auto from = starts_from_.find(mb.prompt); from != starts_from_.end()) {
+    if (auto restored = restored_.find(mb.prompt); restored != restored_.end()) {
+      if (restored->second.size() != sum_.size())
+        throw std::logic_error("--hidden-states mean: a restored sum of another width");
+      sum_ = restored->second;
+      restored_.erase(restored);
+    } else if (auto from = starts_from_.find(mb.prompt); from != starts_from_.end()) {
       auto saved = saved_.find(from->second);
       sum_ = saved->second.sum;
       if (--saved->second.users == 0) saved_.erase(saved);
     }
   }
   const std::vector<int64_t>* save_at = save_at_.empty() ? nullptr : &save_at_[mb.prompt];
-  auto next_save = save_at ? std::lower_bound(save_at->begin(), save_at->end(), mb.start + 1) : std::vector<int64_t>::const_iterator();
+  auto next_save = save_at ? std::lower_bound(save_at->begin(), save_at->end(), mb.start + 1)
+                           : std::vector<int64_t>::const_iterator();
   for (int row = 0; row < mb.length; ++row) {
     const float* normed = normed_.data() + static_cast<int64_t>(row) * h_;
     for (int k = 0; k < h_; ++k) sum_[k] += normed[k];

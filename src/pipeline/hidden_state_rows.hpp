@@ -32,6 +32,13 @@ class HiddenStateRows {
   void take(const sched::MicroBatch& mb, const float* hidden);
   // The prompt's result row [H], valid after take() of its last chunk.
   const float* row() const { return row_.data(); }
+  // `mean`: the open prompt's running sum over the positions taken so far (what a checkpoint
+  // keeps); empty for `last`, which needs none.
+  std::vector<double> running_sum() const {
+    return kind_ == compute::HiddenStatesKind::kMean ? sum_ : std::vector<double>();
+  }
+  // A prompt restored from a checkpoint starts from the sum over its restored positions.
+  void restore(int prompt, std::vector<double> sum) { restored_[prompt] = std::move(sum); }
 
  private:
   using SumKey = std::pair<int, int64_t>;  // (the prompt that computes position c - 1, c)
@@ -48,6 +55,7 @@ class HiddenStateRows {
   std::vector<std::vector<int64_t>> save_at_;  // per prompt: the lengths c to keep its sum at, ascending
   std::map<int, SumKey> starts_from_;          // per reusing prompt: the sum it starts from
   std::map<SumKey, SavedSum> saved_;
+  std::map<int, std::vector<double>> restored_;  // per restored prompt: its sum at the restored position
 };
 
 }  // namespace pf::pipeline

@@ -14,7 +14,8 @@
 // becomes the chunk's hidden state (ReadySlot), computed on in place, then a send in
 // flight (SendTicket) whose commit returns the slot for a later receive. So at most `depth`
 // receives are posted ahead and `depth` sends are in flight, and no buffer is written
-// while a transfer may still read it. The graceful stop is dist/stop_notice.hpp.
+// while a transfer may still read it. The graceful stop and checkpoint calls are
+// dist/control_notices.hpp; what a checkpoint does, checkpoint_run.hpp.
 #include "pipeline/stage_loop.hpp"
 
 #include <algorithm>
@@ -28,7 +29,7 @@
 #include <thread>
 
 #include "dist/collectives.hpp"
-#include "dist/stop_notice.hpp"
+#include "dist/control_notices.hpp"
 #include "dist/wait.hpp"
 #include "errors.hpp"
 #include "pipeline/hidden_state_rows.hpp"
@@ -73,6 +74,7 @@ class StageLoop {
 
   // One micro-batch's steps.
   void look_for_stop(long long i);
+  void take_checkpoint_calls();
   std::optional<dist::ReadySlot> receive_forward(long long i);  // nullopt: cut off while waiting
   void compute(const sched::MicroBatch& mb, dist::ReadySlot& state);
   void export_kv(const sched::MicroBatch& mb);
@@ -103,10 +105,12 @@ class StageLoop {
   long long next_to_post_ = 0;
   std::deque<dist::SendTicket> sends_;  // oldest first
 
-  // Graceful stop: rank 0 announces a cutoff (the first micro-batch of the next prompt not
-  // yet started: prompts in flight finish); the others take it between micro-batches, or
-  // when it interrupts a receive-wait.
-  dist::StopNotice notice_;
+  // Graceful stop: rank 0 announces a cutoff (the next micro-batch, the prompt in flight
+  // checkpointed; without checkpoints, the first micro-batch of the next prompt not yet
+  // started: prompts in flight finish) after any checkpoint call; the others take them
+  // between micro-batches, or when the stop interrupts a receive-wait.
+  dist::ControlNotices notice_;
+  long long calls_accepted_ = 0;  // the sequence of the last checkpoint call taken
 
   // ctx_.sink, counting prompts for the progress line.
   class CountingSink final : public ResultSink {
@@ -163,6 +167,12 @@ StageLoop::StageLoop(StageLoopContext& ctx)
     if (hidden_width_ > 0 && topo_.tp_rank == 0)
       hidden_rows_ = std::make_unique<HiddenStateRows>(ctx.compute, ctx.hidden_states, ctx.hidden_size, ctx.plan);
   }
+  if (ctx.checkpoint) {
+    ctx.checkpoint->start(ctx.plan, ctx.compute, scorer_.get(), hidden_rows_.get());
+    const std::optional<RestoredPrompt>& restored = ctx.checkpoint->restored();
+    if (restored && hidden_rows_ && !restored->hidden_sum.empty())
+      hidden_rows_->restore(restored->prompt, restored->hidden_sum);
+  }
   heirs_.resize(ctx.plan.prompt_lengths.size());
   for (size_t p = 0; p < ctx.plan.reuse.size(); ++p)
     if (ctx.plan.reuse[p].source >= 0) heirs_[ctx.plan.reuse[p].source].push_back(static_cast<int>(p));
@@ -176,6 +186,10 @@ bool StageLoop::steady_state(long long i) {
   post_receives_until(std::min(i + depth_, count_));  // after the warm-up: one more per step
   std::optional<dist::ReadySlot> state = receive_forward(i);
   if (!state) return false;
+  if (ctx_.checkpoint) {  // (after the receive: a call for this cutoff is here by now)
+    take_checkpoint_calls();
+    ctx_.checkpoint->reach(i);
+  }
   compute(mb, *state);
   if (topo_.last_stage())
     emit_results(mb, std::move(*state));
@@ -194,32 +208,70 @@ void StageLoop::drain() {
   record_device_spans(true);
   if (sender_) sender_->flush();
   if (inbox_) inbox_->drain();
+  if (ctx_.checkpoint) {  // a stop's cutoff inside a prompt: its checkpoint, on every rank
+    take_checkpoint_calls();
+    ctx_.checkpoint->reach(count_);
+    ctx_.checkpoint->finish();
+  }
   if (ctx_.progress) ctx_.progress->finish();
+}
+
+void StageLoop::take_checkpoint_calls() {
+  if (topo_.is_writer()) return;  // rank 0 accepts its own calls as it announces them
+  while (const std::optional<dist::CheckpointCall> call = notice_.take_checkpoint()) {
+    ctx_.checkpoint->accept(*call);
+    calls_accepted_ = call->sequence;
+  }
 }
 
 // Rank 0 turns a stop request into a cutoff and announces it; the others take it once it
 // has arrived; and stage 0's TP group agrees on the count.
 void StageLoop::look_for_stop(long long i) {
+  CheckpointRun* checkpoint = ctx_.checkpoint;
+  if (topo_.is_writer() && checkpoint && !notice_.announced())
+    if (const std::optional<dist::CheckpointCall> call = checkpoint->due(i)) {
+      notice_.announce_checkpoint(*call);
+      checkpoint->accept(*call);
+      calls_accepted_ = call->sequence;
+    }
   if (topo_.is_writer() && ctx_.stop_requested && *ctx_.stop_requested && !notice_.announced()) {
     long long cutoff = i;
-    while (cutoff < count_ && !mbs_[cutoff].is_first) ++cutoff;
+    if (checkpoint && i < count_) {  // the prompt in flight is checkpointed where it stands
+      if (const std::optional<dist::CheckpointCall> call = checkpoint->final_call(i)) {
+        notice_.announce_checkpoint(*call);
+        checkpoint->accept(*call);
+        calls_accepted_ = call->sequence;
+        std::fprintf(stderr, "stopping: checkpointing prompt %lld at token %lld, then saving\n", call->prompt,
+                     call->tokens);
+      } else {
+        std::fprintf(stderr, "stopping: no prompt in flight, saving\n");
+      }
+    } else {
+      while (cutoff < count_ && !mbs_[cutoff].is_first) ++cutoff;
+      std::fprintf(stderr, "stopping: finishing the %lld micro-batch(es) of prompts already started, then saving\n",
+                   count_ - i);
+    }
     notice_.announce(cutoff);
     apply_cutoff(cutoff);
-    std::fprintf(stderr, "stopping: finishing the %lld micro-batch(es) of prompts already started, then saving\n",
-                 count_ - i);
   }
   if (const std::optional<long long> cutoff = notice_.take()) apply_cutoff(*cutoff);
   // Stage 0's TP ranks embed without waiting for anyone, and nothing else makes them agree
   // on where a stop cuts the plan: a host all-reduce keeps them in step only inside a
   // micro-batch (a TP rank that missed the notice would enter micro-batch `cutoff` and wait
   // in its all-reduce for a peer that stopped), a device one (NCCL) or the emulator's
-  // modelled one not even that. So stage 0's TP group agrees on the micro-batch count
-  // before each micro-batch (rank 0 is its TP rank 0): a tiny broadcast, microseconds.
+  // modelled one not even that. So stage 0's TP group agrees on the micro-batch count, and
+  // on the checkpoint calls made so far, before each micro-batch (rank 0 is its TP rank 0):
+  // a tiny broadcast, microseconds.
   if (topo_.first_stage() && topo_.tp > 1) {
     dist::WaitLabel label(stage_name_ + " keeping TP ranks in step at micro-batch " + std::to_string(i));
-    int agreed = static_cast<int>(count_);
-    dist::broadcast_int(agreed, 0, topo_.tp_comm);
-    if (agreed < count_) apply_cutoff(agreed);
+    std::vector<long long> agreed = {count_, calls_accepted_};
+    dist::broadcast_vector(agreed, topo_.tp_comm);
+    if (agreed[0] < count_) apply_cutoff(agreed[0]);
+    if (ctx_.checkpoint && !topo_.is_writer())
+      dist::wait_until([&] {  // the calls rank 0 made are on their way: take them before going on
+        take_checkpoint_calls();
+        return calls_accepted_ >= agreed[1];
+      });
   }
 }
 
@@ -247,6 +299,16 @@ std::optional<dist::ReadySlot> StageLoop::receive_forward(long long i) {
 
 void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
   if (mb.is_first && ctx_.plan.reuse[mb.prompt].store_entry >= 0) load_prefix(mb);
+  if (mb.is_first && ctx_.plan.reuse[mb.prompt].restored) {
+    trace::Timeline::Scope span(ctx_.timeline, EventKind::kKvLoad, mb);
+    dist::WaitLabel label(stage_name_ + " restoring the first " + std::to_string(mb.start) + " tokens of prompt " +
+                          std::to_string(mb.prompt) + " from its checkpoint");
+    try {
+      ctx_.checkpoint->load_restored(mb.prompt);
+    } catch (const std::exception& e) {
+      fail_library_call("pipefill", "restoring a prompt from its checkpoint", e.what(), __FILE__, __LINE__);
+    }
+  }
   {
     // Host-timed backends: the span is the forward call. Device-timed ones return at once
     // and report the span from CUDA events (record_device_spans).
@@ -258,7 +320,7 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
     ctx_.compute.forward(chunk, state.data());
   }
   record_all_reduces(mb);
-  if (ctx_.kv_export || ctx_.kv_store) export_kv(mb);
+  if (ctx_.kv_export || ctx_.kv_store || (ctx_.checkpoint && ctx_.checkpoint->feeds_every_chunk())) export_kv(mb);
   if (mb.is_last) finish_prompt(mb);
 }
 
@@ -285,15 +347,22 @@ void StageLoop::export_kv(const sched::MicroBatch& mb) {
 // this thread: 2 x layers x kv_heads x count x head_dim floats, 11.8 MB for a 512-token chunk
 // of SmolLM2's 15-layer stage, 512 MiB for 2048 tokens of Llama-3-8B at pp 1).
 void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_last) {
-  kv::KvExporter& any = ctx_.kv_export ? *ctx_.kv_export : ctx_.kv_store->exporter();
-  const kv::KvExportLayout& layout = any.layout();
+  CheckpointRun* checkpoint =
+      ctx_.checkpoint && ctx_.checkpoint->feeds_every_chunk() && start + count > ctx_.checkpoint->handed(prompt)
+          ? ctx_.checkpoint
+          : nullptr;
+  kv::KvExporter* exporters[] = {ctx_.kv_export, ctx_.kv_store ? &ctx_.kv_store->exporter() : nullptr};
+  if (!exporters[0] && !exporters[1] && !checkpoint) return;
+  const kv::KvExportLayout& layout =
+      checkpoint ? checkpoint->layout() : (exporters[0] ? *exporters[0] : *exporters[1]).layout();
   const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim;
   std::vector<float> keys(floats), values(layout.latent ? 0 : floats);
   ctx_.compute.read_kv(prompt, start, count, keys.data(), values.data());
   dist::WaitLabel label(stage_name_ + " queueing the KV export of prompt " + std::to_string(prompt) +
                         " (the disk is behind)");
-  if (ctx_.kv_export && ctx_.kv_store) ctx_.kv_store->exporter().add_chunk(prompt, start, count, keys, values, is_last);
-  any.add_chunk(prompt, start, count, std::move(keys), std::move(values), is_last);
+  for (kv::KvExporter* exporter : exporters)
+    if (exporter) exporter->add_chunk(prompt, start, count, keys, values, is_last);
+  if (checkpoint) checkpoint->feed(prompt, start, count, std::move(keys), std::move(values), is_last);
 }
 
 // A prefix from the KV store: this rank's rows of the entry go into the prompt's pages, in
@@ -358,6 +427,7 @@ void StageLoop::emit_results(const sched::MicroBatch& mb, dist::ReadySlot state)
 void StageLoop::finish_micro_batch(const sched::MicroBatch& mb) {
   record_device_spans(false);
   if (inbox_) inbox_->poll();
+  if (ctx_.checkpoint) ctx_.checkpoint->poll();
   if (ctx_.progress) {
     ++done_.micro_batches;  // stage 0 walks the plan in order: micro-batches 0..i are done
     done_.tokens += mb.length;

@@ -10,9 +10,10 @@
 #include "dist/transport.hpp"
 #include "io/prompts_h5.hpp"
 #include "kvcache/kv_export.hpp"
+#include "pipeline/checkpoint_run.hpp"
 #include "pipeline/kv_store_setup.hpp"
-#include "pipeline/result_route.hpp"
 #include "pipeline/progress.hpp"
+#include "pipeline/result_route.hpp"
 #include "sched/batch_plan.hpp"
 #include "trace/timeline.hpp"
 #include "trace/traffic.hpp"
@@ -31,7 +32,7 @@ struct StageLoopContext {
 
   int hidden_size = 0;
   int vocab_size = 0;
-  int ring_depth = 1;  // receives posted ahead, and sends in flight, per rank
+  int ring_depth = 1;          // receives posted ahead, and sends in flight, per rank
   ResultSink* sink = nullptr;  // on world rank 0: stores the results (logits, hidden states, token rows)
   // The last stage also hands back each prompt's final-norm hidden state (--hidden-states)
   // and every position's scores (--logprobs, --top-k).
@@ -40,9 +41,13 @@ struct StageLoopContext {
   kv::KvExporter* kv_export = nullptr;  // --save-kv: every chunk's K/V goes to it
   // --kv-store: prefixes the plan loads come from it, and every chunk's K/V goes to its exporter.
   KvStoreRun* kv_store = nullptr;
+  // Checkpoints inside a prompt (null where the backend cannot read its KV back): restores a
+  // prompt, takes rank 0's calls, and on a stop checkpoints the prompt in flight.
+  CheckpointRun* checkpoint = nullptr;
   ProgressReporter* progress = nullptr;  // world rank 0 only
-  // World rank 0 polls it between micro-batches: set (by a SIGTERM/SIGUSR1 handler), it
-  // stops issuing new prompts; prompts already started finish, every rank is told.
+  // World rank 0 polls it between micro-batches: set (by a SIGTERM/SIGUSR1 handler), it cuts
+  // the plan at the next micro-batch, checkpointing the prompt in flight (without a
+  // checkpoint, prompts already started finish); every rank is told.
   const volatile int* stop_requested = nullptr;
   // The backend's TP reducer (null when tp == 1 or emulated), read only: payload bytes, and
   // the host spans of reduces that block, which become the timeline's all-reduce events.

@@ -29,7 +29,10 @@ void StoredResults::token_rows(const TokenRows& given) {
     open_prompt_ = rows.prompt;
     open_finite_ = true;
     if (reuse.tokens > 0) {
-      const float entry = copy_reused_rows(rows, reuse);
+      const bool restored = reuse.restored && rows.prompt == restored_prompt_;
+      if (reuse.restored && !restored) throw std::logic_error("token rows of a restored prompt without its state");
+      if (restored) open_finite_ = restored_rows_finite_;
+      const float entry = restored ? restored_next_logprob_ : copy_reused_rows(rows, reuse);
       if (rows.logprobs) {  // the chunk's first entry is the source's prediction (NaN on the wire)
         logprobs_.assign(rows.logprobs, rows.logprobs + rows.count);
         logprobs_[0] = entry;
@@ -77,7 +80,9 @@ void StoredResults::prompt_row(int prompt, const float* logits, const float* hid
     nonfinite_.push_back(prompt);
     return;
   }
-  writer_.write_prompt(prompt, logits, hidden, ttft_s, reuse_.at(prompt).tokens);
+  const sched::PrefixReuse& reuse = reuse_.at(prompt);
+  writer_.write_prompt(prompt, logits, hidden, ttft_s, reuse.restored ? 0 : reuse.tokens,
+                       reuse.restored ? reuse.tokens : 0);
 }
 
 }  // namespace pf::pipeline

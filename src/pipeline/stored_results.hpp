@@ -25,6 +25,13 @@ class StoredResults final : public ResultSink {
   void token_rows(const TokenRows& rows) override;
   void prompt_row(int prompt, const float* logits, const float* hidden, double ttft_s) override;
 
+  // The prompt a checkpoint restored (pipeline/checkpoint_run.hpp): its rows [0, tokens) are
+  // in the output already, and the log-prob entry `tokens` is the one the checkpoint kept.
+  void set_restored(int prompt, float next_logprob, bool rows_finite) {
+    restored_prompt_ = prompt;
+    restored_next_logprob_ = next_logprob;
+    restored_rows_finite_ = rows_finite;
+  }
   // Prompts not stored because a result was not finite, in the order they came.
   const std::vector<int>& nonfinite_prompts() const { return nonfinite_; }
 
@@ -35,9 +42,12 @@ class StoredResults final : public ResultSink {
   io::ResultWriter& writer_;
   int vocab_size_, hidden_width_;
   const std::vector<sched::PrefixReuse>& reuse_;  // per prompt
-  int open_prompt_ = -1;        // the prompt whose token rows are arriving
-  bool open_finite_ = true;     // its token rows so far are finite
+  int open_prompt_ = -1;                          // the prompt whose token rows are arriving
+  bool open_finite_ = true;                       // its token rows so far are finite
   std::vector<int> nonfinite_;
+  int restored_prompt_ = -1;
+  float restored_next_logprob_ = 0;
+  bool restored_rows_finite_ = true;
   std::vector<float> logprobs_, topk_logprobs_;  // a block of copied rows, or a chunk's patched log-probs
   std::vector<int32_t> topk_ids_;
 };

@@ -7,8 +7,8 @@
 // Alignment: row r of a chunk starting at `start` predicts token start + r + 1, but a
 // chunk's message holds the entries of positions [start, start + length): the entry at
 // `start` is the previous chunk's last prediction (carried; NaN in the prompt's first chunk,
-// which rank 0 fills from the source prompt after a reused prefix), and the chunk's own last prediction is carried to the next chunk (dropped after
-// the prompt's last token, which has no successor).
+// which rank 0 fills from the source prompt after a reused prefix), and the chunk's own last prediction is carried to
+// the next chunk (dropped after the prompt's last token, which has no successor).
 #pragma once
 
 #include <cstddef>
@@ -31,6 +31,9 @@ class TokenScorer {
   // Collective over the last stage's TP group. Scores micro-batch `mb`'s rows `hidden`
   // [mb.length, H]; on TP rank 0 returns its token part (planar, TokenRowLayout), else empty.
   const std::vector<float>& score(const sched::MicroBatch& mb, const float* hidden, int hidden_size);
+  // TP rank 0, with log-probs: the prediction carried to the next chunk (the log-prob of the
+  // token after the last chunk scored), what a checkpoint at that boundary keeps.
+  float carried() const { return carried_; }
 
  private:
   void score_block(const sched::MicroBatch& mb, int first_row, int rows, const float* hidden);
@@ -39,9 +42,9 @@ class TokenScorer {
   compute::StageCompute& compute_;
   const io::PromptSet& prompts_;
   TokenRowLayout layout_;
-  int block_rows_ = 0;   // rows through the LM head at a time
-  size_t record_bytes_;  // one row's slice summary
-  std::vector<int32_t> targets_;     // [block_rows]: the token each row scores (-1: none)
+  int block_rows_ = 0;            // rows through the LM head at a time
+  size_t record_bytes_;           // one row's slice summary
+  std::vector<int32_t> targets_;  // [block_rows]: the token each row scores (-1: none)
   std::vector<std::byte> summaries_, gathered_;
   std::vector<float> next_logprob_;  // [length]: row r's log-prob of token start + r + 1
   std::vector<float> part_;          // the chunk's token part (TP rank 0)

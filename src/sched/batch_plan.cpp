@@ -27,7 +27,13 @@ int BatchPlan::scheduled_prompts() const {
 
 int64_t BatchPlan::reused_tokens() const {
   int64_t total = 0;
-  for (const auto& mb : micro_batches) total += mb.is_first ? mb.start : 0;
+  for (const auto& mb : micro_batches) total += mb.is_first && !restored(mb.prompt) ? mb.start : 0;
+  return total;
+}
+
+int64_t BatchPlan::restored_tokens() const {
+  int64_t total = 0;
+  for (const auto& mb : micro_batches) total += mb.is_first && restored(mb.prompt) ? mb.start : 0;
   return total;
 }
 
@@ -69,8 +75,8 @@ BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolic
     const PrefixReuse reuse = p < static_cast<int>(prefixes.reuse.size()) ? prefixes.reuse[p] : PrefixReuse{};
     if (reuse.tokens < 0 || reuse.tokens >= prompt_lengths[p])
       throw std::logic_error("make_plan: a cached prefix must leave at least the prompt's last token to compute");
-    if (reuse.source >= 0 && reuse.store_entry >= 0)
-      throw std::logic_error("make_plan: a prefix comes from a prompt or from the store, not both");
+    if ((reuse.source >= 0) + (reuse.store_entry >= 0) + reuse.restored > 1)
+      throw std::logic_error("make_plan: a prefix comes from a prompt, the store or a checkpoint, not two of them");
     if (reuse.source >= 0 && (reuse.source >= n || !planned[reuse.source] ||
                               (reuse.source < static_cast<int>(skip.size()) && skip[reuse.source]) ||
                               reuse.tokens > prompt_lengths[reuse.source]))
@@ -93,7 +99,7 @@ std::vector<char> serialize(const BatchPlan& plan) {
   words.insert(words.end(), plan.prompt_lengths.begin(), plan.prompt_lengths.end());
   for (size_t p = 0; p < plan.prompt_lengths.size(); ++p) {
     const PrefixReuse reuse = p < plan.reuse.size() ? plan.reuse[p] : PrefixReuse{};
-    words.insert(words.end(), {reuse.tokens, reuse.source, reuse.store_entry});
+    words.insert(words.end(), {reuse.tokens, reuse.source, reuse.store_entry, reuse.restored ? 1 : 0});
   }
   words.push_back(static_cast<int64_t>(plan.micro_batches.size()));
   for (const auto& mb : plan.micro_batches) {
@@ -114,7 +120,8 @@ BatchPlan deserialize(const std::vector<char>& bytes) {
   for (int64_t i = 0; i < prompts; ++i) {
     const int64_t tokens = words.at(at++);
     const int source = static_cast<int>(words.at(at++));
-    plan.reuse.push_back({tokens, source, static_cast<int>(words.at(at++))});
+    const int store_entry = static_cast<int>(words.at(at++));
+    plan.reuse.push_back({tokens, source, store_entry, words.at(at++) != 0});
   }
   const int64_t count = words.at(at++);
   for (int64_t i = 0; i < count; ++i) {

@@ -9,10 +9,10 @@
 namespace pf::sched {
 
 struct MicroBatch {
-  int index = 0;      // position in the schedule
-  int prompt = 0;     // input order index
-  int64_t start = 0;  // first token of the chunk = prefix length already in the KV cache
-  int length = 0;     // tokens in the chunk
+  int index = 0;          // position in the schedule
+  int prompt = 0;         // input order index
+  int64_t start = 0;      // first token of the chunk = prefix length already in the KV cache
+  int length = 0;         // tokens in the chunk
   bool is_first = false;  // the prompt's first chunk (start is its reused prefix, usually 0)
   bool is_last = false;
 };
@@ -20,11 +20,13 @@ struct MicroBatch {
 // Where a prompt's first `tokens` tokens come from without being computed: the KV pages of
 // `source`, an earlier prompt of the plan with the same first tokens (prefix reuse), or,
 // with source -1, a cache outside the batch: entry `store_entry` of the run's --kv-store
-// (kvcache/kv_store.hpp), or nothing to load (simulate --cached-tokens). tokens 0: none.
+// (kvcache/kv_store.hpp), or, `restored`, the checkpoint of an interrupted run of this output
+// (pipeline/checkpoint_run.hpp), or nothing to load (simulate --cached-tokens). tokens 0: none.
 struct PrefixReuse {
   int64_t tokens = 0;
   int source = -1;
   int store_entry = -1;
+  bool restored = false;
 };
 
 // What prefix reuse decided (sched/prefix_sharing.hpp): the order prompts run in (empty:
@@ -44,7 +46,9 @@ struct BatchPlan {
   int64_t total_tokens() const;  // tokens this plan computes (skipped prompts excluded)
   int num_prompts() const { return static_cast<int>(prompt_lengths.size()); }
   int scheduled_prompts() const;  // prompts with micro-batches in this plan
-  int64_t reused_tokens() const;  // tokens of scheduled prompts taken from a cache, not computed
+  int64_t reused_tokens() const;    // tokens of scheduled prompts taken from a cache, not computed
+  int64_t restored_tokens() const;  // tokens of scheduled prompts restored from a checkpoint
+  bool restored(int prompt) const { return prompt < static_cast<int>(reuse.size()) && reuse[prompt].restored; }
 };
 
 // A chunk policy decides the next chunk's size from the prefix already done.

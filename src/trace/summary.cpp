@@ -16,7 +16,7 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
   s.num_tokens = plan.total_tokens();
   s.num_micro_batches = static_cast<int>(plan.micro_batches.size());
   for (const auto& mb : plan.micro_batches) {
-    if (!mb.is_first || mb.start == 0) continue;
+    if (!mb.is_first || mb.start == 0 || plan.restored(mb.prompt)) continue;
     ++s.reusing_prompts;
     if (plan.reuse[mb.prompt].store_entry >= 0) s.loaded_tokens += mb.start;
   }

@@ -21,8 +21,12 @@
 #                   forwards it to the ranks, SIGKILLs them 1 s later (odls_base_sigkill_timeout)
 #                   and exits 1. Prompts finished before are safe; those in flight are lost and
 #                   computed again by --resume. (SIGUSR1 is the clean stop: see resume.sh.)
-#   stop_after_last_start  SIGUSR1 once the only prompt has started: the stop cuts nothing,
-#                   so the run completes its output and exits 0, not 75 (nothing to resume)
+#   checkpoint_disk_full  --checkpoint-every on a full file system (a small tmpfs holding the
+#                   output): one `warning:` naming the rank and the reason, the run goes on
+#                   without checkpoints and completes its output (exit 0)
+#   stop_inside_prompt  SIGUSR1 once the only prompt has started: the stop cuts it at the next
+#                   chunk, checkpoints it and exits 75; --resume restores it there
+#                   (/restored_tokens) and its logits equal the uninterrupted run's bit for bit
 # usage: resume_integrity.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
@@ -182,7 +186,24 @@ PY
     [ -e "$work/out.h5.partial" ] || fail "no partial file after the SIGTERM"
     expect_interrupted_mid_run "$work/out.h5.partial" "$stored" $num "the SIGTERM"
     run --input "$work/in.h5" --output "$work/out.h5" --resume | grep -v "^$" || true ;;
-  stop_after_last_start)
+  checkpoint_disk_full)
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 9 >/dev/null
+    args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16)
+    run --input "$work/in.h5" --output "$work/reference.h5" --overwrite
+    # A real full disk: a 1 MiB tmpfs (root only; skipped elsewhere). The output fits; each
+    # rank's checkpoint file (4 layers x 2 x 2 heads x 3000 tokens x 32 x 4 bytes) does not.
+    mkdir "$work/small"
+    mount -t tmpfs -o size=1m tmpfs "$work/small" 2>/dev/null || { echo "cannot mount a tmpfs: skipped"; exit 77; }
+    on_exit "umount '$work/small'"
+    status_of pipefill_mpi 2 "${args[@]}" --quiet --input "$work/in.h5" --output "$work/small/out.h5" \
+      --checkpoint-every 0.01s 2>"$work/stderr"
+    cat "$work/stderr"
+    expect_status 0 "a run whose checkpoints failed"
+    grep -q "^warning: the checkpoint of prompt 0 at token [0-9]* was not written (rank [01]: cannot write .*No space left on device); the run goes on without checkpoints" \
+      "$work/stderr" || fail "no warning naming the rank and the reason"
+    [ "$(grep -c '^warning:' "$work/stderr")" -eq 1 ] || fail "more than one warning"
+    mv "$work/small/out.h5" "$work/out.h5" ;;
+  stop_inside_prompt)
     "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 9 >/dev/null
     args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16)
     run --input "$work/in.h5" --output "$work/reference.h5" --overwrite  # this case's own reference
@@ -192,8 +213,21 @@ PY
     signal_run USR1 mpirun
     finish_run
     grep -v '^progress:' "$work/first.log"
-    grep -q '^stopping:' "$work/first.log" || fail "the signal came after the run had ended: no stop was seen"
-    expect_status 0 "a stop that cuts nothing" ;;
+    expect_status 75 "a stop inside the only prompt"
+    checkpoint=$(sed -n 's/^checkpoint [0-9]*: prompt 0 at token \([0-9]*\) of 3000.*/\1/p' "$work/first.log")
+    [ -n "$checkpoint" ] || fail "the stop wrote no checkpoint of the prompt"
+    ls "$work/out.h5.checkpoint"/checkpoint-*.json >/dev/null || fail "no manifest in out.h5.checkpoint"
+    pipefill_mpi 2 "${args[@]}" --input "$work/in.h5" --output "$work/out.h5" --resume | tee "$work/resumed.log" |
+      grep "^resuming prompt 0 at token $checkpoint of 3000" || { cat "$work/resumed.log"; fail "the prompt was not resumed at token $checkpoint"; }
+    [ ! -e "$work/out.h5.checkpoint" ] || fail "a complete run left its checkpoint directory"
+    "$PYTHON" - "$work/out.h5" "$work/reference.h5" "$checkpoint" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[2]) as ref:
+    assert f["restored_tokens"][0] == int(sys.argv[3]), f["restored_tokens"][:]
+    assert np.array_equal(f["logits"][:], ref["logits"][:]), "the resumed prompt's logits differ"
+print("restored", sys.argv[3], "tokens; logits bit-identical to the uninterrupted run")
+PY
+    ;;
   *) fail "unknown case $case" ;;
 esac
 [ -e "$work/out.h5" ] && [ ! -e "$work/out.h5.partial" ] || fail "the run did not complete the output"

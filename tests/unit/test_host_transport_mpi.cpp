@@ -14,9 +14,10 @@
 #include <set>
 #include <vector>
 
+#include "dist/control_notices.hpp"
+#include "dist/control_reports.hpp"
 #include "dist/host_transport.hpp"
 #include "dist/p2p.hpp"
-#include "dist/stop_notice.hpp"
 #include "dist/wait.hpp"
 
 namespace pf::dist {
@@ -78,7 +79,7 @@ struct Stream {
 
 // The next stage's side of the ring: `depth` receives posted ahead of the micro-batch it
 // takes. Returns the number of distinct slots it used.
-size_t receive_stream(HostTransport& transport, const Stream& s, StopNotice& notice) {
+size_t receive_stream(HostTransport& transport, const Stream& s, ControlNotices& notice) {
   const long long count = static_cast<long long>(s.lengths.size());
   std::deque<RecvTicket> ahead;
   long long next_to_post = 0;
@@ -131,7 +132,7 @@ class RingDepth : public testing::TestWithParam<int> {};
 TEST_P(RingDepth, EveryPayloadArrivesIntactAndTheRingStaysWithinItsDepth) {
   const Stream stream{GetParam(), varying_lengths(300, 160)};
   Comm link, control;
-  StopNotice notice(control.comm);  // posted and never raised: the receive-waits watch it
+  ControlNotices notice(control.comm);  // posted and never raised: the receive-waits watch it
   HostTransport transport(static_cast<size_t>(stream.max_tokens()) * kFloatsPerToken, kSender, kReceiver, link.comm);
   if (my_rank() == kSender) {
     // `depth` in flight plus the one being filled: never more slots than that.
@@ -202,11 +203,11 @@ TEST(HostTransport, NoSlotIsReusedBeforeItsSendIsCommitted) {
 // for micro-batch kCutoff with `depth` receives posted: the wait must return (interrupted),
 // the receives past the cutoff are cancelled, and a later message with the tag of a
 // cancelled receive still reaches a new receive intact (the cancelled one took nothing).
-TEST(StopNotice, ACutoffInterruptsAWaitingReceiveAndCancelsThoseBeyondIt) {
+TEST(ControlNotices, ACutoffInterruptsAWaitingReceiveAndCancelsThoseBeyondIt) {
   constexpr int kPlanned = 20, kCutoff = 7, kDepth = 4, kTokens = 50;
   const int floats = kTokens * kFloatsPerToken;
   Comm link, control, handshake;
-  StopNotice notice(control.comm);
+  ControlNotices notice(control.comm);
   HostTransport transport(floats, kSender, kReceiver, link.comm);
   constexpr long long kLate = 1000;  // the payload of the message sent after the stop
   if (my_rank() == kSender) {
@@ -276,6 +277,42 @@ TEST(StopNotice, ACutoffInterruptsAWaitingReceiveAndCancelsThoseBeyondIt) {
   ReadySlot got = late.wait();
   EXPECT_EQ(wrong_elements(got.data(), kLate, floats), 0);
   transport.release(std::move(got));
+}
+
+// Checkpoint calls and the stop travel as one ordered stream: when the stop is seen, every
+// call announced before it is already waiting, in order, with its values; the reports go
+// the other way and reach rank 0 with their sender.
+TEST(ControlNotices, CheckpointCallsArriveInOrderBeforeTheStop) {
+  Comm control;
+  ControlNotices notice(control.comm);
+  ControlReports reports(control.comm);
+  if (my_rank() == kSender) {
+    for (long long k = 1; k <= 3; ++k) notice.announce_checkpoint({k, 10 * k, 7, 100 * k});
+    notice.announce(42);
+    EXPECT_THROW(notice.announce_checkpoint({4, 50, 7, 400}), std::logic_error);  // nothing after the stop
+    std::vector<std::pair<int, std::string>> got;
+    wait_until([&] {
+      for (auto& report : reports.arrived()) got.push_back(report);
+      return got.size() >= 2;
+    });
+    EXPECT_EQ(got[0], std::make_pair(kReceiver, std::string("first")));
+    EXPECT_EQ(got[1], std::make_pair(kReceiver, std::string("second")));
+  } else if (my_rank() == kReceiver) {
+    wait_until([&] { return notice.raised(); });
+    for (long long k = 1; k <= 3; ++k) {
+      const std::optional<CheckpointCall> call = notice.take_checkpoint();
+      ASSERT_TRUE(call.has_value()) << "call " << k << " had not arrived when the stop had";
+      EXPECT_EQ(call->sequence, k);
+      EXPECT_EQ(call->cutoff, 10 * k);
+      EXPECT_EQ(call->prompt, 7);
+      EXPECT_EQ(call->tokens, 100 * k);
+    }
+    EXPECT_FALSE(notice.take_checkpoint().has_value());
+    EXPECT_EQ(notice.take(), std::optional<long long>(42));
+    reports.send("first");
+    reports.send("second");
+  }
+  MPI_Barrier(control.comm);
 }
 
 }  // namespace

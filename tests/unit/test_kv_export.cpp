@@ -179,3 +179,72 @@ TEST_F(KvExport, StoreRowsReadAfterTheCheckMustBeTheRowsChecked) {
 
 }  // namespace
 }  // namespace pf::kv
+
+namespace pf::kv {
+namespace {
+
+// Checkpoint mode (pipeline/checkpoint_run.hpp): the file has its final name from the first
+// chunk, a sync reports rows and checksum that kv_rows_problem verifies on disk, a later
+// writer continues the same file from there, and the writer never removes it.
+TEST_F(KvExport, ACheckpointFileIsSyncedAndContinuedInPlace) {
+  const KvExportLayout layout = small_layout(dir_.string());
+  const int64_t tokens = 12;
+  const fs::path path = dir_ / kv_file_name(1, 1, 1);
+  const auto expected = kv_file_metadata(layout, 1, tokens, 22);
+  KvFileState first;
+  {
+    KvExporter writer(layout, {5, tokens}, {11, 22}, KvFileMode::kCheckpoint);
+    writer.add_chunk(1, 0, 4, chunk_rows(layout, 0, 0, 4), chunk_rows(layout, 1, 0, 4), false);
+    const std::optional<KvSyncResult> synced = writer.sync_result(writer.request_sync(), /*wait=*/true);
+    ASSERT_TRUE(synced.has_value());
+    EXPECT_FALSE(synced->error.has_value());
+    ASSERT_EQ(synced->files.size(), 1u);
+    first = synced->files[0];
+    EXPECT_EQ(first.prompt, 1);
+    EXPECT_EQ(first.rows, 4);
+    EXPECT_TRUE(fs::exists(path)) << "a checkpoint's file has its final name from the start";
+    EXPECT_FALSE(kv_rows_problem(path.string(), expected, 4, first.checksum).has_value());
+    EXPECT_TRUE(kv_rows_problem(path.string(), expected, 4, first.checksum + 1).has_value());
+    writer.add_chunk(1, 4, 2, chunk_rows(layout, 0, 4, 2), chunk_rows(layout, 1, 4, 2), false);
+    EXPECT_FALSE(writer.finish().has_value());
+  }
+  EXPECT_TRUE(fs::exists(path)) << "a stopped checkpoint writer removed its file";
+  EXPECT_EQ(partial_files(dir_), 0);
+  // Rows past the synced ones do not change what the first sync vouches for.
+  EXPECT_FALSE(kv_rows_problem(path.string(), expected, 4, first.checksum).has_value());
+  {
+    KvExporter writer(layout, {5, tokens}, {11, 22}, KvFileMode::kCheckpoint);
+    writer.continue_file(1, 4, first.checksum);
+    writer.add_chunk(1, 4, 8, chunk_rows(layout, 0, 4, 8), chunk_rows(layout, 1, 4, 8), false);
+    const std::optional<KvSyncResult> synced = writer.sync_result(writer.request_sync(), true);
+    ASSERT_TRUE(synced && !synced->error && synced->files.size() == 1u);
+    EXPECT_EQ(synced->files[0].rows, tokens);
+    EXPECT_FALSE(kv_rows_problem(path.string(), expected, tokens, synced->files[0].checksum).has_value());
+    EXPECT_FALSE(writer.finish().has_value());
+  }
+  // Every row is where a fresh export would have put it.
+  const io::SafetensorsFile file(path.string());
+  std::vector<float> row(3);
+  file.read_block("layers.3.value", 1, 1, 9 * 3, 3, row.data());  // head 1, position 9
+  EXPECT_EQ(row[2], value_at(1, 1, 1, 9, 2));
+}
+
+TEST_F(KvExport, ACheckpointFileOfAnotherLayoutIsNotContinued) {
+  KvExportLayout layout = small_layout(dir_.string());
+  {
+    KvExporter writer(layout, {5, 12}, {11, 22}, KvFileMode::kCheckpoint);
+    writer.add_chunk(1, 0, 4, chunk_rows(layout, 0, 0, 4), chunk_rows(layout, 1, 0, 4), false);
+    EXPECT_FALSE(writer.finish().has_value());
+  }
+  layout.model_identity = "fedcba9876543210";  // another model: another header
+  KvExporter writer(layout, {5, 12}, {11, 22}, KvFileMode::kCheckpoint);
+  writer.continue_file(1, 4, 0);
+  const std::optional<KvSyncResult> synced = writer.sync_result(writer.request_sync(), true);
+  ASSERT_TRUE(synced.has_value());
+  ASSERT_TRUE(synced->error.has_value());
+  EXPECT_NE(synced->error->find("not the file this run would write"), std::string::npos) << *synced->error;
+  EXPECT_TRUE(synced->files.empty());
+}
+
+}  // namespace
+}  // namespace pf::kv

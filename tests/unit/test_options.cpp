@@ -9,8 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "cli/duration.hpp"
 #include "cli/options.hpp"
 #include "errors.hpp"
+#include "pipeline/checkpoint_run.hpp"
 
 using namespace pf;
 
@@ -73,7 +75,9 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"top_k", 0},
                                    {"save_kv", ""},
                                    {"kv_store", ""},
-                                   {"no_prefix_cache", false}};
+                                   {"no_prefix_cache", false},
+                                   {"checkpoint_every", ""},
+                                   {"mtbf", "24h"}};
   EXPECT_EQ(cli::to_json(o), expected);
 }
 
@@ -151,3 +155,51 @@ TEST(RunOptions, BackendAndCostModelAreParsedOnce) {
   cli::RunOptions unused;
   EXPECT_THROW(try_parse_run("--backend tpu", unused), UserError);
 }
+
+namespace pf::cli {
+namespace {
+
+TEST(Durations, ReadAsPeopleWriteThem) {
+  EXPECT_EQ(parse_duration("--x", "90s"), 90);
+  EXPECT_EQ(parse_duration("--x", "90"), 90);
+  EXPECT_EQ(parse_duration("--x", "10m"), 600);
+  EXPECT_EQ(parse_duration("--x", "1.5h"), 5400);
+  EXPECT_EQ(parse_duration("--x", "2d"), 172800);
+  EXPECT_EQ(parse_duration("--x", "0.25s"), 0.25);
+  for (const char* bad : {"", "s", "10x", "-5m", "0", "nan", "1e400s", "10 m"})
+    EXPECT_THROW(parse_duration("--x", bad), UserError) << bad;
+}
+
+TEST(Durations, CheckpointOptionsAreCheckedAtParse) {
+  auto parse = [](std::vector<std::string> extra) {
+    std::vector<std::string> args = {"run", "--model", "m", "--input", "in.h5", "--output", "out.h5"};
+    args.insert(args.end(), extra.begin(), extra.end());
+    std::vector<char*> argv;
+    for (auto& a : args) argv.push_back(a.data());
+    RunOptions o;
+    parse_run(static_cast<int>(argv.size()), argv.data(), o);
+    return o;
+  };
+  EXPECT_EQ(parse({"--checkpoint-every", "10m"}).checkpoint_interval_s, 600);
+  EXPECT_EQ(parse({"--checkpoint-every", "auto"}).checkpoint_interval_s, -1);
+  EXPECT_EQ(parse({"--checkpoint-every", "auto", "--mtbf", "2h"}).mtbf_s, 7200);
+  EXPECT_EQ(parse({}).checkpoint_interval_s, 0);
+  EXPECT_THROW(parse({"--checkpoint-every", "often"}), UserError);
+  EXPECT_THROW(parse({"--mtbf", "2h"}), UserError);  // without --checkpoint-every auto it means nothing
+}
+
+}  // namespace
+}  // namespace pf::cli
+
+namespace pf::pipeline {
+namespace {
+
+// sqrt(2 C M): 0.05 s checkpoints on nodes failing once a day together: every 93 s.
+TEST(Checkpoints, YoungDalyInterval) {
+  EXPECT_NEAR(young_daly_interval(0.05, 86400), 92.95, 0.01);
+  EXPECT_NEAR(young_daly_interval(2.0, 3600), 120.0, 1e-9);
+  EXPECT_GT(young_daly_interval(0, 86400), 0);  // a free checkpoint still has an interval
+}
+
+}  // namespace
+}  // namespace pf::pipeline

@@ -126,7 +126,7 @@ TEST_F(OutputFileTest, APartialWithoutALaterDatasetGainsIt) {
     const int32_t topk_ids[4] = {1, 2, 3, 4};
     writer.write_token_rows(1, 0, 2, logprobs, topk_logprobs, topk_ids);
     const float row[5] = {5, 4, 3, 2, 1}, hidden[3] = {1, 2, 3};
-    writer.write_prompt(1, row, hidden, 0.25, 1);
+    writer.write_prompt(1, row, hidden, 0.25, 1, 1);  // (reused and restored: whichever was added later)
     EXPECT_TRUE(writer.finish({}, {{"version", "test"}}));
   }
   H5Handle file{H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};

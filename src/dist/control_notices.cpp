@@ -1,0 +1,93 @@
+// Rank 0's notices (see control_notices.hpp): five MPI_LONG_LONGs from rank 0 to each other rank.
+#include "dist/control_notices.hpp"
+
+#include <stdexcept>
+#include <vector>
+
+#include "dist/wait.hpp"
+#include "errors.hpp"
+
+namespace pf::dist {
+namespace {
+
+constexpr int kNoticeTag = 9001;  // the control communicator carries nothing else
+constexpr long long kStop = 1, kCheckpoint = 2;
+
+int rank_in(MPI_Comm comm) {
+  int rank = 0;
+  MPI_CHECK(MPI_Comm_rank(comm, &rank));
+  return rank;
+}
+
+}  // namespace
+
+ControlNotices::ControlNotices(MPI_Comm control_comm)
+    : comm_(control_comm), announcer_(rank_in(control_comm) == kAnnouncer) {
+  if (!announcer_)
+    MPI_CHECK(MPI_Irecv(incoming_.data(), static_cast<int>(incoming_.size()), MPI_LONG_LONG, kAnnouncer, kNoticeTag,
+                        comm_, &listening_));
+}
+
+ControlNotices::~ControlNotices() {
+  if (listening_ == MPI_REQUEST_NULL) return;
+  MPI_CHECK(MPI_Cancel(&listening_));  // nothing more came; a notice racing in completes it instead
+  wait_polling(&listening_);
+}
+
+void ControlNotices::send_to_all(const Message& message) {
+  if (!announcer_ || announced_) throw std::logic_error("control notices: a notice after the stop, or not by rank 0");
+  int size = 1;
+  MPI_CHECK(MPI_Comm_size(comm_, &size));
+  std::vector<MPI_Request> sent(size, MPI_REQUEST_NULL);
+  for (int rank = 0; rank < size; ++rank)
+    if (rank != kAnnouncer)
+      MPI_CHECK(MPI_Isend(message.data(), static_cast<int>(message.size()), MPI_LONG_LONG, rank, kNoticeTag, comm_,
+                          &sent[rank]));
+  for (auto& request : sent) wait_polling(&request);  // eager: done as soon as it is buffered
+}
+
+void ControlNotices::announce(long long cutoff) {
+  send_to_all({kStop, cutoff, 0, 0, 0});
+  announced_ = true;
+}
+
+void ControlNotices::announce_checkpoint(const CheckpointCall& call) {
+  send_to_all({kCheckpoint, call.sequence, call.cutoff, call.prompt, call.tokens});
+}
+
+void ControlNotices::receive_arrived() {
+  while (listening_ != MPI_REQUEST_NULL) {
+    int done = 0;
+    MPI_CHECK(MPI_Test(&listening_, &done, MPI_STATUS_IGNORE));
+    if (!done) return;
+    if (incoming_[0] == kStop) {
+      stop_ = incoming_[1];  // the last notice: nothing more is received
+      return;
+    }
+    calls_.push_back({incoming_[1], incoming_[2], incoming_[3], incoming_[4]});
+    MPI_CHECK(MPI_Irecv(incoming_.data(), static_cast<int>(incoming_.size()), MPI_LONG_LONG, kAnnouncer, kNoticeTag,
+                        comm_, &listening_));
+  }
+}
+
+std::optional<long long> ControlNotices::take() {
+  receive_arrived();
+  if (taken_ || !stop_) return std::nullopt;
+  taken_ = true;
+  return stop_;
+}
+
+std::optional<CheckpointCall> ControlNotices::take_checkpoint() {
+  receive_arrived();
+  if (calls_.empty()) return std::nullopt;
+  CheckpointCall call = calls_.front();
+  calls_.pop_front();
+  return call;
+}
+
+bool ControlNotices::raised() {
+  receive_arrived();
+  return !taken_ && stop_.has_value();
+}
+
+}  // namespace pf::dist
