@@ -47,10 +47,13 @@ for round in $(seq "$rounds"); do
   done
 done
 awk -v a="$best_without" -v b="$best_with" 'BEGIN { printf "best without %s s, with %s s: overhead %.1f %%\n", a, b, (b / a - 1) * 100 }'
+# A stage's mean time a chunk: the wall over the micro-batches plus the pipeline's fill (pp 2).
+micro_batches=$(grep -oP 'micro-batches \K[0-9]+' "$work/log" | head -1)
+chunk_s=$(awk -v w="$best_without" -v m="$micro_batches" 'BEGIN { printf "%.2f", w / (m + 1) }')
 
 stop_at=${STOP_AT:-$(awk -v w="$best_without" 'BEGIN { printf "%.1f", w / 2 }')}
 echo "== stop: SIGUSR1 to mpirun ${stop_at} s into the run"
-printf "%-22s %14s %12s %s\n" run signal_to_exit_s chunk_s "checkpoint"
+printf "%-22s %14s %16s %s\n" run signal_to_exit_s mean_chunk_s "checkpoint"
 for with in no yes; do
   flags=()
   [ $with = yes ] && flags=(--checkpoint-every "$every")
@@ -65,11 +68,7 @@ for with in no yes; do
   wait "$launcher" || status=$?
   exited=$(date +%s.%N)
   [ "$status" -eq 75 ] || { cat "$work/stop.log"; echo "error: the stopped run exited with $status, not 75" >&2; exit 1; }
-  # The chunk time near the stop: the run's wall so far over its micro-batches is a mean; the
-  # stop's own line says where it cut.
   line=$(grep '^checkpoint [0-9]*:' "$work/stop.log" | tail -1)
-  rate=$(sed -n 's/^progress: .*, \([0-9]*\) tokens\/s,.*/\1/p' "$work/stop.log" | tail -1)
-  chunk_s=$(awk -v r="${rate:-0}" -v c="$chunk" 'BEGIN { printf "%.2f", r > 0 ? c / r : 0 }')
-  printf "%-22s %14.2f %12s %s\n" "checkpoint-every $with" "$(awk -v a="$signalled" -v b="$exited" 'BEGIN { print b - a }')" \
+  printf "%-22s %14.2f %16s %s\n" "checkpoint-every $with" "$(awk -v a="$signalled" -v b="$exited" 'BEGIN { print b - a }')" \
     "$chunk_s" "${line#checkpoint }"
 done

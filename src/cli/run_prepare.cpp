@@ -139,9 +139,17 @@ void restore_prompt(sched::PrefixPlan& prefixes, const pipeline::RestoredPrompt&
   prefixes.order.insert(prefixes.order.begin(), p);
   prefixes.reuse.resize(static_cast<size_t>(n));
   prefixes.reuse[p] = {restored.tokens, -1, -1, true};
-  if (run.options.hidden_states == compute::HiddenStatesKind::kMean)
-    for (sched::PrefixReuse& reuse : prefixes.reuse)
-      if (reuse.source == p && reuse.tokens <= restored.tokens) reuse = {};
+  if (run.options.hidden_states != compute::HiddenStatesKind::kMean) return;
+  // In plan order, so that a prompt reset here is seen by those that reuse from it: the sum
+  // at c is made by the prompt that computed position c - 1, found up the chain of sources
+  // (as HiddenStateRows finds it); if that is p at c <= tokens, it was the interrupted run's.
+  for (int q : prefixes.order) {
+    sched::PrefixReuse& reuse = prefixes.reuse[q];
+    const int64_t c = reuse.tokens;
+    int s = reuse.source;
+    while (s >= 0 && s != p && c <= prefixes.reuse[s].tokens) s = prefixes.reuse[s].source;
+    if (s == p && c <= restored.tokens) reuse = {};
+  }
 }
 
 // Prompts that share a prefix back to back, the prefix computed once (rank 0 finds them);
@@ -238,6 +246,13 @@ std::unique_ptr<PreparedRun> prepare_run(const RunOptions& options) {
                                         run->rank_model.shape.hidden_size, saved_costs, run->done, prefixes,
                                         /*report_progress=*/!options.quiet);
   if (run->topo.is_writer() && !options.quiet) print_header(*run);
+  if (run->topo.is_writer() && run->checkpoint && run->checkpoint->restored() && options.chunking.dynamic() &&
+      !saved_costs)
+    std::printf(
+        "note: prompt %d continues in chunks from this run's own profile, which may differ from the interrupted "
+        "run's: its results are within float32 rounding of an uninterrupted run, not bit-identical (a saved "
+        "--cost-model keeps the chunks the same)\n",
+        run->checkpoint->restored()->prompt);
 
   // Transport of hidden states between stages (host MPI, or device buffers over NCCL).
   run->transport = run->backend.make_transport(static_cast<size_t>(run->decision.plan.max_chunk()) *

@@ -11,7 +11,7 @@ namespace pf::dist {
 namespace {
 
 constexpr int kNoticeTag = 9001;  // the control communicator carries nothing else
-constexpr long long kStop = 1, kCheckpoint = 2;
+constexpr long long kStop = 1, kCheckpoint = 2, kEnd = 3;
 
 int rank_in(MPI_Comm comm) {
   int rank = 0;
@@ -35,7 +35,8 @@ ControlNotices::~ControlNotices() {
 }
 
 void ControlNotices::send_to_all(const Message& message) {
-  if (!announcer_ || announced_) throw std::logic_error("control notices: a notice after the stop, or not by rank 0");
+  if (!announcer_ || ended_)
+    throw std::logic_error("control notices: a notice after the stop or the end, or not by rank 0");
   int size = 1;
   MPI_CHECK(MPI_Comm_size(comm_, &size));
   std::vector<MPI_Request> sent(size, MPI_REQUEST_NULL);
@@ -46,9 +47,14 @@ void ControlNotices::send_to_all(const Message& message) {
   for (auto& request : sent) wait_polling(&request);  // eager: done as soon as it is buffered
 }
 
-void ControlNotices::announce(long long cutoff) {
-  send_to_all({kStop, cutoff, 0, 0, 0});
-  announced_ = true;
+void ControlNotices::announce(long long cutoff, long long last_call) {
+  send_to_all({kStop, cutoff, last_call, 0, 0});
+  announced_ = ended_ = true;
+}
+
+void ControlNotices::announce_end(long long last_call) {
+  send_to_all({kEnd, last_call, 0, 0, 0});
+  ended_ = true;
 }
 
 void ControlNotices::announce_checkpoint(const CheckpointCall& call) {
@@ -60,8 +66,9 @@ void ControlNotices::receive_arrived() {
     int done = 0;
     MPI_CHECK(MPI_Test(&listening_, &done, MPI_STATUS_IGNORE));
     if (!done) return;
-    if (incoming_[0] == kStop) {
-      stop_ = incoming_[1];  // the last notice: nothing more is received
+    if (incoming_[0] == kStop || incoming_[0] == kEnd) {  // the last notice: nothing more is received
+      if (incoming_[0] == kStop) stop_ = incoming_[1];
+      last_call_ = incoming_[0] == kStop ? incoming_[2] : incoming_[1];
       return;
     }
     calls_.push_back({incoming_[1], incoming_[2], incoming_[3], incoming_[4]});
@@ -83,6 +90,11 @@ std::optional<CheckpointCall> ControlNotices::take_checkpoint() {
   CheckpointCall call = calls_.front();
   calls_.pop_front();
   return call;
+}
+
+std::optional<long long> ControlNotices::last_call() {
+  receive_arrived();
+  return last_call_;
 }
 
 bool ControlNotices::raised() {

@@ -1,8 +1,9 @@
 // Rank 0's notices to every other rank, in the order it sends them, on the control
 // communicator: checkpoint calls (checkpoint the prompt in flight when you reach micro-batch
-// `cutoff`: pipeline/checkpoint_run.hpp) and the graceful stop (the first micro-batch that
-// will not run), which is always the last. Only rank 0 sees the stop signal and decides when
-// to checkpoint. Every other rank keeps a receive for the next notice posted from the start,
+// `cutoff`: pipeline/checkpoint_run.hpp), then, always last, either the graceful stop (the
+// first micro-batch that will not run) or the end (rank 0 has walked the whole plan); both
+// carry the sequence of the last call, so a rank knows which calls it must still answer. Only rank 0 sees the stop
+// signal and decides when to checkpoint. Every other rank keeps a receive for the next notice posted from the start,
 // polls it between micro-batches (take, take_checkpoint) and lets a stop interrupt a
 // receive-wait (a WaitInterrupt), so no rank waits for a chunk that will never come. One
 // message stream from one sender: MPI keeps it in order, so a checkpoint call announced
@@ -36,14 +37,19 @@ class ControlNotices final : public WaitInterrupt {
   ControlNotices(const ControlNotices&) = delete;  // MPI writes into it
   ControlNotices& operator=(const ControlNotices&) = delete;
 
-  // The announcer: the stop at most once, and after it nothing (tiny messages: returns at once).
-  void announce(long long cutoff);
+  // The announcer: the stop or the end at most once, and after it nothing (tiny messages:
+  // returns at once). `last_call`: the sequence of the last checkpoint call announced (0: none).
+  void announce(long long cutoff, long long last_call = 0);
+  void announce_end(long long last_call);
   void announce_checkpoint(const CheckpointCall& call);
   bool announced() const { return announced_; }
   // A listener: the stop's cutoff once it has arrived, and only that once; nullopt otherwise.
   std::optional<long long> take();
   // A listener: the next checkpoint call that arrived, in order; nullopt when none is waiting.
   std::optional<CheckpointCall> take_checkpoint();
+  // A listener: once the stop or the end has arrived, the sequence of the last call rank 0
+  // announced (every call up to it has arrived too); nullopt before.
+  std::optional<long long> last_call();
   // The stop arrived and is not yet taken. A wait it interrupts leaves its receive posted;
   // the caller takes the cutoff and decides.
   bool raised() override;
@@ -58,8 +64,8 @@ class ControlNotices final : public WaitInterrupt {
   Message incoming_{};
   MPI_Request listening_ = MPI_REQUEST_NULL;
   std::deque<CheckpointCall> calls_;
-  std::optional<long long> stop_;
-  bool taken_ = false, announced_ = false;
+  std::optional<long long> stop_, last_call_;
+  bool taken_ = false, announced_ = false, ended_ = false;
 };
 
 }  // namespace pf::dist

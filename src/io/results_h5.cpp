@@ -3,6 +3,7 @@
 #include "io/results_h5.hpp"
 
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdio>
@@ -323,6 +324,9 @@ std::optional<ResultWriter::ContinuedRows> ResultWriter::continue_prompt(int pro
 
 void ResultWriter::flush() {
   H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
+  // On the disk, not only in the page cache: a checkpoint's manifest names these rows.
+  void* handle = nullptr;
+  if (H5Fget_vfd_handle(file_.id, H5P_DEFAULT, &handle) >= 0 && handle) ::fsync(*static_cast<int*>(handle));
 }
 
 void ResultWriter::read_token_rows(int prompt, int64_t start, int count, float* logprobs, float* topk_logprobs,

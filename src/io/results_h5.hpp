@@ -92,7 +92,7 @@ class ResultWriter {
   int open_prompt() const { return open_.prompt; }
   int64_t open_rows() const { return open_.next; }
   const OutputLayout& layout() const { return layout_; }
-  // Everything written so far reaches the file (a checkpoint's token rows).
+  // Everything written so far reaches the disk (fsync: a checkpoint's token rows).
   void flush();
   // The partial file is kept when the run ends even if no prompt is complete: a checkpoint
   // needs its token rows.

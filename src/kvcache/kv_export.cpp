@@ -17,6 +17,8 @@
 
 namespace pf::kv {
 
+namespace fs = std::filesystem;
+
 namespace {
 
 // Bytes of chunks copied out and waiting for the disk before the compute waits (at least one
@@ -365,6 +367,18 @@ KvExporter::OpenFile& KvExporter::open_file(int prompt, bool existing) {
     if (!existing) ::unlink(file.partial_path.c_str());
     throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(status));
   }
+  // A checkpoint's file must still be there after a crash: its name is made durable at once
+  // (an export's file gets its final name only when complete, and is synced then).
+  if (mode_ == KvFileMode::kCheckpoint && !existing) {
+    const fs::path parent = fs::path(file.final_path).parent_path();
+    for (const fs::path& dir : {parent, parent.parent_path()}) {
+      const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+      if (fd >= 0) {
+        ::fsync(fd);
+        ::close(fd);
+      }
+    }
+  }
   return open_.emplace(prompt, std::move(file)).first->second;
 }
 
@@ -439,7 +453,7 @@ void KvExporter::write_chunk(const Chunk& chunk) {
     }
     file.next = chunk.pos0 + chunk.count;
     if (!chunk.last) return;
-    if (mode_ == KvFileMode::kCheckpoint) {  // the prompt is done: its rows are the output's now
+    if (mode_ == KvFileMode::kCheckpoint) {  // done here; a manifest may still name it until rank 0 stores the prompt
       close_file(chunk.prompt, false);
       return;
     }

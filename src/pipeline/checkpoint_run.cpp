@@ -32,6 +32,7 @@ constexpr const char* kManifestFormat = "pipefill-checkpoint-1";
 constexpr int kPiece = 512;              // rows read from or handed to the KV pool at a time
 constexpr double kFirstAutoCall_s = 60;  // auto: the first checkpoint, whose cost sets the interval
 constexpr int kManifestsKept = 2;        // a torn newest one falls back to the one before
+constexpr long long kCallAhead = 2;      // micro-batches between a periodic call and its cutoff
 
 std::string manifest_name(long long sequence) {
   char name[64];
@@ -152,6 +153,11 @@ CheckpointRun::CheckpointRun(const dist::Topology& topology, const RankModel& ra
                           io::Dtype::kF32);
   if (topo_.is_writer()) identity_hash_ = io::Fnv1a().add(identity).hex();
   if (settings_.resume) restore(done, results);
+  if (topo_.is_writer()) {  // numbered after every manifest there, restored or not; done prompts' files go
+    const auto found = manifests(settings_.dir);
+    if (!found.empty()) next_sequence_ = std::max(next_sequence_, found.front().first + 1);
+    remove_files_of_completed_prompts();
+  }
   writer_ = std::make_unique<kv::KvExporter>(layout_, lengths_, names.token_hashes, kv::KvFileMode::kCheckpoint);
   if (restored_) {
     const RestoredPrompt& r = *restored_;
@@ -259,7 +265,6 @@ void CheckpointRun::restore(const std::vector<char>& done, io::ResultWriter* res
       for (const json& bits : m.at("hidden_sum_bits")) r.hidden_sum.push_back(bits_double(bits.get<uint64_t>()));
     if (root) {
       r.rows_finite = rows_finite;
-      next_sequence_ = m.at("sequence").get<long long>() + 1;
       results->keep_partial();
     }
     restored_ = std::move(r);
@@ -308,17 +313,24 @@ void CheckpointRun::feed(int prompt, int64_t start, int count, std::vector<float
 }
 
 std::optional<dist::CheckpointCall> CheckpointRun::due(long long i) {
-  if (!enabled_ || settings_.interval_s == 0 || i >= static_cast<long long>(plan_->micro_batches.size())) return {};
-  const sched::MicroBatch& mb = plan_->micro_batches[i];
-  if (mb.is_first || now() - last_call_s_ < interval_s_) return {};
-  return final_call(i);
+  if (!enabled_ || settings_.interval_s == 0 || now() - last_call_s_ < interval_s_) return {};
+  // A few micro-batches ahead: the call then reaches every rank before that micro-batch does
+  // (MPI orders the notices, not the notices against the chunks, which travel on another
+  // communicator or over NCCL). The first boundary there with a prompt in flight.
+  const long long count = static_cast<long long>(plan_->micro_batches.size());
+  for (long long c = i + kCallAhead; c < count; ++c)
+    if (!plan_->micro_batches[c].is_first) return call_at(c);
+  return {};
 }
 
 std::optional<dist::CheckpointCall> CheckpointRun::final_call(long long cutoff) {
-  if (!enabled_ || cutoff >= static_cast<long long>(plan_->micro_batches.size()) || cutoff == last_called_cutoff_)
-    return {};
+  if (cutoff >= static_cast<long long>(plan_->micro_batches.size()) || cutoff == last_called_cutoff_) return {};
+  if (plan_->micro_batches[cutoff].is_first) return {};  // no prompt in flight: the output holds every prompt before
+  return call_at(cutoff);
+}
+
+dist::CheckpointCall CheckpointRun::call_at(long long cutoff) {
   const sched::MicroBatch& mb = plan_->micro_batches[cutoff];
-  if (mb.is_first) return {};  // no prompt in flight: the output holds every prompt before
   last_called_cutoff_ = cutoff;
   last_call_s_ = now();
   dist::CheckpointCall call{next_sequence_++, cutoff, mb.prompt, mb.start};
@@ -326,6 +338,7 @@ std::optional<dist::CheckpointCall> CheckpointRun::final_call(long long cutoff) 
   pending->call = call;
   pending->called_s = last_call_s_;
   pending_[call.sequence] = std::move(pending);
+  last_sequence_ = call.sequence;
   return call;
 }
 
@@ -375,7 +388,7 @@ void CheckpointRun::reach(long long i) {
 void CheckpointRun::report(const Part& part, const kv::KvSyncResult* synced) {
   json answer = {{"sequence", part.call.sequence}, {"stage", topo_.stage}, {"tp_rank", topo_.tp_rank}};
   if (!synced) {
-    answer["error"] = "it had passed micro-batch " + std::to_string(part.call.cutoff) + " when the call came";
+    answer["missed"] = true;  // it had passed the cutoff when the call came, or never reached it
   } else {
     answer["seconds"] = synced->seconds;
     if (synced->error) answer["error"] = *synced->error;
@@ -422,12 +435,20 @@ void CheckpointRun::take_report(int rank, const std::string& text) {
 }
 
 // Rank 0: a call every rank answered, and whose token rows the output holds up to its cutoff,
-// becomes a manifest (or, if a part failed, a warning and no more checkpoints).
+// becomes a manifest. A call some rank missed (it had passed the cutoff when the call came,
+// or the run ended before it) is dropped; a part that failed to write is a warning, and no
+// more checkpoints are called.
 void CheckpointRun::write_if_complete() {
   while (!pending_.empty()) {
     Pending& pending = *pending_.begin()->second;
     const dist::CheckpointCall& call = pending.call;
     if (static_cast<int>(pending.answers.size()) < topo_.world_size) return;
+    bool missed = false;
+    for (const auto& [rank, answer] : pending.answers) missed = missed || answer.contains("missed");
+    if (missed) {
+      pending_.erase(pending_.begin());
+      continue;
+    }
     std::string failure;
     for (const auto& [rank, answer] : pending.answers)
       if (answer.contains("error")) {
@@ -497,16 +518,10 @@ void CheckpointRun::write_manifest(const Pending& pending) {
   write_atomically(settings_.dir + "/" + manifest_name(call.sequence), m.dump(1));
   results_->keep_partial();
   last_written_ = {prompt, call.tokens};
-  // Older manifests go, then the files of prompts before this one (their results are stored).
-  for (const auto& [sequence, path] : manifests(settings_.dir))
-    if (sequence <= call.sequence - kManifestsKept) fs::remove(path, error);
-  std::vector<char> earlier(lengths_.size(), 0);
-  for (const sched::MicroBatch& mb : plan_->micro_batches) {
-    if (mb.prompt == prompt) break;
-    earlier[mb.prompt] = 1;
-  }
-  for (size_t p = 0; p < earlier.size(); ++p)
-    if (earlier[p]) fs::remove_all(settings_.dir + "/" + kv::kv_prompt_dir_name(static_cast<int>(p)), error);
+  // Older manifests go, then the files of prompts the output holds (their writers closed them).
+  const auto written = manifests(settings_.dir);
+  for (size_t k = kManifestsKept; k < written.size(); ++k) fs::remove(written[k].second, error);
+  remove_files_of_completed_prompts();
   // What a checkpoint costs the run: the slowest rank's fdatasync (the rows were written
   // beside the compute) and this manifest.
   const double cost = slowest_sync + (now() - written_s);
@@ -522,6 +537,13 @@ void CheckpointRun::write_manifest(const Pending& pending) {
                 call.sequence, prompt, call.tokens, static_cast<long long>(lengths_.at(prompt)), bytes / 1e6,
                 topo_.world_size, slowest_sync);
   std::fflush(stdout);
+}
+
+void CheckpointRun::remove_files_of_completed_prompts() {
+  std::error_code error;
+  const std::vector<char>& completed = results_->completed();
+  for (size_t p = 0; p < completed.size(); ++p)
+    if (completed[p]) fs::remove_all(settings_.dir + "/" + kv::kv_prompt_dir_name(static_cast<int>(p)), error);
 }
 
 void CheckpointRun::finish() {

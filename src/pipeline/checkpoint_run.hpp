@@ -90,10 +90,16 @@ class CheckpointRun {
   int64_t handed(int prompt) const;
   void feed(int prompt, int64_t start, int count, std::vector<float> keys, std::vector<float> values, bool last);
 
-  // Rank 0 before micro-batch i: the periodic call due now, if any (a prompt in flight at i).
+  // Rank 0 before micro-batch i: the periodic call due now, if any, for a boundary a few
+  // micro-batches ahead with a prompt in flight.
   std::optional<dist::CheckpointCall> due(long long i);
-  // Rank 0 when a stop cuts the plan at `cutoff`: the call for the prompt in flight there.
+  // Rank 0, whether a stop can checkpoint the prompt in flight (no write has failed).
+  bool enabled() const { return enabled_; }
+  // Rank 0 when a stop cuts the plan at `cutoff`: the call for the prompt in flight there
+  // (nullopt: none in flight, or already called there).
   std::optional<dist::CheckpointCall> final_call(long long cutoff);
+  // Rank 0: the sequence of the last call made (0: none).
+  long long last_sequence() const { return last_sequence_; }
   // Every rank: a call rank 0 announced (rank 0: its own).
   void accept(const dist::CheckpointCall& call);
   // Every rank at the boundary before micro-batch i: its part of the calls whose cutoff is i
@@ -118,6 +124,8 @@ class CheckpointRun {
   void take_report(int rank, const std::string& text);
   void write_if_complete();
   void write_manifest(const Pending& pending);
+  dist::CheckpointCall call_at(long long cutoff);
+  void remove_files_of_completed_prompts();  // rank 0
   double now() const;
 
   const dist::Topology& topo_;
@@ -146,6 +154,7 @@ class CheckpointRun {
   std::map<long long, std::unique_ptr<Pending>> pending_;
   long long next_sequence_ = 1;
   long long last_called_cutoff_ = -1;
+  long long last_sequence_ = 0;
   double started_s_ = 0, last_call_s_ = 0;
   double interval_s_ = 0;  // the interval in force (auto: measured after the first checkpoint)
   bool enabled_ = true;    // a failed checkpoint turns them off

@@ -79,7 +79,12 @@ class StageLoop {
   void compute(const sched::MicroBatch& mb, dist::ReadySlot& state);
   void export_kv(const sched::MicroBatch& mb);
   void send_forward(long long i, dist::ReadySlot state);
-  void export_kv_rows(int prompt, int64_t start, int count, bool is_last);
+  void export_kv_rows(int prompt, int64_t start, int count, bool is_last, bool to_checkpoint);
+  // --checkpoint-every: the chunk's rows go to the checkpoint's writer (a prompt of one chunk
+  // is never checkpointed: a boundary inside it does not exist).
+  bool feeds_checkpoint(const sched::MicroBatch& mb) const {
+    return ctx_.checkpoint && ctx_.checkpoint->feeds_every_chunk() && !(mb.is_first && mb.is_last);
+  }
   void load_prefix(const sched::MicroBatch& mb);
   void emit_results(const sched::MicroBatch& mb, dist::ReadySlot state);  // the last stage
   void finish_prompt(const sched::MicroBatch& mb);
@@ -208,8 +213,17 @@ void StageLoop::drain() {
   record_device_spans(true);
   if (sender_) sender_->flush();
   if (inbox_) inbox_->drain();
-  if (ctx_.checkpoint) {  // a stop's cutoff inside a prompt: its checkpoint, on every rank
-    take_checkpoint_calls();
+  // Rank 0's last notice, unless a stop was: the end, with the sequence of its last call.
+  if (ctx_.checkpoint && topo_.is_writer() && !notice_.announced()) notice_.announce_end(calls_accepted_);
+  if (ctx_.checkpoint) {       // a stop's cutoff inside a prompt: its checkpoint, on every rank
+    if (!topo_.is_writer()) {  // every call rank 0 made is answered, if only as missed
+      dist::WaitLabel calls(stage_name_ + " waiting for rank 0's last notice (the end of the run, or its stop)");
+      dist::wait_until([&] {
+        take_checkpoint_calls();
+        const std::optional<long long> last = notice_.last_call();
+        return last && calls_accepted_ >= *last;
+      });
+    }
     ctx_.checkpoint->reach(count_);
     ctx_.checkpoint->finish();
   }
@@ -236,22 +250,23 @@ void StageLoop::look_for_stop(long long i) {
     }
   if (topo_.is_writer() && ctx_.stop_requested && *ctx_.stop_requested && !notice_.announced()) {
     long long cutoff = i;
-    if (checkpoint && i < count_) {  // the prompt in flight is checkpointed where it stands
+    if (checkpoint && checkpoint->enabled() && i < count_) {  // the prompt in flight is checkpointed where it stands
       if (const std::optional<dist::CheckpointCall> call = checkpoint->final_call(i)) {
         notice_.announce_checkpoint(*call);
         checkpoint->accept(*call);
         calls_accepted_ = call->sequence;
-        std::fprintf(stderr, "stopping: checkpointing prompt %lld at token %lld, then saving\n", call->prompt,
-                     call->tokens);
-      } else {
-        std::fprintf(stderr, "stopping: no prompt in flight, saving\n");
       }
-    } else {
+      if (mbs_[i].is_first)
+        std::fprintf(stderr, "stopping: no prompt in flight, saving\n");
+      else
+        std::fprintf(stderr, "stopping: checkpointing prompt %d at token %lld, then saving\n", mbs_[i].prompt,
+                     static_cast<long long>(mbs_[i].start));
+    } else {  // no checkpoints (the emulator, or a failed write): the prompts in flight finish
       while (cutoff < count_ && !mbs_[cutoff].is_first) ++cutoff;
       std::fprintf(stderr, "stopping: finishing the %lld micro-batch(es) of prompts already started, then saving\n",
                    count_ - i);
     }
-    notice_.announce(cutoff);
+    notice_.announce(cutoff, calls_accepted_);
     apply_cutoff(cutoff);
   }
   if (const std::optional<long long> cutoff = notice_.take()) apply_cutoff(*cutoff);
@@ -320,7 +335,7 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
     ctx_.compute.forward(chunk, state.data());
   }
   record_all_reduces(mb);
-  if (ctx_.kv_export || ctx_.kv_store || (ctx_.checkpoint && ctx_.checkpoint->feeds_every_chunk())) export_kv(mb);
+  if (ctx_.kv_export || ctx_.kv_store || feeds_checkpoint(mb)) export_kv(mb);
   if (mb.is_last) finish_prompt(mb);
 }
 
@@ -337,20 +352,20 @@ void StageLoop::finish_prompt(const sched::MicroBatch& mb) {
 void StageLoop::export_kv(const sched::MicroBatch& mb) {
   constexpr int kPrefixPiece = 512;
   trace::Timeline::Scope span(ctx_.timeline, EventKind::kKvExport, mb);
+  const bool to_checkpoint = feeds_checkpoint(mb);
   if (mb.is_first)
     for (int64_t at = 0; at < mb.start; at += kPrefixPiece)
-      export_kv_rows(mb.prompt, at, static_cast<int>(std::min<int64_t>(kPrefixPiece, mb.start - at)), false);
-  export_kv_rows(mb.prompt, mb.start, mb.length, mb.is_last);
+      export_kv_rows(mb.prompt, at, static_cast<int>(std::min<int64_t>(kPrefixPiece, mb.start - at)), false,
+                     to_checkpoint);
+  export_kv_rows(mb.prompt, mb.start, mb.length, mb.is_last, to_checkpoint);
 }
 
 // Rows copied out of the pool for the exporter's writer thread (the copy is the only part on
 // this thread: 2 x layers x kv_heads x count x head_dim floats, 11.8 MB for a 512-token chunk
 // of SmolLM2's 15-layer stage, 512 MiB for 2048 tokens of Llama-3-8B at pp 1).
-void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_last) {
+void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_last, bool to_checkpoint) {
   CheckpointRun* checkpoint =
-      ctx_.checkpoint && ctx_.checkpoint->feeds_every_chunk() && start + count > ctx_.checkpoint->handed(prompt)
-          ? ctx_.checkpoint
-          : nullptr;
+      to_checkpoint && start + count > ctx_.checkpoint->handed(prompt) ? ctx_.checkpoint : nullptr;
   kv::KvExporter* exporters[] = {ctx_.kv_export, ctx_.kv_store ? &ctx_.kv_store->exporter() : nullptr};
   if (!exporters[0] && !exporters[1] && !checkpoint) return;
   const kv::KvExportLayout& layout =

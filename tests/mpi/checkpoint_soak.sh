@@ -63,10 +63,10 @@ while [ "$killed" -lt "$kills" ]; do
   start_token=$(resumed_at "$work/run.log"); start_token=${start_token:-0}
   last=$(sed -n 's/^checkpoint [0-9]*: prompt 0 at token \([0-9]*\) .*/\1/p' "$work/run.log" | tail -1)
   percent=$(sed -n 's/^progress: *\([0-9.]*\)% of tokens through stage 0.*/\1/p' "$work/run.log" | tail -1)
-  # What one interval may lose: its tokens at this run's mean rate (attention grows with the
-  # position, so the rate near the kill is lower), plus the chunks in flight between stage 0
-  # (whose progress rank 0 reports) and the last stage.
-  rate=$(sed -n 's/^progress: .*, \([0-9]*\) tokens\/s,.*/\1/p' "$work/run.log" | tail -1)
+  # What one interval may lose: its tokens at this run's highest rate (its first progress
+  # lines: attention grows with the position, so early chunks are the fastest), plus the
+  # chunks in flight between stage 0 (whose progress rank 0 reports) and the last stage.
+  rate=$(sed -n 's/^progress: .*, \([0-9]*\) tokens\/s,.*/\1/p' "$work/run.log" | sort -n | tail -1)
   bound=$(awk -v r="${rate:-0}" -v i="$interval_s" 'BEGIN { printf "%d", r * i + 8 * 256 }')
   if [ -n "$percent" ]; then reached=$(awk -v a="$start_token" -v p="$percent" -v t="$tokens" 'BEGIN { printf "%d", a + p * (t - a) / 100 }'); fi
   if [ -n "$last" ]; then announced=$((announced + 1)); [ "$last" -le "$newest" ] || newest=$last; fi

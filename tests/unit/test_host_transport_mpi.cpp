@@ -288,8 +288,9 @@ TEST(ControlNotices, CheckpointCallsArriveInOrderBeforeTheStop) {
   ControlReports reports(control.comm);
   if (my_rank() == kSender) {
     for (long long k = 1; k <= 3; ++k) notice.announce_checkpoint({k, 10 * k, 7, 100 * k});
-    notice.announce(42);
+    notice.announce(42, 3);
     EXPECT_THROW(notice.announce_checkpoint({4, 50, 7, 400}), std::logic_error);  // nothing after the stop
+    EXPECT_THROW(notice.announce_end(3), std::logic_error);
     std::vector<std::pair<int, std::string>> got;
     wait_until([&] {
       for (auto& report : reports.arrived()) got.push_back(report);
@@ -299,6 +300,7 @@ TEST(ControlNotices, CheckpointCallsArriveInOrderBeforeTheStop) {
     EXPECT_EQ(got[1], std::make_pair(kReceiver, std::string("second")));
   } else if (my_rank() == kReceiver) {
     wait_until([&] { return notice.raised(); });
+    EXPECT_EQ(notice.last_call(), std::optional<long long>(3));  // the stop names the last call
     for (long long k = 1; k <= 3; ++k) {
       const std::optional<CheckpointCall> call = notice.take_checkpoint();
       ASSERT_TRUE(call.has_value()) << "call " << k << " had not arrived when the stop had";
@@ -311,6 +313,24 @@ TEST(ControlNotices, CheckpointCallsArriveInOrderBeforeTheStop) {
     EXPECT_EQ(notice.take(), std::optional<long long>(42));
     reports.send("first");
     reports.send("second");
+  }
+  MPI_Barrier(control.comm);
+}
+
+// The end (no stop) is the last notice too: it names the last call and interrupts nothing.
+TEST(ControlNotices, TheEndNamesTheLastCallAndStopsNothing) {
+  Comm control;
+  ControlNotices notice(control.comm);
+  if (my_rank() == kSender) {
+    notice.announce_checkpoint({1, 5, 0, 80});
+    notice.announce_end(1);
+    EXPECT_FALSE(notice.announced());  // no stop was announced
+  } else if (my_rank() == kReceiver) {
+    wait_until([&] { return notice.last_call().has_value(); });
+    EXPECT_EQ(*notice.last_call(), 1);
+    EXPECT_FALSE(notice.raised());
+    EXPECT_FALSE(notice.take().has_value());
+    ASSERT_TRUE(notice.take_checkpoint().has_value());
   }
   MPI_Barrier(control.comm);
 }
