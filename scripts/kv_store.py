@@ -16,6 +16,7 @@ store's names before deleting it, so a concurrent run never sees half of one. Ne
 project's venv (numpy, torch, safetensors: scripts/setup_venv.sh).
 """
 import argparse
+import fcntl
 import json
 import os
 import shutil
@@ -62,7 +63,9 @@ def entries_of(store):
 def describe(store, name):
     """What an entry's index.json says, or its problem."""
     path = os.path.join(store, name)
-    info = {"name": name, "bytes": size_of(path), "modified": os.path.getmtime(path)}
+    in_use = os.path.join(path, "in_use")  # its mtime: when a run last loaded it (--kv-store-limit)
+    used = os.path.getmtime(in_use) if os.path.exists(in_use) else os.path.getmtime(path)
+    info = {"name": name, "bytes": size_of(path), "modified": os.path.getmtime(path), "last_used": used}
     try:
         index = read_index(path)
         prompt, listed = next(iter(index["prompts"].items()))
@@ -100,16 +103,17 @@ def cmd_ls(store, as_json):
         print(json.dumps(rows, indent=1))
         return 0
     now = time.time()
-    print(f"{'entry':<44} {'model':<30} {'layout':<24} {'tokens':>8} {'size':>10} {'age':>6}")
+    print(f"{'entry':<44} {'model':<30} {'layout':<24} {'tokens':>8} {'size':>10} {'age':>6} {'used':>6}")
     for r in rows:
         if "problem" in r:
             print(f"{r['name']:<44} {r['problem']}")
             continue
         layout = f"pp {r['pp']} x tp {r['tp']} ({r['partition']})"
-        age = now - r["modified"]
-        age_text = f"{age / 86400:.1f}d" if age >= 86400 else f"{age / 3600:.1f}h" if age >= 3600 else f"{age:.0f}s"
+        def ago(t):
+            age = now - t
+            return f"{age / 86400:.1f}d" if age >= 86400 else f"{age / 3600:.1f}h" if age >= 3600 else f"{age:.0f}s"
         print(f"{r['name']:<44} {r['model'][:21] + ' ' + r['model_identity'][:8]:<30} {layout:<24} "
-              f"{r['tokens']:>8} {human(r['bytes']):>10} {age_text:>6}")
+              f"{r['tokens']:>8} {human(r['bytes']):>10} {ago(r['modified']):>6} {ago(r['last_used']):>6}")
     print(f"{len(rows)} entries, {human(sum(r['bytes'] for r in rows))}")
     return 0
 
@@ -169,19 +173,34 @@ def cmd_gc(store, dry_run):
         problem = check(store, name)
         if problem is not None:
             doomed.append((name, problem))
-    freed = 0
+    freed, removed = 0, 0
     for name, why in doomed:
         path = os.path.join(store, name)
         size = size_of(path)
         print(f"{'would remove' if dry_run else 'removing'} {name} ({human(size)}): {why}")
         if dry_run:
             continue
-        # Out of the store's names first (an atomic rename), then deleted: no run lists it again.
+        # Never one a run is using (it holds a shared lock on in_use, as pipefill's own
+        # --kv-store-limit respects). Out of the store's names first (an atomic rename, under
+        # the lock), then deleted: no run lists it again.
+        lock = None
+        if not name.startswith("."):
+            try:
+                lock = os.open(os.path.join(path, "in_use"), os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                print(f"  kept {name}: a run is using it")
+                if lock is not None:
+                    os.close(lock)
+                continue
         trash = os.path.join(store, f".deleting-{name.lstrip('.')}-{os.getpid()}")
         os.rename(path, trash)
+        if lock is not None:
+            os.close(lock)
         shutil.rmtree(trash)
         freed += size
-    print(f"{len(doomed)} {'would be removed' if dry_run else 'removed'}" + ("" if dry_run else f", {human(freed)} freed"))
+        removed += 1
+    print(f"{len(doomed)} would be removed" if dry_run else f"{removed} removed, {human(freed)} freed")
     return 0
 
 

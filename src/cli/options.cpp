@@ -5,8 +5,8 @@
 #include <cstdlib>
 #include <vector>
 
-#include "cli/duration.hpp"
 #include "cli/option_table.hpp"
+#include "cli/quantities.hpp"
 #include "compute/backend_capabilities.hpp"
 #include "errors.hpp"
 #include "sched/cost_profile.hpp"
@@ -323,6 +323,11 @@ OptionTable<RunOptions> run_table() {
         "(same model and layout) instead of computing it, and every prompt computed is added",
         &R::kv_store)
       .echo_as("kv_store");
+  t.add("kv-store-limit",
+        "keep the --kv-store directory under this size (500G, 1.5T): after adding its prompts, a run removes the "
+        "least recently used entries that no run is using",
+        &R::kv_store_limit)
+      .echo_as("kv_store_limit");
   t.add("no-prefix-cache",
         "compute every prompt in full, in input order (by default prompts that start with the same tokens run one "
         "after another and compute that prefix once; /reused_tokens says how much each reused)",
@@ -534,6 +539,10 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   if (o.resume && o.overwrite)
     throw UserError("--resume keeps what OUTPUT holds and --overwrite replaces it: give one of them");
   check_backend_supports(o);
+  if (!o.kv_store_limit.empty()) {
+    if (o.kv_store.empty()) throw UserError("--kv-store-limit limits the size of --kv-store: add --kv-store DIR");
+    o.kv_store_limit_bytes = parse_size("--kv-store-limit", o.kv_store_limit);
+  }
   if (!o.checkpoint_every.empty())
     o.checkpoint_interval_s =
         o.checkpoint_every == "auto" ? -1 : parse_duration("--checkpoint-every", o.checkpoint_every);

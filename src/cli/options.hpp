@@ -57,8 +57,10 @@ struct RunOptions {
   io::Dtype kv_dtype = io::Dtype::kF32;  // the export's files: F32 or BF16
   // Outputs that need every position's scores on the last stage.
   bool token_rows_wanted() const { return logprobs || top_k > 0; }
-  std::string kv_store;          // directory of the KV store (kvcache/kv_store.hpp); empty: none
-  bool no_prefix_cache = false;  // compute every prompt in full, in input order (sched/prefix_sharing.hpp)
+  std::string kv_store;               // directory of the KV store (kvcache/kv_store.hpp); empty: none
+  std::string kv_store_limit;         // --kv-store-limit as given; empty: none
+  uint64_t kv_store_limit_bytes = 0;  // parsed; 0: no limit
+  bool no_prefix_cache = false;       // compute every prompt in full, in input order (sched/prefix_sharing.hpp)
   // Checkpoints inside a prompt (pipeline/checkpoint_run.hpp): --checkpoint-every as given
   // ("": only when stopped, "auto", or a duration), parsed into the interval (0: none, -1:
   // auto), and --mtbf for auto.

@@ -176,7 +176,8 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
         "(it keeps KV, not the prefix's scores); this run's prompts are added to it\n");
   run.kv_store = std::make_unique<pipeline::KvStoreRun>(run.topo, run.rank_model, options.kv_store, run.prompts,
                                                         run.lengths, done, options.chunking.page_size, load,
-                                                        options.placement.backend, options.placement.dtype);
+                                                        options.placement.backend, options.placement.dtype,
+                                                        options.kv_store_limit_bytes);
   if (writer) sched::prefer_longer_outside(prefixes, run.kv_store->offers());
   if (restores) restore_prompt(prefixes, *run.checkpoint->restored(), run);
   return prefixes;

@@ -3,8 +3,10 @@
 
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -231,6 +233,95 @@ std::string publish_store_entry(const std::string& dir, const std::string& incom
   }
   sync_directory(dir);
   return name;
+}
+
+namespace {
+
+constexpr const char* kInUse = "in_use";
+
+// A POSIX lock on the whole of `fd`, without waiting: true when taken.
+bool lock_file(int fd, short type) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  return ::fcntl(fd, F_SETLK, &lock) == 0;
+}
+
+double modified_s(const fs::path& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return 0;
+  return static_cast<double>(info.st_mtim.tv_sec) + 1e-9 * static_cast<double>(info.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
+std::optional<EntryUse> EntryUse::take(const std::string& entry_dir) {
+  const int fd = ::open((entry_dir + "/" + kInUse).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return std::nullopt;  // gone (evicted), or a store this run cannot write: not used
+  // Locked, and still the entry's own file: an eviction between the open and the lock moved
+  // the entry aside (its lock released), and this is then the moved one.
+  struct stat held {
+  }, named{};
+  if (!lock_file(fd, F_RDLCK) || ::fstat(fd, &held) != 0 || ::stat((entry_dir + "/" + kInUse).c_str(), &named) != 0 ||
+      held.st_ino != named.st_ino || held.st_dev != named.st_dev) {
+    ::close(fd);
+    return std::nullopt;
+  }
+  ::futimens(fd, nullptr);  // used now
+  return EntryUse(fd);
+}
+
+EntryUse::~EntryUse() {
+  if (fd_ >= 0) ::close(fd_);  // (closing releases the lock)
+}
+
+std::vector<EntryFootprint> store_footprints(const std::string& dir) {
+  std::vector<EntryFootprint> entries;
+  std::error_code error;
+  for (const fs::directory_entry& item : fs::directory_iterator(dir, error)) {
+    const std::string name = item.path().filename().string();
+    if (name.empty() || name[0] == '.' || !item.is_directory(error)) continue;
+    EntryFootprint entry;
+    entry.name = name;
+    for (const fs::directory_entry& file : fs::recursive_directory_iterator(item.path(), error))
+      if (file.is_regular_file(error)) entry.bytes += file.file_size(error);
+    const fs::path in_use = item.path() / kInUse;
+    entry.last_used = fs::exists(in_use, error) ? modified_s(in_use) : modified_s(item.path() / "index.json");
+    entries.push_back(entry);
+  }
+  return entries;
+}
+
+Eviction evict_to_limit(const std::string& dir, uint64_t limit, const std::set<std::string>& keep) {
+  std::vector<EntryFootprint> entries = store_footprints(dir);
+  std::sort(entries.begin(), entries.end(),
+            [](const EntryFootprint& a, const EntryFootprint& b) { return a.last_used < b.last_used; });
+  Eviction eviction;
+  for (const EntryFootprint& entry : entries) eviction.bytes_before += entry.bytes;
+  eviction.bytes_after = eviction.bytes_before;
+  for (const EntryFootprint& entry : entries) {
+    if (eviction.bytes_after <= limit) break;
+    if (keep.count(entry.name)) continue;
+    const std::string path = dir + "/" + entry.name;
+    const int fd = ::open((path + "/" + kInUse).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0) continue;
+    if (!lock_file(fd, F_WRLCK)) {  // a run is using it
+      ::close(fd);
+      ++eviction.in_use;
+      continue;
+    }
+    // Aside under the lock: a run that lists the store from now on does not see it, one that
+    // listed it before fails to lock it and computes that prefix instead.
+    const std::string aside = dir + "/.evicting-" + std::to_string(::getpid()) + "-" + entry.name;
+    const bool moved = ::rename(path.c_str(), aside.c_str()) == 0;
+    ::close(fd);
+    if (!moved) continue;
+    std::error_code error;
+    fs::remove_all(aside, error);
+    eviction.bytes_after -= entry.bytes;
+    eviction.evicted.push_back(entry.name);
+  }
+  return eviction;
 }
 
 }  // namespace pf::kv

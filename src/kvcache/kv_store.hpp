@@ -18,6 +18,7 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -80,5 +81,43 @@ void read_store_rows(const io::SafetensorsFile& file, const KvExportLayout& layo
 std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& layout_key,
                                 int prompt, const std::vector<int32_t>& ids, uint64_t tokens_hash,
                                 const std::string& index_json, const std::set<std::string>& replace);
+
+// Entries in use and the store's size limit (--kv-store-limit). A run that loads an entry holds
+// a shared lock (POSIX, so it holds across nodes of a shared file system that supports them)
+// on the entry's `in_use` file from before it checks the entry until it ends, and marks the
+// entry used (the file's modification time: the store is least recently used first). A run
+// that evicts takes the exclusive lock without waiting, so it passes over any entry a run is
+// using; it then moves the entry aside (one rename) and removes it.
+class EntryUse {
+ public:
+  // The lock on `entry_dir` (DIR/<name>); nullopt when an eviction holds it (the entry is
+  // going: not to be used).
+  static std::optional<EntryUse> take(const std::string& entry_dir);
+  EntryUse(EntryUse&& other) noexcept : fd_(other.fd_) { other.fd_ = -1; }
+  EntryUse& operator=(EntryUse&&) = delete;
+  EntryUse(const EntryUse&) = delete;
+  ~EntryUse();
+
+ private:
+  explicit EntryUse(int fd) : fd_(fd) {}
+  int fd_;
+};
+
+// The bytes an entry holds, and when it was last used (or published).
+struct EntryFootprint {
+  std::string name;
+  uint64_t bytes = 0;
+  double last_used = 0;  // seconds since the epoch
+};
+std::vector<EntryFootprint> store_footprints(const std::string& dir);  // every entry of every layout
+
+struct Eviction {
+  uint64_t bytes_before = 0, bytes_after = 0;
+  std::vector<std::string> evicted;  // names, least recently used first
+  int in_use = 0;                    // entries passed over because a run is using them
+};
+// Removes the least recently used entries of `dir` not in `keep` and not in use until the
+// entries hold at most `limit` bytes (or none is left to remove).
+Eviction evict_to_limit(const std::string& dir, uint64_t limit, const std::set<std::string>& keep);
 
 }  // namespace pf::kv

@@ -47,8 +47,9 @@ std::vector<sched::PrefixReuse> match_entries(const std::vector<kv::StoreEntry>&
 
 KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std::string& dir,
                        const io::PromptSet& prompts, const std::vector<int64_t>& lengths, const std::vector<char>& done,
-                       int page_size, bool load_prefixes, compute::BackendKind backend, io::Dtype cpu_dtype)
-    : topo_(topo), model_(m), dir_(dir) {
+                       int page_size, bool load_prefixes, compute::BackendKind backend, io::Dtype cpu_dtype,
+                       uint64_t limit_bytes)
+    : topo_(topo), model_(m), dir_(dir), limit_bytes_(limit_bytes) {
   const ExportNames names = export_names(m, prompts, lengths);
   std::string precision = compute::backend_name(backend);
   if (backend == compute::BackendKind::kCpu && cpu_dtype == io::Dtype::kBF16) precision += "-bf16";
@@ -159,8 +160,15 @@ dist::RootOnly<std::map<int, std::string>> KvStoreRun::check_files(
                                {}};
     const std::string path = kv::store_file(entry, topo_.stage, topo_.tp_rank);
     std::vector<uint64_t> sums;
-    const auto problem =
-        kv::kv_file_problem(path, kv::kv_file_metadata(layout_, entry.prompt, entry.tokens, entry.tokens_hash), &sums);
+    // In use from before the check to the end of the run: no other run's eviction removes it.
+    std::optional<kv::EntryUse> use = kv::EntryUse::take(entry.dir);
+    std::optional<std::string> problem;
+    if (!use)
+      problem = "another run is removing it (--kv-store-limit)";
+    else
+      problem = kv::kv_file_problem(path, kv::kv_file_metadata(layout_, entry.prompt, entry.tokens, entry.tokens_hash),
+                                    &sums);
+    if (use && !problem) uses_.push_back(std::move(*use));
     if (!problem) checked_sums[entry.dir] = std::move(sums);
     // The file's own errors name its path already.
     if (problem) problems[std::to_string(i)] = problem->rfind(path, 0) == 0 ? *problem : path + ": " + *problem;
@@ -215,17 +223,20 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
     std::map<int, int> ranks_done;
     for (const auto& prompts_done : all)
       for (int p : prompts_done) ++ranks_done[p];
+    std::set<std::string> ours;  // the entries this run loaded or published
+    for (const kv::StoreEntry& entry : entries_) ours.insert(std::filesystem::path(entry.dir).filename().string());
     try {
       for (const auto& [p, ranks] : ranks_done) {
         if (ranks != topo_.pp * topo_.tp) continue;
         const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
         const std::vector<int32_t> copy(ids, ids + (prompts.offsets[p + 1] - prompts.offsets[p]));
-        kv::publish_store_entry(dir_, incoming_, layout_key_, p, copy, exporter_->tokens_hash(p),
-                                export_index(topo_, model_, *exporter_, {p}).dump(1) + "\n", damaged_);
+        ours.insert(kv::publish_store_entry(dir_, incoming_, layout_key_, p, copy, exporter_->tokens_hash(p),
+                                            export_index(topo_, model_, *exporter_, {p}).dump(1) + "\n", damaged_));
       }
     } catch (const std::exception& e) {
       error = std::string("--kv-store: ") + e.what();
     }
+    if (limit_bytes_ > 0 && !error) evict(ours);
   }
   // Whatever was not published (a failed write, prompts a stop left unfinished) goes.
   if (topo_.is_writer()) {
@@ -233,6 +244,33 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
     std::filesystem::remove_all(incoming_, ignored);
   }
   return dist::agree_on_errors(error, MPI_COMM_WORLD);
+}
+
+// Rank 0, after publishing: the store back under --kv-store-limit, least recently used first,
+// never an entry this run loaded or added nor one another run is using; said in a note.
+void KvStoreRun::evict(const std::set<std::string>& ours) const {
+  const kv::Eviction eviction = kv::evict_to_limit(dir_, limit_bytes_, ours);
+  const auto text = [](uint64_t bytes) {  // "812 KiB", "3.1 GiB"
+    const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+    double value = static_cast<double>(bytes);
+    int unit = 0;
+    for (; value >= 1024 && unit < 4; ++unit) value /= 1024;
+    char out[32];
+    std::snprintf(out, sizeof out, value < 10 && unit > 0 ? "%.1f %s" : "%.0f %s", value, units[unit]);
+    return std::string(out);
+  };
+  if (!eviction.evicted.empty())
+    std::printf("kv store: removed %zu least recently used entr%s (%s) to stay under --kv-store-limit %s\n",
+                eviction.evicted.size(), eviction.evicted.size() == 1 ? "y" : "ies",
+                text(eviction.bytes_before - eviction.bytes_after).c_str(), text(limit_bytes_).c_str());
+  if (eviction.bytes_after > limit_bytes_) {
+    const std::string in_use =
+        eviction.in_use > 0 ? " and " + std::to_string(eviction.in_use) + " entries other runs are using" : "";
+    std::fprintf(stderr,
+                 "warning: --kv-store %s holds %s, over --kv-store-limit %s: the rest is this run's own entries%s\n",
+                 dir_.c_str(), text(eviction.bytes_after).c_str(), text(limit_bytes_).c_str(), in_use.c_str());
+  }
+  std::fflush(stdout);
 }
 
 }  // namespace pf::pipeline

@@ -31,12 +31,14 @@ class KvStoreRun {
  public:
   // Collective. `done`: the run's resume state (every rank). With `load_prefixes` false the
   // store is only written to.
+  // `limit_bytes`: --kv-store-limit (0: none).
   // `backend` and `cpu_dtype`: the cache's precision is part of an entry's key (a cuda or a
   // --dtype bf16 run's KV is not lent to a float32 cpu run, nor the other way: the results
   // would then move by more than float32 rounding).
   KvStoreRun(const dist::Topology& topology, const RankModel& rank_model, const std::string& dir,
              const io::PromptSet& prompts, const std::vector<int64_t>& lengths, const std::vector<char>& done,
-             int page_size, bool load_prefixes, compute::BackendKind backend, io::Dtype cpu_dtype);
+             int page_size, bool load_prefixes, compute::BackendKind backend, io::Dtype cpu_dtype,
+             uint64_t limit_bytes = 0);
   KvStoreRun(const KvStoreRun&) = delete;
   KvStoreRun& operator=(const KvStoreRun&) = delete;
 
@@ -47,7 +49,8 @@ class KvStoreRun {
   // Rows [pos0, pos0 + count) of entry `entry`'s KV on this rank, in StageCompute::read_kv's layout.
   void read_prefix(int entry, int64_t pos0, int count, float* keys, float* values);
   // Collective. Waits for every rank's writes, then rank 0 publishes each prompt every rank
-  // finished. The first failure, if any (agreed on every rank).
+  // finished and, with a limit (--kv-store-limit), evicts the least recently used entries no
+  // run is using. The first failure, if any (agreed on every rank).
   std::optional<std::string> finish(const io::PromptSet& prompts);
 
  private:
@@ -59,7 +62,8 @@ class KvStoreRun {
   dist::RootOnly<std::map<int, std::string>> check_files(const nlohmann::json& checking,
                                                          std::map<std::string, std::vector<uint64_t>>& checked_sums);
   void share_chosen_entries(const std::vector<kv::StoreEntry>& all);
-  void note_entries_passed_over() const;  // rank 0, while listing
+  void note_entries_passed_over() const;                // rank 0, while listing
+  void evict(const std::set<std::string>& ours) const;  // rank 0, after publishing
 
   const dist::Topology& topo_;
   const RankModel& model_;
@@ -71,6 +75,8 @@ class KvStoreRun {
   std::unique_ptr<kv::KvExporter> exporter_;
   std::vector<std::vector<uint64_t>> entry_sums_;  // per entry: this rank's file's checksum per position
   std::set<std::string> damaged_;                  // rank 0: entry names found damaged, which this run's copies replace
+  std::vector<kv::EntryUse> uses_;  // this rank's locks on the entries it checks and loads (kv_store.hpp)
+  uint64_t limit_bytes_ = 0;
   int open_entry_ = -1;
   std::unique_ptr<io::SafetensorsFile> open_file_;
 };

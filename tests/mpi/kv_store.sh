@@ -20,6 +20,9 @@
 #                 rows (one per token, the same on both TP ranks) and B loads them
 #   scores        B with --logprobs: a note that the store lends no prefix to scoring runs,
 #                 nothing loaded, B's prompts still added
+#   limit         B with --kv-store-limit 1K: every entry it neither loaded nor added is removed
+#                 (A's unrelated prompt among them), a note says how many, a warning that its own
+#                 keep the store over the limit; B's results are right and the store still serves
 # usage: kv_store.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
@@ -170,6 +173,20 @@ PY
     grep -q "^note: --kv-store lends no prefixes to a run with --logprobs" "$work/b.log" || fail "no note"
     ! grep -q "loaded from --kv-store" "$work/b.log" || fail "a scoring run loaded a prefix"
     [ "$(entries)" -eq 6 ] || fail "the scoring run did not add its prompts" ;;
+  limit)
+    run_a a
+    [ "$(entries)" -eq 3 ] || fail "A stored $(entries) entries, expected 3"
+    run_b b 4 --pp 2 --tp 2 --hidden-states last --kv-store-limit 1K
+    grep -q "^kv store: removed [12] least recently used entr" "$work/b.log" || fail "no note of what was removed"
+    grep -q "^warning: --kv-store .* over --kv-store-limit .* the rest is this run's own entries" "$work/b.log" ||
+      fail "no warning that the store stays over its limit"
+    [ "$(reused b | cut -d' ' -f1)" -gt 0 ] || fail "B did not load the document"
+    same_results b 4 --pp 2 --tp 2 --hidden-states last
+    # Left: B's three prompts and the entry it loaded; A's unrelated prompt is gone.
+    [ "$(entries)" -eq 4 ] || { ls "$store"; fail "$(entries) entries left, expected 4"; }
+    [ -z "$(find "$store" -maxdepth 1 -name '.evicting-*')" ] || fail "an eviction left its directory"
+    run_b c 4 --pp 2 --tp 2 --hidden-states last
+    [ "$(reused c | cut -d' ' -f1)" -gt 0 ] || fail "the store no longer serves the document" ;;
   *) fail "unknown case $case" ;;
 esac
 echo "Passed: $case"

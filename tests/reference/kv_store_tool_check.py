@@ -73,6 +73,14 @@ def main():
     r = tool("gc", store, "--dry-run")
     check(r.returncode == 0 and "2 would be removed" in r.stdout and os.path.isdir(dead) and
           os.path.isdir(os.path.join(store, victim)), f"gc --dry-run removes nothing: {r.stdout[-400:]}")
+    # A run using the damaged entry (a shared lock on its in_use, as pipefill takes one) keeps it.
+    import fcntl
+    held = os.open(os.path.join(store, victim, "in_use"), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.lockf(held, fcntl.LOCK_SH)
+    r = tool("gc", store)
+    check(r.returncode == 0 and os.path.isdir(os.path.join(store, victim)) and "a run is using it" in r.stdout,
+          f"gc keeps an entry in use: {r.stdout[-400:]}")
+    os.close(held)
     r = tool("gc", store)
     check(r.returncode == 0 and not os.path.exists(dead) and not os.path.exists(os.path.join(store, victim)) and
           not any(n.startswith(".deleting") for n in os.listdir(store)), f"gc removes both: {r.stdout[-400:]}")

@@ -248,3 +248,65 @@ TEST_F(KvExport, ACheckpointFileOfAnotherLayoutIsNotContinued) {
 
 }  // namespace
 }  // namespace pf::kv
+
+#include <sys/wait.h>
+
+#include <chrono>
+#include <thread>
+
+namespace pf::kv {
+namespace {
+
+// --kv-store-limit: least recently used entries go first, never one in `keep` nor one another
+// process holds in use (a child process takes the lock, as another run would).
+TEST_F(KvExport, EvictionRemovesTheLeastRecentlyUsedEntriesNotInUse) {
+  fs::create_directories(dir_);
+  auto make_entry = [&](const std::string& name, size_t bytes) {
+    fs::create_directories(dir_ / name);
+    std::ofstream(dir_ / name / "data.bin") << std::string(bytes, 'x');
+    std::ofstream(dir_ / name / "index.json") << "{}";
+    EXPECT_TRUE(EntryUse::take((dir_ / name).string()).has_value());  // marks it used now
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));       // a distinct time each
+  };
+  make_entry("a", 1000);  // oldest
+  make_entry("b", 1000);
+  make_entry("c", 1000);
+  make_entry("d", 1000);                                           // newest
+  EXPECT_TRUE(EntryUse::take((dir_ / "a").string()).has_value());  // a used again: now the newest
+
+  int ready[2];
+  ASSERT_EQ(::pipe(ready), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {  // another run, using b until killed
+    std::optional<EntryUse> use = EntryUse::take((dir_ / "b").string());
+    const char byte = use ? 1 : 0;
+    if (::write(ready[1], &byte, 1) != 1) ::_exit(1);
+    ::pause();
+    ::_exit(0);
+  }
+  char byte = 0;
+  ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+  ASSERT_EQ(byte, 1) << "the child could not take its lock";
+
+  // Least recently used first: b, c, d, a. Down to two entries' worth: b is in use (passed
+  // over), c goes, d is kept, and a goes too, since three entries are still over the limit.
+  const Eviction eviction = evict_to_limit(dir_.string(), 2 * 1010, {"d"});
+  EXPECT_EQ(eviction.in_use, 1);
+  EXPECT_EQ(eviction.evicted, (std::vector<std::string>{"c", "a"}));
+  EXPECT_TRUE(fs::exists(dir_ / "b")) << "an entry in use was removed";
+  EXPECT_TRUE(fs::exists(dir_ / "d")) << "a kept entry was removed";
+  EXPECT_FALSE(fs::exists(dir_ / "c"));
+  EXPECT_LE(eviction.bytes_after, 2 * 1010u + 100);
+
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  // The other run has ended: b can go now, least recently used of those left.
+  const Eviction later = evict_to_limit(dir_.string(), 1010, {"d"});
+  EXPECT_EQ(later.evicted, std::vector<std::string>{"b"});
+  EXPECT_EQ(later.in_use, 0);
+  for (const auto& item : fs::directory_iterator(dir_))
+    EXPECT_NE(item.path().filename().string().rfind(".evicting", 0), 0u) << "left " << item.path();
+}
+
+}  // namespace
+}  // namespace pf::kv

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "cli/duration.hpp"
 #include "cli/options.hpp"
+#include "cli/quantities.hpp"
 #include "errors.hpp"
 #include "pipeline/checkpoint_run.hpp"
 
@@ -75,6 +75,7 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"top_k", 0},
                                    {"save_kv", ""},
                                    {"kv_store", ""},
+                                   {"kv_store_limit", ""},
                                    {"no_prefix_cache", false},
                                    {"checkpoint_every", ""},
                                    {"mtbf", "24h"}};
@@ -203,3 +204,20 @@ TEST(Checkpoints, YoungDalyInterval) {
 
 }  // namespace
 }  // namespace pf::pipeline
+
+namespace pf::cli {
+namespace {
+
+TEST(Sizes, ReadAsPeopleWriteThem) {
+  EXPECT_EQ(parse_size("--x", "1024"), 1024u);
+  EXPECT_EQ(parse_size("--x", "2K"), 2048u);
+  EXPECT_EQ(parse_size("--x", "800M"), 800ull << 20);
+  EXPECT_EQ(parse_size("--x", "500G"), 500ull << 30);
+  EXPECT_EQ(parse_size("--x", "500GB"), 500ull << 30);
+  EXPECT_EQ(parse_size("--x", "1.5TiB"), 3ull << 39);
+  for (const char* bad : {"", "G", "0", "-1G", "10X", "1e30T", "5 G"})
+    EXPECT_THROW(parse_size("--x", bad), UserError) << bad;
+}
+
+}  // namespace
+}  // namespace pf::cli
