@@ -3,63 +3,54 @@
 // number of bytes: --kv-store-limit).
 #pragma once
 
+#include <cctype>
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
+#include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "errors.hpp"
 
 namespace pf::cli {
 
-// Seconds, > 0; UserError naming `flag` otherwise.
-inline double parse_duration(const std::string& flag, const std::string& text) {
+// `text` as a number followed by one of `units` (each with its scale), scaled; nullopt when it
+// is not one, or not finite.
+inline std::optional<double> scaled_number(const std::string& text,
+                                           const std::vector<std::pair<std::string, double>>& units) {
   char* end = nullptr;
   const double number = std::strtod(text.c_str(), &end);
-  const std::string unit = end ? std::string(end) : "";
-  double scale = 0;
-  if (unit.empty() || unit == "s")
-    scale = 1;
-  else if (unit == "m" || unit == "min")
-    scale = 60;
-  else if (unit == "h")
-    scale = 3600;
-  else if (unit == "d")
-    scale = 86400;
-  const double seconds = number * scale;
-  if (text.empty() || end == text.c_str() || scale == 0 || !std::isfinite(seconds) || seconds <= 0)
-    throw UserError(flag + " \"" + text + "\" is not a duration (a positive number with s, m, h or d: 90s, 10m, 1.5h)");
-  return seconds;
+  if (text.empty() || end == text.c_str() || std::isspace(static_cast<unsigned char>(text[0]))) return std::nullopt;
+  for (const auto& [unit, scale] : units)
+    if (unit == end && std::isfinite(number * scale)) return number * scale;
+  return std::nullopt;
 }
 
-// Bytes, > 0: a number with K, M, G, T (powers of 1024, an optional B or iB after) or none;
+// Seconds, > 0; UserError naming `flag` otherwise.
+inline double parse_duration(const std::string& flag, const std::string& text) {
+  const std::optional<double> seconds =
+      scaled_number(text, {{"", 1}, {"s", 1}, {"m", 60}, {"min", 60}, {"h", 3600}, {"d", 86400}});
+  if (!seconds || *seconds <= 0)
+    throw UserError(flag + " \"" + text + "\" is not a duration (a positive number with s, m, h or d: 90s, 10m, 1.5h)");
+  return *seconds;
+}
+
+// Bytes, >= 1: a number with K, M, G or T (powers of 1024; KB, KiB and the like too) or none;
 // UserError naming `flag` otherwise.
 inline uint64_t parse_size(const std::string& flag, const std::string& text) {
-  char* end = nullptr;
-  const double number = std::strtod(text.c_str(), &end);
-  std::string unit = end ? std::string(end) : "";
-  for (const char* suffix : {"iB", "B"})
-    if (unit.size() > 1 && unit.size() >= std::strlen(suffix) &&
-        unit.compare(unit.size() - std::strlen(suffix), std::string::npos, suffix) == 0) {
-      unit.resize(unit.size() - std::strlen(suffix));
-      break;
-    }
-  double scale = 0;
-  if (unit.empty() || unit == "B")
-    scale = 1;
-  else if (unit == "K" || unit == "k")
-    scale = 1024.0;
-  else if (unit == "M")
-    scale = 1024.0 * 1024;
-  else if (unit == "G")
-    scale = 1024.0 * 1024 * 1024;
-  else if (unit == "T")
-    scale = 1024.0 * 1024 * 1024 * 1024;
-  const double bytes = number * scale;
-  if (text.empty() || end == text.c_str() || scale == 0 || !std::isfinite(bytes) || bytes < 1 || bytes > 1.8e19)
+  std::vector<std::pair<std::string, double>> units = {{"", 1}, {"B", 1}};
+  double scale = 1;
+  for (const char* prefix : {"K", "M", "G", "T"}) {
+    scale *= 1024;
+    for (const char* suffix : {"", "B", "iB"}) units.emplace_back(std::string(prefix) + suffix, scale);
+  }
+  units.emplace_back("k", 1024);
+  const std::optional<double> bytes = scaled_number(text, units);
+  if (!bytes || *bytes < 1 || *bytes > 1.8e19)
     throw UserError(flag + " \"" + text + "\" is not a size (a positive number with K, M, G or T: 500G, 1.5T)");
-  return static_cast<uint64_t>(bytes);
+  return static_cast<uint64_t>(*bytes);
 }
 
 }  // namespace pf::cli

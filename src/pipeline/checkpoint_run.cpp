@@ -54,25 +54,25 @@ std::vector<std::pair<long long, std::string>> manifests(const std::string& dir)
   return found;
 }
 
+// A value's bits as an unsigned integer of its size, and back: the manifest keeps floats exactly.
+template <class To, class From>
+To same_bits(From value) {
+  static_assert(sizeof(To) == sizeof(From), "same_bits: sizes differ");
+  To out;
+  std::memcpy(&out, &value, sizeof out);
+  return out;
+}
 uint32_t float_bits(float v) {
-  uint32_t bits;
-  std::memcpy(&bits, &v, 4);
-  return bits;
+  return same_bits<uint32_t>(v);
 }
 float bits_float(uint32_t bits) {
-  float v;
-  std::memcpy(&v, &bits, 4);
-  return v;
+  return same_bits<float>(bits);
 }
 uint64_t double_bits(double v) {
-  uint64_t bits;
-  std::memcpy(&bits, &v, 8);
-  return bits;
+  return same_bits<uint64_t>(v);
 }
 double bits_double(uint64_t bits) {
-  double v;
-  std::memcpy(&v, &bits, 8);
-  return v;
+  return same_bits<double>(bits);
 }
 
 json digest_json(const io::TokenRowsDigest& d) {

@@ -3,19 +3,10 @@
 # on exit), waits for it, and requires its logits to equal a direct `mpirun` run's.
 # usage: slurm_prefill_test.sh BIN_DIR DATA_DIR
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-source "$repo/tests/mpi/mpi_env.sh"
-bin=$(cd "$1" && pwd) data=$(cd "$2" && pwd)
-temp_dir work
-cluster=$work/slurm
-on_exit '"$here/slurm_cluster.sh" stop "$cluster"'
+# shellcheck source=slurm_env.sh
+source "$(dirname "$0")/slurm_env.sh" "$@"
 start=$SECONDS
-"$here/slurm_cluster.sh" start "$cluster"
-# shellcheck disable=SC1091
-source "$cluster/env.sh"
-# job_done JOB: Slurm no longer lists JOB (finished, failed or cancelled).
-job_done() { [ -z "$(squeue -h -j "$1" -o %T 2>/dev/null || true)" ]; }
+start_slurm
 
 # Reference: the same run launched directly.
 pipefill_mpi 4 run --model "$data/tiny" --input "$data/prompts.h5" --output "$work/direct.h5" \

@@ -9,18 +9,10 @@
 # logits, log-probs and NLL must equal a direct run's bit for bit.
 # usage: slurm_requeue_test.sh BIN_DIR DATA_DIR
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-source "$repo/tests/mpi/mpi_env.sh"
-bin=$(cd "$1" && pwd) data=$(cd "$2" && pwd)
-temp_dir work
-cluster=$work/slurm
-on_exit '"$here/slurm_cluster.sh" stop "$cluster"'
+# shellcheck source=slurm_env.sh
+source "$(dirname "$0")/slurm_env.sh" "$@"
 start=$SECONDS
-"$here/slurm_cluster.sh" start "$cluster"
-# shellcheck disable=SC1091
-source "$cluster/env.sh"
-job_done() { [ -z "$(squeue -h -j "$1" -o %T 2>/dev/null || true)" ]; }
+start_slurm
 
 "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 24576 --max-len 24576 --vocab 512 --seed 3 >/dev/null
 flags="--page-size 16 --logprobs --progress-interval 0.5"

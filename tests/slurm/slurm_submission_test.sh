@@ -8,16 +8,8 @@
 # One node only: -N 2 (and a TP group's placement across nodes) cannot be tried here.
 # usage: slurm_submission_test.sh BIN_DIR DATA_DIR
 set -euo pipefail
-here=$(cd "$(dirname "$0")" && pwd)
-repo=$(cd "$here/../.." && pwd)
-# shellcheck source=../mpi/mpi_env.sh
-source "$repo/tests/mpi/mpi_env.sh"
-bin=$(cd "$1" && pwd) data=$(cd "$2" && pwd)
-work=""
-temp_dir work
-cluster=$work/slurm
-# shellcheck disable=SC2016  # evaluated on exit
-on_exit '"$here/slurm_cluster.sh" stop "$cluster"'
+# shellcheck source=slurm_env.sh
+source "$(dirname "$0")/slurm_env.sh" "$@"
 start=$SECONDS
 
 # The scripts keep their site-setup block identical (each is self-contained: sbatch runs a copy).
@@ -73,10 +65,7 @@ unset PIPEFILL_BIN PIPEFILL_MODULES PIPEFILL_ENV_SCRIPT PIPEFILL_SRUN_MPI PIPEFI
 unset -f module 2>/dev/null || true
 export PATH=$clean_path MODEL=$data/tiny INPUT=$data/prompts.h5 CHUNK_SIZE=64
 
-"$here/slurm_cluster.sh" start "$cluster"
-# shellcheck disable=SC1091
-source "$cluster/env.sh"
-job_done() { [ -z "$(squeue -h -j "$1" -o %T 2>/dev/null || true)" ]; }
+start_slurm
 job_field() { scontrol show job "$1" | tr ' ' '\n' | sed -n "s/^$2=//p" | head -n 1; }
 
 # References: the same runs launched directly.
