@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include "io/durable_file.hpp"
 #include "io/fnv1a.hpp"
 #include "kvcache/kv_checksum.hpp"
 
@@ -371,13 +372,8 @@ KvExporter::OpenFile& KvExporter::open_file(int prompt, bool existing) {
   // (an export's file gets its final name only when complete, and is synced then).
   if (mode_ == KvFileMode::kCheckpoint && !existing) {
     const fs::path parent = fs::path(file.final_path).parent_path();
-    for (const fs::path& dir : {parent, parent.parent_path()}) {
-      const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-      if (fd >= 0) {
-        ::fsync(fd);
-        ::close(fd);
-      }
-    }
+    io::sync_directory(parent.string());
+    io::sync_directory(parent.parent_path().string());
   }
   return open_.emplace(prompt, std::move(file)).first->second;
 }

@@ -14,6 +14,7 @@
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "io/durable_file.hpp"
 #include "io/fnv1a.hpp"
 #include "kvcache/kv_checksum.hpp"
 
@@ -25,22 +26,6 @@ namespace {
 
 std::string entry_name(const std::string& layout_key, uint64_t tokens_hash, int64_t tokens) {
   return layout_key + "-" + tokens_hash_text(tokens_hash) + "-" + std::to_string(tokens);
-}
-
-// Writes `bytes` to `path` and makes them durable.
-void write_durably(const std::string& path, const void* data, size_t bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0;
-  for (size_t done = 0; ok && done < bytes;) {
-    const ssize_t n = ::write(fd, static_cast<const char*>(data) + done, bytes - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    done += ok ? static_cast<size_t>(n) : 0;
-  }
-  const int error = errno;
-  ok = ok && ::fdatasync(fd) == 0;
-  if (fd >= 0) ::close(fd);
-  if (!ok) throw std::runtime_error("cannot write " + path + ": " + std::strerror(error ? error : EIO));
 }
 
 }  // namespace
@@ -184,18 +169,6 @@ void remove_abandoned_incoming(const std::string& dir) {
   }
 }
 
-namespace {
-
-// Makes a directory's entries (a rename into it) durable.
-void sync_directory(const std::string& path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd < 0) return;
-  ::fsync(fd);
-  ::close(fd);
-}
-
-}  // namespace
-
 std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& layout_key,
                                 int prompt, const std::vector<int32_t>& ids, uint64_t tokens_hash,
                                 const std::string& index_json, const std::set<std::string>& replace) {
@@ -207,10 +180,10 @@ std::string publish_store_entry(const std::string& dir, const std::string& incom
   if (error) throw std::runtime_error("cannot create " + staging + ": " + error.message());
   fs::rename(incoming + "/" + files, staging + "/" + files, error);
   if (error) throw std::runtime_error("cannot move " + incoming + "/" + files + ": " + error.message());
-  write_durably(staging + "/tokens.i32", ids.data(), ids.size() * sizeof(int32_t));
-  write_durably(staging + "/index.json", index_json.data(), index_json.size());
-  sync_directory(staging + "/" + files);
-  sync_directory(staging);
+  io::write_durably(staging + "/tokens.i32", ids.data(), ids.size() * sizeof(int32_t));
+  io::write_durably(staging + "/index.json", index_json.data(), index_json.size());
+  io::sync_directory(staging + "/" + files);
+  io::sync_directory(staging);
   const std::string target = dir + "/" + name;
   if (fs::exists(target, error)) {
     if (replace.count(name) == 0) {  // another run published it first: keep theirs
@@ -231,7 +204,7 @@ std::string publish_store_entry(const std::string& dir, const std::string& incom
     if (reason != ENOTEMPTY && reason != EEXIST)
       throw std::runtime_error("cannot rename " + staging + " to " + target + ": " + std::strerror(reason));
   }
-  sync_directory(dir);
+  io::sync_directory(dir);
   return name;
 }
 

@@ -17,6 +17,7 @@
 #include "dist/collectives.hpp"
 #include "dist/root_decision.hpp"
 #include "dist/wait.hpp"
+#include "io/durable_file.hpp"
 #include "io/fnv1a.hpp"
 #include "kvcache/kv_store.hpp"
 #include "pipeline/kv_export_setup.hpp"
@@ -88,33 +89,6 @@ io::TokenRowsDigest json_digest(const json& j) {
   d.topk_logprobs.value = j.at("topk_logprobs").get<uint64_t>();
   d.nll_sum = bits_double(j.at("nll_sum_bits").get<uint64_t>());
   return d;
-}
-
-// Written whole or not at all: a temporary file, fsync'd, renamed, the directory fsync'd.
-void write_atomically(const std::string& path, const std::string& text) {
-  const std::string temporary = path + ".tmp";
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  bool ok = fd >= 0;
-  size_t done = 0;
-  while (ok && done < text.size()) {
-    const ssize_t n = ::write(fd, text.data() + done, text.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) done += static_cast<size_t>(n);
-  }
-  ok = ok && ::fsync(fd) == 0;
-  const int error = errno;
-  if (fd >= 0) ::close(fd);
-  if (!ok || ::rename(temporary.c_str(), path.c_str()) != 0) {
-    const int reason = ok ? errno : error;
-    ::unlink(temporary.c_str());
-    throw std::runtime_error("cannot write " + path + ": " + std::strerror(reason));
-  }
-  const int dir = ::open(fs::path(path).parent_path().c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dir >= 0) {
-    ::fsync(dir);
-    ::close(dir);
-  }
 }
 
 }  // namespace
@@ -515,7 +489,7 @@ void CheckpointRun::write_manifest(const Pending& pending) {
     m["token_rows"] = digest_json(*digest);
   std::error_code error;
   fs::create_directories(settings_.dir, error);
-  write_atomically(settings_.dir + "/" + manifest_name(call.sequence), m.dump(1));
+  io::write_atomically(settings_.dir + "/" + manifest_name(call.sequence), m.dump(1));
   results_->keep_partial();
   last_written_ = {prompt, call.tokens};
   // Older manifests go, then the files of prompts the output holds (their writers closed them).
