@@ -146,10 +146,12 @@ OptionTable<PlacementOptions> placement_table() {
       .required()
       .echo_as("model", kRunIdentity);
   t.add("seed", "seed of synthetic:PRESET weights", &P::seed).echo_as("seed", kRunIdentity);
-  add_pp(t, &P::pp).echo_as("pp", kRunIdentity);
-  add_tp(t, &P::tp).echo_as("tp", kRunIdentity);
+  // Not in the run identity: a run resumes onto another layout (a requeued job's new
+  // allocation), its checkpoints and KV read by any layout (kvcache/kv_source.hpp).
+  add_pp(t, &P::pp).echo_as("pp");
+  add_tp(t, &P::tp).echo_as("tp");
   add_layer_partition(t, &P::layer_partition)
-      .echo_as("layer_partition");  // the identities hold the partition used (run_record.cpp)
+      .echo_as("layer_partition");  // the placement identity holds the partition used (run_record.cpp)
   t.add("expert-split",
         "MoE models: how a TP group splits the routed experts: width (each rank a slice of every expert) or "
         "experts (each rank whole experts; docs/choices.md)",

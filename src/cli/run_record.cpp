@@ -11,7 +11,6 @@ nlohmann::json run_identity(const RunOptions& options, const pipeline::RankModel
   // Not options: what the model, the partition and the input turned out to be.
   identity["model_config"] = m.config_json;
   identity["weights_fingerprint"] = m.weights_fingerprint;
-  identity["layer_partition"] = model::partition_text(m.partition);
   identity["input_fingerprint"] = std::to_string(io::fingerprint(prompts));
   identity["num_prompts"] = prompts.num_prompts();
   // A resumed MoE output keeps one split: the provenance it records is then true of every row.

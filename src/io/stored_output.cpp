@@ -114,15 +114,8 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
   const nlohmann::json identity = nlohmann::json::parse(identity_text.c_str(), nullptr, false);
   if (identity.is_discarded() || !identity.is_object()) throw UserError(path + ": resume_identity is not JSON");
   // The identity first: "another input" says more than the shape that follows from it.
-  if (auto difference = identity_difference(identity, expected)) {
-    // Runs scoring every token split the layers differently since the default partition
-    // lightens their last stage: an older partial file continues under its own partition.
-    std::string hint;
-    if (difference->rfind("layer_partition ", 0) == 0 && identity.contains("layer_partition") &&
-        identity["layer_partition"].is_string())
-      hint = " (to continue it, give --layer-partition " + identity["layer_partition"].get<std::string>() + ")";
-    throw UserError(path + " was written with another " + *difference + hint);
-  }
+  if (auto difference = identity_difference(identity, expected))
+    throw UserError(path + " was written with another " + *difference);
 
   OpenDatasets sets;
   for (const DatasetSpec& spec : output_datasets()) {
@@ -177,9 +170,11 @@ std::optional<std::string> identity_difference(const nlohmann::json& stored, con
       return key + " (" + (stored.is_object() && stored.contains(key) ? stored[key].dump() : std::string("none")) +
              ", this run: " + value.dump() + ")";
   // A key only the stored identity has: an option that enters the identity only when given
-  // (cli/option_table.hpp, kOnlyWhenSet) was given then and not now.
+  // (cli/option_table.hpp, kOnlyWhenSet) was given then and not now. The layout left the
+  // identity (any layout resumes any output): outputs written before still hold it.
   for (auto& [key, value] : stored.items())
-    if (!current.contains(key)) return key + " (" + value.dump() + ", this run: none)";
+    if (!current.contains(key) && key != "pp" && key != "tp" && key != "layer_partition")
+      return key + " (" + value.dump() + ", this run: none)";
   return std::nullopt;
 }
 

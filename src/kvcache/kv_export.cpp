@@ -118,7 +118,7 @@ namespace {
 // the file's own data_checksum).
 std::optional<std::string> file_problem(const std::string& path, std::map<std::string, std::string> expected,
                                         int64_t rows, std::optional<uint64_t> checksum,
-                                        std::vector<uint64_t>* position_sums) {
+                                        std::vector<uint64_t>* position_sums, const RowsCounted* counted) {
   std::error_code error;
   if (!std::filesystem::is_regular_file(path, error)) return "missing";
   try {
@@ -160,7 +160,8 @@ std::optional<std::string> file_problem(const std::string& path, std::map<std::s
       const uint64_t row_bytes = static_cast<uint64_t>(info.shape[2]) * io::dtype_size(info.dtype);
       const uint64_t tensor_name = name_hash(name);
       constexpr int64_t kRows = 4096;
-      for (int64_t head = 0; head < info.shape[0]; ++head)
+      for (int64_t head = 0; head < info.shape[0]; ++head) {
+        const bool summed = position_sums && (!counted || counted->count({name, static_cast<int>(head)}) > 0);
         for (int64_t at = 0; at < rows; at += kRows) {
           const int64_t count = std::min(kRows, rows - at);
           block.resize(static_cast<size_t>(count * row_bytes));
@@ -170,9 +171,10 @@ std::optional<std::string> file_problem(const std::string& path, std::map<std::s
             const uint64_t term = checksum_term(tensor_name, static_cast<int>(head), at + r,
                                                 row_hash(block.data() + r * row_bytes, row_bytes));
             sum += term;
-            if (position_sums) (*position_sums)[static_cast<size_t>(at + r)] += term;
+            if (summed) (*position_sums)[static_cast<size_t>(at + r)] += term;
           }
         }
+      }
     }
     io::Fnv1a text;
     text.value = sum;
@@ -187,13 +189,14 @@ std::optional<std::string> file_problem(const std::string& path, std::map<std::s
 }  // namespace
 
 std::optional<std::string> kv_file_problem(const std::string& path, std::map<std::string, std::string> expected,
-                                           std::vector<uint64_t>* position_sums) {
-  return file_problem(path, std::move(expected), -1, std::nullopt, position_sums);
+                                           std::vector<uint64_t>* position_sums, const RowsCounted* counted) {
+  return file_problem(path, std::move(expected), -1, std::nullopt, position_sums, counted);
 }
 
 std::optional<std::string> kv_rows_problem(const std::string& path, std::map<std::string, std::string> expected,
-                                           int64_t rows, uint64_t checksum, std::vector<uint64_t>* position_sums) {
-  return file_problem(path, std::move(expected), rows, checksum, position_sums);
+                                           int64_t rows, uint64_t checksum, std::vector<uint64_t>* position_sums,
+                                           const RowsCounted* counted) {
+  return file_problem(path, std::move(expected), rows, checksum, position_sums, counted);
 }
 
 bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, uint64_t tokens_hash) {

@@ -23,6 +23,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -71,20 +72,26 @@ std::vector<std::string> kv_export_file_patterns();
 std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout, int prompt, int64_t tokens,
                                                     uint64_t tokens_hash);
 
+// The rows a reader takes from a file: (tensor name, the head's index in the file).
+using RowsCounted = std::set<std::pair<std::string, int>>;
+
 // Why the file at `path` cannot be used (missing, truncated, another model or layout: a
 // metadata value that differs from `expected` (kv_file_metadata), tensors other than the
 // layers, heads, tokens and dtype it promises, data that fail their checksum), or nullopt when
 // it is whole. Reads every byte. `position_sums`, if given, receives the checksum's terms summed
-// per position, so that rows read later can be checked again (kv_store.hpp).
+// per position (over the rows in `counted` only, if given), so that rows read later can be
+// checked again (kv_source.hpp).
 std::optional<std::string> kv_file_problem(const std::string& path, std::map<std::string, std::string> expected,
-                                           std::vector<uint64_t>* position_sums = nullptr);
+                                           std::vector<uint64_t>* position_sums = nullptr,
+                                           const RowsCounted* counted = nullptr);
 
 // A checkpoint's file (kCheckpoint below): why its rows [0, rows) cannot be used (the file
 // missing, another model, layout or prompt, data whose checksum is not `checksum`), or nullopt.
 // Reads those rows only. `position_sums` as for kv_file_problem (positions [0, rows)).
 std::optional<std::string> kv_rows_problem(const std::string& path, std::map<std::string, std::string> expected,
                                            int64_t rows, uint64_t checksum,
-                                           std::vector<uint64_t>* position_sums = nullptr);
+                                           std::vector<uint64_t>* position_sums = nullptr,
+                                           const RowsCounted* counted = nullptr);
 
 // True when DIR holds prompt p's finished file of this rank, with this metadata, whole.
 bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, uint64_t tokens_hash);

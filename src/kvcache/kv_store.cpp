@@ -16,7 +16,6 @@
 
 #include "io/durable_file.hpp"
 #include "io/fnv1a.hpp"
-#include "kvcache/kv_checksum.hpp"
 
 namespace pf::kv {
 
@@ -24,23 +23,23 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string entry_name(const std::string& layout_key, uint64_t tokens_hash, int64_t tokens) {
-  return layout_key + "-" + tokens_hash_text(tokens_hash) + "-" + std::to_string(tokens);
+std::string entry_name(const std::string& key, uint64_t tokens_hash, int64_t tokens) {
+  return key + "-" + tokens_hash_text(tokens_hash) + "-" + std::to_string(tokens);
 }
 
 }  // namespace
 
-std::string store_layout_key(const std::string& model_identity, int pp, int tp, const std::string& partition) {
-  return io::Fnv1a().add(model_identity).add_value(pp).add_value(tp).add(partition).hex();
+std::string store_key(const std::string& model_identity, const std::string& precision) {
+  return io::Fnv1a().add(model_identity).add("/").add(precision).hex();
 }
 
-std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& layout_key,
+std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& key,
                                            std::vector<UnusableEntry>* unusable) {
   std::vector<StoreEntry> entries;
   std::error_code error;
   for (const fs::directory_entry& item : fs::directory_iterator(dir, error)) {
     const std::string name = item.path().filename().string();
-    if (name.rfind(layout_key + "-", 0) != 0 || !item.is_directory(error)) continue;
+    if (name.rfind(key + "-", 0) != 0 || !item.is_directory(error)) continue;
     // Each check says what it found wrong: the warning names the entry and the reason.
     const auto refuse = [](const std::string& reason) { throw std::runtime_error(reason); };
     try {
@@ -59,10 +58,10 @@ std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::st
       if (!listed.contains("tokens") || !listed["tokens"].is_number_integer() || !listed.contains("tokens_fnv1a") ||
           !listed["tokens_fnv1a"].is_string())
         refuse("its index.json lacks the prompt's tokens or tokens_fnv1a");
-      const std::string key = index["prompts"].begin().key();
-      if (key.empty() || key.size() > 9 || key.find_first_not_of("0123456789") != std::string::npos)
-        refuse("its index.json's prompt \"" + key + "\" is not a prompt number");
-      entry.prompt = std::stoi(key);
+      const std::string number = index["prompts"].begin().key();
+      if (number.empty() || number.size() > 9 || number.find_first_not_of("0123456789") != std::string::npos)
+        refuse("its index.json's prompt \"" + number + "\" is not a prompt number");
+      entry.prompt = std::stoi(number);
       entry.tokens = listed["tokens"].get<int64_t>();
       // The ids file's size first: an index claiming a billion tokens allocates nothing.
       const uintmax_t ids_bytes = fs::file_size(entry.dir + "/tokens.i32");
@@ -76,7 +75,7 @@ std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::st
       entry.tokens_hash = io::Fnv1a().add(entry.ids.data(), entry.ids.size() * sizeof(int32_t)).value;
       if (tokens_hash_text(entry.tokens_hash) != listed["tokens_fnv1a"].get<std::string>())
         refuse("its tokens.i32 does not match the tokens_fnv1a of its index.json (the ids were changed)");
-      if (name != entry_name(layout_key, entry.tokens_hash, entry.tokens))
+      if (name != entry_name(key, entry.tokens_hash, entry.tokens))
         refuse("its name does not match the tokens it holds (files moved between entries, or renamed)");
       entries.push_back(std::move(entry));
     } catch (const std::exception& e) {  // a foreign or damaged directory: never used
@@ -86,67 +85,27 @@ std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::st
   return entries;
 }
 
-std::string store_file(const StoreEntry& entry, int stage, int tp_rank) {
-  return entry.dir + "/" + kv_file_name(entry.prompt, stage, tp_rank);
+std::string entry_prompt_dir(const StoreEntry& entry) {
+  return entry.dir + "/" + kv_prompt_dir_name(entry.prompt);
 }
 
-void read_store_rows(const io::SafetensorsFile& file, const KvExportLayout& layout, int64_t pos0, int count,
-                     const std::vector<uint64_t>& position_sums, float* keys, float* values) {
-  const size_t d = static_cast<size_t>(layout.head_dim);
-  std::vector<uint64_t> sums(static_cast<size_t>(count), 0);
-  for (int l = 0; l < layout.layers; ++l) {
-    const std::vector<std::string> names = kv_tensor_names(layout.layer_begin + l, layout.latent);
-    for (size_t part = 0; part < names.size(); ++part) {
-      const std::string& name = names[part];
-      const uint64_t tensor_name = name_hash(name);
-      float* out = (part == 0 ? keys : values) + static_cast<size_t>(l) * layout.kv_heads * count * d;
-      // [kv_heads, tokens, head_dim] as rows of kv_heads: head h's rows pos0.. are contiguous.
-      for (int h = 0; h < layout.kv_heads; ++h) {
-        float* rows = out + static_cast<size_t>(h) * count * d;
-        file.read_block(name, h, 1, pos0 * static_cast<int64_t>(d), count * static_cast<int64_t>(d), rows);
-        for (int r = 0; r < count; ++r)  // float32 files: the floats are the stored bytes
-          sums[r] += checksum_term(tensor_name, h, pos0 + r, row_hash(rows + r * d, d * sizeof(float)));
-      }
-    }
-  }
-  for (int r = 0; r < count; ++r)
-    if (position_sums.at(static_cast<size_t>(pos0 + r)) != sums[r])
-      throw std::runtime_error(file.path() + ": position " + std::to_string(pos0 + r) +
-                               " changed after the file was checked (written to by something else during this run)");
-}
-
-std::map<std::string, int> entries_passed_over(const std::string& dir, const std::string& layout_key,
-                                               const std::string& model_identity, int pp, int tp,
-                                               const std::string& partition) {
+std::map<std::string, int> entries_passed_over(const std::string& dir, const std::string& key,
+                                               const std::string& model_identity) {
   std::map<std::string, int> reasons;
   std::error_code error;
   for (const fs::directory_entry& item : fs::directory_iterator(dir, error)) {
     const std::string name = item.path().filename().string();
-    if (name.empty() || name[0] == '.' || name.rfind(layout_key + "-", 0) == 0 || !item.is_directory(error)) continue;
+    if (name.empty() || name[0] == '.' || name.rfind(key + "-", 0) == 0 || !item.is_directory(error)) continue;
     std::ifstream file(item.path() / "index.json");
     const nlohmann::json index = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
-    if (index.is_discarded() || !index.is_object()) {
+    if (index.is_discarded() || !index.is_object())
       ++reasons["an unreadable index.json"];
-      continue;
-    }
-    if (index.value("model_identity", std::string()) != model_identity) {
+    else if (index.value("model_identity", std::string()) != model_identity)
       ++reasons["another model"];
-      continue;
-    }
-    // The partition the entry was written under: the layer count of each stage's TP rank 0.
-    std::map<int, int> layers;
-    for (const auto& shard : index.value("shards", nlohmann::json::array()))
-      if (shard.value("tp_rank", -1) == 0 && shard.contains("layers") && shard["layers"].size() == 2)
-        layers[shard.value("stage", 0)] = shard["layers"][1].get<int>() - shard["layers"][0].get<int>();
-    std::string stored_partition;
-    for (const auto& [stage, count] : layers)
-      stored_partition += (stored_partition.empty() ? "" : ",") + std::to_string(count);
-    const int stored_pp = index.value("pp", 0), stored_tp = index.value("tp", 0);
-    if (stored_pp != pp || stored_tp != tp || stored_partition != partition)
-      ++reasons["layout pp " + std::to_string(stored_pp) + " x tp " + std::to_string(stored_tp) + " (layers " +
-                stored_partition + ")"];
+    else if (!index.contains("precision"))
+      ++reasons["an earlier pipefill's layout-keyed format"];
     else
-      ++reasons["another precision"];
+      ++reasons["another precision (" + index.value("precision", std::string()) + ")"];
   }
   return reasons;
 }
@@ -169,10 +128,10 @@ void remove_abandoned_incoming(const std::string& dir) {
   }
 }
 
-std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& layout_key,
+std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& key,
                                 int prompt, const std::vector<int32_t>& ids, uint64_t tokens_hash,
                                 const std::string& index_json, const std::set<std::string>& replace) {
-  const std::string name = entry_name(layout_key, tokens_hash, static_cast<int64_t>(ids.size()));
+  const std::string name = entry_name(key, tokens_hash, static_cast<int64_t>(ids.size()));
   const std::string staging = incoming + "/entry-" + std::to_string(prompt);
   const std::string files = fs::path(kv_file_name(prompt, 0, 0)).parent_path().string();  // prompt-NNNNNN
   std::error_code error;

@@ -3,17 +3,19 @@
 // today, new questions tomorrow), and adds what it computes. Each entry is one prompt's export
 // in the layout of --save-kv (kv_export.hpp, docs/formats.md), in a directory of its own:
 //
-//   DIR/<layout key>-<tokens fnv1a>-<tokens>/index.json                 one prompt
-//   DIR/<layout key>-<tokens fnv1a>-<tokens>/prompt-000007/stage01_tp00.safetensors
-//   DIR/<layout key>-<tokens fnv1a>-<tokens>/tokens.i32                 its token ids
-//   DIR/.incoming-<run>/                                                a run's files being written
+//   DIR/<store key>-<tokens fnv1a>-<tokens>/index.json                 one prompt
+//   DIR/<store key>-<tokens fnv1a>-<tokens>/prompt-000007/stage01_tp00.safetensors
+//   DIR/<store key>-<tokens fnv1a>-<tokens>/tokens.i32                 its token ids
+//   DIR/.incoming-<run>/                                               a run's files being written
 //
-// The layout key hashes the model identity (config and weights) and the layout (pp, tp, the
-// layer partition): a run sees only entries it could load rank by rank, each rank reading its
-// own file. An entry appears by one rename of its whole directory, after every rank's file is
-// complete (fdatasync'd): concurrent runs never see half an entry, and when two runs publish
-// the same entry the first stays. A file is used only if its metadata name this model, layout
-// and tokens and its data match their checksum (kv_checksum.hpp); anything else is recomputed.
+// The store key hashes the model identity (config and weights) and the cache's precision, not
+// the layout: any layout reads any entry, each rank taking the layers and heads it needs from
+// whichever files hold them (kv_source.hpp), and one prompt is stored once whatever the
+// layouts of the runs that computed it. An entry appears by one rename of its whole directory,
+// after every rank's file is complete (fdatasync'd): concurrent runs never see half an entry,
+// and when two runs publish the same entry the first stays. A file is used only if its
+// metadata name this model and tokens and its data match their checksum (kv_checksum.hpp);
+// anything else is recomputed.
 #pragma once
 
 #include <cstdint>
@@ -28,8 +30,8 @@
 
 namespace pf::kv {
 
-// 16 hex digits: the model identity and the layout.
-std::string store_layout_key(const std::string& model_identity, int pp, int tp, const std::string& partition);
+// 16 hex digits: the model identity and the cache's precision ("cpu", "cpu-bf16", "cuda").
+std::string store_key(const std::string& model_identity, const std::string& precision);
 
 struct StoreEntry {
   std::string dir;  // DIR/<name>
@@ -45,40 +47,31 @@ struct UnusableEntry {
   std::string reason;  // e.g. "its tokens.i32 does not match the tokens_fnv1a of its index.json ..."
 };
 
-// Entries of `dir` under `layout_key` whose index.json and tokens.i32 read and agree (the ids'
+// Entries of `dir` under `key` whose index.json and tokens.i32 read and agree (the ids'
 // hash and count, the entry's name); `unusable` receives the others (skipped) with the reason.
-std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& layout_key,
+std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& key,
                                            std::vector<UnusableEntry>* unusable);
 
-// The entries of `dir` outside `layout_key` that a run of `model_identity` at (pp, tp,
-// partition) passes over, counted by why: "another model", "layout pp 2 x tp 1 (layers 15,15)"
-// (same model, another layout), "another precision" (same model and layout: --dtype or the
-// backend differs), "an unreadable index.json".
-std::map<std::string, int> entries_passed_over(const std::string& dir, const std::string& layout_key,
-                                               const std::string& model_identity, int pp, int tp,
-                                               const std::string& partition);
+// The entries of `dir` outside `key` that a run of `model_identity` passes over, counted by
+// why: "another model", "another precision (cuda)" (--dtype or the backend differs: the
+// results would move by more than float32 rounding), "an earlier pipefill's layout-keyed
+// format" (entries written before any layout could read any entry), "an unreadable index.json".
+std::map<std::string, int> entries_passed_over(const std::string& dir, const std::string& key,
+                                               const std::string& model_identity);
+
+// The directory of an entry's files, for kv_source.hpp.
+std::string entry_prompt_dir(const StoreEntry& entry);
 
 // Removes the .incoming directories of runs on this host whose process is gone (killed before
 // they could clean up); those of other hosts are left to them.
 void remove_abandoned_incoming(const std::string& dir);
-
-// The file of (stage, tp_rank) in an entry.
-std::string store_file(const StoreEntry& entry, int stage, int tp_rank);
-
-// Rows [pos0, pos0 + count) of the rank's layers and heads from its file of an entry (float32),
-// into keys and values each [layers][kv_heads][count][head_dim] (what StageCompute::write_kv
-// takes; a latent layout's rows go into keys, values untouched). Each position's rows are hashed again and compared
-// with `position_sums` from the file's check (kv_file_problem): a file changed in place since then throws
-// std::runtime_error.
-void read_store_rows(const io::SafetensorsFile& file, const KvExportLayout& layout, int64_t pos0, int count,
-                     const std::vector<uint64_t>& position_sums, float* keys, float* values);
 
 // Moves `incoming`/prompt-NNNNNN (every rank's complete files) into a new entry with
 // `index_json` and the ids, then renames it to its place in `dir`, unless an entry of the same
 // name is there already (another run's; ours is removed) and not in `replace` (entries this
 // run found damaged: moved aside and removed). Returns the entry's name, or throws
 // std::runtime_error naming what could not be written.
-std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& layout_key,
+std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& key,
                                 int prompt, const std::vector<int32_t>& ids, uint64_t tokens_hash,
                                 const std::string& index_json, const std::set<std::string>& replace);
 

@@ -13,13 +13,15 @@
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <regex>
+#include <set>
 
 #include "dist/collectives.hpp"
 #include "dist/root_decision.hpp"
 #include "dist/wait.hpp"
 #include "io/durable_file.hpp"
 #include "io/fnv1a.hpp"
-#include "kvcache/kv_store.hpp"
+#include "kvcache/kv_source.hpp"
+#include "model/layer_partition.hpp"
 #include "pipeline/kv_export_setup.hpp"
 
 namespace pf::pipeline {
@@ -39,6 +41,15 @@ std::string manifest_name(long long sequence) {
   char name[64];
   std::snprintf(name, sizeof name, "checkpoint-%06lld.json", sequence);
   return name;
+}
+
+// The directory of a layout's files under OUTPUT.checkpoint ("pp2_tp1_layers15.15"): a run
+// resumed onto another layout writes its own files beside the ones it restores from, which
+// stay until no kept manifest names them.
+std::string layout_dir_name(const dist::Topology& topo, const std::string& partition) {
+  std::string layers = partition;
+  std::replace(layers.begin(), layers.end(), ',', '.');
+  return "pp" + std::to_string(topo.pp) + "_tp" + std::to_string(topo.tp) + "_layers" + layers;
 }
 
 // The manifests of `dir`, newest first.
@@ -123,8 +134,9 @@ CheckpointRun::CheckpointRun(const dist::Topology& topology, const RankModel& ra
       results_(results) {
   const ExportNames names = export_names(rank_model, prompts, lengths);
   // Float32 files whatever the pool: the rows come back exactly as they were computed.
-  layout_ = export_layout(rank_model, settings_.dir, names.model_identity, topo_.stage, topo_.tp, topo_.tp_rank,
-                          io::Dtype::kF32);
+  files_ = layout_dir_name(topo_, model::partition_text(rank_model.partition));
+  layout_ = export_layout(rank_model, settings_.dir + "/" + files_, names.model_identity, topo_.stage, topo_.tp,
+                          topo_.tp_rank, io::Dtype::kF32);
   if (topo_.is_writer()) identity_hash_ = io::Fnv1a().add(identity).hex();
   if (settings_.resume) restore(done, results);
   if (topo_.is_writer()) {  // numbered after every manifest there, restored or not; done prompts' files go
@@ -133,12 +145,11 @@ CheckpointRun::CheckpointRun(const dist::Topology& topology, const RankModel& ra
     remove_files_of_completed_prompts();
   }
   writer_ = std::make_unique<kv::KvExporter>(layout_, lengths_, names.token_hashes, kv::KvFileMode::kCheckpoint);
-  if (restored_) {
-    const RestoredPrompt& r = *restored_;
-    handed_[r.prompt] = r.tokens;
-    uint64_t checksum = 0;
-    for (uint64_t term : restored_sums_) checksum += term;
-    writer_->continue_file(r.prompt, r.tokens, checksum);
+  // Restored by the layout that wrote it: its file continues in place. From another layout:
+  // load_restored hands the rows to this layout's own file as it reads them.
+  if (restored_ && restored_from_ == files_ && restored_source_->same_layout()) {
+    handed_[restored_->prompt] = restored_->tokens;
+    writer_->continue_file(restored_->prompt, restored_->tokens, restored_source_->checksum());
   }
   interval_s_ = settings_.interval_s < 0 ? kFirstAutoCall_s : settings_.interval_s;
   started_s_ = last_call_s_ = now();
@@ -176,8 +187,6 @@ void CheckpointRun::restore(const std::vector<char>& done, io::ResultWriter* res
           return "";  // that prompt is done
         else if (tokens <= 0 || tokens >= lengths_[p])
           why = "a position outside its prompt";
-        else if (m.at("ranks").size() != static_cast<size_t>(topo_.world_size))
-          why = "another number of ranks";
         if (!why.empty()) {
           std::printf("note: %s is of %s: not used\n", candidates[c].second.c_str(), why.c_str());
           return "";
@@ -192,19 +201,20 @@ void CheckpointRun::restore(const std::vector<char>& done, io::ResultWriter* res
     const json m = json::parse(text);
     const int p = m.at("prompt").get<int>();
     const int64_t tokens = m.at("tokens").get<int64_t>();
-    const json& mine = m.at("ranks").at(static_cast<size_t>(topo_.world_rank));
-    // Every rank: its file's rows [0, tokens) against its checksum.
-    std::optional<std::string> problem;
-    if (mine.at("stage").get<int>() != topo_.stage || mine.at("tp_rank").get<int>() != topo_.tp_rank) {
-      problem = "written by another layout";
-    } else {
-      const kv::KvExportLayout& l = layout_;
-      const std::string path = l.dir + "/" + kv::kv_file_name(p, l.stage, l.tp_rank);
-      const uint64_t hash = std::stoull(m.at("tokens_fnv1a").get<std::string>(), nullptr, 16);
-      problem = kv::kv_rows_problem(path, kv::kv_file_metadata(l, p, lengths_[p], hash), tokens,
-                                    std::stoull(mine.at("checksum").get<std::string>(), nullptr, 16), &restored_sums_);
-      if (problem) problem = path + ": " + *problem;
+    // Every rank: the rows [0, tokens) of its layers and heads, from whichever files of the
+    // layout that wrote them hold them, against their checksums.
+    const std::string files = m.value("files", std::string());
+    kv::KvSourceFiles source{settings_.dir + "/" + files + "/" + kv::kv_prompt_dir_name(p), p, lengths_[p],
+                             std::stoull(m.at("tokens_fnv1a").get<std::string>(), nullptr, 16), tokens, {}};
+    for (const json& rank : m.at("ranks")) {
+      const std::string path = kv::kv_file_name(p, rank.at("stage").get<int>(), rank.at("tp_rank").get<int>());
+      source.row_checksums[fs::path(path).filename().string()] =
+          std::stoull(rank.at("checksum").get<std::string>(), nullptr, 16);
     }
+    std::string why;
+    restored_source_ = kv::KvSource::open(layout_, source, &why);
+    std::optional<std::string> problem;
+    if (!restored_source_) problem = why;
     const dist::RootOnly<std::vector<std::string>> problems =
         dist::gather_on_root(MPI_COMM_WORLD, problem.value_or(""));
     // Rank 0: the token rows, last (reading them opens the prompt in the output).
@@ -242,9 +252,10 @@ void CheckpointRun::restore(const std::vector<char>& done, io::ResultWriter* res
       results->keep_partial();
     }
     restored_ = std::move(r);
+    restored_from_ = files;
     return;
   }
-  restored_sums_.clear();
+  restored_source_.reset();
 }
 
 void CheckpointRun::start(const sched::BatchPlan& plan, compute::StageCompute& compute, const TokenScorer* scorer,
@@ -260,17 +271,17 @@ void CheckpointRun::start(const sched::BatchPlan& plan, compute::StageCompute& c
 
 void CheckpointRun::load_restored(int prompt) {
   if (!restored_ || restored_->prompt != prompt) throw std::logic_error("load_restored: not the restored prompt");
-  const std::string path = layout_.dir + "/" + kv::kv_file_name(prompt, layout_.stage, layout_.tp_rank);
-  const io::SafetensorsFile file(path);
   const size_t rows = static_cast<size_t>(layout_.layers) * layout_.kv_heads * layout_.head_dim;
   std::vector<float> keys, values;
   for (int64_t at = 0; at < restored_->tokens; at += kPiece) {
     const int count = static_cast<int>(std::min<int64_t>(kPiece, restored_->tokens - at));
     keys.resize(rows * count);
     values.resize(layout_.latent ? 0 : rows * count);
-    kv::read_store_rows(file, layout_, at, count, restored_sums_, keys.data(), values.data());
+    restored_source_->read(at, count, keys.data(), values.data());
     compute_->write_kv(prompt, at, count, keys.data(), values.data());
+    if (at + count > handed(prompt)) feed(prompt, at, count, keys, values, false);  // another layout's rows
   }
+  restored_source_.reset();
 }
 
 int64_t CheckpointRun::handed(int prompt) const {
@@ -475,6 +486,7 @@ void CheckpointRun::write_manifest(const Pending& pending) {
             {"prompt", prompt},
             {"tokens", call.tokens},
             {"prompt_length", lengths_.at(prompt)},
+            {"files", files_},
             {"tokens_fnv1a", kv::tokens_hash_text(writer_->tokens_hash(prompt))}};
   for (const auto& [rank, answer] : pending.answers) {
     ranks.push_back(
@@ -513,11 +525,27 @@ void CheckpointRun::write_manifest(const Pending& pending) {
   std::fflush(stdout);
 }
 
+// Rank 0: the files of prompts the output holds go, and those of layouts no kept manifest names
+// (a run resumed onto another layout, once it has checkpointed in its own).
 void CheckpointRun::remove_files_of_completed_prompts() {
   std::error_code error;
+  std::set<std::string> named = {files_};
+  for (const auto& [sequence, path] : manifests(settings_.dir)) {
+    std::ifstream in(path);
+    const json m = json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (m.is_object()) named.insert(m.value("files", std::string()));
+  }
   const std::vector<char>& completed = results_->completed();
-  for (size_t p = 0; p < completed.size(); ++p)
-    if (completed[p]) fs::remove_all(settings_.dir + "/" + kv::kv_prompt_dir_name(static_cast<int>(p)), error);
+  for (const fs::directory_entry& item : fs::directory_iterator(settings_.dir, error)) {
+    const std::string name = item.path().filename().string();
+    if (!item.is_directory(error) || name.rfind("pp", 0) != 0) continue;
+    if (named.count(name) == 0) {
+      fs::remove_all(item.path(), error);
+      continue;
+    }
+    for (size_t p = 0; p < completed.size(); ++p)
+      if (completed[p]) fs::remove_all(item.path() / kv::kv_prompt_dir_name(static_cast<int>(p)), error);
+  }
 }
 
 void CheckpointRun::finish() {

@@ -8,10 +8,12 @@
 // chunk, the running hidden-state sum) and the digest of the token rows already in the
 // partial output. `--resume` then restores the prompt from the newest checkpoint whose
 // every part verifies, and continues it as an uninterrupted run would have: same layout and
-// chunks, bit-identical results.
+// chunks, bit-identical results; another layout (a job requeued onto another allocation)
+// reads the layers and heads it needs from the files the old one wrote (kv_source.hpp).
 //
-//   OUTPUT.checkpoint/prompt-000007/stage01_tp00.safetensors   each rank's rows (kv_export's format)
-//   OUTPUT.checkpoint/checkpoint-000012.json                    a manifest; the two newest are kept
+//   OUTPUT.checkpoint/pp2_tp1_layers15.15/prompt-000007/stage01_tp00.safetensors
+//                                          each rank's rows (kv_export's format), by layout
+//   OUTPUT.checkpoint/checkpoint-000012.json   a manifest; the two newest are kept
 //
 // The files are written by a thread beside the compute (kv::KvExporter in checkpoint mode),
 // only what is new: KV is append-only, so with --checkpoint-every every chunk's rows go to the
@@ -34,6 +36,7 @@
 #include "io/results_h5.hpp"
 #include "io/safetensors.hpp"
 #include "kvcache/kv_export.hpp"
+#include "kvcache/kv_source.hpp"
 #include "pipeline/hidden_state_rows.hpp"
 #include "pipeline/rank_setup.hpp"
 #include "pipeline/token_scorer.hpp"
@@ -134,8 +137,10 @@ class CheckpointRun {
   std::vector<int64_t> lengths_;
   kv::KvExportLayout layout_;  // this rank's files
   std::unique_ptr<kv::KvExporter> writer_;
+  std::string files_;  // this layout's directory under settings_.dir
   std::optional<RestoredPrompt> restored_;
-  std::vector<uint64_t> restored_sums_;  // this rank's restored file: checksum per position
+  std::string restored_from_;                   // the directory of the layout that wrote it
+  std::unique_ptr<kv::KvSource> restored_source_;  // this rank's rows of it, until loaded
   std::map<int, int64_t> handed_;        // rows given to the writer, per prompt
 
   const sched::BatchPlan* plan_ = nullptr;

@@ -13,7 +13,6 @@
 #include "dist/collectives.hpp"
 #include "dist/error_agreement.hpp"
 #include "dist/root_decision.hpp"
-#include "model/layer_partition.hpp"
 #include "pipeline/kv_export_setup.hpp"
 #include "sched/prefix_sharing.hpp"
 
@@ -51,22 +50,21 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
                        uint64_t limit_bytes)
     : topo_(topo), model_(m), dir_(dir), limit_bytes_(limit_bytes) {
   const ExportNames names = export_names(m, prompts, lengths);
-  std::string precision = compute::backend_name(backend);
-  if (backend == compute::BackendKind::kCpu && cpu_dtype == io::Dtype::kBF16) precision += "-bf16";
+  precision_ = compute::backend_name(backend);
+  if (backend == compute::BackendKind::kCpu && cpu_dtype == io::Dtype::kBF16) precision_ += "-bf16";
   model_identity_ = names.model_identity;
-  layout_key_ = kv::store_layout_key(names.model_identity + "/" + precision, topo.pp, topo.tp,
-                                     model::partition_text(m.partition));
+  key_ = kv::store_key(names.model_identity, precision_);
   const std::vector<kv::StoreEntry> all = open_incoming(load_prefixes);  // rank 0's listing
   // Float32 whatever --kv-dtype: a prefix loaded from the store must give what computing it gives.
   layout_ = export_layout(m, incoming_, names.model_identity, topo.stage, topo.tp, topo.tp_rank, io::Dtype::kF32);
-  std::map<std::string, std::vector<uint64_t>> checked_sums = check_offers(all, prompts, done, page_size);
+  std::map<std::string, std::unique_ptr<kv::KvSource>> checked = check_offers(all, prompts, done, page_size);
   share_chosen_entries(all);
-  for (const auto& e : entries_) entry_sums_.push_back(std::move(checked_sums.at(e.dir)));
+  for (const auto& e : entries_) sources_.push_back(std::move(checked.at(e.dir)));
   exporter_ = std::make_unique<kv::KvExporter>(layout_, lengths, names.token_hashes);
 }
 
 std::vector<kv::StoreEntry> KvStoreRun::open_incoming(bool load_prefixes) {
-  // Rank 0 names this run's incoming directory and lists the store's entries for this layout.
+  // Rank 0 names this run's incoming directory and lists the store's entries of this model.
   std::vector<kv::StoreEntry> all;
   incoming_ = dist::decide_on_root(MPI_COMM_WORLD, [&] {
     const auto now = std::chrono::system_clock::now().time_since_epoch();
@@ -75,7 +73,7 @@ std::vector<kv::StoreEntry> KvStoreRun::open_incoming(bool load_prefixes) {
     kv::remove_abandoned_incoming(dir_);
     std::vector<kv::UnusableEntry> unusable;
     if (load_prefixes) {
-      all = kv::list_store_entries(dir_, layout_key_, &unusable);
+      all = kv::list_store_entries(dir_, key_, &unusable);
       note_entries_passed_over();
     }
     for (const kv::UnusableEntry& entry : unusable) {
@@ -89,11 +87,10 @@ std::vector<kv::StoreEntry> KvStoreRun::open_incoming(bool load_prefixes) {
   return all;
 }
 
-// Rank 0: says how many entries the run cannot load and why (another model or layout), so a
-// store that silently lends nothing is not a mystery.
+// Rank 0: says how many entries the run cannot load and why (another model or precision), so
+// a store that silently lends nothing is not a mystery.
 void KvStoreRun::note_entries_passed_over() const {
-  const std::map<std::string, int> reasons = kv::entries_passed_over(dir_, layout_key_, model_identity_, topo_.pp,
-                                                                     topo_.tp, model::partition_text(model_.partition));
+  const std::map<std::string, int> reasons = kv::entries_passed_over(dir_, key_, model_identity_);
   if (reasons.empty()) return;
   int total = 0;
   std::string text;
@@ -102,8 +99,8 @@ void KvStoreRun::note_entries_passed_over() const {
     text += (text.empty() ? "" : ", ") + std::to_string(count) + " of " + why;
   }
   std::fprintf(stderr,
-               "note: --kv-store %s: passed over %d entr%s (%s): a run loads only entries of its own model, layout "
-               "(pp, tp, layer partition) and precision\n",
+               "note: --kv-store %s: passed over %d entr%s (%s): a run loads only entries of its own model and "
+               "precision (any layout)\n",
                dir_.c_str(), total, total == 1 ? "y" : "ies", text.c_str());
 }
 
@@ -111,11 +108,12 @@ void KvStoreRun::note_entries_passed_over() const {
 // own file of each entry not checked before (metadata and every byte against the checksum);
 // an entry that fails on any rank is bad, and its prompts look again. Each round checks only
 // what some prompt would load, so a store of many entries costs the reads of the ones used.
-std::map<std::string, std::vector<uint64_t>> KvStoreRun::check_offers(const std::vector<kv::StoreEntry>& all,
-                                                                      const io::PromptSet& prompts,
-                                                                      const std::vector<char>& done, int page_size) {
+std::map<std::string, std::unique_ptr<kv::KvSource>> KvStoreRun::check_offers(const std::vector<kv::StoreEntry>& all,
+                                                                              const io::PromptSet& prompts,
+                                                                              const std::vector<char>& done,
+                                                                              int page_size) {
   std::vector<char> bad(all.size(), 0), good(all.size(), 0);
-  std::map<std::string, std::vector<uint64_t>> checked_sums;  // this rank's files that passed, per entry
+  std::map<std::string, std::unique_ptr<kv::KvSource>> checked;  // this rank's rows of the entries that passed
   for (;;) {
     std::vector<int> to_check;  // indices into `all` (rank 0)
     const nlohmann::json checking = nlohmann::json::parse(dist::decide_on_root(MPI_COMM_WORLD, [&] {
@@ -130,8 +128,8 @@ std::map<std::string, std::vector<uint64_t>> KvStoreRun::check_offers(const std:
             {{"dir", all[e].dir}, {"prompt", all[e].prompt}, {"tokens", all[e].tokens}, {"hash", all[e].tokens_hash}});
       return list.dump();
     }));
-    if (checking.empty()) return checked_sums;
-    const dist::RootOnly<std::map<int, std::string>> failed = check_files(checking, checked_sums);
+    if (checking.empty()) return checked;
+    const dist::RootOnly<std::map<int, std::string>> failed = check_files(checking, checked);
     if (!failed.here()) continue;
     for (size_t i = 0; i < to_check.size(); ++i) {
       const int e = to_check[i];
@@ -147,10 +145,11 @@ std::map<std::string, std::vector<uint64_t>> KvStoreRun::check_offers(const std:
   }
 }
 
-// One round's checks: this rank's file of each listed entry; the sums of those that pass
-// go into `checked_sums`. Rank 0 gets every failure, by index in the list, with its reason.
+// One round's checks: the files of each listed entry holding this rank's layers and heads; the
+// sources of those that pass go into `checked`. Rank 0 gets every failure, by index in the
+// list, with its reason.
 dist::RootOnly<std::map<int, std::string>> KvStoreRun::check_files(
-    const nlohmann::json& checking, std::map<std::string, std::vector<uint64_t>>& checked_sums) {
+    const nlohmann::json& checking, std::map<std::string, std::unique_ptr<kv::KvSource>>& checked) {
   nlohmann::json problems = nlohmann::json::object();
   for (size_t i = 0; i < checking.size(); ++i) {
     const kv::StoreEntry entry{checking[i]["dir"].get<std::string>(),
@@ -158,20 +157,21 @@ dist::RootOnly<std::map<int, std::string>> KvStoreRun::check_files(
                                checking[i]["tokens"].get<int64_t>(),
                                checking[i]["hash"].get<uint64_t>(),
                                {}};
-    const std::string path = kv::store_file(entry, topo_.stage, topo_.tp_rank);
-    std::vector<uint64_t> sums;
     // In use from before the check to the end of the run: no other run's eviction removes it.
     std::optional<kv::EntryUse> use = kv::EntryUse::take(entry.dir);
-    std::optional<std::string> problem;
+    std::string problem;
+    std::unique_ptr<kv::KvSource> source;
     if (!use)
       problem = "another run is removing it (--kv-store-limit)";
     else
-      problem = kv::kv_file_problem(path, kv::kv_file_metadata(layout_, entry.prompt, entry.tokens, entry.tokens_hash),
-                                    &sums);
-    if (use && !problem) uses_.push_back(std::move(*use));
-    if (!problem) checked_sums[entry.dir] = std::move(sums);
-    // The file's own errors name its path already.
-    if (problem) problems[std::to_string(i)] = problem->rfind(path, 0) == 0 ? *problem : path + ": " + *problem;
+      source = kv::KvSource::open(
+          layout_, {kv::entry_prompt_dir(entry), entry.prompt, entry.tokens, entry.tokens_hash, -1, {}}, &problem);
+    if (source) {
+      uses_.push_back(std::move(*use));
+      checked[entry.dir] = std::move(source);
+    } else {
+      problems[std::to_string(i)] = problem;
+    }
   }
   // (A path that is not UTF-8 must not make this rank throw while the others wait.)
   const std::string report_text = problems.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
@@ -206,11 +206,7 @@ void KvStoreRun::share_chosen_entries(const std::vector<kv::StoreEntry>& all) {
 }
 
 void KvStoreRun::read_prefix(int entry, int64_t pos0, int count, float* keys, float* values) {
-  if (entry != open_entry_) {
-    open_file_ = std::make_unique<io::SafetensorsFile>(kv::store_file(entries_.at(entry), topo_.stage, topo_.tp_rank));
-    open_entry_ = entry;
-  }
-  kv::read_store_rows(*open_file_, layout_, pos0, count, entry_sums_.at(entry), keys, values);
+  sources_.at(entry)->read(pos0, count, keys, values);
 }
 
 std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
@@ -230,8 +226,10 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
         if (ranks != topo_.pp * topo_.tp) continue;
         const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
         const std::vector<int32_t> copy(ids, ids + (prompts.offsets[p + 1] - prompts.offsets[p]));
-        ours.insert(kv::publish_store_entry(dir_, incoming_, layout_key_, p, copy, exporter_->tokens_hash(p),
-                                            export_index(topo_, model_, *exporter_, {p}).dump(1) + "\n", damaged_));
+        nlohmann::json index = export_index(topo_, model_, *exporter_, {p});
+        index["precision"] = precision_;  // (with the model identity: what the entry's name hashes)
+        ours.insert(kv::publish_store_entry(dir_, incoming_, key_, p, copy, exporter_->tokens_hash(p),
+                                            index.dump(1) + "\n", damaged_));
       }
     } catch (const std::exception& e) {
       error = std::string("--kv-store: ") + e.what();

@@ -1,8 +1,8 @@
 // --kv-store DIR on every rank (kvcache/kv_store.hpp). Before the plan: which prompts can load
-// a prefix from which entry (rank 0 lists the entries of this model and layout and matches
-// their tokens with the prompts'; every rank checks its own file of each candidate: metadata
-// and data checksum; an entry that fails anywhere is not used, and its prompts compute the
-// prefix). During the run: a prefix's rows for the stage loop to load, and an exporter that
+// a prefix from which entry (rank 0 lists the entries of this model and precision, whatever
+// layout wrote them, and matches their tokens with the prompts'; every rank checks the files of
+// each candidate that hold its layers and heads (kv_source.hpp): metadata and data checksum;
+// an entry that fails anywhere is not used, and its prompts compute the prefix). During the run: a prefix's rows for the stage loop to load, and an exporter that
 // writes every prompt into DIR/.incoming-RUN. At the end: every prompt all ranks finished
 // becomes an entry.
 #pragma once
@@ -21,6 +21,7 @@
 #include "io/prompts_h5.hpp"
 #include "io/safetensors.hpp"
 #include "kvcache/kv_export.hpp"
+#include "kvcache/kv_source.hpp"
 #include "kvcache/kv_store.hpp"
 #include "pipeline/rank_setup.hpp"
 #include "sched/batch_plan.hpp"
@@ -56,11 +57,11 @@ class KvStoreRun {
  private:
   // The constructor's steps, each collective.
   std::vector<kv::StoreEntry> open_incoming(bool load_prefixes);
-  std::map<std::string, std::vector<uint64_t>> check_offers(const std::vector<kv::StoreEntry>& all,
+  std::map<std::string, std::unique_ptr<kv::KvSource>> check_offers(const std::vector<kv::StoreEntry>& all,
                                                             const io::PromptSet& prompts, const std::vector<char>& done,
                                                             int page_size);
-  dist::RootOnly<std::map<int, std::string>> check_files(const nlohmann::json& checking,
-                                                         std::map<std::string, std::vector<uint64_t>>& checked_sums);
+  dist::RootOnly<std::map<int, std::string>> check_files(
+      const nlohmann::json& checking, std::map<std::string, std::unique_ptr<kv::KvSource>>& checked);
   void share_chosen_entries(const std::vector<kv::StoreEntry>& all);
   void note_entries_passed_over() const;                // rank 0, while listing
   void evict(const std::set<std::string>& ours) const;  // rank 0, after publishing
@@ -68,17 +69,15 @@ class KvStoreRun {
   const dist::Topology& topo_;
   const RankModel& model_;
   const std::string dir_;
-  std::string incoming_, layout_key_, model_identity_;
+  std::string incoming_, key_, model_identity_, precision_;
   kv::KvExportLayout layout_;            // this rank's files
   std::vector<kv::StoreEntry> entries_;  // the candidates checked on every rank
   std::vector<sched::PrefixReuse> offers_;
   std::unique_ptr<kv::KvExporter> exporter_;
-  std::vector<std::vector<uint64_t>> entry_sums_;  // per entry: this rank's file's checksum per position
+  std::vector<std::unique_ptr<kv::KvSource>> sources_;  // per entry: this rank's rows of it
   std::set<std::string> damaged_;                  // rank 0: entry names found damaged, which this run's copies replace
   std::vector<kv::EntryUse> uses_;  // this rank's locks on the entries it checks and loads (kv_store.hpp)
   uint64_t limit_bytes_ = 0;
-  int open_entry_ = -1;
-  std::unique_ptr<io::SafetensorsFile> open_file_;
 };
 
 }  // namespace pf::pipeline

@@ -13,7 +13,9 @@
 #                 with what is wrong with it (not "cannot be read"), loads none, and is right
 #   full          the store on a full file system (a small tmpfs): one `error: --kv-store:
 #                 cannot write`, exit 2, the output complete, no .incoming left behind
-#   other_layout  B at pp 1 sees none of A's pp 2 entries (another layout key) and adds its own
+#   other_layout  B at pp 1, then at pp 4, loads the document from A's pp 2 x tp 2 entries (each
+#                 rank reads the layers and heads it needs from whichever files hold them) and is
+#                 right; every entry sits under one key, each prompt stored once
 #   concurrent    two runs of A publish into one store at once: both succeed, each entry is
 #                 there once and whole (B then loads from it)
 #   mla_reuse     reuse on a DeepSeek-V3-style model (tiny-mla): the store holds its latent
@@ -153,10 +155,15 @@ PY
   other_layout)
     run_a a
     run_b b 1
-    ! grep -q "loaded from --kv-store" "$work/b.log" || fail "an entry of another layout was loaded"
+    grep -q "^prefix reuse: .*(288 loaded from --kv-store)" "$work/b.log" || fail "pp 1 did not load the pp 2 x tp 2 entries"
+    [ "$(reused b)" = "288 0 96" ] || fail "reused tokens $(reused b), expected 288 0 96"
     same_results b 1
-    [ "$(find "$store" -mindepth 1 -maxdepth 1 -type d | cut -d- -f1 | sort -u | wc -l)" -eq 2 ] ||
-      fail "pp 1 and pp 2 entries should sit under two layout keys"
+    run_b b4 4 --pp 4
+    grep -q "^prefix reuse: .*loaded from --kv-store" "$work/b4.log" || fail "pp 4 did not load the entries"
+    same_results b4 4 --pp 4
+    [ "$(entries)" -eq 6 ] || fail "the store holds $(entries) entries, expected 6 (each prompt once, whatever the layout)"
+    [ "$(find "$store" -mindepth 1 -maxdepth 1 -type d ! -name '.*' | xargs -n1 basename | cut -d- -f1 | sort -u | wc -l)" -eq 1 ] ||
+      fail "entries of one model and precision should sit under one key"
     no_incoming ;;
   concurrent)
     ( run_a first ) & first=$!

@@ -11,6 +11,7 @@
 
 #include "io/safetensors.hpp"
 #include "kvcache/kv_export.hpp"
+#include "kvcache/kv_source.hpp"
 #include "kvcache/kv_store.hpp"
 
 namespace pf::kv {
@@ -39,13 +40,15 @@ float value_at(int part, int layer, int head, int64_t position, int d) {
   return static_cast<float>(part * 100000 + layer * 10000 + head * 1000 + position * 10 + d);
 }
 
-// The rows [pos0, pos0 + count) as the stage loop hands them: [layers][kv_heads][count][head_dim].
+// The rows [pos0, pos0 + count) as the stage loop hands them: [layers][kv_heads][count][head_dim],
+// valued by global layer and head (so that another layout's read of them can be checked).
 std::vector<float> chunk_rows(const KvExportLayout& l, int part, int64_t pos0, int count) {
   std::vector<float> rows;
   for (int layer = 0; layer < l.layers; ++layer)
     for (int head = 0; head < l.kv_heads; ++head)
       for (int64_t p = pos0; p < pos0 + count; ++p)
-        for (int d = 0; d < l.head_dim; ++d) rows.push_back(value_at(part, layer, head, p, d));
+        for (int d = 0; d < l.head_dim; ++d)
+          rows.push_back(value_at(part, l.layer_begin + layer, l.kv_head_begin + head, p, d));
   return rows;
 }
 
@@ -101,7 +104,7 @@ TEST_F(KvExport, ChunksLandAtTheirPlacesInAStandardFile) {
       size_t i = 0;
       for (int head = 0; head < 2; ++head)
         for (int64_t p = 0; p < tokens; ++p)
-          for (int d = 0; d < 3; ++d) ASSERT_EQ(data[i++], value_at(part, layer, head, p, d)) << name;
+          for (int d = 0; d < 3; ++d) ASSERT_EQ(data[i++], value_at(part, 2 + layer, 2 + head, p, d)) << name;
     }
   EXPECT_TRUE(kv_file_complete(layout, 1, tokens, 22));
   EXPECT_FALSE(kv_file_complete(layout, 1, tokens, 23)) << "other tokens";
@@ -155,26 +158,70 @@ TEST_F(KvExport, StoreRowsReadAfterTheCheckMustBeTheRowsChecked) {
     ASSERT_FALSE(exporter.finish().has_value());
   }
   const std::string path = (dir_ / kv_file_name(1, 1, 1)).string();
-  std::vector<uint64_t> sums;
-  ASSERT_FALSE(kv_file_problem(path, kv_file_metadata(layout, 1, tokens, 22), &sums).has_value());
-  ASSERT_EQ(sums.size(), static_cast<size_t>(tokens));
+  const KvSourceFiles files{(dir_ / kv_prompt_dir_name(1)).string(), 1, tokens, 22, -1, {}};
+  std::string problem;
+  std::unique_ptr<KvSource> source = KvSource::open(layout, files, &problem);
+  ASSERT_TRUE(source) << problem;
+  EXPECT_TRUE(source->same_layout());
   const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * 4 * layout.head_dim;
   std::vector<float> keys(floats), values(floats);
-  {
-    const io::SafetensorsFile file(path);
-    read_store_rows(file, layout, 3, 4, sums, keys.data(), values.data());
-    EXPECT_EQ(keys, chunk_rows(layout, 0, 3, 4));
-    EXPECT_EQ(values, chunk_rows(layout, 1, 3, 4));
-  }
+  source->read(3, 4, keys.data(), values.data());
+  EXPECT_EQ(keys, chunk_rows(layout, 0, 3, 4));
+  EXPECT_EQ(values, chunk_rows(layout, 1, 3, 4));
   {  // position 5 of layer 3's keys, head 1, changed in place
     const io::SafetensorsFile file(path);
     std::fstream bytes(path, std::ios::in | std::ios::out | std::ios::binary);
     bytes.seekp(static_cast<std::streamoff>(file.info("layers.3.key").file_begin + (1 * tokens + 5) * 3 * 4));
     bytes.put('\x33');
   }
-  const io::SafetensorsFile file(path);
-  read_store_rows(file, layout, 0, 4, sums, keys.data(), values.data());  // positions 0..3 are intact
-  EXPECT_THROW(read_store_rows(file, layout, 3, 4, sums, keys.data(), values.data()), std::runtime_error);
+  source->read(0, 4, keys.data(), values.data());  // positions 0..3 are intact
+  EXPECT_THROW(source->read(3, 4, keys.data(), values.data()), std::runtime_error);
+  EXPECT_FALSE(KvSource::open(layout, files, &problem)) << "a damaged file is not opened";
+  EXPECT_NE(problem.find("checksum"), std::string::npos) << problem;
+}
+
+// Any layout reads any layout's files: a prompt written by 2 stages x 2 TP ranks (layers
+// {0,1} and {2,3}, heads {0,1} and {2,3}) is read by a rank holding layers 1..2 and heads 1..2
+// (neither stage nor TP rank lines up), by one holding everything, and refused, naming what
+// is missing, when a file is gone.
+TEST_F(KvExport, AnyLayoutReadsTheRowsItNeedsFromAnotherLayoutsFiles) {
+  const int64_t tokens = 7;
+  for (int stage = 0; stage < 2; ++stage)
+    for (int tp_rank = 0; tp_rank < 2; ++tp_rank) {
+      KvExportLayout wrote = small_layout(dir_.string());
+      wrote.stage = stage;
+      wrote.tp_rank = tp_rank;
+      wrote.layer_begin = 2 * stage;
+      wrote.kv_head_begin = 2 * tp_rank;
+      KvExporter exporter(wrote, {tokens}, {33});
+      exporter.add_chunk(0, 0, 3, chunk_rows(wrote, 0, 0, 3), chunk_rows(wrote, 1, 0, 3), false);
+      exporter.add_chunk(0, 3, 4, chunk_rows(wrote, 0, 3, 4), chunk_rows(wrote, 1, 3, 4), true);
+      ASSERT_FALSE(exporter.finish().has_value());
+    }
+  const KvSourceFiles files{(dir_ / kv_prompt_dir_name(0)).string(), 0, tokens, 33, -1, {}};
+  KvExportLayout across = small_layout(dir_.string());
+  across.stage = 0;
+  across.tp_rank = 0;
+  across.layer_begin = 1;
+  across.kv_head_begin = 1;
+  KvExportLayout whole = across;
+  whole.layer_begin = whole.kv_head_begin = 0;
+  whole.layers = whole.kv_heads = 4;
+  for (const KvExportLayout& need : {across, whole}) {
+    std::string problem;
+    std::unique_ptr<KvSource> source = KvSource::open(need, files, &problem);
+    ASSERT_TRUE(source) << problem;
+    EXPECT_FALSE(source->same_layout());
+    const size_t floats = static_cast<size_t>(need.layers) * need.kv_heads * 5 * need.head_dim;
+    std::vector<float> keys(floats), values(floats);
+    source->read(2, 5, keys.data(), values.data());
+    EXPECT_EQ(keys, chunk_rows(need, 0, 2, 5));
+    EXPECT_EQ(values, chunk_rows(need, 1, 2, 5));
+  }
+  fs::remove(dir_ / kv_file_name(0, 1, 0));  // layers 2..3, heads 0..1
+  std::string problem;
+  EXPECT_FALSE(KvSource::open(across, files, &problem));
+  EXPECT_NE(problem.find("holds layer 2's KV head 1"), std::string::npos) << problem;
 }
 
 }  // namespace
@@ -226,7 +273,7 @@ TEST_F(KvExport, ACheckpointFileIsSyncedAndContinuedInPlace) {
   const io::SafetensorsFile file(path.string());
   std::vector<float> row(3);
   file.read_block("layers.3.value", 1, 1, 9 * 3, 3, row.data());  // head 1, position 9
-  EXPECT_EQ(row[2], value_at(1, 1, 1, 9, 2));
+  EXPECT_EQ(row[2], value_at(1, 3, 3, 9, 2));
 }
 
 TEST_F(KvExport, ACheckpointFileOfAnotherLayoutIsNotContinued) {

@@ -15,6 +15,7 @@
 #include "io/h5_handle.hpp"
 #include "io/output_format.hpp"
 #include "io/results_h5.hpp"
+#include "io/stored_output.hpp"
 
 namespace pf::io {
 namespace {
@@ -35,6 +36,21 @@ TEST(OutputFormat, DocsTableIsTheDeclaredOne) {
   EXPECT_EQ(docs.substr(a + begin.size(), b - a - begin.size()), output_format_table())
       << "docs/formats.md's output table differs from src/io/output_format.cpp; put this between the markers:\n"
       << output_format_table();
+}
+
+// The layout left the run identity (any layout resumes any output): a partial output written
+// when it was in still resumes, and any other key in the stored identity alone still differs.
+TEST(OutputFormat, AnOutputWrittenUnderAnotherLayoutResumes) {
+  const nlohmann::json now = {{"model", "m"}, {"chunk_size", 64}};
+  nlohmann::json before = now;
+  before["pp"] = 2;
+  before["tp"] = 1;
+  before["layer_partition"] = "4,4";
+  EXPECT_FALSE(identity_difference(before, now).has_value());
+  before["logprobs"] = true;
+  EXPECT_EQ(identity_difference(before, now).value_or(""), "logprobs (true, this run: none)");
+  EXPECT_EQ(identity_difference(now, {{"model", "m"}, {"chunk_size", 32}}).value_or(""),
+            "chunk_size (64, this run: 32)");
 }
 
 TEST(OutputFormat, EveryDatasetIsDeclaredOnceInOrder) {
