@@ -27,3 +27,10 @@ pf_venv_test(transformers.smollm2_bf16 bf16_check.py ${PF_BIN} ${CMAKE_CURRENT_B
              SHELL_ARG "${PF_SMOLLM2_DIR}")
 set_tests_properties(transformers.smollm2_bf16 PROPERTIES FIXTURES_REQUIRED "venv;smollm2" LABELS "mpi;reference"
                      TIMEOUT 600 PROCESSORS 2)
+
+# A --kv-store filled under one layout serves a run of another (pp 2 -> tp 3, pp 1 -> pp 3,
+# tp 3 -> pp 2 x tp 3), against transformers and a fresh run of the new layout.
+pf_venv_test(transformers.kv_store_layouts kv_layouts_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/kv_layouts_check
+             SHELL_ARG "${PF_SMOLLM2_DIR}")
+set_tests_properties(transformers.kv_store_layouts PROPERTIES FIXTURES_REQUIRED "venv;smollm2"
+                     LABELS "mpi;reference" TIMEOUT 600 PROCESSORS 2)
