@@ -79,8 +79,14 @@ std::unique_ptr<KvSource> KvSource::open(const KvExportLayout& need, const KvSou
         };
         const auto found = std::find_if(holdings.begin(), holdings.end(), holds);
         if (found == holdings.end()) {
+          // What the reader's own layout would have written there, if it is not there.
+          const bool own_missing =
+              std::none_of(holdings.begin(), holdings.end(), [&](const FileHolding& f) { return f.name == own_name; });
           *problem = "no file of " + files.prompt_dir + " holds layer " + std::to_string(l) + "'s KV head " +
-                     std::to_string(h) + (unreadable.empty() ? "" : " (" + unreadable.front() + ")");
+                     std::to_string(h) +
+                     (!unreadable.empty() ? " (" + unreadable.front() + ")"
+                      : own_missing       ? " (" + own_name + " is missing)"
+                                          : "");
           return nullptr;
         }
         const int index = static_cast<int>(found - holdings.begin());

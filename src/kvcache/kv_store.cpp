@@ -128,9 +128,9 @@ void remove_abandoned_incoming(const std::string& dir) {
   }
 }
 
-std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& key,
-                                int prompt, const std::vector<int32_t>& ids, uint64_t tokens_hash,
-                                const std::string& index_json, const std::set<std::string>& replace) {
+std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& key, int prompt,
+                                const std::vector<int32_t>& ids, uint64_t tokens_hash, const std::string& index_json,
+                                const std::set<std::string>& replace) {
   const std::string name = entry_name(key, tokens_hash, static_cast<int64_t>(ids.size()));
   const std::string staging = incoming + "/entry-" + std::to_string(prompt);
   const std::string files = fs::path(kv_file_name(prompt, 0, 0)).parent_path().string();  // prompt-NNNNNN

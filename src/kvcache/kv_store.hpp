@@ -71,9 +71,9 @@ void remove_abandoned_incoming(const std::string& dir);
 // name is there already (another run's; ours is removed) and not in `replace` (entries this
 // run found damaged: moved aside and removed). Returns the entry's name, or throws
 // std::runtime_error naming what could not be written.
-std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& key,
-                                int prompt, const std::vector<int32_t>& ids, uint64_t tokens_hash,
-                                const std::string& index_json, const std::set<std::string>& replace);
+std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& key, int prompt,
+                                const std::vector<int32_t>& ids, uint64_t tokens_hash, const std::string& index_json,
+                                const std::set<std::string>& replace);
 
 // Entries in use and the store's size limit (--kv-store-limit). A run that loads an entry holds
 // a shared lock (POSIX, so it holds across nodes of a shared file system that supports them)

@@ -204,7 +204,7 @@ void CheckpointRun::restore(const std::vector<char>& done, io::ResultWriter* res
     // Every rank: the rows [0, tokens) of its layers and heads, from whichever files of the
     // layout that wrote them hold them, against their checksums.
     const std::string files = m.value("files", std::string());
-    kv::KvSourceFiles source{settings_.dir + "/" + files + "/" + kv::kv_prompt_dir_name(p), p, lengths_[p],
+    kv::KvSourceFiles source{settings_.dir + "/" + files + "/" + kv::kv_prompt_dir_name(p),     p,      lengths_[p],
                              std::stoull(m.at("tokens_fnv1a").get<std::string>(), nullptr, 16), tokens, {}};
     for (const json& rank : m.at("ranks")) {
       const std::string path = kv::kv_file_name(p, rank.at("stage").get<int>(), rank.at("tp_rank").get<int>());
@@ -480,14 +480,10 @@ void CheckpointRun::write_manifest(const Pending& pending) {
   results_->flush();  // the token rows [0, tokens) are in the file before the manifest names them
   json ranks = json::array();
   double slowest_sync = 0, bytes = 0;
-  json m = {{"format", kManifestFormat},
-            {"identity", identity_hash_},
-            {"sequence", call.sequence},
-            {"prompt", prompt},
-            {"tokens", call.tokens},
-            {"prompt_length", lengths_.at(prompt)},
-            {"files", files_},
-            {"tokens_fnv1a", kv::tokens_hash_text(writer_->tokens_hash(prompt))}};
+  json m = {{"format", kManifestFormat}, {"identity", identity_hash_},
+            {"sequence", call.sequence}, {"prompt", prompt},
+            {"tokens", call.tokens},     {"prompt_length", lengths_.at(prompt)},
+            {"files", files_},           {"tokens_fnv1a", kv::tokens_hash_text(writer_->tokens_hash(prompt))}};
   for (const auto& [rank, answer] : pending.answers) {
     ranks.push_back(
         {{"stage", answer.at("stage")}, {"tp_rank", answer.at("tp_rank")}, {"checksum", answer.at("checksum")}});

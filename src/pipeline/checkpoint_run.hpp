@@ -139,9 +139,9 @@ class CheckpointRun {
   std::unique_ptr<kv::KvExporter> writer_;
   std::string files_;  // this layout's directory under settings_.dir
   std::optional<RestoredPrompt> restored_;
-  std::string restored_from_;                   // the directory of the layout that wrote it
+  std::string restored_from_;                      // the directory of the layout that wrote it
   std::unique_ptr<kv::KvSource> restored_source_;  // this rank's rows of it, until loaded
-  std::map<int, int64_t> handed_;        // rows given to the writer, per prompt
+  std::map<int, int64_t> handed_;                  // rows given to the writer, per prompt
 
   const sched::BatchPlan* plan_ = nullptr;
   compute::StageCompute* compute_ = nullptr;

@@ -3,17 +3,21 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
+#include <set>
 
 #include "dist/collectives.hpp"
 #include "dist/error_agreement.hpp"
 #include "dist/root_decision.hpp"
 #include "io/fnv1a.hpp"
+#include "kvcache/kv_source.hpp"
 
 namespace pf::pipeline {
 
@@ -66,17 +70,18 @@ KvExportStart start_kv_export(const dist::Topology& topo, const RankModel& m, co
   const kv::KvExportLayout layout =
       export_layout(m, dir, names.model_identity, topo.stage, topo.tp, topo.tp_rank, dtype);
 
-  // A prompt the output holds but this rank's file does not (missing, or failing its checks):
-  // every rank says which, and what it found wrong with the first.
+  // A prompt the output holds whose files do not hold this rank's layers and heads whole
+  // (missing, or failing their checks): every rank says which, and what it found wrong with
+  // the first. Files of another layout serve (a run resumed onto another allocation): each
+  // prompt's files say what they hold, and index.json lists them.
   std::vector<int> missing;
   std::string first_problem;
   for (int p = 0; p < static_cast<int>(finished.size()); ++p) {
     if (!finished[p]) continue;
-    const std::string file = kv::kv_file_name(p, layout.stage, layout.tp_rank);
-    const std::optional<std::string> problem =
-        kv::kv_file_problem(dir + "/" + file, kv::kv_file_metadata(layout, p, lengths[p], hashes[p]));
-    if (!problem) continue;
-    if (missing.empty()) first_problem = file + (*problem == "missing" ? " is missing" : ": " + *problem);
+    std::string problem;
+    const kv::KvSourceFiles files{dir + "/" + kv::kv_prompt_dir_name(p), p, lengths[p], hashes[p], -1, {}};
+    if (kv::KvSource::open(layout, files, &problem)) continue;
+    if (missing.empty()) first_problem = problem;
     missing.push_back(p);
   }
   const dist::RootOnly<std::vector<std::vector<int>>> all = dist::gather_values_on_root(MPI_COMM_WORLD, missing);
@@ -147,14 +152,41 @@ nlohmann::json export_index(const dist::Topology& topo, const RankModel& m, cons
 
 namespace {
 
-// DIR/index.json (rank 0): the prompts the output holds.
+// The KV files of prompt p in DIR, sorted ("prompt-000007/stage00_tp00.safetensors", ...).
+// Those of layouts other than this run's go first from the prompts this run exported (left by
+// an earlier run of another layout whose export of them failed its checks).
+std::vector<std::string> prompt_files(const std::string& dir, int p, const dist::Topology& topo, bool exported_here) {
+  static const std::regex pattern("stage[0-9]+_tp[0-9]+\\.safetensors");
+  std::set<std::string> ours;
+  for (int s = 0; s < topo.pp; ++s)
+    for (int r = 0; r < topo.tp; ++r) ours.insert(kv::kv_file_name(p, s, r));
+  std::vector<std::string> files;
+  std::error_code error;
+  for (const auto& item : std::filesystem::directory_iterator(dir + "/" + kv::kv_prompt_dir_name(p), error)) {
+    const std::string name = item.path().filename().string();
+    if (!std::regex_match(name, pattern)) continue;
+    const std::string relative = kv::kv_prompt_dir_name(p) + "/" + name;
+    if (exported_here && ours.count(relative) == 0)
+      std::filesystem::remove(item.path(), error);
+    else
+      files.push_back(relative);
+  }
+  std::sort(files.begin(), files.end());
+  return files;
+}
+
+// DIR/index.json (rank 0): the prompts the output holds, each with the files holding it.
 std::optional<std::string> write_index(const dist::Topology& topo, const RankModel& m, const std::string& dir,
-                                       const kv::KvExporter& exporter, const io::ResultWriter& results) {
+                                       kv::KvExporter& exporter, const io::ResultWriter& results) {
   std::vector<int> finished;
   const std::vector<char>& done = results.completed();
   for (int p = 0; p < static_cast<int>(done.size()); ++p)
     if (done[p]) finished.push_back(p);
-  const nlohmann::json index = export_index(topo, m, exporter, finished);
+  nlohmann::json index = export_index(topo, m, exporter, finished);
+  const std::vector<int> exported = exporter.completed_prompts();
+  for (int p : finished)
+    index["prompts"][std::to_string(p)]["files"] =
+        prompt_files(dir, p, topo, std::find(exported.begin(), exported.end(), p) != exported.end());
   const std::string path = dir + "/index.json", partial = path + ".partial." + std::to_string(::getpid());
   const std::string where = " (rank " + std::to_string(topo.world_rank) + ")";
   {

@@ -2,9 +2,9 @@
 // a prefix from which entry (rank 0 lists the entries of this model and precision, whatever
 // layout wrote them, and matches their tokens with the prompts'; every rank checks the files of
 // each candidate that hold its layers and heads (kv_source.hpp): metadata and data checksum;
-// an entry that fails anywhere is not used, and its prompts compute the prefix). During the run: a prefix's rows for the stage loop to load, and an exporter that
-// writes every prompt into DIR/.incoming-RUN. At the end: every prompt all ranks finished
-// becomes an entry.
+// an entry that fails anywhere is not used, and its prompts compute the prefix). During the run: a prefix's rows for
+// the stage loop to load, and an exporter that writes every prompt into DIR/.incoming-RUN. At the end: every prompt all
+// ranks finished becomes an entry.
 #pragma once
 
 #include <map>
@@ -58,10 +58,10 @@ class KvStoreRun {
   // The constructor's steps, each collective.
   std::vector<kv::StoreEntry> open_incoming(bool load_prefixes);
   std::map<std::string, std::unique_ptr<kv::KvSource>> check_offers(const std::vector<kv::StoreEntry>& all,
-                                                            const io::PromptSet& prompts, const std::vector<char>& done,
-                                                            int page_size);
-  dist::RootOnly<std::map<int, std::string>> check_files(
-      const nlohmann::json& checking, std::map<std::string, std::unique_ptr<kv::KvSource>>& checked);
+                                                                    const io::PromptSet& prompts,
+                                                                    const std::vector<char>& done, int page_size);
+  dist::RootOnly<std::map<int, std::string>> check_files(const nlohmann::json& checking,
+                                                         std::map<std::string, std::unique_ptr<kv::KvSource>>& checked);
   void share_chosen_entries(const std::vector<kv::StoreEntry>& all);
   void note_entries_passed_over() const;                // rank 0, while listing
   void evict(const std::set<std::string>& ours) const;  // rank 0, after publishing
@@ -75,7 +75,7 @@ class KvStoreRun {
   std::vector<sched::PrefixReuse> offers_;
   std::unique_ptr<kv::KvExporter> exporter_;
   std::vector<std::unique_ptr<kv::KvSource>> sources_;  // per entry: this rank's rows of it
-  std::set<std::string> damaged_;                  // rank 0: entry names found damaged, which this run's copies replace
+  std::set<std::string> damaged_;   // rank 0: entry names found damaged, which this run's copies replace
   std::vector<kv::EntryUse> uses_;  // this rank's locks on the entries it checks and loads (kv_store.hpp)
   uint64_t limit_bytes_ = 0;
 };

@@ -223,7 +223,7 @@ set_tests_properties(slow.checkpoint_soak PROPERTIES LABELS "slow;mpi" TIMEOUT 9
                      FIXTURES_REQUIRED model.tiny)
 
 # --save-kv: complete and equal to an uninterrupted run's after a stop, a lost file, a full disk.
-foreach(case resume missing_file damaged_file killed_litter concurrent index_unwritable disk_full complete
+foreach(case resume new_layout missing_file damaged_file killed_litter concurrent index_unwritable disk_full complete
              shared_prefix)
   add_test(NAME mpi.kv_export.${case} COMMAND ${PF_MPI}/kv_export.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.kv_export.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny

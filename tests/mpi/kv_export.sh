@@ -21,6 +21,10 @@
 #   shared_prefix prompts that share prefixes (pp 2 x tp 2): a prompt that reused a prefix
 #                 exports it too (from the shared pages), equal to a --no-prefix-cache run's
 #                 export within float32 rounding
+#   new_layout    SIGUSR1 mid-batch at pp 2 x tp 2, --resume at pp 1 (another allocation): the
+#                 prompts exported before the stop are kept as pp 2 x tp 2 wrote them (none
+#                 computed again), index.json lists each prompt's own files, and every prompt's
+#                 KV, put together from its files, is within float32 rounding of the reference
 # usage: kv_export.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
@@ -66,6 +70,53 @@ case $case in
     "$PYTHON" -c "import json,sys; n=len(json.load(open(sys.argv[1]))['prompts']); print(f'index after the stop: {n} prompts'); assert 0 < n < 16" "$work/kv/index.json"
     pipefill_mpi 4 "${args[@]}" --quiet --output "$work/out.h5" --save-kv "$work/kv" --resume
     same_export "$work/reference_kv" "$work/kv" ;;
+  new_layout)
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 16 --min-len 800 --max-len 1600 --vocab 512 --seed 8 >/dev/null
+    args=(run --model "$data/tiny" --input "$work/in.h5" --chunk-size 16 --page-size 16)
+    pipefill_mpi 4 "${args[@]}" --pp 2 --tp 2 --quiet --output "$work/reference.h5" --save-kv "$work/reference_kv"
+    start_run "$work/first.log" 4 "${args[@]}" --pp 2 --tp 2 --progress-interval 0.05 --output "$work/out.h5" \
+      --save-kv "$work/kv"
+    wait_for_prompts 1
+    signal_run USR1 mpirun
+    finish_run
+    expect_status 75 "a stopped run"
+    pipefill_mpi 1 "${args[@]}" --output "$work/out.h5" --save-kv "$work/kv" --resume >"$work/resumed.log" 2>&1 ||
+      { cat "$work/resumed.log"; fail "the pp 1 resume failed"; }
+    ! grep -q "computing them again" "$work/resumed.log" || { cat "$work/resumed.log"; fail "pp 2 x tp 2 exports were not used"; }
+    "$PYTHON" - "$work/reference_kv" "$work/kv" <<'PY'
+import json, os, struct, sys
+import numpy as np
+def prompt_kv(directory, entry):
+    # Every listed file's tensors placed by the layers and KV heads its metadata name.
+    whole = {}
+    for name in entry["files"]:
+        with open(os.path.join(directory, name), "rb") as f:
+            n = struct.unpack("<Q", f.read(8))[0]
+            header = json.loads(f.read(n))
+            data = f.read()
+        heads = [int(x) for x in header["__metadata__"]["kv_heads"].split(",")]
+        for key, info in header.items():
+            if key == "__metadata__":
+                continue
+            rows = np.frombuffer(data[info["data_offsets"][0]:info["data_offsets"][1]], "<f4").reshape(info["shape"])
+            for h in range(rows.shape[0]):
+                assert (key, heads[0] + h) not in whole, f"{name}: {key} head {heads[0] + h} held twice"
+                whole[(key, heads[0] + h)] = rows[h]
+    return whole
+a, b = (json.load(open(os.path.join(d, "index.json"))) for d in sys.argv[1:3])
+assert sorted(a["prompts"]) == sorted(b["prompts"]), (sorted(a["prompts"]), sorted(b["prompts"]))
+layouts = set()
+worst = 0.0
+for p, entry in b["prompts"].items():
+    layouts.add(len(entry["files"]))
+    ref, got = prompt_kv(sys.argv[1], a["prompts"][p]), prompt_kv(sys.argv[2], entry)
+    assert ref.keys() == got.keys(), p
+    worst = max(worst, max(float(np.abs(ref[k] - got[k]).max()) for k in ref))
+assert layouts == {1, 4}, f"expected prompts in 4 files (pp 2 x tp 2) and in 1 (pp 1): {layouts}"
+assert worst < 1e-4, worst
+print(f"export: {len(b['prompts'])} prompts from two layouts, within {worst:.2g} of the reference")
+PY
+    ;;
   missing_file)
     "$bin/pipefill" make-prompts --out "$work/in.h5" --num 6 --min-len 100 --max-len 400 --vocab 512 --seed 4 >/dev/null
     args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size 64 --page-size 16)
@@ -76,7 +127,7 @@ case $case in
     "$PYTHON" -c "import h5py,sys; h5py.File(sys.argv[1], 'r+')['completed'][4] = 0" "$work/out.h5.partial"
     pipefill_mpi 2 "${args[@]}" --quiet --output "$work/out.h5" --save-kv "$work/kv" --resume 2>"$work/stderr"
     cat "$work/stderr"
-    grep -q "^note: 1 finished prompt(s) (first: 2) have no usable KV export in $work/kv (rank 1: prompt-000002/stage01_tp00.safetensors is missing)" "$work/stderr" ||
+    grep -q "^note: 1 finished prompt(s) (first: 2) have no usable KV export in $work/kv (rank 1: no file of $work/kv/prompt-000002 holds layer 4's KV head 0 (stage01_tp00.safetensors is missing))" "$work/stderr" ||
       fail "the prompt whose KV file is missing was not named"
     same_export "$work/reference_kv" "$work/kv" ;;
   damaged_file)
@@ -98,7 +149,7 @@ PY
     "$PYTHON" -c "import h5py,sys; h5py.File(sys.argv[1], 'r+')['completed'][3] = 0" "$work/out.h5.partial"
     pipefill_mpi 2 "${args[@]}" --quiet --output "$work/out.h5" --save-kv "$work/kv" --resume 2>"$work/stderr"
     cat "$work/stderr"
-    grep -q "^note: 1 finished prompt(s) (first: 1) have no usable KV export in $work/kv (rank 0: prompt-000001/stage00_tp00.safetensors: its data do not match their checksum" "$work/stderr" ||
+    grep -q "^note: 1 finished prompt(s) (first: 1) have no usable KV export in $work/kv (rank 0: $work/kv/prompt-000001/stage00_tp00.safetensors: its data do not match their checksum" "$work/stderr" ||
       fail "the damaged file was not named with what is wrong with it"
     same_export "$work/reference_kv" "$work/kv" ;;
   killed_litter)

@@ -85,9 +85,9 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
 TEST(RunOptions, IdentitiesHoldTheirOptionsOnly) {
   const cli::RunOptions o = parse_run("--pp 2 --dynamic-chunking --smooth-factor 0.5 --cost-model cost.json --quiet");
   // Not the layout (pp, tp, the partition): any layout resumes any output.
-  const nlohmann::json run = {{"model", "m"},      {"seed", 0},         {"backend", "cpu"},
-                              {"input", "in.h5"},  {"chunk_size", 4096}, {"page_size", 64},
-                              {"chunk_policy", "sglang"}, {"smooth_factor", 0.5}};
+  const nlohmann::json run = {
+      {"model", "m"},       {"seed", 0},       {"backend", "cpu"},         {"input", "in.h5"},
+      {"chunk_size", 4096}, {"page_size", 64}, {"chunk_policy", "sglang"}, {"smooth_factor", 0.5}};
   EXPECT_EQ(cli::run_identity_options(o), run);
   EXPECT_EQ(cli::placement_identity_options(o.placement), (nlohmann::json{{"backend", "cpu"}}));
   EXPECT_EQ(cli::to_json(o)["cost_model"], "cost.json");
