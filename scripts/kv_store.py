@@ -7,8 +7,10 @@ usage: kv_store.py ls STORE [--json]        each entry: model, layout, tokens, s
        kv_store.py gc STORE [--dry-run]     remove entries that fail verify and the .incoming
                                             directories of runs on this host that are gone
 
-A store holds one directory per stored prompt, `<layout key>-<tokens hash>-<tokens>`, with its
-index.json, its token ids (tokens.i32) and one safetensors file per (stage, TP rank); runs add
+A store holds one directory per stored prompt, `<store key>-<tokens hash>-<tokens>`, with its
+index.json, its token ids (tokens.i32) and one safetensors file per (stage, TP rank) of the
+layout that wrote it; a prompt whose prefix another entry holds keeps only its own rows and
+names that entry (its "parent", shown by `ls`; `verify` checks an entry with its parents); runs add
 entries by an atomic rename of a finished `.incoming-<host>-<pid>-<ms>` directory
 (docs/formats.md, "The KV store"). `gc` only removes what no run can use (a damaged entry is
 refused by every run's own checks) or what a dead run left, and renames an entry out of the
@@ -76,7 +78,8 @@ def describe(store, name):
         info.update(model=index["model_config"].get("architectures", ["?"])[0], model_identity=index["model_identity"],
                     pp=index.get("pp"), tp=index.get("tp", max((s["tp_rank"] for s in shards), default=0) + 1),
                     partition=",".join(str(layers[s]) for s in sorted(layers)), prompt=int(prompt),
-                    tokens=int(listed["tokens"]), dtype=index.get("dtype"))
+                    tokens=int(listed["tokens"]), dtype=index.get("dtype"), parent=index.get("parent"),
+                    parent_tokens=index.get("parent_tokens", 0))
     except (KvExportError, OSError, ValueError, KeyError, StopIteration) as e:
         info["problem"] = f"unreadable index.json: {e}"
     return info
@@ -112,8 +115,9 @@ def cmd_ls(store, as_json):
         def ago(t):
             age = now - t
             return f"{age / 86400:.1f}d" if age >= 86400 else f"{age / 3600:.1f}h" if age >= 3600 else f"{age:.0f}s"
+        shared = f"  first {r['parent_tokens']} in {r['parent']}" if r.get("parent") else ""
         print(f"{r['name']:<44} {r['model'][:21] + ' ' + r['model_identity'][:8]:<30} {layout:<24} "
-              f"{r['tokens']:>8} {human(r['bytes']):>10} {ago(r['modified']):>6} {ago(r['last_used']):>6}")
+              f"{r['tokens']:>8} {human(r['bytes']):>10} {ago(r['modified']):>6} {ago(r['last_used']):>6}{shared}")
     print(f"{len(rows)} entries, {human(sum(r['bytes'] for r in rows))}")
     return 0
 

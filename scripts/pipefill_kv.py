@@ -82,16 +82,17 @@ def _name_hash(name):
     return int(_row_hashes(np.frombuffer(name.encode(), dtype=np.uint8)[None])[0])
 
 
-def data_checksum(tensors):
+def data_checksum(tensors, first_position=0):
     """The file's data_checksum (16 hex digits) from its tensors {name: [kv_heads, tokens, head_dim]}:
     the sum modulo 2**64 of one term per row (a head's values at a position) mixing the hash of
-    the row's stored bytes with the tensor's name, the head and the position."""
+    the row's stored bytes with the tensor's name, the head and the position (a file of a store
+    entry whose prefix another entry holds begins at its first_position)."""
     total = 0
     for name, tensor in tensors.items():
         heads, tokens = tensor.shape[0], tensor.shape[1]
         rows = tensor.contiguous().view(torch.uint8).numpy().reshape(heads * tokens, -1)
         head = np.repeat(np.arange(heads, dtype=np.uint64), tokens)
-        position = np.tile(np.arange(tokens, dtype=np.uint64), heads)
+        position = np.tile(np.arange(first_position, first_position + tokens, dtype=np.uint64), heads)
         place = (_name_hash(name) + head * 0x100000001B3 + position * 0x9E3779B97F4A7C15) & MASK64
         total += int(_mix64(_row_hashes(rows) ^ _mix64(place)).sum(dtype=np.uint64))
     return f"{total & MASK64:016x}"
@@ -109,13 +110,31 @@ def read_index(directory):
     return index
 
 
+def _parent_rows(directory, index, first):
+    """The first `first` positions of a store entry's KV, from the entry its index names as
+    holding them ("parent", beside it in the store), that entry's own parent first."""
+    name = index.get("parent")
+    if not name or index.get("parent_tokens") != first:
+        raise KvExportError(f"{directory}: its files begin at position {first}, but its index names no entry "
+                            f"holding the positions before")
+    parent = os.path.join(os.path.dirname(os.path.abspath(directory)), name)
+    if not os.path.isdir(parent):
+        raise KvExportError(f"{directory}: the entry holding its first {first} tokens, {name}, is missing")
+    mine = np.fromfile(os.path.join(directory, "tokens.i32"), dtype="<i4")
+    theirs = np.fromfile(os.path.join(parent, "tokens.i32"), dtype="<i4")
+    if len(theirs) < first or not np.array_equal(mine[:first], theirs[:first]):
+        raise KvExportError(f"{directory}: its parent {name} does not hold its first {first} tokens")
+    parent_prompt = int(next(iter(read_index(parent)["prompts"])))
+    return [(k[:, :, :first], v[:, :, :first]) for k, v in load_kv(parent, parent_prompt, theirs)]
+
+
 def load_kv(directory, prompt_index, tokens=None):
     """[(key, value)] per layer in order, each [1, num_kv_heads, T, head_dim], as stored (float32,
     or bfloat16 with --kv-dtype bf16). An MLA export (index "cache": "latent") holds one latent
     row per token, the same in every TP rank's file; each layer comes back as transformers'
     DeepSeek-V3 cache holds it: the normed compressed KV [1, 1, T, kv_lora_rank] and the shared
     key after RoPE [1, 1, T, qk_rope_head_dim]. With `tokens` (the prompt's ids), they must be the
-    exported ones."""
+    exported ones. A store entry whose prefix another entry holds is joined with it."""
     index = read_index(directory)
     entry = index["prompts"].get(str(prompt_index))
     if entry is None:
@@ -130,6 +149,7 @@ def load_kv(directory, prompt_index, tokens=None):
     parts = ("latent",) if latent else ("key", "value")
     keys = [[None] * num_heads for _ in range(num_layers)]
     values = [[None] * num_heads for _ in range(num_layers)]
+    firsts = set()
     for name in entry["files"]:
         path = os.path.join(directory, name)
         if not os.path.isfile(path):
@@ -155,8 +175,10 @@ def load_kv(directory, prompt_index, tokens=None):
                 raise KvExportError(f"{path}: holds tensors {sorted(f.keys())}, not the {' and '.join(parts)} rows "
                                     f"of layers {meta['layers']}")
             tensors = {name: f.get_tensor(name) for name in names}
+        first = int(meta.get("first_position", "0"))
+        firsts.add(first)
         # What the metadata cannot show: a changed value, or rows moved between positions or heads.
-        if meta.get("data_checksum") != data_checksum(tensors):
+        if meta.get("data_checksum") != data_checksum(tensors, first):
             raise KvExportError(f"{path}: its data do not match their data_checksum (a damaged or altered file): "
                                 f"export the prompt again")
         for layer in range(first_layer, end_layer):
@@ -168,6 +190,10 @@ def load_kv(directory, prompt_index, tokens=None):
                 continue
             keys[layer][first_head] = tensors[f"layers.{layer}.key"]
             values[layer][first_head] = tensors[f"layers.{layer}.value"]
+    if len(firsts) != 1:
+        raise KvExportError(f"{directory}: prompt {prompt_index}'s files begin at different positions {sorted(firsts)}")
+    first = firsts.pop()
+    own = entry["tokens"] - first  # the rows its files hold
     layers = []
     for layer in range(num_layers):
         parts_k = [k for k in keys[layer] if k is not None]
@@ -176,18 +202,21 @@ def load_kv(directory, prompt_index, tokens=None):
             raise KvExportError(f"{directory}: prompt {prompt_index}: no file holds layer {layer}")
         if latent:
             rows, rank = parts_k[0], index["kv_lora_rank"]
-            if rows.shape[1] != entry["tokens"]:
+            if rows.shape[1] != own:
                 raise KvExportError(f"{directory}: layer {layer} holds {rows.shape[1]} tokens, the index says "
-                                    f"{entry['tokens']}")
+                                    f"{own}")
             layers.append((rows[None, :, :, :rank], rows[None, :, :, rank:]))
             continue
         key, value = torch.cat(parts_k, dim=0), torch.cat(parts_v, dim=0)
         if key.shape[0] != num_heads:
             raise KvExportError(f"{directory}: layer {layer} has {key.shape[0]} of {num_heads} KV heads")
-        if key.shape[1] != entry["tokens"] or value.shape != key.shape:
+        if key.shape[1] != own or value.shape != key.shape:
             raise KvExportError(f"{directory}: layer {layer} holds {key.shape[1]} tokens, the index says "
-                                f"{entry['tokens']}")
+                                f"{own}")
         layers.append((key[None], value[None]))
+    if first > 0:
+        layers = [(torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2))
+                  for (pk, pv), (k, v) in zip(_parent_rows(directory, index, first), layers)]
     return layers
 
 

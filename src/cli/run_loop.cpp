@@ -36,6 +36,7 @@ std::unique_ptr<FinishedLoop> run_loop(PreparedRun& run, volatile int* stop_requ
   context.token_rows = {options.logprobs, options.top_k};
   context.kv_export = run.kv_export.get();
   context.kv_store = run.kv_store.get();
+  if (run.kv_store) run.kv_store->start(run.decision.plan.reuse);
   context.checkpoint = run.checkpoint.get();
   context.progress = writer ? &progress : nullptr;
   context.stop_requested = stop_requested;

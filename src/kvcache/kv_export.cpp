@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
@@ -81,7 +82,7 @@ std::string tokens_hash_text(uint64_t tokens_hash) {
 }
 
 std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout, int prompt, int64_t tokens,
-                                                    uint64_t tokens_hash) {
+                                                    uint64_t tokens_hash, int64_t first_position) {
   const auto range = [](int begin, int count) { return std::to_string(begin) + "," + std::to_string(begin + count); };
   std::map<std::string, std::string> metadata = {
       {"format", kKvExportFormat},
@@ -90,7 +91,7 @@ std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout
       {"prompt", std::to_string(prompt)},
       {"tokens", std::to_string(tokens)},
       {"tokens_fnv1a", tokens_hash_text(tokens_hash)},
-      {"first_position", "0"},
+      {"first_position", std::to_string(first_position)},
       {"layers", range(layout.layer_begin, layout.layers)},
       {"total_layers", std::to_string(layout.total_layers)},
       {"kv_heads", range(layout.kv_head_begin, layout.kv_heads)},
@@ -139,9 +140,11 @@ std::optional<std::string> file_problem(const std::string& path, std::map<std::s
     const auto [layer_begin, layer_end] = range("layers");
     const auto [head_begin, head_end] = range("kv_heads");
     const int64_t tokens = std::stoll(expected.at("tokens"));
+    // A stored prompt that shares a stored prefix holds rows [first, tokens) only (kv_store.hpp).
+    const int64_t first = expected.count("first_position") ? std::stoll(expected.at("first_position")) : 0;
     if (rows < 0) rows = tokens;
     if (rows > tokens) return "it holds " + std::to_string(tokens) + " positions, not " + std::to_string(rows);
-    const std::vector<int64_t> shape = {head_end - head_begin, tokens, std::stoll(expected.at("head_dim"))};
+    const std::vector<int64_t> shape = {head_end - head_begin, tokens - first, std::stoll(expected.at("head_dim"))};
     const bool latent = expected.count("cache") && expected.at("cache") == "latent";
     if (file.tensors().size() != static_cast<size_t>((latent ? 1 : 2) * (layer_end - layer_begin)))
       return "it does not hold the tensors it should";
@@ -155,6 +158,7 @@ std::optional<std::string> file_problem(const std::string& path, std::map<std::s
     // Every row hashed again, in blocks of whole rows.
     uint64_t sum = 0;
     if (position_sums) position_sums->assign(static_cast<size_t>(rows), 0);
+    rows -= first;  // the file's own rows, position first + i at index i
     std::vector<char> block;
     for (const auto& [name, info] : file.tensors()) {
       const uint64_t row_bytes = static_cast<uint64_t>(info.shape[2]) * io::dtype_size(info.dtype);
@@ -168,10 +172,10 @@ std::optional<std::string> file_problem(const std::string& path, std::map<std::s
           file.read_bytes(name, (static_cast<uint64_t>(head) * info.shape[1] + at) * row_bytes, block.size(),
                           block.data());
           for (int64_t r = 0; r < count; ++r) {
-            const uint64_t term = checksum_term(tensor_name, static_cast<int>(head), at + r,
+            const uint64_t term = checksum_term(tensor_name, static_cast<int>(head), first + at + r,
                                                 row_hash(block.data() + r * row_bytes, row_bytes));
             sum += term;
-            if (summed) (*position_sums)[static_cast<size_t>(at + r)] += term;
+            if (summed) (*position_sums)[static_cast<size_t>(first + at + r)] += term;
           }
         }
       }
@@ -205,8 +209,13 @@ bool kv_file_complete(const KvExportLayout& layout, int prompt, int64_t tokens, 
 }
 
 KvExporter::KvExporter(KvExportLayout layout, std::vector<int64_t> lengths, std::vector<uint64_t> token_hashes,
-                       KvFileMode mode)
-    : layout_(std::move(layout)), mode_(mode), lengths_(std::move(lengths)), hashes_(std::move(token_hashes)) {
+                       KvFileMode mode, std::vector<int64_t> first_positions)
+    : layout_(std::move(layout)),
+      mode_(mode),
+      lengths_(std::move(lengths)),
+      hashes_(std::move(token_hashes)),
+      firsts_(std::move(first_positions)) {
+  firsts_.resize(lengths_.size(), 0);
   writer_ = std::thread([this] { run(); });
 }
 
@@ -342,9 +351,9 @@ KvExporter::OpenFile& KvExporter::open_file(int prompt, bool existing) {
       mode_ == KvFileMode::kCheckpoint ? file.final_path : file.final_path + ".partial." + std::to_string(::getpid());
   std::error_code error;
   std::filesystem::create_directories(std::filesystem::path(file.final_path).parent_path(), error);
-  const int64_t tokens = lengths_.at(prompt);
-  file.metadata = kv_file_metadata(layout_, prompt, tokens, hashes_.at(prompt));
-  file.header = io::safetensors_header(tensor_specs(layout_, tokens), layout_.dtype, file.metadata);
+  const int64_t tokens = lengths_.at(prompt), first = firsts_.at(prompt);
+  file.metadata = kv_file_metadata(layout_, prompt, tokens, hashes_.at(prompt), first);
+  file.header = io::safetensors_header(tensor_specs(layout_, tokens - first), layout_.dtype, file.metadata);
   int status = 0;
   if (existing) {  // a checkpoint's file continued: the header must be the one we would write
     file.fd = ::open(file.partial_path.c_str(), O_RDWR | O_CLOEXEC);
@@ -420,9 +429,14 @@ void KvExporter::write_chunk(const Chunk& chunk) {
     if (mode_ == KvFileMode::kCheckpoint && chunk.pos0 != file.next)
       throw std::logic_error("checkpoint file of prompt " + std::to_string(chunk.prompt) + ": rows from " +
                              std::to_string(chunk.pos0) + " after " + std::to_string(file.next));
-    const int64_t tokens = lengths_.at(chunk.prompt);
+    // Rows before the file's first position (a prefix stored in another entry) are not written.
+    const int64_t first = firsts_.at(chunk.prompt), rows_here = lengths_.at(chunk.prompt) - first;
+    const int skip = static_cast<int>(std::clamp<int64_t>(first - chunk.pos0, 0, chunk.count));
+    const int64_t pos0 = chunk.pos0 + skip;
+    const int count = chunk.count - skip;
     const size_t element = static_cast<size_t>(io::dtype_size(layout_.dtype));
-    const size_t row_floats = static_cast<size_t>(chunk.count) * layout_.head_dim;
+    const size_t row_floats = static_cast<size_t>(count) * layout_.head_dim;
+    const size_t chunk_floats = static_cast<size_t>(chunk.count) * layout_.head_dim;
     for (int l = 0; l < layout_.layers; ++l) {
       const std::vector<std::string> names = kv_tensor_names(layout_.layer_begin + l, layout_.latent);
       for (size_t part = 0; part < names.size(); ++part) {
@@ -431,21 +445,22 @@ void KvExporter::write_chunk(const Chunk& chunk) {
         const uint64_t tensor_begin = file.header.data_begin.at(name);
         const uint64_t tensor_name = name_hash(name);
         for (int h = 0; h < layout_.kv_heads; ++h) {
-          const float* rows = source.data() + (static_cast<size_t>(l) * layout_.kv_heads + h) * row_floats;
-          // Head h's rows [pos0, pos0 + count) of a [kv_heads, tokens, head_dim] tensor.
+          const float* rows = source.data() + (static_cast<size_t>(l) * layout_.kv_heads + h) * chunk_floats +
+                              static_cast<size_t>(skip) * layout_.head_dim;
+          // Head h's rows [pos0, pos0 + count) of a [kv_heads, tokens - first, head_dim] tensor.
           const uint64_t at =
-              tensor_begin + (static_cast<uint64_t>(h) * tokens + chunk.pos0) * layout_.head_dim * element;
+              tensor_begin + (static_cast<uint64_t>(h) * rows_here + (pos0 - first)) * layout_.head_dim * element;
           const void* data = rows;
           if (layout_.dtype == io::Dtype::kBF16) {
             bf16_rows_.resize(row_floats);
             for (size_t i = 0; i < row_floats; ++i) bf16_rows_[i] = io::float_to_bf16(rows[i]);
             data = bf16_rows_.data();
           }
-          if (!write_all(file.fd, data, row_floats * element, at))
+          if (row_floats > 0 && !write_all(file.fd, data, row_floats * element, at))
             throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(errno));
           const size_t row_bytes = static_cast<size_t>(layout_.head_dim) * element;
-          for (int r = 0; r < chunk.count; ++r)
-            file.checksum += checksum_term(tensor_name, h, chunk.pos0 + r,
+          for (int r = 0; r < count; ++r)
+            file.checksum += checksum_term(tensor_name, h, pos0 + r,
                                            row_hash(static_cast<const char*>(data) + r * row_bytes, row_bytes));
         }
       }
@@ -461,7 +476,7 @@ void KvExporter::write_chunk(const Chunk& chunk) {
     checksum.value = file.checksum;
     file.metadata["data_checksum"] = checksum.hex();
     const io::SafetensorsHeader final_header =
-        io::safetensors_header(tensor_specs(layout_, lengths_.at(chunk.prompt)), layout_.dtype, file.metadata);
+        io::safetensors_header(tensor_specs(layout_, rows_here), layout_.dtype, file.metadata);
     if (final_header.bytes.size() != file.header.bytes.size())
       throw std::logic_error("the KV file's header changed its length");
     if (!write_all(file.fd, final_header.bytes.data(), final_header.bytes.size(), 0))

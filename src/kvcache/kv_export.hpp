@@ -68,9 +68,10 @@ std::string kv_file_name(int prompt, int stage, int tp_rank);
 // prompt's files and index.json. What a killed run can have left as NAME.partial.PID.
 std::vector<std::string> kv_export_file_patterns();
 
-// The __metadata__ a prompt's file holds (and a resumed run checks before trusting it).
+// The __metadata__ a prompt's file holds (and a resumed run checks before trusting it). A file
+// of first position F holds rows [F, tokens) (a stored prompt whose prefix is another entry's).
 std::map<std::string, std::string> kv_file_metadata(const KvExportLayout& layout, int prompt, int64_t tokens,
-                                                    uint64_t tokens_hash);
+                                                    uint64_t tokens_hash, int64_t first_position = 0);
 
 // The rows a reader takes from a file: (tensor name, the head's index in the file).
 using RowsCounted = std::set<std::pair<std::string, int>>;
@@ -119,9 +120,11 @@ struct KvSyncResult {
 
 class KvExporter {
  public:
-  // `lengths` and `token_hashes` (FNV-1a of each prompt's int32 ids) per prompt.
+  // `lengths` and `token_hashes` (FNV-1a of each prompt's int32 ids) per prompt;
+  // `first_positions` (kExport; empty: 0): each prompt's file holds rows [first, length) only,
+  // and rows before are dropped as they come.
   KvExporter(KvExportLayout layout, std::vector<int64_t> lengths, std::vector<uint64_t> token_hashes,
-             KvFileMode mode = KvFileMode::kExport);
+             KvFileMode mode = KvFileMode::kExport, std::vector<int64_t> first_positions = {});
   ~KvExporter();  // finishes (waits for queued writes)
   KvExporter(const KvExporter&) = delete;
   KvExporter& operator=(const KvExporter&) = delete;
@@ -147,6 +150,7 @@ class KvExporter {
   std::vector<int> completed_prompts();
   const KvExportLayout& layout() const { return layout_; }
   int64_t length(int prompt) const { return lengths_.at(prompt); }
+  int64_t first_position(int prompt) const { return firsts_.at(prompt); }
   uint64_t tokens_hash(int prompt) const { return hashes_.at(prompt); }
 
  private:
@@ -179,6 +183,7 @@ class KvExporter {
   const KvFileMode mode_;
   const std::vector<int64_t> lengths_;
   const std::vector<uint64_t> hashes_;
+  std::vector<int64_t> firsts_;  // per prompt: the file's first position (set once, in the constructor)
   std::mutex mutex_;
   std::condition_variable changed_;
   std::deque<Chunk> queue_;

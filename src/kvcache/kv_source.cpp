@@ -63,11 +63,31 @@ std::vector<FileHolding> files_of(const std::string& prompt_dir, const std::stri
 }  // namespace
 
 std::unique_ptr<KvSource> KvSource::open(const KvExportLayout& need, const KvSourceFiles& files, std::string* problem) {
+  return open(need, std::vector<KvSourceFiles>{files}, problem);
+}
+
+std::unique_ptr<KvSource> KvSource::open(const KvExportLayout& need, const std::vector<KvSourceFiles>& segments,
+                                         std::string* problem) {
+  auto source = std::unique_ptr<KvSource>(new KvSource);
+  source->need_ = need;
+  for (size_t s = 0; s < segments.size(); ++s) {
+    const KvSourceFiles& files = segments[s];
+    const int64_t end = s + 1 < segments.size() ? segments[s + 1].first_position
+                        : files.rows < 0        ? files.tokens
+                                                : files.rows;
+    if (!source->add_segment(files, end, problem)) return nullptr;
+  }
+  return source;
+}
+
+bool KvSource::add_segment(const KvSourceFiles& files, int64_t end, std::string* problem) {
+  const KvExportLayout& need = need_;
   const std::string own_name = fs::path(kv_file_name(files.prompt, need.stage, need.tp_rank)).filename().string();
   std::vector<std::string> unreadable;
   const std::vector<FileHolding> holdings = files_of(files.prompt_dir, own_name, unreadable);
-  auto source = std::unique_ptr<KvSource>(new KvSource);
-  source->need_ = need;
+  Segment segment;
+  segment.begin = files.first_position;
+  segment.end = end;
   // For every (layer, key/value, head) needed, the first file holding it.
   std::vector<int> used;  // indices into holdings, in order of first use
   std::vector<RowsCounted> counted(holdings.size());
@@ -87,21 +107,20 @@ std::unique_ptr<KvSource> KvSource::open(const KvExportLayout& need, const KvSou
                      (!unreadable.empty() ? " (" + unreadable.front() + ")"
                       : own_missing       ? " (" + own_name + " is missing)"
                                           : "");
-          return nullptr;
+          return false;
         }
         const int index = static_cast<int>(found - holdings.begin());
         const int file = static_cast<int>(std::find(used.begin(), used.end(), index) - used.begin());
         if (file == static_cast<int>(used.size())) used.push_back(index);
         counted[index].insert({tensor, h - found->head_begin});
-        source->slices_.push_back({file, tensor, name_hash(tensor), h - found->head_begin});
+        segment.slices.push_back({file, tensor, name_hash(tensor), h - found->head_begin});
       }
   if (used.empty()) {
     *problem = "no file of " + files.prompt_dir + " holds any of this rank's layers";
-    return nullptr;
+    return false;
   }
   // Each file used, checked whole; the terms of the rows taken from it kept per position.
-  const int64_t rows = files.rows < 0 ? files.tokens : files.rows;
-  source->position_sums_.assign(static_cast<size_t>(rows), 0);
+  if (position_sums_.size() < static_cast<size_t>(end)) position_sums_.resize(static_cast<size_t>(end), 0);
   for (int index : used) {
     const FileHolding& f = holdings[index];
     KvExportLayout wrote = need;
@@ -112,7 +131,7 @@ std::unique_ptr<KvSource> KvSource::open(const KvExportLayout& need, const KvSou
     wrote.kv_head_begin = f.head_begin;
     wrote.kv_heads = f.head_end - f.head_begin;
     const std::map<std::string, std::string> expected =
-        kv_file_metadata(wrote, files.prompt, files.tokens, files.tokens_hash);
+        kv_file_metadata(wrote, files.prompt, files.tokens, files.tokens_hash, files.first_position);
     std::vector<uint64_t> sums;
     std::optional<std::string> why;
     if (files.rows < 0) {
@@ -125,36 +144,45 @@ std::unique_ptr<KvSource> KvSource::open(const KvExportLayout& need, const KvSou
     }
     if (why) {
       *problem = why->rfind(f.path, 0) == 0 ? *why : f.path + ": " + *why;
-      return nullptr;
+      return false;
     }
-    for (size_t r = 0; r < sums.size(); ++r) source->position_sums_[r] += sums[r];
-    source->files_.push_back(std::make_unique<io::SafetensorsFile>(f.path));
+    for (int64_t r = segment.begin; r < end && r < static_cast<int64_t>(sums.size()); ++r)
+      position_sums_[static_cast<size_t>(r)] += sums[static_cast<size_t>(r)];
+    segment.files.push_back(std::make_unique<io::SafetensorsFile>(f.path));
   }
   const FileHolding& first = holdings[used.front()];
-  source->same_layout_ = used.size() == 1 && first.name == own_name && first.layer_begin == need.layer_begin &&
-                         first.layer_end == need.layer_begin + need.layers && first.head_begin == need.kv_head_begin &&
-                         first.head_end == need.kv_head_begin + need.kv_heads;
-  return source;
+  same_layout_ = segments_.empty() && used.size() == 1 && first.name == own_name &&
+                 first.layer_begin == need.layer_begin && first.layer_end == need.layer_begin + need.layers &&
+                 first.head_begin == need.kv_head_begin && first.head_end == need.kv_head_begin + need.kv_heads;
+  segments_.push_back(std::move(segment));
+  return true;
 }
 
 void KvSource::read(int64_t pos0, int count, float* keys, float* values) {
   const size_t d = static_cast<size_t>(need_.head_dim);
   const size_t parts = need_.latent ? 1 : 2;
   std::vector<uint64_t> sums(static_cast<size_t>(count), 0);
-  for (size_t s = 0; s < slices_.size(); ++s) {
-    const Slice& slice = slices_[s];
-    // slices_ is [layer][key/value][head]: the position in keys or values follows from s.
-    const size_t head = s % need_.kv_heads, part = (s / need_.kv_heads) % parts, layer = s / need_.kv_heads / parts;
-    float* rows = (part == 0 ? keys : values) + ((layer * need_.kv_heads + head) * count) * d;
-    // [kv_heads, tokens, head_dim] as rows of kv_heads: head h's rows pos0.. are contiguous.
-    files_[slice.file]->read_block(slice.tensor, slice.file_head, 1, pos0 * static_cast<int64_t>(d),
-                                   count * static_cast<int64_t>(d), rows);
-    for (int r = 0; r < count; ++r)  // float32 files: the floats are the stored bytes
-      sums[r] += checksum_term(slice.tensor_hash, slice.file_head, pos0 + r, row_hash(rows + r * d, d * sizeof(float)));
+  for (const Segment& segment : segments_) {
+    const int64_t a = std::max(pos0, segment.begin), b = std::min(pos0 + count, segment.end);
+    if (a >= b) continue;
+    for (size_t s = 0; s < segment.slices.size(); ++s) {
+      const Slice& slice = segment.slices[s];
+      // slices are [layer][key/value][head]: the place in keys or values follows from s.
+      const size_t head = s % need_.kv_heads, part = (s / need_.kv_heads) % parts, layer = s / need_.kv_heads / parts;
+      float* rows = (part == 0 ? keys : values) + ((layer * need_.kv_heads + head) * count + (a - pos0)) * d;
+      // [kv_heads, tokens - begin, head_dim] as rows of kv_heads: head h's rows are contiguous.
+      segment.files[slice.file]->read_block(slice.tensor, slice.file_head, 1,
+                                            (a - segment.begin) * static_cast<int64_t>(d),
+                                            (b - a) * static_cast<int64_t>(d), rows);
+      for (int64_t r = 0; r < b - a; ++r)  // float32 files: the floats are the stored bytes
+        sums[a - pos0 + r] +=
+            checksum_term(slice.tensor_hash, slice.file_head, a + r, row_hash(rows + r * d, d * sizeof(float)));
+    }
   }
   for (int r = 0; r < count; ++r)
     if (position_sums_.at(static_cast<size_t>(pos0 + r)) != sums[r])
-      throw std::runtime_error(files_.front()->path() + " (or a file beside it): position " + std::to_string(pos0 + r) +
+      throw std::runtime_error(segments_.back().files.front()->path() + " (or a file beside it): position " +
+                               std::to_string(pos0 + r) +
                                " changed after it was checked (written to by something else during this run)");
 }
 

@@ -34,6 +34,9 @@ struct KvSourceFiles {
   // name ("stage01_tp00.safetensors"). Unset (-1): whole files against their own data_checksum.
   int64_t rows = -1;
   std::map<std::string, uint64_t> row_checksums;
+  // The files hold rows [first_position, tokens) (a stored prompt whose prefix is another
+  // entry's: kv_store.hpp).
+  int64_t first_position = 0;
 };
 
 class KvSource {
@@ -42,6 +45,10 @@ class KvSource {
   // matter), each checked; nullptr with `problem` set when they cannot serve ("no file holds
   // layer 7's KV head 2", or a file's own problem, naming it).
   static std::unique_ptr<KvSource> open(const KvExportLayout& need, const KvSourceFiles& files, std::string* problem);
+  // A prefix held by a chain of files, each segment's rows [its first_position, the next one's)
+  // (the last's: up to its tokens): a stored prompt and the entries holding its prefix.
+  static std::unique_ptr<KvSource> open(const KvExportLayout& need, const std::vector<KvSourceFiles>& segments,
+                                        std::string* problem);
 
   // Rows [pos0, pos0 + count) of need's layers and heads, into keys and values each
   // [layers][kv_heads][count][head_dim] (StageCompute::write_kv's layout; a latent layout's rows
@@ -49,7 +56,7 @@ class KvSource {
   void read(int64_t pos0, int count, float* keys, float* values);
 
   // True when every row comes from one file of need's own stage and TP rank (the layout that
-  // wrote them is this one).
+  // wrote them is this one; one segment).
   bool same_layout() const { return same_layout_; }
   // The checksum terms of rows [0, rows) this rank takes, summed: what a checkpoint writer
   // continuing the rank's own file in place starts from (same_layout() only).
@@ -62,9 +69,15 @@ class KvSource {
     uint64_t tensor_hash = 0;
     int file_head = 0;  // the head's index in its file
   };
+  struct Segment {  // the files holding positions [begin, end)
+    int64_t begin = 0, end = 0;
+    std::vector<std::unique_ptr<io::SafetensorsFile>> files;
+    std::vector<Slice> slices;
+  };
+  // One segment's files checked, its slices found; false with `problem` set.
+  bool add_segment(const KvSourceFiles& files, int64_t end, std::string* problem);
   KvExportLayout need_;
-  std::vector<std::unique_ptr<io::SafetensorsFile>> files_;
-  std::vector<Slice> slices_;
+  std::vector<Segment> segments_;
   std::vector<uint64_t> position_sums_;
   bool same_layout_ = false;
 };

@@ -27,7 +27,63 @@ std::string entry_name(const std::string& key, uint64_t tokens_hash, int64_t tok
   return key + "-" + tokens_hash_text(tokens_hash) + "-" + std::to_string(tokens);
 }
 
+// Each entry's chain of parents resolved, root first: `segments` and `chain` filled; an entry
+// whose parent is missing, unusable or does not hold the tokens it takes is unusable.
+std::vector<StoreEntry> resolve_chains(std::vector<StoreEntry> entries, std::vector<UnusableEntry>* unusable) {
+  std::map<std::string, int> by_name;
+  for (int e = 0; e < static_cast<int>(entries.size()); ++e) by_name[fs::path(entries[e].dir).filename().string()] = e;
+  std::vector<StoreEntry> usable;
+  for (const StoreEntry& entry : entries) {
+    std::vector<int> chain;  // itself first
+    std::string why;
+    for (int at = by_name.at(fs::path(entry.dir).filename().string());;) {
+      if (std::find(chain.begin(), chain.end(), at) != chain.end()) {
+        why = "its chain of parents loops";
+        break;
+      }
+      chain.push_back(at);
+      const StoreEntry& child = entries[at];
+      if (child.parent.empty()) break;
+      const auto parent = by_name.find(child.parent);
+      if (parent == by_name.end()) {
+        why = "the entry holding its first " + std::to_string(child.first_position) + " tokens, " + child.parent +
+              ", is missing or unusable";
+        break;
+      }
+      const StoreEntry& held = entries[parent->second];
+      if (held.tokens < child.first_position ||
+          !std::equal(child.ids.begin(), child.ids.begin() + child.first_position, held.ids.begin())) {
+        why = "its parent " + child.parent + " does not hold the tokens it takes from it";
+        break;
+      }
+      at = parent->second;
+    }
+    if (!why.empty()) {
+      if (unusable) unusable->push_back({fs::path(entry.dir).filename().string(), why});
+      continue;
+    }
+    StoreEntry resolved = entry;
+    for (auto it = chain.rbegin(); it != chain.rend(); ++it) {
+      const StoreEntry& link = entries[*it];
+      resolved.chain.push_back(link.dir);
+      resolved.segments.push_back({link.dir + "/" + kv_prompt_dir_name(link.prompt),
+                                   link.prompt,
+                                   link.tokens,
+                                   link.tokens_hash,
+                                   -1,
+                                   {},
+                                   link.first_position});
+    }
+    usable.push_back(std::move(resolved));
+  }
+  return usable;
+}
+
 }  // namespace
+
+std::string store_entry_name(const std::string& key, uint64_t tokens_hash, int64_t tokens) {
+  return entry_name(key, tokens_hash, tokens);
+}
 
 std::string store_key(const std::string& model_identity, const std::string& precision) {
   return io::Fnv1a().add(model_identity).add("/").add(precision).hex();
@@ -77,16 +133,21 @@ std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::st
         refuse("its tokens.i32 does not match the tokens_fnv1a of its index.json (the ids were changed)");
       if (name != entry_name(key, entry.tokens_hash, entry.tokens))
         refuse("its name does not match the tokens it holds (files moved between entries, or renamed)");
+      if (index.contains("parent")) {
+        if (!index["parent"].is_string() || !index.contains("parent_tokens") ||
+            !index["parent_tokens"].is_number_integer())
+          refuse("its index.json's parent or parent_tokens is not what it should be");
+        entry.parent = index["parent"].get<std::string>();
+        entry.first_position = index["parent_tokens"].get<int64_t>();
+        if (entry.first_position <= 0 || entry.first_position >= entry.tokens)
+          refuse("its index.json's parent_tokens lies outside its tokens");
+      }
       entries.push_back(std::move(entry));
     } catch (const std::exception& e) {  // a foreign or damaged directory: never used
       if (unusable) unusable->push_back({name, e.what()});
     }
   }
-  return entries;
-}
-
-std::string entry_prompt_dir(const StoreEntry& entry) {
-  return entry.dir + "/" + kv_prompt_dir_name(entry.prompt);
+  return resolve_chains(std::move(entries), unusable);
 }
 
 std::map<std::string, int> entries_passed_over(const std::string& dir, const std::string& key,
@@ -219,6 +280,10 @@ std::vector<EntryFootprint> store_footprints(const std::string& dir) {
       if (file.is_regular_file(error)) entry.bytes += file.file_size(error);
     const fs::path in_use = item.path() / kInUse;
     entry.last_used = fs::exists(in_use, error) ? modified_s(in_use) : modified_s(item.path() / "index.json");
+    std::ifstream index_file(item.path() / "index.json");
+    const nlohmann::json index = nlohmann::json::parse(index_file, nullptr, /*allow_exceptions=*/false);
+    if (index.is_object() && index.contains("parent") && index["parent"].is_string())
+      entry.parent = index["parent"].get<std::string>();
     entries.push_back(entry);
   }
   return entries;
@@ -228,30 +293,56 @@ Eviction evict_to_limit(const std::string& dir, uint64_t limit, const std::set<s
   std::vector<EntryFootprint> entries = store_footprints(dir);
   std::sort(entries.begin(), entries.end(),
             [](const EntryFootprint& a, const EntryFootprint& b) { return a.last_used < b.last_used; });
+  std::map<std::string, std::vector<std::string>> children;
+  std::map<std::string, uint64_t> bytes;
+  for (const EntryFootprint& entry : entries) {
+    if (!entry.parent.empty()) children[entry.parent].push_back(entry.name);
+    bytes[entry.name] = entry.bytes;
+  }
   Eviction eviction;
   for (const EntryFootprint& entry : entries) eviction.bytes_before += entry.bytes;
   eviction.bytes_after = eviction.bytes_before;
+  std::set<std::string> gone;
   for (const EntryFootprint& entry : entries) {
     if (eviction.bytes_after <= limit) break;
-    if (keep.count(entry.name)) continue;
-    const std::string path = dir + "/" + entry.name;
-    const int fd = ::open((path + "/" + kInUse).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
-    if (fd < 0) continue;
-    if (!lock_file(fd, F_WRLCK)) {  // a run is using it
-      ::close(fd);
+    if (gone.count(entry.name)) continue;
+    // The entry and every entry built on it, or none of them.
+    std::vector<std::string> group = {entry.name};
+    for (size_t k = 0; k < group.size(); ++k)
+      for (const std::string& child : children[group[k]])
+        if (std::find(group.begin(), group.end(), child) == group.end()) group.push_back(child);
+    if (std::any_of(group.begin(), group.end(), [&](const std::string& name) { return keep.count(name) > 0; }))
+      continue;
+    std::vector<int> locks;
+    bool free = true;
+    for (const std::string& name : group) {
+      const int fd = ::open((dir + "/" + name + "/" + kInUse).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+      if (fd >= 0 && lock_file(fd, F_WRLCK)) {
+        locks.push_back(fd);
+        continue;
+      }
+      if (fd >= 0) ::close(fd);  // a run is using it
+      free = false;
+      break;
+    }
+    if (!free) {
+      for (int fd : locks) ::close(fd);
       ++eviction.in_use;
       continue;
     }
-    // Aside under the lock: a run that lists the store from now on does not see it, one that
-    // listed it before fails to lock it and computes that prefix instead.
-    const std::string aside = dir + "/.evicting-" + std::to_string(::getpid()) + "-" + entry.name;
-    const bool moved = ::rename(path.c_str(), aside.c_str()) == 0;
-    ::close(fd);
-    if (!moved) continue;
-    std::error_code error;
-    fs::remove_all(aside, error);
-    eviction.bytes_after -= entry.bytes;
-    eviction.evicted.push_back(entry.name);
+    // Aside under the locks: a run that lists the store from now on does not see them, one that
+    // listed them before fails to lock them and computes those prefixes instead. Children
+    // first, so that no entry is ever listed without its parent.
+    for (auto name = group.rbegin(); name != group.rend(); ++name) {
+      const std::string aside = dir + "/.evicting-" + std::to_string(::getpid()) + "-" + *name;
+      if (::rename((dir + "/" + *name).c_str(), aside.c_str()) != 0) continue;
+      std::error_code error;
+      fs::remove_all(aside, error);
+      gone.insert(*name);
+      eviction.bytes_after -= bytes[*name];
+      eviction.evicted.push_back(*name);
+    }
+    for (int fd : locks) ::close(fd);
   }
   return eviction;
 }

@@ -8,6 +8,12 @@
 //   DIR/<store key>-<tokens fnv1a>-<tokens>/tokens.i32                 its token ids
 //   DIR/.incoming-<run>/                                               a run's files being written
 //
+// A prompt whose prefix another entry holds (a question after a stored document) stores only
+// its own rows: its index.json names that entry ("parent") and how many of its rows it takes
+// ("parent_tokens"), and its files begin there (first_position). A document asked 16 questions
+// is stored once. An entry is used with its whole chain, and evicted with the entries that
+// build on it.
+//
 // The store key hashes the model identity (config and weights) and the cache's precision, not
 // the layout: any layout reads any entry, each rank taking the layers and heads it needs from
 // whichever files hold them (kv_source.hpp), and one prompt is stored once whatever the
@@ -27,6 +33,7 @@
 
 #include "io/safetensors.hpp"
 #include "kvcache/kv_export.hpp"
+#include "kvcache/kv_source.hpp"
 
 namespace pf::kv {
 
@@ -39,6 +46,11 @@ struct StoreEntry {
   int64_t tokens = 0;
   uint64_t tokens_hash = 0;
   std::vector<int32_t> ids;  // the token ids (rank 0, while planning)
+  std::string parent;        // the entry holding rows [0, first_position) ("": none)
+  int64_t first_position = 0;
+  // Where its rows are: the files of its chain, root first, itself last (kv_source.hpp).
+  std::vector<KvSourceFiles> segments;
+  std::vector<std::string> chain;  // the chain's directories, root first
 };
 
 // An entry list_store_entries skipped, and what was wrong with it.
@@ -48,7 +60,8 @@ struct UnusableEntry {
 };
 
 // Entries of `dir` under `key` whose index.json and tokens.i32 read and agree (the ids'
-// hash and count, the entry's name); `unusable` receives the others (skipped) with the reason.
+// hash and count, the entry's name) and whose chain of parents is there and agrees (each holds
+// the tokens its child takes from it); `unusable` receives the others (skipped) with the reason.
 std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::string& key,
                                            std::vector<UnusableEntry>* unusable);
 
@@ -59,8 +72,8 @@ std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::st
 std::map<std::string, int> entries_passed_over(const std::string& dir, const std::string& key,
                                                const std::string& model_identity);
 
-// The directory of an entry's files, for kv_source.hpp.
-std::string entry_prompt_dir(const StoreEntry& entry);
+// The name an entry of these tokens has in the store.
+std::string store_entry_name(const std::string& key, uint64_t tokens_hash, int64_t tokens);
 
 // Removes the .incoming directories of runs on this host whose process is gone (killed before
 // they could clean up); those of other hosts are left to them.
@@ -101,6 +114,7 @@ struct EntryFootprint {
   std::string name;
   uint64_t bytes = 0;
   double last_used = 0;  // seconds since the epoch
+  std::string parent;    // the entry it takes its prefix from ("": none)
 };
 std::vector<EntryFootprint> store_footprints(const std::string& dir);  // every entry of every layout
 
@@ -110,7 +124,8 @@ struct Eviction {
   int in_use = 0;                    // entries passed over because a run is using them
 };
 // Removes the least recently used entries of `dir` not in `keep` and not in use until the
-// entries hold at most `limit` bytes (or none is left to remove).
+// entries hold at most `limit` bytes (or none is left to remove). An entry goes with every entry
+// built on it (its descendants), or not at all.
 Eviction evict_to_limit(const std::string& dir, uint64_t limit, const std::set<std::string>& keep);
 
 }  // namespace pf::kv

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <nlohmann/json.hpp>
 
@@ -60,7 +61,50 @@ KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std
   std::map<std::string, std::unique_ptr<kv::KvSource>> checked = check_offers(all, prompts, done, page_size);
   share_chosen_entries(all);
   for (const auto& e : entries_) sources_.push_back(std::move(checked.at(e.dir)));
-  exporter_ = std::make_unique<kv::KvExporter>(layout_, lengths, names.token_hashes);
+  lengths_ = lengths;
+  token_hashes_ = names.token_hashes;
+}
+
+void KvStoreRun::start(const std::vector<sched::PrefixReuse>& reuse) {
+  // A prompt that starts from a prefix (the store's or the batch's) stores its own rows only;
+  // its entry names the one holding the prefix: the nearest of the chain that holds rows at
+  // its length (a question asked after another names the document, not the other question).
+  std::vector<int64_t> firsts(lengths_.size(), 0);
+  for (size_t p = 0; p < reuse.size() && p < lengths_.size(); ++p)
+    if (reuse[p].tokens > 0 && !reuse[p].restored && (reuse[p].store_entry >= 0 || reuse[p].source >= 0))
+      firsts[p] = reuse[p].tokens;
+  if (topo_.is_writer()) {                                        // (the names matter where entries are published)
+    std::map<std::string, std::pair<std::string, int64_t>> held;  // entry -> (its parent, its first position)
+    for (const kv::StoreEntry& entry : entries_)
+      for (size_t k = 0; k < entry.chain.size(); ++k)
+        held[std::filesystem::path(entry.chain[k]).filename().string()] = {
+            k == 0 ? "" : std::filesystem::path(entry.chain[k - 1]).filename().string(),
+            entry.segments[k].first_position};
+    parents_.assign(lengths_.size(), "");
+    std::vector<char> named(lengths_.size(), 0);
+    const std::function<void(int)> name_parent = [&](int p) {
+      if (named[p]) return;
+      named[p] = 1;
+      if (firsts[p] == 0) return;
+      const sched::PrefixReuse& r = reuse[p];
+      std::string parent;
+      if (r.store_entry >= 0) {
+        parent = std::filesystem::path(entries_.at(r.store_entry).dir).filename().string();
+      } else {
+        name_parent(r.source);
+        parent = kv::store_entry_name(key_, token_hashes_.at(r.source), lengths_.at(r.source));
+      }
+      for (auto it = held.find(parent); it != held.end() && it->second.second >= firsts[p] && !it->second.first.empty();
+           it = held.find(parent))
+        parent = it->second.first;
+      parents_[p] = parent;
+      held[kv::store_entry_name(key_, token_hashes_.at(p), lengths_.at(p))] = {parent, firsts[p]};
+    };
+    for (int p = 0; p < static_cast<int>(lengths_.size()); ++p) name_parent(p);
+  }
+  firsts_ = firsts;
+  exporter_ =
+      std::make_unique<kv::KvExporter>(layout_, lengths_, token_hashes_, kv::KvFileMode::kExport, std::move(firsts));
 }
 
 std::vector<kv::StoreEntry> KvStoreRun::open_incoming(bool load_prefixes) {
@@ -123,9 +167,16 @@ std::map<std::string, std::unique_ptr<kv::KvSource>> KvStoreRun::check_offers(co
             std::find(to_check.begin(), to_check.end(), offer.store_entry) == to_check.end())
           to_check.push_back(offer.store_entry);
       nlohmann::json list = nlohmann::json::array();
-      for (int e : to_check)
-        list.push_back(
-            {{"dir", all[e].dir}, {"prompt", all[e].prompt}, {"tokens", all[e].tokens}, {"hash", all[e].tokens_hash}});
+      for (int e : to_check) {
+        nlohmann::json segments = nlohmann::json::array();
+        for (const kv::KvSourceFiles& f : all[e].segments)
+          segments.push_back({{"prompt_dir", f.prompt_dir},
+                              {"prompt", f.prompt},
+                              {"tokens", f.tokens},
+                              {"hash", f.tokens_hash},
+                              {"first", f.first_position}});
+        list.push_back({{"dir", all[e].dir}, {"chain", all[e].chain}, {"segments", segments}});
+      }
       return list.dump();
     }));
     if (checking.empty()) return checked;
@@ -152,23 +203,35 @@ dist::RootOnly<std::map<int, std::string>> KvStoreRun::check_files(
     const nlohmann::json& checking, std::map<std::string, std::unique_ptr<kv::KvSource>>& checked) {
   nlohmann::json problems = nlohmann::json::object();
   for (size_t i = 0; i < checking.size(); ++i) {
-    const kv::StoreEntry entry{checking[i]["dir"].get<std::string>(),
-                               checking[i]["prompt"].get<int>(),
-                               checking[i]["tokens"].get<int64_t>(),
-                               checking[i]["hash"].get<uint64_t>(),
-                               {}};
-    // In use from before the check to the end of the run: no other run's eviction removes it.
-    std::optional<kv::EntryUse> use = kv::EntryUse::take(entry.dir);
+    const nlohmann::json& entry = checking[i];
+    // In use from before the check to the end of the run, with every entry of its chain: no
+    // other run's eviction removes them.
+    std::vector<kv::EntryUse> uses;
     std::string problem;
+    for (const auto& dir : entry["chain"]) {
+      std::optional<kv::EntryUse> use = kv::EntryUse::take(dir.get<std::string>());
+      if (!use) {
+        problem = "another run is removing " + dir.get<std::string>() + " (--kv-store-limit)";
+        break;
+      }
+      uses.push_back(std::move(*use));
+    }
     std::unique_ptr<kv::KvSource> source;
-    if (!use)
-      problem = "another run is removing it (--kv-store-limit)";
-    else
-      source = kv::KvSource::open(
-          layout_, {kv::entry_prompt_dir(entry), entry.prompt, entry.tokens, entry.tokens_hash, -1, {}}, &problem);
+    if (problem.empty()) {
+      std::vector<kv::KvSourceFiles> segments;
+      for (const auto& f : entry["segments"])
+        segments.push_back({f["prompt_dir"].get<std::string>(),
+                            f["prompt"].get<int>(),
+                            f["tokens"].get<int64_t>(),
+                            f["hash"].get<uint64_t>(),
+                            -1,
+                            {},
+                            f["first"].get<int64_t>()});
+      source = kv::KvSource::open(layout_, segments, &problem);
+    }
     if (source) {
-      uses_.push_back(std::move(*use));
-      checked[entry.dir] = std::move(source);
+      for (kv::EntryUse& use : uses) uses_.push_back(std::move(use));
+      checked[entry["dir"].get<std::string>()] = std::move(source);
     } else {
       problems[std::to_string(i)] = problem;
     }
@@ -201,8 +264,12 @@ void KvStoreRun::share_chosen_entries(const std::vector<kv::StoreEntry>& all) {
     return list.dump();
   }));
   if (!topo_.is_writer())
-    for (const auto& item : chosen_list)
-      entries_.push_back({item["dir"].get<std::string>(), item["prompt"].get<int>(), 0, 0, {}});
+    for (const auto& item : chosen_list) {
+      kv::StoreEntry entry;
+      entry.dir = item["dir"].get<std::string>();
+      entry.prompt = item["prompt"].get<int>();
+      entries_.push_back(std::move(entry));
+    }
 }
 
 void KvStoreRun::read_prefix(int entry, int64_t pos0, int count, float* keys, float* values) {
@@ -210,11 +277,12 @@ void KvStoreRun::read_prefix(int entry, int64_t pos0, int count, float* keys, fl
 }
 
 std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
-  std::optional<std::string> error = exporter_->finish();
+  std::optional<std::string> error = exporter_ ? exporter_->finish() : std::nullopt;
   if (error) error = "--kv-store: " + *error + " (rank " + std::to_string(topo_.world_rank) + ")";
   error = dist::agree_on_errors(error, MPI_COMM_WORLD);
   // A prompt is an entry once every rank has its file.
-  const auto all = dist::gather_vector(exporter_->completed_prompts(), 0, MPI_COMM_WORLD);
+  const auto all =
+      dist::gather_vector(exporter_ ? exporter_->completed_prompts() : std::vector<int>{}, 0, MPI_COMM_WORLD);
   if (topo_.is_writer() && !error) {
     std::map<int, int> ranks_done;
     for (const auto& prompts_done : all)
@@ -222,14 +290,35 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
     std::set<std::string> ours;  // the entries this run loaded or published
     for (const kv::StoreEntry& entry : entries_) ours.insert(std::filesystem::path(entry.dir).filename().string());
     try {
-      for (const auto& [p, ranks] : ranks_done) {
-        if (ranks != topo_.pp * topo_.tp) continue;
-        const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
-        const std::vector<int32_t> copy(ids, ids + (prompts.offsets[p + 1] - prompts.offsets[p]));
-        nlohmann::json index = export_index(topo_, model_, *exporter_, {p});
-        index["precision"] = precision_;  // (with the model identity: what the entry's name hashes)
-        ours.insert(kv::publish_store_entry(dir_, incoming_, key_, p, copy, exporter_->tokens_hash(p),
-                                            index.dump(1) + "\n", damaged_));
+      // Parents before the prompts built on them: rounds, until a round publishes nothing. A
+      // prompt whose parent is not in the store (it did not finish) is not published: its
+      // files hold its own rows only.
+      std::set<int> waiting;
+      for (const auto& [p, ranks] : ranks_done)
+        if (ranks == topo_.pp * topo_.tp) waiting.insert(p);
+      for (bool published = true; published && !waiting.empty();) {
+        published = false;
+        for (auto it = waiting.begin(); it != waiting.end();) {
+          const int p = *it;
+          const std::string& parent = parents_.at(p);
+          std::error_code missing;
+          if (!parent.empty() && !std::filesystem::is_directory(dir_ + "/" + parent, missing)) {
+            ++it;
+            continue;
+          }
+          const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
+          const std::vector<int32_t> copy(ids, ids + (prompts.offsets[p + 1] - prompts.offsets[p]));
+          nlohmann::json index = export_index(topo_, model_, *exporter_, {p});
+          index["precision"] = precision_;  // (with the model identity: what the entry's name hashes)
+          if (!parent.empty()) {
+            index["parent"] = parent;
+            index["parent_tokens"] = firsts_.at(p);
+          }
+          ours.insert(kv::publish_store_entry(dir_, incoming_, key_, p, copy, exporter_->tokens_hash(p),
+                                              index.dump(1) + "\n", damaged_));
+          it = waiting.erase(it);
+          published = true;
+        }
       }
     } catch (const std::exception& e) {
       error = std::string("--kv-store: ") + e.what();

@@ -46,6 +46,9 @@ class KvStoreRun {
   // Rank 0: per prompt, the prefix an entry offers ({tokens, -1, entry}; tokens 0: none), by the
   // rule of in-batch reuse (a page multiple strictly below the shared length and the prompt's).
   const std::vector<sched::PrefixReuse>& offers() const { return offers_; }
+  // Every rank, once the plan is made: the exporter of this run's prompts, each storing only
+  // the rows after the prefix it takes from an entry or from another prompt of the batch.
+  void start(const std::vector<sched::PrefixReuse>& reuse);
   kv::KvExporter& exporter() { return *exporter_; }
   // Rows [pos0, pos0 + count) of entry `entry`'s KV on this rank, in StageCompute::read_kv's layout.
   void read_prefix(int entry, int64_t pos0, int count, float* keys, float* values);
@@ -73,6 +76,10 @@ class KvStoreRun {
   kv::KvExportLayout layout_;            // this rank's files
   std::vector<kv::StoreEntry> entries_;  // the candidates checked on every rank
   std::vector<sched::PrefixReuse> offers_;
+  std::vector<int64_t> lengths_;
+  std::vector<uint64_t> token_hashes_;
+  std::vector<std::string> parents_;  // per prompt: the entry holding its stored prefix ("": none)
+  std::vector<int64_t> firsts_;       // per prompt: the tokens that entry holds for it
   std::unique_ptr<kv::KvExporter> exporter_;
   std::vector<std::unique_ptr<kv::KvSource>> sources_;  // per entry: this rank's rows of it
   std::set<std::string> damaged_;   // rank 0: entry names found damaged, which this run's copies replace

@@ -367,6 +367,8 @@ void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_las
   CheckpointRun* checkpoint =
       to_checkpoint && start + count > ctx_.checkpoint->handed(prompt) ? ctx_.checkpoint : nullptr;
   kv::KvExporter* exporters[] = {ctx_.kv_export, ctx_.kv_store ? &ctx_.kv_store->exporter() : nullptr};
+  // The store keeps a prefix taken from another entry in that entry: its rows are not copied.
+  if (exporters[1] && start + count <= exporters[1]->first_position(prompt)) exporters[1] = nullptr;
   if (!exporters[0] && !exporters[1] && !checkpoint) return;
   const kv::KvExportLayout& layout =
       checkpoint ? checkpoint->layout() : (exporters[0] ? *exporters[0] : *exporters[1]).layout();

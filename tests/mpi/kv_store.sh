@@ -22,6 +22,9 @@
 #                 rows (one per token, the same on both TP ranks) and B loads them
 #   scores        B with --logprobs: a note that the store lends no prefix to scoring runs,
 #                 nothing loaded, B's prompts still added
+#   shared        A's third prompt takes the document from its first in the batch: its entry holds
+#                 only its own rows and names the first's as its parent; a prompt extending the
+#                 third loads its prefix through that chain (rows from both entries) and is right
 #   limit         B with --kv-store-limit 1K: every entry it neither loaded nor added is removed
 #                 (A's unrelated prompt among them), a note says how many, a warning that its own
 #                 keep the store over the limit; B's results are right and the store still serves
@@ -165,6 +168,30 @@ PY
     [ "$(find "$store" -mindepth 1 -maxdepth 1 -type d ! -name '.*' | xargs -n1 basename | cut -d- -f1 | sort -u | wc -l)" -eq 1 ] ||
       fail "entries of one model and precision should sit under one key"
     no_incoming ;;
+  shared)
+    run_a a
+    child=$(echo "$store"/*-325) parent=$(echo "$store"/*-340)
+    "$PYTHON" - "$child" "$parent" <<'PY'
+import json, os, sys
+child, parent = sys.argv[1:3]
+index = json.load(open(os.path.join(child, "index.json")))
+assert index.get("parent") == os.path.basename(parent) and index.get("parent_tokens") == 288, index.get("parent")
+size = lambda d: sum(os.path.getsize(os.path.join(r, f)) for r, _, fs in os.walk(d) for f in fs if f.endswith(".safetensors"))
+# 37 of its 325 rows are its own: its files hold about a ninth of what the whole prompt takes.
+assert size(child) * 6 < size(parent), (size(child), size(parent))
+print(f"the shared prompt's entry holds {size(child)} bytes of KV, its parent {size(parent)}")
+PY
+    "$PYTHON" - "$work" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(f"{sys.argv[1]}/a.h5") as f:
+    third = f["tokens"][f["offsets"][2]:f["offsets"][3]]
+with h5py.File(f"{sys.argv[1]}/b.h5", "w") as f:
+    f["tokens"] = np.concatenate([third, np.arange(20, dtype=np.int32)])
+    f["offsets"] = np.array([0, len(third) + 20], np.int64)
+PY
+    run_b b 4 --pp 2 --tp 2
+    grep -q "^prefix reuse: .*(320 loaded from --kv-store)" "$work/b.log" || fail "the chained entry was not loaded"
+    same_results b 4 --pp 2 --tp 2 ;;
   concurrent)
     ( run_a first ) & first=$!
     ( run_a second ) & second=$!

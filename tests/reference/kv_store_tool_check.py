@@ -9,7 +9,11 @@
     removes nothing, `gc` removes both, `verify` passes again, and a second run still loads
     prefixes from the store that is left;
   - a pp 1 run loads prefixes from the pp 2 entries (any layout reads any entry); a run of
-    another model says how many entries it passed over and why.
+    another model says how many entries it passed over and why;
+  - a document with 3 questions in one batch: the questions' entries hold only their own rows and
+    name the document's entry, `ls` says so, `load_kv` of one joins the two into exactly what
+    the run's --save-kv export holds for that prompt, and with the parent gone `verify` names it
+    and `gc` removes the orphans.
 
 usage: kv_store_tool_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
 """
@@ -20,6 +24,9 @@ import shutil
 import socket
 import subprocess
 import sys
+
+import h5py
+import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
@@ -91,7 +98,6 @@ def main():
     # The store still lends: the same prompts again load their prefixes from it.
     _, attributes, _ = run_pipefill(build, "synthetic:tiny", prompts_h5, os.path.join(work, "b.h5"), 2,
                                     f"--pp 2 --chunk-size 32 --page-size 16 --kv-store {store}")
-    import h5py
     with h5py.File(os.path.join(work, "b.h5"), "r") as f:
         reused = [int(x) for x in f["reused_tokens"][:]]
     check(sum(1 for x in reused if x > 0) >= 2, f"a later run still loads prefixes from the store: {reused}")
@@ -111,6 +117,44 @@ def main():
     r = one_rank("d.h5", "--seed 3")
     check(r.returncode == 0 and re.search(r"passed over \d+ entr(y|ies) \(\d+ of another model\)", r.stderr),
           f"a run of another model names the entries it passed over: {r.stderr[-400:]}")
+    # Shared prefixes: a document and 3 questions, stored once.
+    rng = np.random.default_rng(3)
+    doc = rng.integers(0, 512, 200).astype(np.int32)
+    asked = [np.concatenate([doc, rng.integers(0, 512, 20).astype(np.int32)]) for _ in range(4)]
+    shared_h5, shared_store, export = (os.path.join(work, n) for n in ("shared.h5", "shared_store", "export"))
+    with h5py.File(shared_h5, "w") as f:
+        f["tokens"] = np.concatenate(asked)
+        f["offsets"] = np.cumsum([0] + [len(p) for p in asked]).astype(np.int64)
+    os.makedirs(shared_store)
+    run_pipefill(build, "synthetic:tiny", shared_h5, os.path.join(work, "shared.h5.out"), 2,
+                 f"--pp 2 --chunk-size 32 --page-size 16 --kv-store {shared_store} --save-kv {export}")
+    listed = json.loads(tool("ls", shared_store, "--json").stdout)
+    children = [e for e in listed if e.get("parent")]
+    root = [e for e in listed if not e.get("parent")]
+    check(len(root) == 1 and len(children) == 3 and
+          all(e["parent"] == root[0]["name"] and e["parent_tokens"] == 192 for e in children),
+          f"the 3 other prompts name the first's entry (not each other), holding its first 192 tokens: {listed}")
+    check(sum(e["bytes"] for e in children) < root[0]["bytes"],
+          f"the 3 questions' entries hold less than the document's: {[e['bytes'] for e in listed]}")
+    r = tool("verify", shared_store)
+    check(r.returncode == 0 and "4 of 4 entries verify" in r.stdout, f"verify passes on chains: {r.stdout[-300:]}")
+    sys.path.insert(0, os.path.join(HERE, "..", "..", "scripts"))
+    import torch
+    from pipefill_kv import load_kv
+    child = children[0]
+    joined = load_kv(os.path.join(shared_store, child["name"]), child["prompt"])
+    exported = load_kv(export, child["prompt"])
+    check(len(joined) == len(exported) and all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+                                               for a, b in zip(joined, exported)),
+          "load_kv joins a question's entry with its document's into the run's own export of it")
+    shutil.rmtree(os.path.join(shared_store, root[0]["name"]))
+    r = tool("verify", shared_store)
+    check(r.returncode == 1 and "0 of 3 entries verify" in r.stdout and "is missing" in r.stdout,
+          f"verify names the missing parent: {r.stdout[-400:]}")
+    r = tool("gc", shared_store)
+    check(r.returncode == 0 and not tool("ls", shared_store, "--json").stdout.strip("[]\n "),
+          f"gc removes the orphans: {r.stdout[-300:]}")
+
     r = tool("ls", "/nonexistent-store")
     check(r.returncode == 2 and r.stderr.startswith("error: "), f"a missing store is one error line: {r.stderr}")
     exit_if_failed()

@@ -357,5 +357,47 @@ TEST_F(KvExport, EvictionRemovesTheLeastRecentlyUsedEntriesNotInUse) {
     EXPECT_NE(item.path().filename().string().rfind(".evicting", 0), 0u) << "left " << item.path();
 }
 
+// An entry built on another (a question after a stored document) goes with it: evicting the
+// document evicts its questions too, and not at all while one of them is in use.
+TEST_F(KvExport, EvictionTakesTheEntriesBuiltOnAnEntryWithIt) {
+  fs::create_directories(dir_);
+  auto make_entry = [&](const std::string& name, const std::string& parent) {
+    fs::create_directories(dir_ / name);
+    std::ofstream(dir_ / name / "data.bin") << std::string(1000, 'x');
+    std::ofstream(dir_ / name / "index.json") << (parent.empty() ? "{}" : "{\"parent\": \"" + parent + "\"}");
+    EXPECT_TRUE(EntryUse::take((dir_ / name).string()).has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  make_entry("doc", "");  // least recently used
+  make_entry("other", "");
+  make_entry("q1", "doc");
+  make_entry("q2", "q1");
+  {  // q2 in use: the document cannot go (its chain would break under the run using q2)
+    std::optional<EntryUse> use = EntryUse::take((dir_ / "q2").string());
+    ASSERT_TRUE(use.has_value());
+    int ready[2];
+    ASSERT_EQ(::pipe(ready), 0);
+    const pid_t child = ::fork();
+    if (child == 0) {
+      std::optional<EntryUse> held = EntryUse::take((dir_ / "q2").string());
+      const char byte = held ? 1 : 0;
+      if (::write(ready[1], &byte, 1) != 1) ::_exit(1);
+      ::pause();
+      ::_exit(0);
+    }
+    char byte = 0;
+    ASSERT_EQ(::read(ready[0], &byte, 1), 1);
+    ASSERT_EQ(byte, 1);
+    const Eviction blocked = evict_to_limit(dir_.string(), 2 * 1010, {});
+    EXPECT_EQ(blocked.in_use, 3) << "doc, q1 and q2 each found in use through q2";
+    EXPECT_EQ(blocked.evicted, std::vector<std::string>{"other"});
+    ::kill(child, SIGKILL);
+    ::waitpid(child, nullptr, 0);
+  }
+  const Eviction eviction = evict_to_limit(dir_.string(), 100, {});
+  EXPECT_EQ(eviction.evicted, (std::vector<std::string>{"q2", "q1", "doc"})) << "children first";
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
 }  // namespace
 }  // namespace pf::kv
