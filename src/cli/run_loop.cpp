@@ -21,6 +21,11 @@ std::unique_ptr<FinishedLoop> run_loop(PreparedRun& run, volatile int* stop_requ
   // Rank 0 stores every finite result as it arrives; the rest is reported by report_run.
   const int hidden_width = options.hidden_states == compute::HiddenStatesKind::kNone ? 0 : shape.hidden_size;
   if (writer) loop->stored.emplace(*run.results, shape.vocab_size, hidden_width, plan);
+  if (writer && run.kv_store)
+    loop->stored->set_store_rows([store = run.kv_store.get()](int entry, int64_t at, int count, float* logprobs,
+                                                              float* topk_logprobs, int32_t* topk_ids) {
+      store->read_scores(entry, at, count, logprobs, topk_logprobs, topk_ids);
+    });
   if (writer && run.checkpoint && run.checkpoint->restored()) {
     const pipeline::RestoredPrompt& restored = *run.checkpoint->restored();
     loop->stored->set_restored(restored.prompt, restored.next_logprob, restored.rows_finite);
@@ -54,7 +59,7 @@ std::unique_ptr<FinishedLoop> run_loop(PreparedRun& run, volatile int* stop_requ
     loop->output_error =
         pipeline::finish_kv_export(run.topo, run.rank_model, options.save_kv, *run.kv_export, run.results.get());
   if (run.kv_store) {
-    const std::optional<std::string> store_error = run.kv_store->finish(run.prompts);
+    const std::optional<std::string> store_error = run.kv_store->finish(run.prompts, run.results.get());
     if (!loop->output_error) loop->output_error = store_error;
   }
   return loop;

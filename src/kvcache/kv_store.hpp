@@ -32,6 +32,7 @@
 #include <vector>
 
 #include "io/safetensors.hpp"
+#include "kvcache/entry_scores.hpp"
 #include "kvcache/kv_export.hpp"
 #include "kvcache/kv_source.hpp"
 
@@ -51,6 +52,9 @@ struct StoreEntry {
   // Where its rows are: the files of its chain, root first, itself last (kv_source.hpp).
   std::vector<KvSourceFiles> segments;
   std::vector<std::string> chain;  // the chain's directories, root first
+  // The token rows it lends to runs that score tokens, as its scores.json says (unverified
+  // until the entry is checked; entry_scores.hpp); nullopt: none.
+  std::optional<ScoresLayout> scores;
 };
 
 // An entry list_store_entries skipped, and what was wrong with it.

@@ -22,10 +22,11 @@ namespace pf::pipeline {
 namespace {
 
 // Rank 0: for each prompt still to compute, the entry sharing the longest prefix with it,
-// among those not known to be bad.
+// among those not known to be bad and holding the token scores the run asks for;
+// `unscored` counts the entries passed over for want of them.
 std::vector<sched::PrefixReuse> match_entries(const std::vector<kv::StoreEntry>& entries, const std::vector<char>& bad,
                                               const io::PromptSet& prompts, const std::vector<char>& done,
-                                              int page_size) {
+                                              int page_size, kv::ScoresLayout wanted, std::set<int>* unscored) {
   std::vector<sched::PrefixReuse> offers(static_cast<size_t>(prompts.num_prompts()));
   for (int p = 0; p < prompts.num_prompts(); ++p) {
     if (p < static_cast<int>(done.size()) && done[p]) continue;
@@ -37,7 +38,10 @@ std::vector<sched::PrefixReuse> match_entries(const std::vector<kv::StoreEntry>&
       const int64_t limit = std::min<int64_t>(length, static_cast<int64_t>(stored.size()));
       const int64_t common = std::mismatch(ids, ids + limit, stored.begin()).first - ids;
       const int64_t reused = sched::reusable_prefix(common, page_size);
-      if (reused > offers[p].tokens) offers[p] = {reused, -1, e};
+      const bool scored =
+          !(wanted.logprobs || wanted.top_k > 0) || (entries[e].scores && entries[e].scores->serves(wanted));
+      if (reused > 0 && !scored) unscored->insert(e);
+      if (reused > offers[p].tokens && scored) offers[p] = {reused, -1, e};
     }
   }
   return offers;
@@ -48,8 +52,8 @@ std::vector<sched::PrefixReuse> match_entries(const std::vector<kv::StoreEntry>&
 KvStoreRun::KvStoreRun(const dist::Topology& topo, const RankModel& m, const std::string& dir,
                        const io::PromptSet& prompts, const std::vector<int64_t>& lengths, const std::vector<char>& done,
                        int page_size, bool load_prefixes, compute::BackendKind backend, io::Dtype cpu_dtype,
-                       uint64_t limit_bytes)
-    : topo_(topo), model_(m), dir_(dir), limit_bytes_(limit_bytes) {
+                       kv::ScoresLayout scores, uint64_t limit_bytes)
+    : topo_(topo), model_(m), dir_(dir), scores_(scores), limit_bytes_(limit_bytes) {
   const ExportNames names = export_names(m, prompts, lengths);
   precision_ = compute::backend_name(backend);
   if (backend == compute::BackendKind::kCpu && cpu_dtype == io::Dtype::kBF16) precision_ += "-bf16";
@@ -158,10 +162,19 @@ std::map<std::string, std::unique_ptr<kv::KvSource>> KvStoreRun::check_offers(co
                                                                               int page_size) {
   std::vector<char> bad(all.size(), 0), good(all.size(), 0);
   std::map<std::string, std::unique_ptr<kv::KvSource>> checked;  // this rank's rows of the entries that passed
+  std::set<int> unscored;
+  const auto note_unscored = [&] {  // rank 0, once the offers are settled
+    if (unscored.empty()) return;
+    std::printf(
+        "note: --kv-store: %zu entr%s sharing a prefix with this run's prompts hold no token scores of its kind "
+        "(--logprobs%s): stored by a run that did not score them, they lend it nothing\n",
+        unscored.size(), unscored.size() == 1 ? "y" : "ies",
+        scores_.top_k > 0 ? (" / --top-k " + std::to_string(scores_.top_k) + " or more").c_str() : "");
+  };
   for (;;) {
     std::vector<int> to_check;  // indices into `all` (rank 0)
     const nlohmann::json checking = nlohmann::json::parse(dist::decide_on_root(MPI_COMM_WORLD, [&] {
-      offers_ = match_entries(all, bad, prompts, done, page_size);
+      offers_ = match_entries(all, bad, prompts, done, page_size, scores_, &unscored);
       for (const auto& offer : offers_)
         if (offer.tokens > 0 && !good[offer.store_entry] &&
             std::find(to_check.begin(), to_check.end(), offer.store_entry) == to_check.end())
@@ -179,7 +192,10 @@ std::map<std::string, std::unique_ptr<kv::KvSource>> KvStoreRun::check_offers(co
       }
       return list.dump();
     }));
-    if (checking.empty()) return checked;
+    if (checking.empty()) {
+      if (topo_.is_writer()) note_unscored();
+      return checked;
+    }
     const dist::RootOnly<std::map<int, std::string>> failed = check_files(checking, checked);
     if (!failed.here()) continue;
     for (size_t i = 0; i < to_check.size(); ++i) {
@@ -229,6 +245,13 @@ dist::RootOnly<std::map<int, std::string>> KvStoreRun::check_files(
                             f["first"].get<int64_t>()});
       source = kv::KvSource::open(layout_, segments, &problem);
     }
+    // Rank 0 copies the entry's token rows: they must be whole.
+    if (source && topo_.is_writer() && (scores_.logprobs || scores_.top_k > 0) &&
+        !kv::entry_scores(entry["segments"].back()["prompt_dir"].get<std::string>(),
+                          entry["segments"].back()["tokens"].get<int64_t>(), true)) {
+      source.reset();
+      problem = "its token scores (scores.json, scores.bin) are incomplete or do not match their checksum";
+    }
     if (source) {
       for (kv::EntryUse& use : uses) uses_.push_back(std::move(use));
       checked[entry["dir"].get<std::string>()] = std::move(source);
@@ -276,7 +299,14 @@ void KvStoreRun::read_prefix(int entry, int64_t pos0, int count, float* keys, fl
   sources_.at(entry)->read(pos0, count, keys, values);
 }
 
-std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
+void KvStoreRun::read_scores(int entry, int64_t at, int count, float* logprobs, float* topk_logprobs,
+                             int32_t* topk_ids) const {
+  const kv::StoreEntry& e = entries_.at(entry);
+  kv::read_entry_scores(e.dir + "/" + kv::kv_prompt_dir_name(e.prompt), e.tokens, e.scores.value(), at, count,
+                        scores_.top_k, logprobs, topk_logprobs, topk_ids);
+}
+
+std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts, const io::ResultWriter* results) {
   std::optional<std::string> error = exporter_ ? exporter_->finish() : std::nullopt;
   if (error) error = "--kv-store: " + *error + " (rank " + std::to_string(topo_.world_rank) + ")";
   error = dist::agree_on_errors(error, MPI_COMM_WORLD);
@@ -308,6 +338,12 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts) {
           }
           const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
           const std::vector<int32_t> copy(ids, ids + (prompts.offsets[p + 1] - prompts.offsets[p]));
+          // A scoring run's entries keep the prompt's token rows, for scoring runs to come.
+          if (results && (scores_.logprobs || scores_.top_k > 0) && results->completed().at(p))
+            kv::write_entry_scores(incoming_ + "/" + kv::kv_prompt_dir_name(p), lengths_.at(p), scores_,
+                                   [&](int64_t at, int count, float* lp, float* tlp, int32_t* tid) {
+                                     results->read_token_rows(p, at, count, lp, tlp, tid);
+                                   });
           nlohmann::json index = export_index(topo_, model_, *exporter_, {p});
           index["precision"] = precision_;  // (with the model identity: what the entry's name hashes)
           if (!parent.empty()) {

@@ -19,6 +19,7 @@
 #include "dist/root_decision.hpp"
 #include "dist/topology.hpp"
 #include "io/prompts_h5.hpp"
+#include "io/results_h5.hpp"
 #include "io/safetensors.hpp"
 #include "kvcache/kv_export.hpp"
 #include "kvcache/kv_source.hpp"
@@ -32,6 +33,8 @@ class KvStoreRun {
  public:
   // Collective. `done`: the run's resume state (every rank). With `load_prefixes` false the
   // store is only written to.
+  // `scores`: the token rows the run scores (--logprobs, --top-k): it loads only entries that
+  // hold them (stored by a run that scored at least as much) and stores its own with its KV.
   // `limit_bytes`: --kv-store-limit (0: none).
   // `backend` and `cpu_dtype`: the cache's precision is part of an entry's key (a cuda or a
   // --dtype bf16 run's KV is not lent to a float32 cpu run, nor the other way: the results
@@ -39,7 +42,7 @@ class KvStoreRun {
   KvStoreRun(const dist::Topology& topology, const RankModel& rank_model, const std::string& dir,
              const io::PromptSet& prompts, const std::vector<int64_t>& lengths, const std::vector<char>& done,
              int page_size, bool load_prefixes, compute::BackendKind backend, io::Dtype cpu_dtype,
-             uint64_t limit_bytes = 0);
+             kv::ScoresLayout scores = {}, uint64_t limit_bytes = 0);
   KvStoreRun(const KvStoreRun&) = delete;
   KvStoreRun& operator=(const KvStoreRun&) = delete;
 
@@ -52,10 +55,14 @@ class KvStoreRun {
   kv::KvExporter& exporter() { return *exporter_; }
   // Rows [pos0, pos0 + count) of entry `entry`'s KV on this rank, in StageCompute::read_kv's layout.
   void read_prefix(int entry, int64_t pos0, int count, float* keys, float* values);
+  // Rank 0: token rows [at, at + count) of entry `entry`, as io::ResultWriter::read_token_rows
+  // gives them (kvcache/entry_scores.hpp).
+  void read_scores(int entry, int64_t at, int count, float* logprobs, float* topk_logprobs, int32_t* topk_ids) const;
   // Collective. Waits for every rank's writes, then rank 0 publishes each prompt every rank
-  // finished and, with a limit (--kv-store-limit), evicts the least recently used entries no
-  // run is using. The first failure, if any (agreed on every rank).
-  std::optional<std::string> finish(const io::PromptSet& prompts);
+  // finished (with its token rows from `results`, in a scoring run) and, with a limit
+  // (--kv-store-limit), evicts the least recently used entries no run is using. The first
+  // failure, if any (agreed on every rank).
+  std::optional<std::string> finish(const io::PromptSet& prompts, const io::ResultWriter* results);
 
  private:
   // The constructor's steps, each collective.
@@ -84,6 +91,7 @@ class KvStoreRun {
   std::vector<std::unique_ptr<kv::KvSource>> sources_;  // per entry: this rank's rows of it
   std::set<std::string> damaged_;   // rank 0: entry names found damaged, which this run's copies replace
   std::vector<kv::EntryUse> uses_;  // this rank's locks on the entries it checks and loads (kv_store.hpp)
+  kv::ScoresLayout scores_;
   uint64_t limit_bytes_ = 0;
 };
 

@@ -52,8 +52,8 @@ void StoredResults::token_rows(const TokenRows& given) {
 // In blocks of at most 64K rows, so a million-token prefix with a large --top-k stays small.
 float StoredResults::copy_reused_rows(const TokenRows& rows, const sched::PrefixReuse& reuse) {
   constexpr int64_t kBlockRows = 65536;
-  if (reuse.source < 0)  // the store holds no token rows: it lends no prefix to runs that score tokens
-    throw std::logic_error("token rows of a prefix that no prompt of this run computed");
+  if (reuse.source < 0 && (reuse.store_entry < 0 || !store_rows_))
+    throw std::logic_error("token rows of a prefix that no prompt of this run computed nor the store holds");
   const size_t k = static_cast<size_t>(rows.top_k);
   for (int64_t at = 0; at <= reuse.tokens; at += kBlockRows) {
     // One row past the prefix when it is in this block: the source's log-prob entry c.
@@ -61,7 +61,11 @@ float StoredResults::copy_reused_rows(const TokenRows& rows, const sched::Prefix
     logprobs_.resize(count);
     topk_logprobs_.resize(count * k);
     topk_ids_.resize(count * k);
-    writer_.read_token_rows(reuse.source, at, count, logprobs_.data(), topk_logprobs_.data(), topk_ids_.data());
+    if (reuse.source >= 0)
+      writer_.read_token_rows(reuse.source, at, count, logprobs_.data(), topk_logprobs_.data(), topk_ids_.data());
+    else  // a stored prompt's rows (kvcache/entry_scores.hpp)
+      store_rows_(reuse.store_entry, at, count, rows.logprobs ? logprobs_.data() : nullptr,
+                  k > 0 ? topk_logprobs_.data() : nullptr, k > 0 ? topk_ids_.data() : nullptr);
     const int stored = static_cast<int>(std::min<int64_t>(count, reuse.tokens - at));
     const int skip = at == 0 ? 1 : 0;
     if (rows.logprobs) open_finite_ = open_finite_ && all_finite(logprobs_.data() + skip, stored - skip);

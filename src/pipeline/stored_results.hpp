@@ -10,6 +10,7 @@
 // runs first, has stored them.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "io/results_h5.hpp"
@@ -32,6 +33,11 @@ class StoredResults final : public ResultSink {
     restored_next_logprob_ = next_logprob;
     restored_rows_finite_ = rows_finite;
   }
+  // Where a prefix loaded from the KV store takes its token rows: store entry `entry`'s rows
+  // [at, at + count) (pipeline/kv_store_setup.hpp, KvStoreRun::read_scores).
+  using StoreRows =
+      std::function<void(int entry, int64_t at, int count, float* logprobs, float* topk_logprobs, int32_t* topk_ids)>;
+  void set_store_rows(StoreRows rows) { store_rows_ = std::move(rows); }
   // Prompts not stored because a result was not finite, in the order they came.
   const std::vector<int>& nonfinite_prompts() const { return nonfinite_; }
 
@@ -45,6 +51,7 @@ class StoredResults final : public ResultSink {
   int open_prompt_ = -1;                          // the prompt whose token rows are arriving
   bool open_finite_ = true;                       // its token rows so far are finite
   std::vector<int> nonfinite_;
+  StoreRows store_rows_;
   int restored_prompt_ = -1;
   float restored_next_logprob_ = 0;
   bool restored_rows_finite_ = true;

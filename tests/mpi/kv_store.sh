@@ -20,8 +20,10 @@
 #                 there once and whole (B then loads from it)
 #   mla_reuse     reuse on a DeepSeek-V3-style model (tiny-mla): the store holds its latent
 #                 rows (one per token, the same on both TP ranks) and B loads them
-#   scores        B with --logprobs: a note that the store lends no prefix to scoring runs,
-#                 nothing loaded, B's prompts still added
+#   scores        A with --logprobs --top-k 5 keeps its prompts' token rows with their KV; B with
+#                 --logprobs --top-k 3 loads the document from them and its token rows equal a
+#                 full computation's; a second B, asking --top-k 8, more than A stored, is told
+#                 the entries hold no scores of its kind and loads nothing
 #   shared        A's third prompt takes the document from its first in the batch: its entry holds
 #                 only its own rows and names the first's as its parent; a prompt extending the
 #                 third loads its prefix through that chain (rows from both entries) and is right
@@ -202,11 +204,31 @@ PY
     run_b b 4 --pp 2 --tp 2
     grep -q "(288 loaded from --kv-store)" "$work/b.log" || fail "B did not load the concurrently published entry" ;;
   scores)
-    run_a a
-    run_b b 4 --pp 2 --tp 2 --logprobs
-    grep -q "^note: --kv-store lends no prefixes to a run with --logprobs" "$work/b.log" || fail "no note"
-    ! grep -q "loaded from --kv-store" "$work/b.log" || fail "a scoring run loaded a prefix"
-    [ "$(entries)" -eq 6 ] || fail "the scoring run did not add its prompts" ;;
+    pipefill_mpi 4 "${common[@]}" --pp 2 --tp 2 --input "$work/a.h5" --output "$work/out_a.h5" --kv-store "$store" \
+      --logprobs --top-k 5 --quiet
+    ls "$store"/*/prompt-*/scores.json >/dev/null || fail "A kept no token scores with its entries"
+    run_b b 4 --pp 2 --tp 2 --logprobs --top-k 3
+    grep -q "^prefix reuse: .*(288 loaded from --kv-store)" "$work/b.log" || fail "a scoring run loaded no prefix"
+    pipefill_mpi 4 "${common[@]}" --pp 2 --tp 2 --input "$work/b.h5" --output "$work/full.h5" --no-prefix-cache \
+      --logprobs --top-k 3 --quiet
+    "$PYTHON" - "$work/out_b.h5" "$work/full.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+lp, ref = a["token_logprobs"][:], b["token_logprobs"][:]
+assert np.array_equal(np.isnan(lp), np.isnan(ref)), "NaN at other positions"
+d = np.nanmax(np.abs(lp - ref))
+assert d < 1e-4, f"log-probs differ by {d}"
+same = np.mean(a["topk_ids"][:] == b["topk_ids"][:])
+assert same > 0.99, f"top-k ids agree on {same:.3f} only"
+dk = np.abs(a["topk_logprobs"][:] - b["topk_logprobs"][:]).max()
+assert dk < 1e-4, f"top-k log-probs differ by {dk}"
+assert np.abs(a["nll_sum"][:] - b["nll_sum"][:]).max() < 1e-2
+print(f"token rows of a run that loaded its prefix from the store: log-probs within {d:.2g}, top-3 ids {same:.3f} equal")
+PY
+    rm -f "$work/full.h5"
+    run_b b8 4 --pp 2 --tp 2 --logprobs --top-k 8
+    grep -q "^note: --kv-store: .* hold no token scores of its kind" "$work/b8.log" || fail "no note on the scores missing"
+    ! grep -q "loaded from --kv-store" "$work/b8.log" || fail "a run asking for more top-k than stored loaded a prefix" ;;
   limit)
     run_a a
     [ "$(entries)" -eq 3 ] || fail "A stored $(entries) entries, expected 3"
