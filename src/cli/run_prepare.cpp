@@ -168,17 +168,13 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
     if (restores) restore_prompt(prefixes, *run.checkpoint->restored(), run);
     return prefixes;
   }
-  // Token scores are lent with the prefix (kvcache/entry_scores.hpp); the mean of the hidden
-  // states would need the stored prefix's running sum at any page boundary, which no entry keeps.
-  const bool load = !options.no_prefix_cache && options.hidden_states != compute::HiddenStatesKind::kMean;
-  if (writer && !load && !options.no_prefix_cache)
-    std::printf(
-        "note: --kv-store lends no prefixes to a run with --hidden-states mean (an entry keeps KV and token "
-        "scores, not the running sums of the hidden states); this run's prompts are added to it\n");
+  // Token scores and final-norm rows are lent with the prefix (kvcache/entry_scores.hpp).
+  const bool load = !options.no_prefix_cache;
+  const kv::ScoresLayout scores{options.logprobs, options.top_k,
+                                options.hidden_states == compute::HiddenStatesKind::kMean};
   run.kv_store = std::make_unique<pipeline::KvStoreRun>(
       run.topo, run.rank_model, options.kv_store, run.prompts, run.lengths, done, options.chunking.page_size, load,
-      options.placement.backend, options.placement.dtype, kv::ScoresLayout{options.logprobs, options.top_k},
-      options.kv_store_limit_bytes);
+      options.placement.backend, options.placement.dtype, scores, options.kv_store_limit_bytes);
   if (writer) sched::prefer_longer_outside(prefixes, run.kv_store->offers());
   if (restores) restore_prompt(prefixes, *run.checkpoint->restored(), run);
   return prefixes;

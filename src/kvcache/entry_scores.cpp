@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -92,7 +93,7 @@ std::optional<ScoresLayout> entry_scores(const std::string& prompt_dir, int64_t 
       !about["logprobs"].is_boolean() || !about.contains("top_k") || !about["top_k"].is_number_integer() ||
       !about.contains("fnv1a") || !about["fnv1a"].is_string())
     return std::nullopt;
-  ScoresLayout layout{about["logprobs"].get<bool>(), about["top_k"].get<int>()};
+  ScoresLayout layout{about["logprobs"].get<bool>(), about["top_k"].get<int>(), false};
   if (layout.top_k < 0 || layout.top_k > 1 << 20) return std::nullopt;
   if (!verify) return layout;
   const Offsets o = offsets_of(tokens, layout);
@@ -134,6 +135,117 @@ void read_entry_scores(const std::string& prompt_dir, int64_t tokens, ScoresLayo
   }
   if (fd >= 0) ::close(fd);
   if (!ok) throw std::runtime_error("cannot read the token scores of " + prompt_dir);
+}
+
+namespace {
+
+constexpr int64_t kHiddenBlockRows = 4096;  // rows per checksum of hidden_rows.bin
+
+std::string hidden_json(const std::string& dir) {
+  return dir + "/hidden_rows.json";
+}
+std::string hidden_data(const std::string& dir) {
+  return dir + "/hidden_rows.bin";
+}
+
+nlohmann::json read_hidden_json(const std::string& dir, int64_t tokens, int64_t first, int hidden) {
+  std::ifstream in(hidden_json(dir));
+  if (!in) return nullptr;
+  const nlohmann::json about = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  const int64_t blocks = (tokens - first + kHiddenBlockRows - 1) / kHiddenBlockRows;
+  if (!about.is_object() || about.value("tokens", int64_t{-1}) != tokens ||
+      about.value("first", int64_t{-1}) != first || about.value("hidden", -1) != hidden ||
+      about.value("block_rows", int64_t{-1}) != kHiddenBlockRows || !about.contains("fnv1a") ||
+      !about["fnv1a"].is_array() || static_cast<int64_t>(about["fnv1a"].size()) != blocks)
+    return nullptr;
+  return about;
+}
+
+}  // namespace
+
+HiddenRowsWriter::HiddenRowsWriter(const std::string& prompt_dir, int64_t tokens, int64_t first, int hidden)
+    : dir_(prompt_dir), tokens_(tokens), first_(first), next_(first), hidden_(hidden), block_hash_(io::Fnv1a().value) {
+  std::error_code ignored;
+  std::filesystem::create_directories(dir_, ignored);
+  fd_ = ::open(hidden_data(dir_).c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd_ < 0) throw std::runtime_error("cannot write " + hidden_data(dir_) + ": " + std::strerror(errno));
+}
+
+HiddenRowsWriter::~HiddenRowsWriter() {
+  if (fd_ >= 0) ::close(fd_);
+}
+
+void HiddenRowsWriter::add(int64_t start, int count, const float* rows) {
+  if (start != next_) throw std::logic_error("hidden rows out of order");
+  const size_t row_bytes = sizeof(float) * static_cast<size_t>(hidden_);
+  const char* bytes = reinterpret_cast<const char*>(rows);
+  for (size_t done = 0, total = row_bytes * count; done < total;) {
+    const ssize_t wrote =
+        ::pwrite(fd_, bytes + done, total - done, static_cast<off_t>((start - first_) * row_bytes + done));
+    if (wrote < 0 && errno == EINTR) continue;
+    if (wrote <= 0) throw std::runtime_error("cannot write " + hidden_data(dir_) + ": " + std::strerror(errno));
+    done += static_cast<size_t>(wrote);
+  }
+  for (int r = 0; r < count; ++r) {  // the block checksums, in row order
+    io::Fnv1a hash;
+    hash.value = block_hash_;
+    block_hash_ = hash.add(bytes + r * row_bytes, row_bytes).value;
+    if ((start - first_ + r + 1) % kHiddenBlockRows == 0 || start + r + 1 == tokens_) {
+      io::Fnv1a done;
+      done.value = block_hash_;
+      block_hashes_.push_back(done.hex());
+      block_hash_ = io::Fnv1a().value;
+    }
+  }
+  next_ = start + count;
+  if (next_ < tokens_) return;
+  const bool synced = ::fdatasync(fd_) == 0;
+  ::close(fd_);
+  fd_ = -1;
+  if (!synced) throw std::runtime_error("cannot write " + hidden_data(dir_) + ": " + std::strerror(errno));
+  const nlohmann::json about = {{"tokens", tokens_},
+                                {"first", first_},
+                                {"hidden", hidden_},
+                                {"block_rows", kHiddenBlockRows},
+                                {"fnv1a", block_hashes_}};
+  const std::string text = about.dump() + "\n";
+  io::write_durably(hidden_json(dir_), text.data(), text.size());
+}
+
+bool entry_hidden_rows(const std::string& prompt_dir, int64_t tokens, int64_t first, int hidden) {
+  return !read_hidden_json(prompt_dir, tokens, first, hidden).is_null();
+}
+
+std::vector<double> sum_entry_hidden_rows(const std::vector<HiddenRowsPart>& chain, int hidden, int64_t c) {
+  std::vector<double> sum(static_cast<size_t>(hidden), 0.0);
+  std::vector<float> block;
+  const size_t row_floats = static_cast<size_t>(hidden);
+  for (size_t part = 0; part < chain.size(); ++part) {
+    const HiddenRowsPart& at = chain[part];
+    const int64_t end = std::min(c, part + 1 < chain.size() ? chain[part + 1].first : at.tokens);
+    if (end <= at.first) continue;
+    const std::string dir = at.prompt_dir;
+    const nlohmann::json about = read_hidden_json(dir, at.tokens, at.first, hidden);
+    if (about.is_null()) throw std::runtime_error(hidden_json(dir) + " is missing or does not describe its rows");
+    const int fd = ::open(hidden_data(dir).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) throw std::runtime_error("cannot read " + hidden_data(dir) + ": " + std::strerror(errno));
+    for (int64_t b = 0; at.first + b * kHiddenBlockRows < end; ++b) {
+      const int64_t first = at.first + b * kHiddenBlockRows, rows = std::min(kHiddenBlockRows, at.tokens - first);
+      block.resize(rows * row_floats);
+      const bool read =
+          read_at(fd, block.data(), block.size() * sizeof(float), (first - at.first) * row_floats * sizeof(float));
+      if (!read || io::Fnv1a().add(block.data(), block.size() * sizeof(float)).hex() != about["fnv1a"][b]) {
+        ::close(fd);
+        throw std::runtime_error(hidden_data(dir) + ": rows " + std::to_string(first) + ".." +
+                                 std::to_string(first + rows) + " are missing or do not match their checksum");
+      }
+      // Row by row, as the last stage's running sum takes them (pipeline/hidden_state_rows.cpp).
+      for (int64_t r = 0; r < rows && first + r < end; ++r)
+        for (size_t k = 0; k < row_floats; ++k) sum[k] += block[r * row_floats + k];
+    }
+    ::close(fd);
+  }
+  return sum;
 }
 
 }  // namespace pf::kv

@@ -34,7 +34,9 @@ inline uint64_t row_hash(const void* data, size_t bytes) {
   return h;
 }
 
-inline uint64_t name_hash(const std::string& name) { return row_hash(name.data(), name.size()); }
+inline uint64_t name_hash(const std::string& name) {
+  return row_hash(name.data(), name.size());
+}
 
 // One row's term of the checksum.
 inline uint64_t checksum_term(uint64_t tensor_name_hash, int head, int64_t position, uint64_t row) {

@@ -142,7 +142,8 @@ std::vector<StoreEntry> list_store_entries(const std::string& dir, const std::st
         if (entry.first_position <= 0 || entry.first_position >= entry.tokens)
           refuse("its index.json's parent_tokens lies outside its tokens");
       }
-      entry.scores = entry_scores(entry.dir + "/" + kv_prompt_dir_name(entry.prompt), entry.tokens, false);
+      entry.lends = entry_scores(entry.dir + "/" + kv_prompt_dir_name(entry.prompt), entry.tokens, false)
+                        .value_or(ScoresLayout{});
       entries.push_back(std::move(entry));
     } catch (const std::exception& e) {  // a foreign or damaged directory: never used
       if (unusable) unusable->push_back({name, e.what()});

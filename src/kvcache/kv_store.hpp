@@ -52,9 +52,9 @@ struct StoreEntry {
   // Where its rows are: the files of its chain, root first, itself last (kv_source.hpp).
   std::vector<KvSourceFiles> segments;
   std::vector<std::string> chain;  // the chain's directories, root first
-  // The token rows it lends to runs that score tokens, as its scores.json says (unverified
-  // until the entry is checked; entry_scores.hpp); nullopt: none.
-  std::optional<ScoresLayout> scores;
+  // What it lends to runs that score tokens, as its scores.json says (unverified until the
+  // entry is checked; entry_scores.hpp); hidden_rows is set by the run that knows the width.
+  ScoresLayout lends;
 };
 
 // An entry list_store_entries skipped, and what was wrong with it.

@@ -32,8 +32,7 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
                                 const std::vector<int64_t>& lengths) {
   // What the backend cannot do for this model: an error on every rank before any weight is read.
   dist::checked_step(MPI_COMM_WORLD, [&] {
-    const std::string why =
-        compute::refusal_for_model(request.backend, request.cpu_dtype == io::Dtype::kBF16, m.shape);
+    const std::string why = compute::refusal_for_model(request.backend, request.cpu_dtype == io::Dtype::kBF16, m.shape);
     if (!why.empty()) throw UserError(why);
   });
   const compute::KvDemand demand{lengths, request.profile_room_tokens};

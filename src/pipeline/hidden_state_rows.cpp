@@ -7,8 +7,8 @@
 namespace pf::pipeline {
 
 HiddenStateRows::HiddenStateRows(compute::StageCompute& compute, compute::HiddenStatesKind kind, int hidden_size,
-                                 const sched::BatchPlan& plan)
-    : compute_(compute), kind_(kind), h_(hidden_size), row_(hidden_size), sum_(hidden_size) {
+                                 const sched::BatchPlan& plan, Store store)
+    : compute_(compute), kind_(kind), h_(hidden_size), row_(hidden_size), sum_(hidden_size), store_(std::move(store)) {
   if (kind_ != compute::HiddenStatesKind::kMean) return;
   save_at_.resize(plan.prompt_lengths.size());
   // Prompts in plan order, so a source's own start is known before its heirs'.
@@ -16,13 +16,27 @@ HiddenStateRows::HiddenStateRows(compute::StageCompute& compute, compute::Hidden
     if (!mb.is_first || mb.start == 0 || plan.reuse[mb.prompt].restored) continue;
     const int p = mb.prompt;
     const int64_t c = plan.reuse[p].tokens;
+    if (plan.reuse[p].store_entry >= 0) {  // loaded from the store: so is its sum
+      starts_from_store_[p] = {plan.reuse[p].store_entry, c};
+      continue;
+    }
     // Up the chain of sources to the prompt that computed position c - 1 itself. A source that
     // reused c tokens or more got them from the prompt its own sum starts from: jump there, so
-    // N prompts reusing one prefix cost N steps, not N^2.
+    // N prompts reusing one prefix cost N steps, not N^2. One that loaded them from the store
+    // lends the store's.
     int q = plan.reuse[p].source;
+    int entry = -1;
     while (q >= 0 && c <= plan.reuse[q].tokens) {
+      if (const auto stored = starts_from_store_.find(q); stored != starts_from_store_.end()) {
+        entry = stored->second.first;
+        break;
+      }
       const auto from = starts_from_.find(q);
       q = from != starts_from_.end() ? from->second.first : plan.reuse[q].source;
+    }
+    if (entry >= 0) {
+      starts_from_store_[p] = {entry, c};
+      continue;
     }
     if (q < 0)
       throw std::logic_error("--hidden-states mean: prompt " + std::to_string(p) +
@@ -49,12 +63,15 @@ void HiddenStateRows::take(const sched::MicroBatch& mb, const float* hidden) {
         throw std::logic_error("--hidden-states mean: a restored sum of another width");
       sum_ = restored->second;
       restored_.erase(restored);
+    } else if (auto stored = starts_from_store_.find(mb.prompt); stored != starts_from_store_.end()) {
+      sum_ = store_.prefix_sum(stored->second.first, stored->second.second);
     } else if (auto from = starts_from_.find(mb.prompt); from != starts_from_.end()) {
       auto saved = saved_.find(from->second);
       sum_ = saved->second.sum;
       if (--saved->second.users == 0) saved_.erase(saved);
     }
   }
+  if (store_.keep_rows) store_.keep_rows(mb.prompt, mb.start, mb.length, normed_.data());
   const std::vector<int64_t>* save_at = save_at_.empty() ? nullptr : &save_at_[mb.prompt];
   auto next_save = save_at ? std::lower_bound(save_at->begin(), save_at->end(), mb.start + 1)
                            : std::vector<int64_t>::const_iterator();

@@ -11,9 +11,15 @@
 // running sum at c for it, dropped once every prompt starting from it has started. One
 // hidden-size vector of doubles per distinct (prompt, c) still awaited: with many prompts that
 // are prefixes of one another, at most one per page of the longest (32 KiB each at H = 4096).
+//
+// With --kv-store, a prompt that loads c tokens from a stored entry (or starts from a prompt
+// that did, with c within what it loaded) takes the sum over [0, c) from the entry's
+// final-norm rows (kvcache/entry_scores.hpp), and every prompt's rows go to the store as
+// they are normed, for the runs to come.
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <utility>
 #include <vector>
@@ -26,8 +32,13 @@ namespace pf::pipeline {
 
 class HiddenStateRows {
  public:
+  // `mean` with --kv-store: where a stored prefix's sum comes from, and where rows go.
+  struct Store {
+    std::function<std::vector<double>(int entry, int64_t c)> prefix_sum;
+    std::function<void(int prompt, int64_t start, int count, const float* rows)> keep_rows;
+  };
   HiddenStateRows(compute::StageCompute& compute, compute::HiddenStatesKind kind, int hidden_size,
-                  const sched::BatchPlan& plan);
+                  const sched::BatchPlan& plan, Store store = {});
   // Takes micro-batch `mb`'s hidden rows [mb.length, H] (host memory).
   void take(const sched::MicroBatch& mb, const float* hidden);
   // The prompt's result row [H], valid after take() of its last chunk.
@@ -52,8 +63,10 @@ class HiddenStateRows {
   const int h_;
   std::vector<float> row_, normed_;
   std::vector<double> sum_;
-  std::vector<std::vector<int64_t>> save_at_;  // per prompt: the lengths c to keep its sum at, ascending
-  std::map<int, SumKey> starts_from_;          // per reusing prompt: the sum it starts from
+  std::vector<std::vector<int64_t>> save_at_;                 // per prompt: the lengths c to keep its sum at, ascending
+  std::map<int, SumKey> starts_from_;                         // per reusing prompt: the sum it starts from
+  std::map<int, std::pair<int, int64_t>> starts_from_store_;  // per prompt: (store entry, c)
+  Store store_;
   std::map<SumKey, SavedSum> saved_;
   std::map<int, std::vector<double>> restored_;  // per restored prompt: its sum at the restored position
 };

@@ -38,8 +38,7 @@ std::vector<sched::PrefixReuse> match_entries(const std::vector<kv::StoreEntry>&
       const int64_t limit = std::min<int64_t>(length, static_cast<int64_t>(stored.size()));
       const int64_t common = std::mismatch(ids, ids + limit, stored.begin()).first - ids;
       const int64_t reused = sched::reusable_prefix(common, page_size);
-      const bool scored =
-          !(wanted.logprobs || wanted.top_k > 0) || (entries[e].scores && entries[e].scores->serves(wanted));
+      const bool scored = entries[e].lends.serves(wanted);
       if (reused > 0 && !scored) unscored->insert(e);
       if (reused > offers[p].tokens && scored) offers[p] = {reused, -1, e};
     }
@@ -123,6 +122,14 @@ std::vector<kv::StoreEntry> KvStoreRun::open_incoming(bool load_prefixes) {
     if (load_prefixes) {
       all = kv::list_store_entries(dir_, key_, &unusable);
       note_entries_passed_over();
+      // The final-norm rows an entry lends are those of every entry of its chain.
+      for (kv::StoreEntry& entry : all) {
+        entry.lends.hidden_rows = true;
+        for (const kv::KvSourceFiles& f : entry.segments)
+          entry.lends.hidden_rows =
+              entry.lends.hidden_rows &&
+              kv::entry_hidden_rows(f.prompt_dir, f.tokens, f.first_position, model_.shape.hidden_size);
+      }
     }
     for (const kv::UnusableEntry& entry : unusable) {
       std::fprintf(stderr, "warning: --kv-store: not using %s/%s (%s): a run that stores the same prompt replaces it\n",
@@ -165,11 +172,15 @@ std::map<std::string, std::unique_ptr<kv::KvSource>> KvStoreRun::check_offers(co
   std::set<int> unscored;
   const auto note_unscored = [&] {  // rank 0, once the offers are settled
     if (unscored.empty()) return;
+    std::string asked;
+    if (scores_.logprobs) asked += "--logprobs";
+    if (scores_.top_k > 0)
+      asked += (asked.empty() ? "" : ", ") + std::string("--top-k ") + std::to_string(scores_.top_k) + " or more";
+    if (scores_.hidden_rows) asked += (asked.empty() ? "" : ", ") + std::string("--hidden-states mean");
     std::printf(
         "note: --kv-store: %zu entr%s sharing a prefix with this run's prompts hold no token scores of its kind "
-        "(--logprobs%s): stored by a run that did not score them, they lend it nothing\n",
-        unscored.size(), unscored.size() == 1 ? "y" : "ies",
-        scores_.top_k > 0 ? (" / --top-k " + std::to_string(scores_.top_k) + " or more").c_str() : "");
+        "(%s): stored by a run that did not score them, they lend it nothing\n",
+        unscored.size(), unscored.size() == 1 ? "y" : "ies", asked.c_str());
   };
   for (;;) {
     std::vector<int> to_check;  // indices into `all` (rank 0)
@@ -245,6 +256,18 @@ dist::RootOnly<std::map<int, std::string>> KvStoreRun::check_files(
                             f["first"].get<int64_t>()});
       source = kv::KvSource::open(layout_, segments, &problem);
     }
+    // The last stage sums the entry's final-norm rows: they must be whole, along the chain.
+    if (source && scores_.hidden_rows && topo_.world_rank == topo_.last_stage_leader()) {
+      std::vector<kv::HiddenRowsPart> chain;
+      for (const auto& f : entry["segments"])
+        chain.push_back({f["prompt_dir"].get<std::string>(), f["tokens"].get<int64_t>(), f["first"].get<int64_t>()});
+      try {
+        kv::sum_entry_hidden_rows(chain, model_.shape.hidden_size, chain.back().tokens);
+      } catch (const std::exception& e) {
+        source.reset();
+        problem = e.what();
+      }
+    }
     // Rank 0 copies the entry's token rows: they must be whole.
     if (source && topo_.is_writer() && (scores_.logprobs || scores_.top_k > 0) &&
         !kv::entry_scores(entry["segments"].back()["prompt_dir"].get<std::string>(),
@@ -283,7 +306,12 @@ void KvStoreRun::share_chosen_entries(const std::vector<kv::StoreEntry>& all) {
       offer.store_entry = it->second;
     }
     nlohmann::json list = nlohmann::json::array();
-    for (const auto& e : entries_) list.push_back({{"dir", e.dir}, {"prompt", e.prompt}});
+    for (const auto& e : entries_) {
+      nlohmann::json segments = nlohmann::json::array();
+      for (const kv::KvSourceFiles& f : e.segments)
+        segments.push_back({{"prompt_dir", f.prompt_dir}, {"tokens", f.tokens}, {"first", f.first_position}});
+      list.push_back({{"dir", e.dir}, {"prompt", e.prompt}, {"segments", segments}});
+    }
     return list.dump();
   }));
   if (!topo_.is_writer())
@@ -291,6 +319,13 @@ void KvStoreRun::share_chosen_entries(const std::vector<kv::StoreEntry>& all) {
       kv::StoreEntry entry;
       entry.dir = item["dir"].get<std::string>();
       entry.prompt = item["prompt"].get<int>();
+      for (const auto& f : item["segments"]) {
+        kv::KvSourceFiles part;
+        part.prompt_dir = f["prompt_dir"].get<std::string>();
+        part.tokens = f["tokens"].get<int64_t>();
+        part.first_position = f["first"].get<int64_t>();
+        entry.segments.push_back(std::move(part));
+      }
       entries_.push_back(std::move(entry));
     }
 }
@@ -302,12 +337,50 @@ void KvStoreRun::read_prefix(int entry, int64_t pos0, int count, float* keys, fl
 void KvStoreRun::read_scores(int entry, int64_t at, int count, float* logprobs, float* topk_logprobs,
                              int32_t* topk_ids) const {
   const kv::StoreEntry& e = entries_.at(entry);
-  kv::read_entry_scores(e.dir + "/" + kv::kv_prompt_dir_name(e.prompt), e.tokens, e.scores.value(), at, count,
-                        scores_.top_k, logprobs, topk_logprobs, topk_ids);
+  kv::read_entry_scores(e.dir + "/" + kv::kv_prompt_dir_name(e.prompt), e.tokens, e.lends, at, count, scores_.top_k,
+                        logprobs, topk_logprobs, topk_ids);
+}
+
+std::vector<kv::HiddenRowsPart> KvStoreRun::hidden_chain(const std::vector<kv::KvSourceFiles>& segments) {
+  std::vector<kv::HiddenRowsPart> chain;
+  for (const kv::KvSourceFiles& f : segments) chain.push_back({f.prompt_dir, f.tokens, f.first_position});
+  return chain;
+}
+
+std::vector<double> KvStoreRun::hidden_prefix_sum(int entry, int64_t c) const {
+  return kv::sum_entry_hidden_rows(hidden_chain(entries_.at(entry).segments), model_.shape.hidden_size, c);
+}
+
+void KvStoreRun::keep_hidden_rows(int prompt, int64_t start, int count, const float* rows) {
+  if (hidden_error_) return;
+  auto open = hidden_writers_.find(prompt);
+  if (open == hidden_writers_.end()) {
+    // From the prompt's first stored position only (a prompt restored from a checkpoint starts
+    // elsewhere: its entry keeps no rows, and lends nothing to runs asking for the mean).
+    if (start != firsts_.at(prompt)) return;
+    try {
+      open = hidden_writers_
+                 .emplace(prompt,
+                          std::make_unique<kv::HiddenRowsWriter>(incoming_ + "/" + kv::kv_prompt_dir_name(prompt),
+                                                                 lengths_.at(prompt), start, model_.shape.hidden_size))
+                 .first;
+    } catch (const std::exception& e) {
+      hidden_error_ = e.what();
+      return;
+    }
+  }
+  try {
+    open->second->add(start, count, rows);
+    if (start + count == lengths_.at(prompt)) hidden_writers_.erase(open);
+  } catch (const std::exception& e) {
+    hidden_error_ = e.what();
+    hidden_writers_.erase(open);
+  }
 }
 
 std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts, const io::ResultWriter* results) {
   std::optional<std::string> error = exporter_ ? exporter_->finish() : std::nullopt;
+  if (!error) error = hidden_error_;
   if (error) error = "--kv-store: " + *error + " (rank " + std::to_string(topo_.world_rank) + ")";
   error = dist::agree_on_errors(error, MPI_COMM_WORLD);
   // A prompt is an entry once every rank has its file.

@@ -33,8 +33,9 @@ class KvStoreRun {
  public:
   // Collective. `done`: the run's resume state (every rank). With `load_prefixes` false the
   // store is only written to.
-  // `scores`: the token rows the run scores (--logprobs, --top-k): it loads only entries that
-  // hold them (stored by a run that scored at least as much) and stores its own with its KV.
+  // `scores`: the token rows the run scores (--logprobs, --top-k, --hidden-states mean's
+  // final-norm rows): it loads only entries that hold them (stored by a run that scored at least
+  // as much) and stores its own with its KV.
   // `limit_bytes`: --kv-store-limit (0: none).
   // `backend` and `cpu_dtype`: the cache's precision is part of an entry's key (a cuda or a
   // --dtype bf16 run's KV is not lent to a float32 cpu run, nor the other way: the results
@@ -58,6 +59,10 @@ class KvStoreRun {
   // Rank 0: token rows [at, at + count) of entry `entry`, as io::ResultWriter::read_token_rows
   // gives them (kvcache/entry_scores.hpp).
   void read_scores(int entry, int64_t at, int count, float* logprobs, float* topk_logprobs, int32_t* topk_ids) const;
+  // --hidden-states mean, on the last stage's TP rank 0: the float64 sum of entry `entry`'s
+  // final-norm rows [0, c); and each computed chunk's rows, kept for the prompt's entry.
+  std::vector<double> hidden_prefix_sum(int entry, int64_t c) const;
+  void keep_hidden_rows(int prompt, int64_t start, int count, const float* rows);
   // Collective. Waits for every rank's writes, then rank 0 publishes each prompt every rank
   // finished (with its token rows from `results`, in a scoring run) and, with a limit
   // (--kv-store-limit), evicts the least recently used entries no run is using. The first
@@ -91,7 +96,10 @@ class KvStoreRun {
   std::vector<std::unique_ptr<kv::KvSource>> sources_;  // per entry: this rank's rows of it
   std::set<std::string> damaged_;   // rank 0: entry names found damaged, which this run's copies replace
   std::vector<kv::EntryUse> uses_;  // this rank's locks on the entries it checks and loads (kv_store.hpp)
+  static std::vector<kv::HiddenRowsPart> hidden_chain(const std::vector<kv::KvSourceFiles>& segments);
   kv::ScoresLayout scores_;
+  std::map<int, std::unique_ptr<kv::HiddenRowsWriter>> hidden_writers_;  // the last stage's TP rank 0
+  std::optional<std::string> hidden_error_;
   uint64_t limit_bytes_ = 0;
 };
 

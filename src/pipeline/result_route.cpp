@@ -30,7 +30,9 @@ struct MessageLayout {
 
 // Micro-batches that produce a message: every chunk when token rows are asked for, else
 // each prompt's last chunk.
-bool has_results(const sched::MicroBatch& mb, TokenRowLayout rows) { return mb.is_last || rows.any(); }
+bool has_results(const sched::MicroBatch& mb, TokenRowLayout rows) {
+  return mb.is_last || rows.any();
+}
 
 // `ids` receives the top-k ids, copied out of the float message (they travel as int32 bits).
 TokenRows token_rows_of(const sched::MicroBatch& mb, TokenRowLayout layout, const float* part,
@@ -55,7 +57,9 @@ TokenRows token_rows_of(const sched::MicroBatch& mb, TokenRowLayout layout, cons
   return rows;
 }
 
-void put_ttft(float* at, double ttft) { std::memcpy(at, &ttft, sizeof ttft); }
+void put_ttft(float* at, double ttft) {
+  std::memcpy(at, &ttft, sizeof ttft);
+}
 double get_ttft(const float* at) {
   double ttft;
   std::memcpy(&ttft, at, sizeof ttft);
@@ -72,13 +76,14 @@ void deliver(const sched::MicroBatch& mb, int vocab, int hidden_width, TokenRowL
   }
   if (!mb.is_last) return;
   const float* logits = message + layout.token_floats;
-  sink.prompt_row(mb.prompt, logits, hidden_width > 0 ? logits + vocab : nullptr, get_ttft(logits + vocab + hidden_width));
+  sink.prompt_row(mb.prompt, logits, hidden_width > 0 ? logits + vocab : nullptr,
+                  get_ttft(logits + vocab + hidden_width));
 }
 
 }  // namespace
 
-ResultSender::ResultSender(const dist::Topology& topology, int vocab_size, int hidden_width,
-                           TokenRowLayout token_rows, ResultSink& local_sink)
+ResultSender::ResultSender(const dist::Topology& topology, int vocab_size, int hidden_width, TokenRowLayout token_rows,
+                           ResultSink& local_sink)
     : topology_(topology),
       vocab_size_(vocab_size),
       hidden_width_(hidden_width),
@@ -128,8 +133,8 @@ void ResultSender::flush() {
   pending_.clear();
 }
 
-ResultInbox::ResultInbox(const dist::Topology& topology, const sched::BatchPlan& plan, int vocab_size,
-                         int hidden_width, TokenRowLayout token_rows, ResultSink& sink)
+ResultInbox::ResultInbox(const dist::Topology& topology, const sched::BatchPlan& plan, int vocab_size, int hidden_width,
+                         TokenRowLayout token_rows, ResultSink& sink)
     : topology_(topology),
       plan_(plan),
       vocab_size_(vocab_size),

@@ -169,8 +169,18 @@ StageLoop::StageLoop(StageLoopContext& ctx)
     if (ctx.token_rows.any())
       scorer_ = std::make_unique<TokenScorer>(topo_, ctx.compute, ctx.prompts, ctx.vocab_size, ctx.token_rows);
     logits_shard_.resize(ctx.compute.vocab_shard_size());
-    if (hidden_width_ > 0 && topo_.tp_rank == 0)
-      hidden_rows_ = std::make_unique<HiddenStateRows>(ctx.compute, ctx.hidden_states, ctx.hidden_size, ctx.plan);
+    if (hidden_width_ > 0 && topo_.tp_rank == 0) {
+      HiddenStateRows::Store store;  // --hidden-states mean with --kv-store: sums lent, rows kept
+      if (ctx.kv_store && ctx.hidden_states == compute::HiddenStatesKind::kMean) {
+        KvStoreRun* kv_store = ctx.kv_store;
+        store.prefix_sum = [kv_store](int entry, int64_t c) { return kv_store->hidden_prefix_sum(entry, c); };
+        store.keep_rows = [kv_store](int prompt, int64_t start, int count, const float* rows) {
+          kv_store->keep_hidden_rows(prompt, start, count, rows);
+        };
+      }
+      hidden_rows_ = std::make_unique<HiddenStateRows>(ctx.compute, ctx.hidden_states, ctx.hidden_size, ctx.plan,
+                                                       std::move(store));
+    }
   }
   if (ctx.checkpoint) {
     ctx.checkpoint->start(ctx.plan, ctx.compute, scorer_.get(), hidden_rows_.get());

@@ -94,7 +94,8 @@ void TokenScorer::score_block(const sched::MicroBatch& mb, int first_row, int ro
   for (int r = 0; r < rows; ++r) {
     const size_t row = first_row + r;
     compute::merge_row_summaries(merged_from + r * record_bytes_, topology_.tp, rank_stride, k,
-                                 layout_.logprobs ? &next_logprob_[row] : nullptr, topk_logprobs + row * k, ids_.data());
+                                 layout_.logprobs ? &next_logprob_[row] : nullptr, topk_logprobs + row * k,
+                                 ids_.data());
     if (k > 0) std::memcpy(topk_ids + row * k, ids_.data(), sizeof(int32_t) * k);
   }
 }

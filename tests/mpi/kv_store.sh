@@ -27,6 +27,11 @@
 #   shared        A's third prompt takes the document from its first in the batch: its entry holds
 #                 only its own rows and names the first's as its parent; a prompt extending the
 #                 third loads its prefix through that chain (rows from both entries) and is right
+#   hidden_mean   A with --hidden-states mean keeps each prompt's final-norm rows with its KV
+#                 (the third prompt's from its first stored position on, its parent holding the
+#                 rest); B with --hidden-states mean loads the document (its third prompt reuses
+#                 96 tokens of its first, which loaded them: that sum comes from the store too) and
+#                 its mean hidden states equal a full computation's
 #   limit         B with --kv-store-limit 1K: every entry it neither loaded nor added is removed
 #                 (A's unrelated prompt among them), a note says how many, a warning that its own
 #                 keep the store over the limit; B's results are right and the store still serves
@@ -194,6 +199,14 @@ PY
     run_b b 4 --pp 2 --tp 2
     grep -q "^prefix reuse: .*(320 loaded from --kv-store)" "$work/b.log" || fail "the chained entry was not loaded"
     same_results b 4 --pp 2 --tp 2 ;;
+  hidden_mean)
+    pipefill_mpi 4 "${common[@]}" --pp 2 --tp 2 --input "$work/a.h5" --output "$work/out_a.h5" --kv-store "$store" \
+      --hidden-states mean --quiet
+    [ "$(ls "$store"/*/prompt-*/hidden_rows.json | wc -l)" -eq 3 ] || fail "A did not keep its prompts' final-norm rows"
+    run_b b 4 --pp 2 --tp 2 --hidden-states mean
+    grep -q "^prefix reuse: .*(288 loaded from --kv-store)" "$work/b.log" || fail "a mean run loaded no prefix"
+    [ "$(reused b)" = "288 0 96" ] || fail "reused tokens $(reused b), expected 288 0 96"
+    same_results b 4 --pp 2 --tp 2 --hidden-states mean ;;
   concurrent)
     ( run_a first ) & first=$!
     ( run_a second ) & second=$!
