@@ -5,7 +5,9 @@
 # --no-prefix-cache, in one run; prints each run's wall time, mean TTFT, tokens computed and
 # reused, the ratios, and how far apart the two runs' logits and log-probs are. Then the KV
 # store: the document alone is stored by one run (--kv-store), and the questions are run again
-# served from the store against from scratch (no store).
+# served from the store against from scratch (no store), and the store's bytes: each question's
+# entry holds only its own rows and names the document's (kvcache/kv_store.hpp), against what
+# storing every prompt whole would take.
 # usage: scripts/bench_prefix_reuse.sh [MODEL] [DOC] [QUESTIONS]   (env CHUNK, default 512)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -93,3 +95,12 @@ print(f"served from the store: {wall['questions_from_scratch'] / wall['questions
       f"than from scratch (and it also writes its own prompts into the store)")
 PY
 du -sh "$work/store" | sed 's/^/store size: /'
+"$venv_python" scripts/kv_store.py ls "$work/store" --json | "$venv_python" -c '
+import json, sys
+entries = json.load(sys.stdin)
+root = max(entries, key=lambda e: e["bytes"] if not e.get("parent") else 0)
+per_token = root["bytes"] / root["tokens"]  # a whole entry: its bytes a token
+whole = sum(e["tokens"] * per_token for e in entries)
+stored = sum(e["bytes"] for e in entries)
+print(f"store: {len(entries)} entries ({len(entries) - 1} questions naming the document), {stored / 1e6:.1f} MB; "
+      f"each stored whole: {whole / 1e6:.1f} MB ({whole / stored:.1f}x)")'
