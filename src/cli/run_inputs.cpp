@@ -21,9 +21,13 @@ void check_run_paths(const RunOptions& o) {
   if (!o.save_kv.empty()) io::require_writable_directory(o.save_kv, "--save-kv");
   if (!o.kv_store.empty()) io::require_writable_directory(o.kv_store, "--kv-store");
   if (cost_file) io::require_regular_file(cost_path, "--cost-model");
+  // The checkpoints of a stop or --checkpoint-every go to OUTPUT.checkpoint (removed whole
+  // once the output is complete): no export may be that directory, lie inside it or hold it.
+  const std::string checkpoints = o.output + ".checkpoint";
   const std::vector<io::PathRole> files = {{"--input", o.input},
                                            {"--output", o.output},
                                            {"the output's partial file", o.output + ".partial"},
+                                           {"the output's checkpoint directory", checkpoints},
                                            {"--trace", o.trace},
                                            {"--cost-model", cost_file ? cost_path : ""}};
   std::vector<io::PathRole> all = files;
@@ -36,6 +40,8 @@ void check_run_paths(const RunOptions& o) {
   io::require_outside_directory(files, {"--kv-store", o.kv_store});
   io::require_outside_directory({{"--save-kv", o.save_kv}}, {"--kv-store", o.kv_store});
   io::require_outside_directory({{"--kv-store", o.kv_store}}, {"--save-kv", o.save_kv});
+  io::require_outside_directory({{"--save-kv", o.save_kv}, {"--kv-store", o.kv_store}},
+                                {"the output's checkpoint directory", checkpoints});
   // An earlier run's output can stand for hours of compute: replaced only when asked.
   std::error_code missing;
   if (!o.resume && !o.overwrite && std::filesystem::exists(o.output, missing))

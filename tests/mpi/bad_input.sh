@@ -92,6 +92,10 @@ case $case in
     expect="--kv-store needs real compute" ;;
   kv_store_inside_save_kv) mkdir -p "$work/kv/store"; extra=(--pp 2 --save-kv "$work/kv" --kv-store "$work/kv/store")
     expect="--kv-store $work/kv/store lies inside --save-kv $work/kv" ;;
+  save_kv_is_checkpoint_dir) mkdir -p "$out.checkpoint"; extra=(--pp 2 --save-kv "$out.checkpoint")
+    expect="the output's checkpoint directory" ;;
+  kv_store_inside_checkpoint_dir) mkdir -p "$out.checkpoint/store"; extra=(--pp 2 --kv-store "$out.checkpoint/store")
+    expect="--kv-store $out.checkpoint/store lies inside the output's checkpoint directory" ;;
   output_empty) out=""; expect="--output is empty" ;;
   trace_directory_missing) extra=(--pp 2 --trace "$work/missing/t.json"); expect="does not exist" ;;
   trace_is_directory) extra=(--pp 2 --trace "$work"); expect="--trace $work is a directory" ;;
