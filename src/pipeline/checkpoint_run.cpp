@@ -187,6 +187,8 @@ void CheckpointRun::restore(const std::vector<char>& done, io::ResultWriter* res
           return "";  // that prompt is done
         else if (tokens <= 0 || tokens >= lengths_[p])
           why = "a position outside its prompt";
+        else if (!std::regex_match(m.value("files", std::string()), std::regex("(pp[0-9]+_tp[0-9]+_layers[0-9.]+)?")))
+          why = "a files directory of no layout";
         if (!why.empty()) {
           std::printf("note: %s is of %s: not used\n", candidates[c].second.c_str(), why.c_str());
           return "";

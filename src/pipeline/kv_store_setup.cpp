@@ -178,8 +178,8 @@ std::map<std::string, std::unique_ptr<kv::KvSource>> KvStoreRun::check_offers(co
       asked += (asked.empty() ? "" : ", ") + std::string("--top-k ") + std::to_string(scores_.top_k) + " or more";
     if (scores_.hidden_rows) asked += (asked.empty() ? "" : ", ") + std::string("--hidden-states mean");
     std::printf(
-        "note: --kv-store: %zu entr%s sharing a prefix with this run's prompts hold no token scores of its kind "
-        "(%s): stored by a run that did not score them, they lend it nothing\n",
+        "note: --kv-store: %zu entr%s sharing a prefix with this run's prompts hold not all it scores (%s): "
+        "stored by a run that did not score as much, they lend it nothing\n",
         unscored.size(), unscored.size() == 1 ? "y" : "ies", asked.c_str());
   };
   for (;;) {
