@@ -80,7 +80,19 @@ std::unique_ptr<KvSource> KvSource::open(const KvExportLayout& need, const std::
   return source;
 }
 
+// Whatever goes wrong while checking (a file that cannot be opened: EMFILE, a race with its
+// removal) is the segment's problem, reported like any other, never an exception that one rank
+// alone would throw while the others wait.
 bool KvSource::add_segment(const KvSourceFiles& files, int64_t end, std::string* problem) {
+  try {
+    return check_segment(files, end, problem);
+  } catch (const std::exception& e) {
+    *problem = files.prompt_dir + ": " + e.what();
+    return false;
+  }
+}
+
+bool KvSource::check_segment(const KvSourceFiles& files, int64_t end, std::string* problem) {
   const KvExportLayout& need = need_;
   const std::string own_name = fs::path(kv_file_name(files.prompt, need.stage, need.tp_rank)).filename().string();
   std::vector<std::string> unreadable;
@@ -148,7 +160,7 @@ bool KvSource::add_segment(const KvSourceFiles& files, int64_t end, std::string*
     }
     for (int64_t r = segment.begin; r < end && r < static_cast<int64_t>(sums.size()); ++r)
       position_sums_[static_cast<size_t>(r)] += sums[static_cast<size_t>(r)];
-    segment.files.push_back(std::make_unique<io::SafetensorsFile>(f.path));
+    segment.paths.push_back(f.path);
   }
   const FileHolding& first = holdings[used.front()];
   same_layout_ = segments_.empty() && used.size() == 1 && first.name == own_name &&
@@ -162,9 +174,12 @@ void KvSource::read(int64_t pos0, int count, float* keys, float* values) {
   const size_t d = static_cast<size_t>(need_.head_dim);
   const size_t parts = need_.latent ? 1 : 2;
   std::vector<uint64_t> sums(static_cast<size_t>(count), 0);
-  for (const Segment& segment : segments_) {
+  for (Segment& segment : segments_) {
     const int64_t a = std::max(pos0, segment.begin), b = std::min(pos0 + count, segment.end);
     if (a >= b) continue;
+    if (segment.files.empty())
+      for (const std::string& path : segment.paths)
+        segment.files.push_back(std::make_unique<io::SafetensorsFile>(path));
     for (size_t s = 0; s < segment.slices.size(); ++s) {
       const Slice& slice = segment.slices[s];
       // slices are [layer][key/value][head]: the place in keys or values follows from s.
@@ -178,10 +193,11 @@ void KvSource::read(int64_t pos0, int count, float* keys, float* values) {
         sums[a - pos0 + r] +=
             checksum_term(slice.tensor_hash, slice.file_head, a + r, row_hash(rows + r * d, d * sizeof(float)));
     }
+    if (b == segment.end) segment.files.clear();  // its last rows read
   }
   for (int r = 0; r < count; ++r)
     if (position_sums_.at(static_cast<size_t>(pos0 + r)) != sums[r])
-      throw std::runtime_error(segments_.back().files.front()->path() + " (or a file beside it): position " +
+      throw std::runtime_error(segments_.back().paths.front() + " (or a file beside it): position " +
                                std::to_string(pos0 + r) +
                                " changed after it was checked (written to by something else during this run)");
 }

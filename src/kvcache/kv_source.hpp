@@ -52,7 +52,8 @@ class KvSource {
 
   // Rows [pos0, pos0 + count) of need's layers and heads, into keys and values each
   // [layers][kv_heads][count][head_dim] (StageCompute::write_kv's layout; a latent layout's rows
-  // into keys, values untouched). A row changed since the check throws std::runtime_error.
+  // into keys, values untouched). A row changed since the check, or a file gone, throws
+  // std::runtime_error.
   void read(int64_t pos0, int count, float* keys, float* values);
 
   // True when every row comes from one file of need's own stage and TP rank (the layout that
@@ -71,11 +72,15 @@ class KvSource {
   };
   struct Segment {  // the files holding positions [begin, end)
     int64_t begin = 0, end = 0;
+    std::vector<std::string> paths;
+    // Opened at the segment's first read, closed after its last (reads go forward): a run
+    // loading many stored prefixes holds the descriptors of one segment at a time.
     std::vector<std::unique_ptr<io::SafetensorsFile>> files;
     std::vector<Slice> slices;
   };
   // One segment's files checked, its slices found; false with `problem` set.
   bool add_segment(const KvSourceFiles& files, int64_t end, std::string* problem);
+  bool check_segment(const KvSourceFiles& files, int64_t end, std::string* problem);
   KvExportLayout need_;
   std::vector<Segment> segments_;
   std::vector<uint64_t> position_sums_;

@@ -51,6 +51,13 @@ std::vector<StoreEntry> resolve_chains(std::vector<StoreEntry> entries, std::vec
         break;
       }
       const StoreEntry& held = entries[parent->second];
+      // A parent holds its own rows from its first position: it must begin before its child
+      // does (else rows [its first, the child's) would come from nowhere or twice).
+      if (held.first_position >= child.first_position) {
+        why = "its parent " + child.parent + " holds its own rows only from position " +
+              std::to_string(held.first_position) + ", not before position " + std::to_string(child.first_position);
+        break;
+      }
       if (held.tokens < child.first_position ||
           !std::equal(child.ids.begin(), child.ids.begin() + child.first_position, held.ids.begin())) {
         why = "its parent " + child.parent + " does not hold the tokens it takes from it";
@@ -312,7 +319,7 @@ Eviction evict_to_limit(const std::string& dir, uint64_t limit, const std::set<s
     std::vector<std::string> group = {entry.name};
     for (size_t k = 0; k < group.size(); ++k)
       for (const std::string& child : children[group[k]])
-        if (std::find(group.begin(), group.end(), child) == group.end()) group.push_back(child);
+        if (!gone.count(child) && std::find(group.begin(), group.end(), child) == group.end()) group.push_back(child);
     if (std::any_of(group.begin(), group.end(), [&](const std::string& name) { return keep.count(name) > 0; }))
       continue;
     std::vector<int> locks;
@@ -323,7 +330,8 @@ Eviction evict_to_limit(const std::string& dir, uint64_t limit, const std::set<s
         locks.push_back(fd);
         continue;
       }
-      if (fd >= 0) ::close(fd);  // a run is using it
+      if (fd < 0 && errno == ENOENT) continue;  // gone meanwhile (another run evicted it)
+      if (fd >= 0) ::close(fd);                 // a run is using it
       free = false;
       break;
     }

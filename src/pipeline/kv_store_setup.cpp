@@ -21,6 +21,9 @@ namespace pf::pipeline {
 
 namespace {
 
+// Why an entry is not used when an eviction holds its lock (not damage: it is not replaced).
+constexpr const char* kInUseConflict = "another run is removing it (--kv-store-limit)";
+
 // Rank 0: for each prompt still to compute, the entry sharing the longest prefix with it,
 // among those not known to be bad and holding the token scores the run asks for;
 // `unscored` counts the entries passed over for want of them.
@@ -97,11 +100,14 @@ void KvStoreRun::start(const std::vector<sched::PrefixReuse>& reuse) {
         name_parent(r.source);
         parent = kv::store_entry_name(key_, token_hashes_.at(r.source), lengths_.at(r.source));
       }
-      for (auto it = held.find(parent); it != held.end() && it->second.second >= firsts[p] && !it->second.first.empty();
+      std::set<std::string> walked = {parent};
+      for (auto it = held.find(parent); it != held.end() && it->second.second >= firsts[p] &&
+                                        !it->second.first.empty() && walked.insert(it->second.first).second;
            it = held.find(parent))
         parent = it->second.first;
       parents_[p] = parent;
-      held[kv::store_entry_name(key_, token_hashes_.at(p), lengths_.at(p))] = {parent, firsts[p]};
+      // An entry already in the store keeps its own structure (publishing keeps the first copy).
+      held.emplace(kv::store_entry_name(key_, token_hashes_.at(p), lengths_.at(p)), std::make_pair(parent, firsts[p]));
     };
     for (int p = 0; p < static_cast<int>(lengths_.size()); ++p) name_parent(p);
   }
@@ -218,7 +224,9 @@ std::map<std::string, std::unique_ptr<kv::KvSource>> KvStoreRun::check_offers(co
                    "warning: --kv-store: not using %s (%s): its prompts compute that prefix, and a run that "
                    "stores the same prompt replaces it\n",
                    all[e].dir.c_str(), why->second.c_str());
-      damaged_.insert(std::filesystem::path(all[e].dir).filename().string());
+      // (An entry another run is evicting is not damaged: nothing replaces it.)
+      if (why->second.find(kInUseConflict) == std::string::npos)
+        damaged_.insert(std::filesystem::path(all[e].dir).filename().string());
     }
   }
 }
@@ -233,15 +241,19 @@ dist::RootOnly<std::map<int, std::string>> KvStoreRun::check_files(
     const nlohmann::json& entry = checking[i];
     // In use from before the check to the end of the run, with every entry of its chain: no
     // other run's eviction removes them.
-    std::vector<kv::EntryUse> uses;
+    // One lock per directory and process: POSIX locks are the process's, and closing a second
+    // descriptor of a file this run already holds would release the first one's lock.
+    std::map<std::string, kv::EntryUse> uses;
     std::string problem;
-    for (const auto& dir : entry["chain"]) {
-      std::optional<kv::EntryUse> use = kv::EntryUse::take(dir.get<std::string>());
+    for (const auto& item : entry["chain"]) {
+      const std::string dir = item.get<std::string>();
+      if (uses_.count(dir) || uses.count(dir)) continue;
+      std::optional<kv::EntryUse> use = kv::EntryUse::take(dir);
       if (!use) {
-        problem = "another run is removing " + dir.get<std::string>() + " (--kv-store-limit)";
+        problem = dir + ": " + kInUseConflict;
         break;
       }
-      uses.push_back(std::move(*use));
+      uses.emplace(dir, std::move(*use));
     }
     std::unique_ptr<kv::KvSource> source;
     if (problem.empty()) {
@@ -276,7 +288,7 @@ dist::RootOnly<std::map<int, std::string>> KvStoreRun::check_files(
       problem = "its token scores (scores.json, scores.bin) are incomplete or do not match their checksum";
     }
     if (source) {
-      for (kv::EntryUse& use : uses) uses_.push_back(std::move(use));
+      for (auto& [dir, use] : uses) uses_.emplace(dir, std::move(use));
       checked[entry["dir"].get<std::string>()] = std::move(source);
     } else {
       problems[std::to_string(i)] = problem;
@@ -423,8 +435,13 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts, cons
             index["parent"] = parent;
             index["parent_tokens"] = firsts_.at(p);
           }
-          ours.insert(kv::publish_store_entry(dir_, incoming_, key_, p, copy, exporter_->tokens_hash(p),
-                                              index.dump(1) + "\n", damaged_));
+          const std::string name = kv::publish_store_entry(dir_, incoming_, key_, p, copy, exporter_->tokens_hash(p),
+                                                           index.dump(1) + "\n", damaged_);
+          ours.insert(name);
+          // Held until the run ends: its children, published next, must find it there.
+          if (!uses_.count(dir_ + "/" + name))
+            if (std::optional<kv::EntryUse> use = kv::EntryUse::take(dir_ + "/" + name))
+              uses_.emplace(dir_ + "/" + name, std::move(*use));
           it = waiting.erase(it);
           published = true;
         }

@@ -94,8 +94,9 @@ class KvStoreRun {
   std::vector<int64_t> firsts_;       // per prompt: the tokens that entry holds for it
   std::unique_ptr<kv::KvExporter> exporter_;
   std::vector<std::unique_ptr<kv::KvSource>> sources_;  // per entry: this rank's rows of it
-  std::set<std::string> damaged_;   // rank 0: entry names found damaged, which this run's copies replace
-  std::vector<kv::EntryUse> uses_;  // this rank's locks on the entries it checks and loads (kv_store.hpp)
+  std::set<std::string> damaged_;  // rank 0: entry names found damaged, which this run's copies replace
+  // This rank's locks on the entries it checks, loads and publishes, one per directory (kv_store.hpp).
+  std::map<std::string, kv::EntryUse> uses_;
   static std::vector<kv::HiddenRowsPart> hidden_chain(const std::vector<kv::KvSourceFiles>& segments);
   kv::ScoresLayout scores_;
   std::map<int, std::unique_ptr<kv::HiddenRowsWriter>> hidden_writers_;  // the last stage's TP rank 0

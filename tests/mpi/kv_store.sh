@@ -32,6 +32,9 @@
 #                 rest); B with --hidden-states mean loads the document (its third prompt reuses
 #                 96 tokens of its first, which loaded them: that sum comes from the store too) and
 #                 its mean hidden states equal a full computation's
+#   rerun         a prompt stored whole run again beside one extending it (the stored prompt loads
+#                 its prefix from its own entry, the other takes it from the first in the batch):
+#                 no hang naming parents, the results right, the extension names the stored entry
 #   limit         B with --kv-store-limit 1K: every entry it neither loaded nor added is removed
 #                 (A's unrelated prompt among them), a note says how many, a warning that its own
 #                 keep the store over the limit; B's results are right and the store still serves
@@ -207,6 +210,22 @@ PY
     grep -q "^prefix reuse: .*(288 loaded from --kv-store)" "$work/b.log" || fail "a mean run loaded no prefix"
     [ "$(reused b)" = "288 0 96" ] || fail "reused tokens $(reused b), expected 288 0 96"
     same_results b 4 --pp 2 --tp 2 --hidden-states mean ;;
+  rerun)
+    run_a a
+    "$PYTHON" - "$work" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(f"{sys.argv[1]}/a.h5") as f:
+    first = f["tokens"][f["offsets"][0]:f["offsets"][1]]
+extension = np.concatenate([first[:300], np.arange(30, dtype=np.int32)])
+with h5py.File(f"{sys.argv[1]}/b.h5", "w") as f:
+    f["tokens"] = np.concatenate([first, extension]).astype(np.int32)
+    f["offsets"] = np.array([0, len(first), len(first) + len(extension)], np.int64)
+PY
+    run_b b 4 --pp 2 --tp 2
+    grep -q "loaded from --kv-store" "$work/b.log" || fail "nothing was loaded"
+    same_results b 4 --pp 2 --tp 2
+    [ "$(entries)" -eq 4 ] || fail "the store holds $(entries) entries, expected 4 (the rerun prompt once)"
+    grep -q '"parent"' "$(echo "$store"/*-330)/index.json" || fail "the extension stored its prefix again" ;;
   concurrent)
     ( run_a first ) & first=$!
     ( run_a second ) & second=$!

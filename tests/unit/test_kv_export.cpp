@@ -6,9 +6,11 @@
 
 #include <filesystem>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <numeric>
 #include <vector>
 
+#include "io/fnv1a.hpp"
 #include "io/safetensors.hpp"
 #include "kvcache/kv_export.hpp"
 #include "kvcache/kv_source.hpp"
@@ -224,6 +226,37 @@ TEST_F(KvExport, AnyLayoutReadsTheRowsItNeedsFromAnotherLayoutsFiles) {
   EXPECT_NE(problem.find("holds layer 2's KV head 1"), std::string::npos) << problem;
 }
 
+// A stored prompt whose first 4 rows another entry holds: its file begins at position 4, and a
+// read across the boundary takes rows from both, each checked.
+TEST_F(KvExport, AChainOfEntriesIsReadAcrossItsBoundary) {
+  const KvExportLayout layout = small_layout(dir_.string());
+  KvExportLayout parent = layout, child = layout;
+  parent.dir = (dir_ / "parent").string();
+  child.dir = (dir_ / "child").string();
+  {
+    KvExporter whole(parent, {9}, {5});
+    whole.add_chunk(0, 0, 9, chunk_rows(layout, 0, 0, 9), chunk_rows(layout, 1, 0, 9), true);
+    ASSERT_FALSE(whole.finish().has_value());
+    KvExporter own(child, {8}, {6}, KvFileMode::kExport, {4});  // rows [0, 4) are the parent's
+    own.add_chunk(0, 0, 6, chunk_rows(layout, 0, 0, 6), chunk_rows(layout, 1, 0, 6), false);
+    own.add_chunk(0, 6, 2, chunk_rows(layout, 0, 6, 2), chunk_rows(layout, 1, 6, 2), true);
+    ASSERT_FALSE(own.finish().has_value());
+  }
+  const io::SafetensorsFile file((dir_ / "child" / kv_file_name(0, 1, 1)).string());
+  EXPECT_EQ(file.metadata().at("first_position"), "4");
+  EXPECT_EQ(file.info("layers.2.key").shape, (std::vector<int64_t>{2, 4, 3}));
+  const std::vector<KvSourceFiles> chain = {{(dir_ / "parent" / kv_prompt_dir_name(0)).string(), 0, 9, 5, -1, {}, 0},
+                                            {(dir_ / "child" / kv_prompt_dir_name(0)).string(), 0, 8, 6, -1, {}, 4}};
+  std::string problem;
+  std::unique_ptr<KvSource> source = KvSource::open(layout, chain, &problem);
+  ASSERT_TRUE(source) << problem;
+  const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * 6 * layout.head_dim;
+  std::vector<float> keys(floats), values(floats);
+  source->read(1, 6, keys.data(), values.data());  // rows 1..3 from the parent, 4..6 from the child
+  EXPECT_EQ(keys, chunk_rows(layout, 0, 1, 6));
+  EXPECT_EQ(values, chunk_rows(layout, 1, 1, 6));
+}
+
 }  // namespace
 }  // namespace pf::kv
 
@@ -397,6 +430,60 @@ TEST_F(KvExport, EvictionTakesTheEntriesBuiltOnAnEntryWithIt) {
   const Eviction eviction = evict_to_limit(dir_.string(), 100, {});
   EXPECT_EQ(eviction.evicted, (std::vector<std::string>{"q2", "q1", "doc"})) << "children first";
   EXPECT_TRUE(fs::is_empty(dir_));
+}
+
+// Children used less recently than their parent (the usual order: using a child touches the
+// whole chain) go first, and the parent after them in the same pass.
+TEST_F(KvExport, EvictionRemovesAParentAfterItsOlderChildren) {
+  fs::create_directories(dir_);
+  auto make_entry = [&](const std::string& name, const std::string& parent) {
+    fs::create_directories(dir_ / name);
+    std::ofstream(dir_ / name / "data.bin") << std::string(1000, 'x');
+    std::ofstream(dir_ / name / "index.json") << (parent.empty() ? "{}" : "{\"parent\": \"" + parent + "\"}");
+    EXPECT_TRUE(EntryUse::take((dir_ / name).string()).has_value());
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  };
+  make_entry("q1", "doc");
+  make_entry("q2", "doc");
+  make_entry("doc", "");
+  const Eviction eviction = evict_to_limit(dir_.string(), 100, {});
+  EXPECT_EQ(eviction.in_use, 0);
+  EXPECT_EQ(eviction.evicted, (std::vector<std::string>{"q1", "q2", "doc"}));
+  EXPECT_TRUE(fs::is_empty(dir_));
+}
+
+// A chain whose parent holds its own rows only from a position at or past its child's first is
+// refused (its rows would come twice or from nowhere), and so is one whose parent is gone.
+TEST_F(KvExport, StoreChainsMustBeginBeforeTheirChildren) {
+  const std::vector<int32_t> ids = {1, 2, 3, 4, 5, 6, 7, 8};
+  auto make_entry = [&](int64_t tokens, const std::string& parent, int64_t first) {
+    const uint64_t hash = io::Fnv1a().add(ids.data(), tokens * sizeof(int32_t)).value;
+    const std::string name = store_entry_name("k", hash, tokens);
+    fs::create_directories(dir_ / name);
+    std::ofstream(dir_ / name / "tokens.i32", std::ios::binary)
+        .write(reinterpret_cast<const char*>(ids.data()), static_cast<std::streamsize>(tokens * sizeof(int32_t)));
+    nlohmann::json index = {{"prompts", {{"0", {{"tokens", tokens}, {"tokens_fnv1a", tokens_hash_text(hash)}}}}}};
+    if (!parent.empty()) index.update({{"parent", parent}, {"parent_tokens", first}});
+    std::ofstream(dir_ / name / "index.json") << index.dump();
+    return name;
+  };
+  const std::string root = make_entry(8, "", 0);
+  const std::string middle = make_entry(7, root, 5);
+  make_entry(6, middle, 5);  // begins where its parent's own rows begin: refused
+  std::vector<UnusableEntry> unusable;
+  std::vector<StoreEntry> listed = list_store_entries(dir_.string(), "k", &unusable);
+  ASSERT_EQ(listed.size(), 2u);
+  ASSERT_EQ(unusable.size(), 1u);
+  EXPECT_NE(unusable[0].reason.find("holds its own rows only from position 5"), std::string::npos)
+      << unusable[0].reason;
+  for (const StoreEntry& entry : listed)
+    if (entry.parent == root) {
+      ASSERT_EQ(entry.segments.size(), 2u);
+      EXPECT_EQ(entry.segments[1].first_position, 5);
+    }
+  fs::remove_all(dir_ / root);
+  listed = list_store_entries(dir_.string(), "k", &unusable);
+  EXPECT_TRUE(listed.empty()) << "entries whose chain lost its root";
 }
 
 }  // namespace
