@@ -198,6 +198,26 @@ void remove_abandoned_incoming(const std::string& dir) {
   }
 }
 
+namespace {
+
+constexpr const char* kInUse = "in_use";
+
+// A POSIX lock on the whole of `fd`, without waiting: true when taken.
+bool lock_file(int fd, short type) {
+  struct flock lock {};
+  lock.l_type = type;
+  lock.l_whence = SEEK_SET;
+  return ::fcntl(fd, F_SETLK, &lock) == 0;
+}
+
+double modified_s(const fs::path& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0) return 0;
+  return static_cast<double>(info.st_mtim.tv_sec) + 1e-9 * static_cast<double>(info.st_mtim.tv_nsec);
+}
+
+}  // namespace
+
 std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& key, int prompt,
                                 const std::vector<int32_t>& ids, uint64_t tokens_hash, const std::string& index_json,
                                 const std::set<std::string>& replace) {
@@ -219,10 +239,20 @@ std::string publish_store_entry(const std::string& dir, const std::string& incom
       fs::remove_all(staging, error);
       return name;
     }
-    // Found damaged by this run: moved aside (one rename), then replaced, then removed.
+    // Found damaged by this run: moved aside (one rename), then replaced, then removed; under
+    // its exclusive lock, so never while another run is using it (that run's own checks then
+    // answer for it, and a later run replaces it).
+    const int fd = ::open((target + "/" + kInUse).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
+    if (fd < 0 || !lock_file(fd, F_WRLCK)) {
+      if (fd >= 0) ::close(fd);
+      fs::remove_all(staging, error);
+      return name;
+    }
     const std::string aside = dir + "/.replaced-" + name + "-" + std::to_string(::getpid());
-    if (::rename(target.c_str(), aside.c_str()) != 0)
-      throw std::runtime_error("cannot move the damaged " + target + " aside: " + std::strerror(errno));
+    const bool moved = ::rename(target.c_str(), aside.c_str()) == 0;
+    const int reason = errno;
+    ::close(fd);
+    if (!moved) throw std::runtime_error("cannot move the damaged " + target + " aside: " + std::strerror(reason));
     fs::remove_all(aside, error);
   }
   // One rename makes the whole entry visible; if another run renamed theirs in between, the
@@ -236,26 +266,6 @@ std::string publish_store_entry(const std::string& dir, const std::string& incom
   io::sync_directory(dir);
   return name;
 }
-
-namespace {
-
-constexpr const char* kInUse = "in_use";
-
-// A POSIX lock on the whole of `fd`, without waiting: true when taken.
-bool lock_file(int fd, short type) {
-  struct flock lock {};
-  lock.l_type = type;
-  lock.l_whence = SEEK_SET;
-  return ::fcntl(fd, F_SETLK, &lock) == 0;
-}
-
-double modified_s(const fs::path& path) {
-  struct stat info {};
-  if (::stat(path.c_str(), &info) != 0) return 0;
-  return static_cast<double>(info.st_mtim.tv_sec) + 1e-9 * static_cast<double>(info.st_mtim.tv_nsec);
-}
-
-}  // namespace
 
 std::optional<EntryUse> EntryUse::take(const std::string& entry_dir) {
   const int fd = ::open((entry_dir + "/" + kInUse).c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0644);
