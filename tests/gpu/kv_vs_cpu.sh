@@ -9,6 +9,10 @@
 #   store   a cuda run stores a document and a question; a second asks another question: it
 #           loads the document's prefix from the store (/reused_tokens), and its logits equal
 #           the same run computed in full within bf16's 1e-2
+#   checkpoint  a cuda run of one 1500-token prompt stopped inside it (SIGUSR1): it checkpoints
+#           the prompt through the cuda backend's read_kv and exits 75; --resume restores it
+#           (/restored_tokens) and its logits equal the uninterrupted cuda run's; stopped again
+#           and resumed at tp 2 x pp 1 (another layout), within bf16's 1e-2
 # PF_PRESET: the model (default tiny; tiny-mla exports and stores MLA's latent rows). tiny-mla
 # routes tokens to experts, and bf16 flips near-tied choices (as in test_cuda_stage.cpp): a
 # flip changes the rows of that position in later layers (measured: 12 of 170 positions of
@@ -90,6 +94,40 @@ PY
     "$PYTHON" -c "import h5py, sys; r = h5py.File(sys.argv[1])['reused_tokens'][:]; print('reused', r); assert r[0] >= 128, r" \
       "$work/b_cuda.h5"
     "$bin/tests/compare_logits" "$work/b_cuda.h5" "$work/b_full.h5" --rtol 1e-2 ;;
+  checkpoint)
+    "$PYTHON" -c "
+import h5py, numpy as np
+with h5py.File('$work/long.h5', 'w') as f:
+    f['tokens'] = np.random.default_rng(3).integers(0, 500, 1500).astype(np.int32)
+    f['offsets'] = np.array([0, 1500], np.int64)"
+    args=(--input "$work/long.h5" --chunk-size 64 --page-size 64 --pp 2 "$@")
+    cuda "${args[@]}" --output "$work/reference.h5"
+    # stop_after LOG OUT ARGS...: a cuda run stopped once its first progress line is out.
+    stop_after() {
+      local log=$1 out=$2
+      shift 2
+      timeout 600 mpirun -n 2 "$cuda_bin" run --model "$model" --backend cuda --progress-interval 0.05 \
+        --output "$out" "$@" >"$log" 2>&1 &
+      launcher=$!
+      on_exit "_pf_stop_run $launcher"
+      run_log=$log
+      wait_until 300 "a first progress line" grep -q '^progress:' "$log"
+      signal_run USR1 mpirun
+      finish_run
+    }
+    stop_after "$work/first.log" "$work/out.h5" "${args[@]}"
+    expect_status 75 "a cuda run stopped inside its prompt"
+    grep -q "^checkpoint [0-9]*: prompt 0 at token" "$work/first.log" || { cat "$work/first.log"; fail "no checkpoint"; }
+    cp -r "$work/out.h5.partial" "$work/again.h5.partial"
+    cp -r "$work/out.h5.checkpoint" "$work/again.h5.checkpoint"
+    cuda "${args[@]}" --output "$work/out.h5" --resume
+    "$PYTHON" -c "import h5py, sys; r = h5py.File(sys.argv[1])['restored_tokens'][:]; print('restored', r); assert r[0] > 0, r" \
+      "$work/out.h5"
+    "$bin/tests/compare_logits" "$work/out.h5" "$work/reference.h5" --rtol 1e-6
+    # The same checkpoint, resumed on another layout (tp 2 instead of pp 2).
+    timeout 600 mpirun -n 2 "$cuda_bin" run --quiet --model "$model" --backend cuda --input "$work/long.h5" \
+      --chunk-size 64 --page-size 64 --tp 2 --output "$work/again.h5" --resume "$@"
+    "$bin/tests/compare_logits" "$work/again.h5" "$work/reference.h5" --rtol 1e-2 ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac
 echo "Passed: $case"
