@@ -86,7 +86,8 @@ void remove_abandoned_incoming(const std::string& dir);
 // Moves `incoming`/prompt-NNNNNN (every rank's complete files) into a new entry with
 // `index_json` and the ids, then renames it to its place in `dir`, unless an entry of the same
 // name is there already (another run's; ours is removed) and not in `replace` (entries this
-// run found damaged: moved aside and removed). Returns the entry's name, or throws
+// run found damaged: moved aside and removed, under their exclusive lock, so not while another
+// run uses one). Returns the entry's name, or throws
 // std::runtime_error naming what could not be written.
 std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& key, int prompt,
                                 const std::vector<int32_t>& ids, uint64_t tokens_hash, const std::string& index_json,
