@@ -54,6 +54,16 @@ std::vector<float> chunk_rows(const KvExportLayout& l, int part, int64_t pos0, i
   return rows;
 }
 
+// Reads rows [pos0, pos0 + count) of `need`'s layers and heads from `source` and checks they
+// are the values chunk_rows wrote.
+void expect_rows_read(KvSource& source, const KvExportLayout& need, int64_t pos0, int count) {
+  const size_t floats = static_cast<size_t>(need.layers) * need.kv_heads * count * need.head_dim;
+  std::vector<float> keys(floats), values(floats);
+  source.read(pos0, count, keys.data(), values.data());
+  EXPECT_EQ(keys, chunk_rows(need, 0, pos0, count));
+  EXPECT_EQ(values, chunk_rows(need, 1, pos0, count));
+}
+
 // Files under `dir` whose name says they are unfinished ("NAME.partial.PID").
 int partial_files(const fs::path& dir) {
   int count = 0;
@@ -165,11 +175,9 @@ TEST_F(KvExport, StoreRowsReadAfterTheCheckMustBeTheRowsChecked) {
   std::unique_ptr<KvSource> source = KvSource::open(layout, files, &problem);
   ASSERT_TRUE(source) << problem;
   EXPECT_TRUE(source->same_layout());
+  expect_rows_read(*source, layout, 3, 4);
   const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * 4 * layout.head_dim;
   std::vector<float> keys(floats), values(floats);
-  source->read(3, 4, keys.data(), values.data());
-  EXPECT_EQ(keys, chunk_rows(layout, 0, 3, 4));
-  EXPECT_EQ(values, chunk_rows(layout, 1, 3, 4));
   {  // position 5 of layer 3's keys, head 1, changed in place
     const io::SafetensorsFile file(path);
     std::fstream bytes(path, std::ios::in | std::ios::out | std::ios::binary);
@@ -214,11 +222,7 @@ TEST_F(KvExport, AnyLayoutReadsTheRowsItNeedsFromAnotherLayoutsFiles) {
     std::unique_ptr<KvSource> source = KvSource::open(need, files, &problem);
     ASSERT_TRUE(source) << problem;
     EXPECT_FALSE(source->same_layout());
-    const size_t floats = static_cast<size_t>(need.layers) * need.kv_heads * 5 * need.head_dim;
-    std::vector<float> keys(floats), values(floats);
-    source->read(2, 5, keys.data(), values.data());
-    EXPECT_EQ(keys, chunk_rows(need, 0, 2, 5));
-    EXPECT_EQ(values, chunk_rows(need, 1, 2, 5));
+    expect_rows_read(*source, need, 2, 5);
   }
   fs::remove(dir_ / kv_file_name(0, 1, 0));  // layers 2..3, heads 0..1
   std::string problem;
@@ -250,11 +254,7 @@ TEST_F(KvExport, AChainOfEntriesIsReadAcrossItsBoundary) {
   std::string problem;
   std::unique_ptr<KvSource> source = KvSource::open(layout, chain, &problem);
   ASSERT_TRUE(source) << problem;
-  const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * 6 * layout.head_dim;
-  std::vector<float> keys(floats), values(floats);
-  source->read(1, 6, keys.data(), values.data());  // rows 1..3 from the parent, 4..6 from the child
-  EXPECT_EQ(keys, chunk_rows(layout, 0, 1, 6));
-  EXPECT_EQ(values, chunk_rows(layout, 1, 1, 6));
+  expect_rows_read(*source, layout, 1, 6);  // rows 1..3 from the parent, 4..6 from the child
 }
 
 }  // namespace
@@ -337,17 +337,21 @@ TEST_F(KvExport, ACheckpointFileOfAnotherLayoutIsNotContinued) {
 namespace pf::kv {
 namespace {
 
+// A store entry of `bytes` bytes, built on `parent` ("": none), marked used now; each a distinct
+// time after the one before.
+void make_used_entry(const fs::path& dir, const std::string& name, size_t bytes, const std::string& parent) {
+  fs::create_directories(dir / name);
+  std::ofstream(dir / name / "data.bin") << std::string(bytes, 'x');
+  std::ofstream(dir / name / "index.json") << (parent.empty() ? "{}" : "{\"parent\": \"" + parent + "\"}");
+  EXPECT_TRUE(EntryUse::take((dir / name).string()).has_value());
+  std::this_thread::sleep_for(std::chrono::milliseconds(20));
+}
+
 // --kv-store-limit: least recently used entries go first, never one in `keep` nor one another
 // process holds in use (a child process takes the lock, as another run would).
 TEST_F(KvExport, EvictionRemovesTheLeastRecentlyUsedEntriesNotInUse) {
   fs::create_directories(dir_);
-  auto make_entry = [&](const std::string& name, size_t bytes) {
-    fs::create_directories(dir_ / name);
-    std::ofstream(dir_ / name / "data.bin") << std::string(bytes, 'x');
-    std::ofstream(dir_ / name / "index.json") << "{}";
-    EXPECT_TRUE(EntryUse::take((dir_ / name).string()).has_value());  // marks it used now
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));       // a distinct time each
-  };
+  auto make_entry = [&](const std::string& name, size_t bytes) { make_used_entry(dir_, name, bytes, ""); };
   make_entry("a", 1000);  // oldest
   make_entry("b", 1000);
   make_entry("c", 1000);
@@ -395,11 +399,7 @@ TEST_F(KvExport, EvictionRemovesTheLeastRecentlyUsedEntriesNotInUse) {
 TEST_F(KvExport, EvictionTakesTheEntriesBuiltOnAnEntryWithIt) {
   fs::create_directories(dir_);
   auto make_entry = [&](const std::string& name, const std::string& parent) {
-    fs::create_directories(dir_ / name);
-    std::ofstream(dir_ / name / "data.bin") << std::string(1000, 'x');
-    std::ofstream(dir_ / name / "index.json") << (parent.empty() ? "{}" : "{\"parent\": \"" + parent + "\"}");
-    EXPECT_TRUE(EntryUse::take((dir_ / name).string()).has_value());
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    make_used_entry(dir_, name, 1000, parent);
   };
   make_entry("doc", "");  // least recently used
   make_entry("other", "");
@@ -437,11 +437,7 @@ TEST_F(KvExport, EvictionTakesTheEntriesBuiltOnAnEntryWithIt) {
 TEST_F(KvExport, EvictionRemovesAParentAfterItsOlderChildren) {
   fs::create_directories(dir_);
   auto make_entry = [&](const std::string& name, const std::string& parent) {
-    fs::create_directories(dir_ / name);
-    std::ofstream(dir_ / name / "data.bin") << std::string(1000, 'x');
-    std::ofstream(dir_ / name / "index.json") << (parent.empty() ? "{}" : "{\"parent\": \"" + parent + "\"}");
-    EXPECT_TRUE(EntryUse::take((dir_ / name).string()).has_value());
-    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    make_used_entry(dir_, name, 1000, parent);
   };
   make_entry("q1", "doc");
   make_entry("q2", "doc");
