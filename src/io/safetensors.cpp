@@ -17,6 +17,7 @@
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/fnv1a.hpp"
+#include "io/positioned_io.hpp"
 
 namespace pf::io {
 
@@ -129,15 +130,8 @@ Dtype parse_dtype(const std::string& name, const std::string& where) {
 }
 
 void pread_all(int fd, void* out, size_t bytes, uint64_t offset, const std::string& path) {
-  char* dst = static_cast<char*>(out);
-  while (bytes > 0) {
-    ssize_t got = ::pread(fd, dst, bytes, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) throw UserError(path + ": read failed at byte " + std::to_string(offset) + " (truncated file?)");
-    dst += got;
-    bytes -= static_cast<size_t>(got);
-    offset += static_cast<uint64_t>(got);
-  }
+  if (!read_at(fd, out, bytes, offset))
+    throw UserError(path + ": read failed at byte " + std::to_string(offset) + " (truncated file?)");
 }
 
 void convert_to_float(Dtype dtype, const char* raw, int64_t count, float* out) {

@@ -15,6 +15,7 @@
 
 #include "io/durable_file.hpp"
 #include "io/fnv1a.hpp"
+#include "io/positioned_io.hpp"
 
 namespace pf::kv {
 
@@ -40,19 +41,6 @@ Offsets offsets_of(int64_t tokens, ScoresLayout layout) {
   o.topk_ids = o.topk_logprobs + 4 * t * k;
   o.end = o.topk_ids + 4 * t * k;
   return o;
-}
-
-bool read_at(int fd, void* out, size_t bytes, uint64_t offset) {
-  auto* p = static_cast<char*>(out);
-  while (bytes > 0) {
-    const ssize_t got = ::pread(fd, p, bytes, static_cast<off_t>(offset));
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    p += got;
-    bytes -= static_cast<size_t>(got);
-    offset += static_cast<uint64_t>(got);
-  }
-  return true;
 }
 
 }  // namespace
@@ -104,7 +92,7 @@ std::optional<ScoresLayout> entry_scores(const std::string& prompt_dir, int64_t 
   bool whole = ::lseek(fd, 0, SEEK_END) == static_cast<off_t>(o.end);
   for (uint64_t at = 0; whole && at < o.end; at += block.size()) {
     const size_t bytes = static_cast<size_t>(std::min<uint64_t>(block.size(), o.end - at));
-    whole = read_at(fd, block.data(), bytes, at);
+    whole = io::read_at(fd, block.data(), bytes, at);
     hash.add(block.data(), bytes);
   }
   ::close(fd);
@@ -118,15 +106,15 @@ void read_entry_scores(const std::string& prompt_dir, int64_t tokens, ScoresLayo
   const int fd = ::open(data_path(prompt_dir).c_str(), O_RDONLY | O_CLOEXEC);
   bool ok = fd >= 0;
   if (ok && logprobs)
-    ok = stored.logprobs && read_at(fd, logprobs, 4 * static_cast<size_t>(count), o.logprobs + 4 * at);
+    ok = stored.logprobs && io::read_at(fd, logprobs, 4 * static_cast<size_t>(count), o.logprobs + 4 * at);
   if (ok && top_k > 0 && (topk_logprobs || topk_ids)) {
     // Each row's first top_k of the stored K (most likely first, ties to the smaller id: the
     // same rows a run asking for top_k computes).
     const size_t k = static_cast<size_t>(stored.top_k);
     std::vector<float> values(count * k);
     std::vector<int32_t> ids(count * k);
-    ok = top_k <= stored.top_k && read_at(fd, values.data(), 4 * values.size(), o.topk_logprobs + 4 * at * k) &&
-         read_at(fd, ids.data(), 4 * ids.size(), o.topk_ids + 4 * at * k);
+    ok = top_k <= stored.top_k && io::read_at(fd, values.data(), 4 * values.size(), o.topk_logprobs + 4 * at * k) &&
+         io::read_at(fd, ids.data(), 4 * ids.size(), o.topk_ids + 4 * at * k);
     for (int r = 0; ok && r < count; ++r)
       for (int j = 0; j < top_k; ++j) {
         if (topk_logprobs) topk_logprobs[static_cast<size_t>(r) * top_k + j] = values[r * k + j];
@@ -179,13 +167,8 @@ void HiddenRowsWriter::add(int64_t start, int count, const float* rows) {
   if (start != next_) throw std::logic_error("hidden rows out of order");
   const size_t row_bytes = sizeof(float) * static_cast<size_t>(hidden_);
   const char* bytes = reinterpret_cast<const char*>(rows);
-  for (size_t done = 0, total = row_bytes * count; done < total;) {
-    const ssize_t wrote =
-        ::pwrite(fd_, bytes + done, total - done, static_cast<off_t>((start - first_) * row_bytes + done));
-    if (wrote < 0 && errno == EINTR) continue;
-    if (wrote <= 0) throw std::runtime_error("cannot write " + hidden_data(dir_) + ": " + std::strerror(errno));
-    done += static_cast<size_t>(wrote);
-  }
+  if (!io::write_at(fd_, bytes, row_bytes * count, static_cast<uint64_t>(start - first_) * row_bytes))
+    throw std::runtime_error("cannot write " + hidden_data(dir_) + ": " + std::strerror(errno));
   for (int r = 0; r < count; ++r) {  // the block checksums, in row order
     io::Fnv1a hash;
     hash.value = block_hash_;
@@ -233,7 +216,7 @@ std::vector<double> sum_entry_hidden_rows(const std::vector<HiddenRowsPart>& cha
       const int64_t first = at.first + b * kHiddenBlockRows, rows = std::min(kHiddenBlockRows, at.tokens - first);
       block.resize(rows * row_floats);
       const bool read =
-          read_at(fd, block.data(), block.size() * sizeof(float), (first - at.first) * row_floats * sizeof(float));
+          io::read_at(fd, block.data(), block.size() * sizeof(float), (first - at.first) * row_floats * sizeof(float));
       if (!read || io::Fnv1a().add(block.data(), block.size() * sizeof(float)).hex() != about["fnv1a"][b]) {
         ::close(fd);
         throw std::runtime_error(hidden_data(dir) + ": rows " + std::to_string(first) + ".." +

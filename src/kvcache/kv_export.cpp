@@ -15,6 +15,7 @@
 
 #include "io/durable_file.hpp"
 #include "io/fnv1a.hpp"
+#include "io/positioned_io.hpp"
 #include "kvcache/kv_checksum.hpp"
 
 namespace pf::kv {
@@ -39,20 +40,6 @@ std::vector<io::TensorSpec> tensor_specs(const KvExportLayout& layout, int64_t t
     for (const std::string& name : kv_tensor_names(layout.layer_begin + l, layout.latent))
       specs.push_back({name, shape});
   return specs;
-}
-
-bool write_all(int fd, const void* data, size_t bytes, uint64_t offset) {
-  const auto* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t written = ::pwrite(fd, p, bytes, static_cast<off_t>(offset));
-    if (written < 0 && errno == EINTR) continue;
-    if (written == 0) errno = EIO;  // no progress and no reason given
-    if (written <= 0) return false;
-    p += written;
-    bytes -= static_cast<size_t>(written);
-    offset += static_cast<uint64_t>(written);
-  }
-  return true;
 }
 
 }  // namespace
@@ -373,7 +360,7 @@ KvExporter::OpenFile& KvExporter::open_file(int prompt, bool existing) {
     status = file.fd < 0 ? errno : ::posix_fallocate(file.fd, 0, static_cast<off_t>(file.header.file_size));
     if (status == EOPNOTSUPP || status == EINVAL)  // file systems without fallocate: a sparse file
       status = ::ftruncate(file.fd, static_cast<off_t>(file.header.file_size)) == 0 ? 0 : errno;
-    if (status == 0 && !write_all(file.fd, file.header.bytes.data(), file.header.bytes.size(), 0)) status = errno;
+    if (status == 0 && !io::write_at(file.fd, file.header.bytes.data(), file.header.bytes.size(), 0)) status = errno;
   }
   if (status != 0) {
     if (file.fd >= 0) ::close(file.fd);
@@ -456,7 +443,7 @@ void KvExporter::write_chunk(const Chunk& chunk) {
             for (size_t i = 0; i < row_floats; ++i) bf16_rows_[i] = io::float_to_bf16(rows[i]);
             data = bf16_rows_.data();
           }
-          if (row_floats > 0 && !write_all(file.fd, data, row_floats * element, at))
+          if (row_floats > 0 && !io::write_at(file.fd, data, row_floats * element, at))
             throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(errno));
           const size_t row_bytes = static_cast<size_t>(layout_.head_dim) * element;
           for (int r = 0; r < count; ++r)
@@ -479,7 +466,7 @@ void KvExporter::write_chunk(const Chunk& chunk) {
         io::safetensors_header(tensor_specs(layout_, rows_here), layout_.dtype, file.metadata);
     if (final_header.bytes.size() != file.header.bytes.size())
       throw std::logic_error("the KV file's header changed its length");
-    if (!write_all(file.fd, final_header.bytes.data(), final_header.bytes.size(), 0))
+    if (!io::write_at(file.fd, final_header.bytes.data(), final_header.bytes.size(), 0))
       throw std::runtime_error("cannot write " + file.partial_path + ": " + std::strerror(errno));
     // Durable before it is visible under its final name: a crash leaves a .partial, never a torn file.
     const bool synced = ::fdatasync(file.fd) == 0;
