@@ -8,7 +8,9 @@
 #   export  the cuda run's export, file by file and tensor by tensor, against the cpu run's
 #   store   a cuda run stores a document and a question; a second asks another question: it
 #           loads the document's prefix from the store (/reused_tokens), and its logits equal
-#           the same run computed in full within bf16's 1e-2
+#           the same run computed in full within bf16's 1e-2; then the same with --logprobs
+#           --top-k 3 --hidden-states mean: the scores and means borrowed from the store equal
+#           the full computation's within bf16 rounding
 #   checkpoint  a cuda run of one 1500-token prompt stopped inside it (SIGUSR1): it checkpoints
 #           the prompt through the cuda backend's read_kv and exits 75; --resume restores it
 #           (/restored_tokens) and its logits equal the uninterrupted cuda run's; stopped again
@@ -93,7 +95,25 @@ PY
     cuda --input "$work/b.h5" --output "$work/b_full.h5" --no-prefix-cache "$@"
     "$PYTHON" -c "import h5py, sys; r = h5py.File(sys.argv[1])['reused_tokens'][:]; print('reused', r); assert r[0] >= 128, r" \
       "$work/b_cuda.h5"
-    "$bin/tests/compare_logits" "$work/b_cuda.h5" "$work/b_full.h5" --rtol 1e-2 ;;
+    "$bin/tests/compare_logits" "$work/b_cuda.h5" "$work/b_full.h5" --rtol 1e-2
+    # Scoring runs borrow too: entries stored with their token rows and final-norm rows lend
+    # them to a later --logprobs --top-k --hidden-states mean run, equal to computing them.
+    scores=(--logprobs --top-k 3 --hidden-states mean)
+    cuda --input "$work/a.h5" --output "$work/as_cuda.h5" --kv-store "$work/scored" "${scores[@]}" "$@"
+    cuda --input "$work/b.h5" --output "$work/bs_cuda.h5" --kv-store "$work/scored" "${scores[@]}" "$@"
+    cuda --input "$work/b.h5" --output "$work/bs_full.h5" --no-prefix-cache "${scores[@]}" "$@"
+    "$PYTHON" - "$work/bs_cuda.h5" "$work/bs_full.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+assert a["reused_tokens"][0] >= 128, a["reused_tokens"][:]
+lp, ref = a["token_logprobs"][:], b["token_logprobs"][:]
+assert np.array_equal(np.isnan(lp), np.isnan(ref))
+d = np.nanmax(np.abs(lp - ref))
+h = np.abs(a["hidden_states"][:] - b["hidden_states"][:]).max() / np.abs(b["hidden_states"][:]).max()
+print(f"scored from the store: log-probs within {d:.2g}, mean hidden states within {h:.2g} of the largest")
+assert d < 5e-2 and h < 1e-2, (d, h)
+PY
+    ;;
   checkpoint)
     "$PYTHON" -c "
 import h5py, numpy as np
