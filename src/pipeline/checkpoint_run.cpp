@@ -436,6 +436,10 @@ void CheckpointRun::write_if_complete() {
       pending_.erase(pending_.begin());
       continue;
     }
+    if (!enabled_) {
+      pending_.erase(pending_.begin());
+      continue;
+    }
     std::string failure;
     for (const auto& [rank, answer] : pending.answers)
       if (answer.contains("error")) {
@@ -464,13 +468,14 @@ void CheckpointRun::write_if_complete() {
         failure = e.what();
       }
     }
-    if (!failure.empty()) {
+    // Calls already in flight when the first one failed get no manifest and no warning of
+    // their own: one warning says the run goes on without checkpoints, and then it does.
+    if (!failure.empty() && enabled_)
       std::fprintf(stderr,
                    "warning: the checkpoint of prompt %lld at token %lld was not written (%s); the run goes on "
                    "without checkpoints\n",
                    call.prompt, call.tokens, failure.c_str());
-      enabled_ = false;
-    }
+    if (!failure.empty()) enabled_ = false;
     pending_.erase(pending_.begin());
   }
 }

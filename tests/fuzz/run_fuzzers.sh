@@ -13,7 +13,7 @@ export OMPI_CXX=clang++
 flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
        -I"$src/src" -I/usr/include/hdf5/openmpi -DPIPEFILL_VERSION=\"fuzz\")
 hdf5=(-L/usr/lib/x86_64-linux-gnu/hdf5/openmpi -lhdf5 -Wl,-rpath,/usr/lib/x86_64-linux-gnu/hdf5/openmpi)
-mpicxx "${flags[@]}" "$src/tests/fuzz/fuzz_safetensors.cpp" "$src/src/io/safetensors.cpp" "$src/src/io/file_checks.cpp" "$src/src/errors.cpp" \
+mpicxx "${flags[@]}" "$src/tests/fuzz/fuzz_safetensors.cpp" "$src/src/io/safetensors.cpp" "$src/src/io/positioned_io.cpp" "$src/src/io/file_checks.cpp" "$src/src/errors.cpp" \
   -o "$work/fuzz_safetensors"
 mpicxx "${flags[@]}" "$src/tests/fuzz/fuzz_prompts_h5.cpp" "$src/src/io/prompts_h5.cpp" "$src/src/io/file_checks.cpp" "$src/src/io/isolated_call.cpp" "$src/src/errors.cpp" \
   "${hdf5[@]}" -o "$work/fuzz_prompts_h5"
