@@ -136,6 +136,22 @@ class ModelTokenizer:
 
         return render
 
+    def prefix_id(self, why):
+        """The token lm-evaluation-harness puts before a continuation that has no context: the BOS
+        (tokenizer_config.json's bos_token), else the EOS."""
+        special = self.special_tokens()
+        for name in ("bos_token", "eos_token"):
+            token_id = self.tokenizer.token_to_id(special[name]) if name in special else None
+            if token_id is not None:
+                return token_id
+        raise UserError(f"{why}, and {self.model_dir} names no BOS or EOS token to stand for it")
+
+    def prefix_text(self):
+        """The BOS token's text ("" without one): lm-evaluation-harness adds no special tokens to a
+        text that already starts with it."""
+        special = self.special_tokens()
+        return special.get("bos_token") or ""
+
     # ---- ids back to text -------------------------------------------------------------------
 
     def has_id(self, token_id):

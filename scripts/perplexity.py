@@ -4,7 +4,8 @@
 usage: scripts/perplexity.py OUT.h5 [--input IN.h5] [--model DIR] [--surprising N]
 
 Prints, for every document, its tokens, perplexity (exp of the mean negative log-prob over the
-tokens after its first) and bits per token, then the token-weighted figure over all of them.
+tokens after its first, or over its scored span: the input's /score_start) and bits per token,
+then the token-weighted figure over all of them. Prompts are named by their /ids when they have them.
 --input names the prompt file the run read (tokenize.py's: each prompt's source file and line);
 with --model (the directory holding tokenizer.json) and --surprising N, also the N tokens the
 model expected least in each document, with the text just before them.
@@ -27,20 +28,21 @@ import math  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-from prompt_file import PromptIndex, check_run_input, open_h5  # noqa: E402
+from prompt_file import PromptIndex, check_run_input, open_h5, text_of  # noqa: E402
 from python_tool import UserError  # noqa: E402
 
 CONTEXT_TOKENS = 8  # text shown before a surprising token
 
 
-def check_same_input(out, args, prompts, logprobs, done):
+def check_same_input(out, args, prompts, logprobs, done, starts):
     """--input must be the file the run read: its count and fingerprint, and in any case its prompt
-    boundaries where the output has a NaN."""
+    boundaries where the output has a NaN (before each prompt's scored span)."""
     check_run_input(out, args.file, args.input, prompts)
     offsets = prompts.offsets
     for p in np.flatnonzero(done):
         first, end = int(offsets[p]), int(offsets[p + 1])
-        if not np.isnan(logprobs[first]) or np.isnan(logprobs[first + 1:end]).any():
+        scored = first + int(starts[p])
+        if not np.isnan(logprobs[first:scored]).all() or np.isnan(logprobs[scored:end]).any():
             raise UserError(f"{args.input}: prompt {p}'s boundaries do not match {args.file}: not the run's input")
 
 
@@ -74,6 +76,13 @@ def main():
     prompts = PromptIndex(open_h5(args.input) if args.input else out, args.input)
     offsets = prompts.offsets
     done = out["completed"][:] if "completed" in out else None
+    # Each prompt's first scored position: the output's copy of the input's /score_start.
+    starts = out["score_start"][:].astype(np.int64) if "score_start" in out else None
+    if prompts.ids is None and "ids" in out:
+        prompts.ids = [text_of(i) for i in out["ids"][:]]
+    if offsets is None and starts is not None and (starts > 1).any():
+        raise UserError(f"{args.file} scores spans (/score_start): give the run's input with --input to find "
+                        f"its prompts")
     if offsets is None:
         # No input given: the NaN at each prompt's first token marks its start, which holds only
         # in a complete output (a partial one has rows never written, or left by a failed prompt).
@@ -86,8 +95,10 @@ def main():
         raise UserError(f"{args.input} has {offsets[-1]} tokens, the output {len(logprobs)}: not the run's input")
     if done is None:
         done = np.ones(len(offsets) - 1, np.uint8)
+    if starts is None:
+        starts = np.ones(len(offsets) - 1, np.int64)
     if args.input:
-        check_same_input(out, args, prompts, logprobs, done)
+        check_same_input(out, args, prompts, logprobs, done, starts)
     model = None
     if args.surprising:
         from model_tokenizer import ModelTokenizer
@@ -97,7 +108,7 @@ def main():
     print(f"{'document':<{width}} {'tokens':>9} {'perplexity':>11} {'bits/token':>10}")
     total_nll, total_tokens, total_length = 0.0, 0, 0
     for p in range(len(offsets) - 1):
-        scored = logprobs[offsets[p] + 1:offsets[p + 1]]
+        scored = logprobs[offsets[p] + starts[p]:offsets[p + 1]]
         if not done[p]:
             print(f"{prompts.name(p):<{width}} {offsets[p + 1] - offsets[p]:>9} {'not computed':>11}")
             continue
@@ -109,7 +120,7 @@ def main():
         total_tokens += len(scored)
         total_length += int(offsets[p + 1] - offsets[p])
         for j in np.argsort(scored, kind="stable")[:args.surprising]:
-            position = int(offsets[p]) + 1 + int(j)
+            position = int(offsets[p]) + int(starts[p]) + int(j)
             before = model.decode(prompts.tokens[max(int(offsets[p]), position - CONTEXT_TOKENS):position])
             token = model.decode(prompts.tokens[position:position + 1])
             print(f"    {json.dumps(token, ensure_ascii=False)} p={math.exp(scored[j]):.2e} "

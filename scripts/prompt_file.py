@@ -26,10 +26,13 @@ class PromptSet:
         self.lengths = []
         self.source_file = []
         self.source_line = []
+        self.score_start = []  # per prompt: the first scored position (1: all)
+        self.ids = []  # per prompt: its --id-field value (None: none)
         self.tokens = 0
 
-    def add_batch(self, docs, id_lists):
-        """docs: objects with file_index, line and label; id_lists: each one's token ids."""
+    def add_batch(self, docs, id_lists, starts=None):
+        """docs: objects with file_index, line, label and id; id_lists: each one's token ids;
+        starts: each one's first scored position (None: 1, every position)."""
         for doc, ids in zip(docs, id_lists):
             if not ids:
                 raise UserError(f"{doc.label}: the tokenizer gives no tokens for this text")
@@ -40,6 +43,8 @@ class PromptSet:
         self.lengths.extend(len(i) for i in id_lists)
         self.source_file.extend(d.file_index for d in docs)
         self.source_line.extend(d.line for d in docs)
+        self.score_start.extend(starts if starts is not None else [1] * len(docs))
+        self.ids.extend(getattr(d, "id", None) for d in docs)
         self.tokens += count
 
     def check_range(self, docs, id_lists, ids):
@@ -78,6 +83,12 @@ def write_prompt_file(out, prompts, attrs):
             f.create_dataset("source_files", data=names, dtype=h5py.string_dtype("utf-8"))
             f.create_dataset("source_file", data=np.asarray(prompts.source_file, dtype=np.int32), dtype="<i4")
             f.create_dataset("source_line", data=np.asarray(prompts.source_line, dtype=np.int64), dtype="<i8")
+            # pipefill reads these two (docs/formats.md): written only when they say something.
+            if any(s != 1 for s in prompts.score_start):
+                f.create_dataset("score_start", data=np.asarray(prompts.score_start, dtype=np.int64), dtype="<i8")
+            if any(i is not None for i in prompts.ids):
+                f.create_dataset("ids", data=[i if i is not None else "" for i in prompts.ids],
+                                 dtype=h5py.string_dtype("utf-8"))
             for key, value in attrs.items():  # paths and --field as typed, maybe not UTF-8
                 f.attrs[key] = utf8_name(value) if isinstance(value, str) else value
         with open(partial, "rb") as f:
@@ -109,7 +120,7 @@ class PromptIndex:
     def __init__(self, data_file, input_path):
         source = data_file if "offsets" in data_file else (open_h5(input_path) if input_path else None)
         self.offsets = self.tokens = None
-        self.labels = None
+        self.labels = self.score_start = self.ids = None
         if source is None:
             return
         if "offsets" not in source:
@@ -120,12 +131,27 @@ class PromptIndex:
             files = [text_of(f) for f in source["source_files"][:]]
             self.labels = [files[f] + (f":{line}" if line else "")
                            for f, line in zip(source["source_file"][:], source["source_line"][:])]
+        if "score_start" in source:
+            self.score_start = source["score_start"][:].astype(np.int64)
+        if "ids" in source:
+            self.ids = [text_of(i) for i in source["ids"][:]]
 
     def count(self):
         return None if self.offsets is None else len(self.offsets) - 1
 
     def name(self, prompt):
-        return f"prompt {prompt}" + (f" ({self.labels[prompt]})" if self.labels else "")
+        """How tools name a prompt: its number, its id (/ids) and where it came from."""
+        details = ([repr(self.ids[prompt])] if self.ids else []) + ([self.labels[prompt]] if self.labels else [])
+        return f"prompt {prompt}" + (f" ({', '.join(details)})" if details else "")
+
+    def fingerprint_bytes(self):
+        """The bytes io::fingerprint hashes (src/io/prompts_h5.cpp)."""
+        data = self.tokens.astype("<i4").tobytes() + self.offsets.astype("<i8").tobytes()
+        if self.score_start is not None:
+            data += b"score_start" + self.score_start.astype("<i8").tobytes()
+        if self.ids is not None:
+            data += b"ids" + b"".join(i.encode("utf-8") + b"\0" for i in self.ids)
+        return data
 
 
 def check_run_input(out, out_path, input_path, prompts):
@@ -139,6 +165,5 @@ def check_run_input(out, out_path, input_path, prompts):
     expected = identity.get("input_fingerprint")
     if expected is not None and prompts.tokens is not None and \
             prompts.tokens.nbytes + prompts.offsets.nbytes <= FINGERPRINT_LIMIT:
-        data = prompts.tokens.astype("<i4").tobytes() + prompts.offsets.astype("<i8").tobytes()
-        if str(fnv1a(data)) != str(expected):
+        if str(fnv1a(prompts.fingerprint_bytes())) != str(expected):
             raise UserError(f"{input_path} is not the input {out_path} was computed from (another fingerprint)")

@@ -3,11 +3,19 @@
 (The tool behind scripts/tokenize.py; see there why it is a file of its own.)
 
 usage: scripts/tokenize.py --model DIR --out IN.h5 [--field text] [--chat] [--quiet] FILE...
+       scripts/tokenize.py --model DIR --out IN.h5 --context-field C --continuation-field X [--id-field ID] FILE.jsonl...
 
   FILE.txt     the whole file is one prompt
   FILE.jsonl   one prompt per non-blank line: the string in the field --field (default "text")
   --chat       each prompt becomes one user message in the model's chat template, followed by
                the assistant's header (what transformers' apply_chat_template builds)
+  --context-field, --continuation-field
+               each line is a context and a continuation; the prompt is both, and only the
+               continuation is scored (/score_start). Tokenized as lm-evaluation-harness's hf
+               model does: trailing whitespace of the context moves to the continuation, the
+               continuation's tokens are those of context + continuation beyond the context's
+               (with the tokenizer's special tokens), and an empty context is the BOS (else EOS)
+  --id-field   each line's id (a string or a number), stored as /ids and carried to the output
 
 Token ids come from DIR/tokenizer.json (Hugging Face tokenizers, batch API), with the special
 tokens its post-processor adds (e.g. a BOS). The file (docs/formats.md) is written beside OUT
@@ -47,7 +55,9 @@ class Document:
     file_index: int
     line: int  # 1-based line of a .jsonl file; 0 for a .txt file (the whole file)
     label: str  # how error messages name it: "FILE" or "FILE line N"
-    text: str
+    text: str  # the document, or the context of a pair
+    continuation: str = None  # a pair's continuation (--continuation-field)
+    id: str = None  # --id-field
 
 
 def help_text():
@@ -66,11 +76,27 @@ def parse_args():
     parser.add_argument("--out", required=True, help="HDF5 file to write (pipefill run --input)")
     parser.add_argument("--field", default="text", help="field of each .jsonl line holding the prompt (default: text)")
     parser.add_argument("--chat", action="store_true", help="apply the model's chat template (one user message)")
+    parser.add_argument("--context-field", help="field of each .jsonl line holding a context (with --continuation-field)")
+    parser.add_argument("--continuation-field", help="field holding the continuation scored after the context")
+    parser.add_argument("--id-field", help="field holding each prompt's id (stored as /ids, carried to the output)")
     parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
     parser.add_argument("files", nargs="*", metavar="FILE", help=".txt (one prompt) or .jsonl (one per line)")
     args = parser.parse_args()
     if not args.files:
         raise UserError("no input files: give .txt files (one prompt each) or .jsonl files (one prompt per line)")
+    if (args.context_field is None) != (args.continuation_field is None):
+        raise UserError("--context-field and --continuation-field come together (a context and the continuation "
+                        "scored after it)")
+    args.pairs = args.context_field is not None
+    if args.pairs and args.chat:
+        raise UserError("--chat with --context-field: a chat template would wrap the context, not the pair; "
+                        "render the context yourself")
+    if args.pairs and args.context_field == args.continuation_field:
+        raise UserError(f"--context-field and --continuation-field are both \"{args.context_field}\"")
+    if args.pairs or args.id_field is not None:
+        for path in args.files:
+            if not path.lower().endswith(".jsonl"):
+                raise UserError(f"{path}: --context-field and --id-field read .jsonl lines; a .txt file has no fields")
     return args
 
 
@@ -131,8 +157,20 @@ def json_type(value):
             int: "a number", float: "a number"}.get(type(value), type(value).__name__)
 
 
-def jsonl_documents(paths, index, text, field):
+def field_of(record, label, field, option, kinds=(str,)):
+    if field not in record:
+        fields = ", ".join(f'"{k}"' for k in list(record)[:8]) or "none"
+        raise UserError(f"{label} has no field \"{field}\" (its fields: {fields}; choose one with {option})")
+    value = record[field]
+    if not isinstance(value, kinds) or isinstance(value, bool):
+        want = "a string" if kinds == (str,) else "a string or a number"
+        raise UserError(f"{label}: field \"{field}\" is {json_type(value)}, not {want}")
+    return require_unicode(value, f"{label}: field \"{field}\"") if isinstance(value, str) else str(value)
+
+
+def jsonl_documents(paths, index, text, args):
     found = 0
+    field = args.context_field if args.pairs else args.field
     # split("\n"), not splitlines(): U+2028 and friends may stand raw inside JSON strings.
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
@@ -144,17 +182,60 @@ def jsonl_documents(paths, index, text, field):
             raise UserError(f"{label} is not JSON ({e})")
         if not isinstance(record, dict):
             raise UserError(f"{label} is {json_type(record)}, not a JSON object with a \"{field}\" field")
-        if field not in record:
-            fields = ", ".join(f'"{k}"' for k in list(record)[:8]) or "none"
-            raise UserError(f"{label} has no field \"{field}\" (its fields: {fields}; choose one with --field)")
-        value = record[field]
-        if not isinstance(value, str):
-            raise UserError(f"{label}: field \"{field}\" is {json_type(value)}, not a string")
-        require_unicode(value, f"{label}: field \"{field}\"")
         found += 1
-        yield require_text(Document(index, number, label, value))
+        doc = Document(index, number, label, field_of(record, label, field, "--context-field" if args.pairs else "--field"))
+        if args.id_field is not None:
+            doc.id = field_of(record, label, args.id_field, "--id-field", (str, int, float))
+        if not args.pairs:
+            yield require_text(doc)
+            continue
+        doc.continuation = field_of(record, label, args.continuation_field, "--continuation-field")
+        if not doc.continuation:
+            raise UserError(f"{label}: empty continuation (field \"{args.continuation_field}\"): nothing to score")
+        yield doc
     if not found:
         raise UserError(f"{paths[index]} holds no prompts (no non-blank lines)")
+
+
+def encode_pairs(model, docs):
+    """(ids, score_start) of each context/continuation pair, as lm-evaluation-harness 0.4's hf model
+    encodes them (TemplateLM._encode_pair and loglikelihood): the context's trailing whitespace
+    moves to the continuation; context and context + continuation are encoded with the tokenizer's
+    own special tokens (none when the text already starts with the BOS text), and the
+    continuation's tokens are those of the whole beyond the context's. An empty context becomes the
+    prefix token (BOS, else EOS) before the continuation encoded without special tokens."""
+    prefix_text = model.prefix_text()
+    contexts, wholes, bare = [], [], []
+    for doc in docs:
+        context, continuation = doc.text, doc.continuation
+        spaces = len(context) - len(context.rstrip())
+        if spaces:
+            context, continuation = context[:-spaces], context[-spaces:] + continuation
+        contexts.append(context)
+        wholes.append(context + continuation)
+        bare.append(continuation)
+
+    def encode(texts):
+        special = [not (prefix_text and t.startswith(prefix_text)) for t in texts]
+        with_special = model.encode(texts, add_special_tokens=True)
+        without = model.encode([t for t, s in zip(texts, special) if not s], add_special_tokens=False)
+        without = iter(without)
+        return [ids if s else next(without) for ids, s in zip(with_special, special)]
+
+    context_ids, whole_ids = encode(contexts), encode(wholes)
+    bare_ids = model.encode(bare, add_special_tokens=False)
+    ids, starts = [], []
+    for doc, context, ctx, whole, alone in zip(docs, contexts, context_ids, whole_ids, bare_ids):
+        if context:
+            continuation = whole[len(ctx):]
+        else:
+            prefix = model.prefix_id(f"{doc.label} has an empty context")
+            ctx, continuation = ([prefix], alone) if not alone or alone[0] != prefix else (alone[:1], alone[1:])
+        if not continuation:
+            raise UserError(f"{doc.label}: the continuation gives no tokens of its own after the context")
+        ids.append(ctx + continuation)
+        starts.append(len(ctx))
+    return ids, starts
 
 
 class Progress:
@@ -193,10 +274,14 @@ def tokenize_all(args, model, prompts):
         if len(batch) == 1 and batch_chars >= BATCH_CHARS:  # one core, ~1-3 s per million tokens
             progress.note(f"{batch[0].label}: one prompt of {batch_chars / 1e6:.0f} M characters")
         # The template and the special tokens come from JSON too: their output is checked as well.
-        texts = [require_unicode(render(d.text), f"the chat template of {model.model_dir} rendered for {d.label}")
-                 for d in batch] if render else [d.text for d in batch]
-        # A chat template writes its special tokens itself (transformers encodes it the same way).
-        prompts.add_batch(batch, model.encode(texts, add_special_tokens=not args.chat))
+        if args.pairs:
+            ids, starts = encode_pairs(model, batch)
+            prompts.add_batch(batch, ids, starts)
+        else:
+            texts = [require_unicode(render(d.text), f"the chat template of {model.model_dir} rendered for {d.label}")
+                     for d in batch] if render else [d.text for d in batch]
+            # A chat template writes its special tokens itself (transformers encodes it the same way).
+            prompts.add_batch(batch, model.encode(texts, add_special_tokens=not args.chat))
         batch_file = batch[-1].file_index
         batch, batch_chars = [], 0
         progress.update(batch_file, len(prompts.lengths), prompts.tokens)
@@ -205,12 +290,12 @@ def tokenize_all(args, model, prompts):
         data = read_bytes(path)
         text = decode_utf8(path, data)
         if path.lower().endswith(".jsonl"):
-            docs = jsonl_documents(paths, index, text, args.field)
+            docs = jsonl_documents(paths, index, text, args)
         else:
             docs = [require_text(Document(index, 0, path, text))]
         for doc in docs:
             batch.append(doc)
-            batch_chars += len(doc.text)
+            batch_chars += len(doc.text) + len(doc.continuation or "")
             if batch_chars >= BATCH_CHARS or len(batch) >= BATCH_DOCS:
                 flush()
     flush()
@@ -240,6 +325,11 @@ def main():
         "chat": int(args.chat),
         "field": args.field,
     }
+    if args.pairs:
+        attrs.update(context_field=args.context_field, continuation_field=args.continuation_field,
+                     pair_encoding="lm-evaluation-harness 0.4 hf (whitespace to the continuation)")
+    if args.id_field is not None:
+        attrs["id_field"] = args.id_field
     if args.chat:
         attrs["chat_template_sha256"] = hashlib.sha256(model.chat_template().encode("utf-8")).hexdigest()
     write_prompt_file(args.out, prompts, attrs)

@@ -84,7 +84,12 @@ std::unique_ptr<io::ResultWriter> open_output(const RunOptions& o, const pipelin
   layout.hidden_size = with_hidden ? m.shape.hidden_size : 0;
   layout.token_logprobs = o.logprobs;
   layout.top_k = o.top_k;
-  if (layout.token_rows()) layout.prompt_offsets = prompts.offsets;
+  if (layout.token_rows()) {
+    layout.prompt_offsets = prompts.offsets;
+    layout.score_start = prompts.score_start;
+    layout.tokens = &prompts.tokens;  // the run's own PromptSet: it outlives the writer
+  }
+  layout.ids = prompts.ids;
   const nlohmann::json identity = run_identity(o, m, prompts);
   if (o.resume && io::verified_complete_output(o.output, layout, identity, o.watchdog_timeout_s)) return nullptr;
   auto results = std::make_unique<io::ResultWriter>(o.output, layout, identity, o.resume, o.watchdog_timeout_s);

@@ -161,7 +161,8 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
   const bool writer = run.topo.is_writer();
   sched::PrefixPlan prefixes =
       writer && !options.no_prefix_cache
-          ? sched::find_shared_prefixes(run.prompts.tokens, run.prompts.offsets, options.chunking.page_size, done)
+          ? sched::find_shared_prefixes(run.prompts.tokens, run.prompts.offsets, options.chunking.page_size, done,
+                                        run.prompts.score_start)
           : sched::PrefixPlan{};
   const bool restores = run.checkpoint && run.checkpoint->restored();
   if (options.kv_store.empty()) {

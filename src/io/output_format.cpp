@@ -24,9 +24,16 @@ const std::array<DatasetSpec, kNumDatasets> kDatasets = {{
      "aligned with the input's `/tokens`; entry j is log p(tokens[j] \\| the prompt's tokens before j), natural "
      "log; NaN at each prompt's first token (nothing precedes it); see below"},
     {D::kNllSum, "nll_sum", E::kFloat64, R::kPrompts, W::kNone, P::kWithLogprobs, I::kNone, false,
-     "minus the sum of the prompt's `/token_logprobs` after its first token (float64, in position order)"},
+     "minus the sum of the prompt's `/token_logprobs` over its scored positions, `/score_start` .. length − 1 "
+     "(float64, in position order): minus the log-likelihood of a continuation"},
     {D::kPerplexity, "perplexity", E::kFloat64, R::kPrompts, W::kNone, P::kWithLogprobs, I::kNone, false,
-     "exp(`/nll_sum` / (length − 1)); NaN for a one-token prompt"},
+     "exp(`/nll_sum` / (length − `/score_start`)); NaN for a one-token prompt"},
+    {D::kScoreStart, "score_start", E::kInt64, R::kPrompts, W::kNone, P::kWithTokenRows, I::kFromInput, true,
+     "the first position the prompt's token scores cover: the input's `/score_start`, 1 where it has none. Before "
+     "it `/token_logprobs` is NaN, and `/topk_*` rows before `score_start − 1` are NaN and -1 (never computed)"},
+    {D::kIsGreedy, "is_greedy", E::kUint8, R::kPrompts, W::kNone, P::kWithGreedy, I::kZero, true,
+     "1 when every scored token was the model's most likely one (`/topk_ids[j − 1, 0] == tokens[j]` for each "
+     "scored position j; ties go to the smaller id, as `torch.argmax`), else 0; 0 until done"},
     {D::kTopkIds, "topk_ids", E::kInt32, R::kTokens, W::kTopK, P::kWithTopK, I::kNone, false,
      "row j holds the K most likely tokens *after* tokens[..j] (the prediction made at position j), most likely "
      "first, ties to the smaller id"},
@@ -38,7 +45,8 @@ const std::array<DatasetSpec, kNumDatasets> kDatasets = {{
      "FNV-1a of the prompt's `/logits` row bytes, then its `/hidden_states` row bytes (when stored), then (with "
      "`--logprobs` or `--top-k`) the 64-bit FNV-1a of its `/token_logprobs` slice, of its `/topk_ids` slice and of "
      "its `/topk_logprobs` slice (each 0xcbf29ce484222325, FNV's empty hash, when not stored), its `/nll_sum` and "
-     "its `/perplexity` (0 when not stored), then its `/ttft_s` bytes (all little-endian); 0 until done"},
+     "its `/perplexity` (0 when not stored), its `/is_greedy` byte (only when stored), then its `/ttft_s` bytes "
+     "(all little-endian); 0 until done"},
     {D::kTtft, "ttft_s", E::kFloat64, R::kPrompts, W::kNone, P::kAlways, I::kNaN, false,
      "seconds from the run's start (t = 0 on rank 0, after set-up) until the last stage had the prompt's logits "
      "gathered; NaN until done. A resumed prompt's value is relative to the start of the run that computed it"},
@@ -50,6 +58,9 @@ const std::array<DatasetSpec, kNumDatasets> kDatasets = {{
      "tokens at the start of the prompt that this run restored from a checkpoint of an interrupted run "
      "(`--resume`; see docs/checkpoints.md) instead of computing; 0 for a prompt computed in one run, -1 until "
      "done. Not in the checksum: a restored prompt's results are those of an uninterrupted run"},
+    {D::kIds, "ids", E::kString, R::kPrompts, W::kNone, P::kWithIds, I::kAtFinish, false,
+     "each prompt's id, copied from the input's `/ids` (variable-length UTF-8 strings), written when every prompt "
+     "is done"},
     {D::kTimeline, "timeline", E::kCompound, R::kEvents, W::kNone, P::kAlways, I::kAtFinish, false,
      "one record per event of every rank, written when every prompt is done; see below"},
 }};
@@ -66,6 +77,12 @@ const char* presence_note(Presence presence) {
       return "only with `--logprobs`: ";
     case P::kWithTopK:
       return "only with `--top-k K`: ";
+    case P::kWithTokenRows:
+      return "only with `--logprobs` or `--top-k`: ";
+    case P::kWithGreedy:
+      return "only with `--logprobs` and `--top-k K`: ";
+    case P::kWithIds:
+      return "only when the input has `/ids`: ";
   }
   return "";
 }
@@ -86,6 +103,8 @@ const char* element_name(Element element) {
       return "uint64";
     case E::kCompound:
       return "compound";
+    case E::kString:
+      return "UTF-8 string";
   }
   return "";
 }
@@ -130,6 +149,12 @@ bool present_in(const DatasetSpec& spec, const OutputLayout& layout) {
       return layout.token_logprobs;
     case P::kWithTopK:
       return layout.top_k > 0;
+    case P::kWithTokenRows:
+      return layout.token_rows();
+    case P::kWithGreedy:
+      return layout.is_greedy();
+    case P::kWithIds:
+      return !layout.ids.empty();
   }
   return false;
 }
@@ -173,6 +198,7 @@ hid_t file_type(Element element) {
     case E::kUint64:
       return H5T_STD_U64LE;
     case E::kCompound:
+    case E::kString:
       break;
   }
   throw std::logic_error("file_type: a compound type is built by its writer");
@@ -193,6 +219,7 @@ hid_t memory_type(Element element) {
     case E::kUint64:
       return H5T_NATIVE_UINT64;
     case E::kCompound:
+    case E::kString:
       break;
   }
   throw std::logic_error("memory_type: a compound type is built by its writer");
@@ -210,6 +237,8 @@ H5T_class_t type_class(Element element) {
       return H5T_INTEGER;
     case E::kCompound:
       return H5T_COMPOUND;
+    case E::kString:
+      return H5T_STRING;
   }
   return H5T_NO_CLASS;
 }
@@ -226,6 +255,7 @@ size_t element_size(Element element) {
     case E::kUint64:
       return 8;
     case E::kCompound:
+    case E::kString:
       break;
   }
   throw std::logic_error("element_size: a compound type's size is its writer's");

@@ -25,8 +25,15 @@ struct OutputLayout {
   int top_k = 0;                // --top-k: candidates per token; 0: not stored
   // With token rows: the input's /offsets (n + 1 entries), prompt p's rows are [offsets[p], offsets[p + 1]).
   std::vector<int64_t> prompt_offsets;
+  // With token rows: the input's /score_start (empty: every prompt scored from position 1).
+  std::vector<int64_t> score_start;
+  // With /is_greedy: the input's token ids (not owned), which the top-1 of each row is compared with.
+  const std::vector<int32_t>* tokens = nullptr;
+  std::vector<std::string> ids;  // the input's /ids (empty: it has none)
 
   bool token_rows() const { return token_logprobs || top_k > 0; }
+  bool is_greedy() const { return token_logprobs && top_k > 0; }
+  int64_t first_scored(int prompt) const { return score_start.empty() ? 1 : score_start.at(prompt); }
   int64_t total_tokens() const { return prompt_offsets.empty() ? 0 : prompt_offsets.back(); }
 };
 
@@ -37,6 +44,8 @@ enum class Dataset : int {
   kTokenLogprobs,
   kNllSum,
   kPerplexity,
+  kScoreStart,
+  kIsGreedy,
   kTopkIds,
   kTopkLogprobs,
   kCompleted,
@@ -44,18 +53,29 @@ enum class Dataset : int {
   kTtft,
   kReusedTokens,
   kRestoredTokens,
+  kIds,
   kTimeline,
 };
 constexpr int kNumDatasets = static_cast<int>(Dataset::kTimeline) + 1;
 
-enum class Element { kFloat32, kFloat64, kInt32, kInt64, kUint8, kUint64, kCompound };
+enum class Element { kFloat32, kFloat64, kInt32, kInt64, kUint8, kUint64, kCompound, kString };
 enum class Rows { kPrompts, kTokens, kEvents };      // the first dimension: n, T, or the timeline's events
 enum class Width { kNone, kVocab, kHidden, kTopK };  // the second dimension, if any
-enum class Presence { kAlways, kWithLogits, kWithHiddenStates, kWithLogprobs, kWithTopK };
+enum class Presence {
+  kAlways,
+  kWithLogits,
+  kWithHiddenStates,
+  kWithLogprobs,
+  kWithTopK,
+  kWithTokenRows,  // --logprobs or --top-k
+  kWithGreedy,     // --logprobs and --top-k
+  kWithIds,        // the input has /ids
+};
 // What a new file holds in each entry before the prompt's row is stored; kNone: nothing is
 // written (the row is written before its flag says so). kAtFinish: the dataset is written
-// whole when every prompt is done (the timeline), not at creation.
-enum class Initial { kNone, kZero, kNaN, kMinusOne, kAtFinish };
+// whole when every prompt is done (the timeline), not at creation. kFromInput: written whole
+// at creation from the input (/score_start).
+enum class Initial { kNone, kZero, kNaN, kMinusOne, kAtFinish, kFromInput };
 
 struct DatasetSpec {
   Dataset id;

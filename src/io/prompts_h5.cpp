@@ -32,7 +32,8 @@ void read_int_dataset(hid_t file, const std::string& path, const char* name, hid
   // A file can declare a dataspace far larger than the data it stores (unwritten chunks
   // read as fill values); refuse sizes no input can have before allocating for them.
   constexpr hsize_t kMaxElements = hsize_t{1} << 36;
-  if (count > kMaxElements) throw UserError(where + " declares " + std::to_string(count) + " elements: not a real input");
+  if (count > kMaxElements)
+    throw UserError(where + " declares " + std::to_string(count) + " elements: not a real input");
   H5Handle creation{H5Dget_create_plist(dataset.id), H5Pclose};
   const hsize_t stored = H5Dget_storage_size(dataset.id);
   const size_t element = H5Tget_size(type.id);
@@ -48,28 +49,101 @@ void read_int_dataset(hid_t file, const std::string& path, const char* name, hid
     throw UserError(where + " cannot be read as " + std::to_string(8 * sizeof(T)) + "-bit integers");
 }
 
+// Reads a 1-D dataset of variable-length strings (what h5py writes for a list of str).
+std::vector<std::string> read_string_dataset(hid_t file, const std::string& path, const char* name) {
+  const std::string where = path + ": /" + name;
+  H5Handle dataset{H5Dopen2(file, name, H5P_DEFAULT), H5Dclose};
+  if (dataset.id < 0) throw UserError(where + " is not a dataset");
+  H5Handle type{H5Dget_type(dataset.id), H5Tclose};
+  if (H5Tget_class(type.id) != H5T_STRING || H5Tis_variable_str(type.id) <= 0)
+    throw UserError(where + " must hold variable-length strings (h5py: dtype=h5py.string_dtype())");
+  H5Handle space{H5Dget_space(dataset.id), H5Sclose};
+  if (H5Sget_simple_extent_ndims(space.id) != 1) throw UserError(where + " must be 1-D");
+  hsize_t count = 0;
+  H5Sget_simple_extent_dims(space.id, &count, nullptr);
+  if (count > (hsize_t{1} << 32)) throw UserError(where + " declares " + std::to_string(count) + " strings");
+  std::vector<char*> pointers(static_cast<size_t>(count), nullptr);
+  H5Handle memory{H5Tcopy(H5T_C_S1), H5Tclose};
+  H5Tset_size(memory.id, H5T_VARIABLE);
+  H5Tset_cset(memory.id, H5T_CSET_UTF8);
+  if (count > 0 && H5Dread(dataset.id, memory.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) < 0)
+    throw UserError(where + " cannot be read as strings");
+  std::vector<std::string> out;
+  out.reserve(pointers.size());
+  for (char* text : pointers) out.emplace_back(text ? text : "");
+  if (count > 0) H5Dvlen_reclaim(memory.id, space.id, H5P_DEFAULT, pointers.data());
+  return out;
+}
+
+// The optional per-prompt datasets: /score_start (1 <= s < length) and /ids.
+void read_prompt_extras(hid_t file, const std::string& path, PromptSet& prompts) {
+  const std::vector<int64_t> lengths = prompts.lengths();
+  const size_t n = lengths.size();
+  if (H5Lexists(file, "score_start", H5P_DEFAULT) > 0) {
+    read_int_dataset(file, path, "score_start", H5T_NATIVE_INT64, prompts.score_start);
+    if (prompts.score_start.size() != n)
+      throw UserError(path + ": /score_start holds " + std::to_string(prompts.score_start.size()) + " entries for " +
+                      std::to_string(n) + " prompts");
+    for (size_t i = 0; i < n; ++i) {
+      const int64_t s = prompts.score_start[i];
+      if (s < 1 || s >= lengths[i])
+        throw UserError(path + ": /score_start of prompt " + std::to_string(i) + " is " + std::to_string(s) +
+                        ": it must be at least 1 (position 0 has no log-prob) and below the prompt's length " +
+                        std::to_string(lengths[i]) + " (at least one token scored)");
+    }
+  }
+  if (H5Lexists(file, "ids", H5P_DEFAULT) > 0) {
+    prompts.ids = read_string_dataset(file, path, "ids");
+    if (prompts.ids.size() != n)
+      throw UserError(path + ": /ids holds " + std::to_string(prompts.ids.size()) + " strings for " +
+                      std::to_string(n) + " prompts");
+  }
+}
+
+// The isolated reader's reply: sizes, then each vector's bytes, then the ids (length, bytes).
+std::string serialize(const PromptSet& p) {
+  const int64_t sizes[4] = {static_cast<int64_t>(p.tokens.size()), static_cast<int64_t>(p.offsets.size()),
+                            static_cast<int64_t>(p.score_start.size()), static_cast<int64_t>(p.ids.size())};
+  std::string out(reinterpret_cast<const char*>(sizes), sizeof sizes);
+  out.append(reinterpret_cast<const char*>(p.tokens.data()), p.tokens.size() * sizeof(int32_t));
+  out.append(reinterpret_cast<const char*>(p.offsets.data()), p.offsets.size() * sizeof(int64_t));
+  out.append(reinterpret_cast<const char*>(p.score_start.data()), p.score_start.size() * sizeof(int64_t));
+  for (const std::string& id : p.ids) {
+    const int64_t size = static_cast<int64_t>(id.size());
+    out.append(reinterpret_cast<const char*>(&size), sizeof size);
+    out.append(id);
+  }
+  return out;
+}
+
+PromptSet deserialize(const std::string& bytes) {
+  int64_t sizes[4];
+  std::memcpy(sizes, bytes.data(), sizeof sizes);
+  const char* at = bytes.data() + sizeof sizes;
+  PromptSet prompts;
+  const auto take = [&at](auto& vector, int64_t count) {
+    vector.resize(static_cast<size_t>(count));
+    std::memcpy(vector.data(), at, vector.size() * sizeof(vector[0]));
+    at += vector.size() * sizeof(vector[0]);
+  };
+  take(prompts.tokens, sizes[0]);
+  take(prompts.offsets, sizes[1]);
+  take(prompts.score_start, sizes[2]);
+  for (int64_t i = 0; i < sizes[3]; ++i) {
+    int64_t size = 0;
+    std::memcpy(&size, at, sizeof size);
+    at += sizeof size;
+    prompts.ids.emplace_back(at, static_cast<size_t>(size));
+    at += size;
+  }
+  return prompts;
+}
+
 }  // namespace
 
 PromptSet read_prompts_isolated(const std::string& path, int vocab_size, double timeout_s) {
-  // The child sends [sizes][tokens][offsets] as one string.
-  const std::string bytes = run_isolated("input file " + path, timeout_s, [&] {
-    const PromptSet p = read_prompts(path, vocab_size);
-    const int64_t sizes[2] = {static_cast<int64_t>(p.tokens.size()), static_cast<int64_t>(p.offsets.size())};
-    std::string out(reinterpret_cast<const char*>(sizes), sizeof sizes);
-    out.append(reinterpret_cast<const char*>(p.tokens.data()), p.tokens.size() * sizeof(int32_t));
-    out.append(reinterpret_cast<const char*>(p.offsets.data()), p.offsets.size() * sizeof(int64_t));
-    return out;
-  });
-  int64_t sizes[2];
-  std::memcpy(sizes, bytes.data(), sizeof sizes);
-  PromptSet prompts;
-  prompts.tokens.resize(static_cast<size_t>(sizes[0]));
-  prompts.offsets.resize(static_cast<size_t>(sizes[1]));
-  const char* data = bytes.data() + sizeof sizes;
-  std::memcpy(prompts.tokens.data(), data, prompts.tokens.size() * sizeof(int32_t));
-  std::memcpy(prompts.offsets.data(), data + prompts.tokens.size() * sizeof(int32_t),
-              prompts.offsets.size() * sizeof(int64_t));
-  return prompts;
+  return deserialize(
+      run_isolated("input file " + path, timeout_s, [&] { return serialize(read_prompts(path, vocab_size)); }));
 }
 
 void quiet_hdf5_errors() {
@@ -113,14 +187,22 @@ PromptSet read_prompts(const std::string& path, int vocab_size) {
       throw UserError(path + ": token id " + std::to_string(id) + " at position " + std::to_string(i) +
                       " is outside the vocabulary [0, " + std::to_string(vocab_size) + ")");
   }
+  read_prompt_extras(file.id, path, prompts);
   return prompts;
 }
 
 uint64_t fingerprint(const PromptSet& prompts) {
-  return Fnv1a()
-      .add(prompts.tokens.data(), prompts.tokens.size() * sizeof(int32_t))
-      .add(prompts.offsets.data(), prompts.offsets.size() * sizeof(int64_t))
-      .value;
+  // An input without the optional datasets keeps the fingerprint it had before they existed.
+  Fnv1a hash;
+  hash.add(prompts.tokens.data(), prompts.tokens.size() * sizeof(int32_t))
+      .add(prompts.offsets.data(), prompts.offsets.size() * sizeof(int64_t));
+  if (!prompts.score_start.empty())
+    hash.add("score_start", 11).add(prompts.score_start.data(), prompts.score_start.size() * sizeof(int64_t));
+  if (!prompts.ids.empty()) {
+    hash.add("ids", 3);
+    for (const std::string& id : prompts.ids) hash.add(id.data(), id.size() + 1);  // with its NUL: "a","b" != "ab"
+  }
+  return hash.value;
 }
 
 void check_prompt_lengths(const PromptSet& prompts, int max_position_embeddings, bool allow_longer) {
@@ -145,6 +227,22 @@ void write_prompts(const std::string& path, const PromptSet& prompts) {
   };
   write("tokens", H5T_STD_I32LE, H5T_NATIVE_INT32, prompts.tokens.data(), prompts.tokens.size());
   write("offsets", H5T_STD_I64LE, H5T_NATIVE_INT64, prompts.offsets.data(), prompts.offsets.size());
+  if (!prompts.score_start.empty())
+    write("score_start", H5T_STD_I64LE, H5T_NATIVE_INT64, prompts.score_start.data(), prompts.score_start.size());
+  if (!prompts.ids.empty()) write_strings(file.id, "ids", prompts.ids);
+}
+
+void write_strings(hid_t file, const char* name, const std::vector<std::string>& strings) {
+  H5Handle type{H5Tcopy(H5T_C_S1), H5Tclose};
+  H5_CHECK(H5Tset_size(type.id, H5T_VARIABLE));
+  H5_CHECK(H5Tset_cset(type.id, H5T_CSET_UTF8));
+  const hsize_t count = strings.size();
+  H5Handle space{H5Screate_simple(1, &count, nullptr), H5Sclose};
+  H5Handle dataset{H5Dcreate2(file, name, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose};
+  H5_CHECK(dataset.id);
+  std::vector<const char*> pointers;
+  for (const std::string& text : strings) pointers.push_back(text.c_str());
+  if (count > 0) H5_CHECK(H5Dwrite(dataset.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()));
 }
 
 }  // namespace pf::io

@@ -3,6 +3,8 @@
 // types: parallel HDF5 cannot write VL data and filters cannot compress it.
 #pragma once
 
+#include <hdf5.h>
+
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -12,12 +14,20 @@ namespace pf::io {
 struct PromptSet {
   std::vector<int32_t> tokens;
   std::vector<int64_t> offsets;  // n + 1 entries, offsets[0] == 0
+  // Optional /score_start [n]: prompt i's token scores cover positions [score_start[i],
+  // length) (a context and its continuation: only the continuation is scored); empty: every
+  // position that has a log-prob (from 1).
+  std::vector<int64_t> score_start;
+  // Optional /ids [n] (UTF-8 strings): what the user calls each prompt, copied to the output.
+  std::vector<std::string> ids;
   int num_prompts() const { return static_cast<int>(offsets.size()) - 1; }
   std::vector<int64_t> lengths() const;
+  int64_t first_scored(int prompt) const { return score_start.empty() ? 1 : score_start.at(prompt); }
 };
 
 // Reads and validates: a regular file (a FIFO would block), datasets present, 1-D integer, offsets start at 0, strictly
-// increase (no empty prompt) and end at the token count, every id in [0, vocab_size).
+// increase (no empty prompt) and end at the token count, every id in [0, vocab_size); when
+// present, /score_start holds n entries with 1 <= score_start[i] < length_i, and /ids n strings.
 // Throws UserError naming the problem.
 PromptSet read_prompts(const std::string& path, int vocab_size);
 
@@ -26,8 +36,11 @@ PromptSet read_prompts(const std::string& path, int vocab_size);
 PromptSet read_prompts_isolated(const std::string& path, int vocab_size, double timeout_s = 0);
 
 void write_prompts(const std::string& path, const PromptSet& prompts);
+// A 1-D dataset of variable-length UTF-8 strings (/ids of an input and of an output).
+void write_strings(hid_t file, const char* name, const std::vector<std::string>& strings);
 
-// FNV-1a over the token ids and offsets: identifies an input for --resume.
+// FNV-1a over the token ids and offsets (then the score starts and the ids, when the input
+// has them): identifies an input for --resume.
 uint64_t fingerprint(const PromptSet& prompts);
 
 // UserError for a prompt longer than the model's context (max_position_embeddings > 0)

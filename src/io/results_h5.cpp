@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -59,6 +60,12 @@ H5Handle create_dataset(hid_t file, const DatasetSpec& spec, const OutputLayout&
     case Initial::kNone:
     case Initial::kAtFinish:
       return dataset;
+    case Initial::kFromInput: {  // /score_start, the only such dataset
+      std::vector<int64_t> starts(dims[0]);
+      for (size_t p = 0; p < starts.size(); ++p) starts[p] = layout.first_scored(static_cast<int>(p));
+      H5_CHECK(H5Dwrite(dataset.id, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, starts.data()));
+      return dataset;
+    }
     case Initial::kZero:
       break;
     case Initial::kNaN:
@@ -133,6 +140,32 @@ void write_timeline(hid_t file, const std::vector<trace::TimelineEvent>& events)
   for (int k = 0; k < trace::kNumEventKinds; ++k)
     names += (k ? "," : "") + std::string(trace::event_kind_name(static_cast<trace::EventKind>(k)));
   write_attribute(dataset.id, "kind_names", names);
+}
+
+// Adds rows [start, start + count) of `prompt` to its digest: their bytes, the NLL of its
+// scored positions and, with /is_greedy, whether each scored token was the top-1 of the row
+// before it. What write_token_rows streams and continue_prompt reads back agree by construction.
+void add_to_digest(const OutputLayout& layout, int prompt, int64_t start, int count, const float* logprobs,
+                   const float* topk_logprobs, const int32_t* topk_ids, TokenRowsDigest& digest) {
+  const size_t k = static_cast<size_t>(layout.top_k);
+  const int64_t scored_from = layout.first_scored(prompt);
+  if (layout.token_logprobs) {
+    digest.logprobs.add(logprobs, sizeof(float) * count);
+    for (int64_t j = std::max(start, scored_from); j < start + count; ++j) digest.nll_sum -= logprobs[j - start];
+  }
+  if (k > 0) {
+    digest.topk_ids.add(topk_ids, sizeof(int32_t) * k * count);
+    digest.topk_logprobs.add(topk_logprobs, sizeof(float) * k * count);
+  }
+  digest.with_greedy = layout.is_greedy();
+  if (digest.with_greedy) {
+    // Row r predicts position r + 1: rows scored_from - 1 .. length - 2 predict the span.
+    const int64_t offset = layout.prompt_offsets.at(prompt), length = layout.prompt_offsets.at(prompt + 1) - offset;
+    if (!layout.tokens) throw std::logic_error("add_to_digest: /is_greedy needs the input's tokens");
+    const std::vector<int32_t>& tokens = *layout.tokens;
+    for (int64_t r = std::max(start, scored_from - 1); r < std::min(start + count, length - 1); ++r)
+      if (topk_ids[(r - start) * k] != tokens.at(offset + r + 1)) digest.is_greedy = 0;
+  }
 }
 
 }  // namespace
@@ -260,21 +293,14 @@ void ResultWriter::write_token_rows(int prompt, int64_t start, int count, const 
   if (count < 0 || start + count > length) throw std::logic_error("write_token_rows: rows past the prompt's end");
   const hsize_t first = static_cast<hsize_t>(layout_.prompt_offsets[prompt] + start), rows = count;
   const size_t k = static_cast<size_t>(layout_.top_k);
-  TokenRowsDigest& digest = open_.digest;
-  if (layout_.token_logprobs) {
-    write_rows(set(Dataset::kTokenLogprobs), H5T_NATIVE_FLOAT, first, rows, 0, logprobs);
-    digest.logprobs.add(logprobs, sizeof(float) * count);
-    // Position 0 has no log-prob (NaN): the NLL sums positions 1 .. length - 1.
-    for (int j = start == 0 ? 1 : 0; j < count; ++j) digest.nll_sum -= logprobs[j];
-  }
+  if (layout_.token_logprobs) write_rows(set(Dataset::kTokenLogprobs), H5T_NATIVE_FLOAT, first, rows, 0, logprobs);
   if (k > 0) {
     write_rows(set(Dataset::kTopkIds), H5T_NATIVE_INT32, first, rows, k, topk_ids);
     write_rows(set(Dataset::kTopkLogprobs), H5T_NATIVE_FLOAT, first, rows, k, topk_logprobs);
-    digest.topk_ids.add(topk_ids, sizeof(int32_t) * k * count);
-    digest.topk_logprobs.add(topk_logprobs, sizeof(float) * k * count);
   }
+  add_to_digest(layout_, prompt, start, count, logprobs, topk_logprobs, topk_ids, open_.digest);
   open_.next = start + count;
-  open_.at_boundary[open_.next] = digest;
+  open_.at_boundary[open_.next] = open_.digest;
 }
 
 std::optional<TokenRowsDigest> ResultWriter::digest_at(int prompt, int64_t position) const {
@@ -304,20 +330,19 @@ std::optional<ResultWriter::ContinuedRows> ResultWriter::continue_prompt(int pro
     topk_logprobs.resize(count * k);
     topk_ids.resize(count * k);
     read_token_rows(prompt, at, count, logprobs.data(), topk_logprobs.data(), topk_ids.data());
-    if (layout_.token_logprobs) {
-      digest.logprobs.add(logprobs.data(), sizeof(float) * count);
-      for (int j = at == 0 ? 1 : 0; j < count; ++j) digest.nll_sum -= logprobs[j];
-      continued.finite = continued.finite && finite(logprobs.data() + (at == 0), count - (at == 0));
-    }
-    if (k > 0) {
-      digest.topk_ids.add(topk_ids.data(), sizeof(int32_t) * k * count);
-      digest.topk_logprobs.add(topk_logprobs.data(), sizeof(float) * k * count);
-      continued.finite = continued.finite && finite(topk_logprobs.data(), k * count);
-    }
+    add_to_digest(layout_, prompt, at, count, logprobs.data(), topk_logprobs.data(), topk_ids.data(), digest);
+    // Finite from the scored span on (log-probs from score_start, top-k rows from one before).
+    const int64_t scored_from = layout_.first_scored(prompt);
+    const int64_t logprobs_from = std::clamp<int64_t>(scored_from - at, 0, count);
+    const int64_t topk_from = std::clamp<int64_t>(scored_from - 1 - at, 0, count);
+    if (layout_.token_logprobs)
+      continued.finite = continued.finite && finite(logprobs.data() + logprobs_from, count - logprobs_from);
+    if (k > 0)
+      continued.finite = continued.finite && finite(topk_logprobs.data() + topk_from * k, (count - topk_from) * k);
   }
   if (digest.logprobs.value != expected.logprobs.value || digest.topk_ids.value != expected.topk_ids.value ||
       digest.topk_logprobs.value != expected.topk_logprobs.value || digest.nll_sum != expected.nll_sum)
-    return std::nullopt;
+    return std::nullopt;  // (is_greedy follows from the top-k ids, which the digest covers)
   open_ = OpenPrompt{prompt, rows, digest, {}};
   return continued;
 }
@@ -351,9 +376,10 @@ void ResultWriter::write_prompt(int prompt, const float* row, const float* hidde
     const int64_t length = layout_.prompt_offsets.at(prompt + 1) - layout_.prompt_offsets[prompt];
     if (open_.prompt != prompt || open_.next != length)
       throw std::logic_error("write_prompt: the token rows of prompt " + std::to_string(prompt) + " are incomplete");
-    // exp(mean NLL) over the length - 1 tokens that have a log-prob; NaN for a one-token prompt.
+    // exp(mean NLL) over the scored tokens (length - 1 without a span); NaN for a one-token prompt.
+    const int64_t scored = length - layout_.first_scored(prompt);
     if (layout_.token_logprobs)
-      open_.digest.perplexity = length > 1 ? std::exp(open_.digest.nll_sum / static_cast<double>(length - 1)) : NAN;
+      open_.digest.perplexity = scored > 0 ? std::exp(open_.digest.nll_sum / static_cast<double>(scored)) : NAN;
     digest = &open_.digest;
   }
   const uint64_t checksum =
@@ -362,6 +388,7 @@ void ResultWriter::write_prompt(int prompt, const float* row, const float* hidde
     write_row(set(Dataset::kNllSum), H5T_NATIVE_DOUBLE, at, 0, &digest->nll_sum);
     write_row(set(Dataset::kPerplexity), H5T_NATIVE_DOUBLE, at, 0, &digest->perplexity);
   }
+  if (layout_.is_greedy()) write_row(set(Dataset::kIsGreedy), H5T_NATIVE_UCHAR, at, 0, &digest->is_greedy);
   if (layout_.with_logits) write_row(set(Dataset::kLogits), H5T_NATIVE_FLOAT, at, layout_.vocab_size, row);
   if (layout_.hidden_size > 0)
     write_row(set(Dataset::kHiddenStates), H5T_NATIVE_FLOAT, at, layout_.hidden_size, hidden_row);
@@ -378,7 +405,8 @@ void ResultWriter::write_prompt(int prompt, const float* row, const float* hidde
   completed_.at(prompt) = 1;
   ++written_this_run_;
   if (layout_.token_logprobs) {
-    scored_tokens_ += layout_.prompt_offsets[prompt + 1] - layout_.prompt_offsets[prompt] - 1;
+    scored_tokens_ +=
+        layout_.prompt_offsets[prompt + 1] - layout_.prompt_offsets[prompt] - layout_.first_scored(prompt);
     scored_nll_sum_ += digest->nll_sum;
   }
 }
@@ -389,6 +417,7 @@ bool ResultWriter::finish(const std::vector<trace::TimelineEvent>& timeline, con
   // partial file holds hours of rows. They are written once, when every prompt is done.
   if (completed_count() < static_cast<int>(completed_.size())) return false;
   write_timeline(file_.id, timeline);
+  if (!layout_.ids.empty()) write_strings(file_.id, dataset_spec(Dataset::kIds).name, layout_.ids);
   for (auto& [key, value] : attributes.items()) write_attribute(file_.id, key, value);
   H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
   close_datasets();

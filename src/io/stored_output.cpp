@@ -87,6 +87,13 @@ TokenRowsDigest digest_token_rows(const OpenDatasets& sets, const OutputLayout& 
     read_row(sets[Dataset::kNllSum], H5T_NATIVE_DOUBLE, p, 0, &digest.nll_sum);
     read_row(sets[Dataset::kPerplexity], H5T_NATIVE_DOUBLE, p, 0, &digest.perplexity);
   }
+  // A partial file begun before /is_greedy existed has none: its rows fail the checksum and
+  // are computed again (their is_greedy was never stored).
+  digest.with_greedy = layout.is_greedy();
+  if (digest.with_greedy) {
+    digest.is_greedy = 2;
+    if (sets[Dataset::kIsGreedy] >= 0) read_row(sets[Dataset::kIsGreedy], H5T_NATIVE_UCHAR, p, 0, &digest.is_greedy);
+  }
   return digest;
 }
 
@@ -189,6 +196,7 @@ uint64_t row_checksum(const float* row, int vocab_size, const float* hidden_row,
         .add_value(token_rows->topk_logprobs.value)
         .add_value(token_rows->nll_sum)
         .add_value(token_rows->perplexity);
+  if (token_rows && token_rows->with_greedy) hash.add_value(token_rows->is_greedy);
   return hash.add_value(ttft_s).value;
 }
 

@@ -37,11 +37,13 @@ std::optional<std::string> identity_difference(const nlohmann::json& stored, con
 struct TokenRowsDigest {
   Fnv1a logprobs, topk_ids, topk_logprobs;
   double nll_sum = 0, perplexity = 0;
+  bool with_greedy = false;     // the output has /is_greedy (--logprobs and --top-k)
+  unsigned char is_greedy = 1;  // every scored token so far was the top-1
 };
 
 // The checksum stored per completed row: the logits row's bytes (none without logits), the
 // hidden-state row's (none without --hidden-states), the token rows' digest (none without
-// --logprobs or --top-k) and the TTFT's.
+// --logprobs or --top-k; with its /is_greedy byte when stored) and the TTFT's.
 uint64_t row_checksum(const float* row, int vocab_size, const float* hidden_row, int hidden_size, double ttft_s,
                       const TokenRowsDigest* token_rows = nullptr);
 

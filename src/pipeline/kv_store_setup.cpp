@@ -423,8 +423,10 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts, cons
           }
           const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
           const std::vector<int32_t> copy(ids, ids + (prompts.offsets[p + 1] - prompts.offsets[p]));
-          // A scoring run's entries keep the prompt's token rows, for scoring runs to come.
-          if (results && (scores_.logprobs || scores_.top_k > 0) && results->completed().at(p))
+          // A scoring run's entries keep the prompt's token rows, for scoring runs to come;
+          // not those of a prompt scored from a later position (/score_start): they lack rows.
+          if (results && (scores_.logprobs || scores_.top_k > 0) && results->completed().at(p) &&
+              prompts.first_scored(p) == 1)
             kv::write_entry_scores(incoming_ + "/" + kv::kv_prompt_dir_name(p), lengths_.at(p), scores_,
                                    [&](int64_t at, int count, float* lp, float* tlp, int32_t* tid) {
                                      results->read_token_rows(p, at, count, lp, tlp, tid);

@@ -127,6 +127,9 @@ std::string agree_on_weights_identity(const RankModel& m, const std::vector<mode
 std::vector<int64_t> share_prompts(const dist::Topology& topo, io::PromptSet& prompts, bool last_stage_scores) {
   std::vector<int64_t> lengths = topo.is_writer() ? prompts.lengths() : std::vector<int64_t>();
   dist::broadcast_vector(lengths, MPI_COMM_WORLD);
+  // Every rank knows where each prompt's scores start: the last stage skips the LM head
+  // before it, and every rank plans the same prefix reuse.
+  dist::broadcast_vector(prompts.score_start, MPI_COMM_WORLD);
   const bool needs_tokens = topo.first_stage() || (last_stage_scores && topo.last_stage());
   if (last_stage_scores && topo.pp > 1) {
     // Stage 0 and the last stage: one broadcast over the world, kept only where it is read

@@ -59,7 +59,8 @@ model::StageWeights load_rank_weights(const dist::Topology& topology, const Rank
 std::string agree_on_weights_identity(const RankModel& rank_model, const std::vector<model::BlockDigest>& loaded);
 
 // Collective. Rank 0 has read `prompts`; afterwards every rank knows the prompt lengths
-// (returned) and stage 0's ranks, which embed, also hold the token ids, as do the last
+// (returned) and where each prompt's scores start (/score_start, when the input has it);
+// stage 0's ranks, which embed, also hold the token ids, as do the last
 // stage's when `last_stage_scores` (--logprobs: it scores each next token).
 std::vector<int64_t> share_prompts(const dist::Topology& topology, io::PromptSet& prompts, bool last_stage_scores);
 

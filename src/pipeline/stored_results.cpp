@@ -16,6 +16,27 @@ bool all_finite(const float* values, int64_t count) {
   return true;
 }
 
+// Of rows [start, start + count) of a prompt scored from position s (s >= 1: position 0 has
+// no log-prob): the first row with a log-prob, and the first whose top-k is kept (row r
+// predicts position r + 1, so from s - 1).
+struct ScoredPart {
+  int logprobs_from, topk_from;
+};
+ScoredPart scored_part(int64_t s, int64_t start, int count) {
+  return {static_cast<int>(std::clamp<int64_t>(s - start, 0, count)),
+          static_cast<int>(std::clamp<int64_t>(s - 1 - start, 0, count))};
+}
+
+// Rows copied from another prompt (or a store entry) that scored more than this one: what
+// this prompt does not score becomes what its own computation would give (NaN, id -1).
+void mask_unscored(ScoredPart part, int k, float* logprobs, float* topk_logprobs, int32_t* topk_ids) {
+  if (logprobs) std::fill(logprobs, logprobs + part.logprobs_from, NAN);
+  if (k > 0) {
+    std::fill(topk_logprobs, topk_logprobs + static_cast<size_t>(part.topk_from) * k, NAN);
+    std::fill(topk_ids, topk_ids + static_cast<size_t>(part.topk_from) * k, -1);
+  }
+}
+
 }  // namespace
 
 StoredResults::StoredResults(io::ResultWriter& writer, int vocab_size, int hidden_width, const sched::BatchPlan& plan)
@@ -35,16 +56,19 @@ void StoredResults::token_rows(const TokenRows& given) {
       const float entry = restored ? restored_next_logprob_ : copy_reused_rows(rows, reuse);
       if (rows.logprobs) {  // the chunk's first entry is the source's prediction (NaN on the wire)
         logprobs_.assign(rows.logprobs, rows.logprobs + rows.count);
-        logprobs_[0] = entry;
+        logprobs_[0] = rows.start < writer_.layout().first_scored(rows.prompt) ? NAN : entry;
         rows.logprobs = logprobs_.data();
       }
     }
   }
-  // The prompt's first position has no log-prob (NaN by definition); every other must be finite.
-  const int skip = rows.start == 0 ? 1 : 0;
-  if (rows.logprobs) open_finite_ = open_finite_ && all_finite(rows.logprobs + skip, rows.count - skip);
+  // Positions before the scored span have no log-prob (NaN; position 0 never has one) and rows
+  // before it no top-k (the scorer skipped them); every other entry must be finite.
+  const ScoredPart part = scored_part(writer_.layout().first_scored(rows.prompt), rows.start, rows.count);
+  if (rows.logprobs)
+    open_finite_ = open_finite_ && all_finite(rows.logprobs + part.logprobs_from, rows.count - part.logprobs_from);
   if (rows.topk_logprobs)
-    open_finite_ = open_finite_ && all_finite(rows.topk_logprobs, static_cast<int64_t>(rows.count) * rows.top_k);
+    open_finite_ = open_finite_ && all_finite(rows.topk_logprobs + static_cast<size_t>(part.topk_from) * rows.top_k,
+                                              static_cast<int64_t>(rows.count - part.topk_from) * rows.top_k);
   // Written even when not finite: the prompt's flag is what makes rows count, and it stays unset.
   writer_.write_token_rows(rows.prompt, rows.start, rows.count, rows.logprobs, rows.topk_logprobs, rows.topk_ids);
 }
@@ -67,9 +91,15 @@ float StoredResults::copy_reused_rows(const TokenRows& rows, const sched::Prefix
       store_rows_(reuse.store_entry, at, count, rows.logprobs ? logprobs_.data() : nullptr,
                   k > 0 ? topk_logprobs_.data() : nullptr, k > 0 ? topk_ids_.data() : nullptr);
     const int stored = static_cast<int>(std::min<int64_t>(count, reuse.tokens - at));
-    const int skip = at == 0 ? 1 : 0;
-    if (rows.logprobs) open_finite_ = open_finite_ && all_finite(logprobs_.data() + skip, stored - skip);
-    if (k > 0) open_finite_ = open_finite_ && all_finite(topk_logprobs_.data(), static_cast<int64_t>(stored) * k);
+    const ScoredPart part = scored_part(writer_.layout().first_scored(rows.prompt), at, count);
+    mask_unscored(part, static_cast<int>(k), rows.logprobs ? logprobs_.data() : nullptr, topk_logprobs_.data(),
+                  topk_ids_.data());
+    const ScoredPart kept = scored_part(writer_.layout().first_scored(rows.prompt), at, stored);
+    if (rows.logprobs)
+      open_finite_ = open_finite_ && all_finite(logprobs_.data() + kept.logprobs_from, stored - kept.logprobs_from);
+    if (k > 0)
+      open_finite_ = open_finite_ && all_finite(topk_logprobs_.data() + kept.topk_from * k,
+                                                static_cast<int64_t>(stored - kept.topk_from) * k);
     writer_.write_token_rows(rows.prompt, at, stored, rows.logprobs ? logprobs_.data() : nullptr,
                              k > 0 ? topk_logprobs_.data() : nullptr, k > 0 ? topk_ids_.data() : nullptr);
     if (at + count > reuse.tokens) return logprobs_[stored];

@@ -47,8 +47,22 @@ TokenScorer::TokenScorer(const dist::Topology& topology, compute::StageCompute& 
 
 const std::vector<float>& TokenScorer::score(const sched::MicroBatch& mb, const float* hidden, int hidden_size) {
   next_logprob_.assign(mb.length, std::numeric_limits<float>::quiet_NaN());
-  if (topology_.tp_rank == 0) part_.assign(static_cast<size_t>(mb.length) * layout_.floats_per_token(), 0.0f);
-  for (int first = 0; first < mb.length; first += block_rows_) {
+  // Rows before the prompt's scored span (/score_start s) predict tokens nobody asked about:
+  // they skip the LM head. Row r predicts position start + r + 1, so rows from s - 1 run
+  // (and the last row, whose top-k is the prediction after the prompt, is always at or past it).
+  const int64_t first_scored = prompts_.first_scored(mb.prompt);
+  const int skipped = static_cast<int>(std::clamp<int64_t>(first_scored - 1 - mb.start, 0, mb.length));
+  if (topology_.tp_rank == 0) {
+    part_.assign(static_cast<size_t>(mb.length) * layout_.floats_per_token(), 0.0f);
+    // Unscored rows' top-k: NaN log-probs and id -1, as the output holds them.
+    const size_t k = static_cast<size_t>(layout_.top_k);
+    float* topk_logprobs = part_.data() + (layout_.logprobs ? mb.length : 0);
+    std::fill(topk_logprobs, topk_logprobs + skipped * k, std::numeric_limits<float>::quiet_NaN());
+    const std::vector<int32_t> none(skipped * k, -1);  // int32 bits in the float message
+    if (!none.empty())
+      std::memcpy(topk_logprobs + static_cast<size_t>(mb.length) * k, none.data(), sizeof(int32_t) * none.size());
+  }
+  for (int first = skipped; first < mb.length; first += block_rows_) {
     const int rows = std::min(block_rows_, mb.length - first);
     score_block(mb, first, rows, hidden + static_cast<int64_t>(first) * hidden_size);
   }

@@ -49,9 +49,9 @@ class BlockTrie {
       items.clear();
       size_t a = 0, b = 0;
       while (a < own.size() || b < node.children.size()) {
-        const bool take_prompt = b == node.children.size() ||
-                                 (a < own.size() && (~item != 0 ? own_first : own[a]) <
-                                                        nodes_[node.children[b]].first_prompt);
+        const bool take_prompt =
+            b == node.children.size() ||
+            (a < own.size() && (~item != 0 ? own_first : own[a]) < nodes_[node.children[b]].first_prompt);
         if (take_prompt && ~item != 0) {  // the whole group at once
           items.insert(items.end(), own.begin(), own.end());
           a = own.size();
@@ -66,7 +66,7 @@ class BlockTrie {
 
  private:
   struct Node {
-    int64_t block = -1;     // where this node's block starts in tokens_ (in its first prompt)
+    int64_t block = -1;  // where this node's block starts in tokens_ (in its first prompt)
     int parent = -1;
     int first_prompt = -1;  // the first prompt (in input order) through it
     int depth = 0;          // blocks from the root
@@ -107,7 +107,7 @@ class BlockTrie {
   const int page_size_;
   const BlockHash& hash_;
   std::vector<Node> nodes_;
-  std::vector<std::pair<int64_t, int64_t>> spans_;  // per prompt: first token, length
+  std::vector<std::pair<int64_t, int64_t>> spans_;         // per prompt: first token, length
   std::unordered_map<uint64_t, std::vector<int>> by_key_;  // (parent, block hash) -> candidate children
 };
 
@@ -116,12 +116,14 @@ class BlockTrie {
 uint64_t fnv1a_block_hash(const int32_t* tokens, int count) {
   uint64_t value = 0xcbf29ce484222325ull;
   const auto* bytes = reinterpret_cast<const unsigned char*>(tokens);
-  for (size_t i = 0; i < sizeof(int32_t) * static_cast<size_t>(count); ++i) value = (value ^ bytes[i]) * 0x100000001b3ull;
+  for (size_t i = 0; i < sizeof(int32_t) * static_cast<size_t>(count); ++i)
+    value = (value ^ bytes[i]) * 0x100000001b3ull;
   return value;
 }
 
-PrefixPlan find_shared_prefixes(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets,
-                                int page_size, const std::vector<char>& skip, const BlockHash& hash) {
+PrefixPlan find_shared_prefixes(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets, int page_size,
+                                const std::vector<char>& skip, const std::vector<int64_t>& score_start,
+                                const BlockHash& hash) {
   if (page_size <= 0 || offsets.empty()) throw std::logic_error("find_shared_prefixes: no pages or no offsets");
   const int n = static_cast<int>(offsets.size()) - 1;
   BlockTrie trie(tokens, page_size, hash);
@@ -136,7 +138,10 @@ PrefixPlan find_shared_prefixes(const std::vector<int32_t>& tokens, const std::v
     const int32_t* a = tokens.data() + offsets[p];
     const int32_t* b = tokens.data() + offsets[source];
     const int64_t limit = std::min(offsets[p + 1] - offsets[p], offsets[source + 1] - offsets[source]);
-    const int64_t common = std::mismatch(a, a + limit, b).first - a;
+    int64_t common = std::mismatch(a, a + limit, b).first - a;
+    // The source's token rows are copied up to the reuse length: where the source scores
+    // from a later position than the prompt, rows the prompt scores would be missing.
+    if (!score_start.empty() && score_start[source] > score_start[p]) common = std::min(common, score_start[p]);
     const int64_t reused = reusable_prefix(common, page_size);
     if (reused > 0) plan.reuse[p] = {reused, source};
   }

@@ -44,9 +44,10 @@ uint64_t fnv1a_block_hash(const int32_t* tokens, int count);
 
 // Prompt p is tokens[offsets[p], offsets[p + 1]). Prompts with skip[p] != 0 (done before a
 // resume) take no part: they neither run nor lend their prefix. The result's order lists
-// the other prompts.
-PrefixPlan find_shared_prefixes(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets,
-                                int page_size, const std::vector<char>& skip = {},
+// the other prompts. With `score_start` (the input's /score_start; empty: all 1), a prompt
+// takes no rows from a source that scores from a later position than it does.
+PrefixPlan find_shared_prefixes(const std::vector<int32_t>& tokens, const std::vector<int64_t>& offsets, int page_size,
+                                const std::vector<char>& skip = {}, const std::vector<int64_t>& score_start = {},
                                 const BlockHash& hash = fnv1a_block_hash);
 
 // Where `outside` (per prompt, e.g. the KV store's offers) holds a longer prefix than the batch

@@ -59,14 +59,23 @@ def compare_scores(name, out_h5, ref, logprob_atol=LOGPROB_ATOL):
     top-k log-probs descend."""
     ok, notes = True, []
     with h5py.File(out_h5, "r") as f:
+        offsets = np.cumsum([0] + ref["lengths"])
+        n = len(ref["lengths"])
+        # Each prompt's scored span (/score_start: the input's, 1 for a prompt scored whole):
+        # positions before it have no log-prob, and rows before start - 1 no top-k.
+        starts = f["score_start"][:] if "score_start" in f else np.ones(n, np.int64)
+        unscored = np.zeros(offsets[-1], bool)      # positions without a log-prob
+        no_topk = np.zeros(offsets[-1], bool)       # rows without a top-k
+        for p in range(n):
+            unscored[offsets[p]:offsets[p] + min(starts[p], ref["lengths"][p])] = True
+            no_topk[offsets[p]:offsets[p] + min(starts[p] - 1, ref["lengths"][p])] = True
         if "token_logprobs" in f:
             got, want = f["token_logprobs"][:].astype(np.float64), ref["token_logprobs"]
-            first = np.isnan(want)
+            first = unscored | np.isnan(want)
             error = float(np.abs(got[~first] - want[~first]).max())
             nan_ok = np.array_equal(np.isnan(got), first)
-            offsets = np.cumsum([0] + ref["lengths"])
-            nll = np.array([-got[offsets[p] + 1:offsets[p + 1]].sum() for p in range(len(ref["lengths"]))])
-            scored = np.diff(offsets) - 1  # a one-token prompt has none: perplexity NaN
+            nll = np.array([-got[offsets[p] + starts[p]:offsets[p + 1]].sum() for p in range(n)])
+            scored = np.diff(offsets) - starts  # a one-token prompt has none: perplexity NaN
             with np.errstate(divide="ignore", invalid="ignore"):
                 perplexity = np.where(scored > 0, np.exp(nll / np.maximum(scored, 1)), np.nan)
             sums_ok = np.allclose(f["nll_sum"][:], nll, rtol=1e-9, atol=1e-9) and np.allclose(
@@ -74,16 +83,20 @@ def compare_scores(name, out_h5, ref, logprob_atol=LOGPROB_ATOL):
             ok = ok and error <= logprob_atol and nan_ok and sums_ok
             notes.append(f"logprobs {error:.1e}{'' if nan_ok else ' (NaN misplaced)'}{'' if sums_ok else ' (bad NLL)'}")
         if "topk_ids" in f:
-            ids, lps = f["topk_ids"][:], f["topk_logprobs"][:].astype(np.float64)
+            all_ids, all_lps = f["topk_ids"][:], f["topk_logprobs"][:].astype(np.float64)
+            # Rows before a span were never computed: id -1 and NaN, exactly.
+            skipped_ok = bool((all_ids[no_topk] == -1).all() and np.isnan(all_lps[no_topk]).all())
+            ids, lps = all_ids[~no_topk], all_lps[~no_topk]
             k = ids.shape[1]
-            error = float(np.abs(lps - ref["topk_logprobs"][:, :k]).max())
-            mask = confident_ranks(ref["topk_logprobs"], k)
-            same = ids[mask] == ref["topk_ids"][:, :k][mask]
-            top1 = int((ids[:, 0] == ref["topk_ids"][:, 0]).sum())
+            error = float(np.abs(lps - ref["topk_logprobs"][~no_topk, :k]).max())
+            mask = confident_ranks(ref["topk_logprobs"][~no_topk], k)
+            same = ids[mask] == ref["topk_ids"][~no_topk, :k][mask]
+            top1 = int((ids[:, 0] == ref["topk_ids"][~no_topk, 0]).sum())
             descending = bool((np.diff(lps, axis=1) <= 0).all())
-            ok = ok and error <= logprob_atol and bool(same.all()) and descending
+            ok = ok and error <= logprob_atol and bool(same.all()) and descending and skipped_ok
             notes.append(f"top-{k} {error:.1e}, ids {int(same.sum())}/{int(mask.sum())} confident "
-                         f"(top-1 {top1}/{len(ids)}){'' if descending else ' (not descending)'}")
+                         f"(top-1 {top1}/{len(ids)}){'' if descending else ' (not descending)'}"
+                         f"{'' if skipped_ok else ' (rows before a span not -1/NaN)'}")
         if "hidden_states" in f:
             mode = f.attrs["hidden_states"]
             mode = mode.decode() if isinstance(mode, bytes) else str(mode)

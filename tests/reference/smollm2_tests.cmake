@@ -34,3 +34,15 @@ pf_venv_test(transformers.kv_store_layouts kv_layouts_check.py ${PF_BIN} ${CMAKE
              SHELL_ARG "${PF_SMOLLM2_DIR}")
 set_tests_properties(transformers.kv_store_layouts PROPERTIES FIXTURES_REQUIRED "venv;smollm2"
                      LABELS "mpi;reference" TIMEOUT 600 PROCESSORS 2)
+
+# lm-evaluation-harness drives pipefill (scripts/lm_eval_pipefill.py): a long document with 16
+# four-choice questions and rolling log-likelihoods through lm-eval's own command line, every
+# request within 1e-4 of lm-eval's hf model and the same accuracy, on pp 2 and tp 3. lm-eval is
+# installed into the venv on first use (scripts/setup_venv.sh --lm-eval, ~45 s cold).
+add_test(NAME setup.lm_eval COMMAND ${CMAKE_SOURCE_DIR}/scripts/setup_venv.sh --lm-eval)
+set_tests_properties(setup.lm_eval PROPERTIES FIXTURES_SETUP lm_eval FIXTURES_REQUIRED venv
+                     LABELS "mpi;reference" TIMEOUT 900)
+pf_venv_test(transformers.lm_eval lm_eval_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/lm_eval_check
+             SHELL_ARG "${PF_SMOLLM2_DIR}")
+set_tests_properties(transformers.lm_eval PROPERTIES FIXTURES_REQUIRED "venv;smollm2;lm_eval"
+                     LABELS "mpi;reference" TIMEOUT 900 PROCESSORS 2)

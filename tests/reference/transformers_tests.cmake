@@ -31,6 +31,13 @@ pf_venv_test(transformers.scores scores_check.py ${PF_BIN} ${CMAKE_CURRENT_BINAR
 set_tests_properties(transformers.scores PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
                      TIMEOUT 600 PROCESSORS 2)
 
+# Scored spans (/score_start, a context and its continuation) and prompt ids (/ids): the
+# continuation's log-likelihood and is_greedy against transformers, with prefix reuse between
+# prompts whose spans differ, on pp, tp, pp x tp, a dynamic plan and without reuse.
+pf_venv_test(transformers.spans spans_check.py ${PF_BIN} ${CMAKE_CURRENT_BINARY_DIR}/spans_check)
+set_tests_properties(transformers.spans PROPERTIES FIXTURES_REQUIRED venv LABELS "mpi;reference"
+                     TIMEOUT 300 PROCESSORS 2)
+
 # Mixture of experts (Qwen3-MoE, Mixtral, Qwen2-MoE) and DeepSeek-V3's latent attention, router
 # and YaRN, on pp, tp, pp x tp and a dynamic plan, against transformers' forward; then bad
 # configurations (too many experts per token, TP not dividing an expert, a missing expert, an

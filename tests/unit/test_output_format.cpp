@@ -6,6 +6,7 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -73,6 +74,8 @@ class OutputFileTest : public ::testing::Test {
     layout_.token_logprobs = true;
     layout_.top_k = 2;
     layout_.prompt_offsets = {0, 3, 5};
+    layout_.tokens = &tokens_;
+    layout_.ids = {"first", "second ü"};
   }
   void TearDown() override { std::filesystem::remove_all(dir_); }
 
@@ -88,6 +91,8 @@ class OutputFileTest : public ::testing::Test {
   std::filesystem::path dir_;
   std::string path_;
   OutputLayout layout_;
+  // Prompt 0's tokens 1 and 3 are its rows' top-1 (is_greedy 1); prompt 1's token 2 is not.
+  const std::vector<int32_t> tokens_ = {4, 1, 3, 2, 2};
   const nlohmann::json identity_ = {{"model", "m"}, {"chunk_size", 64}};
 };
 
@@ -114,11 +119,63 @@ TEST_F(OutputFileTest, HoldsTheDeclaredDatasetsAndResumes) {
     }
   }
   {
+    H5Handle file{H5Fopen(partial.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+    const auto read = [&](Dataset id, hid_t type, void* out) {
+      H5Handle set{H5Dopen2(file.id, dataset_spec(id).name, H5P_DEFAULT), H5Dclose};
+      ASSERT_GE(H5Dread(set.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out), 0);
+    };
+    unsigned char greedy[2] = {9, 9};
+    int64_t starts[2] = {0, 0};
+    double nll[2] = {0, 0};
+    read(Dataset::kIsGreedy, H5T_NATIVE_UCHAR, greedy);
+    read(Dataset::kScoreStart, H5T_NATIVE_INT64, starts);
+    read(Dataset::kNllSum, H5T_NATIVE_DOUBLE, nll);
+    EXPECT_EQ(greedy[0], 1);  // prompt 1 not stored yet: 0
+    EXPECT_EQ(greedy[1], 0);
+    EXPECT_EQ(starts[0], 1);  // an input without /score_start: every prompt from 1
+    EXPECT_EQ(starts[1], 1);
+    EXPECT_DOUBLE_EQ(nll[0], 1.75);
+  }
+  {
     ResultWriter writer(path_, layout_, identity_, true, 0);
     EXPECT_TRUE(writer.resumed());
     EXPECT_EQ(writer.completed(), (std::vector<char>{1, 0}));
     EXPECT_TRUE(writer.torn_rows().empty());
   }
+}
+
+// A prompt scored from position 2: its NLL, perplexity and is_greedy cover positions 2.. only,
+// and /score_start says so.
+TEST_F(OutputFileTest, AScoredSpanCountsOnlyItsTokens) {
+  layout_.score_start = {2, 1};
+  {
+    ResultWriter writer(path_, layout_, identity_, false, 0);
+    // Row 0 (predicting position 1, unscored) was never computed: NaN and -1; row 1's top-1 is
+    // 3 = token 2, the span's only token.
+    const float logprobs[3] = {NAN, NAN, -0.25f}, topk_logprobs[6] = {NAN, NAN, -0.2f, -3, -0.3f, -4};
+    const int32_t topk_ids[6] = {-1, -1, 3, 4, 0, 1};
+    writer.write_token_rows(0, 0, 3, logprobs, topk_logprobs, topk_ids);
+    const float row[5] = {1, 2, 3, 4, 5}, hidden[3] = {0.5f, -0.5f, 1};
+    writer.write_prompt(0, row, hidden, 0.125);
+    EXPECT_EQ(writer.scored_tokens(), 1);
+    EXPECT_DOUBLE_EQ(writer.scored_nll_sum(), 0.25);
+  }
+  const std::string partial = path_ + ".partial";
+  H5Handle file{H5Fopen(partial.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+  const auto read = [&](Dataset id, hid_t type, void* out) {
+    H5Handle set{H5Dopen2(file.id, dataset_spec(id).name, H5P_DEFAULT), H5Dclose};
+    ASSERT_GE(H5Dread(set.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out), 0);
+  };
+  unsigned char greedy[2] = {9, 9};
+  int64_t starts[2] = {0, 0};
+  double perplexity[2] = {0, 0};
+  read(Dataset::kIsGreedy, H5T_NATIVE_UCHAR, greedy);
+  read(Dataset::kScoreStart, H5T_NATIVE_INT64, starts);
+  read(Dataset::kPerplexity, H5T_NATIVE_DOUBLE, perplexity);
+  EXPECT_EQ(greedy[0], 1);
+  EXPECT_EQ(starts[0], 2);
+  EXPECT_EQ(starts[1], 1);
+  EXPECT_DOUBLE_EQ(perplexity[0], std::exp(0.25));
 }
 
 TEST_F(OutputFileTest, APartialWithoutALaterDatasetGainsIt) {
@@ -148,6 +205,19 @@ TEST_F(OutputFileTest, APartialWithoutALaterDatasetGainsIt) {
   H5Handle file{H5Fopen(path_.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
   ASSERT_GE(file.id, 0);
   EXPECT_GT(H5Lexists(file.id, dataset_spec(Dataset::kTimeline).name, H5P_DEFAULT), 0);
+  {  // the ids, written with the timeline
+    H5Handle ids{H5Dopen2(file.id, dataset_spec(Dataset::kIds).name, H5P_DEFAULT), H5Dclose};
+    ASSERT_GE(ids.id, 0);
+    H5Handle type{H5Tcopy(H5T_C_S1), H5Tclose};
+    H5Tset_size(type.id, H5T_VARIABLE);
+    H5Tset_cset(type.id, H5T_CSET_UTF8);
+    char* text[2] = {nullptr, nullptr};
+    ASSERT_GE(H5Dread(ids.id, type.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, text), 0);
+    EXPECT_STREQ(text[0], "first");
+    EXPECT_STREQ(text[1], "second ü");
+    H5Handle space{H5Dget_space(ids.id), H5Sclose};
+    H5Dvlen_reclaim(type.id, space.id, H5P_DEFAULT, text);
+  }
   H5Handle set{H5Dopen2(file.id, later->name, H5P_DEFAULT), H5Dclose};
   ASSERT_GE(set.id, 0);
   std::vector<double> values(layout_.num_prompts);

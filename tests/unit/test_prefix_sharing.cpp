@@ -21,9 +21,7 @@ struct Prompts {
     offsets.push_back(static_cast<int64_t>(tokens.size()));
     return static_cast<int>(offsets.size()) - 2;
   }
-  std::vector<int32_t> prompt(int p) const {
-    return {tokens.begin() + offsets[p], tokens.begin() + offsets[p + 1]};
-  }
+  std::vector<int32_t> prompt(int p) const { return {tokens.begin() + offsets[p], tokens.begin() + offsets[p + 1]}; }
 };
 
 std::vector<int32_t> random_tokens(std::mt19937& rng, int count) {
@@ -132,7 +130,7 @@ TEST(PrefixSharing, HashCollisionsAreResolvedByTokens) {
   Prompts prompts;
   for (int i = 0; i < 6; ++i) prompts.add(cat(i % 2 ? doc : random_tokens(rng, 64), random_tokens(rng, 20 + i)));
   const auto colliding = [](const int32_t*, int) { return uint64_t{42}; };
-  const auto with_collisions = sched::find_shared_prefixes(prompts.tokens, prompts.offsets, 8, {}, colliding);
+  const auto with_collisions = sched::find_shared_prefixes(prompts.tokens, prompts.offsets, 8, {}, {}, colliding);
   const auto plan = sched::find_shared_prefixes(prompts.tokens, prompts.offsets, 8);
   expect_valid(prompts, with_collisions, 8);
   EXPECT_EQ(with_collisions.order, plan.order);
@@ -153,6 +151,32 @@ TEST(PrefixSharing, PromptsDoneBeforeAResumeNeitherRunNorLend) {
   EXPECT_EQ(plan.reuse[1].tokens, 0);
   EXPECT_EQ(plan.reuse[2].tokens, 48);  // 64 shared: a page-aligned prefix leaves its last page to compute
   EXPECT_EQ(plan.reuse[2].source, 1);
+}
+
+// Questions over one document scored from where each question starts: a prompt never takes
+// rows from a source that scored from later than it does (they would be missing).
+TEST(PrefixSharing, APromptTakesNoRowsASourceDidNotScore) {
+  std::mt19937 rng(5);
+  const auto doc = random_tokens(rng, 64);
+  Prompts prompts;
+  for (int i = 0; i < 3; ++i) prompts.add(cat(doc, random_tokens(rng, 10)));
+  // Prompt 0 scores from 70, prompt 1 from 20, prompt 2 from 64: the depth-first order is by
+  // the tokens after the document, so check every pair the plan made against its source.
+  const std::vector<int64_t> starts = {70, 20, 64};
+  const auto plan = sched::find_shared_prefixes(prompts.tokens, prompts.offsets, 16, {}, starts);
+  for (int p = 0; p < 3; ++p) {
+    const sched::PrefixReuse& reuse = plan.reuse[p];
+    if (reuse.tokens == 0) continue;
+    if (starts[reuse.source] > starts[p])
+      EXPECT_LT(reuse.tokens, starts[p]) << "prompt " << p << " would copy unscored rows of " << reuse.source;
+    else
+      EXPECT_EQ(reuse.tokens, 48) << "prompt " << p;
+  }
+  // Without spans all three share the document's first 48 tokens.
+  const auto all = sched::find_shared_prefixes(prompts.tokens, prompts.offsets, 16);
+  int sharing = 0;
+  for (int p = 0; p < 3; ++p) sharing += all.reuse[p].tokens == 48;
+  EXPECT_EQ(sharing, 2);
 }
 
 // Random prompts made of a few shared pieces (documents, turns) at random lengths: every plan

@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "errors.hpp"
+#include "io/fnv1a.hpp"
 #include "io/prompts_h5.hpp"
 #include "model/model_source.hpp"
 #include "model/presets.hpp"
@@ -244,6 +245,48 @@ TEST(PromptsH5, ValidInputRoundTrips) {
   const auto back = io::read_prompts(path, 100);
   EXPECT_EQ(back.tokens, p.tokens);
   EXPECT_EQ(back.lengths(), (std::vector<int64_t>{2, 3}));
+}
+
+// The optional datasets: each prompt's scored span and its id come back as written, they
+// enter the fingerprint (so --resume tells the inputs apart), and an input without them keeps
+// the fingerprint it had before they existed.
+TEST(PromptsH5, SpansAndIdsRoundTripAndEnterTheFingerprint) {
+  io::PromptSet p;
+  p.tokens = {1, 2, 3, 4, 5};
+  p.offsets = {0, 2, 5};
+  const uint64_t plain = io::fingerprint(p);
+  EXPECT_EQ(plain, io::Fnv1a().add(p.tokens.data(), 20).add(p.offsets.data(), 24).value);
+  p.score_start = {1, 2};
+  p.ids = {"first", "zweite ü"};
+  const std::string path = (temp_dir("inputs") / "spans.h5").string();
+  io::write_prompts(path, p);
+  const io::PromptSet back = io::read_prompts_isolated(path, 100);
+  EXPECT_EQ(back.tokens, p.tokens);
+  EXPECT_EQ(back.score_start, p.score_start);
+  EXPECT_EQ(back.ids, p.ids);
+  EXPECT_EQ(back.first_scored(1), 2);
+  EXPECT_NE(io::fingerprint(back), plain);
+  io::PromptSet other_ids = back;
+  other_ids.ids = {"firstz", "weite ü"};  // the same bytes run together: another input
+  EXPECT_NE(io::fingerprint(other_ids), io::fingerprint(back));
+}
+
+TEST(PromptsH5, BadSpansAndIdsAreNamed) {
+  io::PromptSet p;
+  p.tokens = {1, 2, 3, 4, 5};
+  p.offsets = {0, 2, 5};
+  const auto input = [&](const char* name, std::vector<int64_t> starts, std::vector<std::string> ids) {
+    io::PromptSet q = p;
+    q.score_start = std::move(starts);
+    q.ids = std::move(ids);
+    const std::string path = (temp_dir("inputs") / name).string();
+    io::write_prompts(path, q);
+    return path;
+  };
+  expect_input_error(input("zero.h5", {0, 1}, {}), "/score_start of prompt 0 is 0");
+  expect_input_error(input("at_end.h5", {1, 3}, {}), "/score_start of prompt 1 is 3");
+  expect_input_error(input("short.h5", {1}, {}), "/score_start holds 1 entries for 2 prompts");
+  expect_input_error(input("ids.h5", {}, {"a", "b", "c"}), "/ids holds 3 strings for 2 prompts");
 }
 
 TEST(PromptsH5, EveryBadInputIsNamed) {
