@@ -210,13 +210,15 @@ foreach(case torn_row torn_hidden torn_token_rows empty_partial stale_partial mp
                        SKIP_RETURN_CODE 77)
 endforeach()
 set_tests_properties(mpi.resume_integrity.mpirun_sigterm PROPERTIES RUN_SERIAL TRUE)
-add_test(NAME slow.kill_and_resume_soak COMMAND ${PF_MPI}/kill_soak.sh ${PF_BIN} ${PF_DATA} 24)
+# 12 kills in CI (serial: each costs wall time); kill_soak.sh BIN DATA 30 for a longer soak.
+add_test(NAME slow.kill_and_resume_soak COMMAND ${PF_MPI}/kill_soak.sh ${PF_BIN} ${PF_DATA} 12)
 set_tests_properties(slow.kill_and_resume_soak PROPERTIES LABELS "slow;mpi" TIMEOUT 900 RUN_SERIAL TRUE
                      FIXTURES_REQUIRED model.tiny)
 # Checkpoints inside one long prompt: SIGKILL of a random rank at random instants, resumed
-# each time from the newest checkpoint, bit-identical at the end (2 kills in CI, 12 slow).
+# each time from the newest checkpoint, bit-identical at the end (2 kills in CI, 6 slow; run
+# checkpoint_soak.sh BIN DATA 24 for a longer soak).
 add_test(NAME mpi.checkpoint_kill_and_resume COMMAND ${PF_MPI}/checkpoint_soak.sh ${PF_BIN} ${PF_DATA} 2 16384 1s)
-add_test(NAME slow.checkpoint_soak COMMAND ${PF_MPI}/checkpoint_soak.sh ${PF_BIN} ${PF_DATA} 12 24576 1s)
+add_test(NAME slow.checkpoint_soak COMMAND ${PF_MPI}/checkpoint_soak.sh ${PF_BIN} ${PF_DATA} 6 24576 1s)
 set_tests_properties(mpi.checkpoint_kill_and_resume PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL TRUE
                      FIXTURES_REQUIRED model.tiny)
 set_tests_properties(slow.checkpoint_soak PROPERTIES LABELS "slow;mpi" TIMEOUT 900 RUN_SERIAL TRUE
