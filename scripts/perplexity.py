@@ -104,23 +104,32 @@ def main():
         from model_tokenizer import ModelTokenizer
         model = ModelTokenizer(args.model)
 
-    width = max(len(prompts.name(p)) for p in range(len(offsets) - 1))
+    # A document is one prompt, or its windows (tokenize.py --window): their scored spans
+    # cover each of its tokens once, so its NLL is their sum.
+    groups = prompts.document_groups(len(offsets) - 1)
+    names = [prompts.name(g[0]) + (f" in {len(g)} windows" if len(g) > 1 else "") for g in groups]
+    width = max(len(n) for n in names)
     print(f"{'document':<{width}} {'tokens':>9} {'perplexity':>11} {'bits/token':>10}")
     total_nll, total_tokens, total_length = 0.0, 0, 0
-    for p in range(len(offsets) - 1):
-        scored = logprobs[offsets[p] + starts[p]:offsets[p + 1]]
-        if not done[p]:
-            print(f"{prompts.name(p):<{width}} {offsets[p + 1] - offsets[p]:>9} {'not computed':>11}")
+    for group, name in zip(groups, names):
+        length = sum(int(offsets[p + 1] - offsets[p]) for p in group)
+        if not all(done[p] for p in group):
+            print(f"{name:<{width}} {length:>9} {'not computed':>11}")
             continue
+        spans = [(int(offsets[p]) + int(starts[p]), int(offsets[p + 1])) for p in group]
+        positions = np.concatenate([np.arange(a, b) for a, b in spans])
+        if len(group) > 1:  # windows overlap: the document is its first unscored tokens and the spans
+            length = int(starts[group[0]]) + len(positions)
+        scored = logprobs[positions]
         nll = -float(scored.sum())
         mean = nll / len(scored) if len(scored) else math.nan
-        print(f"{prompts.name(p):<{width}} {offsets[p + 1] - offsets[p]:>9} {math.exp(mean):>11.3f} "
-              f"{mean / math.log(2):>10.3f}")
+        print(f"{name:<{width}} {length:>9} {math.exp(mean):>11.3f} {mean / math.log(2):>10.3f}")
         total_nll += nll
         total_tokens += len(scored)
-        total_length += int(offsets[p + 1] - offsets[p])
+        total_length += length
         for j in np.argsort(scored, kind="stable")[:args.surprising]:
-            position = int(offsets[p]) + int(starts[p]) + int(j)
+            position = int(positions[j])
+            p = group[int(np.searchsorted(np.cumsum([b - a for a, b in spans]), j, side="right"))]
             before = model.decode(prompts.tokens[max(int(offsets[p]), position - CONTEXT_TOKENS):position])
             token = model.decode(prompts.tokens[position:position + 1])
             print(f"    {json.dumps(token, ensure_ascii=False)} p={math.exp(scored[j]):.2e} "

@@ -121,6 +121,7 @@ class PromptIndex:
         source = data_file if "offsets" in data_file else (open_h5(input_path) if input_path else None)
         self.offsets = self.tokens = None
         self.labels = self.score_start = self.ids = None
+        self.windowed = False
         if source is None:
             return
         if "offsets" not in source:
@@ -133,8 +134,25 @@ class PromptIndex:
                            for f, line in zip(source["source_file"][:], source["source_line"][:])]
         if "score_start" in source:
             self.score_start = source["score_start"][:].astype(np.int64)
+        # tokenize.py --window: a document's windows are consecutive prompts of one source.
+        self.windowed = "window" in source.attrs and "source_file" in source
+        if self.windowed:
+            self.documents = list(zip(source["source_file"][:].tolist(), source["source_line"][:].tolist()))
         if "ids" in source:
             self.ids = [text_of(i) for i in source["ids"][:]]
+
+    def document_groups(self, count):
+        """Lists of prompts that are one document each: its windows (tokenize.py --window), else
+        every prompt alone."""
+        if not self.windowed:
+            return [[p] for p in range(count)]
+        groups = []
+        for p in range(count):
+            if groups and self.documents[groups[-1][-1]] == self.documents[p]:
+                groups[-1].append(p)
+            else:
+                groups.append([p])
+        return groups
 
     def count(self):
         return None if self.offsets is None else len(self.offsets) - 1

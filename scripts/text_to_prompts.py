@@ -4,6 +4,7 @@
 
 usage: scripts/tokenize.py --model DIR --out IN.h5 [--field text] [--chat] [--quiet] FILE...
        scripts/tokenize.py --model DIR --out IN.h5 --context-field C --continuation-field X [--id-field ID] FILE.jsonl...
+       scripts/tokenize.py --model DIR --out IN.h5 --window N --stride S FILE...
 
   FILE.txt     the whole file is one prompt
   FILE.jsonl   one prompt per non-blank line: the string in the field --field (default "text")
@@ -16,6 +17,12 @@ usage: scripts/tokenize.py --model DIR --out IN.h5 [--field text] [--chat] [--qu
                continuation's tokens are those of context + continuation beyond the context's
                (with the tokenizer's special tokens), and an empty context is the BOS (else EOS)
   --id-field   each line's id (a string or a number), stored as /ids and carried to the output
+  --window N --stride S
+               documents longer than N tokens become windows of N tokens, one every S tokens
+               (1 <= S < N), each scoring only the tokens no earlier window scored (/score_start
+               N - S after the first): every token of the document after its first is scored
+               once, with at least N - S tokens of context (llama.cpp's --ppl-stride);
+               scripts/perplexity.py adds the windows of a document back up
 
 Token ids come from DIR/tokenizer.json (Hugging Face tokenizers, batch API), with the special
 tokens its post-processor adds (e.g. a BOS). The file (docs/formats.md) is written beside OUT
@@ -79,6 +86,8 @@ def parse_args():
     parser.add_argument("--context-field", help="field of each .jsonl line holding a context (with --continuation-field)")
     parser.add_argument("--continuation-field", help="field holding the continuation scored after the context")
     parser.add_argument("--id-field", help="field holding each prompt's id (stored as /ids, carried to the output)")
+    parser.add_argument("--window", type=int, metavar="N", help="split documents into windows of N tokens")
+    parser.add_argument("--stride", type=int, metavar="S", help="a window every S tokens (with --window)")
     parser.add_argument("--quiet", action="store_true", help="no progress and no summary")
     parser.add_argument("files", nargs="*", metavar="FILE", help=".txt (one prompt) or .jsonl (one per line)")
     args = parser.parse_args()
@@ -93,6 +102,14 @@ def parse_args():
                         "render the context yourself")
     if args.pairs and args.context_field == args.continuation_field:
         raise UserError(f"--context-field and --continuation-field are both \"{args.context_field}\"")
+    if (args.window is None) != (args.stride is None):
+        raise UserError("--window and --stride come together (windows of N tokens, one every S)")
+    if args.window is not None:
+        if args.pairs:
+            raise UserError("--window with --context-field: a pair is scored as one prompt")
+        if args.window < 2 or not 1 <= args.stride < args.window:
+            raise UserError(f"--window {args.window} --stride {args.stride}: want 1 <= S < N (each window keeps "
+                            f"N - S tokens of context, at least one)")
     if args.pairs or args.id_field is not None:
         for path in args.files:
             if not path.lower().endswith(".jsonl"):
@@ -197,6 +214,30 @@ def jsonl_documents(paths, index, text, args):
         raise UserError(f"{paths[index]} holds no prompts (no non-blank lines)")
 
 
+def windows(length, window, stride):
+    """(start, end, score_start) of each window of a `length`-token document: windows of `window`
+    tokens every `stride`, each scoring the tokens after the previous window's end."""
+    spans, end = [(0, min(window, length), 1)], min(window, length)
+    while end < length:
+        start = len(spans) * stride
+        spans.append((start, min(start + window, length), end - start))
+        end = spans[-1][1]
+    return spans
+
+
+def split_windows(docs, id_lists, window, stride):
+    """Each document as its windows: (docs, ids, starts), a window keeping its document's source
+    and id (with "#w" after it)."""
+    out_docs, out_ids, starts = [], [], []
+    for doc, ids in zip(docs, id_lists):
+        for w, (start, end, first) in enumerate(windows(len(ids), window, stride)):
+            out_docs.append(Document(doc.file_index, doc.line, doc.label, "", id=None if doc.id is None
+                                     else f"{doc.id}#{w}"))
+            out_ids.append(ids[start:end])
+            starts.append(first)
+    return out_docs, out_ids, starts
+
+
 def encode_pairs(model, docs):
     """(ids, score_start) of each context/continuation pair, as lm-evaluation-harness 0.4's hf model
     encodes them (TemplateLM._encode_pair and loglikelihood): the context's trailing whitespace
@@ -281,7 +322,11 @@ def tokenize_all(args, model, prompts):
             texts = [require_unicode(render(d.text), f"the chat template of {model.model_dir} rendered for {d.label}")
                      for d in batch] if render else [d.text for d in batch]
             # A chat template writes its special tokens itself (transformers encodes it the same way).
-            prompts.add_batch(batch, model.encode(texts, add_special_tokens=not args.chat))
+            ids = model.encode(texts, add_special_tokens=not args.chat)
+            if args.window:
+                prompts.add_batch(*split_windows(batch, ids, args.window, args.stride))
+            else:
+                prompts.add_batch(batch, ids)
         batch_file = batch[-1].file_index
         batch, batch_chars = [], 0
         progress.update(batch_file, len(prompts.lengths), prompts.tokens)
@@ -330,6 +375,8 @@ def main():
                      pair_encoding="lm-evaluation-harness 0.4 hf (whitespace to the continuation)")
     if args.id_field is not None:
         attrs["id_field"] = args.id_field
+    if args.window:
+        attrs.update(window=args.window, stride=args.stride)
     if args.chat:
         attrs["chat_template_sha256"] = hashlib.sha256(model.chat_template().encode("utf-8")).hexdigest()
     write_prompt_file(args.out, prompts, attrs)

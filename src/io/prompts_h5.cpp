@@ -86,10 +86,10 @@ void read_prompt_extras(hid_t file, const std::string& path, PromptSet& prompts)
                       std::to_string(n) + " prompts");
     for (size_t i = 0; i < n; ++i) {
       const int64_t s = prompts.score_start[i];
-      if (s < 1 || s >= lengths[i])
+      if (s < 1 || (s >= lengths[i] && s != 1))  // 1, the default, also for a one-token prompt
         throw UserError(path + ": /score_start of prompt " + std::to_string(i) + " is " + std::to_string(s) +
                         ": it must be at least 1 (position 0 has no log-prob) and below the prompt's length " +
-                        std::to_string(lengths[i]) + " (at least one token scored)");
+                        std::to_string(lengths[i]) + " (at least one token scored), or 1");
     }
   }
   if (H5Lexists(file, "ids", H5P_DEFAULT) > 0) {

@@ -27,7 +27,8 @@ struct PromptSet {
 
 // Reads and validates: a regular file (a FIFO would block), datasets present, 1-D integer, offsets start at 0, strictly
 // increase (no empty prompt) and end at the token count, every id in [0, vocab_size); when
-// present, /score_start holds n entries with 1 <= score_start[i] < length_i, and /ids n strings.
+// present, /score_start holds n entries with 1 <= score_start[i] < length_i (or 1, the default,
+// whatever the length), and /ids n strings.
 // Throws UserError naming the problem.
 PromptSet read_prompts(const std::string& path, int vocab_size);
 

@@ -34,15 +34,17 @@ MAX_LENGTH = 1024  # the document and a question fit; the second rolling documen
 LICENCE = "/usr/share/common-licenses/GPL-3"
 
 
-def write_tasks(work):
-    """The two tasks (YAML + jsonl), with absolute paths: lm-eval reads them from --include_path."""
+def write_tasks(work, questions_count=None, document_chars=2600):
+    """The tasks (YAML + jsonl), with absolute paths: lm-eval reads them from --include_path.
+    scripts/bench_lm_eval.sh asks for a longer document (~4 characters a token)."""
+    questions_count = questions_count or QUESTIONS
     with open(LICENCE, encoding="utf-8") as f:
         text = " ".join(f.read().split())
-    document = text[2000:4600]
+    document = text[2000:2000 + document_chars]
     words = [w.strip(".,;:()\"'") for w in document.split()]
     words = [w for w in words if w.isalpha() and len(w) > 3]
     questions = []
-    for q in range(QUESTIONS):
+    for q in range(questions_count):
         answer = words[(q * 7) % len(words)]
         choices = [answer] + [words[(q * 7 + 11 * (j + 1)) % len(words)] for j in range(3)]
         order = [(q + j) % 4 for j in range(4)]  # the answer at a different place each time

@@ -31,6 +31,7 @@ from transformers import AutoTokenizer
 SOURCE, BUILD, WORK = (os.path.abspath(a) for a in sys.argv[1:4])
 TOKENIZE = os.path.join(SOURCE, "scripts", "tokenize.py")
 DETOKENIZE = os.path.join(SOURCE, "scripts", "detokenize.py")
+PERPLEXITY = os.path.join(SOURCE, "scripts", "perplexity.py")
 PIPEFILL = os.path.join(BUILD, "pipefill")
 
 SPECIALS = ["<unk>", "<s>", "</s>", "<|user|>", "<|assistant|>"]
@@ -238,6 +239,7 @@ def main():
     if os.path.exists(os.path.join(WORK, "out.h5")):
         check_run_outputs(data, piece, vocab)
 
+    check_pairs_ids_and_windows(model)
     check_bad_inputs()
     check_unencodable_names(texts)
     check_atomic_output()
@@ -247,6 +249,87 @@ def main():
         print(f"{len(failures)} check(s) failed")
         sys.exit(1)
     print("all tokenize checks passed")
+
+
+def check_pairs_ids_and_windows(model):
+    """--context-field/--continuation-field against lm-evaluation-harness 0.4's rule written out
+    with transformers' tokenizer; --id-field carried to pipefill's output; --window/--stride
+    windows that score each token once, which perplexity.py adds back up."""
+    tok = AutoTokenizer.from_pretrained(model)
+    pairs = [{"q": 7, "ctx": "The first record, with", "cont": " 42 pages"},
+             {"q": "b", "ctx": "A context that ends in spaces  ", "cont": "and a continuation"},
+             {"q": "c", "ctx": "", "cont": "no context at all"},
+             {"q": "d", "ctx": "<s>starts with the BOS text", "cont": " here"}]
+    write(os.path.join(WORK, "pairs.jsonl"), "\n".join(json.dumps(p) for p in pairs) + "\n")
+    result = run(TOKENIZE, "--model", "model", "--out", "pairs.h5", "--context-field", "ctx",
+                 "--continuation-field", "cont", "--id-field", "q", "pairs.jsonl")
+    check(result.returncode == 0, f"pairs: tokenize.py succeeds ({result.stderr.strip()})")
+    data, attrs = read(os.path.join(WORK, "pairs.h5"))
+    for i, pair in enumerate(pairs):
+        context, continuation = pair["ctx"], pair["cont"]
+        spaces = len(context) - len(context.rstrip())
+        if spaces:
+            context, continuation = context[:-spaces], context[-spaces:] + continuation
+        if context:
+            special = not context.startswith("<s>")
+            whole = tok(context + continuation, add_special_tokens=special)["input_ids"]
+            ctx = tok(context, add_special_tokens=special)["input_ids"]
+            want, start = whole, len(ctx)
+        else:
+            want, start = [tok.bos_token_id] + tok(continuation, add_special_tokens=False)["input_ids"], 1
+        check(prompt_ids(data, i) == want and int(data["score_start"][i]) == start,
+              f"pair {i}: ids and score_start as lm-eval's hf model encodes it ({start})")
+    check([text_attr(t) for t in data["ids"]] == ["7", "b", "c", "d"], "--id-field: /ids, a number as its text")
+    result = subprocess.run([PIPEFILL, "run", "--model", "synthetic:tiny", "--input", "pairs.h5", "--output",
+                             "pairs_out.h5", "--quiet", "--logprobs", "--top-k", "1"], capture_output=True, text=True,
+                            cwd=WORK)
+    check(result.returncode == 0, f"pipefill runs the pairs ({result.stderr.strip()})")
+    if result.returncode == 0:
+        out, _ = read(os.path.join(WORK, "pairs_out.h5"))
+        check([text_attr(t) for t in out["ids"]] == ["7", "b", "c", "d"], "the output carries /ids")
+        check(list(out["score_start"]) == list(data["score_start"]), "the output carries /score_start")
+        result = run(PERPLEXITY, "pairs_out.h5", "--input", "pairs.h5")
+        check(result.returncode == 0 and "prompt 0 ('7', pairs.jsonl:1)" in result.stdout,
+              f"perplexity.py names each prompt by its id ({result.stdout.splitlines()[1:2]})")
+    expect_error("pairs without a continuation field", ["--model", "model", "--out", "x.h5", "--context-field", "ctx",
+                                                         "pairs.jsonl"],
+                 "--context-field and --continuation-field come together", "x.h5")
+    write(os.path.join(WORK, "empty_cont.jsonl"), '{"ctx": "some text", "cont": ""}\n')
+    expect_error("an empty continuation", ["--model", "model", "--out", "x.h5", "--context-field", "ctx",
+                                           "--continuation-field", "cont", "empty_cont.jsonl"], "empty continuation",
+                 "x.h5")
+
+    # Windows: a document of ~400 tokens, windows of 64 every 48.
+    write(os.path.join(WORK, "long.txt"), "\n".join(sentences(40, seed=9)))
+    result = run(TOKENIZE, "--model", "model", "--out", "long.h5", "long.txt")
+    whole, _ = read(os.path.join(WORK, "long.h5"))
+    result = run(TOKENIZE, "--model", "model", "--out", "windows.h5", "--window", "64", "--stride", "48", "long.txt")
+    check(result.returncode == 0, f"windows: tokenize.py succeeds ({result.stderr.strip()})")
+    data, attrs = read(os.path.join(WORK, "windows.h5"))
+    ids = prompt_ids(whole, 0)
+    starts = data["score_start"]
+    covered = []
+    for w in range(len(data["offsets"]) - 1):
+        window = prompt_ids(data, w)
+        ok = window == ids[48 * w:48 * w + 64] and (w == 0 or starts[w] == 16)
+        covered += list(range(48 * w + int(starts[w]), 48 * w + len(window)))
+        check(ok, f"window {w}: tokens {48 * w}.. of the document, scored from {int(starts[w])}")
+    check(covered == list(range(1, len(ids))), "the windows score every token after the first once")
+    result = subprocess.run([PIPEFILL, "run", "--model", "synthetic:tiny", "--input", "windows.h5", "--output",
+                             "windows_out.h5", "--quiet", "--logprobs"], capture_output=True, text=True, cwd=WORK)
+    check(result.returncode == 0, f"pipefill runs the windows ({result.stderr.strip()})")
+    if result.returncode == 0:
+        out, _ = read(os.path.join(WORK, "windows_out.h5"))
+        nll = float(out["nll_sum"].sum())
+        result = run(PERPLEXITY, "windows_out.h5", "--input", "windows.h5")
+        rows = result.stdout.splitlines()
+        want = np.exp(nll / (len(ids) - 1))
+        check(result.returncode == 0 and len(rows) == 3 and f"{want:.3f}" in rows[1] and str(len(ids)) in rows[1],
+              f"perplexity.py: one row for the windowed document, exp(sum of the windows' NLL / {len(ids) - 1}) "
+              f"= {want:.3f} ({rows})")
+    expect_error("a stride as long as the window", ["--model", "model", "--out", "x.h5", "--window", "64",
+                                                     "--stride", "64", "long.txt"],
+                 "want 1 <= S < N", "x.h5")
 
 
 def check_run_outputs(data, piece, vocab):
