@@ -11,7 +11,8 @@ position than their neighbour: prefix reuse between prompts with different spans
 give every scored row. A plain document (no span) ends the batch.
 
 On pp 2, tp 2, pp 2 x tp 2 and a dynamic plan (LM-head blocks of 16 rows, prefix reuse on), and
-pp 2 without prefix reuse: every scored log-prob and top-k row within the bounds of
+pp 2 without prefix reuse, and tp 2 loading every prompt from a KV store filled by a run that
+scored every token: every scored log-prob and top-k row within the bounds of
 score_checks.py, NaN and id -1 exactly where nothing was scored, /nll_sum minus the
 continuation's log-likelihood, /is_greedy equal to transformers' argmax test, /score_start and
 /ids copied from the input, and the same scores as a run without spans at the scored positions.
@@ -19,6 +20,7 @@ continuation's log-likelihood, /is_greedy equal to transformers' argmax test, /s
 usage: spans_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
 """
 import os
+import shutil
 import sys
 
 import h5py
@@ -137,6 +139,18 @@ def main():
             reused = f["reused_tokens"][:]
             if layout != "pp2_no_reuse":
                 check(reused.sum() > 0, f"{layout}: prompts shared the document ({[int(r) for r in reused]})")
+    # The KV store: a run that scored every token stores the prompts (with their scores); the
+    # spans run loads their prefixes from it and copies the rows of its spans.
+    store = os.path.join(work, "store")
+    shutil.rmtree(store, ignore_errors=True)
+    run_pipefill(build, model_dir, whole_h5, os.path.join(work, "store_fill.h5"), 2,
+                 f"{LAYOUTS[0][2]} --kv-store {store}")
+    out_h5 = os.path.join(work, "out_store.h5")
+    run_pipefill(build, model_dir, spans_h5, out_h5, 2, f"{LAYOUTS[1][2]} --kv-store {store}")
+    check(compare_scores("tp2_from_store", out_h5, ref), "tp2 from the store: scores within bounds, NaN outside")
+    with h5py.File(out_h5, "r") as f:
+        check(f["reused_tokens"][:].sum() > 0, f"the store lent prefixes ({[int(r) for r in f['reused_tokens'][:]]})")
+        check([int(g) for g in f["is_greedy"][:]] == want_greedy, "is_greedy from the store's rows")
     exit_if_failed()
     print("Passed: scored spans, is_greedy and ids match transformers on every layout")
     return 0
