@@ -99,6 +99,7 @@ class PipefillLM(LM):
         self.workdir = os.path.abspath(str(workdir)) if workdir else None
         self.max_length = int(max_length) if max_length else (self.tokenizer.max_positions or 2048)
         self.calls = 0
+        self.too_long = False
         skipped = sorted(k for k, v in ignored.items() if v is not None and k not in ("batch_size", "max_batch_size",
                                                                                          "device"))
         if skipped:
@@ -162,6 +163,8 @@ class PipefillLM(LM):
         try:
             in_h5 = os.path.join(work, f"call{self.calls}_in.h5")
             out_h5 = os.path.join(work, f"call{self.calls}_out.h5")
+            limit = self.tokenizer.max_positions
+            self.too_long = bool(limit) and max(len(p) for p in prompts) > limit
             with h5py.File(in_h5, "w") as f:
                 f["tokens"] = np.concatenate([np.asarray(p, dtype=np.int32) for p in prompts])
                 f["offsets"] = np.cumsum([0] + [len(p) for p in prompts]).astype(np.int64)
@@ -189,6 +192,10 @@ class PipefillLM(LM):
         run = [self.pipefill, "run", "--model", self.model_dir, "--input", in_h5, "--output", out_h5,
                "--pp", str(self.pp), "--tp", str(self.tp), "--logprobs", "--top-k", "1", "--quiet", "--overwrite",
                *shlex.split(self.run_args)]
+        if self.too_long:
+            # lm-eval's hf model feeds max_length tokens and scores one more: that last token is
+            # input here too (its row predicts past the prompt, and nothing read depends on it).
+            run.append("--allow-long-prompts")
         extra = shlex.split(self.launcher_args)
         if self.launcher == "mpirun":
             return ["mpirun", "-n", str(ranks), *extra, *run]

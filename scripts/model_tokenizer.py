@@ -147,10 +147,10 @@ class ModelTokenizer:
         raise UserError(f"{why}, and {self.model_dir} names no BOS or EOS token to stand for it")
 
     def prefix_text(self):
-        """The BOS token's text ("" without one): lm-evaluation-harness adds no special tokens to a
-        text that already starts with it."""
+        """The prefix token's text (BOS, else EOS; "" without either): lm-evaluation-harness adds no
+        special tokens to a text that already starts with it."""
         special = self.special_tokens()
-        return special.get("bos_token") or ""
+        return special.get("bos_token") or special.get("eos_token") or ""
 
     # ---- ids back to text -------------------------------------------------------------------
 

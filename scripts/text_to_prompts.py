@@ -267,6 +267,8 @@ def encode_pairs(model, docs):
     bare_ids = model.encode(bare, add_special_tokens=False)
     ids, starts = [], []
     for doc, context, ctx, whole, alone in zip(docs, contexts, context_ids, whole_ids, bare_ids):
+        if context and not ctx:
+            raise UserError(f"{doc.label}: the context gives no tokens")
         if context:
             continuation = whole[len(ctx):]
         else:

@@ -1,6 +1,7 @@
 // Rank 0's checks and reads before a run (see run_inputs.hpp).
 #include "cli/run_inputs.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <filesystem>
 
@@ -93,11 +94,17 @@ std::unique_ptr<io::ResultWriter> open_output(const RunOptions& o, const pipelin
   const nlohmann::json identity = run_identity(o, m, prompts);
   if (o.resume && io::verified_complete_output(o.output, layout, identity, o.watchdog_timeout_s)) return nullptr;
   auto results = std::make_unique<io::ResultWriter>(o.output, layout, identity, o.resume, o.watchdog_timeout_s);
-  for (int prompt : results->torn_rows())
+  if (!results->stale_rows().empty())
     std::fprintf(stderr,
-                 "warning: prompt %d in %s.partial failed its checksum (a write torn by a crash): "
-                 "computing it again\n",
-                 prompt, o.output.c_str());
+                 "note: %s.partial was begun by an earlier pipefill, before outputs held /is_greedy: its %zu "
+                 "finished prompt(s) are computed again\n",
+                 o.output.c_str(), results->stale_rows().size());
+  for (int prompt : results->torn_rows())
+    if (std::find(results->stale_rows().begin(), results->stale_rows().end(), prompt) == results->stale_rows().end())
+      std::fprintf(stderr,
+                   "warning: prompt %d in %s.partial failed its checksum (a write torn by a crash): "
+                   "computing it again\n",
+                   prompt, o.output.c_str());
   return results;
 }
 

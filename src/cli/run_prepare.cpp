@@ -161,8 +161,9 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
   const bool writer = run.topo.is_writer();
   sched::PrefixPlan prefixes =
       writer && !options.no_prefix_cache
-          ? sched::find_shared_prefixes(run.prompts.tokens, run.prompts.offsets, options.chunking.page_size, done,
-                                        run.prompts.score_start)
+          ? sched::find_shared_prefixes(
+                run.prompts.tokens, run.prompts.offsets, options.chunking.page_size, done,
+                options.logprobs || options.top_k > 0 ? run.prompts.score_start : std::vector<int64_t>{})
           : sched::PrefixPlan{};
   const bool restores = run.checkpoint && run.checkpoint->restored();
   if (options.kv_store.empty()) {

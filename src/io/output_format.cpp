@@ -22,7 +22,7 @@ const std::array<DatasetSpec, kNumDatasets> kDatasets = {{
      "see below"},
     {D::kTokenLogprobs, "token_logprobs", E::kFloat32, R::kTokens, W::kNone, P::kWithLogprobs, I::kNone, false,
      "aligned with the input's `/tokens`; entry j is log p(tokens[j] \\| the prompt's tokens before j), natural "
-     "log; NaN at each prompt's first token (nothing precedes it); see below"},
+     "log; NaN at each prompt's first token (nothing precedes it) and before its `/score_start`; see below"},
     {D::kNllSum, "nll_sum", E::kFloat64, R::kPrompts, W::kNone, P::kWithLogprobs, I::kNone, false,
      "minus the sum of the prompt's `/token_logprobs` over its scored positions, `/score_start` .. length − 1 "
      "(float64, in position order): minus the log-likelihood of a continuation"},
@@ -36,9 +36,9 @@ const std::array<DatasetSpec, kNumDatasets> kDatasets = {{
      "scored position j; ties go to the smaller id, as `torch.argmax`), else 0; 0 until done"},
     {D::kTopkIds, "topk_ids", E::kInt32, R::kTokens, W::kTopK, P::kWithTopK, I::kNone, false,
      "row j holds the K most likely tokens *after* tokens[..j] (the prediction made at position j), most likely "
-     "first, ties to the smaller id"},
+     "first, ties to the smaller id; -1 in rows before `/score_start` − 1 (never computed)"},
     {D::kTopkLogprobs, "topk_logprobs", E::kFloat32, R::kTokens, W::kTopK, P::kWithTopK, I::kNone, false,
-     "their log-probs, descending"},
+     "their log-probs, descending; NaN where the id is -1"},
     {D::kCompleted, "completed", E::kUint8, R::kPrompts, W::kNone, P::kAlways, I::kZero, false,
      "1 once the prompt's row, TTFT and checksum are written and flushed; a finished file is all ones"},
     {D::kRowChecksum, "row_checksum", E::kUint64, R::kPrompts, W::kNone, P::kAlways, I::kZero, false,

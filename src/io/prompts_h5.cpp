@@ -49,8 +49,22 @@ void read_int_dataset(hid_t file, const std::string& path, const char* name, hid
     throw UserError(where + " cannot be read as " + std::to_string(8 * sizeof(T)) + "-bit integers");
 }
 
-// Reads a 1-D dataset of variable-length strings (what h5py writes for a list of str).
-std::vector<std::string> read_string_dataset(hid_t file, const std::string& path, const char* name) {
+// Whether `text` is well-formed UTF-8 (the output declares its strings so).
+bool valid_utf8(const std::string& text) {
+  for (size_t i = 0; i < text.size();) {
+    const auto byte = static_cast<unsigned char>(text[i]);
+    const int extra = byte < 0x80 ? 0 : (byte >> 5) == 6 ? 1 : (byte >> 4) == 14 ? 2 : (byte >> 3) == 30 ? 3 : -1;
+    if (extra < 0 || i + extra >= text.size()) return false;
+    for (int j = 1; j <= extra; ++j)
+      if ((static_cast<unsigned char>(text[i + j]) >> 6) != 2) return false;
+    i += 1 + extra;
+  }
+  return true;
+}
+
+// Reads a 1-D dataset of `expected` variable-length strings (what h5py writes for a list of
+// str, in either character set); refuses another count before allocating for it.
+std::vector<std::string> read_string_dataset(hid_t file, const std::string& path, const char* name, size_t expected) {
   const std::string where = path + ": /" + name;
   H5Handle dataset{H5Dopen2(file, name, H5P_DEFAULT), H5Dclose};
   if (dataset.id < 0) throw UserError(where + " is not a dataset");
@@ -61,17 +75,21 @@ std::vector<std::string> read_string_dataset(hid_t file, const std::string& path
   if (H5Sget_simple_extent_ndims(space.id) != 1) throw UserError(where + " must be 1-D");
   hsize_t count = 0;
   H5Sget_simple_extent_dims(space.id, &count, nullptr);
-  if (count > (hsize_t{1} << 32)) throw UserError(where + " declares " + std::to_string(count) + " strings");
+  if (count != expected)
+    throw UserError(where + " holds " + std::to_string(count) + " strings for " + std::to_string(expected) +
+                    " prompts");
   std::vector<char*> pointers(static_cast<size_t>(count), nullptr);
   H5Handle memory{H5Tcopy(H5T_C_S1), H5Tclose};
   H5Tset_size(memory.id, H5T_VARIABLE);
-  H5Tset_cset(memory.id, H5T_CSET_UTF8);
+  H5Tset_cset(memory.id, H5Tget_cset(type.id));  // ASCII or UTF-8, as stored: HDF5 converts neither
   if (count > 0 && H5Dread(dataset.id, memory.id, H5S_ALL, H5S_ALL, H5P_DEFAULT, pointers.data()) < 0)
     throw UserError(where + " cannot be read as strings");
   std::vector<std::string> out;
   out.reserve(pointers.size());
   for (char* text : pointers) out.emplace_back(text ? text : "");
   if (count > 0) H5Dvlen_reclaim(memory.id, space.id, H5P_DEFAULT, pointers.data());
+  for (size_t i = 0; i < out.size(); ++i)
+    if (!valid_utf8(out[i])) throw UserError(where + ": string " + std::to_string(i) + " is not valid UTF-8");
   return out;
 }
 
@@ -93,10 +111,7 @@ void read_prompt_extras(hid_t file, const std::string& path, PromptSet& prompts)
     }
   }
   if (H5Lexists(file, "ids", H5P_DEFAULT) > 0) {
-    prompts.ids = read_string_dataset(file, path, "ids");
-    if (prompts.ids.size() != n)
-      throw UserError(path + ": /ids holds " + std::to_string(prompts.ids.size()) + " strings for " +
-                      std::to_string(n) + " prompts");
+    prompts.ids = read_string_dataset(file, path, "ids", n);
   }
 }
 
@@ -233,6 +248,7 @@ void write_prompts(const std::string& path, const PromptSet& prompts) {
 }
 
 void write_strings(hid_t file, const char* name, const std::vector<std::string>& strings) {
+  if (H5Lexists(file, name, H5P_DEFAULT) > 0) H5_CHECK(H5Ldelete(file, name, H5P_DEFAULT));  // a finish retried
   H5Handle type{H5Tcopy(H5T_C_S1), H5Tclose};
   H5_CHECK(H5Tset_size(type.id, H5T_VARIABLE));
   H5_CHECK(H5Tset_cset(type.id, H5T_CSET_UTF8));

@@ -182,6 +182,10 @@ bool verified_complete_output(const std::string& path, const OutputLayout& layou
                       ": it is not this run's output (move it aside, or choose another --output)");
     }
   }();
+  if (!stored.stale_rows.empty())
+    throw UserError(path +
+                    " was written by an earlier pipefill, before outputs held /is_greedy: move it aside to "
+                    "compute it again");
   if (!stored.torn_rows.empty())
     throw UserError(path + " exists but " + std::to_string(stored.torn_rows.size()) +
                     " row(s) fail their checksum (first: prompt " + std::to_string(stored.torn_rows[0]) +
@@ -207,6 +211,9 @@ ResultWriter::ResultWriter(const std::string& path, const OutputLayout& layout, 
     }();
     completed_ = stored.completed;
     torn_rows_ = stored.torn_rows;
+    stale_rows_ = stored.stale_rows;
+    // Their flags are cleared with the torn rows' (reopen): both are computed again.
+    torn_rows_.insert(torn_rows_.end(), stale_rows_.begin(), stale_rows_.end());
     reopen();
     return;
   }

@@ -54,8 +54,10 @@ class ResultWriter {
   int64_t scored_tokens() const { return scored_tokens_; }
   double scored_nll_sum() const { return scored_nll_sum_; }
 
-  // Prompts a resumed file marked complete whose rows failed their checksum (recomputed).
+  // Prompts a resumed file marked complete whose rows failed their checksum, or that an
+  // earlier version stored without a dataset this layout has (stale_rows): recomputed.
   const std::vector<int>& torn_rows() const { return torn_rows_; }
+  const std::vector<int>& stale_rows() const { return stale_rows_; }
   // Marks finished prompts as not done (flags cleared and flushed): something they need
   // besides their rows is missing (a KV export file), so they are computed again.
   void recompute(const std::vector<int>& prompts);
@@ -125,7 +127,8 @@ class ResultWriter {
   } open_;
   bool keep_partial_ = false;
   std::vector<char> completed_;
-  std::vector<int> torn_rows_;
+  std::vector<int> torn_rows_;  // stale rows included
+  std::vector<int> stale_rows_;
   int written_this_run_ = 0;
   int64_t scored_tokens_ = 0;
   double scored_nll_sum_ = 0;

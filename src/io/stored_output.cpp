@@ -87,13 +87,8 @@ TokenRowsDigest digest_token_rows(const OpenDatasets& sets, const OutputLayout& 
     read_row(sets[Dataset::kNllSum], H5T_NATIVE_DOUBLE, p, 0, &digest.nll_sum);
     read_row(sets[Dataset::kPerplexity], H5T_NATIVE_DOUBLE, p, 0, &digest.perplexity);
   }
-  // A partial file begun before /is_greedy existed has none: its rows fail the checksum and
-  // are computed again (their is_greedy was never stored).
   digest.with_greedy = layout.is_greedy();
-  if (digest.with_greedy) {
-    digest.is_greedy = 2;
-    if (sets[Dataset::kIsGreedy] >= 0) read_row(sets[Dataset::kIsGreedy], H5T_NATIVE_UCHAR, p, 0, &digest.is_greedy);
-  }
+  if (digest.with_greedy) read_row(sets[Dataset::kIsGreedy], H5T_NATIVE_UCHAR, p, 0, &digest.is_greedy);
   return digest;
 }
 
@@ -136,10 +131,16 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
   std::vector<unsigned char> completed(n);
   if (H5Dread(sets[Dataset::kCompleted], H5T_NATIVE_UCHAR, H5S_ALL, H5S_ALL, H5P_DEFAULT, completed.data()) < 0)
     throw UserError(path + ": the completion flags cannot be read");
-  nlohmann::json done = nlohmann::json::array(), torn = nlohmann::json::array();
+  nlohmann::json done = nlohmann::json::array(), torn = nlohmann::json::array(), stale = nlohmann::json::array();
   std::vector<float> row(layout.with_logits ? vocab : 0), hidden_row(hidden);
+  // A file begun before /is_greedy existed never stored its rows' flag: they are computed again.
+  const bool greedy_missing = layout.is_greedy() && sets[Dataset::kIsGreedy] < 0;
   for (hsize_t p = 0; p < n; ++p) {
     if (completed[p] != 1) continue;
+    if (greedy_missing) {
+      stale.push_back(static_cast<int>(p));
+      continue;
+    }
     double ttft = 0;
     uint64_t stored = 0;
     read_row(sets[Dataset::kTtft], H5T_NATIVE_DOUBLE, p, 0, &ttft);
@@ -154,7 +155,7 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
          : torn)
         .push_back(static_cast<int>(p));
   }
-  return nlohmann::json{{"completed", done}, {"torn", torn}}.dump();
+  return nlohmann::json{{"completed", done}, {"torn", torn}, {"stale", stale}}.dump();
 }
 
 }  // namespace
@@ -168,6 +169,7 @@ StoredOutput inspect_output(const std::string& path, const OutputLayout& layout,
   stored.completed.assign(layout.num_prompts, 0);
   for (int p : found["completed"]) stored.completed[p] = 1;
   for (int p : found["torn"]) stored.torn_rows.push_back(p);
+  for (int p : found["stale"]) stored.stale_rows.push_back(p);
   return stored;
 }
 

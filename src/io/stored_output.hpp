@@ -19,6 +19,9 @@ struct OutputLayout;
 struct StoredOutput {
   std::vector<char> completed;  // complete and verified
   std::vector<int> torn_rows;   // marked complete, but the row fails its checksum
+  // Marked complete by a version that did not store all this layout's datasets (/is_greedy):
+  // computed again.
+  std::vector<int> stale_rows;
 };
 
 // UserError (starting with `path`) if the file was written with another identity (naming

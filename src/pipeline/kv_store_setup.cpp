@@ -185,7 +185,8 @@ std::map<std::string, std::unique_ptr<kv::KvSource>> KvStoreRun::check_offers(co
     if (scores_.hidden_rows) asked += (asked.empty() ? "" : ", ") + std::string("--hidden-states mean");
     std::printf(
         "note: --kv-store: %zu entr%s sharing a prefix with this run's prompts hold not all it scores (%s): "
-        "stored by a run that did not score as much, they lend it nothing\n",
+        "stored by a run that did not score as much (or scored only a span of their prompt), they lend it "
+        "nothing\n",
         unscored.size(), unscored.size() == 1 ? "y" : "ies", asked.c_str());
   };
   for (;;) {

@@ -144,6 +144,23 @@ TEST_F(OutputFileTest, HoldsTheDeclaredDatasetsAndResumes) {
   }
 }
 
+// A partial file begun before /is_greedy existed never stored its finished prompts' flag:
+// they are computed again (stale), and a complete one is refused with what to do.
+TEST_F(OutputFileTest, APartialWithoutIsGreedyComputesItsPromptsAgain) {
+  {
+    ResultWriter writer(path_, layout_, identity_, false, 0);
+    store_first_prompt(writer);
+  }
+  const std::string partial = path_ + ".partial";
+  {
+    H5Handle file{H5Fopen(partial.c_str(), H5F_ACC_RDWR, H5P_DEFAULT), H5Fclose};
+    ASSERT_GE(H5Ldelete(file.id, dataset_spec(Dataset::kIsGreedy).name, H5P_DEFAULT), 0);
+  }
+  ResultWriter writer(path_, layout_, identity_, true, 0);
+  EXPECT_EQ(writer.completed(), (std::vector<char>{0, 0}));
+  EXPECT_EQ(writer.stale_rows(), (std::vector<int>{0}));
+}
+
 // A prompt scored from position 2: its NLL, perplexity and is_greedy cover positions 2.. only,
 // and /score_start says so.
 TEST_F(OutputFileTest, AScoredSpanCountsOnlyItsTokens) {

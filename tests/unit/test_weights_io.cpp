@@ -289,6 +289,34 @@ TEST(PromptsH5, BadSpansAndIdsAreNamed) {
   expect_input_error(input("ids.h5", {}, {"a", "b", "c"}), "/ids holds 3 strings for 2 prompts");
 }
 
+// /ids as C writers and h5py's ascii dtype store them (the ASCII character set) read as they
+// are; bytes that are not UTF-8 are refused (the output declares its /ids UTF-8).
+TEST(PromptsH5, IdsInEitherCharacterSetAndOnlyUtf8) {
+  const auto input = [](const char* name, std::vector<std::string> ids) {
+    io::PromptSet p;
+    p.tokens = {1, 2, 3};
+    p.offsets = {0, 1, 3};
+    const std::string path = (temp_dir("inputs") / name).string();
+    io::write_prompts(path, p);
+    hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
+    hid_t type = H5Tcopy(H5T_C_S1);
+    H5Tset_size(type, H5T_VARIABLE);  // the default character set: ASCII
+    const hsize_t n = ids.size();
+    hid_t space = H5Screate_simple(1, &n, nullptr);
+    hid_t dataset = H5Dcreate2(file, "ids", type, space, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    std::vector<const char*> text;
+    for (const std::string& id : ids) text.push_back(id.c_str());
+    H5Dwrite(dataset, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, text.data());
+    H5Dclose(dataset);
+    H5Sclose(space);
+    H5Tclose(type);
+    H5Fclose(file);
+    return path;
+  };
+  EXPECT_EQ(io::read_prompts(input("ascii.h5", {"a-1", "b-2"}), 100).ids, (std::vector<std::string>{"a-1", "b-2"}));
+  expect_input_error(input("latin1.h5", {"ok", "caf\xe9"}), "/ids: string 1 is not valid UTF-8");
+}
+
 TEST(PromptsH5, EveryBadInputIsNamed) {
   expect_input_error(write_input("no_offsets.h5", {1, 2}, {}, H5T_STD_I32LE, false), "/offsets is missing");
   expect_input_error(write_input("float_tokens.h5", {1, 2}, {0, 2}, H5T_IEEE_F32LE), "must hold integers");
