@@ -120,7 +120,10 @@ class PipefillLM(LM):
                                 f"max_length {self.max_length}")
             ids[i], starts[i] = prompt[cut:], start - cut
         nll, greedy = self.score(ids, starts, [d.id for d in docs])
-        return [(-float(n), bool(g)) for n, g in zip(nll, greedy)]
+        answers = [(-float(n), bool(g)) for n, g in zip(nll, greedy)]
+        for request, answer in zip(requests, answers):  # lm-eval's --use_cache
+            self.cache_hook.add_partial("loglikelihood", request.args, answer)
+        return answers
 
     def loglikelihood_rolling(self, requests, disable_tqdm=False):
         # lm-eval's windows: the first predicts every token after the prefix token, each later one
@@ -139,6 +142,8 @@ class PipefillLM(LM):
         nll, _ = self.score(prompts, starts, names)
         totals = np.zeros(len(requests))
         np.add.at(totals, np.asarray(owner, dtype=np.int64), -np.asarray(nll, dtype=np.float64))
+        for request, total in zip(requests, totals):
+            self.cache_hook.add_partial("loglikelihood_rolling", request.args, float(total))
         return [float(t) for t in totals]
 
     def generate_until(self, requests, disable_tqdm=False):
@@ -175,7 +180,7 @@ class PipefillLM(LM):
             print(f"lm_eval_pipefill: {len(prompts)} prompts, {tokens:,} tokens: {shlex.join(command)}",
                   file=sys.stderr, flush=True)
             start = time.monotonic()
-            finished = subprocess.run(command, cwd=work)
+            finished = subprocess.run(command)  # from the user's directory: run_args paths as typed
             if finished.returncode != 0:
                 raise UserError(f"pipefill failed (exit status {finished.returncode}); its input is {in_h5}"
                                 + ("" if self.workdir else " (give workdir=DIR to keep it)"))
