@@ -60,49 +60,19 @@ def write_tasks(work, questions_count=None, document_chars=2600):
         f.write(json.dumps({"text": text[6000:11500]}) + "\n")  # ~1200 tokens: two windows of 1024
     tasks = os.path.join(work, "tasks")
     os.makedirs(tasks, exist_ok=True)
-    with open(os.path.join(tasks, "pipefill_doc_mc.yaml"), "w") as f:
-        f.write(f"""task: pipefill_doc_mc
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {work}/questions.jsonl
-test_split: test
-output_type: multiple_choice
-doc_to_text: "{{{{document}}}}\\n\\nQuestion: {{{{question}}}}\\nAnswer:"
-doc_to_choice: "{{{{choices}}}}"
-doc_to_target: answer
-metric_list:
-  - metric: acc
-""")
-    with open(os.path.join(tasks, "pipefill_doc_rolling.yaml"), "w") as f:
-        f.write(f"""task: pipefill_doc_rolling
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {work}/documents.jsonl
-test_split: test
-output_type: loglikelihood_rolling
-doc_to_text: ""
-doc_to_target: "{{{{text}}}}"
-metric_list:
-  - metric: word_perplexity
-  - metric: bits_per_byte
-""")
-    with open(os.path.join(tasks, "pipefill_doc_generate.yaml"), "w") as f:
-        f.write(f"""task: pipefill_doc_generate
-dataset_path: json
-dataset_kwargs:
-  data_files:
-    test: {work}/questions.jsonl
-test_split: test
-output_type: generate_until
-doc_to_text: "{{{{question}}}}"
-doc_to_target: "{{{{id}}}}"
-generation_kwargs:
-  until: ["\\n"]
-metric_list:
-  - metric: exact_match
-""")
+
+    def task(name, data, output_type, text, more):
+        with open(os.path.join(tasks, f"{name}.yaml"), "w") as f:
+            f.write(f"task: {name}\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: {work}/{data}\n"
+                    f"test_split: test\noutput_type: {output_type}\ndoc_to_text: {text}\n{more}")
+
+    task("pipefill_doc_mc", "questions.jsonl", "multiple_choice",
+         '"{{document}}\\n\\nQuestion: {{question}}\\nAnswer:"',
+         'doc_to_choice: "{{choices}}"\ndoc_to_target: answer\nmetric_list:\n  - metric: acc\n')
+    task("pipefill_doc_rolling", "documents.jsonl", "loglikelihood_rolling", '""',
+         'doc_to_target: "{{text}}"\nmetric_list:\n  - metric: word_perplexity\n  - metric: bits_per_byte\n')
+    task("pipefill_doc_generate", "questions.jsonl", "generate_until", '"{{question}}"',
+         'doc_to_target: "{{id}}"\ngeneration_kwargs:\n  until: ["\\n"]\nmetric_list:\n  - metric: exact_match\n')
     return tasks
 
 

@@ -88,6 +88,13 @@ class OutputFileTest : public ::testing::Test {
     writer.write_prompt(0, row, hidden, 0.125);
   }
 
+  // One dataset of the partial file, whole.
+  void read_partial(Dataset id, hid_t type, void* out) {
+    H5Handle file{H5Fopen((path_ + ".partial").c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
+    H5Handle set{H5Dopen2(file.id, dataset_spec(id).name, H5P_DEFAULT), H5Dclose};
+    ASSERT_GE(H5Dread(set.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out), 0);
+  }
+
   std::filesystem::path dir_;
   std::string path_;
   OutputLayout layout_;
@@ -119,17 +126,12 @@ TEST_F(OutputFileTest, HoldsTheDeclaredDatasetsAndResumes) {
     }
   }
   {
-    H5Handle file{H5Fopen(partial.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
-    const auto read = [&](Dataset id, hid_t type, void* out) {
-      H5Handle set{H5Dopen2(file.id, dataset_spec(id).name, H5P_DEFAULT), H5Dclose};
-      ASSERT_GE(H5Dread(set.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out), 0);
-    };
     unsigned char greedy[2] = {9, 9};
     int64_t starts[2] = {0, 0};
     double nll[2] = {0, 0};
-    read(Dataset::kIsGreedy, H5T_NATIVE_UCHAR, greedy);
-    read(Dataset::kScoreStart, H5T_NATIVE_INT64, starts);
-    read(Dataset::kNllSum, H5T_NATIVE_DOUBLE, nll);
+    read_partial(Dataset::kIsGreedy, H5T_NATIVE_UCHAR, greedy);
+    read_partial(Dataset::kScoreStart, H5T_NATIVE_INT64, starts);
+    read_partial(Dataset::kNllSum, H5T_NATIVE_DOUBLE, nll);
     EXPECT_EQ(greedy[0], 1);  // prompt 1 not stored yet: 0
     EXPECT_EQ(greedy[1], 0);
     EXPECT_EQ(starts[0], 1);  // an input without /score_start: every prompt from 1
@@ -177,18 +179,12 @@ TEST_F(OutputFileTest, AScoredSpanCountsOnlyItsTokens) {
     EXPECT_EQ(writer.scored_tokens(), 1);
     EXPECT_DOUBLE_EQ(writer.scored_nll_sum(), 0.25);
   }
-  const std::string partial = path_ + ".partial";
-  H5Handle file{H5Fopen(partial.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose};
-  const auto read = [&](Dataset id, hid_t type, void* out) {
-    H5Handle set{H5Dopen2(file.id, dataset_spec(id).name, H5P_DEFAULT), H5Dclose};
-    ASSERT_GE(H5Dread(set.id, type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out), 0);
-  };
   unsigned char greedy[2] = {9, 9};
   int64_t starts[2] = {0, 0};
   double perplexity[2] = {0, 0};
-  read(Dataset::kIsGreedy, H5T_NATIVE_UCHAR, greedy);
-  read(Dataset::kScoreStart, H5T_NATIVE_INT64, starts);
-  read(Dataset::kPerplexity, H5T_NATIVE_DOUBLE, perplexity);
+  read_partial(Dataset::kIsGreedy, H5T_NATIVE_UCHAR, greedy);
+  read_partial(Dataset::kScoreStart, H5T_NATIVE_INT64, starts);
+  read_partial(Dataset::kPerplexity, H5T_NATIVE_DOUBLE, perplexity);
   EXPECT_EQ(greedy[0], 1);
   EXPECT_EQ(starts[0], 2);
   EXPECT_EQ(starts[1], 1);
