@@ -204,7 +204,7 @@ endforeach()
 # What a crash can leave in a partial output, and SIGTERM to mpirun; each resumed output
 # must equal an uninterrupted run's.
 foreach(case torn_row torn_hidden torn_token_rows empty_partial stale_partial mpirun_sigterm stop_inside_prompt
-             stop_inside_prompt_new_layout checkpoint_disk_full stop_during_start_up)
+             stop_inside_span stop_inside_prompt_new_layout checkpoint_disk_full stop_during_start_up)
   add_test(NAME mpi.resume_integrity.${case} COMMAND ${PF_MPI}/resume_integrity.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_integrity.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        SKIP_RETURN_CODE 77)

@@ -232,6 +232,34 @@ with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[2]) as ref:
 print("restored", sys.argv[3], "tokens; logits bit-identical to the uninterrupted run")
 PY
     ;;
+  stop_inside_span)
+    # A prompt scored from position 1500 (/score_start): a stop inside it, then --resume, gives
+    # the scores, NLL and is_greedy of an uninterrupted run, bit for bit (rows before the span
+    # stay NaN and -1, the restored rows' digest covers them).
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 9 >/dev/null
+    "$PYTHON" -c "import h5py, numpy as np; h5py.File('$work/in.h5', 'a')['score_start'] = np.array([1500], np.int64)"
+    args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16 --logprobs --top-k 2)
+    run --input "$work/in.h5" --output "$work/reference.h5" --overwrite
+    start_run "$work/first.log" 2 "${args[@]}" --progress-interval 0.05 --input "$work/in.h5" --output "$work/out.h5"
+    wait_until 120 "a first progress line" grep -q '^progress:' "$work/first.log"
+    signal_run USR1 mpirun
+    finish_run
+    expect_status 75 "a stop inside the only prompt"
+    checkpoint=$(sed -n 's/^checkpoint [0-9]*: prompt 0 at token \([0-9]*\) of 3000.*/\1/p' "$work/first.log")
+    [ -n "$checkpoint" ] || fail "the stop wrote no checkpoint of the prompt"
+    pipefill_mpi 2 "${args[@]}" --input "$work/in.h5" --output "$work/out.h5" --resume >"$work/resumed.log" ||
+      { cat "$work/resumed.log"; fail "the resumed run failed"; }
+    "$PYTHON" - "$work/out.h5" "$work/reference.h5" "$checkpoint" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[2]) as ref:
+    assert f["restored_tokens"][0] == int(sys.argv[3]), f["restored_tokens"][:]
+    for name in ("token_logprobs", "topk_ids", "topk_logprobs", "nll_sum", "is_greedy", "score_start"):
+        assert np.array_equal(f[name][:], ref[name][:], equal_nan=name != "topk_ids" and name != "is_greedy"
+                              and name != "score_start"), name + " differs"
+    assert np.isnan(f["token_logprobs"][:1500]).all() and (f["topk_ids"][:1499] == -1).all()
+print("stopped at token", sys.argv[3], "of a span from 1500: scores bit-identical to the uninterrupted run")
+PY
+    ;;
   stop_inside_prompt_new_layout)
     "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 9 >/dev/null
     scores=(--chunk-size 16 --page-size 16 --logprobs --hidden-states mean)
