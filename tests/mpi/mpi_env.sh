@@ -8,6 +8,19 @@ export OMPI_MCA_pml=ob1 OMPI_MCA_btl=self,vader
 export OMPI_MCA_rmaps_base_oversubscribe=1
 export OPENBLAS_NUM_THREADS=1
 PYTHON=${PYTHON:-/usr/bin/python3}
+# Open MPI 4 keeps its session files under one directory per user (ompi.HOST.UID), which an
+# mpirun removes at exit when it looks empty: another mpirun creating its own files there at
+# that instant fails ("orte_session_dir failed ... File exists"). Tests run side by side, so
+# each shell that sources this file gets its own base; those of shells gone are removed here.
+if [ -z "${OMPI_MCA_orte_tmpdir_base:-}" ]; then
+  _pf_mpi_base=${TMPDIR:-/tmp}/pipefill-mpi
+  mkdir -p "$_pf_mpi_base/$$"
+  for _pf_dir in "$_pf_mpi_base"/*; do
+    [ -d "$_pf_dir" ] && ! kill -0 "${_pf_dir##*/}" 2>/dev/null && rm -rf "$_pf_dir"
+  done
+  export OMPI_MCA_orte_tmpdir_base=$_pf_mpi_base/$$
+  unset _pf_mpi_base _pf_dir
+fi
 
 # fail MESSAGE: the test's verdict, on stdout where ctest shows it, after the log of the
 # run of start_run if there was one (its last progress line only).
