@@ -138,6 +138,7 @@ PromptSet deserialize(const std::string& bytes) {
   PromptSet prompts;
   const auto take = [&at](auto& vector, int64_t count) {
     vector.resize(static_cast<size_t>(count));
+    if (vector.empty()) return;  // data() may be null: memcpy must not see it
     std::memcpy(vector.data(), at, vector.size() * sizeof(vector[0]));
     at += vector.size() * sizeof(vector[0]);
   };
