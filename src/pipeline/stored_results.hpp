@@ -7,7 +7,8 @@
 // Prefix reuse: a prompt that reused c tokens of a source prompt computed no rows before c.
 // Its token rows [0, c) and its log-prob entry c are the source's (the same tokens after the
 // same prefix, sched/prefix_sharing.hpp), read back from the output, where the source, which
-// runs first, has stored them.
+// runs first, has stored them. Copied rows before the prompt's own scored span (/score_start)
+// are masked to what its own computation gives there (NaN, id -1).
 #pragma once
 
 #include <functional>

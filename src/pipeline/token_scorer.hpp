@@ -9,6 +9,9 @@
 // `start` is the previous chunk's last prediction (carried; NaN in the prompt's first chunk,
 // which rank 0 fills from the source prompt after a reused prefix), and the chunk's own last prediction is carried to
 // the next chunk (dropped after the prompt's last token, which has no successor).
+//
+// Scored spans: rows that predict positions before the prompt's /score_start skip the LM
+// head; their entries are NaN (log-probs, top-k log-probs) and -1 (top-k ids).
 #pragma once
 
 #include <cstddef>
