@@ -12,7 +12,8 @@ give every scored row. A plain document (no span) ends the batch.
 
 On pp 2, tp 2, pp 2 x tp 2 and a dynamic plan (LM-head blocks of 16 rows, prefix reuse on), and
 pp 2 without prefix reuse, and tp 2 loading every prompt from a KV store filled by a run that
-scored every token: every scored log-prob and top-k row within the bounds of
+scored every token (and the cuda backend on the simulated device, against its own whole-prompt
+run): every scored log-prob and top-k row within the bounds of
 score_checks.py, NaN and id -1 exactly where nothing was scored, /nll_sum minus the
 continuation's log-likelihood, /is_greedy equal to transformers' argmax test, /score_start and
 /ids copied from the input, and the same scores as a run without spans at the scored positions.
@@ -151,6 +152,31 @@ def main():
     with h5py.File(out_h5, "r") as f:
         check(f["reused_tokens"][:].sum() > 0, f"the store lent prefixes ({[int(r) for r in f['reused_tokens'][:]]})")
         check([int(g) for g in f["is_greedy"][:]] == want_greedy, "is_greedy from the store's rows")
+    # The cuda backend on the simulated device (bf16 compute, so against its own whole-prompt
+    # run, not transformers): the same scored rows, NaN and -1 before each span, the same ids.
+    if os.path.exists(os.path.join(build, "pipefill_sim")):
+        # Its kernels take head_dim 32 and pages of 64: the same sizes with 2 heads over 1.
+        sim_model = os.path.join(work, "llama_hd32")
+        LlamaForCausalLM(LlamaConfig(**dict(SIZES, num_attention_heads=2, num_key_value_heads=1))).eval() \
+            .save_pretrained(sim_model, safe_serialization=True)
+        sim = f"--pp 2 --chunk-size 64 --page-size 64 --backend cuda {SCORES}"
+        sim_whole, sim_spans = os.path.join(work, "sim_whole.h5"), os.path.join(work, "sim_spans.h5")
+        run_pipefill(build, sim_model, whole_h5, sim_whole, 2, sim, program="pipefill_sim", timeout=600)
+        run_pipefill(build, sim_model, spans_h5, sim_spans, 2, sim, program="pipefill_sim", timeout=600)
+        with h5py.File(sim_whole, "r") as w, h5py.File(sim_spans, "r") as f:
+            lp, ref_lp = f["token_logprobs"][:], w["token_logprobs"][:]
+            unscored = np.zeros(len(lp), bool)
+            for p, start in enumerate(starts):
+                unscored[offsets[p]:offsets[p] + start] = True
+            same = float(np.abs(lp[~unscored] - ref_lp[~unscored]).max())
+            check(bool(np.isnan(lp[unscored]).all()) and same <= 1e-5,
+                  f"cuda (simulated): scored positions as its whole run ({same:.1e}), NaN before each span")
+            top1 = f["topk_ids"][:, 0]
+            own_greedy = [int(all(top1[offsets[p] + j - 1] == prompts[p][j] for j in range(start, len(prompts[p]))))
+                          for p, start in enumerate(starts)]
+            check([int(g) for g in f["is_greedy"][:]] == own_greedy,
+                  f"cuda (simulated): is_greedy from its own top-1 ({own_greedy})")
+            check([t.decode() if isinstance(t, bytes) else t for t in f["ids"][:]] == ids, "cuda (simulated): /ids")
     exit_if_failed()
     print("Passed: scored spans, is_greedy and ids match transformers on every layout")
     return 0
