@@ -37,6 +37,17 @@ struct OutputLayout {
   int64_t total_tokens() const { return prompt_offsets.empty() ? 0 : prompt_offsets.back(); }
 };
 
+// The one rule of a scored span: of rows [start, start + count) of a prompt scored from
+// position s (/score_start, s >= 1), the first with a log-prob (position s) and the first that
+// goes through the LM head and keeps a top-k (s - 1: row r predicts position r + 1).
+struct ScoredRows {
+  int logprobs_from, topk_from;
+};
+inline ScoredRows scored_rows(int64_t first_scored, int64_t start, int count) {
+  const auto within = [count](int64_t v) { return static_cast<int>(v < 0 ? 0 : v > count ? count : v); };
+  return {within(first_scored - start), within(first_scored - 1 - start)};
+}
+
 // The datasets, in the order of the docs' table.
 enum class Dataset : int {
   kLogits,

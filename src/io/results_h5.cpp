@@ -339,13 +339,12 @@ std::optional<ResultWriter::ContinuedRows> ResultWriter::continue_prompt(int pro
     read_token_rows(prompt, at, count, logprobs.data(), topk_logprobs.data(), topk_ids.data());
     add_to_digest(layout_, prompt, at, count, logprobs.data(), topk_logprobs.data(), topk_ids.data(), digest);
     // Finite from the scored span on (log-probs from score_start, top-k rows from one before).
-    const int64_t scored_from = layout_.first_scored(prompt);
-    const int64_t logprobs_from = std::clamp<int64_t>(scored_from - at, 0, count);
-    const int64_t topk_from = std::clamp<int64_t>(scored_from - 1 - at, 0, count);
+    const ScoredRows part = scored_rows(layout_.first_scored(prompt), at, count);
     if (layout_.token_logprobs)
-      continued.finite = continued.finite && finite(logprobs.data() + logprobs_from, count - logprobs_from);
+      continued.finite = continued.finite && finite(logprobs.data() + part.logprobs_from, count - part.logprobs_from);
     if (k > 0)
-      continued.finite = continued.finite && finite(topk_logprobs.data() + topk_from * k, (count - topk_from) * k);
+      continued.finite = continued.finite && finite(topk_logprobs.data() + static_cast<size_t>(part.topk_from) * k,
+                                                    (count - part.topk_from) * k);
   }
   if (digest.logprobs.value != expected.logprobs.value || digest.topk_ids.value != expected.topk_ids.value ||
       digest.topk_logprobs.value != expected.topk_logprobs.value || digest.nll_sum != expected.nll_sum)

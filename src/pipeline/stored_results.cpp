@@ -16,20 +16,9 @@ bool all_finite(const float* values, int64_t count) {
   return true;
 }
 
-// Of rows [start, start + count) of a prompt scored from position s (s >= 1: position 0 has
-// no log-prob): the first row with a log-prob, and the first whose top-k is kept (row r
-// predicts position r + 1, so from s - 1).
-struct ScoredPart {
-  int logprobs_from, topk_from;
-};
-ScoredPart scored_part(int64_t s, int64_t start, int count) {
-  return {static_cast<int>(std::clamp<int64_t>(s - start, 0, count)),
-          static_cast<int>(std::clamp<int64_t>(s - 1 - start, 0, count))};
-}
-
 // Rows copied from another prompt (or a store entry) that scored more than this one: what
 // this prompt does not score becomes what its own computation would give (NaN, id -1).
-void mask_unscored(ScoredPart part, int k, float* logprobs, float* topk_logprobs, int32_t* topk_ids) {
+void mask_unscored(io::ScoredRows part, int k, float* logprobs, float* topk_logprobs, int32_t* topk_ids) {
   if (logprobs) std::fill(logprobs, logprobs + part.logprobs_from, NAN);
   if (k > 0) {
     std::fill(topk_logprobs, topk_logprobs + static_cast<size_t>(part.topk_from) * k, NAN);
@@ -63,7 +52,7 @@ void StoredResults::token_rows(const TokenRows& given) {
   }
   // Positions before the scored span have no log-prob (NaN; position 0 never has one) and rows
   // before it no top-k (the scorer skipped them); every other entry must be finite.
-  const ScoredPart part = scored_part(writer_.layout().first_scored(rows.prompt), rows.start, rows.count);
+  const io::ScoredRows part = io::scored_rows(writer_.layout().first_scored(rows.prompt), rows.start, rows.count);
   if (rows.logprobs)
     open_finite_ = open_finite_ && all_finite(rows.logprobs + part.logprobs_from, rows.count - part.logprobs_from);
   if (rows.topk_logprobs)
@@ -91,10 +80,10 @@ float StoredResults::copy_reused_rows(const TokenRows& rows, const sched::Prefix
       store_rows_(reuse.store_entry, at, count, rows.logprobs ? logprobs_.data() : nullptr,
                   k > 0 ? topk_logprobs_.data() : nullptr, k > 0 ? topk_ids_.data() : nullptr);
     const int stored = static_cast<int>(std::min<int64_t>(count, reuse.tokens - at));
-    const ScoredPart part = scored_part(writer_.layout().first_scored(rows.prompt), at, count);
+    const io::ScoredRows part = io::scored_rows(writer_.layout().first_scored(rows.prompt), at, count);
     mask_unscored(part, static_cast<int>(k), rows.logprobs ? logprobs_.data() : nullptr, topk_logprobs_.data(),
                   topk_ids_.data());
-    const ScoredPart kept = scored_part(writer_.layout().first_scored(rows.prompt), at, stored);
+    const io::ScoredRows kept = io::scored_rows(writer_.layout().first_scored(rows.prompt), at, stored);
     if (rows.logprobs)
       open_finite_ = open_finite_ && all_finite(logprobs_.data() + kept.logprobs_from, stored - kept.logprobs_from);
     if (k > 0)

@@ -10,6 +10,7 @@
 #include "compute/vocab_scores.hpp"
 #include "dist/wait.hpp"
 #include "errors.hpp"
+#include "io/output_format.hpp"
 
 namespace pf::pipeline {
 
@@ -50,8 +51,7 @@ const std::vector<float>& TokenScorer::score(const sched::MicroBatch& mb, const 
   // Rows before the prompt's scored span (/score_start s) predict tokens nobody asked about:
   // they skip the LM head. Row r predicts position start + r + 1, so rows from s - 1 run
   // (and the last row, whose top-k is the prediction after the prompt, is always at or past it).
-  const int64_t first_scored = prompts_.first_scored(mb.prompt);
-  const int skipped = static_cast<int>(std::clamp<int64_t>(first_scored - 1 - mb.start, 0, mb.length));
+  const int skipped = io::scored_rows(prompts_.first_scored(mb.prompt), mb.start, mb.length).topk_from;
   if (topology_.tp_rank == 0) {
     part_.assign(static_cast<size_t>(mb.length) * layout_.floats_per_token(), 0.0f);
     // Unscored rows' top-k: NaN log-probs and id -1, as the output holds them.
