@@ -154,8 +154,8 @@ void gather_expert_rows(const bf16* x, int hidden, const int32_t* slot_of, int s
                         cudaStream_t stream);
 // out[t, :] = sum over i < k of weight[t * k + i] * expert_out[row_of_slot[t * k + i], :]:
 // the experts' outputs weighted back into token order (written, not added).
-void combine_experts(const float* expert_out, int hidden, const int32_t* row_of_slot, const float* weight,
-                     int tokens, int k, float* out, cudaStream_t stream);
+void combine_experts(const float* expert_out, int hidden, const int32_t* row_of_slot, const float* weight, int tokens,
+                     int k, float* out, cudaStream_t stream);
 // out[t, :] += sigmoid(x[t, :] . gate) * src[t, :] (Qwen2-MoE's gated shared expert; gate float32).
 void add_sigmoid_gated(float* out, const float* src, const bf16* x, const float* gate, int rows, int hidden,
                        cudaStream_t stream);
@@ -168,11 +168,13 @@ void fill_uniform_bf16(bf16* out, int64_t n, uint64_t seed, float scale, cudaStr
 // Launch failures are reported through the usual CUDA error state; callers check
 // cudaGetLastError() after each launcher (CUDA_CHECK_LAUNCH in device/cuda_check.hpp).
 
-// --logprobs, --top-k: row r of logits [rows, count] (this rank's vocabulary slice, token
-// ids vocab_begin...) summarized into records [rows] of compute::RowSummaryHeader plus k
-// compute::RowCandidate each (compute/vocab_scores.hpp); targets [rows] are the tokens whose
-// logit each row keeps (global ids, -1: none; may be null).                  (vocab_summary.cu)
+// --logprobs, --top-k, --token-ids: row r of logits [rows, count] (this rank's vocabulary
+// slice, token ids vocab_begin...) summarized into records [rows] of compute::RowSummaryHeader,
+// k compute::RowCandidate and the logits of token_set [set_size] (device memory, global ids;
+// NaN for those outside the slice), compute::row_summary_bytes apart (compute/vocab_scores.hpp);
+// targets [rows] are the tokens whose logit each row keeps (global ids, -1: none; may be null).
+//                                                                            (vocab_summary.cu)
 void vocab_summaries(const float* logits, int rows, int count, int vocab_begin, const int32_t* targets, int k,
-                     void* records, cudaStream_t stream);
+                     const int32_t* token_set, int set_size, void* records, cudaStream_t stream);
 
 }  // namespace pf::kernels

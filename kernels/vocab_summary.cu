@@ -1,7 +1,7 @@
 // Per-row summaries of a vocabulary slice's logits (--logprobs, --top-k), made where the
 // logits are: one block per row writes the record compute/vocab_scores.hpp defines (max,
 // sum of exp(x - max) in double, the target's logit, the k best), so a row leaves the device
-// as 24 + 8k bytes instead of vocab / tp floats. Same rules as the host's
+// as 24 + 8k bytes (plus 4 a token of a --token-ids set) instead of vocab / tp floats. Same rules as the host's
 // summarize_row_slice: NaN logits are never the max, a NaN or infinite logit makes the sum
 // NaN and the row gets no candidates, ties between equal logits go to the smaller token id.
 //
@@ -42,7 +42,8 @@ __device__ __forceinline__ bool finite(float x) {
 }
 
 __global__ void vocab_summary_kernel(const float* logits, int count, int vocab_begin, const int32_t* targets, int k,
-                                     unsigned char* records, int64_t record_bytes) {
+                                     const int32_t* token_set, int set_size, unsigned char* records,
+                                     int64_t record_bytes, int64_t set_offset) {
   const float* row = logits + static_cast<int64_t>(blockIdx.x) * count;
   auto* header = reinterpret_cast<compute::RowSummaryHeader*>(records + blockIdx.x * record_bytes);
   auto* slots = reinterpret_cast<compute::RowCandidate*>(header + 1);
@@ -141,6 +142,12 @@ __global__ void vocab_summary_kernel(const float* logits, int count, int vocab_b
     for (int i = t; i < count; i += kThreads) slots[i] = {row[i], vocab_begin + i};
   }
 
+  // The token set's logits held by this slice; NaN for the others (another slice has them).
+  float* set_slots = reinterpret_cast<float*>(records + blockIdx.x * record_bytes + set_offset);
+  for (int j = t; j < set_size; j += kThreads) {
+    const int id = token_set[j];
+    set_slots[j] = id >= vocab_begin && id < vocab_begin + count ? row[id - vocab_begin] : NAN;
+  }
   if (t == 0) {
     const int target = targets ? targets[blockIdx.x] : -1;
     const bool held = target >= vocab_begin && target < vocab_begin + count;
@@ -151,11 +158,13 @@ __global__ void vocab_summary_kernel(const float* logits, int count, int vocab_b
 }  // namespace
 
 void vocab_summaries(const float* logits, int rows, int count, int vocab_begin, const int32_t* targets, int k,
-                     void* records, cudaStream_t stream) {
+                     const int32_t* token_set, int set_size, void* records, cudaStream_t stream) {
   if (rows <= 0) return;
-  const auto record_bytes = static_cast<int64_t>(sizeof(compute::RowSummaryHeader) + sizeof(compute::RowCandidate) * k);
-  PF_LAUNCH(vocab_summary_kernel, rows, kThreads, 0, stream, logits, count, vocab_begin, targets, k,
-            static_cast<unsigned char*>(records), record_bytes);
+  const auto record_bytes =
+      static_cast<int64_t>(compute::row_summary_bytes(compute::SummaryShape{k, token_set, set_size}));
+  PF_LAUNCH(vocab_summary_kernel, rows, kThreads, 0, stream, logits, count, vocab_begin, targets, k, token_set,
+            set_size, static_cast<unsigned char*>(records), record_bytes,
+            static_cast<int64_t>(compute::set_slots_offset(k)));
 }
 
 }  // namespace pf::kernels

@@ -9,6 +9,7 @@
 #include "cli/quantities.hpp"
 #include "compute/backend_capabilities.hpp"
 #include "errors.hpp"
+#include "io/token_ids_file.hpp"
 #include "sched/cost_profile.hpp"
 #include "sched/dynamic_chunker.hpp"
 
@@ -310,6 +311,11 @@ OptionTable<RunOptions> run_table() {
                           " (it stores 8 bytes per token per candidate)");
       })
       .echo_as("top_k", kRunIdentity | kOnlyWhenSet);
+  t.add("token-ids",
+        "also store the log-probs of a fixed set of tokens at every scored position in /token_set_logprobs "
+        "[T, S] (FILE: token ids separated by spaces or commas; scripts/token_ids.py writes one from strings)",
+        &R::token_ids)
+      .echo_as("token_ids");
   t.add("save-kv",
         "also write every prompt's KV cache into this directory, one safetensors file per prompt, stage and TP rank, "
         "and DIR/index.json (scripts/pipefill_kv.py loads them as a transformers cache)",
@@ -516,6 +522,7 @@ void check_backend_supports(const RunOptions& o) {
       {o.hidden_states != compute::HiddenStatesKind::kNone, Product::kHiddenStates, "--hidden-states"},
       {o.logprobs, Product::kTokenScores, "--logprobs"},
       {o.top_k > 0, Product::kTokenScores, "--top-k"},
+      {!o.token_ids.empty(), Product::kTokenScores, "--token-ids"},
       {!o.save_kv.empty(), Product::kKvExport, "--save-kv"},
       {!o.kv_store.empty(), Product::kKvStore, "--kv-store"},
       {!o.checkpoint_every.empty(), Product::kKvExport, "--checkpoint-every"},
@@ -555,11 +562,13 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
     throw UserError(
         "--kv-dtype sets the dtype of --save-kv's files: add --save-kv DIR (--kv-store always keeps float32, "
         "so that a loaded prefix gives what computing it gives)");
-  // A chunk's token rows travel as one MPI message of (1 + 2k) floats a token.
+  if (!o.token_ids.empty()) o.token_set = io::read_token_ids(o.token_ids);
+  // A chunk's token rows travel as one MPI message of (1 + 2k + S) floats a token.
   const int64_t longest = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
-  if (o.top_k > 0 && longest * (1 + 2 * static_cast<int64_t>(o.top_k)) > (int64_t{1} << 30))
-    throw UserError("--top-k " + std::to_string(o.top_k) + " with chunks of up to " + std::to_string(longest) +
-                    " tokens makes messages of more than 2^30 floats: use a smaller --top-k or --chunk-size");
+  if (longest * o.token_row_shape().floats_per_token() > (int64_t{1} << 30))
+    throw UserError("--top-k " + std::to_string(o.top_k) + " and " + std::to_string(o.token_set.size()) +
+                    " --token-ids with chunks of up to " + std::to_string(longest) +
+                    " tokens make messages of more than 2^30 floats: use fewer, or a smaller --chunk-size");
   // --output equal to --input (or any other clash of paths, links included) is refused by
   // io::require_distinct_paths before anything is read, with both paths in the message.
   return true;

@@ -12,6 +12,7 @@
 #include "compute/hidden_states.hpp"
 #include "dist/activation_wire.hpp"
 #include "io/safetensors.hpp"
+#include "io/token_rows.hpp"
 #include "model/weights.hpp"
 #include "sched/chunking_options.hpp"
 
@@ -55,8 +56,11 @@ struct RunOptions {
   int top_k = 0;                         // /topk_ids and /topk_logprobs [T, top_k]; 0: none
   std::string save_kv;                   // directory of the KV export (kvcache/kv_export.hpp); empty: none
   io::Dtype kv_dtype = io::Dtype::kF32;  // the export's files: F32 or BF16
+  std::string token_ids;                 // --token-ids FILE; empty: none
+  std::vector<int32_t> token_set;        // its ids, read when options are parsed (io/token_ids_file.hpp)
   // Outputs that need every position's scores on the last stage.
-  bool token_rows_wanted() const { return logprobs || top_k > 0; }
+  io::TokenRowShape token_row_shape() const { return {logprobs, top_k, static_cast<int>(token_set.size())}; }
+  bool token_rows_wanted() const { return token_row_shape().any(); }
   std::string kv_store;               // directory of the KV store (kvcache/kv_store.hpp); empty: none
   std::string kv_store_limit;         // --kv-store-limit as given; empty: none
   uint64_t kv_store_limit_bytes = 0;  // parsed; 0: no limit

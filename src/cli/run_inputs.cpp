@@ -9,6 +9,7 @@
 #include "compute/backend_capabilities.hpp"
 #include "errors.hpp"
 #include "io/file_checks.hpp"
+#include "io/token_ids_file.hpp"
 #include "pipeline/backend_setup.hpp"
 
 namespace pf::cli {
@@ -78,6 +79,7 @@ std::unique_ptr<io::ResultWriter> open_output(const RunOptions& o, const pipelin
   if (o.top_k > m.shape.vocab_size)
     throw UserError("--top-k " + std::to_string(o.top_k) + " is more than the model's vocabulary (" +
                     std::to_string(m.shape.vocab_size) + " tokens)");
+  io::check_token_set(o.token_set, m.shape.vocab_size, o.token_ids);
   io::OutputLayout layout;
   layout.num_prompts = prompts.num_prompts();
   layout.vocab_size = m.shape.vocab_size;
@@ -85,6 +87,7 @@ std::unique_ptr<io::ResultWriter> open_output(const RunOptions& o, const pipelin
   layout.hidden_size = with_hidden ? m.shape.hidden_size : 0;
   layout.token_logprobs = o.logprobs;
   layout.top_k = o.top_k;
+  layout.token_set = o.token_set;
   if (layout.token_rows()) {
     layout.prompt_offsets = prompts.offsets;
     layout.score_start = prompts.score_start;

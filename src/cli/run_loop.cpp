@@ -22,10 +22,10 @@ std::unique_ptr<FinishedLoop> run_loop(PreparedRun& run, volatile int* stop_requ
   const int hidden_width = options.hidden_states == compute::HiddenStatesKind::kNone ? 0 : shape.hidden_size;
   if (writer) loop->stored.emplace(*run.results, shape.vocab_size, hidden_width, plan);
   if (writer && run.kv_store)
-    loop->stored->set_store_rows([store = run.kv_store.get()](int entry, int64_t at, int count, float* logprobs,
-                                                              float* topk_logprobs, int32_t* topk_ids) {
-      store->read_scores(entry, at, count, logprobs, topk_logprobs, topk_ids);
-    });
+    loop->stored->set_store_rows(
+        [store = run.kv_store.get()](int entry, int64_t at, int count, const io::TokenRowsOut& rows) {
+          store->read_scores(entry, at, count, rows);
+        });
   if (writer && run.checkpoint && run.checkpoint->restored()) {
     const pipeline::RestoredPrompt& restored = *run.checkpoint->restored();
     loop->stored->set_restored(restored.prompt, restored.next_logprob, restored.rows_finite);
@@ -38,7 +38,8 @@ std::unique_ptr<FinishedLoop> run_loop(PreparedRun& run, volatile int* stop_requ
   context.ring_depth = options.ring_depth;
   context.sink = writer ? &*loop->stored : nullptr;
   context.hidden_states = options.hidden_states;
-  context.token_rows = {options.logprobs, options.top_k};
+  context.token_rows = options.token_row_shape();
+  context.token_set = options.token_set;
   context.kv_export = run.kv_export.get();
   context.kv_store = run.kv_store.get();
   if (run.kv_store) run.kv_store->start(run.decision.plan.reuse);

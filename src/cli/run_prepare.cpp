@@ -161,9 +161,8 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
   const bool writer = run.topo.is_writer();
   sched::PrefixPlan prefixes =
       writer && !options.no_prefix_cache
-          ? sched::find_shared_prefixes(
-                run.prompts.tokens, run.prompts.offsets, options.chunking.page_size, done,
-                options.logprobs || options.top_k > 0 ? run.prompts.score_start : std::vector<int64_t>{})
+          ? sched::find_shared_prefixes(run.prompts.tokens, run.prompts.offsets, options.chunking.page_size, done,
+                                        options.token_rows_wanted() ? run.prompts.score_start : std::vector<int64_t>{})
           : sched::PrefixPlan{};
   const bool restores = run.checkpoint && run.checkpoint->restored();
   if (options.kv_store.empty()) {
@@ -173,7 +172,7 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
   // Token scores and final-norm rows are lent with the prefix (kvcache/entry_scores.hpp).
   const bool load = !options.no_prefix_cache;
   const kv::ScoresLayout scores{options.logprobs, options.top_k,
-                                options.hidden_states == compute::HiddenStatesKind::kMean};
+                                options.hidden_states == compute::HiddenStatesKind::kMean, options.token_set};
   run.kv_store = std::make_unique<pipeline::KvStoreRun>(
       run.topo, run.rank_model, options.kv_store, run.prompts, run.lengths, done, options.chunking.page_size, load,
       options.placement.backend, options.placement.dtype, scores, options.kv_store_limit_bytes);

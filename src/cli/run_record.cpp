@@ -2,6 +2,7 @@
 #include "cli/run_record.hpp"
 
 #include "compute/backend_capabilities.hpp"
+#include "io/fnv1a.hpp"
 #include "model/layer_partition.hpp"
 
 namespace pf::cli {
@@ -13,6 +14,11 @@ nlohmann::json run_identity(const RunOptions& options, const pipeline::RankModel
   identity["weights_fingerprint"] = m.weights_fingerprint;
   identity["input_fingerprint"] = std::to_string(io::fingerprint(prompts));
   identity["num_prompts"] = prompts.num_prompts();
+  // The token set's contents, not its file's name: another set is another output.
+  if (!options.token_set.empty())
+    identity["token_set"] = {
+        {"count", options.token_set.size()},
+        {"fnv1a", io::Fnv1a().add(options.token_set.data(), sizeof(int32_t) * options.token_set.size()).hex()}};
   // A resumed MoE output keeps one split: the provenance it records is then true of every row.
   if (m.shape.moe()) identity["expert_split"] = model::expert_split_name(options.placement.expert_split);
   return identity;

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "compute/op_times.hpp"
+#include "compute/vocab_scores.hpp"
 
 namespace pf::compute {
 
@@ -49,12 +50,12 @@ class StageCompute {
   }
   // Final norm + this rank's vocabulary shard of the LM head on `rows` hidden rows, each row's
   // logits summarized where they were computed (compute/vocab_scores.hpp) into host memory
-  // `records` [rows] of row_summary_bytes(k): targets [rows] is the token whose logit each row
-  // keeps (a global id, -1: none). Only the summaries reach the host, never a row's logits
-  // (last stage, --logprobs / --top-k). Backends that do not implement it refuse those options
-  // when options are parsed.
-  virtual void summarize_vocab_rows(const float* /*hidden*/, int /*rows*/, const int32_t* /*targets*/, int /*k*/,
-                                    std::byte* /*records*/) {
+  // `records` [rows] of row_summary_bytes(shape): targets [rows] is the token whose logit each
+  // row keeps (a global id, -1: none), `shape` its top-k and token set (host memory). Only the
+  // summaries reach the host, never a row's logits (last stage, --logprobs / --top-k /
+  // --token-ids). Backends that do not implement it refuse those options when options are parsed.
+  virtual void summarize_vocab_rows(const float* /*hidden*/, int /*rows*/, const int32_t* /*targets*/,
+                                    const SummaryShape& /*shape*/, std::byte* /*records*/) {
     throw std::logic_error("summarize_vocab_rows: this backend does not score tokens (--logprobs, --top-k)");
   }
   // The K and V of positions [pos0, pos0 + count) of `prompt` in every local layer, copied into

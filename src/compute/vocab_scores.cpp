@@ -30,11 +30,9 @@ const Candidate* candidates_of(const std::byte* record) {
 
 }  // namespace
 
-size_t row_summary_bytes(int k) {
-  return sizeof(SummaryHeader) + sizeof(Candidate) * static_cast<size_t>(k);
-}
-
-void summarize_row_slice(const float* logits, int count, int vocab_begin, int target, int k, std::byte* record) {
+void summarize_row_slice(const float* logits, int count, int vocab_begin, int target, const SummaryShape& shape,
+                         std::byte* record) {
+  const int k = shape.top_k;
   SummaryHeader header{-std::numeric_limits<float>::infinity(), 0.0f, 0, 0, 0.0};
   bool nan = false;  // said explicitly: the fast exp below gives no promise for NaN
   for (int i = 0; i < count; ++i) {
@@ -84,11 +82,18 @@ void summarize_row_slice(const float* logits, int count, int vocab_begin, int ta
   }
   header.candidates = size;
   std::memcpy(record, &header, sizeof header);
+  float* set = reinterpret_cast<float*>(record + set_slots_offset(k));
+  for (int s = 0; s < shape.set_size; ++s) {
+    const int id = shape.token_set[s];
+    set[s] = id >= vocab_begin && id < vocab_begin + count ? logits[id - vocab_begin]
+                                                           : std::numeric_limits<float>::quiet_NaN();
+  }
 }
 
-void merge_row_summaries(const std::byte* records, int slices, size_t stride, int k, float* target_logprob,
-                         float* topk_logprobs, int32_t* topk_ids) {
+void merge_row_summaries(const std::byte* records, int slices, size_t stride, const SummaryShape& shape,
+                         const MergedRow& out) {
   if (slices < 1) throw std::logic_error("merge_row_summaries: no slices");
+  const int k = shape.top_k;
   std::vector<SummaryHeader> headers(slices);
   float max = -std::numeric_limits<float>::infinity();
   for (int s = 0; s < slices; ++s) {
@@ -99,11 +104,22 @@ void merge_row_summaries(const std::byte* records, int slices, size_t stride, in
   double total = 0;
   for (const SummaryHeader& h : headers) total += h.sum_exp * std::exp(static_cast<double>(h.max) - max);
   const double log_normalizer = max + std::log(total);
-  if (target_logprob) {
-    *target_logprob = std::numeric_limits<float>::quiet_NaN();
+  if (out.target_logprob) {
+    *out.target_logprob = std::numeric_limits<float>::quiet_NaN();
     for (const SummaryHeader& h : headers)
-      if (h.has_target) *target_logprob = static_cast<float>(h.target_logit - log_normalizer);
+      if (h.has_target) *out.target_logprob = static_cast<float>(h.target_logit - log_normalizer);
   }
+  if (out.set_logprobs)
+    for (int j = 0; j < shape.set_size; ++j) {
+      // Exactly one slice holds each token; the others' slots are NaN.
+      float logit = std::numeric_limits<float>::quiet_NaN();
+      for (int s = 0; s < slices; ++s) {
+        float slot;
+        std::memcpy(&slot, records + s * stride + set_slots_offset(k) + sizeof(float) * j, sizeof slot);
+        if (!std::isnan(slot)) logit = slot;
+      }
+      out.set_logprobs[j] = static_cast<float>(logit - log_normalizer);
+    }
   if (k == 0) return;
   std::vector<Candidate> pool;
   for (int s = 0; s < slices; ++s) {
@@ -115,8 +131,8 @@ void merge_row_summaries(const std::byte* records, int slices, size_t stride, in
   for (int j = 0; j < k; ++j) {
     // Fewer tokens than k in the whole vocabulary cannot happen (--top-k is checked against
     // it); the slots would read as id -1, log-prob -inf.
-    topk_ids[j] = j < kept ? pool[j].id : -1;
-    topk_logprobs[j] =
+    out.topk_ids[j] = j < kept ? pool[j].id : -1;
+    out.topk_logprobs[j] =
         j < kept ? static_cast<float>(pool[j].logit - log_normalizer) : -std::numeric_limits<float>::infinity();
   }
 }

@@ -30,7 +30,8 @@ const std::array<DatasetSpec, kNumDatasets> kDatasets = {{
      "exp(`/nll_sum` / (length − `/score_start`)); NaN for a one-token prompt"},
     {D::kScoreStart, "score_start", E::kInt64, R::kPrompts, W::kNone, P::kWithTokenRows, I::kFromInput, true,
      "the first position the prompt's token scores cover: the input's `/score_start`, 1 where it has none. Before "
-     "it `/token_logprobs` is NaN, and `/topk_*` rows before `score_start − 1` are NaN and -1 (never computed)"},
+     "it `/token_logprobs` is NaN, and `/topk_*` and `/token_set_logprobs` rows before `score_start − 1` are NaN "
+     "and -1 (never computed)"},
     {D::kIsGreedy, "is_greedy", E::kUint8, R::kPrompts, W::kNone, P::kWithGreedy, I::kZero, true,
      "1 when every scored token was the model's most likely one (`/topk_ids[j − 1, 0] == tokens[j]` for each "
      "scored position j; ties go to the smaller id, as `torch.argmax`), else 0; 0 until done"},
@@ -39,14 +40,22 @@ const std::array<DatasetSpec, kNumDatasets> kDatasets = {{
      "first, ties to the smaller id; -1 in rows before `/score_start` − 1 (never computed)"},
     {D::kTopkLogprobs, "topk_logprobs", E::kFloat32, R::kTokens, W::kTopK, P::kWithTopK, I::kNone, false,
      "their log-probs, descending; NaN where the id is -1"},
+    {D::kTokenSetIds, "token_set_ids", E::kInt32, R::kTokenSet, W::kNone, P::kWithTokenSet, I::kFromInput, false,
+     "the set's token ids, in the file's order: the columns of `/token_set_logprobs`"},
+    {D::kTokenSetLogprobs, "token_set_logprobs", E::kFloat32, R::kTokens, W::kTokenSet, P::kWithTokenSet, I::kNone,
+     false,
+     "row j, column i: log p(`/token_set_ids[i]` \\| tokens[..j]), the prediction made at position j as in "
+     "`/topk_*` (the full vocabulary's log-softmax, not renormalized over the set); NaN in rows before "
+     "`/score_start` − 1"},
     {D::kCompleted, "completed", E::kUint8, R::kPrompts, W::kNone, P::kAlways, I::kZero, false,
      "1 once the prompt's row, TTFT and checksum are written and flushed; a finished file is all ones"},
     {D::kRowChecksum, "row_checksum", E::kUint64, R::kPrompts, W::kNone, P::kAlways, I::kZero, false,
      "FNV-1a of the prompt's `/logits` row bytes, then its `/hidden_states` row bytes (when stored), then (with "
-     "`--logprobs` or `--top-k`) the 64-bit FNV-1a of its `/token_logprobs` slice, of its `/topk_ids` slice and of "
-     "its `/topk_logprobs` slice (each 0xcbf29ce484222325, FNV's empty hash, when not stored), its `/nll_sum` and "
-     "its `/perplexity` (0 when not stored), its `/is_greedy` byte (only when stored), then its `/ttft_s` bytes "
-     "(all little-endian); 0 until done"},
+     "`--logprobs`, `--top-k` or `--token-ids`) the 64-bit FNV-1a of its `/token_logprobs` slice, of its "
+     "`/topk_ids` slice and of its `/topk_logprobs` slice (each 0xcbf29ce484222325, FNV's empty hash, when not "
+     "stored), its `/nll_sum` and its `/perplexity` (0 when not stored), its `/is_greedy` byte (only when stored), "
+     "the FNV-1a of its `/token_set_logprobs` slice (only when stored), then its `/ttft_s` bytes (all "
+     "little-endian); 0 until done"},
     {D::kTtft, "ttft_s", E::kFloat64, R::kPrompts, W::kNone, P::kAlways, I::kNaN, false,
      "seconds from the run's start (t = 0 on rank 0, after set-up) until the last stage had the prompt's logits "
      "gathered; NaN until done. A resumed prompt's value is relative to the start of the run that computed it"},
@@ -77,8 +86,10 @@ const char* presence_note(Presence presence) {
       return "only with `--logprobs`: ";
     case P::kWithTopK:
       return "only with `--top-k K`: ";
+    case P::kWithTokenSet:
+      return "only with `--token-ids FILE`: ";
     case P::kWithTokenRows:
-      return "only with `--logprobs` or `--top-k`: ";
+      return "only with `--logprobs`, `--top-k` or `--token-ids`: ";
     case P::kWithGreedy:
       return "only with `--logprobs` and `--top-k K`: ";
     case P::kWithIds:
@@ -110,7 +121,10 @@ const char* element_name(Element element) {
 }
 
 std::string shape_text(const DatasetSpec& spec) {
-  std::string shape = spec.rows == R::kPrompts ? "n" : spec.rows == R::kTokens ? "T" : "events";
+  std::string shape = spec.rows == R::kPrompts    ? "n"
+                      : spec.rows == R::kTokens   ? "T"
+                      : spec.rows == R::kTokenSet ? "S"
+                                                  : "events";
   switch (spec.width) {
     case W::kNone:
       break;
@@ -122,6 +136,9 @@ std::string shape_text(const DatasetSpec& spec) {
       break;
     case W::kTopK:
       shape += ", K";
+      break;
+    case W::kTokenSet:
+      shape += ", S";
       break;
   }
   return "`[" + shape + "]`";
@@ -149,6 +166,8 @@ bool present_in(const DatasetSpec& spec, const OutputLayout& layout) {
       return layout.token_logprobs;
     case P::kWithTopK:
       return layout.top_k > 0;
+    case P::kWithTokenSet:
+      return !layout.token_set.empty();
     case P::kWithTokenRows:
       return layout.token_rows();
     case P::kWithGreedy:
@@ -165,8 +184,10 @@ bool held_while_partial(const DatasetSpec& spec, const OutputLayout& layout) {
 
 std::vector<hsize_t> dataset_dims(const DatasetSpec& spec, const OutputLayout& layout) {
   if (spec.rows == R::kEvents) throw std::logic_error("dataset_dims: /timeline's size is its events'");
-  std::vector<hsize_t> dims{
-      static_cast<hsize_t>(spec.rows == R::kPrompts ? layout.num_prompts : layout.total_tokens())};
+  const int64_t rows = spec.rows == R::kPrompts    ? layout.num_prompts
+                       : spec.rows == R::kTokenSet ? static_cast<int64_t>(layout.token_set.size())
+                                                   : layout.total_tokens();
+  std::vector<hsize_t> dims{static_cast<hsize_t>(rows)};
   switch (spec.width) {
     case W::kNone:
       break;
@@ -178,6 +199,9 @@ std::vector<hsize_t> dataset_dims(const DatasetSpec& spec, const OutputLayout& l
       break;
     case W::kTopK:
       dims.push_back(static_cast<hsize_t>(layout.top_k));
+      break;
+    case W::kTokenSet:
+      dims.push_back(layout.token_set.size());
       break;
   }
   return dims;

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "io/token_rows.hpp"
+
 namespace pf::io {
 
 // The shape an output of this run has: which datasets it holds (Presence) and their sizes.
@@ -31,22 +33,15 @@ struct OutputLayout {
   const std::vector<int32_t>* tokens = nullptr;
   std::vector<std::string> ids;  // the input's /ids (empty: it has none)
 
-  bool token_rows() const { return token_logprobs || top_k > 0; }
+  // --token-ids: the token set whose log-probs every scored row keeps (empty: none).
+  std::vector<int32_t> token_set;
+
+  TokenRowShape row_shape() const { return {token_logprobs, top_k, static_cast<int>(token_set.size())}; }
+  bool token_rows() const { return row_shape().any(); }
   bool is_greedy() const { return token_logprobs && top_k > 0; }
   int64_t first_scored(int prompt) const { return score_start.empty() ? 1 : score_start.at(prompt); }
   int64_t total_tokens() const { return prompt_offsets.empty() ? 0 : prompt_offsets.back(); }
 };
-
-// The one rule of a scored span: of rows [start, start + count) of a prompt scored from
-// position s (/score_start, s >= 1), the first with a log-prob (position s) and the first that
-// goes through the LM head and keeps a top-k (s - 1: row r predicts position r + 1).
-struct ScoredRows {
-  int logprobs_from, topk_from;
-};
-inline ScoredRows scored_rows(int64_t first_scored, int64_t start, int count) {
-  const auto within = [count](int64_t v) { return static_cast<int>(v < 0 ? 0 : v > count ? count : v); };
-  return {within(first_scored - start), within(first_scored - 1 - start)};
-}
 
 // The datasets, in the order of the docs' table.
 enum class Dataset : int {
@@ -59,6 +54,8 @@ enum class Dataset : int {
   kIsGreedy,
   kTopkIds,
   kTopkLogprobs,
+  kTokenSetIds,
+  kTokenSetLogprobs,
   kCompleted,
   kRowChecksum,
   kTtft,
@@ -70,22 +67,25 @@ enum class Dataset : int {
 constexpr int kNumDatasets = static_cast<int>(Dataset::kTimeline) + 1;
 
 enum class Element { kFloat32, kFloat64, kInt32, kInt64, kUint8, kUint64, kCompound, kString };
-enum class Rows { kPrompts, kTokens, kEvents };      // the first dimension: n, T, or the timeline's events
-enum class Width { kNone, kVocab, kHidden, kTopK };  // the second dimension, if any
+// The first dimension: n, T, the token set's size S, or the timeline's events.
+enum class Rows { kPrompts, kTokens, kTokenSet, kEvents };
+enum class Width { kNone, kVocab, kHidden, kTopK, kTokenSet };  // the second dimension, if any
 enum class Presence {
   kAlways,
   kWithLogits,
   kWithHiddenStates,
   kWithLogprobs,
   kWithTopK,
-  kWithTokenRows,  // --logprobs or --top-k
+  kWithTokenSet,   // --token-ids
+  kWithTokenRows,  // --logprobs, --top-k or --token-ids
   kWithGreedy,     // --logprobs and --top-k
   kWithIds,        // the input has /ids
 };
 // What a new file holds in each entry before the prompt's row is stored; kNone: nothing is
 // written (the row is written before its flag says so). kAtFinish: the dataset is written
 // whole when every prompt is done (the timeline), not at creation. kFromInput: written whole
-// at creation from the input (/score_start).
+// at creation from what the run was given (/score_start from the input, /token_set_ids from
+// --token-ids).
 enum class Initial { kNone, kZero, kNaN, kMinusOne, kAtFinish, kFromInput };
 
 struct DatasetSpec {

@@ -60,7 +60,14 @@ H5Handle create_dataset(hid_t file, const DatasetSpec& spec, const OutputLayout&
     case Initial::kNone:
     case Initial::kAtFinish:
       return dataset;
-    case Initial::kFromInput: {  // /score_start, the only such dataset
+    case Initial::kFromInput: {
+      if (spec.id == Dataset::kTokenSetIds) {
+        if (!layout.token_set.empty())
+          H5_CHECK(H5Dwrite(dataset.id, H5T_NATIVE_INT32, H5S_ALL, H5S_ALL, H5P_DEFAULT, layout.token_set.data()));
+        return dataset;
+      }
+      if (spec.id != Dataset::kScoreStart)
+        throw std::logic_error("create_dataset: no input for /" + std::string(spec.name));
       std::vector<int64_t> starts(dims[0]);
       for (size_t p = 0; p < starts.size(); ++p) starts[p] = layout.first_scored(static_cast<int>(p));
       H5_CHECK(H5Dwrite(dataset.id, H5T_NATIVE_INT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, starts.data()));
@@ -145,18 +152,20 @@ void write_timeline(hid_t file, const std::vector<trace::TimelineEvent>& events)
 // Adds rows [start, start + count) of `prompt` to its digest: their bytes, the NLL of its
 // scored positions and, with /is_greedy, whether each scored token was the top-1 of the row
 // before it. What write_token_rows streams and continue_prompt reads back agree by construction.
-void add_to_digest(const OutputLayout& layout, int prompt, int64_t start, int count, const float* logprobs,
-                   const float* topk_logprobs, const int32_t* topk_ids, TokenRowsDigest& digest) {
-  const size_t k = static_cast<size_t>(layout.top_k);
+void add_to_digest(const OutputLayout& layout, int prompt, int64_t start, int count, const TokenRowsIn& rows,
+                   TokenRowsDigest& digest) {
+  const size_t k = static_cast<size_t>(layout.top_k), set = layout.token_set.size();
   const int64_t scored_from = layout.first_scored(prompt);
   if (layout.token_logprobs) {
-    digest.logprobs.add(logprobs, sizeof(float) * count);
-    for (int64_t j = std::max(start, scored_from); j < start + count; ++j) digest.nll_sum -= logprobs[j - start];
+    digest.logprobs.add(rows.logprobs, sizeof(float) * count);
+    for (int64_t j = std::max(start, scored_from); j < start + count; ++j) digest.nll_sum -= rows.logprobs[j - start];
   }
   if (k > 0) {
-    digest.topk_ids.add(topk_ids, sizeof(int32_t) * k * count);
-    digest.topk_logprobs.add(topk_logprobs, sizeof(float) * k * count);
+    digest.topk_ids.add(rows.topk_ids, sizeof(int32_t) * k * count);
+    digest.topk_logprobs.add(rows.topk_logprobs, sizeof(float) * k * count);
   }
+  digest.with_set = set > 0;
+  if (set > 0) digest.set_logprobs.add(rows.set_logprobs, sizeof(float) * set * count);
   digest.with_greedy = layout.is_greedy();
   if (digest.with_greedy) {
     // Row r predicts position r + 1: rows scored_from - 1 .. length - 2 predict the span.
@@ -164,7 +173,7 @@ void add_to_digest(const OutputLayout& layout, int prompt, int64_t start, int co
     if (!layout.tokens) throw std::logic_error("add_to_digest: /is_greedy needs the input's tokens");
     const std::vector<int32_t>& tokens = *layout.tokens;
     for (int64_t r = std::max(start, scored_from - 1); r < std::min(start + count, length - 1); ++r)
-      if (topk_ids[(r - start) * k] != tokens.at(offset + r + 1)) digest.is_greedy = 0;
+      if (rows.topk_ids[(r - start) * k] != tokens.at(offset + r + 1)) digest.is_greedy = 0;
   }
 }
 
@@ -244,7 +253,7 @@ void ResultWriter::reopen() {
   // A torn row loses its flag now, so that a kill before it is recomputed cannot hide it.
   const unsigned char not_done = 0;
   for (int prompt : torn_rows_)
-    write_row(set(Dataset::kCompleted), H5T_NATIVE_UCHAR, static_cast<hsize_t>(prompt), 0, &not_done);
+    write_row(set_of(Dataset::kCompleted), H5T_NATIVE_UCHAR, static_cast<hsize_t>(prompt), 0, &not_done);
   H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
   resumed_ = true;
 }
@@ -277,7 +286,7 @@ ResultWriter::~ResultWriter() {
 void ResultWriter::recompute(const std::vector<int>& prompts) {
   const unsigned char not_done = 0;
   for (int prompt : prompts) {
-    write_row(set(Dataset::kCompleted), H5T_NATIVE_UCHAR, static_cast<hsize_t>(prompt), 0, &not_done);
+    write_row(set_of(Dataset::kCompleted), H5T_NATIVE_UCHAR, static_cast<hsize_t>(prompt), 0, &not_done);
     completed_.at(prompt) = 0;
   }
   if (!prompts.empty()) H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
@@ -289,8 +298,7 @@ int ResultWriter::completed_count() const {
   return count;
 }
 
-void ResultWriter::write_token_rows(int prompt, int64_t start, int count, const float* logprobs,
-                                    const float* topk_logprobs, const int32_t* topk_ids) {
+void ResultWriter::write_token_rows(int prompt, int64_t start, int count, const TokenRowsIn& rows) {
   if (!layout_.token_rows()) throw std::logic_error("write_token_rows: this output stores no token rows");
   if (start == 0) open_ = OpenPrompt{prompt, 0, {}, {}};
   if (open_.prompt != prompt || open_.next != start)
@@ -298,14 +306,15 @@ void ResultWriter::write_token_rows(int prompt, int64_t start, int count, const 
                            std::to_string(start) + " arrived out of order");
   const int64_t length = layout_.prompt_offsets.at(prompt + 1) - layout_.prompt_offsets[prompt];
   if (count < 0 || start + count > length) throw std::logic_error("write_token_rows: rows past the prompt's end");
-  const hsize_t first = static_cast<hsize_t>(layout_.prompt_offsets[prompt] + start), rows = count;
-  const size_t k = static_cast<size_t>(layout_.top_k);
-  if (layout_.token_logprobs) write_rows(set(Dataset::kTokenLogprobs), H5T_NATIVE_FLOAT, first, rows, 0, logprobs);
+  const hsize_t first = static_cast<hsize_t>(layout_.prompt_offsets[prompt] + start), n = count;
+  const size_t k = static_cast<size_t>(layout_.top_k), set = layout_.token_set.size();
+  if (layout_.token_logprobs) write_rows(set_of(Dataset::kTokenLogprobs), H5T_NATIVE_FLOAT, first, n, 0, rows.logprobs);
   if (k > 0) {
-    write_rows(set(Dataset::kTopkIds), H5T_NATIVE_INT32, first, rows, k, topk_ids);
-    write_rows(set(Dataset::kTopkLogprobs), H5T_NATIVE_FLOAT, first, rows, k, topk_logprobs);
+    write_rows(set_of(Dataset::kTopkIds), H5T_NATIVE_INT32, first, n, k, rows.topk_ids);
+    write_rows(set_of(Dataset::kTopkLogprobs), H5T_NATIVE_FLOAT, first, n, k, rows.topk_logprobs);
   }
-  add_to_digest(layout_, prompt, start, count, logprobs, topk_logprobs, topk_ids, open_.digest);
+  if (set > 0) write_rows(set_of(Dataset::kTokenSetLogprobs), H5T_NATIVE_FLOAT, first, n, set, rows.set_logprobs);
+  add_to_digest(layout_, prompt, start, count, rows, open_.digest);
   open_.next = start + count;
   open_.at_boundary[open_.next] = open_.digest;
 }
@@ -321,34 +330,20 @@ std::optional<ResultWriter::ContinuedRows> ResultWriter::continue_prompt(int pro
                                                                          const TokenRowsDigest& expected) {
   if (!layout_.token_rows()) throw std::logic_error("continue_prompt: this output stores no token rows");
   constexpr int64_t kBlockRows = 65536;
-  const size_t k = static_cast<size_t>(layout_.top_k);
-  std::vector<float> logprobs, topk_logprobs;
-  std::vector<int32_t> topk_ids;
+  TokenRowBuffer buffer;
   TokenRowsDigest digest;
   ContinuedRows continued;
-  const auto finite = [](const float* v, size_t n) {
-    for (size_t i = 0; i < n; ++i)
-      if (!std::isfinite(v[i])) return false;
-    return true;
-  };
   for (int64_t at = 0; at < rows; at += kBlockRows) {
     const int count = static_cast<int>(std::min(kBlockRows, rows - at));
-    logprobs.resize(count);
-    topk_logprobs.resize(count * k);
-    topk_ids.resize(count * k);
-    read_token_rows(prompt, at, count, logprobs.data(), topk_logprobs.data(), topk_ids.data());
-    add_to_digest(layout_, prompt, at, count, logprobs.data(), topk_logprobs.data(), topk_ids.data(), digest);
-    // Finite from the scored span on (log-probs from score_start, top-k rows from one before).
-    const ScoredRows part = scored_rows(layout_.first_scored(prompt), at, count);
-    if (layout_.token_logprobs)
-      continued.finite = continued.finite && finite(logprobs.data() + part.logprobs_from, count - part.logprobs_from);
-    if (k > 0)
-      continued.finite = continued.finite && finite(topk_logprobs.data() + static_cast<size_t>(part.topk_from) * k,
-                                                    (count - part.topk_from) * k);
+    const TokenRowsOut block = buffer.resize(layout_.row_shape(), count);
+    read_token_rows(prompt, at, count, block);
+    add_to_digest(layout_, prompt, at, count, as_input(block), digest);
+    // Finite from the scored span on (log-probs from score_start, other rows from one before).
+    continued.finite = continued.finite &&
+                       scored_part_finite(layout_.row_shape(), scored_rows(layout_.first_scored(prompt), at, count),
+                                          count, as_input(block));
   }
-  if (digest.logprobs.value != expected.logprobs.value || digest.topk_ids.value != expected.topk_ids.value ||
-      digest.topk_logprobs.value != expected.topk_logprobs.value || digest.nll_sum != expected.nll_sum)
-    return std::nullopt;  // (is_greedy follows from the top-k ids, which the digest covers)
+  if (!digest.same_rows(expected)) return std::nullopt;  // (is_greedy follows from the top-k ids)
   open_ = OpenPrompt{prompt, rows, digest, {}};
   return continued;
 }
@@ -360,18 +355,19 @@ void ResultWriter::flush() {
   if (H5Fget_vfd_handle(file_.id, H5P_DEFAULT, &handle) >= 0 && handle) ::fsync(*static_cast<int*>(handle));
 }
 
-void ResultWriter::read_token_rows(int prompt, int64_t start, int count, float* logprobs, float* topk_logprobs,
-                                   int32_t* topk_ids) const {
+void ResultWriter::read_token_rows(int prompt, int64_t start, int count, const TokenRowsOut& rows) const {
   const int64_t length = layout_.prompt_offsets.at(prompt + 1) - layout_.prompt_offsets[prompt];
   if (!layout_.token_rows() || count < 0 || start < 0 || start + count > length)
     throw std::logic_error("read_token_rows: no such rows");
-  const hsize_t first = static_cast<hsize_t>(layout_.prompt_offsets[prompt] + start), rows = count;
-  const size_t k = static_cast<size_t>(layout_.top_k);
-  if (layout_.token_logprobs) read_back_rows(set(Dataset::kTokenLogprobs), H5T_NATIVE_FLOAT, first, rows, 0, logprobs);
+  const hsize_t first = static_cast<hsize_t>(layout_.prompt_offsets[prompt] + start), n = count;
+  const size_t k = static_cast<size_t>(layout_.top_k), set = layout_.token_set.size();
+  if (layout_.token_logprobs)
+    read_back_rows(set_of(Dataset::kTokenLogprobs), H5T_NATIVE_FLOAT, first, n, 0, rows.logprobs);
   if (k > 0) {
-    read_back_rows(set(Dataset::kTopkIds), H5T_NATIVE_INT32, first, rows, k, topk_ids);
-    read_back_rows(set(Dataset::kTopkLogprobs), H5T_NATIVE_FLOAT, first, rows, k, topk_logprobs);
+    read_back_rows(set_of(Dataset::kTopkIds), H5T_NATIVE_INT32, first, n, k, rows.topk_ids);
+    read_back_rows(set_of(Dataset::kTopkLogprobs), H5T_NATIVE_FLOAT, first, n, k, rows.topk_logprobs);
   }
+  if (set > 0) read_back_rows(set_of(Dataset::kTokenSetLogprobs), H5T_NATIVE_FLOAT, first, n, set, rows.set_logprobs);
 }
 
 void ResultWriter::write_prompt(int prompt, const float* row, const float* hidden_row, double ttft_s,
@@ -391,22 +387,22 @@ void ResultWriter::write_prompt(int prompt, const float* row, const float* hidde
   const uint64_t checksum =
       row_checksum(row, layout_.with_logits ? layout_.vocab_size : 0, hidden_row, layout_.hidden_size, ttft_s, digest);
   if (layout_.token_logprobs) {
-    write_row(set(Dataset::kNllSum), H5T_NATIVE_DOUBLE, at, 0, &digest->nll_sum);
-    write_row(set(Dataset::kPerplexity), H5T_NATIVE_DOUBLE, at, 0, &digest->perplexity);
+    write_row(set_of(Dataset::kNllSum), H5T_NATIVE_DOUBLE, at, 0, &digest->nll_sum);
+    write_row(set_of(Dataset::kPerplexity), H5T_NATIVE_DOUBLE, at, 0, &digest->perplexity);
   }
-  if (layout_.is_greedy()) write_row(set(Dataset::kIsGreedy), H5T_NATIVE_UCHAR, at, 0, &digest->is_greedy);
-  if (layout_.with_logits) write_row(set(Dataset::kLogits), H5T_NATIVE_FLOAT, at, layout_.vocab_size, row);
+  if (layout_.is_greedy()) write_row(set_of(Dataset::kIsGreedy), H5T_NATIVE_UCHAR, at, 0, &digest->is_greedy);
+  if (layout_.with_logits) write_row(set_of(Dataset::kLogits), H5T_NATIVE_FLOAT, at, layout_.vocab_size, row);
   if (layout_.hidden_size > 0)
-    write_row(set(Dataset::kHiddenStates), H5T_NATIVE_FLOAT, at, layout_.hidden_size, hidden_row);
-  write_row(set(Dataset::kTtft), H5T_NATIVE_DOUBLE, at, 0, &ttft_s);
-  write_row(set(Dataset::kReusedTokens), H5T_NATIVE_INT64, at, 0, &reused_tokens);
-  write_row(set(Dataset::kRestoredTokens), H5T_NATIVE_INT64, at, 0, &restored_tokens);
-  write_row(set(Dataset::kRowChecksum), H5T_NATIVE_UINT64, at, 0, &checksum);
+    write_row(set_of(Dataset::kHiddenStates), H5T_NATIVE_FLOAT, at, layout_.hidden_size, hidden_row);
+  write_row(set_of(Dataset::kTtft), H5T_NATIVE_DOUBLE, at, 0, &ttft_s);
+  write_row(set_of(Dataset::kReusedTokens), H5T_NATIVE_INT64, at, 0, &reused_tokens);
+  write_row(set_of(Dataset::kRestoredTokens), H5T_NATIVE_INT64, at, 0, &restored_tokens);
+  write_row(set_of(Dataset::kRowChecksum), H5T_NATIVE_UINT64, at, 0, &checksum);
   // Two flushes order the writes: the flag reaches the file only after its row is there.
   // One flush would not: HDF5 writes its dirty pieces in no promised order.
   H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
   const unsigned char done = 1;
-  write_row(set(Dataset::kCompleted), H5T_NATIVE_UCHAR, at, 0, &done);
+  write_row(set_of(Dataset::kCompleted), H5T_NATIVE_UCHAR, at, 0, &done);
   H5_CHECK(H5Fflush(file_.id, H5F_SCOPE_GLOBAL));
   completed_.at(prompt) = 1;
   ++written_this_run_;

@@ -62,16 +62,14 @@ class ResultWriter {
   // besides their rows is missing (a KV export file), so they are computed again.
   void recompute(const std::vector<int>& prompts);
 
-  // Stores token rows [start, start + count) of `prompt` (layouts with token rows): logprobs
-  // [count] (with token_logprobs), topk_logprobs and topk_ids [count, top_k] (with top_k).
-  // A prompt's rows come in order, from position 0, before its write_prompt; they are not
-  // flushed on their own (write_prompt's flushes order them before the prompt's flag).
-  void write_token_rows(int prompt, int64_t start, int count, const float* logprobs, const float* topk_logprobs,
-                        const int32_t* topk_ids);
+  // Stores token rows [start, start + count) of `prompt` (layouts with token rows; the arrays
+  // the layout's row_shape() has, io/token_rows.hpp). A prompt's rows come in order, from
+  // position 0, before its write_prompt; they are not flushed on their own (write_prompt's
+  // flushes order them before the prompt's flag).
+  void write_token_rows(int prompt, int64_t start, int count, const TokenRowsIn& rows);
   // Reads back token rows [start, start + count) of `prompt` that this run wrote (prefix
-  // reuse copies a source prompt's rows); the pointers as for write_token_rows.
-  void read_token_rows(int prompt, int64_t start, int count, float* logprobs, float* topk_logprobs,
-                       int32_t* topk_ids) const;
+  // reuse copies a source prompt's rows).
+  void read_token_rows(int prompt, int64_t start, int count, const TokenRowsOut& rows) const;
   // Stores one prompt's logits (nullptr without logits), hidden-state row (read only when
   // the layout has one), its perplexity and NLL (from its token rows, with token_logprobs),
   // TTFT, the tokens it reused or restored instead of computing and checksum, flushes,
@@ -114,7 +112,7 @@ class ResultWriter {
   bool resumed_ = false;
   std::unique_ptr<OutputLock> lock_;
   void close_datasets();
-  hid_t set(Dataset id) const { return sets_[static_cast<size_t>(id)].id; }
+  hid_t set_of(Dataset id) const { return sets_[static_cast<size_t>(id)].id; }
 
   H5Handle file_;
   std::array<H5Handle, kNumDatasets> sets_;  // the layout's datasets, by Dataset (output_format.hpp)

@@ -63,8 +63,8 @@ struct OpenDatasets {
 TokenRowsDigest digest_token_rows(const OpenDatasets& sets, const OutputLayout& layout, hsize_t p) {
   TokenRowsDigest digest;
   const hsize_t begin = layout.prompt_offsets[p], end = layout.prompt_offsets[p + 1];
-  const hsize_t k = static_cast<hsize_t>(layout.top_k);
-  const hsize_t kBlock = std::max<hsize_t>(1, (hsize_t{1} << 22) / std::max<hsize_t>(k, 1));  // 16 MiB a read
+  const hsize_t k = static_cast<hsize_t>(layout.top_k), set = layout.token_set.size();
+  const hsize_t kBlock = std::max<hsize_t>(1, (hsize_t{1} << 22) / std::max<hsize_t>(std::max(k, set), 1));  // 16 MiB
   std::vector<float> values;
   std::vector<int32_t> ids;
   for (hsize_t first = begin; first < end; first += kBlock) {
@@ -82,7 +82,13 @@ TokenRowsDigest digest_token_rows(const OpenDatasets& sets, const OutputLayout& 
       digest.topk_ids.add(ids.data(), sizeof(int32_t) * rows * k);
       digest.topk_logprobs.add(values.data(), sizeof(float) * rows * k);
     }
+    if (set > 0) {
+      values.resize(rows * set);
+      read_rows(sets[Dataset::kTokenSetLogprobs], H5T_NATIVE_FLOAT, first, rows, set, values.data());
+      digest.set_logprobs.add(values.data(), sizeof(float) * rows * set);
+    }
   }
+  digest.with_set = set > 0;
   if (layout.token_logprobs) {
     read_row(sets[Dataset::kNllSum], H5T_NATIVE_DOUBLE, p, 0, &digest.nll_sum);
     read_row(sets[Dataset::kPerplexity], H5T_NATIVE_DOUBLE, p, 0, &digest.perplexity);
@@ -199,6 +205,7 @@ uint64_t row_checksum(const float* row, int vocab_size, const float* hidden_row,
         .add_value(token_rows->nll_sum)
         .add_value(token_rows->perplexity);
   if (token_rows && token_rows->with_greedy) hash.add_value(token_rows->is_greedy);
+  if (token_rows && token_rows->with_set) hash.add_value(token_rows->set_logprobs.value);
   return hash.add_value(ttft_s).value;
 }
 

@@ -42,11 +42,19 @@ struct TokenRowsDigest {
   double nll_sum = 0, perplexity = 0;
   bool with_greedy = false;     // the output has /is_greedy (--logprobs and --top-k)
   unsigned char is_greedy = 1;  // every scored token so far was the top-1
+  bool with_set = false;        // the output has /token_set_logprobs (--token-ids)
+  Fnv1a set_logprobs;
+  // The rows' bytes and NLL (what follows from them aside) equal `other`'s.
+  bool same_rows(const TokenRowsDigest& other) const {
+    return logprobs.value == other.logprobs.value && topk_ids.value == other.topk_ids.value &&
+           topk_logprobs.value == other.topk_logprobs.value && set_logprobs.value == other.set_logprobs.value &&
+           nll_sum == other.nll_sum;
+  }
 };
 
 // The checksum stored per completed row: the logits row's bytes (none without logits), the
 // hidden-state row's (none without --hidden-states), the token rows' digest (none without
-// --logprobs or --top-k; with its /is_greedy byte when stored) and the TTFT's.
+// token rows; with its /is_greedy byte and its token set's hash when stored) and the TTFT's.
 uint64_t row_checksum(const float* row, int vocab_size, const float* hidden_row, int hidden_size, double ttft_s,
                       const TokenRowsDigest* token_rows = nullptr);
 

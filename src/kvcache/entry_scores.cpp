@@ -30,45 +30,45 @@ std::string data_path(const std::string& dir) {
   return dir + "/scores.bin";
 }
 
-// Byte offsets of the three arrays in scores.bin.
+// Byte offsets of the four arrays in scores.bin.
 struct Offsets {
-  uint64_t logprobs = 0, topk_logprobs = 0, topk_ids = 0, end = 0;
+  uint64_t logprobs = 0, topk_logprobs = 0, topk_ids = 0, set_logprobs = 0, end = 0;
 };
-Offsets offsets_of(int64_t tokens, ScoresLayout layout) {
+Offsets offsets_of(int64_t tokens, const ScoresLayout& layout) {
   Offsets o;
   const uint64_t t = static_cast<uint64_t>(tokens), k = static_cast<uint64_t>(layout.top_k);
   o.topk_logprobs = layout.logprobs ? 4 * t : 0;
   o.topk_ids = o.topk_logprobs + 4 * t * k;
-  o.end = o.topk_ids + 4 * t * k;
+  o.set_logprobs = o.topk_ids + 4 * t * k;
+  o.end = o.set_logprobs + 4 * t * layout.token_set.size();
   return o;
 }
 
 }  // namespace
 
-void write_entry_scores(const std::string& prompt_dir, int64_t tokens, ScoresLayout layout, const ReadRows& read) {
+void write_entry_scores(const std::string& prompt_dir, int64_t tokens, const ScoresLayout& layout,
+                        const ReadRows& read) {
   const Offsets o = offsets_of(tokens, layout);
   std::vector<char> data(o.end);
-  const size_t k = static_cast<size_t>(layout.top_k);
-  std::vector<float> logprobs, topk_logprobs;
-  std::vector<int32_t> topk_ids;
+  const size_t k = static_cast<size_t>(layout.top_k), set = layout.token_set.size();
+  io::TokenRowBuffer buffer;
   for (int64_t at = 0; at < tokens; at += kBlockRows) {
     const int count = static_cast<int>(std::min(kBlockRows, tokens - at));
-    logprobs.resize(count);
-    topk_logprobs.resize(count * k);
-    topk_ids.resize(count * k);
-    read(at, count, layout.logprobs ? logprobs.data() : nullptr, k ? topk_logprobs.data() : nullptr,
-         k ? topk_ids.data() : nullptr);
-    if (layout.logprobs) std::memcpy(data.data() + o.logprobs + 4 * at, logprobs.data(), 4 * count);
+    const io::TokenRowsOut rows = buffer.resize(layout.row_shape(), count);
+    read(at, count, rows);
+    if (layout.logprobs) std::memcpy(data.data() + o.logprobs + 4 * at, rows.logprobs, 4 * count);
     if (k) {
-      std::memcpy(data.data() + o.topk_logprobs + 4 * at * k, topk_logprobs.data(), 4 * count * k);
-      std::memcpy(data.data() + o.topk_ids + 4 * at * k, topk_ids.data(), 4 * count * k);
+      std::memcpy(data.data() + o.topk_logprobs + 4 * at * k, rows.topk_logprobs, 4 * count * k);
+      std::memcpy(data.data() + o.topk_ids + 4 * at * k, rows.topk_ids, 4 * count * k);
     }
+    if (set) std::memcpy(data.data() + o.set_logprobs + 4 * at * set, rows.set_logprobs, 4 * count * set);
   }
   io::write_durably(data_path(prompt_dir), data.data(), data.size());
-  const nlohmann::json about = {{"tokens", tokens},
-                                {"logprobs", layout.logprobs},
-                                {"top_k", layout.top_k},
-                                {"fnv1a", io::Fnv1a().add(data.data(), data.size()).hex()}};
+  nlohmann::json about = {{"tokens", tokens},
+                          {"logprobs", layout.logprobs},
+                          {"top_k", layout.top_k},
+                          {"fnv1a", io::Fnv1a().add(data.data(), data.size()).hex()}};
+  if (set) about["token_set"] = layout.token_set;
   const std::string text = about.dump() + "\n";
   io::write_durably(json_path(prompt_dir), text.data(), text.size());
 }
@@ -81,8 +81,16 @@ std::optional<ScoresLayout> entry_scores(const std::string& prompt_dir, int64_t 
       !about["logprobs"].is_boolean() || !about.contains("top_k") || !about["top_k"].is_number_integer() ||
       !about.contains("fnv1a") || !about["fnv1a"].is_string())
     return std::nullopt;
-  ScoresLayout layout{about["logprobs"].get<bool>(), about["top_k"].get<int>(), false};
+  ScoresLayout layout{about["logprobs"].get<bool>(), about["top_k"].get<int>(), false, {}};
   if (layout.top_k < 0 || layout.top_k > 1 << 20) return std::nullopt;
+  if (about.contains("token_set")) {
+    const nlohmann::json& set = about["token_set"];
+    if (!set.is_array()) return std::nullopt;
+    for (const nlohmann::json& id : set) {
+      if (!id.is_number_integer()) return std::nullopt;
+      layout.token_set.push_back(id.get<int32_t>());
+    }
+  }
   if (!verify) return layout;
   const Offsets o = offsets_of(tokens, layout);
   const int fd = ::open(data_path(prompt_dir).c_str(), O_RDONLY | O_CLOEXEC);
@@ -100,14 +108,15 @@ std::optional<ScoresLayout> entry_scores(const std::string& prompt_dir, int64_t 
   return layout;
 }
 
-void read_entry_scores(const std::string& prompt_dir, int64_t tokens, ScoresLayout stored, int64_t at, int count,
-                       int top_k, float* logprobs, float* topk_logprobs, int32_t* topk_ids) {
+void read_entry_scores(const std::string& prompt_dir, int64_t tokens, const ScoresLayout& stored, int64_t at, int count,
+                       const io::TokenRowShape& wanted, const io::TokenRowsOut& rows) {
   const Offsets o = offsets_of(tokens, stored);
   const int fd = ::open(data_path(prompt_dir).c_str(), O_RDONLY | O_CLOEXEC);
   bool ok = fd >= 0;
-  if (ok && logprobs)
-    ok = stored.logprobs && io::read_at(fd, logprobs, 4 * static_cast<size_t>(count), o.logprobs + 4 * at);
-  if (ok && top_k > 0 && (topk_logprobs || topk_ids)) {
+  if (ok && rows.logprobs)
+    ok = stored.logprobs && io::read_at(fd, rows.logprobs, 4 * static_cast<size_t>(count), o.logprobs + 4 * at);
+  const int top_k = wanted.top_k;
+  if (ok && top_k > 0 && (rows.topk_logprobs || rows.topk_ids)) {
     // Each row's first top_k of the stored K (most likely first, ties to the smaller id: the
     // same rows a run asking for top_k computes).
     const size_t k = static_cast<size_t>(stored.top_k);
@@ -117,9 +126,14 @@ void read_entry_scores(const std::string& prompt_dir, int64_t tokens, ScoresLayo
          io::read_at(fd, ids.data(), 4 * ids.size(), o.topk_ids + 4 * at * k);
     for (int r = 0; ok && r < count; ++r)
       for (int j = 0; j < top_k; ++j) {
-        if (topk_logprobs) topk_logprobs[static_cast<size_t>(r) * top_k + j] = values[r * k + j];
-        if (topk_ids) topk_ids[static_cast<size_t>(r) * top_k + j] = ids[r * k + j];
+        if (rows.topk_logprobs) rows.topk_logprobs[static_cast<size_t>(r) * top_k + j] = values[r * k + j];
+        if (rows.topk_ids) rows.topk_ids[static_cast<size_t>(r) * top_k + j] = ids[r * k + j];
       }
+  }
+  if (ok && rows.set_logprobs) {  // the same set (ScoresLayout::serves): its rows as stored
+    const size_t set = stored.token_set.size();
+    ok = static_cast<int>(set) == wanted.set_size &&
+         io::read_at(fd, rows.set_logprobs, 4 * set * count, o.set_logprobs + 4 * at * set);
   }
   if (fd >= 0) ::close(fd);
   if (!ok) throw std::runtime_error("cannot read the token scores of " + prompt_dir);

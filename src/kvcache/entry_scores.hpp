@@ -7,9 +7,11 @@
 // (pipeline/stored_results.hpp). "Run the document once, ask new questions tomorrow" then also
 // scores the new tokens.
 //
-//   DIR/<entry>/prompt-000007/scores.json   {"tokens", "logprobs", "top_k", "fnv1a"}
+//   DIR/<entry>/prompt-000007/scores.json   {"tokens", "logprobs", "top_k", "fnv1a",
+//                                            "token_set" (--token-ids: the ids, when it had a set)}
 //   DIR/<entry>/prompt-000007/scores.bin    logprobs [tokens] f32, then topk_logprobs [tokens, K]
-//                                           f32, then topk_ids [tokens, K] i32, little-endian
+//                                           f32, then topk_ids [tokens, K] i32, then
+//                                           set_logprobs [tokens, S] f32, little-endian
 //
 // A run with --hidden-states mean needs the sum of the final-norm rows over the loaded prefix,
 // at whatever length c the later prompt loads. An entry stored by such a run keeps every
@@ -30,34 +32,42 @@
 #include <string>
 #include <vector>
 
+#include "io/token_rows.hpp"
+
 namespace pf::kv {
 
 struct ScoresLayout {
   bool logprobs = false;
   int top_k = 0;
-  bool hidden_rows = false;  // the final-norm rows (--hidden-states mean)
-  // Whether these rows serve a run asking for `wanted` (its log-probs, at least its K, its rows).
+  bool hidden_rows = false;        // the final-norm rows (--hidden-states mean)
+  std::vector<int32_t> token_set;  // --token-ids (empty: none)
+  // Whether these rows serve a run asking for `wanted` (its log-probs, at least its K, its
+  // rows, the very same token set).
   bool serves(const ScoresLayout& wanted) const {
-    return (logprobs || !wanted.logprobs) && top_k >= wanted.top_k && (hidden_rows || !wanted.hidden_rows);
+    return (logprobs || !wanted.logprobs) && top_k >= wanted.top_k && (hidden_rows || !wanted.hidden_rows) &&
+           (wanted.token_set.empty() || token_set == wanted.token_set);
   }
+  io::TokenRowShape row_shape() const { return {logprobs, top_k, static_cast<int>(token_set.size())}; }
 };
 
-// Reads rows [at, at + count) of the prompt into the pointers (as io::ResultWriter's rows).
-using ReadRows = std::function<void(int64_t at, int count, float* logprobs, float* topk_logprobs, int32_t* topk_ids)>;
+// Reads rows [at, at + count) of the prompt into `rows` (as io::ResultWriter's rows).
+using ReadRows = std::function<void(int64_t at, int count, const io::TokenRowsOut& rows)>;
 
 // Writes the rows [0, tokens) of a prompt into `prompt_dir` (durably; throws
 // std::runtime_error naming what could not be written).
-void write_entry_scores(const std::string& prompt_dir, int64_t tokens, ScoresLayout layout, const ReadRows& read);
+void write_entry_scores(const std::string& prompt_dir, int64_t tokens, const ScoresLayout& layout,
+                        const ReadRows& read);
 
 // What `prompt_dir`'s scores hold, if it has scores of `tokens` positions whose json reads (and,
 // with `verify`, whose data are all there and match their checksum: reads them whole);
 // nullopt otherwise.
 std::optional<ScoresLayout> entry_scores(const std::string& prompt_dir, int64_t tokens, bool verify);
 
-// Rows [at, at + count) of `prompt_dir`'s scores (of `stored` layout, `tokens` positions), the
-// first `top_k` of each row's top-k; throws std::runtime_error when they cannot be read.
-void read_entry_scores(const std::string& prompt_dir, int64_t tokens, ScoresLayout stored, int64_t at, int count,
-                       int top_k, float* logprobs, float* topk_logprobs, int32_t* topk_ids);
+// Rows [at, at + count) of `prompt_dir`'s scores (of `stored` layout, `tokens` positions) in
+// the `wanted` shape (the first `wanted.top_k` of each row's top-k); throws
+// std::runtime_error when they cannot be read.
+void read_entry_scores(const std::string& prompt_dir, int64_t tokens, const ScoresLayout& stored, int64_t at, int count,
+                       const io::TokenRowShape& wanted, const io::TokenRowsOut& rows);
 
 // Writes a prompt's final-norm rows as they come (positions in order, from 0), on the last
 // stage; the json last, once every row is there. Throws std::runtime_error on a failed write.

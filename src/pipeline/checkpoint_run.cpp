@@ -91,7 +91,8 @@ json digest_json(const io::TokenRowsDigest& d) {
   return {{"logprobs", d.logprobs.value},
           {"topk_ids", d.topk_ids.value},
           {"topk_logprobs", d.topk_logprobs.value},
-          {"nll_sum_bits", double_bits(d.nll_sum)}};
+          {"nll_sum_bits", double_bits(d.nll_sum)},
+          {"set_logprobs", d.set_logprobs.value}};
 }
 io::TokenRowsDigest json_digest(const json& j) {
   io::TokenRowsDigest d;
@@ -99,6 +100,8 @@ io::TokenRowsDigest json_digest(const json& j) {
   d.topk_ids.value = j.at("topk_ids").get<uint64_t>();
   d.topk_logprobs.value = j.at("topk_logprobs").get<uint64_t>();
   d.nll_sum = bits_double(j.at("nll_sum_bits").get<uint64_t>());
+  // (Checkpoints written before --token-ids have none: FNV's empty hash, as a run without a set.)
+  if (j.contains("set_logprobs")) d.set_logprobs.value = j.at("set_logprobs").get<uint64_t>();
   return d;
 }
 

@@ -182,6 +182,7 @@ std::map<std::string, std::unique_ptr<kv::KvSource>> KvStoreRun::check_offers(co
     if (scores_.logprobs) asked += "--logprobs";
     if (scores_.top_k > 0)
       asked += (asked.empty() ? "" : ", ") + std::string("--top-k ") + std::to_string(scores_.top_k) + " or more";
+    if (!scores_.token_set.empty()) asked += (asked.empty() ? "" : ", ") + std::string("the same --token-ids");
     if (scores_.hidden_rows) asked += (asked.empty() ? "" : ", ") + std::string("--hidden-states mean");
     std::printf(
         "note: --kv-store: %zu entr%s sharing a prefix with this run's prompts hold not all it scores (%s): "
@@ -282,7 +283,7 @@ dist::RootOnly<std::map<int, std::string>> KvStoreRun::check_files(
       }
     }
     // Rank 0 copies the entry's token rows: they must be whole.
-    if (source && topo_.is_writer() && (scores_.logprobs || scores_.top_k > 0) &&
+    if (source && topo_.is_writer() && scores_.row_shape().any() &&
         !kv::entry_scores(entry["segments"].back()["prompt_dir"].get<std::string>(),
                           entry["segments"].back()["tokens"].get<int64_t>(), true)) {
       source.reset();
@@ -347,11 +348,10 @@ void KvStoreRun::read_prefix(int entry, int64_t pos0, int count, float* keys, fl
   sources_.at(entry)->read(pos0, count, keys, values);
 }
 
-void KvStoreRun::read_scores(int entry, int64_t at, int count, float* logprobs, float* topk_logprobs,
-                             int32_t* topk_ids) const {
+void KvStoreRun::read_scores(int entry, int64_t at, int count, const io::TokenRowsOut& rows) const {
   const kv::StoreEntry& e = entries_.at(entry);
-  kv::read_entry_scores(e.dir + "/" + kv::kv_prompt_dir_name(e.prompt), e.tokens, e.lends, at, count, scores_.top_k,
-                        logprobs, topk_logprobs, topk_ids);
+  kv::read_entry_scores(e.dir + "/" + kv::kv_prompt_dir_name(e.prompt), e.tokens, e.lends, at, count,
+                        scores_.row_shape(), rows);
 }
 
 std::vector<kv::HiddenRowsPart> KvStoreRun::hidden_chain(const std::vector<kv::KvSourceFiles>& segments) {
@@ -426,11 +426,10 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts, cons
           const std::vector<int32_t> copy(ids, ids + (prompts.offsets[p + 1] - prompts.offsets[p]));
           // A scoring run's entries keep the prompt's token rows, for scoring runs to come;
           // not those of a prompt scored from a later position (/score_start): they lack rows.
-          if (results && (scores_.logprobs || scores_.top_k > 0) && results->completed().at(p) &&
-              prompts.first_scored(p) == 1)
+          if (results && scores_.row_shape().any() && results->completed().at(p) && prompts.first_scored(p) == 1)
             kv::write_entry_scores(incoming_ + "/" + kv::kv_prompt_dir_name(p), lengths_.at(p), scores_,
-                                   [&](int64_t at, int count, float* lp, float* tlp, int32_t* tid) {
-                                     results->read_token_rows(p, at, count, lp, tlp, tid);
+                                   [&](int64_t at, int count, const io::TokenRowsOut& rows) {
+                                     results->read_token_rows(p, at, count, rows);
                                    });
           nlohmann::json index = export_index(topo_, model_, *exporter_, {p});
           index["precision"] = precision_;  // (with the model identity: what the entry's name hashes)

@@ -58,7 +58,7 @@ class KvStoreRun {
   void read_prefix(int entry, int64_t pos0, int count, float* keys, float* values);
   // Rank 0: token rows [at, at + count) of entry `entry`, as io::ResultWriter::read_token_rows
   // gives them (kvcache/entry_scores.hpp).
-  void read_scores(int entry, int64_t at, int count, float* logprobs, float* topk_logprobs, int32_t* topk_ids) const;
+  void read_scores(int entry, int64_t at, int count, const io::TokenRowsOut& rows) const;
   // --hidden-states mean, on the last stage's TP rank 0: the float64 sum of entry `entry`'s
   // final-norm rows [0, c); and each computed chunk's rows, kept for the prompt's entry.
   std::vector<double> hidden_prefix_sum(int entry, int64_t c) const;

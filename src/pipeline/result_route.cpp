@@ -41,19 +41,21 @@ TokenRows token_rows_of(const sched::MicroBatch& mb, TokenRowLayout layout, cons
   rows.prompt = mb.prompt;
   rows.start = mb.start;
   rows.count = mb.length;
-  rows.top_k = layout.top_k;
+  rows.shape = layout;
   const float* at = part;
   if (layout.logprobs) {
-    rows.logprobs = at;
+    rows.data.logprobs = at;
     at += mb.length;
   }
   if (layout.top_k > 0) {
     const size_t count = static_cast<size_t>(mb.length) * layout.top_k;
-    rows.topk_logprobs = at;
+    rows.data.topk_logprobs = at;
     ids.resize(count);
     std::memcpy(ids.data(), at + count, sizeof(int32_t) * count);
-    rows.topk_ids = ids.data();
+    rows.data.topk_ids = ids.data();
+    at += 2 * count;
   }
+  if (layout.set_size > 0) rows.data.set_logprobs = at;
   return rows;
 }
 

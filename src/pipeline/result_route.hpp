@@ -16,31 +16,27 @@
 
 #include "dist/p2p.hpp"
 #include "dist/topology.hpp"
+#include "io/token_rows.hpp"
 #include "sched/batch_plan.hpp"
 
 namespace pf::pipeline {
 
-// What every position of a chunk hands back: its token's log-prob (--logprobs) and the k
-// most likely next tokens (--top-k k). In a message, a chunk of `count` positions is planar:
-// logprobs [count], then top-k log-probs [count, k], then top-k ids [count, k] (int32 bits).
-struct TokenRowLayout {
-  bool logprobs = false;
-  int top_k = 0;
-  bool any() const { return logprobs || top_k > 0; }
-  int floats_per_token() const { return (logprobs ? 1 : 0) + 2 * top_k; }
-};
+// What every position of a chunk hands back: its token's log-prob (--logprobs), the k most
+// likely next tokens (--top-k k) and the log-probs of a fixed token set (--token-ids). In a
+// message, a chunk of `count` positions is planar: logprobs [count], then top-k log-probs
+// [count, k], then top-k ids [count, k] (int32 bits), then the set's log-probs [count, S].
+using TokenRowLayout = io::TokenRowShape;
 
 // One chunk's token rows, positions [start, start + count) of a prompt. logprobs[j] is
 // log p(tokens[start + j] | the prompt's tokens before it), NaN at the prompt's first token;
-// topk_*[j, :] are the k most likely tokens after tokens[..start + j], most likely first.
+// topk_*[j, :] are the k most likely tokens after tokens[..start + j], most likely first, and
+// set_logprobs[j, :] the set's log-probs there.
 struct TokenRows {
   int prompt = 0;
   int64_t start = 0;
   int count = 0;
-  int top_k = 0;
-  const float* logprobs = nullptr;       // null without --logprobs
-  const float* topk_logprobs = nullptr;  // null without --top-k
-  const int32_t* topk_ids = nullptr;
+  TokenRowLayout shape;
+  io::TokenRowsIn data;  // null where the shape has none
 };
 
 // Where results land on world rank 0.

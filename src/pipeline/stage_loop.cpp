@@ -134,7 +134,7 @@ class StageLoop {
   CountingSink sink_{*this};
   std::unique_ptr<ResultInbox> inbox_;    // world rank 0, unless it is the last stage's leader
   std::unique_ptr<ResultSender> sender_;  // the last stage
-  std::unique_ptr<TokenScorer> scorer_;   // the last stage, with --logprobs or --top-k
+  std::unique_ptr<TokenScorer> scorer_;   // the last stage, with token rows
   std::vector<float> logits_shard_;
   const int hidden_width_;                        // 0: none stored
   std::unique_ptr<HiddenStateRows> hidden_rows_;  // the last stage's TP rank 0, with --hidden-states
@@ -167,7 +167,8 @@ StageLoop::StageLoop(StageLoopContext& ctx)
   if (topo_.last_stage()) {
     sender_ = std::make_unique<ResultSender>(topo_, ctx.vocab_size, hidden_width_, ctx.token_rows, sink_);
     if (ctx.token_rows.any())
-      scorer_ = std::make_unique<TokenScorer>(topo_, ctx.compute, ctx.prompts, ctx.vocab_size, ctx.token_rows);
+      scorer_ =
+          std::make_unique<TokenScorer>(topo_, ctx.compute, ctx.prompts, ctx.vocab_size, ctx.token_rows, ctx.token_set);
     logits_shard_.resize(ctx.compute.vocab_shard_size());
     if (hidden_width_ > 0 && topo_.tp_rank == 0) {
       HiddenStateRows::Store store;  // --hidden-states mean with --kv-store: sums lent, rows kept

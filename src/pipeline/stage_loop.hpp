@@ -35,9 +35,10 @@ struct StageLoopContext {
   int ring_depth = 1;          // receives posted ahead, and sends in flight, per rank
   ResultSink* sink = nullptr;  // on world rank 0: stores the results (logits, hidden states, token rows)
   // The last stage also hands back each prompt's final-norm hidden state (--hidden-states)
-  // and every position's scores (--logprobs, --top-k).
+  // and every position's scores (--logprobs, --top-k, --token-ids).
   compute::HiddenStatesKind hidden_states = compute::HiddenStatesKind::kNone;
   TokenRowLayout token_rows{};
+  std::vector<int32_t> token_set;       // --token-ids (token_rows.set_size ids)
   kv::KvExporter* kv_export = nullptr;  // --save-kv: every chunk's K/V goes to it
   // --kv-store: prefixes the plan loads come from it, and every chunk's K/V goes to its exporter.
   KvStoreRun* kv_store = nullptr;

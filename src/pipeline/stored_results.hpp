@@ -36,8 +36,7 @@ class StoredResults final : public ResultSink {
   }
   // Where a prefix loaded from the KV store takes its token rows: store entry `entry`'s rows
   // [at, at + count) (pipeline/kv_store_setup.hpp, KvStoreRun::read_scores).
-  using StoreRows =
-      std::function<void(int entry, int64_t at, int count, float* logprobs, float* topk_logprobs, int32_t* topk_ids)>;
+  using StoreRows = std::function<void(int entry, int64_t at, int count, const io::TokenRowsOut& rows)>;
   void set_store_rows(StoreRows rows) { store_rows_ = std::move(rows); }
   // Prompts not stored because a result was not finite, in the order they came.
   const std::vector<int>& nonfinite_prompts() const { return nonfinite_; }
@@ -56,8 +55,8 @@ class StoredResults final : public ResultSink {
   int restored_prompt_ = -1;
   float restored_next_logprob_ = 0;
   bool restored_rows_finite_ = true;
-  std::vector<float> logprobs_, topk_logprobs_;  // a block of copied rows, or a chunk's patched log-probs
-  std::vector<int32_t> topk_ids_;
+  io::TokenRowBuffer copied_;    // a block of copied rows
+  std::vector<float> logprobs_;  // a chunk's patched log-probs
 };
 
 }  // namespace pf::pipeline

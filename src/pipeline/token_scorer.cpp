@@ -37,12 +37,16 @@ int block_rows_for(int vocab_size, int tp, size_t record_bytes) {
 }  // namespace
 
 TokenScorer::TokenScorer(const dist::Topology& topology, compute::StageCompute& compute, const io::PromptSet& prompts,
-                         int vocab_size, TokenRowLayout layout)
+                         int vocab_size, TokenRowLayout layout, std::vector<int32_t> token_set)
     : topology_(topology),
       compute_(compute),
       prompts_(prompts),
       layout_(layout),
-      record_bytes_(compute::row_summary_bytes(layout.top_k)) {
+      token_set_(std::move(token_set)),
+      summary_shape_{layout.top_k, token_set_.data(), static_cast<int>(token_set_.size())},
+      record_bytes_(compute::row_summary_bytes(summary_shape_)) {
+  if (static_cast<int>(token_set_.size()) != layout.set_size)
+    throw std::logic_error("TokenScorer: the token set does not have the layout's size");
   block_rows_ = block_rows_for(vocab_size, topology.tp, record_bytes_);
 }
 
@@ -54,13 +58,15 @@ const std::vector<float>& TokenScorer::score(const sched::MicroBatch& mb, const 
   const int skipped = io::scored_rows(prompts_.first_scored(mb.prompt), mb.start, mb.length).topk_from;
   if (topology_.tp_rank == 0) {
     part_.assign(static_cast<size_t>(mb.length) * layout_.floats_per_token(), 0.0f);
-    // Unscored rows' top-k: NaN log-probs and id -1, as the output holds them.
-    const size_t k = static_cast<size_t>(layout_.top_k);
+    // Unscored rows' top-k and token set: NaN log-probs and id -1, as the output holds them.
+    const size_t k = static_cast<size_t>(layout_.top_k), set = static_cast<size_t>(layout_.set_size);
     float* topk_logprobs = part_.data() + (layout_.logprobs ? mb.length : 0);
     std::fill(topk_logprobs, topk_logprobs + skipped * k, std::numeric_limits<float>::quiet_NaN());
     const std::vector<int32_t> none(skipped * k, -1);  // int32 bits in the float message
     if (!none.empty())
       std::memcpy(topk_logprobs + static_cast<size_t>(mb.length) * k, none.data(), sizeof(int32_t) * none.size());
+    float* set_logprobs = topk_logprobs + 2 * static_cast<size_t>(mb.length) * k;
+    std::fill(set_logprobs, set_logprobs + skipped * set, std::numeric_limits<float>::quiet_NaN());
   }
   for (int first = skipped; first < mb.length; first += block_rows_) {
     const int rows = std::min(block_rows_, mb.length - first);
@@ -87,7 +93,7 @@ void TokenScorer::score_block(const sched::MicroBatch& mb, int first_row, int ro
     if (offsets && next < offsets[1]) targets_[r] = prompts_.tokens[next];
   }
   summaries_.resize(rows * record_bytes_);
-  compute_.summarize_vocab_rows(hidden, rows, targets_.data(), k, summaries_.data());
+  compute_.summarize_vocab_rows(hidden, rows, targets_.data(), summary_shape_, summaries_.data());
   // TP rank 0 gathers every rank's summaries of the block: [rank][row] records.
   const std::byte* merged_from = summaries_.data();
   if (topology_.tp > 1) {
@@ -104,12 +110,14 @@ void TokenScorer::score_block(const sched::MicroBatch& mb, int first_row, int ro
   const size_t rank_stride = summaries_.size();  // between ranks' blocks in gathered_
   float* topk_logprobs = part_.data() + (layout_.logprobs ? mb.length : 0);
   float* topk_ids = topk_logprobs + static_cast<size_t>(mb.length) * k;  // int32 bits in the float message
+  float* set_logprobs = topk_ids + static_cast<size_t>(mb.length) * k;
+  const size_t set = static_cast<size_t>(layout_.set_size);
   ids_.resize(k);
   for (int r = 0; r < rows; ++r) {
     const size_t row = first_row + r;
-    compute::merge_row_summaries(merged_from + r * record_bytes_, topology_.tp, rank_stride, k,
-                                 layout_.logprobs ? &next_logprob_[row] : nullptr, topk_logprobs + row * k,
-                                 ids_.data());
+    compute::merge_row_summaries(merged_from + r * record_bytes_, topology_.tp, rank_stride, summary_shape_,
+                                 {layout_.logprobs ? &next_logprob_[row] : nullptr, topk_logprobs + row * k,
+                                  ids_.data(), set > 0 ? set_logprobs + row * set : nullptr});
     if (k > 0) std::memcpy(topk_ids + row * k, ids_.data(), sizeof(int32_t) * k);
   }
 }

@@ -1,5 +1,5 @@
-// The last stage's per-token scores (--logprobs, --top-k), chunk by chunk: every position's
-// final norm and LM head on this rank's vocabulary slice, summarized per row
+// The last stage's per-token scores (--logprobs, --top-k, --token-ids), chunk by chunk: every
+// position's final norm and LM head on this rank's vocabulary slice, summarized per row
 // (compute/vocab_scores.hpp), the summaries gathered to TP rank 0 and merged. Rows go
 // through the LM head in blocks sized so a block's logits stay under a fixed budget: memory
 // is O(block x vocab / tp), whatever the chunk and the prompt length.
@@ -11,7 +11,7 @@
 // the next chunk (dropped after the prompt's last token, which has no successor).
 //
 // Scored spans: rows that predict positions before the prompt's /score_start skip the LM
-// head; their entries are NaN (log-probs, top-k log-probs) and -1 (top-k ids).
+// head; their entries are NaN (log-probs, top-k and token-set log-probs) and -1 (top-k ids).
 #pragma once
 
 #include <cstddef>
@@ -29,8 +29,9 @@ namespace pf::pipeline {
 class TokenScorer {
  public:
   // `prompts` must hold the token ids on this rank when `layout.logprobs` (share_prompts).
+  // `token_set` holds layout.set_size token ids (--token-ids).
   TokenScorer(const dist::Topology& topology, compute::StageCompute& compute, const io::PromptSet& prompts,
-              int vocab_size, TokenRowLayout layout);
+              int vocab_size, TokenRowLayout layout, std::vector<int32_t> token_set);
   // Collective over the last stage's TP group. Scores micro-batch `mb`'s rows `hidden`
   // [mb.length, H]; on TP rank 0 returns its token part (planar, TokenRowLayout), else empty.
   const std::vector<float>& score(const sched::MicroBatch& mb, const float* hidden, int hidden_size);
@@ -45,9 +46,11 @@ class TokenScorer {
   compute::StageCompute& compute_;
   const io::PromptSet& prompts_;
   TokenRowLayout layout_;
-  int block_rows_ = 0;            // rows through the LM head at a time
-  size_t record_bytes_;           // one row's slice summary
-  std::vector<int32_t> targets_;  // [block_rows]: the token each row scores (-1: none)
+  std::vector<int32_t> token_set_;
+  compute::SummaryShape summary_shape_;  // top-k and token set of every row's summary
+  int block_rows_ = 0;                   // rows through the LM head at a time
+  size_t record_bytes_;                  // one row's slice summary
+  std::vector<int32_t> targets_;         // [block_rows]: the token each row scores (-1: none)
   std::vector<std::byte> summaries_, gathered_;
   std::vector<float> next_logprob_;  // [length]: row r's log-prob of token start + r + 1
   std::vector<float> part_;          // the chunk's token part (TP rank 0)

@@ -246,20 +246,25 @@ INSTANTIATE_TEST_SUITE_P(Shapes, ChunkAttention,
                                   std::to_string(c.pos0) + "_t" + std::to_string(c.tokens);
                          });
 
-// The device's row summaries (--logprobs, --top-k) against the host's, row for row: the same
-// max, target and candidate count, the sum to double rounding, and the same k best after the
-// merge (ids included), on rows built to catch the select's corner cases.
+// The device's row summaries (--logprobs, --top-k, --token-ids) against the host's, row for
+// row: the same max, target and candidate count, the sum to double rounding, the same k best
+// after the merge (ids included) and the same token-set slots, on rows built to catch the
+// select's corner cases.
 void check_vocab_summaries(const std::vector<float>& logits, int rows, int count, int vocab_begin,
-                           const std::vector<int32_t>& targets, int k) {
-  const size_t stride = compute::row_summary_bytes(k);
+                           const std::vector<int32_t>& targets, int k, const std::vector<int32_t>& token_set = {}) {
+  const int set_size = static_cast<int>(token_set.size());
+  const compute::SummaryShape shape{k, token_set.data(), set_size};
+  const size_t stride = compute::row_summary_bytes(shape);
   std::vector<std::byte> want(stride * rows);
   for (int r = 0; r < rows; ++r)
-    compute::summarize_row_slice(logits.data() + size_t(r) * count, count, vocab_begin, targets[r], k,
+    compute::summarize_row_slice(logits.data() + size_t(r) * count, count, vocab_begin, targets[r], shape,
                                  want.data() + r * stride);
   DeviceMemory<float> d_logits(logits);
   DeviceMemory<int32_t> d_targets(targets);
+  DeviceMemory<int32_t> d_set(token_set.empty() ? std::vector<int32_t>{-1} : token_set);
   DeviceMemory<unsigned char> d_records(std::vector<unsigned char>(stride * rows, 0xff));
-  kernels::vocab_summaries(d_logits.get(), rows, count, vocab_begin, d_targets.get(), k, d_records.get(), nullptr);
+  kernels::vocab_summaries(d_logits.get(), rows, count, vocab_begin, d_targets.get(), k, d_set.get(), set_size,
+                           d_records.get(), nullptr);
   EXPECT_SYNCED();
   const std::vector<unsigned char> got_bytes = d_records.read();
   const auto* got = reinterpret_cast<const std::byte*>(got_bytes.data());
@@ -280,11 +285,18 @@ void check_vocab_summaries(const std::vector<float>& logits, int rows, int count
       // The device sums exp in double, the host float exps (2e-7 each) in double lanes:
       // 1e-6 of the sum is 1e-6 nats in a log-prob, below float32's resolution there.
       EXPECT_NEAR(a.sum_exp, b.sum_exp, 1e-6 * b.sum_exp);
+    for (int j = 0; j < set_size; ++j) {  // the slice's logit, or NaN: bit for bit
+      float slot_a, slot_b;
+      std::memcpy(&slot_a, got + r * stride + compute::set_slots_offset(k) + 4 * j, 4);
+      std::memcpy(&slot_b, want.data() + r * stride + compute::set_slots_offset(k) + 4 * j, 4);
+      EXPECT_TRUE(slot_a == slot_b || (std::isnan(slot_a) && std::isnan(slot_b))) << "set entry " << j;
+    }
     float lp_a = 0, lp_b = 0;
     std::vector<float> top_a(k), top_b(k);
     std::vector<int32_t> ids_a(k), ids_b(k);
-    compute::merge_row_summaries(got + r * stride, 1, stride, k, &lp_a, top_a.data(), ids_a.data());
-    compute::merge_row_summaries(want.data() + r * stride, 1, stride, k, &lp_b, top_b.data(), ids_b.data());
+    compute::merge_row_summaries(got + r * stride, 1, stride, shape, {&lp_a, top_a.data(), ids_a.data(), nullptr});
+    compute::merge_row_summaries(want.data() + r * stride, 1, stride, shape,
+                                 {&lp_b, top_b.data(), ids_b.data(), nullptr});
     EXPECT_EQ(ids_a, ids_b);
     for (int j = 0; j < k; ++j)
       if (top_a[j] != top_b[j]) {  // equal infinities pass; NaN never does
@@ -328,6 +340,9 @@ TEST(Kernels, VocabSummariesMatchTheHost) {
     SCOPED_TRACE("k " + std::to_string(k));
     check_vocab_summaries(logits, n, count, vocab_begin, targets, k);
   }
+  // A token set inside the slice, at its ends, and outside it (an odd size: padded records).
+  check_vocab_summaries(logits, n, count, vocab_begin, targets, 5,
+                        {vocab_begin + 3, 7, vocab_begin, vocab_begin + count - 1, vocab_begin + count});
   // A slice smaller than k: every token is a candidate.
   const std::vector<float> small = random_vector(3 * 10, 27);
   check_vocab_summaries(small, 3, 10, 0, {0, 9, -1}, 16);

@@ -249,6 +249,16 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
     expect="--dtype bf16 on the cpu backend covers dense models for now; this one has experts" ;;
   top_k_negative) extra=(--pp 2 --top-k -3); expect="--top-k must not be negative (got -3; 0: none)" ;;
   top_k_over_vocab) extra=(--pp 2 --top-k 513); expect="--top-k 513 is more than the model's vocabulary (512 tokens)" ;;
+  # --token-ids FILE: each entry a token of the model, once; a file that says nothing is refused.
+  token_ids_missing) extra=(--pp 2 --token-ids "$work/none.txt"); expect="error: cannot read --token-ids $work/none.txt (no such file)" ;;
+  token_ids_not_a_number) printf '3 5\n7 A\n' >"$work/ids.txt"; extra=(--pp 2 --token-ids "$work/ids.txt")
+    expect="--token-ids $work/ids.txt line 2: 'A' is not a token id" ;;
+  token_ids_repeated) printf '3, 5,\n9, 5\n' >"$work/ids.txt"; extra=(--pp 2 --token-ids "$work/ids.txt")
+    expect="line 2: token 5 appears twice (first on line 1)" ;;
+  token_ids_empty) printf '# nothing\n[]\n' >"$work/ids.txt"; extra=(--pp 2 --token-ids "$work/ids.txt")
+    expect="--token-ids $work/ids.txt: holds no token ids" ;;
+  token_ids_over_vocab) echo "3 512" >"$work/ids.txt"; extra=(--pp 2 --token-ids "$work/ids.txt")
+    expect="token 512 (entry 1) is not in the model's vocabulary of 512 tokens" ;;
   analytic_without_emulate) extra=(--pp 2 --cost-model analytic:h20); expect="add --backend emulate" ;;
   unknown_hardware) extra=(--pp 2 --backend emulate --cost-model analytic:tpu9000); expect="no hardware description" ;;
   cuda_without_device) extra=(--pp 2 --backend cuda)

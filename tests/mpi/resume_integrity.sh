@@ -233,12 +233,14 @@ print("restored", sys.argv[3], "tokens; logits bit-identical to the uninterrupte
 PY
     ;;
   stop_inside_span)
-    # A prompt scored from position 1500 (/score_start): a stop inside it, then --resume, gives
-    # the scores, NLL and is_greedy of an uninterrupted run, bit for bit (rows before the span
-    # stay NaN and -1, the restored rows' digest covers them).
+    # A prompt scored from position 200 (/score_start): a stop inside it, then --resume, gives
+    # the scores, NLL, is_greedy and token-set rows (--token-ids) of an uninterrupted run, bit
+    # for bit (rows before the span stay NaN and -1, the restored rows' digest covers them).
     "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 9 >/dev/null
-    "$PYTHON" -c "import h5py, numpy as np; h5py.File('$work/in.h5', 'a')['score_start'] = np.array([1500], np.int64)"
-    args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16 --logprobs --top-k 2)
+    "$PYTHON" -c "import h5py, numpy as np; h5py.File('$work/in.h5', 'a')['score_start'] = np.array([200], np.int64)"
+    echo "7 300 11" >"$work/token_ids.txt"
+    args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16 --logprobs --top-k 2
+      --token-ids "$work/token_ids.txt")
     run --input "$work/in.h5" --output "$work/reference.h5" --overwrite
     start_run "$work/first.log" 2 "${args[@]}" --progress-interval 0.05 --input "$work/in.h5" --output "$work/out.h5"
     wait_until 120 "a first progress line" grep -q '^progress:' "$work/first.log"
@@ -253,11 +255,13 @@ PY
 import sys, h5py, numpy as np
 with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[2]) as ref:
     assert f["restored_tokens"][0] == int(sys.argv[3]), f["restored_tokens"][:]
-    for name in ("token_logprobs", "topk_ids", "topk_logprobs", "nll_sum", "is_greedy", "score_start"):
-        assert np.array_equal(f[name][:], ref[name][:], equal_nan=name != "topk_ids" and name != "is_greedy"
-                              and name != "score_start"), name + " differs"
-    assert np.isnan(f["token_logprobs"][:1500]).all() and (f["topk_ids"][:1499] == -1).all()
-print("stopped at token", sys.argv[3], "of a span from 1500: scores bit-identical to the uninterrupted run")
+    for name in ("token_logprobs", "topk_ids", "topk_logprobs", "nll_sum", "is_greedy", "score_start",
+                 "token_set_logprobs", "token_set_ids"):
+        exact = name in ("topk_ids", "is_greedy", "score_start", "token_set_ids")
+        assert np.array_equal(f[name][:], ref[name][:], equal_nan=not exact), name + " differs"
+    assert np.isnan(f["token_logprobs"][:200]).all() and (f["topk_ids"][:199] == -1).all()
+    assert np.isnan(f["token_set_logprobs"][:199]).all() and np.isfinite(f["token_set_logprobs"][199:]).all()
+print("stopped at token", sys.argv[3], "of a span from 200: scores bit-identical to the uninterrupted run")
 PY
     ;;
   stop_inside_prompt_new_layout)

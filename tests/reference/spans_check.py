@@ -17,6 +17,9 @@ run): every scored log-prob and top-k row within the bounds of
 score_checks.py, NaN and id -1 exactly where nothing was scored, /nll_sum minus the
 continuation's log-likelihood, /is_greedy equal to transformers' argmax test, /score_start and
 /ids copied from the input, and the same scores as a run without spans at the scored positions.
+Every run also keeps a token set (--token-ids: the vocabulary's ends, a few letters' worth of
+ids, in no order): /token_set_logprobs within the same bound of transformers' log-softmax at
+those ids on every row from score_start - 1, NaN before, and /token_set_ids the file's ids.
 
 usage: spans_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
 """
@@ -36,14 +39,19 @@ from score_checks import compare_scores, reference_scores
 SIZES = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=3, num_attention_heads=4,
              num_key_value_heads=2, vocab_size=385, max_position_embeddings=4096, rms_norm_eps=1e-6,
              initializer_range=0.1, tie_word_embeddings=False)
-SCORES = "--logprobs --top-k 2"
-LAYOUTS = [
-    ("pp2", 2, f"--pp 2 --chunk-size 64 --page-size 16 {SCORES}"),
-    ("tp2", 2, f"--tp 2 --chunk-size 48 --page-size 16 {SCORES}"),
-    ("pp2_tp2", 4, f"--pp 2 --tp 2 --chunk-size 40 --page-size 16 {SCORES}"),
-    ("pp2_dynamic", 2, f"--pp 2 --chunk-size 128 --page-size 16 --chunk-policy pipefill {SCORES}"),
-    ("pp2_no_reuse", 2, f"--pp 2 --chunk-size 64 --page-size 16 --no-prefix-cache {SCORES}"),
-]
+TOKEN_SET = [384, 0, 17, 200, 201, 99, 3]  # --token-ids (vocab_size 385): ends, neighbours, no order
+SCORES = "--logprobs --top-k 2 --token-ids {token_ids}"
+
+
+def layouts(scores):
+    """(name, ranks, options) of every layout, each with `scores`."""
+    return [
+        ("pp2", 2, f"--pp 2 --chunk-size 64 --page-size 16 {scores}"),
+        ("tp2", 2, f"--tp 2 --chunk-size 48 --page-size 16 {scores}"),
+        ("pp2_tp2", 4, f"--pp 2 --tp 2 --chunk-size 40 --page-size 16 {scores}"),
+        ("pp2_dynamic", 2, f"--pp 2 --chunk-size 128 --page-size 16 --chunk-policy pipefill {scores}"),
+        ("pp2_no_reuse", 2, f"--pp 2 --chunk-size 64 --page-size 16 --no-prefix-cache {scores}"),
+    ]
 
 
 def greedy(model, ids, count):
@@ -101,6 +109,28 @@ def main():
     write_input(whole_h5, prompts)
     ref = reference_scores(model, prompts, 2)
     offsets = np.cumsum([0] + [len(p) for p in prompts])
+    token_ids = os.path.join(work, "token_ids.txt")
+    with open(token_ids, "w") as f:  # the file format's liberties: a comment, commas and brackets
+        f.write("# the set\n[" + ", ".join(map(str, TOKEN_SET[:4])) + "]\n" + " ".join(map(str, TOKEN_SET[4:])) + "\n")
+    scores = SCORES.format(token_ids=token_ids)
+    all_layouts = layouts(scores)
+    # transformers' log-softmax (float64 of its float32 logits) at the set's ids, every row.
+    with torch.no_grad():
+        want_set = np.concatenate([
+            torch.log_softmax(model(input_ids=torch.tensor(p[None, :], dtype=torch.long)).logits[0].double(),
+                              dim=-1)[:, TOKEN_SET].numpy() for p in prompts])
+    set_rows = np.ones(len(want_set), bool)  # rows a span run computes: from score_start - 1
+    for p, start in enumerate(starts):
+        set_rows[offsets[p]:offsets[p] + start - 1] = False
+
+    def check_token_set(name, out_h5, rows=set_rows):
+        with h5py.File(out_h5, "r") as f:
+            check(list(f["token_set_ids"][:]) == TOKEN_SET, f"{name}: /token_set_ids is the file's ids in order")
+            got = f["token_set_logprobs"][:].astype(np.float64)
+        error = float(np.abs(got[rows] - want_set[rows]).max())
+        check(error <= 1e-3 and bool(np.isnan(got[~rows]).all()),
+              f"{name}: /token_set_logprobs within 1e-3 of transformers ({error:.1e}), NaN where not scored")
+
     # transformers' answer to "was every continuation token the argmax?" (float32 logits).
     with torch.no_grad():
         want_greedy = []
@@ -110,11 +140,12 @@ def main():
     check(want_greedy[:2] == [1, 1], f"the greedy continuations are transformers' argmax ({want_greedy})")
 
     whole_out = os.path.join(work, "whole_out.h5")
-    run_pipefill(build, model_dir, whole_h5, whole_out, 2, LAYOUTS[0][2])
+    run_pipefill(build, model_dir, whole_h5, whole_out, 2, all_layouts[0][2])
     with h5py.File(whole_out, "r") as f:
         whole = f["token_logprobs"][:]
+    check_token_set("pp2_whole", whole_out, rows=np.ones(len(want_set), bool))
     attributes = None
-    for layout, ranks, options in LAYOUTS:
+    for layout, ranks, options in all_layouts:
         out_h5 = os.path.join(work, f"out_{layout}.h5")
         if layout == "pp2_dynamic":
             cost_model = os.path.join(work, "cost.json")
@@ -123,6 +154,7 @@ def main():
         _, run_attributes, _ = run_pipefill(build, model_dir, spans_h5, out_h5, ranks, options)
         attributes = attributes or run_attributes
         check(compare_scores(layout, out_h5, ref), f"{layout}: scores within bounds, NaN and -1 outside the spans")
+        check_token_set(layout, out_h5)
         with h5py.File(out_h5, "r") as f:
             got_ids = [t.decode() if isinstance(t, bytes) else t for t in f["ids"][:]]
             check(got_ids == ids, f"{layout}: /ids copied from the input")
@@ -145,10 +177,11 @@ def main():
     store = os.path.join(work, "store")
     shutil.rmtree(store, ignore_errors=True)
     run_pipefill(build, model_dir, whole_h5, os.path.join(work, "store_fill.h5"), 2,
-                 f"{LAYOUTS[0][2]} --kv-store {store}")
+                 f"{all_layouts[0][2]} --kv-store {store}")
     out_h5 = os.path.join(work, "out_store.h5")
-    run_pipefill(build, model_dir, spans_h5, out_h5, 2, f"{LAYOUTS[1][2]} --kv-store {store}")
+    run_pipefill(build, model_dir, spans_h5, out_h5, 2, f"{all_layouts[1][2]} --kv-store {store}")
     check(compare_scores("tp2_from_store", out_h5, ref), "tp2 from the store: scores within bounds, NaN outside")
+    check_token_set("tp2_from_store", out_h5)
     with h5py.File(out_h5, "r") as f:
         check(f["reused_tokens"][:].sum() > 0, f"the store lent prefixes ({[int(r) for r in f['reused_tokens'][:]]})")
         check([int(g) for g in f["is_greedy"][:]] == want_greedy, "is_greedy from the store's rows")
@@ -159,7 +192,7 @@ def main():
         sim_model = os.path.join(work, "llama_hd32")
         LlamaForCausalLM(LlamaConfig(**dict(SIZES, num_attention_heads=2, num_key_value_heads=1))).eval() \
             .save_pretrained(sim_model, safe_serialization=True)
-        sim = f"--pp 2 --chunk-size 64 --page-size 64 --backend cuda {SCORES}"
+        sim = f"--pp 2 --chunk-size 64 --page-size 64 --backend cuda {scores}"
         sim_whole, sim_spans = os.path.join(work, "sim_whole.h5"), os.path.join(work, "sim_spans.h5")
         run_pipefill(build, sim_model, whole_h5, sim_whole, 2, sim, program="pipefill_sim", timeout=600)
         run_pipefill(build, sim_model, spans_h5, sim_spans, 2, sim, program="pipefill_sim", timeout=600)
@@ -177,6 +210,15 @@ def main():
             check([int(g) for g in f["is_greedy"][:]] == own_greedy,
                   f"cuda (simulated): is_greedy from its own top-1 ({own_greedy})")
             check([t.decode() if isinstance(t, bytes) else t for t in f["ids"][:]] == ids, "cuda (simulated): /ids")
+            got_set, whole_set = f["token_set_logprobs"][:], w["token_set_logprobs"][:]
+            same = float(np.abs(got_set[set_rows] - whole_set[set_rows]).max())
+            check(bool(np.isnan(got_set[~set_rows]).all()) and same <= 1e-5,
+                  f"cuda (simulated): token-set rows as its whole run ({same:.1e}), NaN before each span")
+            # Where its top-1 is a token of the set, the set's column holds the top-1's log-prob.
+            top_lp = f["topk_logprobs"][:, 0]
+            hits = [(r, TOKEN_SET.index(int(top1[r]))) for r in np.flatnonzero(set_rows) if int(top1[r]) in TOKEN_SET]
+            agree = all(got_set[r, c] == top_lp[r] for r, c in hits)
+            check(len(hits) > 0 and agree, f"cuda (simulated): the set's columns agree with its top-1 ({len(hits)} rows)")
     exit_if_failed()
     print("Passed: scored spans, is_greedy and ids match transformers on every layout")
     return 0

@@ -31,6 +31,7 @@ from transformers import AutoTokenizer
 SOURCE, BUILD, WORK = (os.path.abspath(a) for a in sys.argv[1:4])
 TOKENIZE = os.path.join(SOURCE, "scripts", "tokenize.py")
 DETOKENIZE = os.path.join(SOURCE, "scripts", "detokenize.py")
+TOKEN_IDS = os.path.join(SOURCE, "scripts", "token_ids.py")
 PERPLEXITY = os.path.join(SOURCE, "scripts", "perplexity.py")
 PIPEFILL = os.path.join(BUILD, "pipefill")
 
@@ -240,6 +241,7 @@ def main():
         check_run_outputs(data, piece, vocab)
 
     check_pairs_ids_and_windows(model)
+    check_token_ids(model)
     check_bad_inputs()
     check_unencodable_names(texts)
     check_atomic_output()
@@ -381,6 +383,29 @@ def expect_tool_error(name, tool, args, message):
     check(result.returncode == 2 and len(lines) == 1 and lines[0].startswith("error: ") and message in lines[0],
           f"{name}: exit status 2 and one error line saying {message!r} (got {result.returncode}, {result.stderr!r})")
     check(result.stdout == "", f"{name}: nothing on stdout")
+
+
+def check_token_ids(model):
+    """token_ids.py: one token per text, as transformers' tokenizer makes it, in the order given,
+    in a file `pipefill run --token-ids` reads; a text of several tokens refused unless --first."""
+    tok = AutoTokenizer.from_pretrained(model)
+    texts = [" the", "a", " of"]
+    want = [tok(t, add_special_tokens=False)["input_ids"] for t in texts]
+    check(all(len(w) == 1 for w in want), f"token_ids: the test's texts are one token each ({want})")
+    result = run(TOKEN_IDS, "--model", "model", "--out", "ids.txt", *texts)
+    check(result.returncode == 0, f"token_ids: succeeds ({result.stderr.strip()})")
+    with open(os.path.join(WORK, "ids.txt")) as f:
+        got = [int(line.split("#")[0]) for line in f if line.strip()]
+    check(got == [w[0] for w in want], f"token_ids: the ids transformers gives, in order ({got})")
+    long_text = " unbelievably pneumatic"
+    pieces = tok(long_text, add_special_tokens=False)["input_ids"]
+    expect_tool_error("token_ids several tokens", TOKEN_IDS, ["--model", "model", "--out", "x.txt", long_text],
+                      f"is {len(pieces)} tokens")
+    result = run(TOKEN_IDS, "--model", "model", "--out", "first.txt", "--first", long_text)
+    with open(os.path.join(WORK, "first.txt")) as f:
+        check(int(f.read().split("#")[0]) == pieces[0], "token_ids --first: the text's first token")
+    expect_tool_error("token_ids repeated", TOKEN_IDS, ["--model", "model", "--out", "x.txt", " the", " the"],
+                      "are the same token")
 
 
 def check_bad_inputs():

@@ -73,6 +73,7 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"hidden_states", "none"},
                                    {"logprobs", false},
                                    {"top_k", 0},
+                                   {"token_ids", ""},
                                    {"save_kv", ""},
                                    {"kv_store", ""},
                                    {"kv_store_limit", ""},

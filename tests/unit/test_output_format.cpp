@@ -83,7 +83,7 @@ class OutputFileTest : public ::testing::Test {
   void store_first_prompt(ResultWriter& writer) {
     const float logprobs[3] = {NAN, -1.5f, -0.25f}, topk_logprobs[6] = {-0.1f, -2, -0.2f, -3, -0.3f, -4};
     const int32_t topk_ids[6] = {1, 2, 3, 4, 0, 1};
-    writer.write_token_rows(0, 0, 3, logprobs, topk_logprobs, topk_ids);
+    writer.write_token_rows(0, 0, 3, {logprobs, topk_logprobs, topk_ids, nullptr});
     const float row[5] = {1, 2, 3, 4, 5}, hidden[3] = {0.5f, -0.5f, 1};
     writer.write_prompt(0, row, hidden, 0.125);
   }
@@ -173,7 +173,7 @@ TEST_F(OutputFileTest, AScoredSpanCountsOnlyItsTokens) {
     // 3 = token 2, the span's only token.
     const float logprobs[3] = {NAN, NAN, -0.25f}, topk_logprobs[6] = {NAN, NAN, -0.2f, -3, -0.3f, -4};
     const int32_t topk_ids[6] = {-1, -1, 3, 4, 0, 1};
-    writer.write_token_rows(0, 0, 3, logprobs, topk_logprobs, topk_ids);
+    writer.write_token_rows(0, 0, 3, {logprobs, topk_logprobs, topk_ids, nullptr});
     const float row[5] = {1, 2, 3, 4, 5}, hidden[3] = {0.5f, -0.5f, 1};
     writer.write_prompt(0, row, hidden, 0.125);
     EXPECT_EQ(writer.scored_tokens(), 1);
@@ -210,7 +210,7 @@ TEST_F(OutputFileTest, APartialWithoutALaterDatasetGainsIt) {
     EXPECT_EQ(writer.completed(), (std::vector<char>{1, 0}));
     const float logprobs[2] = {NAN, -2}, topk_logprobs[4] = {-0.1f, -2, -0.2f, -3};
     const int32_t topk_ids[4] = {1, 2, 3, 4};
-    writer.write_token_rows(1, 0, 2, logprobs, topk_logprobs, topk_ids);
+    writer.write_token_rows(1, 0, 2, {logprobs, topk_logprobs, topk_ids, nullptr});
     const float row[5] = {5, 4, 3, 2, 1}, hidden[3] = {1, 2, 3};
     writer.write_prompt(1, row, hidden, 0.25, 1, 1);  // (reused and restored: whichever was added later)
     EXPECT_TRUE(writer.finish({}, {{"version", "test"}}));

@@ -289,8 +289,8 @@ void CpuStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
               0.0f, logits_shard, 1);
 }
 
-void CpuStageCompute::summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets, int k,
-                                           std::byte* records) {
+void CpuStageCompute::summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets,
+                                           const SummaryShape& shape, std::byte* records) {
   const int h = config_.hidden_size, vocab = shard_.vocab_count;
   head_normed_.resize(static_cast<size_t>(rows) * h);
   head_logits_.resize(static_cast<size_t>(rows) * vocab);
@@ -299,11 +299,11 @@ void CpuStageCompute::summarize_vocab_rows(const float* hidden, int rows, const 
     cpu::linear_bf16(head_normed_.data(), rows, h, bf16_lm_head_.data(), vocab, head_logits_.data());
   else
     cpu::linear(head_normed_.data(), rows, h, weights_.lm_head.data(), vocab, head_logits_.data());
-  const size_t record_bytes = compute::row_summary_bytes(k);
+  const size_t record_bytes = compute::row_summary_bytes(shape);
   cpu::parallel_rows(rows, [&](int r0, int r1) {
     for (int r = r0; r < r1; ++r)
       compute::summarize_row_slice(head_logits_.data() + static_cast<size_t>(r) * vocab, vocab, shard_.vocab_begin,
-                                   targets[r], k, records + r * record_bytes);
+                                   targets[r], shape, records + r * record_bytes);
   });
 }
 

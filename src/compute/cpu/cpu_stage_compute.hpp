@@ -37,7 +37,8 @@ class CpuStageCompute final : public StageCompute {
   void lm_head(const float* hidden_row, float* logits_shard) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void final_norm(const float* hidden, int rows, float* normed) override;
-  void summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets, int k, std::byte* records) override;
+  void summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets, const SummaryShape& shape,
+                            std::byte* records) override;
   void read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const override;
   void write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) override;
   void share_prefix(int source, int dest, int64_t tokens) override { kv_pool_.share(source, dest, tokens); }

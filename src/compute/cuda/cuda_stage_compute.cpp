@@ -379,10 +379,16 @@ void CudaStageCompute::lm_head(const float* hidden_row, float* logits_shard) {
   std::memcpy(logits_shard, logits_host_, sizeof(float) * shard_.vocab_count);
 }
 
-void CudaStageCompute::summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets, int k,
-                                            std::byte* records) {
+void CudaStageCompute::summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets,
+                                            const compute::SummaryShape& shape, std::byte* records) {
   const int h = config_.hidden_size, vocab = shard_.vocab_count;
-  const size_t record_bytes = compute::row_summary_bytes(k);
+  const size_t record_bytes = compute::row_summary_bytes(shape);
+  // The token set is the run's, the same at every call: uploaded once (again if it changed).
+  if (!std::equal(shape.token_set, shape.token_set + shape.set_size, row_set_host_.begin(), row_set_host_.end())) {
+    row_set_host_.assign(shape.token_set, shape.token_set + shape.set_size);
+    row_set_.ensure(row_set_host_.size());
+    upload_async(row_set_.data(), row_set_host_.data(), sizeof(int32_t) * row_set_host_.size());
+  }
   const int block = std::max(1, std::min(rows, static_cast<int>((size_t{64} << 20) / (sizeof(float) * vocab))));
   ensure_workspace(block);
   row_logits_.ensure(static_cast<size_t>(block) * vocab);
@@ -394,8 +400,9 @@ void CudaStageCompute::summarize_vocab_rows(const float* hidden, int rows, const
     kernels::rms_norm_rows(hidden + static_cast<int64_t>(first) * h, n, h, h, weights_.final_norm.data(),
                            static_cast<float>(config_.rms_norm_eps), normed_.data(), h, forward_stream_);
     gemm_.linear(normed_.data(), n, h, weights_.lm_head.data(), vocab, row_logits_.data(), forward_stream_);
-    kernels::vocab_summaries(row_logits_.data(), n, vocab, shard_.vocab_begin, row_targets_.data() + first, k,
-                             row_summaries_.data() + first * record_bytes, forward_stream_);
+    kernels::vocab_summaries(row_logits_.data(), n, vocab, shard_.vocab_begin, row_targets_.data() + first, shape.top_k,
+                             row_set_.data(), shape.set_size, row_summaries_.data() + first * record_bytes,
+                             forward_stream_);
     CUDA_CHECK_LAUNCH();
   }
   copy_to_host_after_forward([&](cudaStream_t copy) {

@@ -68,7 +68,7 @@ class CudaStageCompute final : public compute::StageCompute {
   // --logprobs, --top-k: every row's logits over this rank's vocabulary slice, computed on the
   // device in blocks of rows (at most 64 MiB of logits at a time) and summarized there
   // (kernels/vocab_summary.cu); only the summaries are copied to the host.
-  void summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets, int k,
+  void summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets, const compute::SummaryShape& shape,
                             std::byte* records) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void share_prefix(int source, int dest, int64_t tokens) override { pages_->share(source, dest, tokens); }
@@ -122,10 +122,12 @@ class CudaStageCompute final : public compute::StageCompute {
   DeviceArray<float> qkv_, proj_, gate_up_, profile_hidden_;
   DeviceArray<int32_t> tokens_, page_table_;
   DeviceArray<float> logits_;
-  DeviceArray<float> row_logits_;  // summarize_vocab_rows: one block of rows' logits,
-  DeviceArray<int32_t> row_targets_;  // their targets,
-  DeviceArray<unsigned char> row_summaries_;  // and their summaries
-  float* logits_host_ = nullptr;   // pinned
+  DeviceArray<float> row_logits_;             // summarize_vocab_rows: one block of rows' logits,
+  DeviceArray<int32_t> row_targets_;          // their targets,
+  DeviceArray<unsigned char> row_summaries_;  // and their summaries;
+  DeviceArray<int32_t> row_set_;              // the --token-ids set, uploaded once
+  std::vector<int32_t> row_set_host_;         // (what row_set_ holds)
+  float* logits_host_ = nullptr;              // pinned
   cudaEvent_t forward_done_ = nullptr, copied_ = nullptr,
               drained_ = nullptr;  // copy_to_host_after_forward, synchronize
   Waiter waiter_;
