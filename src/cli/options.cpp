@@ -312,8 +312,9 @@ OptionTable<RunOptions> run_table() {
       })
       .echo_as("top_k", kRunIdentity | kOnlyWhenSet);
   t.add("token-ids",
-        "also store the log-probs of a fixed set of tokens at every scored position in /token_set_logprobs "
-        "[T, S] (FILE: token ids separated by spaces or commas; scripts/token_ids.py writes one from strings)",
+        "also store the log-probs of a fixed set of S tokens at every scored position in /token_set_logprobs "
+        "[T, S], 4 x S bytes a token (FILE: token ids separated by spaces or commas; scripts/token_ids.py writes "
+        "one from strings)",
         &R::token_ids)
       .echo_as("token_ids");
   t.add("save-kv",
@@ -533,6 +534,18 @@ void check_backend_supports(const RunOptions& o) {
       throw UserError(compute::refusal(o.placement.backend, a.product, a.flag));
 }
 
+void check_token_rows_fit(const RunOptions& o) {
+  // A chunk's token rows travel as one MPI message of (1 + 2k + S) floats a token.
+  const int64_t longest = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
+  if (longest * o.token_row_shape().floats_per_token() <= (int64_t{1} << 30)) return;
+  const std::string asked = o.token_set.empty() ? "--top-k " + std::to_string(o.top_k)
+                            : o.top_k == 0      ? std::to_string(o.token_set.size()) + " --token-ids"
+                                                : "--top-k " + std::to_string(o.top_k) + " and " +
+                                                 std::to_string(o.token_set.size()) + " --token-ids";
+  throw UserError(asked + " with chunks of up to " + std::to_string(longest) +
+                  " tokens make messages of more than 2^30 floats: ask for fewer, or a smaller --chunk-size");
+}
+
 bool parse_run(int argc, char** argv, RunOptions& o) {
   if (!run_table().parse("pipefill run", "Prefill every prompt of an HDF5 input through a pp x tp pipeline.", argc,
                          argv, o))
@@ -562,13 +575,7 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
     throw UserError(
         "--kv-dtype sets the dtype of --save-kv's files: add --save-kv DIR (--kv-store always keeps float32, "
         "so that a loaded prefix gives what computing it gives)");
-  if (!o.token_ids.empty()) o.token_set = io::read_token_ids(o.token_ids);
-  // A chunk's token rows travel as one MPI message of (1 + 2k + S) floats a token.
-  const int64_t longest = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
-  if (longest * o.token_row_shape().floats_per_token() > (int64_t{1} << 30))
-    throw UserError("--top-k " + std::to_string(o.top_k) + " and " + std::to_string(o.token_set.size()) +
-                    " --token-ids with chunks of up to " + std::to_string(longest) +
-                    " tokens make messages of more than 2^30 floats: use fewer, or a smaller --chunk-size");
+  check_token_rows_fit(o);  // (again with the --token-ids set once rank 0 has read it)
   // --output equal to --input (or any other clash of paths, links included) is refused by
   // io::require_distinct_paths before anything is read, with both paths in the message.
   return true;

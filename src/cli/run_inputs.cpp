@@ -52,6 +52,15 @@ void check_run_paths(const RunOptions& o) {
                     "or --resume to keep the prompts it holds");
 }
 
+std::vector<int32_t> read_token_set(const RunOptions& options, const pipeline::RankModel& rank_model) {
+  if (options.token_ids.empty()) return {};
+  RunOptions with_set = options;
+  with_set.token_set = io::read_token_ids(options.token_ids);
+  io::check_token_set(with_set.token_set, rank_model.shape.vocab_size, options.token_ids);
+  check_token_rows_fit(with_set);
+  return with_set.token_set;
+}
+
 io::PromptSet read_run_prompts(const RunOptions& o, const pipeline::RankModel& m) {
   io::PromptSet prompts = io::read_prompts_isolated(o.input, m.shape.vocab_size, o.watchdog_timeout_s);
   io::check_prompt_lengths(prompts, m.shape.max_position_embeddings, o.allow_long_prompts);
@@ -79,7 +88,6 @@ std::unique_ptr<io::ResultWriter> open_output(const RunOptions& o, const pipelin
   if (o.top_k > m.shape.vocab_size)
     throw UserError("--top-k " + std::to_string(o.top_k) + " is more than the model's vocabulary (" +
                     std::to_string(m.shape.vocab_size) + " tokens)");
-  io::check_token_set(o.token_set, m.shape.vocab_size, o.token_ids);
   io::OutputLayout layout;
   layout.num_prompts = prompts.num_prompts();
   layout.vocab_size = m.shape.vocab_size;

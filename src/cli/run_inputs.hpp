@@ -23,6 +23,9 @@ void check_run_paths(const RunOptions& options);
 
 // The prompts, validated against the model's vocabulary and context length.
 io::PromptSet read_run_prompts(const RunOptions& options, const pipeline::RankModel& rank_model);
+// Rank 0: the --token-ids set (empty without it), each id checked against the model's
+// vocabulary and the rows' message size against the chunk (UserError).
+std::vector<int32_t> read_token_set(const RunOptions& options, const pipeline::RankModel& rank_model);
 
 // Every stage's KV pool holds the longest prompt, by the backend's own rule where the options
 // alone decide it (pipeline::check_kv_capacity).

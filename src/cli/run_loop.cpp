@@ -39,7 +39,7 @@ std::unique_ptr<FinishedLoop> run_loop(PreparedRun& run, volatile int* stop_requ
   context.sink = writer ? &*loop->stored : nullptr;
   context.hidden_states = options.hidden_states;
   context.token_rows = options.token_row_shape();
-  context.token_set = options.token_set;
+  context.token_set = &options.token_set;
   context.kv_export = run.kv_export.get();
   context.kv_store = run.kv_store.get();
   if (run.kv_store) run.kv_store->start(run.decision.plan.reuse);

@@ -20,18 +20,21 @@
 namespace pf::cli {
 namespace {
 
-// Rank 0 checks every path, reads and validates the input, checks every stage's KV capacity
-// and a saved cost model against this placement; every rank learns the lengths.
+// Rank 0 checks every path, reads and validates the input (and the --token-ids set), checks
+// every stage's KV capacity and a saved cost model against this placement; every rank learns
+// the lengths and the set (read once: a file that differs between nodes cannot split them).
 std::optional<sched::CostProfile> read_inputs(PreparedRun& run) {
   const RunOptions& options = run.options;
   std::optional<sched::CostProfile> saved_costs;
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!run.topo.is_writer()) return;
     check_run_paths(options);
+    run.options.token_set = read_token_set(options, run.rank_model);
     run.prompts = read_run_prompts(options, run.rank_model);
     check_kv_capacity(options, run.topo, run.rank_model, run.prompts);
     saved_costs = load_saved_costs(options, placement_identity(options.placement, run.topo, run.rank_model));
   });
+  if (!options.token_ids.empty()) dist::broadcast_vector(run.options.token_set, MPI_COMM_WORLD);
   run.lengths = pipeline::share_prompts(run.topo, run.prompts, /*last_stage_scores=*/options.logprobs);
   return saved_costs;
 }

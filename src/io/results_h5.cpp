@@ -329,7 +329,7 @@ std::optional<TokenRowsDigest> ResultWriter::digest_at(int prompt, int64_t posit
 std::optional<ResultWriter::ContinuedRows> ResultWriter::continue_prompt(int prompt, int64_t rows,
                                                                          const TokenRowsDigest& expected) {
   if (!layout_.token_rows()) throw std::logic_error("continue_prompt: this output stores no token rows");
-  constexpr int64_t kBlockRows = 65536;
+  const int64_t kBlockRows = block_rows(layout_.row_shape());
   TokenRowBuffer buffer;
   TokenRowsDigest digest;
   ContinuedRows continued;

@@ -22,6 +22,7 @@ std::vector<int32_t> read_token_ids(const std::string& path) {
   std::string line;
   for (int number = 1; std::getline(in, line); ++number) {
     line = line.substr(0, line.find('#'));
+    if (number == 1 && line.rfind("\xEF\xBB\xBF", 0) == 0) line.erase(0, 3);  // a UTF-8 byte-order mark
     for (char& c : line)
       if (c == ',' || c == '[' || c == ']') c = ' ';
     std::istringstream words(line);
@@ -31,7 +32,8 @@ std::vector<int32_t> read_token_ids(const std::string& path) {
       if (!digits)
         throw UserError(where + "'" + word +
                         "' is not a token id (non-negative integers, separated by spaces or commas)");
-      if (word.size() > 10 || std::stoll(word) > std::numeric_limits<int32_t>::max())
+      const size_t first_digit = std::min(word.find_first_not_of('0'), word.size() - 1);  // "007" is 7
+      if (word.size() - first_digit > 10 || std::stoll(word) > std::numeric_limits<int32_t>::max())
         throw UserError(where + word + " is not a token id (too large)");
       const auto id = static_cast<int32_t>(std::stoll(word));
       if (const auto seen = line_of.find(id); seen != line_of.end())
@@ -41,7 +43,8 @@ std::vector<int32_t> read_token_ids(const std::string& path) {
       ids.push_back(id);
       if (static_cast<int>(ids.size()) > kMaxTokenSet)
         throw UserError("--token-ids " + path + ": more than " + std::to_string(kMaxTokenSet) +
-                        " ids (each costs 4 bytes a scored token; --top-k gives the most likely tokens instead)");
+                        " ids (each adds 4 bytes to every token's row of the output; --top-k keeps the most "
+                        "likely tokens instead)");
     }
   }
   if (in.bad()) throw UserError("--token-ids " + path + ": cannot be read");

@@ -11,8 +11,9 @@
 
 namespace pf::io {
 
-// At most this many ids: every scored position stores 4 bytes per id.
-constexpr int kMaxTokenSet = 65536;
+// At most this many ids: /token_set_logprobs holds 4 bytes per id for every token of the input
+// (32 KiB a token at the limit: 4 GiB for 128K tokens), allocated when the output is created.
+constexpr int kMaxTokenSet = 8192;
 
 // The ids in the file's order. UserError (naming the file, and the line of a bad entry) for a
 // file that cannot be read, an entry that is not a non-negative integer, a repeated id, no

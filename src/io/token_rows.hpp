@@ -55,6 +55,14 @@ class TokenRowBuffer {
   std::vector<int32_t> topk_ids_;
 };
 
+// Rows in a block of rows copied or read back whole (prefix reuse, a resumed prompt, a store
+// entry): at most 65,536 and about 64 MiB, whatever the top-k's and the set's widths.
+inline int block_rows(const TokenRowShape& shape) {
+  const int64_t row_bytes = 4 * static_cast<int64_t>(shape.floats_per_token() > 0 ? shape.floats_per_token() : 1);
+  const int64_t rows = (int64_t{64} << 20) / row_bytes;
+  return static_cast<int>(rows < 1 ? 1 : rows > 65536 ? 65536 : rows);
+}
+
 inline TokenRowsIn as_input(const TokenRowsOut& rows) {
   return {rows.logprobs, rows.topk_logprobs, rows.topk_ids, rows.set_logprobs};
 }

@@ -46,28 +46,40 @@ Offsets offsets_of(int64_t tokens, const ScoresLayout& layout) {
 
 }  // namespace
 
+// Written a block of rows at a time at each array's offset (memory O(block), whatever the
+// prompt's length and the set's width), synced, then hashed as the reader will: in file order.
 void write_entry_scores(const std::string& prompt_dir, int64_t tokens, const ScoresLayout& layout,
                         const ReadRows& read) {
   const Offsets o = offsets_of(tokens, layout);
-  std::vector<char> data(o.end);
+  const std::string path = data_path(prompt_dir);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  bool ok = fd >= 0;
   const size_t k = static_cast<size_t>(layout.top_k), set = layout.token_set.size();
+  const int64_t block = io::block_rows(layout.row_shape());
   io::TokenRowBuffer buffer;
-  for (int64_t at = 0; at < tokens; at += kBlockRows) {
-    const int count = static_cast<int>(std::min(kBlockRows, tokens - at));
+  for (int64_t at = 0; ok && at < tokens; at += block) {
+    const int count = static_cast<int>(std::min(block, tokens - at));
     const io::TokenRowsOut rows = buffer.resize(layout.row_shape(), count);
     read(at, count, rows);
-    if (layout.logprobs) std::memcpy(data.data() + o.logprobs + 4 * at, rows.logprobs, 4 * count);
-    if (k) {
-      std::memcpy(data.data() + o.topk_logprobs + 4 * at * k, rows.topk_logprobs, 4 * count * k);
-      std::memcpy(data.data() + o.topk_ids + 4 * at * k, rows.topk_ids, 4 * count * k);
-    }
-    if (set) std::memcpy(data.data() + o.set_logprobs + 4 * at * set, rows.set_logprobs, 4 * count * set);
+    if (layout.logprobs) ok = io::write_at(fd, rows.logprobs, 4 * count, o.logprobs + 4 * at);
+    if (ok && k)
+      ok = io::write_at(fd, rows.topk_logprobs, 4 * count * k, o.topk_logprobs + 4 * at * k) &&
+           io::write_at(fd, rows.topk_ids, 4 * count * k, o.topk_ids + 4 * at * k);
+    if (ok && set) ok = io::write_at(fd, rows.set_logprobs, 4 * count * set, o.set_logprobs + 4 * at * set);
   }
-  io::write_durably(data_path(prompt_dir), data.data(), data.size());
-  nlohmann::json about = {{"tokens", tokens},
-                          {"logprobs", layout.logprobs},
-                          {"top_k", layout.top_k},
-                          {"fnv1a", io::Fnv1a().add(data.data(), data.size()).hex()}};
+  const int error = errno;
+  ok = ok && ::fdatasync(fd) == 0;
+  io::Fnv1a hash;
+  std::vector<char> bytes(size_t{1} << 22);
+  for (uint64_t at = 0; ok && at < o.end; at += bytes.size()) {
+    const size_t n = static_cast<size_t>(std::min<uint64_t>(bytes.size(), o.end - at));
+    ok = io::read_at(fd, bytes.data(), n, at);
+    hash.add(bytes.data(), n);
+  }
+  if (fd >= 0) ::close(fd);
+  if (!ok) throw std::runtime_error("cannot write " + path + ": " + std::strerror(error ? error : EIO));
+  nlohmann::json about = {
+      {"tokens", tokens}, {"logprobs", layout.logprobs}, {"top_k", layout.top_k}, {"fnv1a", hash.hex()}};
   if (set) about["token_set"] = layout.token_set;
   const std::string text = about.dump() + "\n";
   io::write_durably(json_path(prompt_dir), text.data(), text.size());

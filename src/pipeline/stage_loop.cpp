@@ -167,8 +167,8 @@ StageLoop::StageLoop(StageLoopContext& ctx)
   if (topo_.last_stage()) {
     sender_ = std::make_unique<ResultSender>(topo_, ctx.vocab_size, hidden_width_, ctx.token_rows, sink_);
     if (ctx.token_rows.any())
-      scorer_ =
-          std::make_unique<TokenScorer>(topo_, ctx.compute, ctx.prompts, ctx.vocab_size, ctx.token_rows, ctx.token_set);
+      scorer_ = std::make_unique<TokenScorer>(topo_, ctx.compute, ctx.prompts, ctx.vocab_size, ctx.token_rows,
+                                              ctx.token_set ? *ctx.token_set : std::vector<int32_t>{});
     logits_shard_.resize(ctx.compute.vocab_shard_size());
     if (hidden_width_ > 0 && topo_.tp_rank == 0) {
       HiddenStateRows::Store store;  // --hidden-states mean with --kv-store: sums lent, rows kept

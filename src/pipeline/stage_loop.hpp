@@ -38,8 +38,8 @@ struct StageLoopContext {
   // and every position's scores (--logprobs, --top-k, --token-ids).
   compute::HiddenStatesKind hidden_states = compute::HiddenStatesKind::kNone;
   TokenRowLayout token_rows{};
-  std::vector<int32_t> token_set;       // --token-ids (token_rows.set_size ids)
-  kv::KvExporter* kv_export = nullptr;  // --save-kv: every chunk's K/V goes to it
+  const std::vector<int32_t>* token_set = nullptr;  // --token-ids: token_rows.set_size ids (null: none)
+  kv::KvExporter* kv_export = nullptr;              // --save-kv: every chunk's K/V goes to it
   // --kv-store: prefixes the plan loads come from it, and every chunk's K/V goes to its exporter.
   KvStoreRun* kv_store = nullptr;
   // Checkpoints inside a prompt (null where the backend cannot read its KV back): restores a

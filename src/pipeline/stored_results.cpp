@@ -48,9 +48,9 @@ void StoredResults::token_rows(const TokenRows& given) {
   writer_.write_token_rows(rows.prompt, rows.start, rows.count, rows.data);
 }
 
-// In blocks of at most 64K rows, so a million-token prefix with a large --top-k stays small.
+// In blocks of io::block_rows, so a million-token prefix with a large --top-k or token set stays small.
 float StoredResults::copy_reused_rows(const TokenRows& rows, const sched::PrefixReuse& reuse) {
-  constexpr int64_t kBlockRows = 65536;
+  const int64_t kBlockRows = io::block_rows(rows.shape);
   if (reuse.source < 0 && (reuse.store_entry < 0 || !store_rows_))
     throw std::logic_error("token rows of a prefix that no prompt of this run computed nor the store holds");
   const int64_t first_scored = writer_.layout().first_scored(rows.prompt);

@@ -32,6 +32,9 @@ class TokenScorer {
   // `token_set` holds layout.set_size token ids (--token-ids).
   TokenScorer(const dist::Topology& topology, compute::StageCompute& compute, const io::PromptSet& prompts,
               int vocab_size, TokenRowLayout layout, std::vector<int32_t> token_set);
+  // Not copied nor moved: summary_shape_ points into token_set_.
+  TokenScorer(const TokenScorer&) = delete;
+  TokenScorer& operator=(const TokenScorer&) = delete;
   // Collective over the last stage's TP group. Scores micro-batch `mb`'s rows `hidden`
   // [mb.length, H]; on TP rank 0 returns its token part (planar, TokenRowLayout), else empty.
   const std::vector<float>& score(const sched::MicroBatch& mb, const float* hidden, int hidden_size);
