@@ -5,6 +5,8 @@
 #   every token scored   /score_start absent: the LM head on all TOKENS rows
 #   last SPAN scored     /score_start = TOKENS - SPAN: a context and its continuation, the LM
 #                        head on SPAN + 1 rows
+#   ... and a token set  every token scored, with --token-ids of four answer letters' ids
+#                        (what the set adds to the row summaries)
 # Each run REPEAT times, interleaved; the median wall and the peak RSS of the rank.
 # usage: scripts/bench_spans.sh [TOKENS] [SPAN] [REPEAT]   (default 4096 20 3)
 set -euo pipefail
@@ -22,6 +24,8 @@ with h5py.File(sys.argv[1], "r") as f, h5py.File(sys.argv[2], "w") as g:
     g["tokens"], g["offsets"] = f["tokens"][:], f["offsets"][:]
     g["score_start"] = np.array([int(sys.argv[3])], np.int64)
 PY
+echo "# four token ids, as scripts/token_ids.py writes them" >"$work/ids.txt"
+printf '%s\n' 330 378 340 422 >>"$work/ids.txt"
 # one LABEL INPUT [flags...]: wall seconds and peak RSS (MiB), appended to $work/LABEL.
 one() {
   local label=$1 input=$2
@@ -34,16 +38,18 @@ for _ in $(seq "$repeat"); do
   one logits "$work/all.h5"
   one all "$work/all.h5" --logprobs --top-k 1
   one span "$work/span.h5" --logprobs --top-k 1
+  one set "$work/all.h5" --logprobs --top-k 1 --token-ids "$work/ids.txt"
 done
 echo "SmolLM2-135M, one $tokens-token document, pp 1, median of $repeat runs ($(lscpu | grep -oP 'Model name:\s*\K.*'))"
-printf "%-34s %9s %9s %12s\n" outputs wall_s "RSS MiB" "vs logits"
+printf "%-38s %9s %9s %12s\n" outputs wall_s "RSS MiB" "vs logits"
 base=$(sort -n "$work/logits" | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}')
-for label in logits all span; do
+for label in logits all span set; do
   read -r wall rss < <(sort -n "$work/$label" | awk '{a[NR]=$0} END {print a[int((NR+1)/2)]}')
   case $label in
     logits) what="logits only" ;;
     all) what="every token scored" ;;
     span) what="last $span tokens scored (/score_start)" ;;
+    set) what="every token + 4 --token-ids" ;;
   esac
-  printf "%-34s %9.2f %9d %+11.1f%%\n" "$what" "$wall" "$rss" "$(echo "($wall / $base - 1) * 100" | bc -l)"
+  printf "%-38s %9.2f %9d %+11.1f%%\n" "$what" "$wall" "$rss" "$(echo "($wall / $base - 1) * 100" | bc -l)"
 done
