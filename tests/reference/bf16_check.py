@@ -4,7 +4,8 @@
 The prompts of smollm2_check.py (three licence excerpts and a chat prompt). pipefill in bf16
 (weights and KV cache stored bf16, GEMM inputs and attention's Q and P rounded to bf16, every
 sum and the residual stream float32) on pp 1, pp 2 and tp 3 with chunks that cut the prompts,
-with --logprobs, against:
+and with each bf16 GEMM forced (widened to sgemm; vdpbf16ps where the CPU has it), with
+--logprobs, against:
   - transformers in float32 and float64 on the same directory: how far bf16 storage moves the
     logits and log-probs (the accuracy a user gives up for half the memory);
   - transformers in bf16 (torch keeps its residual stream in bf16 too): pipefill's bf16 log-probs
@@ -41,11 +42,17 @@ LOGPROB_MEAN_BOUND = 0.03
 # 2^-8 of that value, carried through the later layers: layouts differ by bf16's own error
 # (measured 0.06-0.32 in the logits), not by float32 rounding as float32 runs do.
 LAYOUT_BOUND = LOGIT_BOUND
+# (name, ranks, options, PIPEFILL_BF16_GEMM): each layout with the GEMM the run chooses, and pp 1
+# with each of the two bf16 GEMMs forced (vdpbf16ps where the CPU has it): both kernels meet
+# the same bounds, whichever this machine would pick.
 LAYOUTS = [
-    ("pp1", 1, "--pp 1 --chunk-size 64 --page-size 16"),
-    ("pp2", 2, "--pp 2 --chunk-size 96 --page-size 32"),
-    ("tp3", 3, "--tp 3 --chunk-size 128 --page-size 64"),
+    ("pp1", 1, "--pp 1 --chunk-size 64 --page-size 16", None),
+    ("pp2", 2, "--pp 2 --chunk-size 96 --page-size 32", None),
+    ("tp3", 3, "--tp 3 --chunk-size 128 --page-size 64", None),
+    ("pp1_widened", 1, "--pp 1 --chunk-size 64 --page-size 16", "widen"),
 ]
+if "avx512_bf16" in open("/proc/cpuinfo").read():
+    LAYOUTS.append(("pp1_vdpbf16ps", 1, "--pp 1 --chunk-size 64 --page-size 16", "dot"))
 
 
 def token_logprobs(model, prompts):
@@ -121,10 +128,14 @@ def main():
 
     ok = True
     first = None
-    for name, ranks, options in LAYOUTS:
+    for name, ranks, options, kernel in LAYOUTS:
         out_h5 = os.path.join(work, name + ".h5")
+        os.environ.pop("PIPEFILL_BF16_GEMM", None)
+        if kernel:
+            os.environ["PIPEFILL_BF16_GEMM"] = kernel
         got, attributes, _ = run_pipefill(build, model_dir, prompts_h5, out_h5, ranks,
                                           f"{options} --dtype bf16 --logprobs")
+        os.environ.pop("PIPEFILL_BF16_GEMM", None)
         with h5py.File(out_h5, "r") as f:
             lp = f["token_logprobs"][:].astype(np.float64)
         vs_truth, vs_torch = max_abs(got, truth_logits), max_abs(got, bf16_logits)

@@ -234,6 +234,33 @@ TEST(Kernels, LinearBf16IsABf16GemmWithFloat32Sums) {
   EXPECT_GT(moved, 1e-3);  // the inputs really were rounded
 }
 
+// The vdpbf16ps kernel itself (where the CPU has it, whichever kernel linear_bf16 chose): the
+// same double formula on the rounded values, on an odd input width (a zero-padded last pair),
+// rows not a multiple of its 4-row tile and column slices that cut its 64-column blocks.
+TEST(Kernels, LinearBf16DotIsTheSameBf16Gemm) {
+  if (!cpu::bf16_dot_available()) GTEST_SKIP() << "this CPU has no vdpbf16ps (AVX512-BF16)";
+  const int rows = 37, in = 97, out = 150, in_even = 98;
+  const auto x = random_vector(size_t(rows) * in, 6, 2.0f);
+  const auto w = random_vector(size_t(out) * in, 7);
+  std::vector<uint16_t> w16(w.size()), x16(size_t(rows) * in_even, 0);
+  bf16::narrow(w.data(), static_cast<int64_t>(w.size()), w16.data());
+  for (int r = 0; r < rows; ++r) bf16::narrow(x.data() + r * in, in, x16.data() + r * in_even);
+  std::vector<float> y(size_t(rows) * out, std::nanf(""));
+  cpu::linear_bf16_dot(x16.data(), rows, in, w16.data(), 0, 80, out, y.data());
+  cpu::linear_bf16_dot(x16.data(), rows, in, w16.data(), 80, out, out, y.data());
+  double worst = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < out; ++o) {
+      double rounded = 0;
+      for (int i = 0; i < in; ++i) rounded += double(bf16::round(x[r * in + i])) * bf16::round(w[o * in + i]);
+      worst = std::max(worst, std::fabs(y[r * out + o] - rounded));  // NaN (a column not written) fails
+    }
+  EXPECT_LT(worst, 2e-5);
+  const cpu::Bf16DotRates rates = cpu::measure_bf16_dot_rates();
+  EXPECT_GT(rates.dot, 0);
+  EXPECT_GT(rates.fma, 0);
+}
+
 // A bf16 pool rounds to nearest even on the way in and widens exactly on the way out.
 TEST(Kernels, Bf16KvPoolRoundsOnWrite) {
   kv::PagedKvPool pool({2, 2, 8, 4, 2}, 4);

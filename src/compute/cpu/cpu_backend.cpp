@@ -44,7 +44,9 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
   backend.description = kv_shape.element_bytes == 2 ? "cpu (bf16)" : "cpu";
   const RankThreads rank_threads = decide_rank_threads(threads, MPI_COMM_WORLD);
   use_rank_threads(rank_threads);
-  backend.detail = std::string(kv_shape.element_bytes == 2 ? "bf16 weights and KV cache (float32 sums), " : "") +
+  backend.detail = std::string(kv_shape.element_bytes == 2
+                                   ? "bf16 weights and KV cache (float32 sums), " + cpu::bf16_gemm_description() + ", "
+                                   : "") +
                    cpu::isa_name(cpu::kernel_isa()) + " attention, " + cpu::blas_kernels_description() + ", " +
                    describe(rank_threads);
   if (const std::string warning = cpu::blas_kernels_warning(); !warning.empty() && topo.is_writer())

@@ -4,8 +4,13 @@
 #include <cblas.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <stdexcept>
+#include <string>
 #include <vector>
 
+#include "compute/cpu/gemm_bf16_dot.hpp"
 #include "compute/cpu/thread_pool.hpp"
 #include "io/bf16.hpp"
 
@@ -17,6 +22,7 @@ thread_local double gemm_flops = 0;
 // Each thread's widened block of weight rows, and the rounded x (one per caller).
 thread_local std::vector<float> widened_weight;
 thread_local std::vector<float> rounded_x;
+thread_local std::vector<uint16_t> narrowed_x;  // the vdpbf16ps path's x, bf16 bits
 
 // Weight rows widened per block: 256 rows of 1536 floats is 1.5 MiB, within L2 with the x
 // panel sgemm packs; the widening costs one pass over the weight per chunk, ~1/rows of the GEMM.
@@ -46,7 +52,64 @@ void linear(const float* x, int rows, int in, const float* weight, int out, floa
   count_gemm_flops(2.0 * rows * in * out);
 }
 
+namespace {
+
+Bf16GemmKernels decide_bf16_gemm() {
+  Bf16GemmKernels kernels;
+  kernels.rates = measure_bf16_dot_rates();
+  const char* forced = std::getenv("PIPEFILL_BF16_GEMM");
+  const std::string wanted = forced ? forced : "";
+  if (!wanted.empty() && wanted != "dot" && wanted != "widen")
+    throw std::runtime_error("PIPEFILL_BF16_GEMM=" + wanted + ": expected dot or widen");
+  if (wanted == "dot" && !bf16_dot_available())
+    throw std::runtime_error("PIPEFILL_BF16_GEMM=dot: this CPU or this build has no vdpbf16ps (AVX512-BF16)");
+  // vdpbf16ps counts twice the FLOPs of an FMA; it wins only where it issues about as fast
+  // (Zen 4), not at half the rate (Emerald Rapids): 1.25x the FMA's FLOPs pays for the packing.
+  const bool faster = bf16_dot_available() && kernels.rates.dot >= 1.25 * kernels.rates.fma;
+  kernels.dot = wanted.empty() ? faster : wanted == "dot";
+  kernels.forced = !wanted.empty();
+  return kernels;
+}
+
+}  // namespace
+
+const Bf16GemmKernels& bf16_gemm_kernels() {
+  static const Bf16GemmKernels kernels = decide_bf16_gemm();
+  return kernels;
+}
+
+std::string bf16_gemm_description() {
+  const Bf16GemmKernels& k = bf16_gemm_kernels();
+  char rates[96] = "";
+  if (k.rates.dot > 0)
+    std::snprintf(rates, sizeof rates, " (vdpbf16ps %.0f GFLOP/s against %.0f for float32 FMAs)", k.rates.dot,
+                  k.rates.fma);
+  return std::string(k.dot ? "bf16 GEMMs on vdpbf16ps" : "bf16 GEMMs widened to sgemm") +
+         (k.forced ? " (PIPEFILL_BF16_GEMM)" : rates);
+}
+
+namespace {
+
+// x [rows, in] rounded to bf16 bits, each row padded with a zero to an even length.
+void narrow_rows(const float* x, int rows, int in, std::vector<uint16_t>& out) {
+  const int in_even = (in + 1) / 2 * 2;
+  out.resize(static_cast<size_t>(rows) * in_even);
+  for (int r = 0; r < rows; ++r) {
+    bf16::narrow(x + static_cast<int64_t>(r) * in, in, out.data() + static_cast<size_t>(r) * in_even);
+    if (in_even != in) out[static_cast<size_t>(r) * in_even + in] = 0;
+  }
+}
+
+}  // namespace
+
 void linear_bf16(const float* x, int rows, int in, const uint16_t* weight, int out, float* y) {
+  if (bf16_gemm_kernels().dot) {
+    narrow_rows(x, rows, in, narrowed_x);
+    const uint16_t* xs = narrowed_x.data();
+    for_each_column_slice(out, [&](int begin, int end) { linear_bf16_dot(xs, rows, in, weight, begin, end, out, y); });
+    count_gemm_flops(2.0 * rows * in * out);
+    return;
+  }
   std::vector<float>& xr = rounded_x;
   xr.resize(static_cast<size_t>(rows) * in);
   const int64_t n = static_cast<int64_t>(rows) * in;

@@ -2,6 +2,9 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+
+#include "compute/cpu/gemm_bf16_dot.hpp"
 
 namespace pf::cpu {
 
@@ -10,10 +13,20 @@ namespace pf::cpu {
 void linear(const float* x, int rows, int in, const float* weight, int out, float* y);
 
 // The same with a bf16 weight (--dtype bf16) and x rounded to bf16 on the way in: the
-// products and float32 sums of a bf16 x bf16 -> float32 GEMM (io/bf16.hpp), computed by sgemm
-// on blocks of the weight widened into a per-thread float buffer. Why not vdpbf16ps: on the
-// CPUs measured it runs at half the float32 FMA rate (docs/choices.md).
+// products and float32 sums of a bf16 x bf16 -> float32 GEMM (io/bf16.hpp). Computed by
+// vdpbf16ps where this CPU runs it faster than float32 FMAs (measured once, gemm_bf16_dot.hpp),
+// else by sgemm on blocks of the weight widened into a per-thread float buffer.
+// PIPEFILL_BF16_GEMM=dot|widen forces one (tests, comparisons).
 void linear_bf16(const float* x, int rows, int in, const uint16_t* weight, int out, float* y);
+
+// Which bf16 GEMM runs, decided on first use, and the rates it was decided on.
+struct Bf16GemmKernels {
+  bool dot = false;     // vdpbf16ps; false: widened to sgemm
+  bool forced = false;  // by PIPEFILL_BF16_GEMM
+  Bf16DotRates rates;   // zero where the CPU has no vdpbf16ps
+};
+const Bf16GemmKernels& bf16_gemm_kernels();
+std::string bf16_gemm_description();  // for the run's header
 
 // OpenBLAS runs single-threaded (the pool gives each thread its slice; docs/choices.md).
 // Which of its kernels run: blas_kernels.hpp.

@@ -1,0 +1,150 @@
+// The vdpbf16ps GEMM (see gemm_bf16_dot.hpp). Compiled for AVX512-BF16 whatever the build's
+// -march; only called where the CPU has it (bf16_dot_available).
+//
+// The weight is packed per block of 64 output columns into pairs along the input: packed
+// [in_even / 2][64][2], so one 64-byte load holds 16 columns' pair k and a broadcast 32-bit
+// word of x holds row r's pair k. A tile of 4 rows x 64 columns keeps 16 accumulators; each
+// pair step is 4 loads, 4 broadcasts and 16 vdpbf16ps. The packing (one pass over the weight
+// per call) costs ~1/rows of the GEMM; a block's packed panel (in_even x 128 bytes: 192 KiB
+// for SmolLM2's 1,536) stays in L2 while every row of the chunk passes over it.
+#include "compute/cpu/gemm_bf16_dot.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <stdexcept>
+#include <vector>
+
+#if defined(PIPEFILL_X86_KERNELS)
+#include <immintrin.h>
+#endif
+
+namespace pf::cpu {
+
+#if defined(PIPEFILL_X86_KERNELS)
+namespace {
+
+constexpr int kBlockColumns = 64;  // 4 vectors of 16 float32 lanes
+constexpr int kTileRows = 4;
+
+thread_local std::vector<uint16_t> packed;
+
+// packed[(p * 64 + j) * 2 + t] = W[begin + j, 2p + t]; columns past `count` and the odd
+// input's last pair half are zero.
+void pack_block(const uint16_t* weight, int in, int begin, int count, int pairs) {
+  packed.assign(static_cast<size_t>(pairs) * kBlockColumns * 2, 0);
+  for (int j = 0; j < count; ++j) {
+    const uint16_t* row = weight + static_cast<int64_t>(begin + j) * in;
+    for (int k = 0; k < in; ++k) packed[(static_cast<size_t>(k / 2) * kBlockColumns + j) * 2 + (k & 1)] = row[k];
+  }
+}
+
+template <int kRows>
+__attribute__((target("avx512f,avx512bf16"))) void tile(const uint16_t* x, int in_even, int pairs, float* y, int out,
+                                                        int columns) {
+  __m512 acc[kRows][4];
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_setzero_ps();
+  const uint16_t* w = packed.data();
+  for (int p = 0; p < pairs; ++p, w += kBlockColumns * 2) {
+    __m512bh wv[4];
+    for (int c = 0; c < 4; ++c) wv[c] = (__m512bh)_mm512_loadu_si512(w + 32 * c);
+    for (int r = 0; r < kRows; ++r) {
+      int32_t pair;
+      std::memcpy(&pair, x + static_cast<int64_t>(r) * in_even + 2 * p, 4);
+      const __m512bh xv = (__m512bh)_mm512_set1_epi32(pair);
+      for (int c = 0; c < 4; ++c) acc[r][c] = _mm512_dpbf16_ps(acc[r][c], xv, wv[c]);
+    }
+  }
+  for (int r = 0; r < kRows; ++r)
+    for (int c = 0; c < 4; ++c) {
+      const int left = columns - 16 * c;
+      if (left <= 0) break;
+      const __mmask16 mask = left >= 16 ? __mmask16(0xFFFF) : __mmask16((1u << left) - 1);
+      _mm512_mask_storeu_ps(y + static_cast<int64_t>(r) * out + 16 * c, mask, acc[r][c]);
+    }
+}
+
+template <typename Body>
+double best_seconds(Body&& body) {
+  double best = 1e9;
+  for (int i = 0; i < 3; ++i) {
+    const auto start = std::chrono::steady_clock::now();
+    body();
+    best = std::min(best, std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count());
+  }
+  return best;
+}
+
+constexpr long kRateIterations = 100'000;  // 1.6 M instructions of each: about a millisecond
+volatile float rate_sink;
+
+// 16 independent chains: enough to cover the latency on every core measured.
+__attribute__((target("avx512f,avx512bf16"))) float dot_loop() {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3a833a83);
+  for (long n = 0; n < kRateIterations; ++n)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  float sum = 0;
+  for (int i = 0; i < 16; ++i) sum += _mm512_reduce_add_ps(acc[i]);
+  return sum;
+}
+
+__attribute__((target("avx512f"))) float fma_loop() {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (long n = 0; n < kRateIterations; ++n)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  float sum = 0;
+  for (int i = 0; i < 16; ++i) sum += _mm512_reduce_add_ps(acc[i]);
+  return sum;
+}
+
+}  // namespace
+
+bool bf16_dot_available() {
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
+}
+
+Bf16DotRates measure_bf16_dot_rates() {
+  if (!bf16_dot_available()) return {};
+  const double instructions = kRateIterations * 16.0 * 16;  // of 16 lanes each
+  Bf16DotRates rates;
+  rates.dot = instructions * 4 / best_seconds([] { rate_sink = dot_loop(); }) / 1e9;
+  rates.fma = instructions * 2 / best_seconds([] { rate_sink = fma_loop(); }) / 1e9;
+  return rates;
+}
+
+void linear_bf16_dot(const uint16_t* x, int rows, int in, const uint16_t* weight, int begin, int end, int out,
+                     float* y) {
+  const int in_even = (in + 1) / 2 * 2, pairs = in_even / 2;
+  for (int b0 = begin; b0 < end; b0 += kBlockColumns) {
+    const int columns = std::min(kBlockColumns, end - b0);
+    pack_block(weight, in, b0, columns, pairs);
+    int r = 0;
+    for (; r + kTileRows <= rows; r += kTileRows)
+      tile<kTileRows>(x + static_cast<int64_t>(r) * in_even, in_even, pairs, y + static_cast<int64_t>(r) * out + b0,
+                      out, columns);
+    for (; r < rows; ++r)
+      tile<1>(x + static_cast<int64_t>(r) * in_even, in_even, pairs, y + static_cast<int64_t>(r) * out + b0, out,
+              columns);
+  }
+}
+
+#else  // no x86 kernels in this build
+
+bool bf16_dot_available() {
+  return false;
+}
+Bf16DotRates measure_bf16_dot_rates() {
+  return {};
+}
+void linear_bf16_dot(const uint16_t*, int, int, const uint16_t*, int, int, int, float*) {
+  throw std::logic_error("linear_bf16_dot: this build has no x86 kernels (bf16_dot_available is false)");
+}
+
+#endif
+
+}  // namespace pf::cpu
