@@ -223,6 +223,8 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   smooth_factor_out_of_range) extra=(--pp 2 --dynamic-chunking --smooth-factor 1.5); expect="smooth factor must lie in [0, 1]" ;;
   smooth_factor_env_not_a_number) export SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR=fast; extra=(--pp 2 --dynamic-chunking)
     expect="SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR" ;;
+  bf16_gemm_env_unknown) export PIPEFILL_BF16_GEMM=fast; extra=(--pp 2 --dtype bf16)
+    expect="PIPEFILL_BF16_GEMM=fast: expected dot or widen" ;;
   cost_model_without_dynamic) extra=(--pp 2 --cost-model "$data/cost_tiny_pp2.json"); expect="--cost-model is used by dynamic chunking" ;;
   cost_model_other_partition) extra=(--pp 2 --layer-partition 3,5 --dynamic-chunking --cost-model "$data/cost_tiny_pp2.json")
     expect="profiled for another layer_partition" ;;

@@ -1,6 +1,8 @@
 // cpu backend factory (see cpu_backend.hpp).
 #include "compute/cpu/cpu_backend.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include "compute/cpu/blas_kernels.hpp"
 #include "compute/cpu/cpu_features.hpp"
 #include "compute/cpu/cpu_stage_compute.hpp"
@@ -9,6 +11,7 @@
 #include "dist/checked_step.hpp"
 #include "dist/host_all_reduce.hpp"
 #include "dist/host_transport.hpp"
+#include "dist/root_decision.hpp"
 #include "errors.hpp"
 #include "kvcache/kv_capacity.hpp"
 
@@ -33,6 +36,21 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
       throw UserError(e.what());
     }
   });
+  if (kv_shape.element_bytes == 2) {
+    // --dtype bf16: one GEMM for the job, rank 0's (it measures, or reads PIPEFILL_BF16_GEMM);
+    // ranks timed alone on a busy node could otherwise pick different ones.
+    const nlohmann::json chosen = nlohmann::json::parse(dist::decide_on_root(MPI_COMM_WORLD, [] {
+      try {
+        const cpu::Bf16GemmKernels k = cpu::decide_bf16_gemm();
+        return nlohmann::json{{"dot", k.dot}, {"forced", k.forced}, {"rate", k.rates.dot}, {"fma", k.rates.fma}}.dump();
+      } catch (const std::runtime_error& e) {
+        throw UserError(e.what());
+      }
+    }));
+    cpu::use_bf16_gemm({chosen["dot"].get<bool>(),
+                        chosen["forced"].get<bool>(),
+                        {chosen["rate"].get<double>(), chosen["fma"].get<double>()}});
+  }
   StageBackend backend;
   backend.kv_pool = std::make_unique<kv::PagedKvPool>(kv_shape, pages);
   if (topo.tp > 1) backend.all_reduce = std::make_unique<dist::HostAllReduce>(topo.tp_comm);

@@ -6,10 +6,13 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <mutex>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "compute/cpu/cpu_features.hpp"
 #include "compute/cpu/gemm_bf16_dot.hpp"
 #include "compute/cpu/thread_pool.hpp"
 #include "io/bf16.hpp"
@@ -52,30 +55,47 @@ void linear(const float* x, int rows, int in, const float* weight, int out, floa
   count_gemm_flops(2.0 * rows * in * out);
 }
 
-namespace {
-
 Bf16GemmKernels decide_bf16_gemm() {
   Bf16GemmKernels kernels;
-  kernels.rates = measure_bf16_dot_rates();
   const char* forced = std::getenv("PIPEFILL_BF16_GEMM");
   const std::string wanted = forced ? forced : "";
   if (!wanted.empty() && wanted != "dot" && wanted != "widen")
     throw std::runtime_error("PIPEFILL_BF16_GEMM=" + wanted + ": expected dot or widen");
-  if (wanted == "dot" && !bf16_dot_available())
-    throw std::runtime_error("PIPEFILL_BF16_GEMM=dot: this CPU or this build has no vdpbf16ps (AVX512-BF16)");
+  // PIPEFILL_CPU_ISA=avx2|portable narrows every hand-written kernel, this one included.
+  const bool available = bf16_dot_available() && kernel_isa() == Isa::kAvx512;
+  if (wanted == "dot" && !available)
+    throw std::runtime_error("PIPEFILL_BF16_GEMM=dot: this CPU, this build or PIPEFILL_CPU_ISA rules out vdpbf16ps");
+  kernels.forced = !wanted.empty();
+  if (kernels.forced) {
+    kernels.dot = wanted == "dot";
+    return kernels;
+  }
   // vdpbf16ps counts twice the FLOPs of an FMA; it wins only where it issues about as fast
   // (Zen 4), not at half the rate (Emerald Rapids): 1.25x the FMA's FLOPs pays for the packing.
-  const bool faster = bf16_dot_available() && kernels.rates.dot >= 1.25 * kernels.rates.fma;
-  kernels.dot = wanted.empty() ? faster : wanted == "dot";
-  kernels.forced = !wanted.empty();
+  if (available) kernels.rates = measure_bf16_dot_rates();
+  kernels.dot = available && kernels.rates.dot >= 1.25 * kernels.rates.fma;
   return kernels;
 }
 
+namespace {
+std::optional<Bf16GemmKernels> chosen_bf16_gemm;
+std::once_flag bf16_gemm_once;
 }  // namespace
 
+void use_bf16_gemm(const Bf16GemmKernels& kernels) {
+  // Never an instruction this CPU lacks, whatever another rank decided.
+  Bf16GemmKernels here = kernels;
+  here.dot = here.dot && bf16_dot_available() && kernel_isa() == Isa::kAvx512;
+  chosen_bf16_gemm = here;
+}
+
 const Bf16GemmKernels& bf16_gemm_kernels() {
-  static const Bf16GemmKernels kernels = decide_bf16_gemm();
-  return kernels;
+  // Set by the backend's set-up (one decision for the job); decided here on first use
+  // otherwise (unit tests, benchmarks).
+  std::call_once(bf16_gemm_once, [] {
+    if (!chosen_bf16_gemm) chosen_bf16_gemm = decide_bf16_gemm();
+  });
+  return *chosen_bf16_gemm;
 }
 
 std::string bf16_gemm_description() {

@@ -19,12 +19,19 @@ void linear(const float* x, int rows, int in, const float* weight, int out, floa
 // PIPEFILL_BF16_GEMM=dot|widen forces one (tests, comparisons).
 void linear_bf16(const float* x, int rows, int in, const uint16_t* weight, int out, float* y);
 
-// Which bf16 GEMM runs, decided on first use, and the rates it was decided on.
+// Which bf16 GEMM runs, and the rates it was decided on.
 struct Bf16GemmKernels {
   bool dot = false;     // vdpbf16ps; false: widened to sgemm
   bool forced = false;  // by PIPEFILL_BF16_GEMM
-  Bf16DotRates rates;   // zero where the CPU has no vdpbf16ps
+  Bf16DotRates rates;   // zero where not measured
 };
+// This process's choice: PIPEFILL_BF16_GEMM, else the measured rates (std::runtime_error on a
+// bad PIPEFILL_BF16_GEMM, or `dot` where vdpbf16ps cannot run).
+Bf16GemmKernels decide_bf16_gemm();
+// The job's choice (rank 0's decision, cpu_backend.cpp), before the first bf16 GEMM; a rank
+// whose CPU lacks vdpbf16ps widens whatever it is told.
+void use_bf16_gemm(const Bf16GemmKernels& kernels);
+// The choice in force: use_bf16_gemm's, or decide_bf16_gemm's on first use without one.
 const Bf16GemmKernels& bf16_gemm_kernels();
 std::string bf16_gemm_description();  // for the run's header
 
