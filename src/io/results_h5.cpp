@@ -329,12 +329,12 @@ std::optional<TokenRowsDigest> ResultWriter::digest_at(int prompt, int64_t posit
 std::optional<ResultWriter::ContinuedRows> ResultWriter::continue_prompt(int prompt, int64_t rows,
                                                                          const TokenRowsDigest& expected) {
   if (!layout_.token_rows()) throw std::logic_error("continue_prompt: this output stores no token rows");
-  const int64_t kBlockRows = block_rows(layout_.row_shape());
+  const int64_t block = block_rows(layout_.row_shape());
   TokenRowBuffer buffer;
   TokenRowsDigest digest;
   ContinuedRows continued;
-  for (int64_t at = 0; at < rows; at += kBlockRows) {
-    const int count = static_cast<int>(std::min(kBlockRows, rows - at));
+  for (int64_t at = 0; at < rows; at += block) {
+    const int count = static_cast<int>(std::min(block, rows - at));
     const TokenRowsOut block = buffer.resize(layout_.row_shape(), count);
     read_token_rows(prompt, at, count, block);
     add_to_digest(layout_, prompt, at, count, as_input(block), digest);

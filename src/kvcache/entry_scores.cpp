@@ -21,8 +21,6 @@ namespace pf::kv {
 
 namespace {
 
-constexpr int64_t kBlockRows = 65536;
-
 std::string json_path(const std::string& dir) {
   return dir + "/scores.json";
 }

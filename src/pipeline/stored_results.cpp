@@ -50,13 +50,13 @@ void StoredResults::token_rows(const TokenRows& given) {
 
 // In blocks of io::block_rows, so a million-token prefix with a large --top-k or token set stays small.
 float StoredResults::copy_reused_rows(const TokenRows& rows, const sched::PrefixReuse& reuse) {
-  const int64_t kBlockRows = io::block_rows(rows.shape);
+  const int64_t block = io::block_rows(rows.shape);
   if (reuse.source < 0 && (reuse.store_entry < 0 || !store_rows_))
     throw std::logic_error("token rows of a prefix that no prompt of this run computed nor the store holds");
   const int64_t first_scored = writer_.layout().first_scored(rows.prompt);
-  for (int64_t at = 0; at <= reuse.tokens; at += kBlockRows) {
+  for (int64_t at = 0; at <= reuse.tokens; at += block) {
     // One row past the prefix when it is in this block: the source's log-prob entry c.
-    const int count = static_cast<int>(std::min(kBlockRows, reuse.tokens + 1 - at));
+    const int count = static_cast<int>(std::min(block, reuse.tokens + 1 - at));
     const io::TokenRowsOut block = copied_.resize(rows.shape, count);
     if (reuse.source >= 0)
       writer_.read_token_rows(reuse.source, at, count, block);
