@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "compute/cpu/blas_kernels.hpp"
+#include "compute/cpu/gemm_bf16_dot.hpp"  // the FMA and vdpbf16ps loops pipefill itself times
 
 namespace {
 
@@ -35,18 +36,6 @@ double seconds_of(Work&& work) {
 
 constexpr long kIterations = 20'000'000;
 
-// 16 accumulators: enough independent chains to cover 2 ports x 4 cycles of FMA latency.
-__attribute__((target("avx512f"))) float fma_avx512() {
-  __m512 acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
-  for (long n = 0; n < kIterations; ++n)
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  float sum = 0;
-  for (int i = 0; i < 16; ++i) sum += _mm512_reduce_add_ps(acc[i]);
-  return sum;
-}
-
 __attribute__((target("avx2,fma"))) float fma_avx2() {
   __m256 acc[12];
   for (int i = 0; i < 12; ++i) acc[i] = _mm256_set1_ps(float(i));
@@ -58,17 +47,6 @@ __attribute__((target("avx2,fma"))) float fma_avx2() {
     _mm256_storeu_ps(buffer, acc[i]);
     for (float x : buffer) sum += x;
   }
-  return sum;
-}
-
-__attribute__((target("avx512f,avx512bf16"))) float dot_bf16() {
-  __m512 acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
-  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3a833a83);
-  for (long n = 0; n < kIterations; ++n)
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-  float sum = 0;
-  for (int i = 0; i < 16; ++i) sum += _mm512_reduce_add_ps(acc[i]);
   return sum;
 }
 
@@ -85,14 +63,14 @@ int main(int argc, char** argv) {
   const int threads = argc > 1 ? std::max(1, std::atoi(argv[1])) : 1;
   __builtin_cpu_init();
   if (__builtin_cpu_supports("avx512f")) {
-    const double s = seconds_of([] { sink = fma_avx512(); });
+    const double s = seconds_of([] { sink = pf::cpu::fma_avx512_loop(kIterations); });
     print("fma_peak", kIterations * 16.0 * 16 * 2 / s / 1e9, "GFLOP/s", "one core, float32 FMA, AVX-512");
   } else if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
     const double s = seconds_of([] { sink = fma_avx2(); });
     print("fma_peak", kIterations * 12.0 * 8 * 2 / s / 1e9, "GFLOP/s", "one core, float32 FMA, AVX2");
   }
   if (__builtin_cpu_supports("avx512bf16")) {
-    const double s = seconds_of([] { sink = dot_bf16(); });
+    const double s = seconds_of([] { sink = pf::cpu::dot_bf16_loop(kIterations); });
     print("bf16_peak", kIterations * 16.0 * 16 * 4 / s / 1e9, "GFLOP/s", "one core, vdpbf16ps (AVX512-BF16)");
   }
 

@@ -92,41 +92,41 @@ double best_seconds(Body&& body) {
 constexpr long kRateIterations = 100'000;  // 1.6 M instructions of each: about a millisecond
 volatile float rate_sink;
 
-// 16 independent chains: enough to cover the latency on every core measured.
-__attribute__((target("avx512f,avx512bf16"))) float dot_loop() {
-  __m512 acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
-  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3a833a83);
-  for (long n = 0; n < kRateIterations; ++n)
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
-  float sum = 0;
-  for (int i = 0; i < 16; ++i) sum += _mm512_reduce_add_ps(acc[i]);
-  return sum;
-}
-
-__attribute__((target("avx512f"))) float fma_loop() {
-  __m512 acc[16];
-  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
-  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
-  for (long n = 0; n < kRateIterations; ++n)
-    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
-  float sum = 0;
-  for (int i = 0; i < 16; ++i) sum += _mm512_reduce_add_ps(acc[i]);
-  return sum;
-}
-
 }  // namespace
 
 bool bf16_dot_available() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bf16");
 }
 
+// 16 independent chains: enough to cover the latency on every core measured.
+__attribute__((target("avx512f,avx512bf16"))) float dot_bf16_loop(long iterations) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512bh a = (__m512bh)_mm512_set1_epi32(0x3f803f80), b = (__m512bh)_mm512_set1_epi32(0x3a833a83);
+  for (long n = 0; n < iterations; ++n)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_dpbf16_ps(acc[i], a, b);
+  float sum = 0;
+  for (int i = 0; i < 16; ++i) sum += _mm512_reduce_add_ps(acc[i]);
+  return sum;
+}
+
+__attribute__((target("avx512f"))) float fma_avx512_loop(long iterations) {
+  __m512 acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_set1_ps(float(i));
+  const __m512 a = _mm512_set1_ps(0.999f), b = _mm512_set1_ps(1e-3f);
+  for (long n = 0; n < iterations; ++n)
+    for (int i = 0; i < 16; ++i) acc[i] = _mm512_fmadd_ps(acc[i], a, b);
+  float sum = 0;
+  for (int i = 0; i < 16; ++i) sum += _mm512_reduce_add_ps(acc[i]);
+  return sum;
+}
+
 Bf16DotRates measure_bf16_dot_rates() {
   if (!bf16_dot_available()) return {};
   const double instructions = kRateIterations * 16.0 * 16;  // of 16 lanes each
   Bf16DotRates rates;
-  rates.dot = instructions * 4 / best_seconds([] { rate_sink = dot_loop(); }) / 1e9;
-  rates.fma = instructions * 2 / best_seconds([] { rate_sink = fma_loop(); }) / 1e9;
+  rates.dot = instructions * 4 / best_seconds([] { rate_sink = dot_bf16_loop(kRateIterations); }) / 1e9;
+  rates.fma = instructions * 2 / best_seconds([] { rate_sink = fma_avx512_loop(kRateIterations); }) / 1e9;
   return rates;
 }
 
@@ -153,6 +153,12 @@ bool bf16_dot_available() {
 }
 Bf16DotRates measure_bf16_dot_rates() {
   return {};
+}
+float dot_bf16_loop(long) {
+  throw std::logic_error("dot_bf16_loop: this build has no x86 kernels");
+}
+float fma_avx512_loop(long) {
+  throw std::logic_error("fma_avx512_loop: this build has no x86 kernels");
 }
 void linear_bf16_dot(const uint16_t*, int, int, const uint16_t*, int, int, int, float*) {
   throw std::logic_error("linear_bf16_dot: this build has no x86 kernels (bf16_dot_available is false)");

@@ -20,6 +20,12 @@ struct Bf16DotRates {
 };
 Bf16DotRates measure_bf16_dot_rates();
 
+// The loops those rates time (and bench/cpu_ceilings.cpp's peaks): `iterations` x 16
+// independent vector instructions of 16 lanes, no memory traffic; the result only keeps the
+// compiler from dropping them. Where bf16_dot_available() only.
+float dot_bf16_loop(long iterations);
+float fma_avx512_loop(long iterations);
+
 // y[r, begin..end) = x[r, :] . W[begin..end, :]^T for r < rows: `x` [rows, in_even] bf16 bits,
 // each row padded with a zero to an even length in_even (vdpbf16ps takes pairs), W [out, in]
 // bf16 bits as stored, y [rows, out] float32. Single-threaded: the caller splits the columns.
