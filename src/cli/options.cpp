@@ -534,14 +534,12 @@ void check_backend_supports(const RunOptions& o) {
       throw UserError(compute::refusal(o.placement.backend, a.product, a.flag));
 }
 
-void check_token_rows_fit(const RunOptions& o) {
+void check_token_rows_fit(const RunOptions& o, int set_size) {
   // A chunk's token rows travel as one MPI message of (1 + 2k + S) floats a token.
   const int64_t longest = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
-  if (longest * o.token_row_shape().floats_per_token() <= (int64_t{1} << 30)) return;
-  const std::string asked = o.token_set.empty() ? "--top-k " + std::to_string(o.top_k)
-                            : o.top_k == 0      ? std::to_string(o.token_set.size()) + " --token-ids"
-                                                : "--top-k " + std::to_string(o.top_k) + " and " +
-                                                 std::to_string(o.token_set.size()) + " --token-ids";
+  if (longest * io::TokenRowShape{o.logprobs, o.top_k, set_size}.floats_per_token() <= (int64_t{1} << 30)) return;
+  const std::string set = std::to_string(set_size) + " --token-ids", top_k = "--top-k " + std::to_string(o.top_k);
+  const std::string asked = set_size == 0 ? top_k : o.top_k == 0 ? set : top_k + " and " + set;
   throw UserError(asked + " with chunks of up to " + std::to_string(longest) +
                   " tokens make messages of more than 2^30 floats: ask for fewer, or a smaller --chunk-size");
 }
@@ -575,7 +573,7 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
     throw UserError(
         "--kv-dtype sets the dtype of --save-kv's files: add --save-kv DIR (--kv-store always keeps float32, "
         "so that a loaded prefix gives what computing it gives)");
-  check_token_rows_fit(o);  // (again with the --token-ids set once rank 0 has read it)
+  check_token_rows_fit(o, 0);  // (again with the --token-ids set once rank 0 has read it)
   // --output equal to --input (or any other clash of paths, links included) is refused by
   // io::require_distinct_paths before anything is read, with both paths in the message.
   return true;

@@ -137,9 +137,9 @@ struct PlanOptions {
 
 // Each parser throws UserError for unknown flags, bad values and missing required options.
 // They return false when --help was asked for (the help text is already printed).
-// UserError when a chunk's token rows (--logprobs, --top-k, the --token-ids set) would make a
-// message of more than 2^30 floats.
-void check_token_rows_fit(const RunOptions& options);
+// UserError when a chunk's token rows (--logprobs, --top-k, a --token-ids set of `set_size`)
+// would make a message of more than 2^30 floats.
+void check_token_rows_fit(const RunOptions& options, int set_size);
 bool parse_run(int argc, char** argv, RunOptions& options);
 bool parse_profile(int argc, char** argv, ProfileOptions& options);
 bool parse_simulate(int argc, char** argv, SimulateOptions& options);

@@ -54,11 +54,10 @@ void check_run_paths(const RunOptions& o) {
 
 std::vector<int32_t> read_token_set(const RunOptions& options, const pipeline::RankModel& rank_model) {
   if (options.token_ids.empty()) return {};
-  RunOptions with_set = options;
-  with_set.token_set = io::read_token_ids(options.token_ids);
-  io::check_token_set(with_set.token_set, rank_model.shape.vocab_size, options.token_ids);
-  check_token_rows_fit(with_set);
-  return with_set.token_set;
+  std::vector<int32_t> token_set = io::read_token_ids(options.token_ids);
+  io::check_token_set(token_set, rank_model.shape.vocab_size, options.token_ids);
+  check_token_rows_fit(options, static_cast<int>(token_set.size()));
+  return token_set;
 }
 
 io::PromptSet read_run_prompts(const RunOptions& o, const pipeline::RankModel& m) {

@@ -78,17 +78,18 @@ inline ScoredRows scored_rows(int64_t first_scored, int64_t start, int count) {
   return {within(first_scored - start), within(first_scored - 1 - start)};
 }
 
+inline bool all_finite(const float* values, size_t count) {
+  for (size_t i = 0; i < count; ++i)
+    if (!std::isfinite(values[i])) return false;
+  return true;
+}
+
 // Whether every entry of the block's scored part is finite (what is not scored is NaN by rule).
 inline bool scored_part_finite(const TokenRowShape& shape, ScoredRows part, int count, const TokenRowsIn& rows) {
-  const auto finite = [](const float* v, size_t n) {
-    for (size_t i = 0; i < n; ++i)
-      if (!std::isfinite(v[i])) return false;
-    return true;
-  };
   const size_t k = shape.top_k, set = shape.set_size, from = part.topk_from, rows_from = count - part.topk_from;
-  return (!rows.logprobs || finite(rows.logprobs + part.logprobs_from, count - part.logprobs_from)) &&
-         (!rows.topk_logprobs || finite(rows.topk_logprobs + from * k, rows_from * k)) &&
-         (!rows.set_logprobs || finite(rows.set_logprobs + from * set, rows_from * set));
+  return (!rows.logprobs || all_finite(rows.logprobs + part.logprobs_from, count - part.logprobs_from)) &&
+         (!rows.topk_logprobs || all_finite(rows.topk_logprobs + from * k, rows_from * k)) &&
+         (!rows.set_logprobs || all_finite(rows.set_logprobs + from * set, rows_from * set));
 }
 
 // Rows copied from another prompt (or a store entry) that scored more than this one: what

@@ -8,16 +8,6 @@
 
 namespace pf::pipeline {
 
-namespace {
-
-bool all_finite(const float* values, int64_t count) {
-  for (int64_t i = 0; i < count; ++i)
-    if (!std::isfinite(values[i])) return false;
-  return true;
-}
-
-}  // namespace
-
 StoredResults::StoredResults(io::ResultWriter& writer, int vocab_size, int hidden_width, const sched::BatchPlan& plan)
     : writer_(writer), vocab_size_(vocab_size), hidden_width_(hidden_width), reuse_(plan.reuse) {}
 
@@ -73,8 +63,8 @@ float StoredResults::copy_reused_rows(const TokenRows& rows, const sched::Prefix
 }
 
 void StoredResults::prompt_row(int prompt, const float* logits, const float* hidden, double ttft_s) {
-  const bool finite = (!logits || all_finite(logits, vocab_size_)) && (!hidden || all_finite(hidden, hidden_width_)) &&
-                      (open_prompt_ != prompt || open_finite_);
+  const bool finite = (!logits || io::all_finite(logits, vocab_size_)) &&
+                      (!hidden || io::all_finite(hidden, hidden_width_)) && (open_prompt_ != prompt || open_finite_);
   if (!finite) {
     nonfinite_.push_back(prompt);
     return;
