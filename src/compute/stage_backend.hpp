@@ -45,7 +45,8 @@ struct KvDemand {
 };
 
 // This rank's weights (its stage's layers, its TP shard), read when the factory is ready
-// for them. Collective.
-using WeightsLoader = std::function<model::StageWeights()>;
+// for them; with a sink, each layer goes to it as it is read (model::load_stage_weights).
+// Collective.
+using WeightsLoader = std::function<model::StageWeights(const model::LayerSink&)>;
 
 }  // namespace pf::compute

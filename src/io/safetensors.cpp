@@ -256,11 +256,18 @@ void SafetensorsFile::read_block(const std::string& name, int64_t row0, int64_t 
     throw UserError(path_ + ": tensor " + name + " is smaller than the slice the model needs");
   const int elem = dtype_size(t.dtype);
   const uint64_t row_bytes = static_cast<uint64_t>(t.cols()) * elem;
-  std::vector<char> raw;
-  if (cols == t.cols()) {  // whole rows: one contiguous read
-    raw.resize(static_cast<size_t>(rows * cols * elem));
-    pread_all(fd_, raw.data(), raw.size(), t.file_begin + row0 * row_bytes, path_);
-    convert_to_float(t.dtype, raw.data(), rows * cols, out);
+  // One reused buffer of at most 8 MiB of file bytes: read, converted while still in cache.
+  constexpr int64_t kBlockBytes = int64_t{8} << 20;
+  thread_local std::vector<char> raw;
+  if (cols == t.cols()) {  // whole rows: contiguous, read in blocks
+    const int64_t total = rows * cols, block = std::max<int64_t>(1, kBlockBytes / elem);
+    raw.resize(static_cast<size_t>(std::min(total, block) * elem));
+    for (int64_t done = 0; done < total; done += block) {
+      const int64_t count = std::min(block, total - done);
+      pread_all(fd_, raw.data(), static_cast<size_t>(count * elem), t.file_begin + row0 * row_bytes + done * elem,
+                path_);
+      convert_to_float(t.dtype, raw.data(), count, out + done);
+    }
     return;
   }
   raw.resize(static_cast<size_t>(cols * elem));

@@ -24,18 +24,30 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 // Reads a slice and digests it (the weights' identity covers every value a rank computes
 // with, model/weights_digest.hpp). A slice holding NaN or Inf is loaded anyway but noted in
 // the record's warnings; routing tensors refuse it (require_finite).
-std::vector<float> read(const TensorSource& source, const std::string& name, int64_t row0, int64_t rows, int64_t col0,
-                        int64_t cols, LoadRecord& record) {
-  std::vector<float> out(static_cast<size_t>(rows * cols));
-  source.read_block(name, row0, rows, col0, cols, out.data());
+// Fused tensors (q|k|v, gate|up) are read in place behind what `out` holds: the caller
+// reserves their whole size first, so no part is copied or reallocated (an 8B model's
+// weights are tens of GB; every extra pass over fresh memory costs seconds of page faults).
+void read_append(std::vector<float>& out, const TensorSource& source, const std::string& name, int64_t row0,
+                 int64_t rows, int64_t col0, int64_t cols, LoadRecord& record) {
+  const size_t at = out.size(), count = static_cast<size_t>(rows * cols);
+  out.resize(at + count);
+  float* values = out.data() + at;
+  source.read_block(name, row0, rows, col0, cols, values);
   const std::vector<int64_t> shape = source.shape(name);
   int64_t tensor_cols = 1;  // the 2-D view read_block uses: [shape[0], the rest]
   for (size_t d = 1; d < shape.size(); ++d) tensor_cols *= shape[d];
-  record.digests.push_back(digest_block(name, row0, rows, col0, cols, tensor_cols, out.data()));
-  const auto bad = std::count_if(out.begin(), out.end(), [](float v) { return !std::isfinite(v); });
+  record.digests.push_back(digest_block(name, row0, rows, col0, cols, tensor_cols, values));
+  const auto bad = std::count_if(values, values + count, [](float v) { return !std::isfinite(v); });
   if (bad > 0)
-    record.warnings.push_back(name + " holds " + std::to_string(bad) + " NaN/Inf value(s) in this rank's slice; its "
+    record.warnings.push_back(name + " holds " + std::to_string(bad) +
+                              " NaN/Inf value(s) in this rank's slice; its "
                               "logits will likely be NaN");
+}
+
+std::vector<float> read(const TensorSource& source, const std::string& name, int64_t row0, int64_t rows, int64_t col0,
+                        int64_t cols, LoadRecord& record) {
+  std::vector<float> out;
+  read_append(out, source, name, row0, rows, col0, cols, record);
   return out;
 }
 
@@ -46,10 +58,6 @@ void require_finite(const std::vector<float>& values, const std::string& name) {
   if (bad > 0)
     throw UserError(name + " holds " + std::to_string(bad) +
                     " NaN/Inf value(s): the router would choose experts by them; the checkpoint is damaged");
-}
-
-void append(std::vector<float>& dst, const std::vector<float>& src) {
-  dst.insert(dst.end(), src.begin(), src.end());
 }
 
 }  // namespace
@@ -85,8 +93,7 @@ void validate_tensors(const ModelConfig& config, const TensorSource& source, con
   }
   for (const auto& name : source.names())
     if (unread_layer_tensor(name, config.num_layers, expected))
-      throw UserError(origin + ": tensor " + name + " is in the checkpoint but not in the " +
-                      config.architecture_name +
+      throw UserError(origin + ": tensor " + name + " is in the checkpoint but not in the " + config.architecture_name +
                       " layer pipefill computes from this config.json (a bias or a projection it would leave out); "
                       "check the config (attention_bias, mlp_bias, ...) against the weights");
 }
@@ -104,7 +111,7 @@ std::vector<std::pair<const char*, int>> tp_divided_widths(const ModelConfig& c,
   if (c.is_moe()) {
     if (split == ExpertSplit::kWidth)
       widths.push_back({c.architecture == Architecture::kMixtral ? "intermediate_size (each expert's width)"
-                                                                   : "moe_intermediate_size",
+                                                                 : "moe_intermediate_size",
                         c.moe.intermediate});
     if (c.moe.shared_intermediate > 0) widths.push_back({"the shared expert's width", c.moe.shared_intermediate});
   }
@@ -116,11 +123,14 @@ std::vector<std::pair<const char*, int>> tp_divided_widths(const ModelConfig& c,
 ExpertSplit parse_expert_split(const std::string& text) {
   if (text == "width") return ExpertSplit::kWidth;
   if (text == "experts") return ExpertSplit::kExperts;
-  throw UserError("--expert-split " + text + " is unknown (width: a slice of every expert per TP rank; experts: "
+  throw UserError("--expert-split " + text +
+                  " is unknown (width: a slice of every expert per TP rank; experts: "
                   "whole experts per TP rank)");
 }
 
-const char* expert_split_name(ExpertSplit split) { return split == ExpertSplit::kWidth ? "width" : "experts"; }
+const char* expert_split_name(ExpertSplit split) {
+  return split == ExpertSplit::kWidth ? "width" : "experts";
+}
 
 void validate_tensor_parallel(const ModelConfig& c, int tp, ExpertSplit split) {
   const auto widths = tp_divided_widths(c, split);
@@ -176,12 +186,13 @@ size_t StageWeights::bytes() const {
 namespace {
 
 // A SwiGLU block of `width` columns, this rank's slice [rank * width, (rank + 1) * width).
-SwigluWeights read_swiglu(const TensorSource& source, const SwigluNames& names, int64_t h, int64_t width,
-                          int slice, LoadRecord& record) {
+SwigluWeights read_swiglu(const TensorSource& source, const SwigluNames& names, int64_t h, int64_t width, int slice,
+                          LoadRecord& record) {
   const int64_t row0 = slice * width;
   SwigluWeights w;
-  w.gate_up = read(source, names.gate, row0, width, 0, h, record);
-  append(w.gate_up, read(source, names.up, row0, width, 0, h, record));
+  w.gate_up.reserve(static_cast<size_t>(2 * width * h));
+  read_append(w.gate_up, source, names.gate, row0, width, 0, h, record);
+  read_append(w.gate_up, source, names.up, row0, width, 0, h, record);
   w.down = read(source, names.down, 0, h, row0, width, record);
   return w;
 }
@@ -214,8 +225,8 @@ void load_latent_attention(const ModelConfig& c, const TensorSource& source, con
   l.kv_a = read(source, n("self_attn.kv_a_proj_with_mqa.weight"), 0, m.latent_width(), 0, h, record);
   l.kv_a_norm = read(source, n("self_attn.kv_a_layernorm.weight"), 0, m.kv_lora_rank, 0, 1, record);
   const int64_t kv_b_rows = m.qk_nope_head_dim + m.v_head_dim;
-  l.kv_b = read(source, n("self_attn.kv_b_proj.weight"), head0 * kv_b_rows, heads * kv_b_rows, 0, m.kv_lora_rank,
-                record);
+  l.kv_b =
+      read(source, n("self_attn.kv_b_proj.weight"), head0 * kv_b_rows, heads * kv_b_rows, 0, m.kv_lora_rank, record);
   l.o = read(source, n("self_attn.o_proj.weight"), 0, h, head0 * m.v_head_dim, heads * m.v_head_dim, record);
   if (m.rope_interleave) {
     for (int64_t head = 0; head < heads; ++head)
@@ -224,19 +235,20 @@ void load_latent_attention(const ModelConfig& c, const TensorSource& source, con
   }
 }
 
-void load_attention(const ModelConfig& c, const TensorSource& source, const LayerTensorNames& n,
-                    const ShardSpec& shard, LayerWeights& l, LoadRecord& record) {
+void load_attention(const ModelConfig& c, const TensorSource& source, const LayerTensorNames& n, const ShardSpec& shard,
+                    LayerWeights& l, LoadRecord& record) {
   const int64_t h = c.hidden_size, d = c.head_dim;
   const int64_t q_rows = shard.heads * d, kv_rows = shard.kv_heads * d;
   const int64_t q_row0 = shard.tp_rank * q_rows, kv_row0 = shard.tp_rank * kv_rows;
   // Column parallel: each rank owns whole heads, i.e. a contiguous block of output rows.
-  l.qkv = read(source, n("self_attn.q_proj.weight"), q_row0, q_rows, 0, h, record);
-  append(l.qkv, read(source, n("self_attn.k_proj.weight"), kv_row0, kv_rows, 0, h, record));
-  append(l.qkv, read(source, n("self_attn.v_proj.weight"), kv_row0, kv_rows, 0, h, record));
+  l.qkv.reserve(static_cast<size_t>((q_rows + 2 * kv_rows) * h));
+  read_append(l.qkv, source, n("self_attn.q_proj.weight"), q_row0, q_rows, 0, h, record);
+  read_append(l.qkv, source, n("self_attn.k_proj.weight"), kv_row0, kv_rows, 0, h, record);
+  read_append(l.qkv, source, n("self_attn.v_proj.weight"), kv_row0, kv_rows, 0, h, record);
   if (c.attention_bias) {
-    l.qkv_bias = read(source, n("self_attn.q_proj.bias"), q_row0, q_rows, 0, 1, record);
-    append(l.qkv_bias, read(source, n("self_attn.k_proj.bias"), kv_row0, kv_rows, 0, 1, record));
-    append(l.qkv_bias, read(source, n("self_attn.v_proj.bias"), kv_row0, kv_rows, 0, 1, record));
+    read_append(l.qkv_bias, source, n("self_attn.q_proj.bias"), q_row0, q_rows, 0, 1, record);
+    read_append(l.qkv_bias, source, n("self_attn.k_proj.bias"), kv_row0, kv_rows, 0, 1, record);
+    read_append(l.qkv_bias, source, n("self_attn.v_proj.bias"), kv_row0, kv_rows, 0, 1, record);
   }
   if (c.qk_norm) {
     l.q_norm = read(source, n("self_attn.q_norm.weight"), 0, d, 0, 1, record);
@@ -266,7 +278,8 @@ void load_experts(const ModelConfig& c, const TensorSource& source, const LayerT
 }  // namespace
 
 StageWeights load_stage_weights(const ModelConfig& c, const TensorSource& source, const StageRange& stage,
-                                bool first_stage, bool last_stage, const ShardSpec& shard) {
+                                bool first_stage, bool last_stage, const ShardSpec& shard,
+                                const LayerSink& take_layer) {
   const int64_t h = c.hidden_size;
   StageWeights w;
   w.first_layer = stage.first;
@@ -300,7 +313,10 @@ StageWeights load_stage_weights(const ModelConfig& c, const TensorSource& source
       l.gate_up = std::move(mlp.gate_up);
       l.down = std::move(mlp.down);
     }
-    w.layers.push_back(std::move(l));
+    if (take_layer)
+      take_layer(std::move(l));
+    else
+      w.layers.push_back(std::move(l));
   }
   if (last_stage) {
     w.final_norm = read(source, "model.norm.weight", 0, h, 0, 1, w.record);

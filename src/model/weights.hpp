@@ -3,6 +3,7 @@
 // and gate/up into another so each is a single GEMM.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -28,7 +29,7 @@ struct ShardSpec {
   int heads = 0;         // local query heads
   int kv_heads = 0;      // local key/value heads (MLA: 1, the latent every head reads)
   int intermediate = 0;  // local MLP width
-  int expert_begin = 0;         // the routed experts this rank holds: [begin, begin + count)
+  int expert_begin = 0;  // the routed experts this rank holds: [begin, begin + count)
   int expert_count = 0;
   int expert_intermediate = 0;  // local width of each of them
   int expert_slice = 0;         // which width slice of them (tp_rank, or 0 for whole experts)
@@ -36,8 +37,7 @@ struct ShardSpec {
   int vocab_begin = 0;
   int vocab_count = 0;
 };
-ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank,
-                          ExpertSplit split = ExpertSplit::kWidth);
+ShardSpec make_shard_spec(const ModelConfig& config, int tp, int tp_rank, ExpertSplit split = ExpertSplit::kWidth);
 // The vocabulary rows [begin, begin + count) TP rank `tp_rank` owns (remainder on the first ranks).
 struct VocabSlice {
   int begin = 0;
@@ -78,11 +78,11 @@ struct LayerWeights {
   std::vector<float> kv_b;       // [heads * (nope + v), kv_lora]: local heads
 
   // Mixture of experts (a sparse layer), instead of gate_up / down.
-  std::vector<float> router;         // [experts, H]
-  std::vector<float> router_bias;    // [experts]: e_score_correction_bias, empty unless DeepSeek
+  std::vector<float> router;           // [experts, H]
+  std::vector<float> router_bias;      // [experts]: e_score_correction_bias, empty unless DeepSeek
   std::vector<SwigluWeights> experts;  // this rank's routed experts (ShardSpec), each whole or a slice
-  SwigluWeights shared;              // the shared expert's slice (empty: none)
-  std::vector<float> shared_gate;    // [H] (Qwen2-MoE), empty otherwise
+  SwigluWeights shared;                // the shared expert's slice (empty: none)
+  std::vector<float> shared_gate;      // [H] (Qwen2-MoE), empty otherwise
 };
 
 // What loading noted beside the values: warnings for the user, and a digest of every block
@@ -98,11 +98,17 @@ struct StageWeights {
   std::vector<LayerWeights> layers;
   std::vector<float> final_norm;  // [H] on the last stage only
   std::vector<float> lm_head;     // [vocab_count, H] on the last stage only
-  LoadRecord record;  // warnings (tensors holding NaN or Inf) and the digests of what was read
+  LoadRecord record;              // warnings (tensors holding NaN or Inf) and the digests of what was read
   size_t bytes() const;
 };
 
+// Takes each layer as soon as it is read, in order, instead of StageWeights::layers: a
+// backend that keeps its weights elsewhere (the GPU) then never holds the stage's float32
+// copy on the host, one layer at a time instead (an 8B model's 32 layers: 0.9 GB, not 28 GB).
+using LayerSink = std::function<void(LayerWeights&&)>;
+
 StageWeights load_stage_weights(const ModelConfig& config, const TensorSource& source, const StageRange& stage,
-                                bool first_stage, bool last_stage, const ShardSpec& shard);
+                                bool first_stage, bool last_stage, const ShardSpec& shard,
+                                const LayerSink& take_layer = {});
 
 }  // namespace pf::model

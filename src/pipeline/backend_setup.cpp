@@ -37,8 +37,8 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
   });
   const compute::KvDemand demand{lengths, request.profile_room_tokens};
   std::vector<model::BlockDigest> digests;  // kept from the loaded weights, which the backend consumes
-  const compute::WeightsLoader load_weights = [&] {
-    model::StageWeights weights = load_rank_weights(topo, m);
+  const compute::WeightsLoader load_weights = [&](const model::LayerSink& take_layer) {
+    model::StageWeights weights = load_rank_weights(topo, m, take_layer);
     digests = std::move(weights.record.digests);
     return weights;
   };

@@ -101,11 +101,12 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
   return m;
 }
 
-model::StageWeights load_rank_weights(const dist::Topology& topo, const RankModel& m) {
+model::StageWeights load_rank_weights(const dist::Topology& topo, const RankModel& m,
+                                      const model::LayerSink& take_layer) {
   model::StageWeights weights;
   dist::checked_step(MPI_COMM_WORLD, [&] {
     weights = model::load_stage_weights(m.config(), *m.source->tensors, m.partition[topo.stage], topo.first_stage(),
-                                        topo.last_stage(), m.shard);
+                                        topo.last_stage(), m.shard, take_layer);
   });
   for (const auto& warning : weights.record.warnings)
     std::fprintf(stderr, "warning: rank %d: %s\n", topo.world_rank, warning.c_str());

@@ -51,7 +51,8 @@ RankModel open_rank_model(const dist::Topology& topology, const std::string& mod
                           int scored_chunk = 0);
 
 // Collective. This rank's layers and TP shard only, with the digests of what it read.
-model::StageWeights load_rank_weights(const dist::Topology& topology, const RankModel& rank_model);
+model::StageWeights load_rank_weights(const dist::Topology& topology, const RankModel& rank_model,
+                                      const model::LayerSink& take_layer = {});
 
 // Collective, after every rank loaded its weights: the weights' identity from every rank's
 // digests (model/weights_digest.hpp), the same whatever the layout; on every rank (over

@@ -55,6 +55,17 @@ void maybe_hang(int rank, int micro_batch) {
   for (;;) std::this_thread::sleep_for(std::chrono::seconds(3600));
 }
 
+// Test hook: PIPEFILL_TEST_MICRO_BATCH_DELAY_MS=n makes every rank wait n ms before each
+// micro-batch, as a slow device would, so that a signal sent once the first progress line is
+// out lands inside the prompt even where a GPU computes the whole test prompt in 0.1 s.
+void maybe_delay() {
+  static const int delay_ms = [] {
+    const char* value = std::getenv("PIPEFILL_TEST_MICRO_BATCH_DELAY_MS");
+    return value ? std::max(0, std::atoi(value)) : 0;
+  }();
+  if (delay_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+}
+
 class StageLoop {
  public:
   explicit StageLoop(StageLoopContext& context);
@@ -199,6 +210,7 @@ bool StageLoop::steady_state(long long i) {
   if (i >= count_) return false;
   const sched::MicroBatch& mb = mbs_[i];
   maybe_hang(topo_.world_rank, mb.index);
+  maybe_delay();
   post_receives_until(std::min(i + depth_, count_));  // after the warm-up: one more per step
   std::optional<dist::ReadySlot> state = receive_forward(i);
   if (!state) return false;

@@ -41,18 +41,30 @@ vocab=$("$PYTHON" -c "import json, sys; print(min(500, json.load(open(sys.argv[1
   --vocab "$vocab" --seed 4 >/dev/null
 # PF_HIDDEN=last|mean: both runs also write /hidden_states, compared like the logits.
 # PF_SCORES=1: both runs also score every token (--logprobs --top-k 3), compared below.
+# PF_ROUTED=1 (routed models): both runs also write /token_logprobs, checked position by
+# position below.
 hidden=()
 [ -z "${PF_HIDDEN:-}" ] || hidden=(--hidden-states "$PF_HIDDEN")
 [ -z "${PF_SCORES:-}" ] || hidden+=(--logprobs --top-k 3)
-cpu=$work/$preset-cpu${PF_HIDDEN:+-$PF_HIDDEN}${PF_SCORES:+-scores}.h5
+[ -z "${PF_ROUTED:-}" ] || [ -n "${PF_SCORES:-}" ] || hidden+=(--logprobs)
+cpu=$work/$preset-cpu${PF_HIDDEN:+-$PF_HIDDEN}${PF_SCORES:+-scores}${PF_ROUTED:+-routed}.h5
 [ -f "$cpu" ] || OPENBLAS_NUM_THREADS=2 timeout 600 mpirun -n 1 "$bin/pipefill" run --quiet --model "$model" \
   --input "$prompts" --output "$cpu" --chunk-size 128 "${hidden[@]}"
 out=$work/$preset-cuda-$ranks-$(echo "$@" | tr -c 'a-z0-9' '_').h5
 rm -f "$out" "$out.partial"
 timeout 600 mpirun -n "$ranks" "$cuda_bin" run --quiet --model "$model" --input "$prompts" --output "$out" \
   --backend cuda "${hidden[@]}" "$@"
-# PF_RTOL: routed (MoE) models' bound, where bf16 near-ties pick other experts (test_cuda_stage.cpp).
-"$bin/tests/compare_logits" "$out" "$cpu" --rtol "${PF_RTOL:-1e-2}"
+# Routed (MoE) models: a bf16 near-tie in a router picks another expert, which changes that
+# position's rows from that layer on (test_cuda_stage.cpp). Where it is a prompt's last
+# position, its logits move by more than bf16's rounding: measured on an H200, Mixtral's
+# last-token logits 1.1e-1 apart (0.02 on the simulated device, whose sums round otherwise).
+# These random test models route with small margins: on the simulated device 22-30 % of
+# Qwen3-MoE's and MLA's positions, 10 % of Mixtral's, differ by more than 2.5e-2 nats. A
+# flip moves its own positions; a misplaced expert, head or scale moves all of them. So a
+# routed model's last-token logits only have to be the same logits (within 5e-1), and every
+# position's log-prob is checked: the median within 2.5e-2 nats and 60 % of them too (dense
+# models: the worst within 5e-2).
+"$bin/tests/compare_logits" "$out" "$cpu" --rtol "$([ -n "${PF_ROUTED:-}" ] && echo 5e-1 || echo 1e-2)"
 "$PYTHON" "$here/../mpi/check_output.py" "$out"
 if [ -n "${PF_SCORES:-}" ]; then
   # Log-probs within 0.05 nats (bf16 logits: relative 1e-2 of logits of a few units), the same
@@ -71,6 +83,20 @@ same_ids = float((got["topk_ids"][:, 0] == want["topk_ids"][:, 0]).mean())
 print(f"/token_logprobs: worst difference {worst:.3e} nats; /perplexity {ppl:.3e} relative; /topk_logprobs "
       f"{topk:.3e}; best candidate the same at {100 * same_ids:.1f}% of positions")
 sys.exit(0 if worst < 0.05 and ppl < 1e-2 and topk < 0.05 and same_ids > 0.9 else 1)
+PY
+fi
+if [ -n "${PF_ROUTED:-}" ]; then
+  "$PYTHON" - "$out" "$cpu" <<'PY'
+import sys, h5py, numpy as np
+a, b = (h5py.File(p, "r")["token_logprobs"][:] for p in sys.argv[1:3])
+assert np.array_equal(np.isnan(a), np.isnan(b)), "the NaN positions differ"
+ok = ~np.isnan(b)
+d = np.abs(a[ok] - b[ok])
+close = float((d <= 2.5e-2).mean())
+median = float(np.median(d))
+print(f"/token_logprobs (routed): {100 * close:.1f}% of {d.size} positions within 2.5e-2 nats (bound 60%), "
+      f"median difference {median:.1e} (bound 2.5e-2); worst difference {float(d.max()):.3e} nats")
+sys.exit(0 if close >= 0.6 and median <= 2.5e-2 else 1)
 PY
 fi
 if [ -n "${PF_HIDDEN:-}" ]; then

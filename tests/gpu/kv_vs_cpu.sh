@@ -122,11 +122,13 @@ with h5py.File('$work/long.h5', 'w') as f:
     f['offsets'] = np.array([0, 1500], np.int64)"
     args=(--input "$work/long.h5" --chunk-size 64 --page-size 64 --pp 2 "$@")
     cuda "${args[@]}" --output "$work/reference.h5"
-    # stop_after LOG OUT ARGS...: a cuda run stopped once its first progress line is out.
+    # stop_after LOG OUT ARGS...: a cuda run stopped once its first progress line is out. A
+    # GPU computes this prompt in 0.1 s, before the signal comes (measured on an H200): each
+    # micro-batch waits 50 ms first (a test hook), so the stop lands inside the prompt.
     stop_after() {
       local log=$1 out=$2
       shift 2
-      timeout 600 mpirun -n 2 "$cuda_bin" run --model "$model" --backend cuda --progress-interval 0.05 \
+      PIPEFILL_TEST_MICRO_BATCH_DELAY_MS=50 timeout 600 mpirun -n 2 -x PIPEFILL_TEST_MICRO_BATCH_DELAY_MS "$cuda_bin" run --model "$model" --backend cuda --progress-interval 0.05 \
         --output "$out" "$@" >"$log" 2>&1 &
       launcher=$!
       on_exit "_pf_stop_run $launcher"

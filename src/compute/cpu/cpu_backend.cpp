@@ -55,7 +55,7 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
   backend.kv_pool = std::make_unique<kv::PagedKvPool>(kv_shape, pages);
   if (topo.tp > 1) backend.all_reduce = std::make_unique<dist::HostAllReduce>(topo.tp_comm);
   backend.compute =
-      std::make_unique<CpuStageCompute>(config, shard, load_weights(), *backend.kv_pool, backend.all_reduce.get());
+      std::make_unique<CpuStageCompute>(config, shard, load_weights({}), *backend.kv_pool, backend.all_reduce.get());
   backend.make_transport = [&topo](size_t floats) {
     return std::make_unique<dist::HostTransport>(floats, topo.prev_rank, topo.next_rank, topo.pipeline_comm);
   };

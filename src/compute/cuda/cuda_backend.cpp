@@ -64,11 +64,13 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
     else
       backend.all_reduce = std::make_unique<dist::StagedAllReduce>(topo.tp_comm, forward);
   }
-  model::StageWeights host_weights = load_weights();
-  auto compute =
-      std::make_unique<CudaStageCompute>(config, shard, DeviceWeights::upload(host_weights), request.page_size,
-                                         request.max_chunk_tokens, forward, backend.all_reduce.get());
-  host_weights = model::StageWeights();  // the host copy is not needed any more
+  // Each layer goes to the device as soon as it is read: the host holds one layer's float32
+  // copy at a time, never the stage's (an 8B model: 0.9 GB instead of 28 GB).
+  DeviceWeights device_weights;
+  device_weights.upload_ends(load_weights(
+      [&](model::LayerWeights&& layer) { device_weights.layers.push_back(DeviceWeights::upload_layer(layer)); }));
+  auto compute = std::make_unique<CudaStageCompute>(config, shard, std::move(device_weights), request.page_size,
+                                                    request.max_chunk_tokens, forward, backend.all_reduce.get());
 
   int pages = 0;
   dist::checked_step(MPI_COMM_WORLD, [&] {

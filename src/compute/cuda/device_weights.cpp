@@ -1,6 +1,7 @@
 // Weight upload and device-side fill (see device_weights.hpp).
 #include "compute/cuda/device_weights.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <stdexcept>
 
@@ -20,9 +21,22 @@ std::vector<bf16> to_bf16(const std::vector<float>& values) {
 
 namespace {
 
+// Converted and copied in blocks of 4 Mi values through one reused buffer: no whole bf16
+// copy of each tensor on the host (fresh memory for it would cost as much as the copy).
 DeviceArray<bf16> put(const std::vector<float>& host) {
-  DeviceArray<bf16> d;
-  d.upload(to_bf16(host));
+  constexpr size_t kBlock = size_t{1} << 22;
+  thread_local std::vector<bf16> staging;
+  DeviceArray<bf16> d(host.size());
+  for (size_t begin = 0; begin < host.size(); begin += kBlock) {
+    const size_t count = std::min(kBlock, host.size() - begin);
+    staging.resize(count);
+    for (size_t i = 0; i < count; ++i) {
+      __nv_bfloat16_raw raw;
+      raw.x = io::float_to_bf16(host[begin + i]);  // round to nearest even, as the safetensors writer
+      staging[i] = raw;
+    }
+    CUDA_CHECK(cudaMemcpy(d.data() + begin, staging.data(), count * sizeof(bf16), cudaMemcpyHostToDevice));
+  }
   return d;
 }
 
@@ -32,7 +46,9 @@ DeviceArray<float> put_float(const std::vector<float>& host) {
   return d;
 }
 
-DeviceSwiglu put(const model::SwigluWeights& host) { return {put(host.gate_up), put(host.down)}; }
+DeviceSwiglu put(const model::SwigluWeights& host) {
+  return {put(host.gate_up), put(host.down)};
+}
 
 size_t sum_bytes(const DeviceLayer& l) {
   size_t total = l.input_norm.bytes() + l.qkv.bytes() + l.qkv_bias.bytes() + l.q_norm.bytes() + l.k_norm.bytes() +
@@ -68,35 +84,41 @@ size_t DeviceWeights::bytes() const {
 
 DeviceWeights DeviceWeights::upload(const model::StageWeights& host) {
   DeviceWeights w;
-  w.first_layer = host.first_layer;
-  w.embedding = put(host.embedding);
-  for (const auto& l : host.layers) {
-    DeviceLayer d;
-    d.input_norm = put(l.input_norm);
-    d.qkv = put(l.qkv);
-    d.qkv_bias = put(l.qkv_bias);
-    d.q_norm = put(l.q_norm);
-    d.k_norm = put(l.k_norm);
-    d.o = put(l.o);
-    d.post_norm = put(l.post_norm);
-    d.gate_up = put(l.gate_up);
-    d.down = put(l.down);
-    d.q_a = put(l.q_a);
-    d.q_a_norm = put(l.q_a_norm);
-    d.q_b = put(l.q_b);
-    d.kv_a = put(l.kv_a);
-    d.kv_a_norm = put(l.kv_a_norm);
-    d.kv_b = put(l.kv_b);
-    d.router = put_float(l.router);
-    d.router_bias = put_float(l.router_bias);
-    d.shared_gate = put_float(l.shared_gate);
-    for (const model::SwigluWeights& expert : l.experts) d.experts.push_back(put(expert));
-    d.shared = put(l.shared);
-    w.layers.push_back(std::move(d));
-  }
-  w.final_norm = put(host.final_norm);
-  w.lm_head = put(host.lm_head);
+  for (const auto& l : host.layers) w.layers.push_back(upload_layer(l));
+  w.upload_ends(host);
   return w;
+}
+
+void DeviceWeights::upload_ends(const model::StageWeights& host) {
+  first_layer = host.first_layer;
+  embedding = put(host.embedding);
+  final_norm = put(host.final_norm);
+  lm_head = put(host.lm_head);
+}
+
+DeviceLayer DeviceWeights::upload_layer(const model::LayerWeights& l) {
+  DeviceLayer d;
+  d.input_norm = put(l.input_norm);
+  d.qkv = put(l.qkv);
+  d.qkv_bias = put(l.qkv_bias);
+  d.q_norm = put(l.q_norm);
+  d.k_norm = put(l.k_norm);
+  d.o = put(l.o);
+  d.post_norm = put(l.post_norm);
+  d.gate_up = put(l.gate_up);
+  d.down = put(l.down);
+  d.q_a = put(l.q_a);
+  d.q_a_norm = put(l.q_a_norm);
+  d.q_b = put(l.q_b);
+  d.kv_a = put(l.kv_a);
+  d.kv_a_norm = put(l.kv_a_norm);
+  d.kv_b = put(l.kv_b);
+  d.router = put_float(l.router);
+  d.router_bias = put_float(l.router_bias);
+  d.shared_gate = put_float(l.shared_gate);
+  for (const model::SwigluWeights& expert : l.experts) d.experts.push_back(put(expert));
+  d.shared = put(l.shared);
+  return d;
 }
 
 DeviceWeights DeviceWeights::random(const model::ModelConfig& c, const model::ShardSpec& s, int num_layers,

@@ -42,6 +42,10 @@ struct DeviceWeights {
   size_t bytes() const;
 
   static DeviceWeights upload(const model::StageWeights& host);
+  // The same in parts, for a load that streams its layers (model::LayerSink): each layer as
+  // it is read, then the stage's ends (embedding, final norm, LM head) and first layer.
+  static DeviceLayer upload_layer(const model::LayerWeights& host);
+  void upload_ends(const model::StageWeights& host);
   // Dense models only (benchmarks of Llama-like shapes): std::invalid_argument otherwise.
   static DeviceWeights random(const model::ModelConfig& config, const model::ShardSpec& shard, int num_layers,
                               bool first_stage, bool last_stage, uint64_t seed);
