@@ -76,15 +76,17 @@ struct AttentionShape {
 constexpr AttentionShape kAttentionShapes[] = {{"small", 16, 8, 64}, {"smollm2", 9, 3, 64}, {"llama3-tp4", 8, 2, 128}};
 constexpr cpu::Isa kIsas[] = {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512};
 
-void BM_ChunkAttention(benchmark::State& state) {
-  const int prefix = static_cast<int>(state.range(0)), chunk = static_cast<int>(state.range(1));
-  const AttentionShape& shape = kAttentionShapes[state.range(2)];
-  const cpu::Isa isa = kIsas[state.range(3)];
+// kv: 0 a float cache; 1 a bf16 cache (--dtype bf16) on float FMAs; 2 the same on vdpbf16ps.
+void attention_case(benchmark::State& state, int prefix, int chunk, const AttentionShape& shape, cpu::Isa isa, int kv) {
   if (!cpu::isa_available(isa)) return state.SkipWithError("this CPU or build has no such kernels");
-  state.SetLabel(std::string(shape.name) + " " + cpu::isa_name(isa));
+  if (kv == 2 && !cpu::bf16_dot_available()) return state.SkipWithError("this CPU or build has no vdpbf16ps");
+  state.SetLabel(std::string(shape.name) + " " + cpu::isa_name(isa) +
+                 (kv == 0   ? ""
+                  : kv == 1 ? " bf16 cache, float FMAs"
+                            : " bf16 cache, vdpbf16ps"));
   const int heads = shape.heads, kv_heads = shape.kv_heads, d = shape.d, page = 64;
   const int total = prefix + chunk;
-  kv::PagedKvPool pool({1, kv_heads, d, page}, (total + page - 1) / page);
+  kv::PagedKvPool pool({1, kv_heads, d, page, kv == 0 ? 4 : 2}, (total + page - 1) / page);
   pool.reserve(0, total);
   const auto k = random_vector(size_t(total) * kv_heads * d, 3), v = random_vector(size_t(total) * kv_heads * d, 4);
   pool.write(0, 0, 0, total, k.data(), kv_heads * d, v.data(), kv_heads * d);
@@ -94,7 +96,8 @@ void BM_ChunkAttention(benchmark::State& state) {
   const kv::KvLayerView view{&pool, 0, &pool.pages(0)};
   const float scale = 1.0f / std::sqrt(static_cast<float>(d));
   for (auto _ : state) {
-    cpu::chunk_attention_on(isa, q.data(), heads * d, chunk, prefix, view, heads, scale, out.data(), heads * d, ws);
+    cpu::chunk_attention_on(isa, q.data(), heads * d, chunk, prefix, view, heads, scale, out.data(), heads * d, ws,
+                            kv == 2);
     benchmark::DoNotOptimize(out.data());
   }
   report(state, cpu::chunk_attention_flops(chunk, prefix, heads, d));
@@ -118,11 +121,27 @@ void BM_ChunkAttention(benchmark::State& state) {
         error = std::max(error, std::fabs(o / sum - out[(size_t(t) * heads + h) * d + c]));
       }
     }
-  check_result(state, error, 1e-4);
+  check_result(state, error, kv == 0 ? 1e-4 : 2e-2);  // bf16: Q, K, V and P rounded
+}
+
+void BM_ChunkAttention(benchmark::State& state) {
+  attention_case(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                 kAttentionShapes[state.range(2)], kIsas[state.range(3)], 0);
 }
 BENCHMARK(BM_ChunkAttention)
     ->ArgNames({"prefix", "chunk", "shape", "isa"})
     ->ArgsProduct({{0, 4096, 16384}, {1024}, {0, 1, 2}, {0, 1, 2}})
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// --dtype bf16's cache on AVX-512: float FMAs against vdpbf16ps (kv 1, 2).
+void BM_ChunkAttentionBf16(benchmark::State& state) {
+  attention_case(state, static_cast<int>(state.range(0)), static_cast<int>(state.range(1)),
+                 kAttentionShapes[state.range(2)], cpu::Isa::kAvx512, static_cast<int>(state.range(3)));
+}
+BENCHMARK(BM_ChunkAttentionBf16)
+    ->ArgNames({"prefix", "chunk", "shape", "kv"})
+    ->ArgsProduct({{0, 4096, 16384}, {1024}, {0, 1, 2}, {1, 2}})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 

@@ -56,6 +56,10 @@ class PagedKvPool {
   // A float pool's pages, in place (std::logic_error on a bf16 pool: use load_rows).
   const float* key_page(int layer, int page, int kv_head) const { return floats(layer, page, kv_head, false); }
   const float* value_page(int layer, int page, int kv_head) const { return floats(layer, page, kv_head, true); }
+  // A bf16 pool's pages, in place, as bf16 bits [page_size, head_dim] (std::logic_error on a
+  // float pool): for kernels that compute on bf16 itself (attention_bf16_dot.cpp).
+  const uint16_t* key_page_bf16(int layer, int page, int kv_head) const { return halves(layer, page, kv_head, false); }
+  const uint16_t* value_page_bf16(int layer, int page, int kv_head) const { return halves(layer, page, kv_head, true); }
 
   // `n` elements of one head's K (or V) block of one page from element `offset` on, as floats:
   // copied from a float pool, widened from a bf16 one; and back (rounded into a bf16 pool).
@@ -72,6 +76,10 @@ class PagedKvPool {
   const float* floats(int layer, int page, int kv_head, bool value) const {
     if (bf16()) throw std::logic_error("PagedKvPool: a bf16 pool's pages are read through load_rows");
     return floats_.data() + element(layer, page, kv_head, value);
+  }
+  const uint16_t* halves(int layer, int page, int kv_head, bool value) const {
+    if (!bf16()) throw std::logic_error("PagedKvPool: a float pool has no bf16 pages");
+    return halves_.data() + element(layer, page, kv_head, value);
   }
 
   KvShape shape_;

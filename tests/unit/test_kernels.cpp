@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <utility>
 
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/elementwise.hpp"
@@ -53,7 +55,7 @@ struct AttentionCase {
 class ChunkAttention : public ::testing::TestWithParam<AttentionCase> {
  protected:
   // element_bytes 2: a bf16 pool (--dtype bf16), which also rounds Q and P.
-  std::vector<float> attend(cpu::Isa isa, int threads, int element_bytes = 4) {
+  std::vector<float> attend(cpu::Isa isa, int threads, int element_bytes = 4, bool bf16_dot = false) {
     const auto c = GetParam();
     const auto q = random_vector(size_t(c.n) * c.heads * c.d, 1, 2.0f);
     const auto k = random_vector(size_t(c.n) * c.kv_heads * c.d, 2, 2.0f);
@@ -72,7 +74,7 @@ class ChunkAttention : public ::testing::TestWithParam<AttentionCase> {
                  v.data() + size_t(pos0) * c.kv_heads * c.d, c.kv_heads * c.d);
       const kv::KvLayerView view{&pool, 0, &pool.pages(0)};
       cpu::chunk_attention_on(isa, q.data() + size_t(pos0) * c.heads * c.d, c.heads * c.d, tokens, pos0, view, c.heads,
-                              scale, out.data() + size_t(pos0) * c.heads * c.d, c.heads * c.d, ws);
+                              scale, out.data() + size_t(pos0) * c.heads * c.d, c.heads * c.d, ws, bf16_dot);
     }
     cpu::ThreadPool::instance().set_threads(1);
     return out;
@@ -115,18 +117,26 @@ TEST_P(ChunkAttention, Bf16CacheMatchesTheFormulaOnRoundedInputs) {
   const auto unrounded = naive_attention(q, k, v, c.n, c.heads, c.kv_heads, c.d);
   for (auto* x : {&q, &k, &v}) bf16::round_all(x->data(), static_cast<int64_t>(x->size()));
   const auto expected = naive_attention(q, k, v, c.n, c.heads, c.kv_heads, c.d);
-  for (cpu::Isa isa : {cpu::Isa::kPortable, cpu::Isa::kAvx2, cpu::Isa::kAvx512}) {
-    if (!cpu::isa_available(isa)) continue;
-    const auto out = attend(isa, 1, 2);
+  // The AVX-512 path twice where the CPU has vdpbf16ps: on float FMAs and on bf16 pairs
+  // (attention_bf16_dot.cpp; head sizes it does not take fall back to the float tiles).
+  for (const auto& [isa, dot] : {std::pair{cpu::Isa::kPortable, false}, std::pair{cpu::Isa::kAvx2, false},
+                                 std::pair{cpu::Isa::kAvx512, false}, std::pair{cpu::Isa::kAvx512, true}}) {
+    if (!cpu::isa_available(isa) || (dot && !cpu::bf16_dot_available())) continue;
+    const std::string path = std::string(cpu::isa_name(isa)) + (dot ? " on vdpbf16ps" : "");
+    const auto out = attend(isa, 1, 2, dot);
     double worst = 0, moved = 0;
     for (size_t i = 0; i < out.size(); ++i) {
-      ASSERT_TRUE(std::isfinite(out[i])) << cpu::isa_name(isa) << " " << i;
+      ASSERT_TRUE(std::isfinite(out[i])) << path << " " << i;
       worst = std::max(worst, std::fabs(out[i] - expected[i]));
       moved = std::max(moved, std::fabs(out[i] - unrounded[i]));
     }
-    EXPECT_LT(worst, 2.5e-3) << cpu::isa_name(isa);
-    EXPECT_GT(moved, 1e-4) << cpu::isa_name(isa) << ": nothing was rounded";
-    EXPECT_EQ(attend(isa, 3, 2), out) << cpu::isa_name(isa) << " on 3 threads";
+    EXPECT_LT(worst, 2.5e-3) << path;
+    EXPECT_GT(moved, 1e-4) << path << ": nothing was rounded";
+    EXPECT_EQ(attend(isa, 3, 2, dot), out) << path << " on 3 threads";
+    // Its own sums, not a silent fall-back to the float tiles.
+    if (dot && cpu::bf16_dot_attention_fits(c.d)) {
+      EXPECT_NE(out, attend(isa, 1, 2, false)) << path;
+    }
   }
 }
 

@@ -30,8 +30,9 @@ constexpr int kKernelBlockRows = 192;  // query rows per task of the kernels: Q^
 using BlockKernel = void (*)(const QueryBlock&, TileScratch&);
 
 // The kernel for this head size on this CPU, or nullptr for the portable path.
-BlockKernel block_kernel(Isa isa, int head_dim) {
+BlockKernel block_kernel(Isa isa, int head_dim, bool bf16_dot) {
 #if defined(PIPEFILL_X86_KERNELS)
+  if (bf16_dot && isa == Isa::kAvx512 && bf16_dot_attention_fits(head_dim)) return attend_query_block_bf16_dot;
   switch (isa) {
     case Isa::kAvx512:
       return avx512_attention_fits(head_dim) ? attend_query_block_avx512 : nullptr;
@@ -43,6 +44,7 @@ BlockKernel block_kernel(Isa isa, int head_dim) {
 #else
   (void)isa;
   (void)head_dim;
+  (void)bf16_dot;
 #endif
   return nullptr;
 }
@@ -127,11 +129,13 @@ void chunk_attention_scaled(const float* q, int64_t q_stride, int tokens, int po
 }
 
 void chunk_attention_on(Isa isa, const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv,
-                        int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws) {
+                        int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws,
+                        std::optional<bool> bf16_dot) {
   // The causal work, as FLOP rates are quoted: the masked part of the diagonal blocks is
   // computed but not counted.
   count_gemm_flops(chunk_attention_flops(tokens, pos0, heads, kv.pool->shape().head_dim));
-  if (BlockKernel kernel = block_kernel(isa, kv.pool->shape().head_dim))
+  const bool on_dot = kv.pool->bf16() && bf16_dot.value_or(bf16_gemm_kernels().dot) && bf16_dot_available();
+  if (BlockKernel kernel = block_kernel(isa, kv.pool->shape().head_dim, on_dot))
     return attend_with_kernel(kernel, q, q_stride, tokens, pos0, kv, heads, scale, out, out_stride, ws);
   const kv::KvShape& shape = kv.pool->shape();
   const int d = shape.head_dim, page_size = shape.page_size, kv_heads = shape.kv_heads;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "compute/cpu/attention_kernels.hpp"
@@ -32,9 +33,12 @@ void chunk_attention(const float* q, int64_t q_stride, int tokens, int pos0, con
 void chunk_attention_scaled(const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv,
                             int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws);
 // The same on the path of `isa` (which must be available), rather than kernel_isa()'s: the
-// tests and benchmarks compare the paths in one process. kPortable is the sgemm path.
+// tests and benchmarks compare the paths in one process. kPortable is the sgemm path. A bf16
+// pool on kAvx512 computes on vdpbf16ps where `bf16_dot` says so (by default: where the bf16
+// GEMMs do, gemm.hpp's measured choice; true only where bf16_dot_available()).
 void chunk_attention_on(Isa isa, const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv,
-                        int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws);
+                        int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws,
+                        std::optional<bool> bf16_dot = std::nullopt);
 
 // Masked scores: finite, so that exp underflows to exactly 0 and no inf - inf arises.
 constexpr float kMaskedScore = -1e30f;

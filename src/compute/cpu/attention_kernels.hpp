@@ -33,7 +33,7 @@ class TileScratch {
   float* floats(int slot, size_t n);  // slot 0..kSlots-1: one buffer each
   int32_t* positions(size_t n);
 
-  static constexpr int kSlots = 6;
+  static constexpr int kSlots = 7;
 
  private:
   std::vector<float> buffers_[kSlots];
@@ -46,5 +46,11 @@ bool avx512_attention_fits(int head_dim);
 bool avx2_attention_fits(int head_dim);
 void attend_query_block_avx512(const QueryBlock& block, TileScratch& scratch);
 void attend_query_block_avx2(const QueryBlock& block, TileScratch& scratch);
+
+// A bf16 pool's attention on vdpbf16ps (attention_bf16_dot.cpp): the same tiles, with Q.K
+// and P.V computed on bf16 pairs, two products a lane and instruction. attention.cpp takes it
+// where the bf16 GEMMs run on vdpbf16ps (gemm.hpp: the same measured choice) and it fits.
+bool bf16_dot_attention_fits(int head_dim);
+void attend_query_block_bf16_dot(const QueryBlock& block, TileScratch& scratch);
 
 }  // namespace pf::cpu

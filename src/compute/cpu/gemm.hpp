@@ -19,7 +19,8 @@ void linear(const float* x, int rows, int in, const float* weight, int out, floa
 // PIPEFILL_BF16_GEMM=dot|widen forces one (tests, comparisons).
 void linear_bf16(const float* x, int rows, int in, const uint16_t* weight, int out, float* y);
 
-// Which bf16 GEMM runs, and the rates it was decided on.
+// Which bf16 GEMM runs, and the rates it was decided on. A bf16 cache's attention follows
+// the same choice (attention.hpp).
 struct Bf16GemmKernels {
   bool dot = false;     // vdpbf16ps; false: widened to sgemm
   bool forced = false;  // by PIPEFILL_BF16_GEMM
