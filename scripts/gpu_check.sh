@@ -22,7 +22,8 @@
 #      ceiling), llama3-8b's GEMMs at 8192 tokens, attention at prefix 0 / 16K / 64K.
 #   5. pipefill run --backend cuda, llama3-8b, pp1, chunk 8192, two runs (the rest; ~100 s):
 #      `kv`: one 32K prompt with --save-kv; `e2e`: the same 32K prompt, then a 128K one.
-#      Each first loads 8B weights on one core (pipefill's loader, ~40 s), so each load runs
+#      Each first loads 8B weights on one core (pipefill's loader: 114 s on the first H200 run,
+#      2026-12-04, before the layers streamed to the device; less since), so each load runs
 #      beside the GPU step before it (kv's beside the benchmark, e2e's beside kv's prefill);
 #      a prefill found to have shared the GPU anyway is a FAIL row, not a figure.
 #      Rows: tokens/s and MFU at 32K and 128K (prompt times from the summary's per-prompt
@@ -420,14 +421,14 @@ main() {
   fi
 
   # ---- 5. llama3-8b through pipefill run ---------------------------------------------------
-  # Each run needs ~40 s to load and up to ~25 s to compute: not worth starting in less.
+  # Each run needs its load (tens of seconds) and up to ~25 s to compute: not worth starting in less.
   if [ "$can_run" = 1 ] && [ -z "$kv_pid" ] && [ "$(limit 240 5)" -lt 90 ]; then
     can_run=0 ckpt_why="only $(limit 240 5) s were left of the budget"
   fi
   if [ "$can_run" = 1 ]; then
     step "pipefill run --backend cuda, llama3-8b (kv: 32K with --save-kv; e2e: 32K then 128K)"
     [ -n "$kv_pid" ] || { llama_run kv --input "$work/kv.h5" --save-kv "$work/kv"; kv_pid=$!; }
-    # e2e loads while kv computes (kv's prefill: seconds; a load: ~40 s); sequential where
+    # e2e loads while kv computes (kv's prefill: seconds; a load: tens of seconds); sequential where
     # the device cannot be shared.
     if [ "$overlap" = 1 ]; then
       wait_for_loop "$out/run-kv.log" "$kv_pid"
