@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "io/bf16.hpp"
 #include "io/safetensors.hpp"
 
 namespace pf::cuda {
@@ -25,16 +26,13 @@ namespace {
 // copy of each tensor on the host (fresh memory for it would cost as much as the copy).
 DeviceArray<bf16> put(const std::vector<float>& host) {
   constexpr size_t kBlock = size_t{1} << 22;
-  thread_local std::vector<bf16> staging;
+  static_assert(sizeof(bf16) == sizeof(uint16_t));
+  thread_local std::vector<uint16_t> staging;  // bf16 bits, as __nv_bfloat16 holds them
   DeviceArray<bf16> d(host.size());
   for (size_t begin = 0; begin < host.size(); begin += kBlock) {
     const size_t count = std::min(kBlock, host.size() - begin);
     staging.resize(count);
-    for (size_t i = 0; i < count; ++i) {
-      __nv_bfloat16_raw raw;
-      raw.x = io::float_to_bf16(host[begin + i]);  // round to nearest even, as the safetensors writer
-      staging[i] = raw;
-    }
+    ::pf::bf16::narrow(host.data() + begin, static_cast<int64_t>(count), staging.data());  // inline: vectorised
     CUDA_CHECK(cudaMemcpy(d.data() + begin, staging.data(), count * sizeof(bf16), cudaMemcpyHostToDevice));
   }
   return d;
