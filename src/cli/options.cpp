@@ -12,6 +12,7 @@
 #include "io/token_ids_file.hpp"
 #include "sched/cost_profile.hpp"
 #include "sched/dynamic_chunker.hpp"
+#include "sim/context_parallel.hpp"
 
 namespace pf::cli {
 namespace {
@@ -416,6 +417,16 @@ OptionTable<SimulateOptions> simulate_table() {
       .required();
   add_pp(t, &S::pp);
   add_tp(t, &S::tp);
+  t.add("cp",
+        "context parallelism: CP ranks per stage, each computing 1/cp of every chunk's tokens and attending over "
+        "a ring (ranks ordered TP innermost, then CP, then PP); simulated only: `run` has no --cp yet",
+        &S::cp)
+      .at_least_one();
+  t.add("cp-attention",
+        "the CP ring: pass-kv (the KV shards travel), pass-q (the queries travel, partial outputs come back) or "
+        "auto (per chunk, the faster as modelled)",
+        &S::cp_attention)
+      .check([](const std::string& mode) { sim::parse_cp_attention(mode); });
   add_layer_partition(t, &S::layer_partition);
   t.add("length", "prompt length in tokens (repeat for several prompts)", &S::lengths).required().at_least_one();
   t.add("cached-tokens",

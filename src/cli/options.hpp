@@ -96,6 +96,8 @@ struct SimulateOptions {
   std::string hardware;      // hardware/NAME.json
   int pp = 1;
   int tp = 1;
+  int cp = 1;                         // context parallelism: CP ranks a stage (sim/context_parallel.hpp)
+  std::string cp_attention = "auto";  // auto | pass-kv | pass-q
   std::string layer_partition;
   sched::ChunkingOptions chunking;  // --cost-model: a profile replaces the analytic stage costs
   std::vector<int64_t> lengths;

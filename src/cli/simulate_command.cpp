@@ -7,8 +7,8 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
-#include "dist/activation_wire.hpp"
 #include "compute/emulate/emulated_stage_compute.hpp"
+#include "dist/activation_wire.hpp"
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/results_h5.hpp"
@@ -38,8 +38,8 @@ sched::BatchPlan plan_for(const SimulateOptions& o, const std::vector<sim::Stage
     if (c.cost_source.profile_file()) {
       fits = sched::load_cost_profile(c.cost_source.value).stages;
     } else {
-      const pipeline::ProfileGrid grid{c.initial_chunk, c.profile_points,
-                                       pipeline::profile_capacity_tokens(o.lengths, c.initial_chunk), {}};
+      const pipeline::ProfileGrid grid{
+          c.initial_chunk, c.profile_points, pipeline::profile_capacity_tokens(o.lengths, c.initial_chunk), {}};
       const bool fresh = c.cost_form == sched::CostForm::kFreshQuadratic;
       for (int s = 0; s < static_cast<int>(costs.size()); ++s) {
         if (!c.all_stages && s > 0) break;
@@ -57,6 +57,34 @@ sched::BatchPlan plan_for(const SimulateOptions& o, const std::vector<sim::Stage
   return sched::make_plan(o.lengths, *policy, {}, sched::PrefixPlan::from_outside(o.cached_tokens));
 }
 
+// The CP ring's traffic over the plan: what one rank of each stage sends and which variant
+// each chunk took, beside the seeds' pass-KV formula for the batch as one pass (2 B S H_kv L:
+// every rank's KV shard passes the cp - 1 others). Chunking re-sends a prompt's earlier KV
+// with each later chunk under pass-KV, so the model's pass-KV bytes exceed the formula's.
+void print_cp_ring(const sched::BatchPlan& plan, const std::vector<sim::StageCost>& costs, int64_t batch_tokens,
+                   const char* link) {
+  for (size_t s = 0; s < costs.size(); ++s) {
+    const sim::CpStageCost& c = costs[s].cp;
+    sim::CpRing kv_ring = c.ring;
+    kv_ring.mode = sim::CpAttention::kPassKv;
+    double bytes = 0, pass_kv_bytes = 0;
+    size_t pass_q = 0;
+    for (const auto& mb : plan.micro_batches) {
+      const sim::CpLayerStep step = c.layer_step(static_cast<double>(mb.start), mb.length);
+      bytes += c.layers * step.bytes_sent;
+      pass_q += step.variant == sim::CpAttention::kPassQ;
+      pass_kv_bytes += c.layers * sim::cp_layer_step(kv_ring, 0.0, static_cast<double>(mb.start), mb.length).bytes_sent;
+    }
+    const double formula =
+        c.layers * c.ring.kv_bytes_per_token * static_cast<double>(batch_tokens) * (c.ring.ranks - 1) / c.ring.ranks;
+    std::printf(
+        "CP ring, stage %zu (%s, %s): %.3g GB sent by each rank, %zu of %zu chunks by pass-Q; pass-KV "
+        "throughout would send %.3g GB; the seeds' 2 B S H_kv L, one pass: %.3g GB\n",
+        s, sim::cp_attention_name(c.ring.mode), link, bytes / 1e9, pass_q, plan.micro_batches.size(),
+        pass_kv_bytes / 1e9, formula / 1e9);
+  }
+}
+
 }  // namespace
 
 int simulate_command(int argc, char** argv) {
@@ -69,14 +97,17 @@ int simulate_command(int argc, char** argv) {
   const auto partition = o.layer_partition.empty() ? model::default_partition(shape.num_layers, o.pp)
                                                    : model::parse_partition(o.layer_partition, shape.num_layers, o.pp);
   const sched::CostSource& saved = o.chunking.cost_source;  // a profile, or none (options.cpp)
+  if (o.cp > 1 && saved.profile_file())
+    throw UserError("--cp models the CP ring analytically: it cannot use a measured --cost-model profile");
+  const sim::CpRequest cp{o.cp, sim::parse_cp_attention(o.cp_attention)};
   const std::vector<sim::StageCost> costs =
       saved.profile_file() ? sim::profiled_stage_costs(sched::load_cost_profile(saved.value), o.pp)
-                           : sim::analytic_stage_costs(shape, hw, partition, o.tp, shape.fp8, o.wire_bytes);
+                           : sim::analytic_stage_costs(shape, hw, partition, o.tp, shape.fp8, o.wire_bytes, cp);
 
   std::string policy_used, note;
   const sched::BatchPlan plan = plan_for(o, costs, shape.hidden_size, policy_used, note);
-  sim::SimSetup setup{o.tp, o.ring_depth, shape.hidden_size, o.wire_bytes, {}};
-  for (int s = 0; s + 1 < o.pp; ++s) setup.links.push_back(sim::stage_link(hw, s, o.tp));
+  sim::SimSetup setup{o.tp, o.cp, o.ring_depth, shape.hidden_size, o.wire_bytes, {}};
+  for (int s = 0; s + 1 < o.pp; ++s) setup.links.push_back(sim::stage_link(hw, s, o.tp, o.cp));
   const sim::SimResult result = sim::simulate_pipeline(plan, costs, setup);
 
   const trace::RunSummary summary =
@@ -91,26 +122,39 @@ int simulate_command(int argc, char** argv) {
     prompt_tokens += o.lengths[p];
   }
   if (o.json) {
-    nlohmann::json j = {{"model", shape.name},         {"hardware", hw.name},     {"pp", o.pp},
+    nlohmann::json j = {{"model", shape.name},
+                        {"hardware", hw.name},
+                        {"pp", o.pp},
                         {"cached_tokens", cached},
-                        {"tp", o.tp},                  {"policy", policy_used},   {"note", note},
-                        {"ttft_s", summary.ttft_s},    {"makespan_s", result.makespan_s},
+                        {"cp", o.cp},
+                        {"tp", o.tp},
+                        {"policy", policy_used},
+                        {"note", note},
+                        {"ttft_s", summary.ttft_s},
+                        {"makespan_s", result.makespan_s},
                         {"tokens_per_s", summary.tokens_per_s},
                         {"stage_busy_fraction", summary.stage_busy_fraction},
-                        {"bubble", summary.bubble_measured}, {"bubble_ideal", summary.bubble_ideal},
+                        {"bubble", summary.bubble_measured},
+                        {"bubble_ideal", summary.bubble_ideal},
                         {"micro_batches", summary.num_micro_batches}};
     std::printf("%s\n", j.dump().c_str());
   } else {
-    std::printf("simulate: %s (%.1fB active params%s) on %s | pp %d x tp %d | layers %s | chunk %d (%s)%s%s\n",
-                shape.name.c_str(), shape.active_parameters() / 1e9, shape.fp8 ? ", fp8" : "", hw.name.c_str(), o.pp,
-                o.tp, model::partition_text(partition).c_str(), o.chunking.initial_chunk, policy_used.c_str(),
+    const std::string layout = "pp " + std::to_string(o.pp) + (o.cp > 1 ? " x cp " + std::to_string(o.cp) : "") +
+                               " x tp " + std::to_string(o.tp);
+    std::printf("simulate: %s (%.1fB active params%s) on %s | %s | layers %s | chunk %d (%s)%s%s\n", shape.name.c_str(),
+                shape.active_parameters() / 1e9, shape.fp8 ? ", fp8" : "", hw.name.c_str(), layout.c_str(),
+                model::partition_text(partition).c_str(), o.chunking.initial_chunk, policy_used.c_str(),
                 note.empty() ? "" : " | ", note.c_str());
     if (cached > 0)
-      std::printf("prefix reuse: %lld of %lld prompt tokens cached (their chunks are not computed; attention still "
-                  "reads them)\n",
-                  static_cast<long long>(cached), static_cast<long long>(prompt_tokens));
+      std::printf(
+          "prefix reuse: %lld of %lld prompt tokens cached (their chunks are not computed; attention still "
+          "reads them)\n",
+          static_cast<long long>(cached), static_cast<long long>(prompt_tokens));
     trace::print_summary(summary, stdout, /*max_prompts=*/1 << 30);
     trace::print_traffic(traffic, stdout);
+    if (o.cp > 1)
+      print_cp_ring(plan, costs, prompt_tokens,
+                    o.cp * o.tp <= hw.devices_per_node ? "within a node" : "across nodes");
   }
   if (!o.timeline.empty()) {
     io::require_writable_file_path(o.timeline, "--timeline");
@@ -119,11 +163,17 @@ int simulate_command(int argc, char** argv) {
     layout.vocab_size = shape.vocab_size;
     layout.with_logits = false;
     io::ResultWriter writer(o.timeline, layout, {{"simulated", true}}, /*resume=*/false, /*timeout_s=*/0);
-    for (int p = 0; p < plan.num_prompts(); ++p) writer.write_prompt(p, nullptr, nullptr, summary.ttft_s[p], plan.reuse[p].tokens);
-    writer.finish(result.events,
-                  {{"version", PIPEFILL_VERSION}, {"simulated", 1}, {"hardware", hw.name}, {"pp", o.pp},
-                   {"tp", o.tp}, {"chunk_size", o.chunking.initial_chunk}, {"chunk_policy_used", policy_used},
-                   {"model_config", o.model_config}, {"wall_s", result.makespan_s}});
+    for (int p = 0; p < plan.num_prompts(); ++p)
+      writer.write_prompt(p, nullptr, nullptr, summary.ttft_s[p], plan.reuse[p].tokens);
+    writer.finish(result.events, {{"version", PIPEFILL_VERSION},
+                                  {"simulated", 1},
+                                  {"hardware", hw.name},
+                                  {"pp", o.pp},
+                                  {"tp", o.tp},
+                                  {"chunk_size", o.chunking.initial_chunk},
+                                  {"chunk_policy_used", policy_used},
+                                  {"model_config", o.model_config},
+                                  {"wall_s", result.makespan_s}});
   }
   return 0;
 }

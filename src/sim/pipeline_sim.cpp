@@ -14,8 +14,7 @@
 
 namespace pf::sim {
 
-SimResult simulate_pipeline(const sched::BatchPlan& plan, const std::vector<StageCost>& stages,
-                            const SimSetup& setup) {
+SimResult simulate_pipeline(const sched::BatchPlan& plan, const std::vector<StageCost>& stages, const SimSetup& setup) {
   using trace::EventKind;
   const int pp = static_cast<int>(stages.size());
   const auto& mbs = plan.micro_batches;
@@ -33,13 +32,14 @@ SimResult simulate_pipeline(const sched::BatchPlan& plan, const std::vector<Stag
   std::vector<double> link_busy(pp, 0.0);    // the link s -> s+1 carries one message at a time (latency overlaps)
 
   auto emit = [&](int stage, EventKind kind, const sched::MicroBatch& mb, double t0, double t1) {
-    result.events.push_back({stage * setup.tp, stage, 0, static_cast<int32_t>(kind), mb.index, mb.prompt, mb.start,
-                             mb.length, t0, t1});
+    result.events.push_back(
+        {stage * setup.tp, stage, 0, static_cast<int32_t>(kind), mb.index, mb.prompt, mb.start, mb.length, t0, t1});
   };
 
   for (long long i = 0; i < count; ++i) {
     const sched::MicroBatch& mb = mbs[i];
-    const double message_bytes = static_cast<double>(mb.length) * setup.hidden_size * setup.activation_bytes;
+    // One CP rank's share (its tokens): the CP ranks send at once, each on its own link.
+    const double message_bytes = static_cast<double>(mb.length) / setup.cp * setup.hidden_size * setup.activation_bytes;
     for (int s = 0; s < pp; ++s) {
       const double start = stage_clock[s];
       loop_start[s][i] = start;
@@ -52,7 +52,7 @@ SimResult simulate_pipeline(const sched::BatchPlan& plan, const std::vector<Stag
         const double begin = std::max({send_issue[s - 1][i], posted, link_busy[s - 1]});
         link_busy[s - 1] = begin + message_bytes / link.bandwidth_Bps;
         transfer_end[s - 1][i] = begin + link.transfer_s(message_bytes);
-        result.boundary_bytes[s - 1] += message_bytes * setup.tp;
+        result.boundary_bytes[s - 1] += message_bytes * setup.tp * setup.cp;
         ready = std::max(start, transfer_end[s - 1][i]);
         if (ready > start) emit(s, EventKind::kRecvWait, mb, start, ready);
       }

@@ -17,6 +17,7 @@ namespace pf::sim {
 
 struct SimSetup {
   int tp = 1;
+  int cp = 1;  // CP ranks a stage: each sends its share of a micro-batch's tokens on its own link
   int ring_depth = 4;
   int hidden_size = 0;
   int activation_bytes = dist::kActivationWireBytes;
@@ -27,7 +28,7 @@ struct SimResult {
   std::vector<trace::TimelineEvent> events;  // one track per stage (TP rank 0)
   std::vector<double> ttft_s;                // per prompt: its LM head done on the last stage
   double makespan_s = 0;
-  std::vector<double> boundary_bytes;  // bytes over each stage boundary, all TP ranks together
+  std::vector<double> boundary_bytes;  // bytes over each stage boundary, all CP and TP ranks together
 };
 
 SimResult simulate_pipeline(const sched::BatchPlan& plan, const std::vector<StageCost>& stages, const SimSetup& setup);

@@ -6,9 +6,20 @@
 
 namespace pf::sim {
 
+double CpStageCost::chunk_seconds(double prefix, double tokens) const {
+  const double share = tokens / ring.ranks;
+  return fixed_s + (matmul_per_token_s + tp_per_token_s) * share + expansion_per_token_s * (prefix + tokens) +
+         layers * layer_step(prefix, tokens).seconds;
+}
+
+CpLayerStep CpStageCost::layer_step(double prefix, double tokens) const {
+  const double attention_s = attention_k / layers * (2.0 * prefix * tokens + tokens * tokens + tokens);
+  return cp_layer_step(ring, attention_s, prefix, tokens);
+}
+
 std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, const HardwareSpec& hw,
                                             const std::vector<model::StageRange>& partition, int tp, bool fp8,
-                                            int wire_bytes) {
+                                            int wire_bytes, const CpRequest& cp) {
   const double device_matmul_rate = (fp8 ? hw.peak_fp8_flops : hw.peak_bf16_flops) * hw.matmul_efficiency;
   const double matmul_rate = device_matmul_rate * tp;
   const double attention_rate = hw.peak_bf16_flops * hw.attention_efficiency * tp;
@@ -17,21 +28,39 @@ std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, cons
   for (size_t s = 0; s < partition.size(); ++s) {
     StageCost cost;
     cost.chunk.form = sched::CostForm::kPrefixAware;
+    CpStageCost& c = cost.cp;
     for (int layer = partition[s].first; layer < partition[s].first + partition[s].count; ++layer) {
-      cost.chunk.b += shape.rank_matmul_flops(layer, 1.0, tp) / device_matmul_rate;
+      const double matmul = shape.rank_matmul_flops(layer, 1.0, tp) / device_matmul_rate;
+      cost.chunk.b += matmul;
+      c.matmul_per_token_s += matmul;
       // MLA expands the chunk's own latents (per token) and its prefix's (per prefix token).
       const double expansion = shape.latent_expansion_flops(0.0, 1.0) / matmul_rate;
       cost.chunk.b += expansion;
       cost.chunk.gamma += expansion;
+      c.expansion_per_token_s += expansion;
       // attention_flops(L, x) = k (2Lx + x^2 + x) with k = num_heads (dqk + dv): quadratic + linear parts.
       const double k = shape.num_heads * shape.attention_width() / attention_rate;
       cost.chunk.a += k;
       cost.chunk.b += k;
+      c.attention_k += k;
       if (tp > 1) {  // two ring all-reduces of x * H activations per layer
         const double ring = 2.0 * (tp - 1);
         cost.chunk.c += 2 * ring * tp_link.latency_s;
         cost.chunk.b += 2 * ring / tp * shape.hidden_size * wire_bytes / tp_link.bandwidth_Bps;
+        c.fixed_s += 2 * ring * tp_link.latency_s;
+        c.tp_per_token_s += 2 * ring / tp * shape.hidden_size * wire_bytes / tp_link.bandwidth_Bps;
       }
+      ++c.layers;
+    }
+    if (cp.ranks > 1) {
+      constexpr double kBf16 = 2.0;  // the cuda backend's cache, queries and outputs
+      const double q_heads = static_cast<double>(shape.num_heads) / tp;
+      c.ring = {cp.ranks,
+                cp.mode,
+                cp_link(hw, tp, cp.ranks),
+                kBf16 * (shape.mla() ? shape.cached_values_per_token() : shape.cached_values_per_token() / tp),
+                kBf16 * q_heads * shape.head_dim,
+                q_heads * (kBf16 * shape.v_head_dim + 4.0)};
     }
     if (s + 1 == partition.size()) cost.lm_head_s = shape.lm_head_flops() / matmul_rate;
     costs.push_back(cost);
@@ -52,13 +81,20 @@ std::vector<StageCost> profiled_stage_costs(const sched::CostProfile& profile, i
     seen[fit.stage] = true;
   }
   for (int s = 0; s < pp; ++s)
-    if (!seen[s]) throw UserError("the cost profile has no stage " + std::to_string(s) + " (profile with --pp " + std::to_string(pp) + ")");
+    if (!seen[s])
+      throw UserError("the cost profile has no stage " + std::to_string(s) + " (profile with --pp " +
+                      std::to_string(pp) + ")");
   return costs;
 }
 
-LinkSpec stage_link(const HardwareSpec& hw, int stage, int tp) {
-  const int node_a = stage * tp / hw.devices_per_node, node_b = (stage + 1) * tp / hw.devices_per_node;
+LinkSpec stage_link(const HardwareSpec& hw, int stage, int tp, int cp) {
+  const int width = tp * cp;
+  const int node_a = stage * width / hw.devices_per_node, node_b = (stage + 1) * width / hw.devices_per_node;
   return node_a == node_b ? hw.intra_node : hw.inter_node;
+}
+
+LinkSpec cp_link(const HardwareSpec& hw, int tp, int cp) {
+  return tp * cp <= hw.devices_per_node ? hw.intra_node : hw.inter_node;
 }
 
 }  // namespace pf::sim

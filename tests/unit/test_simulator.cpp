@@ -33,21 +33,38 @@ TEST(ModelShape, DenseCountsMatchTheConfig) {
 }
 
 TEST(ModelShape, MixtureOfExpertsAndLatentAttention) {
-  const nlohmann::json qwen = {{"architectures", {"Qwen3MoeForCausalLM"}}, {"hidden_size", 4096},
-                               {"num_hidden_layers", 94}, {"num_attention_heads", 64}, {"num_key_value_heads", 4},
-                               {"head_dim", 128}, {"intermediate_size", 12288}, {"moe_intermediate_size", 1536},
-                               {"num_experts", 128}, {"num_experts_per_tok", 8}, {"vocab_size", 151936},
+  const nlohmann::json qwen = {{"architectures", {"Qwen3MoeForCausalLM"}},
+                               {"hidden_size", 4096},
+                               {"num_hidden_layers", 94},
+                               {"num_attention_heads", 64},
+                               {"num_key_value_heads", 4},
+                               {"head_dim", 128},
+                               {"intermediate_size", 12288},
+                               {"moe_intermediate_size", 1536},
+                               {"num_experts", 128},
+                               {"num_experts_per_tok", 8},
+                               {"vocab_size", 151936},
                                {"quantization_config", {{"quant_method", "fp8"}}}};
   const ModelShape q = shape_from_json(qwen, "qwen");
   EXPECT_TRUE(q.moe());
   EXPECT_TRUE(q.fp8);
   EXPECT_NEAR(q.active_parameters() / 1e9, 22.2, 0.3);  // "A22B"
-  const nlohmann::json deepseek = {{"architectures", {"DeepseekV3ForCausalLM"}}, {"hidden_size", 7168},
-                                   {"num_hidden_layers", 61}, {"num_attention_heads", 128}, {"q_lora_rank", 1536},
-                                   {"kv_lora_rank", 512}, {"qk_nope_head_dim", 128}, {"qk_rope_head_dim", 64},
-                                   {"v_head_dim", 128}, {"intermediate_size", 18432}, {"moe_intermediate_size", 2048},
-                                   {"n_routed_experts", 256}, {"n_shared_experts", 1}, {"num_experts_per_tok", 8},
-                                   {"first_k_dense_replace", 3}, {"vocab_size", 129280}};
+  const nlohmann::json deepseek = {{"architectures", {"DeepseekV3ForCausalLM"}},
+                                   {"hidden_size", 7168},
+                                   {"num_hidden_layers", 61},
+                                   {"num_attention_heads", 128},
+                                   {"q_lora_rank", 1536},
+                                   {"kv_lora_rank", 512},
+                                   {"qk_nope_head_dim", 128},
+                                   {"qk_rope_head_dim", 64},
+                                   {"v_head_dim", 128},
+                                   {"intermediate_size", 18432},
+                                   {"moe_intermediate_size", 2048},
+                                   {"n_routed_experts", 256},
+                                   {"n_shared_experts", 1},
+                                   {"num_experts_per_tok", 8},
+                                   {"first_k_dense_replace", 3},
+                                   {"vocab_size", 129280}};
   const ModelShape d = shape_from_json(deepseek, "deepseek");
   EXPECT_TRUE(d.mla());
   EXPECT_EQ(d.head_dim, 192);
@@ -107,9 +124,8 @@ TEST(StageCosts, AnalyticModelIsThePrefixForm) {
   const double matmul = 16 * 436207616.0 * x;
   const double attention = 16 * 4.0 * 128 * 32 * (x * L + x * (x + 1) / 2);
   const double steps = 2 * (tp - 1);
-  const double allreduce = 16 * 2 *
-                           (steps * hw.intra_node.latency_s +
-                            steps * (x * 4096 / tp) * 4 / hw.intra_node.bandwidth_Bps);
+  const double allreduce =
+      16 * 2 * (steps * hw.intra_node.latency_s + steps * (x * 4096 / tp) * 4 / hw.intra_node.bandwidth_Bps);
   const double expected = matmul / (hw.peak_bf16_flops * hw.matmul_efficiency * tp) +
                           attention / (hw.peak_bf16_flops * hw.attention_efficiency * tp) + allreduce;
   EXPECT_NEAR(costs[0].chunk_seconds(L, x), expected, 1e-9 * expected);
@@ -153,7 +169,8 @@ TEST(PipelineSim, OneStageIsSequential) {
 TEST(PipelineSim, ACachedPrefixSkipsItsChunks) {
   // A shared 200-token prefix: the second prompt computes only its last 100 tokens.
   const auto fresh = sched::make_plan({300, 300}, sched::FixedChunkPolicy(100));
-  const auto reused = sched::make_plan({300, 300}, sched::FixedChunkPolicy(100), {}, sched::PrefixPlan::from_outside({0, 200}));
+  const auto reused =
+      sched::make_plan({300, 300}, sched::FixedChunkPolicy(100), {}, sched::PrefixPlan::from_outside({0, 200}));
   const auto a = simulate_pipeline(fresh, {constant_cost(0.01)}, free_links(1));
   const auto b = simulate_pipeline(reused, {constant_cost(0.01)}, free_links(1));
   EXPECT_NEAR(a.ttft_s[1], 6.0, 1e-12);
@@ -233,7 +250,96 @@ TEST(SimulateCommand, RunsAndRejectsBadInput) {
   EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--length", "50", "--length", "60",
                          "--cached-tokens", "1", "--cached-tokens", "2", "--cached-tokens", "3"}),
                UserError);
-  EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--length", "50", "--cached-tokens",
-                         "50"}),
+  EXPECT_THROW(
+      simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--length", "50", "--cached-tokens", "50"}),
+      UserError);
+}
+
+// Context parallelism's ring (sim/context_parallel.hpp): one rank's attention is 1/cp of the
+// chunk's when the link hides every step; a slow link shows, pass-KV's steps grow with the
+// prefix and pass-Q's do not, so auto turns to pass-Q deep in a prompt on a slow link.
+TEST(ContextParallel, RingStepsHideBehindAttentionOrShow) {
+  CpRing ring;
+  ring.ranks = 4;
+  ring.kv_bytes_per_token = 512;                                           // 1 KV head of 128, K and V, bf16
+  ring.q_bytes_per_token = 2048;                                           // 8 query heads of 128, bf16
+  ring.out_bytes_per_token = 2080;                                         // their outputs and a float log-sum-exp each
+  ring.link = {1e18, 0.0};                                                 // as good as free
+  EXPECT_DOUBLE_EQ(cp_layer_step(CpRing{}, 8.0, 1000, 100).seconds, 8.0);  // one rank: the attention itself
+  ring.mode = CpAttention::kPassKv;
+  const CpLayerStep free_kv = cp_layer_step(ring, 8.0, 1000, 100);
+  EXPECT_NEAR(free_kv.seconds, 2.0, 1e-9);  // 8 / 4: each rank one quarter, every transfer hidden
+  // pass-KV: each rank's shard of the 1100 tokens' KV passes the 3 others.
+  EXPECT_NEAR(free_kv.bytes_sent, 3.0 * 1100 / 4 * 512, 1e-6);
+  // Both hidden, the same time: auto takes the one that moves less (here pass-Q: 25 tokens'
+  // queries and outputs a step against 275 tokens' KV).
+  ring.mode = CpAttention::kAuto;
+  const CpLayerStep free_auto = cp_layer_step(ring, 8.0, 1000, 100);
+  EXPECT_EQ(free_auto.variant, CpAttention::kPassQ);
+  EXPECT_NEAR(free_auto.bytes_sent, 3.0 * 25 * (2048 + 2080), 1e-6);
+
+  ring.link = {1e9, 1e-5};  // 1 GB/s: a step of 275 tokens' KV takes 0.15 ms, of 25 tokens' Q 0.06 ms
+  ring.mode = CpAttention::kPassKv;
+  const double attention = 1e-4;  // small: the transfers show
+  const CpLayerStep kv_short = cp_layer_step(ring, attention, 0, 100);
+  const CpLayerStep kv_long = cp_layer_step(ring, attention, 100000, 100);
+  EXPECT_GT(kv_long.seconds, 100 * kv_short.seconds / 2);  // the prefix's KV travels at every step
+  ring.mode = CpAttention::kPassQ;
+  const CpLayerStep q_short = cp_layer_step(ring, attention, 0, 100);
+  const CpLayerStep q_long = cp_layer_step(ring, attention, 100000, 100);
+  EXPECT_DOUBLE_EQ(q_long.seconds, q_short.seconds);  // the same queries, whatever the prefix
+  ring.mode = CpAttention::kAuto;
+  EXPECT_EQ(cp_layer_step(ring, attention, 100000, 100).variant, CpAttention::kPassQ);
+  EXPECT_EQ(cp_layer_step(ring, attention, 0, 100).variant, CpAttention::kPassKv);
+  // Meta's rule for GQA 128/8: pass-Q once the chunk is at most 1/8 of what it attends to.
+  EXPECT_TRUE(meta_rule_prefers_pass_q(700, 100, 8, 128));
+  EXPECT_FALSE(meta_rule_prefers_pass_q(100, 100, 8, 128));
+  EXPECT_THROW(parse_cp_attention("ring"), UserError);
+}
+
+// A stage at cp 2 on a free link computes each chunk in half the time of cp 1 (its matmuls
+// on half the tokens, its attention split evenly), TP's fixed latencies aside.
+TEST(ContextParallel, TwoRanksHalveAStage) {
+  const ModelShape shape = shape_from_config(model::preset_config("llama3-8b"));
+  HardwareSpec hw = load_hardware("h100");
+  hw.inter_node = hw.intra_node = {1e18, 0.0};
+  const std::vector<model::StageRange> one_stage = {{0, shape.num_layers}};
+  const auto whole = analytic_stage_costs(shape, hw, one_stage, 1, false);
+  const auto halves = analytic_stage_costs(shape, hw, one_stage, 1, false, 4, {2, CpAttention::kAuto});
+  for (const auto& [prefix, tokens] : {std::pair{0.0, 8192.0}, std::pair{65536.0, 4096.0}})
+    EXPECT_NEAR(halves[0].chunk_seconds(prefix, tokens), whole[0].chunk_seconds(prefix, tokens) / 2,
+                1e-9 * whole[0].chunk_seconds(prefix, tokens))
+        << prefix;
+  EXPECT_EQ(halves[0].cp.layers, shape.num_layers);
+}
+
+// `simulate --cp`: the layout in the header, the ring's traffic a stage, a CP run faster than
+// the same GPUs as pipeline stages when the pipeline has few micro-batches; bad values refused.
+TEST(SimulateCommand, ContextParallelLayouts) {
+  const std::vector<std::string> common = {"--model-config", "synthetic:llama3-8b", "--hardware", "h100", "--length",
+                                           "65536",          "--chunk-size",        "16384"};
+  auto run = [&](std::vector<std::string> extra) {
+    extra.insert(extra.end(), common.begin(), common.end());
+    extra.push_back("--json");
+    testing::internal::CaptureStdout();
+    EXPECT_EQ(simulate(extra), 0);
+    return nlohmann::json::parse(testing::internal::GetCapturedStdout());
+  };
+  const auto pp4 = run({"--pp", "4"});
+  const auto cp4 = run({"--cp", "4"});
+  EXPECT_EQ(cp4["cp"], 4);
+  // 4 chunks through 4 stages: a bubble of 3/7; CP has none.
+  EXPECT_LT(cp4["ttft_s"][0].get<double>(), 0.8 * pp4["ttft_s"][0].get<double>());
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(simulate({"--model-config", "synthetic:llama3-8b", "--hardware", "h100", "--pp", "2", "--cp", "2", "--tp",
+                      "2", "--length", "65536", "--cp-attention", "pass-q"}),
+            0);
+  const std::string text = testing::internal::GetCapturedStdout();
+  EXPECT_NE(text.find("pp 2 x cp 2 x tp 2"), std::string::npos) << text;
+  EXPECT_NE(text.find("CP ring, stage 1 (pass-Q, within a node)"), std::string::npos) << text;
+  EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--cp", "0", "--length", "5"}),
+               UserError);
+  EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--cp", "2", "--cp-attention", "ring",
+                         "--length", "5"}),
                UserError);
 }

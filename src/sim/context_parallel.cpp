@@ -1,0 +1,63 @@
+// The CP ring's cost (see context_parallel.hpp).
+#include "sim/context_parallel.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+#include "errors.hpp"
+
+namespace pf::sim {
+
+CpAttention parse_cp_attention(const std::string& text) {
+  if (text == "auto") return CpAttention::kAuto;
+  if (text == "pass-kv") return CpAttention::kPassKv;
+  if (text == "pass-q") return CpAttention::kPassQ;
+  throw UserError("--cp-attention " + text + " is unknown (auto, pass-kv or pass-q)");
+}
+
+const char* cp_attention_name(CpAttention mode) {
+  switch (mode) {
+    case CpAttention::kAuto:
+      return "auto";
+    case CpAttention::kPassKv:
+      return "pass-KV";
+    case CpAttention::kPassQ:
+      return "pass-Q";
+  }
+  return "?";
+}
+
+CpLayerStep cp_layer_step(const CpRing& ring, double attention_s, double prefix, double tokens) {
+  const double n = ring.ranks;
+  if (ring.ranks <= 1) return {attention_s, CpAttention::kPassKv, 0.0};
+  const double block = attention_s / (n * n);  // one rank's share, one ring step's block
+  // pass-KV: every rank's KV shard (prefix and chunk) visits every other rank.
+  const double kv_step = (prefix + tokens) / n * ring.kv_bytes_per_token;
+  const CpLayerStep pass_kv{block + (n - 1) * std::max(block, ring.link.transfer_s(kv_step)), CpAttention::kPassKv,
+                            (n - 1) * kv_step};
+  // pass-Q: the chunk's query shards visit, then each rank's partial outputs go home.
+  const double q_step = tokens / n * ring.q_bytes_per_token, out_step = tokens / n * ring.out_bytes_per_token;
+  const CpLayerStep pass_q{
+      block + (n - 1) * std::max(block, ring.link.transfer_s(q_step)) + (n - 1) * ring.link.transfer_s(out_step),
+      CpAttention::kPassQ, (n - 1) * (q_step + out_step)};
+  switch (ring.mode) {
+    case CpAttention::kPassKv:
+      return pass_kv;
+    case CpAttention::kPassQ:
+      return pass_q;
+    case CpAttention::kAuto:
+      break;
+  }
+  // Where both hide their transfers behind attention they take the same time: then the one
+  // that moves fewer bytes (pass-Q deep in a prompt), which leaves the link to others.
+  const double tie = 1e-9 * std::max(pass_q.seconds, pass_kv.seconds);
+  if (std::abs(pass_q.seconds - pass_kv.seconds) <= tie)
+    return pass_q.bytes_sent < pass_kv.bytes_sent ? pass_q : pass_kv;
+  return pass_q.seconds < pass_kv.seconds ? pass_q : pass_kv;
+}
+
+bool meta_rule_prefers_pass_q(double prefix, double tokens, int kv_heads, int heads) {
+  return tokens / (tokens + prefix) <= 2.0 * kv_heads / heads;
+}
+
+}  // namespace pf::sim
