@@ -7,6 +7,7 @@
 #include <numeric>
 #include <set>
 
+#include "compute/cpu/thread_pool.hpp"
 #include "errors.hpp"
 #include "model/tensor_names.hpp"
 #include "model/weights_digest.hpp"
@@ -27,17 +28,33 @@ std::string shape_text(const std::vector<int64_t>& shape) {
 // Fused tensors (q|k|v, gate|up) are read in place behind what `out` holds: the caller
 // reserves their whole size first, so no part is copied or reallocated (an 8B model's
 // weights are tens of GB; every extra pass over fresh memory costs seconds of page faults).
+// A large slice is read by the rank's threads (cpu::ThreadPool, as many as rank_threads.hpp
+// gives it), each a band of rows: reading, converting, digesting and checking are per value,
+// and a digest is a sum over values, so the bands' sums add up to the whole slice's.
 void read_append(std::vector<float>& out, const TensorSource& source, const std::string& name, int64_t row0,
                  int64_t rows, int64_t col0, int64_t cols, LoadRecord& record) {
-  const size_t at = out.size(), count = static_cast<size_t>(rows * cols);
-  out.resize(at + count);
-  float* values = out.data() + at;
-  source.read_block(name, row0, rows, col0, cols, values);
+  constexpr int64_t kValuesPerBand = int64_t{1} << 18;  // 1 MiB of floats: far above a task's cost
+  // First, on this thread: a checkpoint opens its files on a tensor's first use.
   const std::vector<int64_t> shape = source.shape(name);
   int64_t tensor_cols = 1;  // the 2-D view read_block uses: [shape[0], the rest]
   for (size_t d = 1; d < shape.size(); ++d) tensor_cols *= shape[d];
-  record.digests.push_back(digest_block(name, row0, rows, col0, cols, tensor_cols, values));
-  const auto bad = std::count_if(values, values + count, [](float v) { return !std::isfinite(v); });
+  const size_t at = out.size(), count = static_cast<size_t>(rows * cols);
+  out.resize(at + count);
+  float* values = out.data() + at;
+  cpu::ThreadPool& pool = cpu::ThreadPool::instance();
+  const int64_t most = std::max<int64_t>(1, std::min<int64_t>(rows, pool.threads()));
+  const int bands = static_cast<int>(std::clamp<int64_t>(rows * cols / kValuesPerBand, 1, most));
+  std::vector<uint64_t> sums(bands, 0);
+  std::vector<int64_t> bad_in(bands, 0);
+  pool.run(bands, [&](int band, int) {
+    const int64_t first = rows * band / bands, last = rows * (band + 1) / bands;
+    float* v = values + first * cols;
+    source.read_block(name, row0 + first, last - first, col0, cols, v);
+    sums[band] = digest_block(name, row0 + first, last - first, col0, cols, tensor_cols, v).sum;
+    bad_in[band] = std::count_if(v, v + (last - first) * cols, [](float x) { return !std::isfinite(x); });
+  });
+  record.digests.push_back({name, row0, rows, col0, cols, std::accumulate(sums.begin(), sums.end(), uint64_t{0})});
+  const int64_t bad = std::accumulate(bad_in.begin(), bad_in.end(), int64_t{0});
   if (bad > 0)
     record.warnings.push_back(name + " holds " + std::to_string(bad) +
                               " NaN/Inf value(s) in this rank's slice; its "

@@ -10,6 +10,7 @@
 #include <map>
 
 #include "cli/commands.hpp"
+#include "compute/cpu/thread_pool.hpp"
 #include "errors.hpp"
 #include "io/fnv1a.hpp"
 #include "io/prompts_h5.hpp"
@@ -331,4 +332,38 @@ TEST(PromptsH5, EveryBadInputIsNamed) {
   std::ofstream(not_h5) << "hello";
   expect_input_error(not_h5, "not an HDF5 file");
   expect_input_error("/nonexistent/in.h5", "cannot read");
+}
+
+// The loader reads large slices in bands on the rank's threads: the same values and the same
+// digests (the weights' identity, which resume compares) as one thread; and a layer sink gets
+// the same layers, in order, that StageWeights::layers would hold.
+TEST(Weights, ThreadsAndLayerSinkLoadTheSameWeights) {
+  model::ModelConfig c = model::preset_config("small");  // hidden 1024, GQA 16/8 of 64
+  c.num_layers = 2;
+  c.intermediate_size = 1024;
+  c.vocab_size = 1024;  // tensors of 0.5-2 Mi values: several bands each
+  const auto source = model::make_synthetic_source(c, 3);
+  const auto shard = model::make_shard_spec(c, 1, 0);
+  auto load = [&](int threads, const model::LayerSink& sink) {
+    cpu::ThreadPool::instance().set_threads(threads);
+    auto w = model::load_stage_weights(c, *source, {0, 2}, true, false, shard, sink);
+    cpu::ThreadPool::instance().set_threads(1);
+    return w;
+  };
+  const auto one = load(1, {});
+  std::vector<model::LayerWeights> taken;
+  const auto three = load(3, [&](model::LayerWeights&& layer) { taken.push_back(std::move(layer)); });
+  EXPECT_TRUE(three.layers.empty());
+  ASSERT_EQ(taken.size(), 2u);
+  EXPECT_EQ(three.embedding, one.embedding);
+  for (size_t l = 0; l < 2; ++l) {
+    EXPECT_EQ(taken[l].qkv, one.layers[l].qkv) << l;
+    EXPECT_EQ(taken[l].gate_up, one.layers[l].gate_up) << l;
+    EXPECT_EQ(taken[l].down, one.layers[l].down) << l;
+  }
+  ASSERT_EQ(three.record.digests.size(), one.record.digests.size());
+  for (size_t i = 0; i < one.record.digests.size(); ++i) {
+    EXPECT_EQ(three.record.digests[i].tensor, one.record.digests[i].tensor);
+    EXPECT_EQ(three.record.digests[i].sum, one.record.digests[i].sum) << one.record.digests[i].tensor;
+  }
 }

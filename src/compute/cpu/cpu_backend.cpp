@@ -51,6 +51,9 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
                         chosen["forced"].get<bool>(),
                         {chosen["rate"].get<double>(), chosen["fma"].get<double>()}});
   }
+  // The rank's threads first: loading the weights uses them too (model/weights.cpp).
+  const RankThreads rank_threads = decide_rank_threads(threads, MPI_COMM_WORLD);
+  use_rank_threads(rank_threads);
   StageBackend backend;
   backend.kv_pool = std::make_unique<kv::PagedKvPool>(kv_shape, pages);
   if (topo.tp > 1) backend.all_reduce = std::make_unique<dist::HostAllReduce>(topo.tp_comm);
@@ -60,8 +63,6 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
     return std::make_unique<dist::HostTransport>(floats, topo.prev_rank, topo.next_rank, topo.pipeline_comm);
   };
   backend.description = kv_shape.element_bytes == 2 ? "cpu (bf16)" : "cpu";
-  const RankThreads rank_threads = decide_rank_threads(threads, MPI_COMM_WORLD);
-  use_rank_threads(rank_threads);
   backend.detail = std::string(kv_shape.element_bytes == 2
                                    ? "bf16 weights and KV cache (float32 sums), " + cpu::bf16_gemm_description() + ", "
                                    : "") +
