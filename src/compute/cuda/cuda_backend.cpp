@@ -68,7 +68,8 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
   // The rank's CPU threads (its cores, shared with the node's other ranks: rank_threads.hpp)
   // read and convert the weights. Each layer goes to the device as soon as it is read: the
   // host holds one layer's float32 copy at a time, never the stage's (8B: 0.9 GB, not 28 GB).
-  compute::use_rank_threads(compute::decide_rank_threads(0, MPI_COMM_WORLD));
+  const compute::RankThreads load_threads = compute::decide_rank_threads(0, MPI_COMM_WORLD);
+  compute::use_rank_threads(load_threads);
   DeviceWeights device_weights;
   device_weights.upload_ends(load_weights(
       [&](model::LayerWeights&& layer) { device_weights.layers.push_back(DeviceWeights::upload_layer(layer)); }));
@@ -93,7 +94,9 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
   }
   backend.device_context = std::shared_ptr<void>(comms.get(), [comms](void*) { dist::destroy_nccl_comms(*comms); });
   backend.description = std::string("cuda (GPU ") + std::to_string(device) + ", bf16, transport " +
-                        (nccl ? "nccl" : "mpi via host") + ", KV " + std::to_string(pages) + " pages)";
+                        (nccl ? "nccl" : "mpi via host") + ", KV " + std::to_string(pages) +
+                        " pages, weights read on " + std::to_string(load_threads.threads) +
+                        (load_threads.threads == 1 ? " thread)" : " threads)");
   backend.compute = std::move(compute);
   return backend;
 }

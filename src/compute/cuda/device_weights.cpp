@@ -5,6 +5,7 @@
 #include <cmath>
 #include <stdexcept>
 
+#include "compute/cpu/thread_pool.hpp"
 #include "io/bf16.hpp"
 #include "io/safetensors.hpp"
 
@@ -22,17 +23,24 @@ std::vector<bf16> to_bf16(const std::vector<float>& values) {
 
 namespace {
 
-// Converted and copied in blocks of 4 Mi values through one reused buffer: no whole bf16
-// copy of each tensor on the host (fresh memory for it would cost as much as the copy).
+// Converted (on the rank's threads) and copied in blocks of 4 Mi values through one reused
+// buffer: no whole bf16 copy of each tensor on the host (fresh memory for it would cost as
+// much as the copy).
 DeviceArray<bf16> put(const std::vector<float>& host) {
-  constexpr size_t kBlock = size_t{1} << 22;
+  constexpr size_t kBlock = size_t{1} << 22, kPart = size_t{1} << 18;
   static_assert(sizeof(bf16) == sizeof(uint16_t));
   thread_local std::vector<uint16_t> staging;  // bf16 bits, as __nv_bfloat16 holds them
+  cpu::ThreadPool& pool = cpu::ThreadPool::instance();
   DeviceArray<bf16> d(host.size());
   for (size_t begin = 0; begin < host.size(); begin += kBlock) {
     const size_t count = std::min(kBlock, host.size() - begin);
     staging.resize(count);
-    ::pf::bf16::narrow(host.data() + begin, static_cast<int64_t>(count), staging.data());  // inline: vectorised
+    const int parts = static_cast<int>(std::clamp<size_t>(count / kPart, 1, pool.threads()));
+    uint16_t* out = staging.data();  // this thread's buffer: inside the tasks `staging` is each worker's own
+    pool.run(parts, [&](int part, int) {
+      const size_t first = count * part / parts, last = count * (part + 1) / parts;
+      ::pf::bf16::narrow(host.data() + begin + first, static_cast<int64_t>(last - first), out + first);
+    });
     CUDA_CHECK(cudaMemcpy(d.data() + begin, staging.data(), count * sizeof(bf16), cudaMemcpyHostToDevice));
   }
   return d;
