@@ -60,10 +60,11 @@ timeout 600 mpirun -n "$ranks" "$cuda_bin" run --quiet --model "$model" --input 
 # last-token logits 1.1e-1 apart (0.02 on the simulated device, whose sums round otherwise).
 # These random test models route with small margins: on the simulated device 22-30 % of
 # Qwen3-MoE's and MLA's positions, 10 % of Mixtral's, differ by more than 2.5e-2 nats. A
-# flip moves its own positions; a misplaced expert, head or scale moves all of them. So a
-# routed model's last-token logits only have to be the same logits (within 5e-1), and every
-# position's log-prob is checked: the median within 2.5e-2 nats and 60 % of them too (dense
-# models: the worst within 5e-2).
+# flip moves its own positions; a misplaced expert, head or scale moves all of them (Mixtral
+# with experts 0 and 1 of one layer swapped: 11 % of positions within 2.5e-2, median 0.15
+# nats, while its last-token logits stay within 0.37). So a routed model's last-token logits
+# only have to be the same logits (within 5e-1), and every position's log-prob is checked:
+# the median within 2.5e-2 nats and 60 % of them too (dense models: the worst within 5e-2).
 "$bin/tests/compare_logits" "$out" "$cpu" --rtol "$([ -n "${PF_ROUTED:-}" ] && echo 5e-1 || echo 1e-2)"
 "$PYTHON" "$here/../mpi/check_output.py" "$out"
 if [ -n "${PF_SCORES:-}" ]; then
