@@ -171,23 +171,16 @@ void attend_query_block_bf16_dot(const QueryBlock& b, TileScratch& scratch) {
   auto* pp = reinterpret_cast<uint32_t*>(scratch.floats(6, static_cast<size_t>(kKeyBlock / 2) * TW));
   int32_t* qpos = scratch.positions(rows);
 
-  // Q^T as bf16 pairs of neighbouring columns; row r is token r / g, head r % g. Padding
-  // rows: zero queries at the block's last position (finite; their output is dropped).
-  const int first_pos = b.pos0 + b.first_token, last_pos = first_pos + b.tokens - 1;
+  // Q^T as bf16 pairs of neighbouring columns (padding rows: zero queries).
+  tiles::start_rows<V>(b, rows, qpos, m, l);
   for (int r = 0; r < rows; ++r) {
-    const bool real = r < real_rows;
-    qpos[r] = real ? first_pos + r / g : last_pos;
-    const float* src = b.q + static_cast<int64_t>(b.first_token + r / g) * b.q_stride +
-                       static_cast<int64_t>(b.kv_head * g + r % g) * d;
+    const float* src = r < real_rows ? tiles::query_row<V>(b, r, d) : nullptr;
     for (int c = 0; c < d; c += 2)
-      qp[static_cast<int64_t>(c / 2) * rows + r] = real
-                                                       ? static_cast<uint32_t>(bf16::from_float(src[c])) |
-                                                             (static_cast<uint32_t>(bf16::from_float(src[c + 1])) << 16)
-                                                       : 0u;
-    m[r] = kMaskedScore;
-    l[r] = 0.0f;
+      qp[static_cast<int64_t>(c / 2) * rows + r] =
+          src ? static_cast<uint32_t>(bf16::from_float(src[c])) | (uint32_t{bf16::from_float(src[c + 1])} << 16) : 0u;
   }
   std::fill(ot, ot + static_cast<int64_t>(d) * rows, 0.0f);
+  const int last_pos = qpos[rows - 1];
 
   for (int k0 = 0; k0 <= last_pos; k0 += kKeyBlock) {
     const int nk = std::min(kKeyBlock, last_pos + 1 - k0);
@@ -203,21 +196,7 @@ void attend_query_block_bf16_dot(const QueryBlock& b, TileScratch& scratch) {
       if (j < n)
         score_tail<kJ - 1>(qp + t0, rows, keys + static_cast<int64_t>(j) * d, d, b.scale, st + j * TW, n - j, max0,
                            max1);
-      if (k0 + n - 1 > tile_first) {  // the causal diagonal crosses this block: mask, then the max again
-        const int first_masked = std::max(0, tile_first + 1 - k0);
-        max0 = max1 = _mm512_set1_ps(kMaskedScore);
-        for (int jj = 0; jj < n; ++jj) {
-          __m512 s0 = _mm512_loadu_ps(st + jj * TW), s1 = _mm512_loadu_ps(st + jj * TW + W);
-          if (jj >= first_masked) {
-            s0 = V::mask_after(s0, k0 + jj, qpos + t0);
-            s1 = V::mask_after(s1, k0 + jj, qpos + t0 + W);
-            _mm512_storeu_ps(st + jj * TW, s0);
-            _mm512_storeu_ps(st + jj * TW + W, s1);
-          }
-          max0 = _mm512_max_ps(max0, s0);
-          max1 = _mm512_max_ps(max1, s1);
-        }
-      }
+      if (k0 + n - 1 > tile_first) tiles::mask_diagonal<V>(st, n, k0, qpos + t0, max0, max1);
       __m512 corr0, corr1;
       tiles::softmax_block<V>(st, n, max0, max1, m + t0, l + t0, corr0, corr1);
       // P^T as key pairs (an odd count's last pair with a zero: its V pair is zero too).
@@ -234,13 +213,7 @@ void attend_query_block_bf16_dot(const QueryBlock& b, TileScratch& scratch) {
       accumulate_values(pp, pairs, vp, d, ot + t0, rows, corr0, corr1);
     }
   }
-
-  for (int r = 0; r < real_rows; ++r) {
-    const float inv = 1.0f / l[r];
-    float* dst = b.out + static_cast<int64_t>(b.first_token + r / g) * b.out_stride +
-                 static_cast<int64_t>(b.kv_head * g + r % g) * d;
-    for (int c = 0; c < d; ++c) dst[c] = ot[static_cast<int64_t>(c) * rows + r] * inv;
-  }
+  tiles::write_rows<V>(b, ot, l, rows, d);
 }
 
 }  // namespace pf::cpu

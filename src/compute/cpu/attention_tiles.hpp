@@ -151,6 +151,57 @@ inline void key_block(const kv::KvLayerView& kv, int kv_head, int k0, int n, flo
   *values = v_out;
 }
 
+// Row r of a block is token r / g, head r % g of the KV head's group (g = b.group); rows up to
+// whole tiles past the real ones pad it. The source of a real row's query:
+template <class V>  // (templates only, so that each ISA's file has its own copy)
+inline const float* query_row(const QueryBlock& b, int r, int d) {
+  return b.q + static_cast<int64_t>(b.first_token + r / b.group) * b.q_stride +
+         static_cast<int64_t>(b.kv_head * b.group + r % b.group) * d;
+}
+
+// Each row's position (padding rows at the block's last: they see keys like real rows and
+// stay finite; their output is dropped) and an empty softmax state.
+template <class V>
+inline void start_rows(const QueryBlock& b, int rows, int32_t* qpos, float* m, float* l) {
+  const int first_pos = b.pos0 + b.first_token, last_pos = first_pos + b.tokens - 1;
+  for (int r = 0; r < rows; ++r) {
+    qpos[r] = r < b.tokens * b.group ? first_pos + r / b.group : last_pos;
+    m[r] = kMaskedScore;
+    l[r] = 0.0f;
+  }
+}
+
+// Where the causal diagonal crosses the key block [k0, k0 + n) of a tile (its rows' positions
+// from qpos): each row's future scores masked, then the block maxima taken again.
+template <class V>
+inline void mask_diagonal(float* st, int n, int k0, const int32_t* qpos, typename V::reg& max0, typename V::reg& max1) {
+  constexpr int W = V::kLanes, TW = 2 * W;
+  const int first_masked = std::max(0, qpos[0] + 1 - k0);
+  max0 = max1 = V::set1(kMaskedScore);
+  for (int jj = 0; jj < n; ++jj) {
+    auto s0 = V::load(st + jj * TW), s1 = V::load(st + jj * TW + W);
+    if (jj >= first_masked) {
+      s0 = V::mask_after(s0, k0 + jj, qpos);
+      s1 = V::mask_after(s1, k0 + jj, qpos + W);
+      V::store(st + jj * TW, s0);
+      V::store(st + jj * TW + W, s1);
+    }
+    max0 = V::max(max0, s0);
+    max1 = V::max(max1, s1);
+  }
+}
+
+// The real rows' outputs, O^T / l, into the block's output rows.
+template <class V>
+inline void write_rows(const QueryBlock& b, const float* ot, const float* l, int rows, int d) {
+  for (int r = 0; r < b.tokens * b.group; ++r) {
+    const float inv = 1.0f / l[r];
+    float* dst = b.out + static_cast<int64_t>(b.first_token + r / b.group) * b.out_stride +
+                 static_cast<int64_t>(b.kv_head * b.group + r % b.group) * d;
+    for (int c = 0; c < d; ++c) dst[c] = ot[static_cast<int64_t>(c) * rows + r] * inv;
+  }
+}
+
 template <class V>
 void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
   constexpr int W = V::kLanes, TW = 2 * W, kJ = V::kKeys;
@@ -165,20 +216,15 @@ void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
   float* staged = scratch.floats(5, static_cast<size_t>(2) * kKeyBlock * d);
   int32_t* qpos = scratch.positions(rows);
 
-  // Q^T, scaled; row r is token r / g, head r % g. Padding rows: zero queries at the block's
-  // last position, so they see keys like real rows and stay finite (their output is dropped).
-  const int first_pos = b.pos0 + b.first_token, last_pos = first_pos + b.tokens - 1;
+  // Q^T, scaled (padding rows: zero queries).
+  start_rows<V>(b, rows, qpos, m, l);
   for (int r = 0; r < rows; ++r) {
-    const bool real = r < real_rows;
-    qpos[r] = real ? first_pos + r / g : last_pos;
-    const float* src = b.q + static_cast<int64_t>(b.first_token + r / g) * b.q_stride +
-                       static_cast<int64_t>(b.kv_head * g + r % g) * d;
+    const float* src = r < real_rows ? query_row<V>(b, r, d) : nullptr;
     for (int c = 0; c < d; ++c)
-      qt[static_cast<int64_t>(c) * rows + r] = real ? (b.bf16 ? bf16::round(src[c]) : src[c]) * b.scale : 0.0f;
-    m[r] = kMaskedScore;
-    l[r] = 0.0f;
+      qt[static_cast<int64_t>(c) * rows + r] = src ? (b.bf16 ? bf16::round(src[c]) : src[c]) * b.scale : 0.0f;
   }
   std::fill(ot, ot + static_cast<int64_t>(d) * rows, 0.0f);
+  const int last_pos = qpos[rows - 1];
 
   for (int k0 = 0; k0 <= last_pos; k0 += kKeyBlock) {
     const int nk = std::min(kKeyBlock, last_pos + 1 - k0);
@@ -194,34 +240,14 @@ void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
         score_keys<V, kJ>(qt + t0, rows, keys + static_cast<int64_t>(j) * d, d, st + j * TW, max0, max1);
       if (j < n)
         score_tail<V, kJ - 1>(qt + t0, rows, keys + static_cast<int64_t>(j) * d, d, st + j * TW, n - j, max0, max1);
-      if (k0 + n - 1 > tile_first) {  // the causal diagonal crosses this block: mask, then the max again
-        const int first_masked = std::max(0, tile_first + 1 - k0);
-        max0 = max1 = V::set1(kMaskedScore);
-        for (int jj = 0; jj < n; ++jj) {
-          auto s0 = V::load(st + jj * TW), s1 = V::load(st + jj * TW + W);
-          if (jj >= first_masked) {
-            s0 = V::mask_after(s0, k0 + jj, qpos + t0);
-            s1 = V::mask_after(s1, k0 + jj, qpos + t0 + W);
-            V::store(st + jj * TW, s0);
-            V::store(st + jj * TW + W, s1);
-          }
-          max0 = V::max(max0, s0);
-          max1 = V::max(max1, s1);
-        }
-      }
+      if (k0 + n - 1 > tile_first) mask_diagonal<V>(st, n, k0, qpos + t0, max0, max1);
       typename V::reg corr0, corr1;
       softmax_block<V>(st, n, max0, max1, m + t0, l + t0, corr0, corr1);
       if (b.bf16) bf16::round_all(st, static_cast<int64_t>(n) * TW);
       accumulate_values<V>(st, n, values, d, ot + t0, rows, corr0, corr1);
     }
   }
-
-  for (int r = 0; r < real_rows; ++r) {
-    const float inv = 1.0f / l[r];
-    float* dst = b.out + static_cast<int64_t>(b.first_token + r / g) * b.out_stride +
-                 static_cast<int64_t>(b.kv_head * g + r % g) * d;
-    for (int c = 0; c < d; ++c) dst[c] = ot[static_cast<int64_t>(c) * rows + r] * inv;
-  }
+  write_rows<V>(b, ot, l, rows, d);
 }
 
 }  // namespace pf::cpu::tiles
