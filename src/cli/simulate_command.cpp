@@ -153,8 +153,7 @@ int simulate_command(int argc, char** argv) {
     trace::print_summary(summary, stdout, /*max_prompts=*/1 << 30);
     trace::print_traffic(traffic, stdout);
     if (o.cp > 1)
-      print_cp_ring(plan, costs, prompt_tokens,
-                    o.cp * o.tp <= hw.devices_per_node ? "within a node" : "across nodes");
+      print_cp_ring(plan, costs, prompt_tokens, o.cp * o.tp <= hw.devices_per_node ? "within a node" : "across nodes");
   }
   if (!o.timeline.empty()) {
     io::require_writable_file_path(o.timeline, "--timeline");
@@ -169,6 +168,7 @@ int simulate_command(int argc, char** argv) {
                                   {"simulated", 1},
                                   {"hardware", hw.name},
                                   {"pp", o.pp},
+                                  {"cp", o.cp},
                                   {"tp", o.tp},
                                   {"chunk_size", o.chunking.initial_chunk},
                                   {"chunk_policy_used", policy_used},

@@ -32,8 +32,8 @@ SimResult simulate_pipeline(const sched::BatchPlan& plan, const std::vector<Stag
   std::vector<double> link_busy(pp, 0.0);    // the link s -> s+1 carries one message at a time (latency overlaps)
 
   auto emit = [&](int stage, EventKind kind, const sched::MicroBatch& mb, double t0, double t1) {
-    result.events.push_back(
-        {stage * setup.tp, stage, 0, static_cast<int32_t>(kind), mb.index, mb.prompt, mb.start, mb.length, t0, t1});
+    result.events.push_back({stage * setup.tp * setup.cp, stage, 0, static_cast<int32_t>(kind), mb.index, mb.prompt,
+                             mb.start, mb.length, t0, t1});
   };
 
   for (long long i = 0; i < count; ++i) {

@@ -25,7 +25,7 @@ struct SimSetup {
 };
 
 struct SimResult {
-  std::vector<trace::TimelineEvent> events;  // one track per stage (TP rank 0)
+  std::vector<trace::TimelineEvent> events;  // one track per stage (its CP rank 0, TP rank 0)
   std::vector<double> ttft_s;                // per prompt: its LM head done on the last stage
   double makespan_s = 0;
   std::vector<double> boundary_bytes;  // bytes over each stage boundary, all CP and TP ranks together
