@@ -26,10 +26,11 @@ from matplotlib.patches import Patch  # noqa: E402
 
 # The kinds' names as pipefill writes them (the /timeline attribute kind_names, the trace's
 # "cat"); an output older than a kind simply has none of it.
-DEFAULT_KINDS = ["compute", "recv_wait", "send_commit", "allreduce", "lm_head", "kv_load", "kv_export"]
+DEFAULT_KINDS = ["compute", "recv_wait", "send_commit", "allreduce", "lm_head", "kv_load", "kv_export", "cp_gather"]
 COLORS = {"recv_wait": "#f5b971", "send_commit": "#d62728", "allreduce": "#2ca02c", "lm_head": "#9467bd",
-          "kv_load": "#8c564b", "kv_export": "#7f7f7f"}
+          "kv_load": "#8c564b", "kv_export": "#7f7f7f", "cp_gather": "#17becf"}
 LABELS = {"lm_head": "LM head", "kv_load": "prefix from the KV store", "kv_export": "K/V copied out for export",
+          "cp_gather": "CP rows gathered to CP rank 0",
           "recv_wait": "waiting for a receive", "send_commit": "blocked on a send commit",
           "allreduce": "TP all-reduce"}
 PROMPT_BLUES = ["#1f77b4", "#7fb2e0"]

@@ -12,7 +12,7 @@
 #include "io/token_ids_file.hpp"
 #include "sched/cost_profile.hpp"
 #include "sched/dynamic_chunker.hpp"
-#include "sim/context_parallel.hpp"
+#include "sched/context_split.hpp"
 
 namespace pf::cli {
 namespace {
@@ -292,6 +292,18 @@ OptionTable<RunOptions> run_table() {
       .required()
       .echo_as("output");
   t.add("trace", "also write a Chrome trace (Perfetto) to this JSON file", &R::trace).echo_as("trace");
+  t.add("cp",
+        "context parallelism: CP ranks per stage (world = pp x cp x tp, ranks ordered TP innermost, then CP, then "
+        "PP), each computing 1/cp of every chunk's tokens and holding 1/cp of each prompt's KV cache; cpu backend",
+        &R::cp)
+      .at_least_one()
+      .echo_as("cp");
+  t.add("cp-attention",
+        "how CP ranks attend to the keys the others hold: pass-kv (the KV shards go around the ring), pass-q (the "
+        "queries travel, partial outputs come back) or auto (per chunk, the one that moves fewer bytes)",
+        &R::cp_attention)
+      .check([](const std::string& mode) { sched::parse_cp_attention(mode); })
+      .echo_as("cp_attention");
   add_ring_depth(t, &R::ring_depth).echo_as("ring_depth");
   t.add("hidden-states",
         "also store each prompt's final-norm hidden state in /hidden_states: last (its last position) or mean (over "
@@ -419,14 +431,14 @@ OptionTable<SimulateOptions> simulate_table() {
   add_tp(t, &S::tp);
   t.add("cp",
         "context parallelism: CP ranks per stage, each computing 1/cp of every chunk's tokens and attending over "
-        "a ring (ranks ordered TP innermost, then CP, then PP); simulated only: `run` has no --cp yet",
+        "a ring (ranks ordered TP innermost, then CP, then PP; `run --cp` computes it on the cpu backend)",
         &S::cp)
       .at_least_one();
   t.add("cp-attention",
         "the CP ring: pass-kv (the KV shards travel), pass-q (the queries travel, partial outputs come back) or "
         "auto (per chunk, the faster as modelled)",
         &S::cp_attention)
-      .check([](const std::string& mode) { sim::parse_cp_attention(mode); });
+      .check([](const std::string& mode) { sched::parse_cp_attention(mode); });
   add_layer_partition(t, &S::layer_partition);
   t.add("length", "prompt length in tokens (repeat for several prompts)", &S::lengths).required().at_least_one();
   t.add("cached-tokens",
@@ -545,6 +557,29 @@ void check_backend_supports(const RunOptions& o) {
       throw UserError(compute::refusal(o.placement.backend, a.product, a.flag));
 }
 
+// What --cp does not cover yet, refused before anything runs.
+void check_context_parallel(const RunOptions& o) {
+  if (o.cp == 1) {
+    if (o.cp_attention != "auto") throw UserError("--cp-attention chooses how CP ranks attend: add --cp 2 or more");
+    return;
+  }
+  if (o.placement.backend != compute::BackendKind::kCpu)
+    throw UserError(std::string("--cp runs on the cpu backend so far, not ") +
+                    compute::backend_name(o.placement.backend) + " (pipefill simulate --cp models it on any hardware)");
+  const struct {
+    bool asked;
+    const char* flag;
+  } not_yet[] = {{!o.save_kv.empty(), "--save-kv"},
+                 {!o.kv_store.empty(), "--kv-store"},
+                 {!o.checkpoint_every.empty(), "--checkpoint-every"},
+                 {o.chunking.dynamic(), "a dynamic --chunk-policy"}};
+  for (const auto& n : not_yet)
+    if (n.asked)
+      throw UserError(std::string(n.flag) +
+                      " does not run with --cp yet (each CP rank holds a shard of the KV cache by token): drop --cp, "
+                      "or the flag");
+}
+
 void check_token_rows_fit(const RunOptions& o, int set_size) {
   // A chunk's token rows travel as one MPI message of (1 + 2k + S) floats a token.
   const int64_t longest = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
@@ -570,6 +605,7 @@ bool parse_run(int argc, char** argv, RunOptions& o) {
   if (o.resume && o.overwrite)
     throw UserError("--resume keeps what OUTPUT holds and --overwrite replaces it: give one of them");
   check_backend_supports(o);
+  check_context_parallel(o);
   if (!o.kv_store_limit.empty()) {
     if (o.kv_store.empty()) throw UserError("--kv-store-limit limits the size of --kv-store: add --kv-store DIR");
     o.kv_store_limit_bytes = parse_size("--kv-store-limit", o.kv_store_limit);

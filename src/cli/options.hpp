@@ -44,6 +44,10 @@ struct RunOptions {
   std::string input;
   std::string output;
   std::string trace;  // Chrome trace path, empty: none
+  // Context parallelism: CP ranks a stage (world = pp x cp x tp) and how they attend
+  // (sched/context_split.hpp).
+  int cp = 1;
+  std::string cp_attention = "auto";  // auto | pass-kv | pass-q
   int ring_depth = kDefaultRingDepth;
   bool quiet = false;
   double watchdog_timeout_s = 1800;  // a wait this long means a peer died or hung: abort the job

@@ -69,7 +69,7 @@ io::PromptSet read_run_prompts(const RunOptions& o, const pipeline::RankModel& m
 void check_kv_capacity(const RunOptions& o, const dist::Topology& topo, const pipeline::RankModel& m,
                        const io::PromptSet& prompts) {
   pipeline::check_kv_capacity(o.placement.backend, o.placement.dtype, topo, m, o.chunking.page_size,
-                              o.placement.kv_memory_mb, prompts.lengths());
+                              o.placement.kv_memory_mb, prompts.lengths(), o.chunking.initial_chunk);
 }
 
 std::optional<sched::CostProfile> load_saved_costs(const RunOptions& o, const nlohmann::json& placement_identity) {

@@ -43,16 +43,21 @@ std::optional<sched::CostProfile> read_inputs(PreparedRun& run) {
 // profiling when this run profiles) or the emulator (cost-model sleeps); then the weights'
 // identity: every value every rank loaded, whatever the layout (what --resume, --save-kv and
 // --kv-store compare, so it is known before any of them opens a file).
+// (A stage's CP ranks load the same weights: CP rank 0's digests stand for them all, so the
+// identity is the same whatever the layout.)
 void make_backend(PreparedRun& run, bool profiles) {
   const sched::ChunkingOptions& chunking = run.options.chunking;
   pipeline::BackendRequest request = backend_request(run.options.placement, chunking.page_size,
                                                      sched::longest_chunk(chunking.initial_chunk, chunking.page_size));
   request.cost_source = chunking.cost_source;
+  request.cp_chunk = chunking.initial_chunk;
+  request.cp_attention = sched::parse_cp_attention(run.options.cp_attention);
   if (profiles) request.profile_room_tokens = pipeline::profile_capacity_tokens(run.lengths, chunking.initial_chunk);
   run.backend = pipeline::make_stage_backend(run.topo, run.rank_model, request, run.lengths);
   if (run.options.placement.backend != compute::BackendKind::kEmulate)
     run.rank_model.weights_fingerprint =
-        pipeline::agree_on_weights_identity(run.rank_model, run.backend.weights_digests);
+        pipeline::agree_on_weights_identity(run.rank_model, run.topo.cp_rank == 0 ? run.backend.weights_digests
+                                                                                  : std::vector<model::BlockDigest>{});
 }
 
 // Rank 0 takes the --save-kv directory (one run at a time; it removes what killed runs left
@@ -94,6 +99,7 @@ void open_checkpoints(PreparedRun& run) {
   if (!compute::supports(backend, compute::Product::kKvExport) ||
       !compute::supports(backend, compute::Product::kKvStore))
     return;
+  if (run.topo.cp > 1) return;  // not yet: a CP rank's shard is not what a checkpoint holds
   pipeline::CheckpointSettings settings;
   settings.dir = options.output + ".checkpoint";
   settings.interval_s = options.checkpoint_interval_s;
@@ -163,7 +169,7 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
   const RunOptions& options = run.options;
   const bool writer = run.topo.is_writer();
   sched::PrefixPlan prefixes =
-      writer && !options.no_prefix_cache
+      writer && !options.no_prefix_cache && run.topo.cp == 1  // not yet with --cp
           ? sched::find_shared_prefixes(run.prompts.tokens, run.prompts.offsets, options.chunking.page_size, done,
                                         options.token_rows_wanted() ? run.prompts.score_start : std::vector<int64_t>{})
           : sched::PrefixPlan{};
@@ -189,12 +195,19 @@ void print_header(const PreparedRun& run) {
   const RunOptions& options = run.options;
   const model::ModelShape& shape = run.rank_model.shape;
   const sched::BatchPlan& plan = run.decision.plan;
-  std::printf("pipefill %s | %s %s (%.1fM active params) | pp %d x tp %d | layers %s | chunk %d (%s) | page %d | %s\n",
+  const std::string cp = run.topo.cp > 1 ? " x cp " + std::to_string(run.topo.cp) : "";
+  std::printf("pipefill %s | %s %s (%.1fM active params) | pp %d%s x tp %d | layers %s | chunk %d (%s) | page %d | %s\n",
               PIPEFILL_VERSION, options.placement.model.c_str(), shape.name.c_str(), shape.active_parameters() / 1e6,
-              run.topo.pp, run.topo.tp, model::partition_text(run.rank_model.partition).c_str(),
+              run.topo.pp, cp.c_str(), run.topo.tp, model::partition_text(run.rank_model.partition).c_str(),
               options.chunking.initial_chunk, run.decision.policy_used.c_str(), options.chunking.page_size,
               run.backend.description.c_str());
   if (!run.backend.detail.empty()) std::printf("%s: %s\n", run.backend.description.c_str(), run.backend.detail.c_str());
+  if (run.topo.cp > 1)
+    std::printf(
+        "context parallel: %d ranks a stage, each computing 1/%d of every chunk (zigzag pieces) and holding 1/%d of "
+        "each prompt's KV cache; attention by %s%s; prefix reuse is off with --cp\n",
+        run.topo.cp, run.topo.cp, run.topo.cp, options.cp_attention.c_str(),
+        options.cp_attention == "auto" ? " (per chunk, whichever moves fewer bytes: pass-KV or pass-Q)" : "");
   const io::ResultWriter& results = *run.results;
   std::string beyond;  // what the plan does not compute
   if (plan.restored_tokens() > 0)
@@ -224,7 +237,7 @@ std::unique_ptr<PreparedRun> prepare_run(const RunOptions& options) {
   dist::require_same_as_rank0(to_json(options).dump(), "command line", MPI_COMM_WORLD);
   auto run = std::make_unique<PreparedRun>();
   run->options = options;
-  run->topo = dist::make_topology(place.pp, place.tp);
+  run->topo = dist::make_topology(place.pp, place.tp, options.cp);
 
   // Model: config.json (or preset), layer partition; for real compute also TP divisibility
   // and every tensor's shape. The emulator only counts FLOPs, so any config.json will do.

@@ -52,6 +52,24 @@ void print_scores(const io::ResultWriter& results) {
 
 }  // namespace
 
+namespace {
+
+// What a CP rank's ring moves per token (one TP rank's heads), for the traffic report.
+trace::CpTrafficShape cp_traffic_shape(const PreparedRun& run) {
+  trace::CpTrafficShape cp;
+  cp.ranks = run.topo.cp;
+  if (cp.ranks == 1) return cp;
+  const model::ShardSpec& shard = run.rank_model.shard;
+  const int head_dim = run.rank_model.shape.head_dim;
+  cp.kv_width = shard.kv_heads * head_dim;
+  cp.q_width = shard.heads * head_dim;
+  cp.heads = shard.heads;
+  cp.mode = sched::parse_cp_attention(run.options.cp_attention);
+  return cp;
+}
+
+}  // namespace
+
 int report_run(PreparedRun& run, FinishedLoop& loop) {
   const RunOptions& options = run.options;
   const model::ModelShape& shape = run.rank_model.shape;
@@ -66,17 +84,17 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
   const auto events = trace::gather_timeline(*loop.timeline, MPI_COMM_WORLD);
   trace::TrafficReport traffic =
       trace::gather_traffic(topo, plan, shape.hidden_size, shape.hidden_size * dist::kActivationWireBytes,
-                            run.rank_model.partition, loop.result.traffic);
+                            run.rank_model.partition, loop.result.traffic, cp_traffic_shape(run));
   traffic.allreduce_modelled = emulate;
   const trace::ExpertLoad expert_load =
       trace::gather_expert_load(topo, run.backend.compute->expert_rows(), emulate ? 0 : shape.experts);
   const compute::OpTimes op_times = trace::gather_op_times(run.backend.compute->op_times());
   if (writer) {
     const trace::RunSummary summary =
-        trace::summarize(plan, events, topo.pp, topo.tp, loop.wall_s, sched::plan_flops(shape, plan));
+        trace::summarize(plan, events, topo.pp, topo.cp * topo.tp, loop.wall_s, sched::plan_flops(shape, plan));
     const bool complete = run.results->finish(
         events, output_attributes(options, run.rank_model, run.decision, run.backend.description, loop.wall_s));
-    if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp);
+    if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp, topo.cp);
     if (!options.quiet) {
       trace::print_summary(summary, stdout);
       trace::print_partition_advice(summary, run.rank_model.partition, stdout);

@@ -24,6 +24,13 @@ struct ChunkContext {
   long long micro_batch = -1;  // for device-timed backends' timeline spans
 };
 
+// What a backend's context-parallel ring did so far: chunk-layers attended by each variant,
+// and bytes this rank sent (zero without CP).
+struct CpCounts {
+  long long pass_kv_steps = 0, pass_q_steps = 0;
+  int64_t bytes_sent = 0;
+};
+
 // A stretch of device time a backend measured itself (CUDA events), in run-clock seconds.
 struct DeviceSpan {
   long long micro_batch = -1;
@@ -85,6 +92,8 @@ class StageCompute {
   // MoE models: rows the router sent to each expert so far, [local layers][experts] (dense
   // layers count none); empty where the backend does not count (trace/expert_load.hpp).
   virtual std::vector<int64_t> expert_rows() const { return {}; }
+  // Context parallelism: what the ring did so far (all zero without CP).
+  virtual CpCounts cp_counts() const { return {}; }
   // Where forward()'s time went so far, by kind of op; all zero where not measured (only the
   // cpu backend times its ops: trace/op_times.hpp).
   virtual OpTimes op_times() const { return {}; }

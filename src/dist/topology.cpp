@@ -8,22 +8,27 @@
 
 namespace pf::dist {
 
-Topology make_topology(int pp, int tp) {
+Topology make_topology(int pp, int tp, int cp) {
   Topology t;
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &t.world_rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &t.world_size));
-  if (pp < 1 || tp < 1) throw UserError("--pp and --tp must be at least 1");
-  if (t.world_size != pp * tp)
-    throw UserError("world size is " + std::to_string(t.world_size) + " ranks but --pp " + std::to_string(pp) +
-                    " x --tp " + std::to_string(tp) + " needs " + std::to_string(pp * tp) + " (launch with mpirun -n " +
-                    std::to_string(pp * tp) + ")");
+  if (pp < 1 || tp < 1 || cp < 1) throw UserError("--pp, --tp and --cp must be at least 1");
+  if (t.world_size != pp * cp * tp) {
+    const std::string layout = "--pp " + std::to_string(pp) + (cp > 1 ? " x --cp " + std::to_string(cp) : "") +
+                               " x --tp " + std::to_string(tp);
+    throw UserError("world size is " + std::to_string(t.world_size) + " ranks but " + layout + " needs " +
+                    std::to_string(pp * cp * tp) + " (launch with mpirun -n " + std::to_string(pp * cp * tp) + ")");
+  }
   t.pp = pp;
   t.tp = tp;
-  t.stage = t.world_rank / tp;
+  t.cp = cp;
+  t.stage = t.world_rank / (cp * tp);
+  t.cp_rank = t.world_rank / tp % cp;
   t.tp_rank = t.world_rank % tp;
-  t.prev_rank = t.first_stage() ? -1 : t.world_rank - tp;
-  t.next_rank = t.last_stage() ? -1 : t.world_rank + tp;
-  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.stage, t.tp_rank, &t.tp_comm));
+  t.prev_rank = t.first_stage() ? -1 : t.world_rank - cp * tp;
+  t.next_rank = t.last_stage() ? -1 : t.world_rank + cp * tp;
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.stage * cp + t.cp_rank, t.tp_rank, &t.tp_comm));
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.stage * tp + t.tp_rank, t.cp_rank, &t.cp_comm));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &t.pipeline_comm));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &t.result_comm));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &t.control_comm));
@@ -31,7 +36,7 @@ Topology make_topology(int pp, int tp) {
 }
 
 void free_topology(Topology& t) {
-  for (MPI_Comm* comm : {&t.tp_comm, &t.pipeline_comm, &t.result_comm, &t.control_comm})
+  for (MPI_Comm* comm : {&t.tp_comm, &t.cp_comm, &t.pipeline_comm, &t.result_comm, &t.control_comm})
     if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
 }
 

@@ -34,8 +34,12 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
   dist::checked_step(MPI_COMM_WORLD, [&] {
     const std::string why = compute::refusal_for_model(request.backend, request.cpu_dtype == io::Dtype::kBF16, m.shape);
     if (!why.empty()) throw UserError(why);
+    if (topo.cp > 1 && m.shape.mla())
+      throw UserError("--cp covers grouped-query attention so far, not multi-head latent attention (MLA)");
   });
-  const compute::KvDemand demand{lengths, request.profile_room_tokens};
+  // What this rank's pool must hold of each prompt: all of it, or with CP its share.
+  const compute::KvDemand demand{sched::cp_shard_lengths(lengths, request.cp_chunk, topo.cp),
+                                 request.profile_room_tokens};
   std::vector<model::BlockDigest> digests;  // kept from the loaded weights, which the backend consumes
   const compute::WeightsLoader load_weights = [&](const model::LayerSink& take_layer) {
     model::StageWeights weights = load_rank_weights(topo, m, take_layer);
@@ -50,7 +54,7 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
     case compute::BackendKind::kCpu:
       return with_digests(compute::make_cpu_backend(
           topo, m.config(), m.shard, m.kv_shape(topo.stage, request.page_size, io::dtype_size(request.cpu_dtype)),
-          request.kv_memory_mb, request.cpu_threads, demand, load_weights));
+          request.kv_memory_mb, request.cpu_threads, demand, load_weights, request.cp_attention));
     case compute::BackendKind::kEmulate: {
       std::vector<sim::StageCost> costs;
       std::string description;
@@ -72,12 +76,13 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
 }
 
 void check_kv_capacity(compute::BackendKind backend, io::Dtype cpu_dtype, const dist::Topology& topo,
-                       const RankModel& m, int page_size, int64_t kv_memory_mb, const std::vector<int64_t>& lengths) {
+                       const RankModel& m, int page_size, int64_t kv_memory_mb, const std::vector<int64_t>& lengths,
+                       int cp_chunk) {
   switch (backend) {
     case compute::BackendKind::kCpu:
       for (int stage = 0; stage < topo.pp; ++stage)
-        compute::cpu_kv_pages(m.kv_shape(stage, page_size, io::dtype_size(cpu_dtype)), stage, {lengths, 0},
-                              kv_memory_mb);
+        compute::cpu_kv_pages(m.kv_shape(stage, page_size, io::dtype_size(cpu_dtype)), stage,
+                              {sched::cp_shard_lengths(lengths, cp_chunk, topo.cp), 0}, kv_memory_mb);
       return;
     case compute::BackendKind::kCuda:     // at set-up: cuda::cuda_kv_pages
     case compute::BackendKind::kEmulate:  // no KV

@@ -13,6 +13,7 @@
 #include "dist/topology.hpp"
 #include "io/safetensors.hpp"
 #include "pipeline/rank_setup.hpp"
+#include "sched/context_split.hpp"
 #include "sched/cost_source.hpp"
 #include "sim/stage_costs.hpp"
 
@@ -27,6 +28,10 @@ struct BackendRequest {
   int cpu_threads = 0;                    // cpu: threads a rank; 0: decided by compute::decide_rank_threads
   io::Dtype cpu_dtype = io::Dtype::kF32;  // cpu: --dtype (bf16: weights and KV pool in bf16)
   int64_t profile_room_tokens = 0;        // extra KV room when this run profiles (prefix + chunk)
+  // Context parallelism (topology.cp > 1, cpu): the fixed chunk size, which decides each CP
+  // rank's share of a prompt's KV, and how the ranks attend.
+  int cp_chunk = 0;
+  sched::CpAttention cp_attention = sched::CpAttention::kAuto;
   // cuda only:
   std::string transport;  // nccl | mpi
   double kv_memory_fraction = 0;
@@ -41,10 +46,11 @@ StageBackend make_stage_backend(const dist::Topology& topology, const RankModel&
 // Rank 0, before a run reads weights or opens its output: UserError when some stage's KV
 // pool could not hold the longest prompt, asked of the backend's own KV rule where the
 // options alone decide it (cpu). The cuda backend's rule needs the device memory left after
-// the weights, so it answers at set-up; the emulator holds no KV.
+// the weights, so it answers at set-up; the emulator holds no KV. With context parallelism a
+// rank holds its share of each prompt (chunks of `cp_chunk`).
 void check_kv_capacity(compute::BackendKind backend, io::Dtype cpu_dtype, const dist::Topology& topology,
                        const RankModel& rank_model, int page_size, int64_t kv_memory_mb,
-                       const std::vector<int64_t>& prompt_lengths);
+                       const std::vector<int64_t>& prompt_lengths, int cp_chunk);
 
 // Per-stage costs from analytic:HARDWARE or a profile (its identity must match, the backend
 // it was measured on aside). UserError when unusable.

@@ -132,9 +132,10 @@ std::vector<int64_t> share_prompts(const dist::Topology& topo, io::PromptSet& pr
   // before it, and every rank plans the same prefix reuse.
   dist::broadcast_vector(prompts.score_start, MPI_COMM_WORLD);
   const bool needs_tokens = topo.first_stage() || (last_stage_scores && topo.last_stage());
-  if (last_stage_scores && topo.pp > 1) {
-    // Stage 0 and the last stage: one broadcast over the world, kept only where it is read
-    // (4 bytes a token: 4 MiB for a million, briefly on the middle stages too).
+  if ((last_stage_scores && topo.pp > 1) || topo.cp > 1) {
+    // Stage 0 and the last stage (or with CP, stage 0's several TP groups): one broadcast
+    // over the world, kept only where it is read (4 bytes a token: 4 MiB for a million,
+    // briefly on the other stages too).
     dist::broadcast_vector(prompts.tokens, MPI_COMM_WORLD);
     if (!needs_tokens) std::vector<int32_t>().swap(prompts.tokens);
   } else if (topo.first_stage()) {  // world rank 0 is TP rank 0 of stage 0: the root of this group

@@ -34,6 +34,7 @@
 #include "errors.hpp"
 #include "pipeline/hidden_state_rows.hpp"
 #include "pipeline/token_scorer.hpp"
+#include "sched/context_split.hpp"
 
 namespace pf::pipeline {
 
@@ -98,6 +99,14 @@ class StageLoop {
   }
   void load_prefix(const sched::MicroBatch& mb);
   void emit_results(const sched::MicroBatch& mb, dist::ReadySlot state);  // the last stage
+  // Context parallelism: the rows of micro-batch `mb` this rank computes (all of them without
+  // CP), and on the last stage every CP rank's rows gathered into CP rank 0's `state`.
+  sched::CpShare share(const sched::MicroBatch& mb) const {
+    return topo_.cp > 1 ? sched::cp_share(mb.start, mb.length, topo_.cp, topo_.cp_rank)
+                        : sched::CpShare{{mb.start, mb.length}, {}};
+  }
+  int rows(const sched::MicroBatch& mb) const { return share(mb).rows(); }
+  void gather_cp_rows(const sched::MicroBatch& mb, float* state);
   void finish_prompt(const sched::MicroBatch& mb);
   void finish_micro_batch(const sched::MicroBatch& mb);
 
@@ -175,7 +184,7 @@ StageLoop::StageLoop(StageLoopContext& ctx)
   }
   if (topo_.is_writer() && topo_.world_rank != topo_.last_stage_leader())
     inbox_ = std::make_unique<ResultInbox>(topo_, ctx.plan, ctx.vocab_size, hidden_width_, ctx.token_rows, sink_);
-  if (topo_.last_stage()) {
+  if (topo_.emits_results()) {
     sender_ = std::make_unique<ResultSender>(topo_, ctx.vocab_size, hidden_width_, ctx.token_rows, sink_);
     if (ctx.token_rows.any())
       scorer_ = std::make_unique<TokenScorer>(topo_, ctx.compute, ctx.prompts, ctx.vocab_size, ctx.token_rows,
@@ -219,8 +228,11 @@ bool StageLoop::steady_state(long long i) {
     ctx_.checkpoint->reach(i);
   }
   compute(mb, *state);
-  if (topo_.last_stage())
+  if (topo_.last_stage() && topo_.cp > 1) gather_cp_rows(mb, state->data());
+  if (topo_.emits_results())
     emit_results(mb, std::move(*state));
+  else if (topo_.last_stage())
+    transport_.release(std::move(*state));
   else
     send_forward(i, std::move(*state));
   finish_micro_batch(mb);
@@ -234,6 +246,10 @@ void StageLoop::drain() {
   sends_.clear();
   ctx_.compute.synchronize();
   record_device_spans(true);
+  const compute::CpCounts cp = ctx_.compute.cp_counts();
+  result_.traffic.cp_bytes_sent = static_cast<double>(cp.bytes_sent);
+  result_.traffic.cp_pass_kv_steps = cp.pass_kv_steps;
+  result_.traffic.cp_pass_q_steps = cp.pass_q_steps;
   if (sender_) sender_->flush();
   if (inbox_) inbox_->drain();
   // Rank 0's last notice, unless a stop was: the end, with the sequence of its last call.
@@ -319,8 +335,13 @@ std::optional<dist::ReadySlot> StageLoop::receive_forward(long long i) {
   const sched::MicroBatch& mb = mbs_[i];
   if (topo_.first_stage()) {
     dist::ReadySlot state = transport_.fresh();
-    const int32_t* tokens = ctx_.prompts.tokens.data() + ctx_.prompts.offsets[mb.prompt] + mb.start;
-    ctx_.compute.embed(tokens, mb.length, state.data());
+    const int32_t* tokens = ctx_.prompts.tokens.data() + ctx_.prompts.offsets[mb.prompt];
+    const sched::CpShare mine = share(mb);  // (without CP: the whole chunk, as one run)
+    const int h = ctx_.hidden_size;
+    ctx_.compute.embed(tokens + mine.first.pos, mine.first.count, state.data());
+    if (mine.second.count > 0)
+      ctx_.compute.embed(tokens + mine.second.pos, mine.second.count,
+                         state.data() + static_cast<int64_t>(mine.first.count) * h);
     return std::optional<dist::ReadySlot>(std::move(state));
   }
   trace::Timeline::Scope wait(ctx_.timeline, EventKind::kRecvWait, mb);
@@ -433,8 +454,8 @@ void StageLoop::load_prefix(const sched::MicroBatch& mb) {
 
 void StageLoop::send_forward(long long i, dist::ReadySlot state) {
   const sched::MicroBatch& mb = mbs_[i];
-  sends_.push_back(transport_.send(std::move(state), mb.length * ctx_.hidden_size, dist::tag_of(i)));
-  result_.traffic.p2p_bytes_sent += 4.0 * mb.length * ctx_.hidden_size;
+  sends_.push_back(transport_.send(std::move(state), rows(mb) * ctx_.hidden_size, dist::tag_of(i)));
+  result_.traffic.p2p_bytes_sent += 4.0 * rows(mb) * ctx_.hidden_size;
   // Commit finished sends early (cheap), and block only when the ring is full.
   while (!sends_.empty() && (sends_.size() > static_cast<size_t>(depth_) || sends_.front().done())) {
     trace::Timeline::Scope commit(ctx_.timeline, EventKind::kSendCommit, mb);
@@ -464,6 +485,25 @@ void StageLoop::emit_results(const sched::MicroBatch& mb, dist::ReadySlot state)
   transport_.release(std::move(state));
 }
 
+// Each CP rank's rows (its two pieces) go to CP rank 0, which puts them back in position
+// order in its slot (sized for a whole chunk): the results are then computed as without CP.
+// (One gather of the chunk's hidden states a micro-batch, the size of one pipeline hop.)
+void StageLoop::gather_cp_rows(const sched::MicroBatch& mb, float* state) {
+  trace::Timeline::Scope span(ctx_.timeline, EventKind::kCpGather, mb);
+  dist::WaitLabel label(stage_name_ + " gathering the CP ranks' rows of " + describe(mb));
+  const int64_t h = ctx_.hidden_size;
+  const std::vector<float> mine(state, state + rows(mb) * h);
+  const std::vector<std::vector<float>> all = dist::gather_vector(mine, 0, topo_.cp_comm);
+  for (int j = 0; j < static_cast<int>(all.size()); ++j) {  // CP rank 0 only
+    const sched::CpShare theirs = sched::cp_share(mb.start, mb.length, topo_.cp, j);
+    const float* from = all[static_cast<size_t>(j)].data();
+    for (const sched::RowRun& run : {theirs.first, theirs.second}) {
+      std::copy(from, from + run.count * h, state + (run.pos - mb.start) * h);
+      from += run.count * h;
+    }
+  }
+}
+
 void StageLoop::finish_micro_batch(const sched::MicroBatch& mb) {
   record_device_spans(false);
   if (inbox_) inbox_->poll();
@@ -479,8 +519,7 @@ void StageLoop::finish_micro_batch(const sched::MicroBatch& mb) {
 void StageLoop::post_receives_until(long long end) {
   if (topo_.first_stage()) return;
   for (; next_to_post_ < end; ++next_to_post_)
-    receives_.push_back(
-        transport_.post_recv(mbs_[next_to_post_].length * ctx_.hidden_size, dist::tag_of(next_to_post_)));
+    receives_.push_back(transport_.post_recv(rows(mbs_[next_to_post_]) * ctx_.hidden_size, dist::tag_of(next_to_post_)));
 }
 
 void StageLoop::apply_cutoff(long long cutoff) {

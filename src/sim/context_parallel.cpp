@@ -8,25 +8,6 @@
 
 namespace pf::sim {
 
-CpAttention parse_cp_attention(const std::string& text) {
-  if (text == "auto") return CpAttention::kAuto;
-  if (text == "pass-kv") return CpAttention::kPassKv;
-  if (text == "pass-q") return CpAttention::kPassQ;
-  throw UserError("--cp-attention " + text + " is unknown (auto, pass-kv or pass-q)");
-}
-
-const char* cp_attention_name(CpAttention mode) {
-  switch (mode) {
-    case CpAttention::kAuto:
-      return "auto";
-    case CpAttention::kPassKv:
-      return "pass-KV";
-    case CpAttention::kPassQ:
-      return "pass-Q";
-  }
-  return "?";
-}
-
 CpLayerStep cp_layer_step(const CpRing& ring, double attention_s, double prefix, double tokens) {
   const double n = ring.ranks;
   if (ring.ranks <= 1) return {attention_s, CpAttention::kPassKv, 0.0};
@@ -54,10 +35,6 @@ CpLayerStep cp_layer_step(const CpRing& ring, double attention_s, double prefix,
   if (std::abs(pass_q.seconds - pass_kv.seconds) <= tie)
     return pass_q.bytes_sent < pass_kv.bytes_sent ? pass_q : pass_kv;
   return pass_q.seconds < pass_kv.seconds ? pass_q : pass_kv;
-}
-
-bool meta_rule_prefers_pass_q(double prefix, double tokens, int kv_heads, int heads) {
-  return tokens / (tokens + prefix) <= 2.0 * kv_heads / heads;
 }
 
 }  // namespace pf::sim

@@ -13,13 +13,16 @@
 
 #include <string>
 
+#include "sched/context_split.hpp"
 #include "sim/hardware.hpp"
 
 namespace pf::sim {
 
-enum class CpAttention { kAuto, kPassKv, kPassQ };
-CpAttention parse_cp_attention(const std::string& text);  // auto | pass-kv | pass-q; UserError otherwise
-const char* cp_attention_name(CpAttention mode);
+// The variants and Meta's rule are the run's too (sched/context_split.hpp).
+using sched::cp_attention_name;
+using sched::CpAttention;
+using sched::meta_rule_prefers_pass_q;
+using sched::parse_cp_attention;
 
 // What a CP ring moves per token and layer, for one TP rank (bf16 on the wire, as cuda
 // sends its cache and activations): K and V of its KV heads (MLA: the latent row, whole on
@@ -40,8 +43,5 @@ struct CpLayerStep {
   double bytes_sent = 0;
 };
 CpLayerStep cp_layer_step(const CpRing& ring, double attention_s, double prefix, double tokens);
-
-// Meta's rule of thumb, for the header and docs: pass-Q when x / (x + L) <= 2 N_kv / N_h.
-bool meta_rule_prefers_pass_q(double prefix, double tokens, int kv_heads, int heads);
 
 }  // namespace pf::sim

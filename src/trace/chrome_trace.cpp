@@ -8,7 +8,9 @@
 
 namespace pf::trace {
 
-void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent>& events, int pp, int tp) {
+void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent>& events, int pp, int tp, int cp) {
+  // One thread a rank of the stage: (cp rank, tp rank) in rank order.
+  const int stage_ranks = cp * tp;
   nlohmann::json trace = nlohmann::json::array();
   for (int stage = 0; stage < pp; ++stage) {
     trace.push_back({{"name", "process_name"},
@@ -16,14 +18,15 @@ void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent
                      {"pid", stage},
                      {"args", {{"name", "stage " + std::to_string(stage)}}}});
     trace.push_back({{"name", "process_sort_index"}, {"ph", "M"}, {"pid", stage}, {"args", {{"sort_index", stage}}}});
-    for (int tp_rank = 0; tp_rank < tp; ++tp_rank)
-      trace.push_back(
-          {{"name", "thread_name"},
-           {"ph", "M"},
-           {"pid", stage},
-           {"tid", tp_rank},
-           {"args",
-            {{"name", "tp " + std::to_string(tp_rank) + " (rank " + std::to_string(stage * tp + tp_rank) + ")"}}}});
+    for (int in_stage = 0; in_stage < stage_ranks; ++in_stage)
+      trace.push_back({{"name", "thread_name"},
+                       {"ph", "M"},
+                       {"pid", stage},
+                       {"tid", in_stage},
+                       {"args",
+                        {{"name", (cp > 1 ? "cp " + std::to_string(in_stage / tp) + " " : std::string()) + "tp " +
+                                      std::to_string(in_stage % tp) + " (rank " +
+                                      std::to_string(stage * stage_ranks + in_stage) + ")"}}}});
   }
   for (const auto& e : events) {
     const auto kind = static_cast<EventKind>(e.kind);
@@ -35,7 +38,7 @@ void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent
                      {"cat", event_kind_name(kind)},
                      {"ph", "X"},
                      {"pid", e.stage},
-                     {"tid", e.tp_rank},
+                     {"tid", e.rank % stage_ranks},
                      {"ts", e.t_start_s * 1e6},
                      {"dur", (e.t_end_s - e.t_start_s) * 1e6},
                      {"args",

@@ -5,6 +5,7 @@
 #include <numeric>
 
 #include "dist/collectives.hpp"
+#include "errors.hpp"
 
 namespace pf::trace {
 
@@ -37,8 +38,16 @@ double ExpertLoad::busiest_rank_share() const {
 }
 
 ExpertLoad gather_expert_load(const dist::Topology& topo, const std::vector<int64_t>& mine, int experts) {
-  const bool speaks = topo.tp_rank == 0;
-  const auto all = dist::gather_vector(speaks ? mine : std::vector<int64_t>(), 0, MPI_COMM_WORLD);
+  // With --cp a stage's CP ranks each routed their own rows: their counts add up first.
+  std::vector<int64_t> stage_rows = mine;
+  if (topo.cp > 1 && !stage_rows.empty()) {
+    MPI_Request request;
+    MPI_CHECK(MPI_Iallreduce(mine.data(), stage_rows.data(), static_cast<int>(mine.size()), MPI_INT64_T, MPI_SUM,
+                             topo.cp_comm, &request));
+    dist::wait_polling(&request);
+  }
+  const bool speaks = topo.tp_rank == 0 && topo.cp_rank == 0;
+  const auto all = dist::gather_vector(speaks ? stage_rows : std::vector<int64_t>(), 0, MPI_COMM_WORLD);
   ExpertLoad load;
   load.experts = experts;
   load.tp = topo.tp;

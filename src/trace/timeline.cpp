@@ -24,6 +24,8 @@ const char* event_kind_name(EventKind kind) {
       return "kv_load";
     case EventKind::kKvExport:
       return "kv_export";
+    case EventKind::kCpGather:
+      return "cp_gather";
   }
   return "?";
 }

@@ -14,9 +14,10 @@ enum class EventKind : int32_t {
   kLmHead = 4,
   kKvLoad = 5,    // a prefix read from --kv-store into the prompt's pages, before its first chunk
   kKvExport = 6,  // a chunk's K/V copied out of the pool and queued for --save-kv / --kv-store
+  kCpGather = 7,  // the last stage with --cp: the CP ranks' rows of a chunk gathered to CP rank 0
 };
 const char* event_kind_name(EventKind kind);
-constexpr int kNumEventKinds = 7;
+constexpr int kNumEventKinds = 8;
 
 // The record stored in the output file's /timeline (an HDF5 compound type of these fields).
 struct TimelineEvent {

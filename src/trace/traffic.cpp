@@ -25,17 +25,41 @@ TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, in
 
 TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan& plan, int hidden_size,
                              int wire_bytes_per_token_per_hidden, const std::vector<model::StageRange>& partition,
-                             const TrafficCounters& mine) {
+                             const TrafficCounters& mine, const CpTrafficShape& cp) {
   // Elements on the wire: the backend's bytes per token over the hidden size.
   const int bytes_per_element = std::max(1, wire_bytes_per_token_per_hidden / std::max(1, hidden_size));
   TrafficReport r = traffic_formulas(plan, hidden_size, bytes_per_element, topo.tp, partition);
   const auto all = dist::gather_values_on_root(MPI_COMM_WORLD, std::vector<TrafficCounters>{mine});
   if (!all.here()) return r;
+  const int stage_ranks = topo.cp * topo.tp;
+  r.cp = topo.cp;
+  if (topo.cp > 1) {
+    r.cp_bytes.assign(partition.size(), 0.0);
+    r.cp_expected_bytes.assign(partition.size(), 0.0);
+    r.cp_seed_formula_bytes.assign(partition.size(), 0.0);
+    for (size_t s = 0; s < partition.size(); ++s) {
+      const int layers = partition[s].count;
+      for (const sched::MicroBatch& mb : plan.micro_batches) {
+        const double prefix = static_cast<double>(mb.start);
+        const bool pass_q = sched::cp_attention_for_chunk(cp.mode, mb.start, mb.length, cp.ranks, cp.kv_width,
+                                                          cp.q_width, cp.heads) == sched::CpAttention::kPassQ;
+        r.cp_expected_bytes[s] += 4.0 * layers *
+                                  (pass_q ? sched::cp_pass_q_floats(mb.length, cp.ranks, cp.q_width, cp.heads)
+                                          : sched::cp_pass_kv_floats(prefix, mb.length, cp.ranks, cp.kv_width));
+        r.cp_seed_formula_bytes[s] += 4.0 * 2.0 * mb.length * cp.kv_width * layers;
+      }
+    }
+  }
   for (size_t rank = 0; rank < all->size(); ++rank) {
     const TrafficCounters& c = (*all)[rank].at(0);
-    const int stage = static_cast<int>(rank) / topo.tp;
+    const int stage = static_cast<int>(rank) / stage_ranks;
     if (stage + 1 < topo.pp) r.boundary_bytes[stage] += c.p2p_bytes_sent;
-    r.allreduce_payload_bytes[stage] += c.allreduce_payload_bytes / topo.tp;
+    r.allreduce_payload_bytes[stage] += c.allreduce_payload_bytes / stage_ranks;
+    if (topo.cp > 1) {
+      r.cp_bytes[stage] += c.cp_bytes_sent / stage_ranks;
+      r.cp_pass_kv_steps += c.cp_pass_kv_steps / stage_ranks;  // every rank of a stage counts its layers
+      r.cp_pass_q_steps += c.cp_pass_q_steps / stage_ranks;
+    }
   }
   return r;
 }
@@ -46,6 +70,14 @@ void print_traffic(const TrafficReport& r, std::FILE* out) {
     std::fprintf(out,
                  "PP boundary %zu->%zu: %.1f MiB sent (%d TP rank(s) x the hidden states); formula B*S*H = %.1f MiB\n",
                  s, s + 1, r.boundary_bytes[s] / mib, r.tp, r.boundary_formula_bytes[s] / mib);
+  for (size_t s = 0; s < r.cp_bytes.size(); ++s)
+    std::fprintf(out,
+                 "CP group of stage %zu: %.1f MiB sent per rank (the chunks' sizes give %.1f MiB); seeds' pass-KV "
+                 "formula 2*B*S*H_kv*L = %.1f MiB (one pass of the KV; each chunk's ring carries its prefix again)\n",
+                 s, r.cp_bytes[s] / mib, r.cp_expected_bytes[s] / mib, r.cp_seed_formula_bytes[s] / mib);
+  if (r.cp > 1 && r.cp_pass_kv_steps + r.cp_pass_q_steps > 0)
+    std::fprintf(out, "CP attention: pass-KV on %lld, pass-Q on %lld chunk-layer(s)\n",
+                 r.cp_pass_kv_steps, r.cp_pass_q_steps);
   if (r.tp > 1 && r.allreduce_modelled)
     for (size_t s = 0; s < r.ring_formula_bytes.size(); ++s)
       std::fprintf(out,

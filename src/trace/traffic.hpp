@@ -9,6 +9,7 @@
 #include "dist/topology.hpp"
 #include "model/layer_partition.hpp"
 #include "sched/batch_plan.hpp"
+#include "sched/context_split.hpp"
 
 namespace pf::trace {
 
@@ -17,6 +18,16 @@ namespace pf::trace {
 struct TrafficCounters {
   double p2p_bytes_sent = 0;
   double allreduce_payload_bytes = 0;
+  double cp_bytes_sent = 0;  // --cp: the ring's K/V, queries and partial outputs this rank sent
+  long long cp_pass_kv_steps = 0, cp_pass_q_steps = 0;  // chunk-layers attended by each variant
+};
+
+// What the CP ring of a TP rank moves per token (--cp): the widths of its K (and V), its
+// queries, its query heads; the rule chunks chose by.
+struct CpTrafficShape {
+  int ranks = 1;
+  int kv_width = 0, q_width = 0, heads = 0;
+  sched::CpAttention mode = sched::CpAttention::kAuto;
 };
 
 struct TrafficReport {
@@ -27,6 +38,13 @@ struct TrafficReport {
   std::vector<double> boundary_formula_bytes;  // B S H x bytes per element (one copy of the hidden states)
   std::vector<double> allreduce_payload_bytes;  // measured per rank of each stage (mean over its TP ranks)
   std::vector<double> ring_formula_bytes;       // per rank: 2 layers x 2 (N-1)/N x S H x bytes
+  // --cp, per stage: bytes a CP rank sent (mean over the stage's ranks), what the chunks'
+  // sizes give for the variants they took, and the seeds' pass-KV formula 2 B S H_kv L (one
+  // pass of the prompts' K and V: the ring's floor, which a chunked prompt exceeds, since
+  // each chunk's ring carries the prefix before it again); chunk-layers by variant.
+  int cp = 1;
+  std::vector<double> cp_bytes, cp_expected_bytes, cp_seed_formula_bytes;
+  long long cp_pass_kv_steps = 0, cp_pass_q_steps = 0;
 };
 
 // The formulas alone (the simulator's report): tokens S = the plan's total, per stage.
@@ -36,7 +54,7 @@ TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, in
 // Collective: every rank's counters to rank 0, beside the formulas (valid on rank 0).
 TrafficReport gather_traffic(const dist::Topology& topology, const sched::BatchPlan& plan, int hidden_size,
                              int wire_bytes_per_token_per_hidden, const std::vector<model::StageRange>& partition,
-                             const TrafficCounters& mine);
+                             const TrafficCounters& mine, const CpTrafficShape& cp = {});
 
 void print_traffic(const TrafficReport& report, std::FILE* out);
 

@@ -10,6 +10,7 @@
 #include "compute/cpu/rank_threads.hpp"
 #include "dist/checked_step.hpp"
 #include "dist/host_all_reduce.hpp"
+#include "dist/host_cp_ring.hpp"
 #include "dist/host_transport.hpp"
 #include "dist/root_decision.hpp"
 #include "errors.hpp"
@@ -26,7 +27,8 @@ int cpu_kv_pages(const kv::KvShape& shape, int stage, const KvDemand& demand, in
 
 StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConfig& config,
                               const model::ShardSpec& shard, const kv::KvShape& kv_shape, int64_t kv_memory_mb,
-                              int threads, const KvDemand& demand, const WeightsLoader& load_weights) {
+                              int threads, const KvDemand& demand, const WeightsLoader& load_weights,
+                              sched::CpAttention cp_attention) {
   int pages = 0;
   dist::checked_step(MPI_COMM_WORLD, [&] { pages = cpu_kv_pages(kv_shape, topo.stage, demand, kv_memory_mb); });
   dist::checked_step(MPI_COMM_WORLD, [&] {
@@ -57,8 +59,9 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
   StageBackend backend;
   backend.kv_pool = std::make_unique<kv::PagedKvPool>(kv_shape, pages);
   if (topo.tp > 1) backend.all_reduce = std::make_unique<dist::HostAllReduce>(topo.tp_comm);
-  backend.compute =
-      std::make_unique<CpuStageCompute>(config, shard, load_weights({}), *backend.kv_pool, backend.all_reduce.get());
+  if (topo.cp > 1) backend.cp_ring = std::make_unique<dist::HostCpRing>(topo.cp_comm);
+  backend.compute = std::make_unique<CpuStageCompute>(config, shard, load_weights({}), *backend.kv_pool,
+                                                      backend.all_reduce.get(), backend.cp_ring.get(), cp_attention);
   backend.make_transport = [&topo](size_t floats) {
     return std::make_unique<dist::HostTransport>(floats, topo.prev_rank, topo.next_rank, topo.pipeline_comm);
   };

@@ -9,6 +9,7 @@
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"
+#include "sched/context_split.hpp"
 
 namespace pf::compute {
 
@@ -22,6 +23,7 @@ int cpu_kv_pages(const kv::KvShape& shape, int stage, const KvDemand& demand, in
 // `kv_shape`: this rank's stage. `threads`: --threads (0: compute::decide_rank_threads).
 StageBackend make_cpu_backend(const dist::Topology& topology, const model::ModelConfig& config,
                               const model::ShardSpec& shard, const kv::KvShape& kv_shape, int64_t kv_memory_mb,
-                              int threads, const KvDemand& demand, const WeightsLoader& load_weights);
+                              int threads, const KvDemand& demand, const WeightsLoader& load_weights,
+                              sched::CpAttention cp_attention = sched::CpAttention::kAuto);
 
 }  // namespace pf::compute

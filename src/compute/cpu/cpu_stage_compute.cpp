@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
+#include <optional>
 #include <random>
 #include <stdexcept>
 
@@ -20,7 +22,8 @@
 namespace pf::compute {
 
 CpuStageCompute::CpuStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard,
-                                 model::StageWeights weights, kv::PagedKvPool& kv_pool, dist::TpAllReduce* all_reduce)
+                                 model::StageWeights weights, kv::PagedKvPool& kv_pool, dist::TpAllReduce* all_reduce,
+                                 dist::CpRing* cp_ring, sched::CpAttention cp_attention)
     : config_(config),
       shard_(shard),
       shape_(config, shard),
@@ -29,9 +32,13 @@ CpuStageCompute::CpuStageCompute(const model::ModelConfig& config, const model::
       kv_pool_(kv_pool),
       all_reduce_(all_reduce),
       inv_freq_(model::rope_inv_freq(config)),
-      rope_scale_(model::rope_scale(config)) {
+      rope_scale_(model::rope_scale(config)),
+      cp_ring_(cp_ring && cp_ring->ranks() > 1 ? cp_ring : nullptr),
+      cp_attention_(cp_attention) {
   if (recipe_.tensor_parallel && !all_reduce_)
     throw std::invalid_argument("CpuStageCompute: tp > 1 needs a TP all-reduce");
+  if (cp_ring_ && config.is_mla())  // options.cpp refuses it first
+    throw std::logic_error("CpuStageCompute: context parallelism covers grouped-query attention");
   if (bf16()) store_weights_as_bf16();
 }
 
@@ -70,15 +77,20 @@ void CpuStageCompute::embed(const int32_t* tokens, int count, float* hidden) {
 }
 
 // The decoder-layer ops (decoder_layer.hpp) of one chunk: float32 buffers of the
-// workspace, OpenBLAS projections, K/V into the paged pool.
+// workspace, OpenBLAS projections, K/V into the paged pool. With context parallelism
+// (`ring` non-null) the rows are this CP rank's share of the chunk, whose K/V go to its
+// shard of the cache from row `local0` on.
 class CpuStageCompute::LayerOnCpu final : public LayerOps {
  public:
-  LayerOnCpu(CpuStageCompute& stage, const ChunkContext& chunk, float* hidden)
+  LayerOnCpu(CpuStageCompute& stage, const ChunkContext& chunk, float* hidden, const cpu::RingChunk* ring = nullptr,
+             int64_t local0 = 0)
       : s_(stage),
         shape_(stage.shape_),
         chunk_(chunk),
-        t_(chunk.tokens),
+        ring_(ring),
+        t_(ring ? ring->mine.rows() : chunk.tokens),
         pos0_(static_cast<int>(chunk.pos0)),
+        local0_(ring ? static_cast<int>(local0) : pos0_),
         hidden_(hidden),
         eps_(static_cast<float>(stage.config_.rms_norm_eps)) {}
 
@@ -132,22 +144,29 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
     float* q = s_.qkv_.data();
     const int stride = shape_.qkv_width();
     cpu::parallel_rows(t_, [&](int r0, int r1) {
-      float* rows = q + int64_t(r0) * stride;
-      cpu::apply_rope(rows, r1 - r0, stride, shape_.heads, shape_.head_dim, pos0_ + r0, s_.inv_freq_, s_.rope_scale_);
-      cpu::apply_rope(rows + shape_.q_width(), r1 - r0, stride, shape_.kv_heads, shape_.head_dim, pos0_ + r0,
-                      s_.inv_freq_, s_.rope_scale_);
+      for_position_runs(r0, r1, [&](int row, int count, int pos) {
+        float* rows = q + int64_t(row) * stride;
+        cpu::apply_rope(rows, count, stride, shape_.heads, shape_.head_dim, pos, s_.inv_freq_, s_.rope_scale_);
+        cpu::apply_rope(rows + shape_.q_width(), count, stride, shape_.kv_heads, shape_.head_dim, pos, s_.inv_freq_,
+                        s_.rope_scale_);
+      });
     });
   }
 
   void append_kv() override {
     const float* k = s_.qkv_.data() + shape_.q_width();
     const int stride = shape_.qkv_width();
-    s_.kv_pool_.write(layer_, chunk_.prompt, pos0_, t_, k, stride, k + shape_.kv_width(), stride);
+    s_.kv_pool_.write(layer_, chunk_.prompt, local0_, t_, k, stride, k + shape_.kv_width(), stride);
   }
 
   void attention() override {
     timed(AttentionOps, [&] {
       const kv::KvLayerView view{&s_.kv_pool_, layer_, &s_.kv_pool_.pages(chunk_.prompt)};
+      if (ring_) {
+        const float scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
+        return cpu::ring_attention(s_.qkv_.data(), shape_.qkv_width(), *ring_, view, local0_ + t_, shape_.heads, scale,
+                                   *s_.cp_ring_, s_.attn_.data(), shape_.q_width(), s_.ring_ws_);
+      }
       cpu::chunk_attention(s_.qkv_.data(), shape_.qkv_width(), t_, pos0_, view, shape_.heads, s_.attn_.data(),
                            shape_.q_width(), s_.attention_ws_);
     });
@@ -217,6 +236,20 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
 
  private:
   enum OpKind { AttentionOps, GemmOps };
+  // fn(first row, rows, position of the first) for each run of consecutive positions among
+  // rows [r0, r1): one run, or with CP up to two (the rank's two pieces of the chunk).
+  template <typename Fn>
+  void for_position_runs(int r0, int r1, Fn&& fn) const {
+    if (!ring_) return fn(r0, r1 - r0, pos0_ + r0);
+    const sched::CpShare& share = ring_->mine;
+    const int split = share.first.count;
+    if (r0 < split) fn(r0, std::min(r1, split) - r0, static_cast<int>(share.first.pos) + r0);
+    if (r1 > split) {
+      const int from = std::max(r0, split);
+      fn(from, r1 - from, static_cast<int>(share.second.pos) + (from - split));
+    }
+  }
+
   // Runs op() and adds its seconds and counted FLOPs to the stage's op times.
   template <typename Op>
   void timed(OpKind kind, Op&& op) {
@@ -253,7 +286,8 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   CpuStageCompute& s_;
   const LayerShape& shape_;
   const ChunkContext& chunk_;
-  const int t_, pos0_;
+  const cpu::RingChunk* const ring_;
+  const int t_, pos0_, local0_;
   float* const hidden_;
   const float eps_;
   int layer_ = 0;
@@ -261,17 +295,40 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
 };
 
 void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
-  const int64_t t = chunk.tokens;
+  std::optional<cpu::RingChunk> ring;
+  int64_t local0 = 0;
+  if (cp_ring_) {  // this rank's share of the chunk; every rank's rows of the prompt so far
+    const int ranks = cp_ring_->ranks();
+    std::vector<std::vector<sched::RowRun>>& rows = cp_rows_[chunk.prompt];
+    rows.resize(static_cast<size_t>(ranks));
+    for (const sched::RowRun& run : rows[static_cast<size_t>(cp_ring_->rank())]) local0 += run.count;
+    for (int j = 0; j < ranks; ++j) {
+      const sched::CpShare share = sched::cp_share(chunk.pos0, chunk.tokens, ranks, j);
+      for (const sched::RowRun& run : {share.first, share.second})
+        if (run.count > 0) rows[static_cast<size_t>(j)].push_back(run);
+    }
+    ring.emplace();
+    ring->mine = sched::cp_share(chunk.pos0, chunk.tokens, ranks, cp_ring_->rank());
+    ring->rows = &rows;
+    ring->start = chunk.pos0;
+    ring->tokens = chunk.tokens;
+    ring->variant = sched::cp_attention_for_chunk(cp_attention_, chunk.pos0, chunk.tokens, ranks, shape_.kv_width(),
+                                                  shape_.q_width(), shape_.heads);
+    const long long layers = static_cast<long long>(weights_.layers.size());
+    (ring->variant == sched::CpAttention::kPassQ ? cp_counts_.pass_q_steps : cp_counts_.pass_kv_steps) += layers;
+  }
+  const int64_t t = ring ? ring->mine.rows() : chunk.tokens;
   normed_.resize(t * shape_.width(Buffer::kNormed));
   qkv_.resize(t * shape_.width(Buffer::kQkv));
   attn_.resize(t * shape_.width(Buffer::kAttention));
   proj_.resize(t * shape_.width(Buffer::kPartial));
   gate_up_.resize(t * shape_.width(Buffer::kGateUp));
   act_.resize(t * shape_.width(Buffer::kActivation));
-  kv_pool_.reserve(chunk.prompt, chunk.pos0 + chunk.tokens);
+  kv_pool_.reserve(chunk.prompt, ring ? local0 + t : chunk.pos0 + chunk.tokens);
   const auto t0 = std::chrono::steady_clock::now();
-  LayerOnCpu ops(*this, chunk, hidden);
+  LayerOnCpu ops(*this, chunk, hidden, ring ? &*ring : nullptr, local0);
   forward_layers(ops, static_cast<int>(weights_.layers.size()), recipe_);
+  if (cp_ring_) cp_counts_.bytes_sent = cp_ring_->bytes_sent();
   op_times_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
@@ -330,6 +387,12 @@ void for_each_page_run(const kv::PagedKvPool& pool, const std::vector<int>& page
 }
 
 }  // namespace
+
+void CpuStageCompute::share_prefix(int source, int dest, int64_t tokens) {
+  // The options refuse prefix reuse with --cp: a shard's rows of a prefix need not fill its pages.
+  if (cp_ring_) throw std::logic_error("CpuStageCompute: prefix reuse with context parallelism");
+  kv_pool_.share(source, dest, tokens);
+}
 
 void CpuStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const {
   const bool latent = kv_pool_.shape().latent;  // one row per token: the keys

@@ -4,17 +4,23 @@
 // weights and a workspace, writes K/V into the stage's paged pool, and implements the ops
 // of compute/decoder_layer.hpp, whose recipe runs each layer. The TP all-reduce is a
 // dist::TpAllReduce it is given, so it stays MPI-free itself (benchmarks run it in one
-// process).
+// process); so is the context-parallel ring (dist::CpRing): with one, a chunk's rows here
+// are this CP rank's share of it (sched/context_split.hpp), its K/V are this rank's shard of
+// the prompt's cache, and attention reaches the other shards by ring_attention.hpp.
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
+#include <unordered_map>
+
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/latent_attention.hpp"
 #include "compute/cpu/moe.hpp"
+#include "compute/cpu/ring_attention.hpp"
 #include "compute/decoder_layer.hpp"
 #include "compute/stage_compute.hpp"
+#include "dist/cp_ring.hpp"
 #include "dist/tp_all_reduce.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
@@ -28,9 +34,11 @@ class CpuStageCompute final : public StageCompute {
   // when tp == 1, else it must outlive this. A bf16 `kv_pool` (--dtype bf16, dense models)
   // makes the whole stage bf16: the weights are stored as bf16 (the float copies released),
   // every GEMM input and attention's Q and P are rounded to bf16 where the cuda backend
-  // rounds them, and every sum stays float32.
+  // rounds them, and every sum stays float32. `cp_ring` (null when cp == 1; else it must
+  // outlive this): the stage's CP group, attending by `cp_attention` (per chunk when auto).
   CpuStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard, model::StageWeights weights,
-                  kv::PagedKvPool& kv_pool, dist::TpAllReduce* all_reduce = nullptr);
+                  kv::PagedKvPool& kv_pool, dist::TpAllReduce* all_reduce = nullptr, dist::CpRing* cp_ring = nullptr,
+                  sched::CpAttention cp_attention = sched::CpAttention::kAuto);
 
   void embed(const int32_t* tokens, int count, float* hidden) override;
   void forward(const ChunkContext& chunk, float* hidden) override;
@@ -41,8 +49,12 @@ class CpuStageCompute final : public StageCompute {
                             std::byte* records) override;
   void read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const override;
   void write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) override;
-  void share_prefix(int source, int dest, int64_t tokens) override { kv_pool_.share(source, dest, tokens); }
-  void finish_prompt(int prompt) override { kv_pool_.release(prompt); }
+  void share_prefix(int source, int dest, int64_t tokens) override;
+  void finish_prompt(int prompt) override {
+    kv_pool_.release(prompt);
+    cp_rows_.erase(prompt);
+  }
+  CpCounts cp_counts() const override { return cp_counts_; }
   std::vector<int64_t> expert_rows() const override { return expert_rows_; }
   OpTimes op_times() const override { return op_times_; }
   // Fills the prefix's K/V with random values: attention's cost does not depend on them.
@@ -78,6 +90,13 @@ class CpuStageCompute final : public StageCompute {
   cpu::AttentionWorkspace attention_ws_;
   cpu::LatentWorkspace latent_ws_;    // MLA models
   cpu::MoeWorkspace moe_ws_;          // MoE models
+  // Context parallelism: the ring, how it attends, and per prompt every CP rank's cached
+  // rows (the runs of positions of its shares, in order).
+  dist::CpRing* cp_ring_;
+  sched::CpAttention cp_attention_;
+  std::unordered_map<int, std::vector<std::vector<sched::RowRun>>> cp_rows_;
+  cpu::RingWorkspace ring_ws_;
+  CpCounts cp_counts_;
   std::vector<int64_t> expert_rows_;  // [local layers][experts]: rows routed so far
   OpTimes op_times_;
 };

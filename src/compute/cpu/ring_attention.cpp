@@ -1,0 +1,256 @@
+// Context-parallel attention on the CPU (see ring_attention.hpp). The partial kernel is the
+// portable path's blocking (attention.cpp: a GQA group's queries packed into one matrix, both
+// products in sgemm, an online softmax over key blocks) with the mask by visible counts, on
+// the rank's threads by (KV head, query block).
+#include "compute/cpu/ring_attention.hpp"
+
+#include <cblas.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <stdexcept>
+
+#include "compute/cpu/attention.hpp"
+#include "compute/cpu/gemm.hpp"
+#include "compute/cpu/thread_pool.hpp"
+
+namespace pf::cpu {
+namespace {
+
+constexpr int kTargetQueryRows = 256;  // packed query rows a task
+constexpr int kKeyBlock = 256;         // keys per online-softmax step
+constexpr float kNoKey = -std::numeric_limits<float>::infinity();
+
+using sched::RowRun;
+
+int64_t rows_of(const std::vector<RowRun>& runs) {
+  int64_t n = 0;
+  for (const RowRun& run : runs) n += run.count;
+  return n;
+}
+
+// How many of a rank's rows (runs, sorted by position) a query at `pos` sees.
+int32_t visible_rows(const std::vector<RowRun>& runs, int64_t pos) {
+  int64_t n = 0;
+  for (const RowRun& run : runs) {
+    if (run.pos > pos) break;
+    n += std::min<int64_t>(run.count, pos + 1 - run.pos);
+  }
+  return static_cast<int32_t>(n);
+}
+
+// This rank's first `rows` cached rows of one layer, packed as K [kv_heads][rows][d] then V
+// the same (MLA is refused with --cp before this).
+void pack_shard(const kv::KvLayerView& kv, int64_t rows, std::vector<float>& packed) {
+  const kv::KvShape& shape = kv.pool->shape();
+  const int64_t d = shape.head_dim, heads = shape.kv_heads, half = heads * rows * d;
+  packed.resize(static_cast<size_t>(2 * half));
+  for (int value = 0; value < 2; ++value)
+    for (int h = 0; h < heads; ++h) {
+      float* dst = packed.data() + value * half + h * rows * d;
+      for (int64_t p = 0; p < rows;) {
+        const int page = kv.pages->at(static_cast<size_t>(p / shape.page_size));
+        const int64_t in_page = p % shape.page_size, run = std::min<int64_t>(shape.page_size - in_page, rows - p);
+        kv.pool->load_rows(kv.layer, page, h, value != 0, in_page * d, run * d, dst + p * d);
+        p += run;
+      }
+    }
+}
+
+// The queries at `positions` against one rank's packed shard (its rows `runs`): partial
+// output and log-sum-exp.
+void attend_block(const float* q, int64_t q_stride, const std::vector<int64_t>& positions, const float* shard,
+                  const std::vector<RowRun>& runs, int heads, int kv_heads, int d, float scale, float* out,
+                  int64_t out_stride, float* lse, RingWorkspace& ws) {
+  const int m = static_cast<int>(positions.size());
+  const int n = static_cast<int>(rows_of(runs));
+  ws.visible.resize(static_cast<size_t>(m));
+  for (int i = 0; i < m; ++i) ws.visible[static_cast<size_t>(i)] = visible_rows(runs, positions[static_cast<size_t>(i)]);
+  const float* k = shard;
+  const float* v = shard + static_cast<int64_t>(kv_heads) * n * d;
+  partial_attention(q, q_stride, m, ws.visible.data(), heads, k, v, n, kv_heads, d, scale, out, out_stride, lse,
+                    ws.threads);
+}
+
+std::vector<int64_t> positions_of(const sched::CpShare& share) {
+  std::vector<int64_t> positions(static_cast<size_t>(share.rows()));
+  for (int i = 0; i < share.rows(); ++i) positions[static_cast<size_t>(i)] = share.position(i);
+  return positions;
+}
+
+}  // namespace
+
+void partial_attention(const float* q, int64_t q_stride, int m, const int32_t* visible, int heads, const float* k,
+                       const float* v, int n, int kv_heads, int head_dim, float scale, float* out, int64_t out_stride,
+                       float* lse, std::vector<PartialScratch>& scratch) {
+  if (m == 0) return;
+  const int d = head_dim, group = heads / kv_heads;
+  const int block_tokens = std::max(1, kTargetQueryRows / group);
+  const int blocks = (m + block_tokens - 1) / block_tokens;
+  double pairs = 0;  // (query, visible key) pairs, for the FLOP count
+  for (int i = 0; i < m; ++i) pairs += std::min(visible[i], n);
+  count_gemm_flops(4.0 * d * heads * pairs);
+  ThreadPool& pool = ThreadPool::instance();
+  if (static_cast<int>(scratch.size()) < pool.threads()) scratch.resize(static_cast<size_t>(pool.threads()));
+  pool.run(kv_heads * blocks, [&](int task, int thread) {
+    PartialScratch& ws = scratch[static_cast<size_t>(thread)];
+    const int kvh = task % kv_heads, q0 = (task / kv_heads) * block_tokens;
+    const int nq = std::min(block_tokens, m - q0), rows = nq * group;
+    int most = 0;
+    for (int t = 0; t < nq; ++t) most = std::max(most, std::min(visible[q0 + t], n));
+    ws.q_packed.resize(static_cast<size_t>(rows) * d);
+    ws.scores.resize(static_cast<size_t>(rows) * kKeyBlock);
+    ws.acc.assign(static_cast<size_t>(rows) * d, 0.0f);
+    ws.row_max.assign(static_cast<size_t>(rows), kMaskedScore);
+    ws.row_sum.assign(static_cast<size_t>(rows), 0.0f);
+    for (int t = 0; t < nq; ++t)
+      for (int j = 0; j < group; ++j) {
+        const float* src = q + (q0 + t) * q_stride + static_cast<int64_t>(kvh * group + j) * d;
+        float* dst = ws.q_packed.data() + static_cast<int64_t>(t * group + j) * d;
+        for (int i = 0; i < d; ++i) dst[i] = src[i] * scale;
+      }
+    const float* keys = k + static_cast<int64_t>(kvh) * n * d;
+    const float* values = v + static_cast<int64_t>(kvh) * n * d;
+    for (int k0 = 0; k0 < most; k0 += kKeyBlock) {
+      const int nk = std::min(kKeyBlock, most - k0);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, nk, d, 1.0f, ws.q_packed.data(), d,
+                  keys + static_cast<int64_t>(k0) * d, d, 0.0f, ws.scores.data(), kKeyBlock);
+      for (int t = 0; t < nq; ++t) {
+        const int seen = std::min(visible[q0 + t], n) - k0;  // of this block's keys
+        for (int j = 0; j < group; ++j) {
+          const int r = t * group + j;
+          float* s = ws.scores.data() + static_cast<int64_t>(r) * kKeyBlock;
+          if (seen <= 0) {  // none: the row adds nothing (and skips the softmax step, which
+            std::fill(s, s + nk, 0.0f);  // would count masked scores as ones)
+            continue;
+          }
+          for (int c = seen; c < nk; ++c) s[c] = kMaskedScore;
+          online_softmax_step(s, nk, ws.row_max[static_cast<size_t>(r)], ws.row_sum[static_cast<size_t>(r)],
+                              ws.acc.data() + static_cast<int64_t>(r) * d, d);
+        }
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, nk, 1.0f, ws.scores.data(), kKeyBlock,
+                  values + static_cast<int64_t>(k0) * d, d, 1.0f, ws.acc.data(), d);
+    }
+    for (int t = 0; t < nq; ++t)
+      for (int j = 0; j < group; ++j) {
+        const int r = t * group + j, head = kvh * group + j;
+        const float sum = ws.row_sum[static_cast<size_t>(r)];
+        float* dst = out + (q0 + t) * out_stride + static_cast<int64_t>(head) * d;
+        const float* a = ws.acc.data() + static_cast<int64_t>(r) * d;
+        const float inv = sum > 0 ? 1.0f / sum : 0.0f;
+        for (int i = 0; i < d; ++i) dst[i] = a[i] * inv;
+        lse[static_cast<int64_t>(q0 + t) * heads + head] =
+            sum > 0 ? ws.row_max[static_cast<size_t>(r)] + std::log(sum) : kNoKey;
+      }
+  });
+}
+
+void merge_partial(float* out, float* lse, const float* part, int64_t part_stride, const float* part_lse, int m,
+                   int heads, int head_dim) {
+  const int64_t width = static_cast<int64_t>(heads) * head_dim;
+  parallel_rows(m, [&](int r0, int r1) {
+    for (int i = r0; i < r1; ++i)
+      for (int h = 0; h < heads; ++h) {
+        const float l2 = part_lse[static_cast<int64_t>(i) * heads + h];
+        if (l2 == kNoKey) continue;
+        float& l1 = lse[static_cast<int64_t>(i) * heads + h];
+        float* o = out + i * width + static_cast<int64_t>(h) * head_dim;
+        const float* p = part + i * part_stride + static_cast<int64_t>(h) * head_dim;
+        if (l1 == kNoKey) {
+          std::copy(p, p + head_dim, o);
+          l1 = l2;
+          continue;
+        }
+        const float top = std::max(l1, l2);
+        const float w1 = std::exp(l1 - top), w2 = std::exp(l2 - top), total = w1 + w2;
+        const float a = w1 / total, b = w2 / total;
+        for (int c = 0; c < head_dim; ++c) o[c] = a * o[c] + b * p[c];
+        l1 = top + std::log(total);
+      }
+  });
+}
+
+void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, const kv::KvLayerView& kv,
+                    int64_t local_rows, int heads, float scale, dist::CpRing& ring, float* out, int64_t out_stride,
+                    RingWorkspace& ws) {
+  const int ranks = ring.ranks(), me = ring.rank();
+  const kv::KvShape& shape = kv.pool->shape();
+  const int d = shape.head_dim, kv_heads = shape.kv_heads;
+  const int64_t width = static_cast<int64_t>(heads) * d;
+  const int m = chunk.mine.rows();
+  const std::vector<std::vector<RowRun>>& rows = *chunk.rows;
+  if (rows_of(rows[static_cast<size_t>(me)]) != local_rows)
+    throw std::logic_error("ring_attention: this rank's cached rows and its positions disagree");
+  const auto shard_floats = [&](int rank) { return 2 * int64_t(kv_heads) * rows_of(rows[size_t(rank)]) * d; };
+  ws.out.assign(static_cast<size_t>(m * width), 0.0f);
+  ws.lse.assign(static_cast<size_t>(m) * heads, kNoKey);
+  pack_shard(kv, local_rows, ws.shard);
+
+  if (chunk.variant == sched::CpAttention::kPassKv) {
+    const std::vector<int64_t> positions = positions_of(chunk.mine);
+    ws.partial.resize(static_cast<size_t>(m * width));
+    ws.block_lse.resize(static_cast<size_t>(m) * heads);
+    // Step s holds the shard of rank me - s; while attending to it, it passes it on and
+    // takes the next one (the last step passes nothing).
+    for (int s = 0; s < ranks; ++s) {
+      const int owner = (me - s + ranks) % ranks;
+      const bool more = s + 1 < ranks;
+      if (more) {
+        ws.incoming.resize(static_cast<size_t>(shard_floats((owner - 1 + ranks) % ranks)));
+        ring.start_shift(ws.shard.data(), shard_floats(owner), ws.incoming.data(),
+                         static_cast<int64_t>(ws.incoming.size()));
+      }
+      attend_block(q, q_stride, positions, ws.shard.data(), rows[static_cast<size_t>(owner)], heads, kv_heads, d, scale,
+                   ws.partial.data(), width, ws.block_lse.data(), ws);
+      merge_partial(ws.out.data(), ws.lse.data(), ws.partial.data(), width, ws.block_lse.data(), m, heads, d);
+      if (more) {
+        ring.finish_shift();
+        std::swap(ws.shard, ws.incoming);
+      }
+    }
+  } else {
+    // Every rank's queries here (rank order), attended to this rank's shard; each owner's
+    // partials (outputs, then log-sum-exps) go back to it and merge.
+    std::vector<int64_t> q_counts(static_cast<size_t>(ranks)), part_counts(static_cast<size_t>(ranks)),
+        back_counts(static_cast<size_t>(ranks));
+    std::vector<int64_t> positions;
+    for (int j = 0; j < ranks; ++j) {
+      const sched::CpShare share = sched::cp_share(chunk.start, chunk.tokens, ranks, j);
+      for (int64_t p : positions_of(share)) positions.push_back(p);
+      q_counts[static_cast<size_t>(j)] = share.rows() * width;
+      part_counts[static_cast<size_t>(j)] = share.rows() * (width + heads);
+      back_counts[static_cast<size_t>(j)] = static_cast<int64_t>(m) * (width + heads);
+    }
+    const int all = static_cast<int>(positions.size());
+    std::vector<float> mine(static_cast<size_t>(m * width));
+    for (int i = 0; i < m; ++i) std::copy(q + i * q_stride, q + i * q_stride + width, mine.begin() + i * width);
+    ws.queries.resize(static_cast<size_t>(all) * width);
+    ring.all_gather(mine.data(), q_counts, ws.queries.data());
+    // Partials laid out per owner: [its rows, width] then [its rows, heads].
+    std::vector<float> outs(static_cast<size_t>(all) * width), lses(static_cast<size_t>(all) * heads);
+    attend_block(ws.queries.data(), width, positions, ws.shard.data(), rows[static_cast<size_t>(me)], heads, kv_heads, d,
+                 scale, outs.data(), width, lses.data(), ws);
+    ws.partial.resize(static_cast<size_t>(all) * (width + heads));
+    int64_t row0 = 0, at = 0;
+    for (int j = 0; j < ranks; ++j) {
+      const int64_t n = q_counts[static_cast<size_t>(j)] / std::max<int64_t>(width, 1);
+      std::copy(outs.begin() + row0 * width, outs.begin() + (row0 + n) * width, ws.partial.begin() + at);
+      at += n * width;
+      std::copy(lses.begin() + row0 * heads, lses.begin() + (row0 + n) * heads, ws.partial.begin() + at);
+      at += n * heads;
+      row0 += n;
+    }
+    ws.returned.resize(static_cast<size_t>(ranks) * m * (width + heads));
+    ring.all_to_all(ws.partial.data(), part_counts, ws.returned.data(), back_counts);
+    for (int j = 0; j < ranks; ++j) {
+      const float* from = ws.returned.data() + static_cast<int64_t>(j) * m * (width + heads);
+      merge_partial(ws.out.data(), ws.lse.data(), from, width, from + static_cast<int64_t>(m) * width, m, heads, d);
+    }
+  }
+  for (int i = 0; i < m; ++i)
+    std::copy(ws.out.begin() + i * width, ws.out.begin() + (i + 1) * width, out + i * out_stride);
+}
+
+}  // namespace pf::cpu

@@ -1,0 +1,61 @@
+// Context-parallel attention on the CPU: a CP rank's queries (its rows of the chunk) against
+// the prompt's keys, which are spread over the stage's CP ranks by token (sched/
+// context_split.hpp), exact: each block of keys gives a partial output normalized by its
+// own softmax sum, with that sum's log (log-sum-exp), and the partials merge exactly:
+//   L = log(e^L1 + e^L2),   O = e^(L1 - L) O1 + e^(L2 - L) O2
+// The causal mask is by position: a rank's keys are sorted by position, so query row i sees
+// a prefix of each block (`visible[i]` keys), whichever rank's it is.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "dist/cp_ring.hpp"
+#include "kvcache/paged_kv_pool.hpp"
+#include "sched/context_split.hpp"
+
+namespace pf::cpu {
+
+struct PartialScratch {
+  std::vector<float> q_packed, scores, acc, row_max, row_sum;
+};
+
+struct RingWorkspace {
+  std::vector<PartialScratch> threads;  // one per thread of the rank's pool
+  std::vector<float> shard, incoming;   // a rank's packed K | V (pass-KV: the ring's two buffers)
+  std::vector<float> queries, partial, returned;
+  std::vector<float> out, lse, block_lse;  // the merged output and its log-sum-exp
+  std::vector<int32_t> visible;
+};
+
+// Queries q [m, heads * head_dim] (row stride q_stride), row i seeing the first visible[i]
+// keys of k and v (each [kv_heads][n][head_dim]); GQA as chunk_attention. out [m, heads *
+// head_dim] (row stride out_stride) normalized by each row's softmax sum, lse [m, heads] that
+// sum's natural log in units of the scaled scores (-inf, with a zero row, where a row sees no
+// key).
+void partial_attention(const float* q, int64_t q_stride, int m, const int32_t* visible, int heads, const float* k,
+                       const float* v, int n, int kv_heads, int head_dim, float scale, float* out, int64_t out_stride,
+                       float* lse, std::vector<PartialScratch>& scratch);
+
+// out/lse (the running merge, [m, heads * head_dim] and [m, heads]) merged with a partial
+// (part/part_lse, the same shapes; part's row stride part_stride).
+void merge_partial(float* out, float* lse, const float* part, int64_t part_stride, const float* part_lse, int m,
+                   int heads, int head_dim);
+
+// What a CP rank knows of one chunk's layer: its queries' positions, every rank's cached
+// rows of the prompt (this chunk's included), how it attends.
+struct RingChunk {
+  sched::CpShare mine;                                      // this rank's query rows
+  const std::vector<std::vector<sched::RowRun>>* rows = nullptr;  // [cp rank]: its KV rows, by position
+  sched::CpAttention variant = sched::CpAttention::kPassKv;       // pass-KV or pass-Q (not auto)
+  int tokens = 0;                                            // the chunk's tokens over every rank
+  int64_t start = 0;                                         // its first position
+};
+
+// kAttention of this rank's rows: q [rows, heads * head_dim] (stride q_stride) against the
+// prompt's keys held by every CP rank, this rank's in `kv` (its first local_rows rows).
+void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, const kv::KvLayerView& kv,
+                    int64_t local_rows, int heads, float scale, dist::CpRing& ring, float* out, int64_t out_stride,
+                    RingWorkspace& ws);
+
+}  // namespace pf::cpu

@@ -1,0 +1,94 @@
+// The zigzag token split of context parallelism (see context_split.hpp).
+#include "sched/context_split.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "errors.hpp"
+
+namespace pf::sched {
+
+CpShare cp_share(int64_t start, int length, int ranks, int rank) {
+  if (ranks < 1 || rank < 0 || rank >= ranks || length < 0) throw std::invalid_argument("cp_share: bad rank or length");
+  const int pieces = 2 * ranks;
+  const int base = length / pieces, extra = length % pieces;
+  // Piece p's extra token: the first pieces (p < ranks) take them first, in rank order, then
+  // the second pieces (p = pieces - 1 - r for rank r), in rank order.
+  auto size = [&](int p) {
+    const int order = p < ranks ? p : ranks + (pieces - 1 - p);
+    return base + (order < extra ? 1 : 0);
+  };
+  int64_t at = start;
+  CpShare share;
+  for (int p = 0; p < pieces; ++p) {
+    const int n = size(p);
+    if (p == rank) share.first = {at, n};
+    if (p == pieces - 1 - rank) share.second = {at, n};
+    at += n;
+  }
+  return share;
+}
+
+int64_t cp_shard_tokens(int64_t length, int chunk, int ranks, int rank) {
+  if (chunk < 1) throw std::invalid_argument("cp_shard_tokens: chunk must be positive");
+  int64_t held = 0;
+  for (int64_t start = 0; start < length; start += chunk)
+    held += cp_share(start, static_cast<int>(std::min<int64_t>(chunk, length - start)), ranks, rank).rows();
+  return held;
+}
+
+int64_t cp_max_shard_tokens(int64_t length, int chunk, int ranks) {
+  int64_t most = 0;
+  for (int rank = 0; rank < ranks; ++rank) most = std::max(most, cp_shard_tokens(length, chunk, ranks, rank));
+  return most;
+}
+
+std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int chunk, int ranks) {
+  if (ranks == 1) return lengths;
+  std::vector<int64_t> shards;
+  shards.reserve(lengths.size());
+  for (int64_t length : lengths) shards.push_back(cp_max_shard_tokens(length, chunk, ranks));
+  return shards;
+}
+
+CpAttention parse_cp_attention(const std::string& text) {
+  if (text == "auto") return CpAttention::kAuto;
+  if (text == "pass-kv") return CpAttention::kPassKv;
+  if (text == "pass-q") return CpAttention::kPassQ;
+  throw UserError("--cp-attention " + text + " is unknown (auto, pass-kv or pass-q)");
+}
+
+const char* cp_attention_name(CpAttention mode) {
+  switch (mode) {
+    case CpAttention::kAuto:
+      return "auto";
+    case CpAttention::kPassKv:
+      return "pass-KV";
+    case CpAttention::kPassQ:
+      return "pass-Q";
+  }
+  return "?";
+}
+
+bool meta_rule_prefers_pass_q(double prefix, double tokens, int kv_heads, int heads) {
+  return tokens / (tokens + prefix) <= 2.0 * kv_heads / heads;
+}
+
+double cp_pass_kv_floats(double prefix, double tokens, int ranks, int kv_width) {
+  return (ranks - 1) * (prefix + tokens) / ranks * 2.0 * kv_width;
+}
+
+double cp_pass_q_floats(double tokens, int ranks, int q_width, int heads) {
+  return (ranks - 1) * tokens / ranks * (2.0 * q_width + heads);
+}
+
+CpAttention cp_attention_for_chunk(CpAttention mode, int64_t prefix, int tokens, int ranks, int kv_width, int q_width,
+                                   int heads) {
+  if (mode != CpAttention::kAuto) return mode;
+  return cp_pass_q_floats(tokens, ranks, q_width, heads) < cp_pass_kv_floats(static_cast<double>(prefix), tokens, ranks,
+                                                                            kv_width)
+             ? CpAttention::kPassQ
+             : CpAttention::kPassKv;
+}
+
+}  // namespace pf::sched

@@ -1,0 +1,74 @@
+// Context parallelism's token split (the third cut: CP slices the sequence). Each chunk of a
+// prompt is cut into 2 * ranks pieces, and CP rank r computes pieces r and 2 * ranks - 1 - r
+// (the zigzag of Meta's CP and ring-flash-attention): under the causal mask an early piece
+// is cheap and a late one dear, so every rank gets one of each and the same attention work.
+//
+// A chunk not divisible by 2 * ranks: its `length % (2 * ranks)` extra tokens go one to each
+// rank's first piece (ranks 0, 1, ...), then one to each rank's second piece, so that no two
+// ranks' rows differ by more than one. A chunk shorter than 2 * ranks leaves some pieces
+// empty (a 1-token prompt: rank 0 computes it, the others attend with no rows of their own).
+//
+// Every rank of every stage splits a micro-batch the same way: the hidden states of rank r
+// go to rank r of the next stage, never re-sharded. A rank's rows are its two pieces in
+// order, so its share of a prompt's KV cache is sorted by position.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace pf::sched {
+
+// `count` consecutive positions from `pos`.
+struct RowRun {
+  int64_t pos = 0;
+  int count = 0;
+};
+
+// One CP rank's rows of a chunk: its two pieces (either may be empty), in position order.
+struct CpShare {
+  RowRun first, second;
+  int rows() const { return first.count + second.count; }
+  // Position of the rank's i-th row (0 <= i < rows()).
+  int64_t position(int i) const { return i < first.count ? first.pos + i : second.pos + (i - first.count); }
+};
+
+// The rows CP rank `rank` of `ranks` computes of the chunk [start, start + length).
+CpShare cp_share(int64_t start, int length, int ranks, int rank);
+
+// Tokens of a prompt of `length` tokens that CP rank `rank` holds in its KV cache when the
+// prompt is cut into chunks of `chunk` tokens from position 0 (the last one shorter), and the
+// most any rank of `ranks` holds: what each rank's KV pool must fit.
+int64_t cp_shard_tokens(int64_t length, int chunk, int ranks, int rank);
+int64_t cp_max_shard_tokens(int64_t length, int chunk, int ranks);
+// Each prompt's cp_max_shard_tokens (`ranks` 1: the lengths themselves).
+std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int chunk, int ranks);
+
+// How a CP rank attends to the keys the others hold:
+//   pass-KV: every rank's KV shard of the prompt goes around the ring, overlapped with
+//            attention on the shard already there;
+//   pass-Q:  the chunk's queries are gathered, each rank attends them to its own shard, and
+//            the partial outputs with their log-sum-exp go back to the queries' owners,
+//            which merge them: far fewer bytes when the cached prefix is much longer than
+//            the chunk (deep in a long prompt);
+//   auto:    per chunk, the one that moves fewer bytes (cp_moves_fewer_with_pass_q).
+enum class CpAttention { kAuto, kPassKv, kPassQ };
+CpAttention parse_cp_attention(const std::string& text);  // auto | pass-kv | pass-q; UserError otherwise
+const char* cp_attention_name(CpAttention mode);
+
+// Meta's rule of thumb, for the header and docs: pass-Q when x / (x + L) <= 2 N_kv / N_h.
+bool meta_rule_prefers_pass_q(double prefix, double tokens, int kv_heads, int heads);
+
+// Floats one rank sends for one layer of a chunk of `tokens` after `prefix` cached tokens,
+// spread over `ranks` ranks, with `kv_width` K (and as many V) values a token, `q_width`
+// query values and `heads` query heads (each partial output row carries one log-sum-exp a
+// head): pass-KV, its shard to each of the ranks - 1 others; pass-Q, its queries to each
+// other rank and their partial outputs back.
+double cp_pass_kv_floats(double prefix, double tokens, int ranks, int kv_width);
+double cp_pass_q_floats(double tokens, int ranks, int q_width, int heads);
+// The run's choice for one chunk: `mode` unless auto, else the variant that moves fewer
+// bytes (Meta's rule, with this implementation's exact sizes in place of its constant).
+CpAttention cp_attention_for_chunk(CpAttention mode, int64_t prefix, int tokens, int ranks, int kv_width, int q_width,
+                                   int heads);
+
+}  // namespace pf::sched
