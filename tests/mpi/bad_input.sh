@@ -220,6 +220,13 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   unknown_flag) extra=(--pp 2 --chunksize 5); expect="chunksize" ;;
   unknown_preset) model=synthetic:enormous; expect="unknown model preset" ;;
   zero_chunk_size) extra=(--pp 2 --chunk-size 0); expect="--chunk-size must be at least 1" ;;
+  cp_world_size) extra=(--pp 1 --cp 3); expect="world size is 2 ranks but --pp 1 x --cp 3 x --tp 1 needs 3" ;;
+  cp_emulate) extra=(--cp 2 --backend emulate --cost-model analytic:h20); expect="--cp runs on the cpu backend so far" ;;
+  cp_save_kv) extra=(--cp 2 --save-kv "$work/kv"); expect="--save-kv does not run with --cp yet" ;;
+  cp_dynamic) extra=(--cp 2 --dynamic-chunking); expect="a dynamic --chunk-policy does not run with --cp yet" ;;
+  cp_attention_without_cp) extra=(--pp 2 --cp-attention pass-q); expect="--cp-attention chooses how CP ranks attend" ;;
+  cp_attention_unknown) extra=(--cp 2 --cp-attention ring); expect="--cp-attention ring is unknown" ;;
+  cp_mla) model=synthetic:tiny-mla; extra=(--cp 2); expect="--cp covers grouped-query attention so far" ;;
   smooth_factor_out_of_range) extra=(--pp 2 --dynamic-chunking --smooth-factor 1.5); expect="smooth factor must lie in [0, 1]" ;;
   smooth_factor_env_not_a_number) export SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR=fast; extra=(--pp 2 --dynamic-chunking)
     expect="SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR" ;;

@@ -21,10 +21,10 @@ assert np.isfinite(logits).all(), "non-finite logits"
 assert ttft.shape == (n,) and (ttft > 0).all(), f"bad ttft {ttft}"
 for key in ("version", "model", "pp", "tp", "chunk_size", "page_size", "model_config"):
     assert key in attrs, f"attribute {key} missing"
-pp, tp = int(attrs["pp"]), int(attrs["tp"])
+pp, tp, cp = int(attrs["pp"]), int(attrs["tp"]), int(attrs.get("cp", 1))
 kinds = {int(k) for k in timeline["kind"]}
 assert 0 in kinds and 4 in kinds, f"compute / lm_head events missing: {kinds}"
-assert len({int(r) for r in timeline["rank"]}) == pp * tp, "events missing from some rank"
+assert len({int(r) for r in timeline["rank"]}) == pp * cp * tp, "events missing from some rank"
 assert (timeline["t_end_s"] >= timeline["t_start_s"]).all(), "negative event duration"
 last_stage_heads = timeline[(timeline["kind"] == 4) & (timeline["stage"] == pp - 1) & (timeline["tp_rank"] == 0)]
 if int(attrs.get("top_k", 0)) > 0 or int(attrs.get("logprobs", 0)):

@@ -91,6 +91,21 @@ set_tests_properties(mpi.profile_failure_disables_dynamic_chunking PROPERTIES LA
                      FIXTURES_REQUIRED "reference.tiny;prompts" TIMEOUT 300)
 
 pf_mpi_case(qwen2_sharded_bf16_pp2_tp2 qwen2 4 --pp 2 --tp 2 --chunk-size 48 --page-size 16)
+
+# Context parallelism (sched/context_split.hpp): each CP rank computes its zigzag share of every
+# chunk, holds its shard of the KV cache and attends over the ring (pass-KV), by gathered
+# queries (pass-Q), or whichever moves fewer bytes per chunk (auto); the last stage gathers the
+# rows for the results. Chunks not divisible by 2 x cp (50 over 6 pieces, 37 over 4), prompts
+# shorter than a chunk (100000), every product, with pp and tp, 8 ranks oversubscribed.
+pf_mpi_case(tiny.cp2_pass_kv tiny 2 --cp 2 --chunk-size 64 --page-size 16 --cp-attention pass-kv --logprobs --top-k 5
+            --hidden-states mean)
+pf_mpi_case(tiny.cp2_pass_q_unchunked tiny 2 --cp 2 --chunk-size 100000 --cp-attention pass-q --logprobs --top-k 3
+            --hidden-states last)
+pf_mpi_case(synthetic-tiny.cp3_chunk50 synthetic-tiny 3 --cp 3 --chunk-size 50 --page-size 16 --logprobs --top-k 2)
+pf_mpi_case(tiny.pp2_cp2_chunk37 tiny 4 --pp 2 --cp 2 --chunk-size 37 --page-size 16 --hidden-states mean)
+pf_mpi_case(tiny.pp2_cp2_tp2 tiny 8 --pp 2 --cp 2 --tp 2 --chunk-size 40 --page-size 16 --logprobs --top-k 3)
+pf_mpi_case(qwen3.cp2_tp2 qwen3 4 --cp 2 --tp 2 --chunk-size 33 --page-size 16 --cp-attention pass-q --logprobs --top-k 4)
+pf_mpi_case(qwen2.cp2_bf16_weights qwen2 2 --cp 2 --chunk-size 48 --page-size 16)
 pf_mpi_case(qwen3_pp2_chunk33 qwen3 2 --pp 2 --chunk-size 33 --page-size 16)
 
 # Every position's scores and the hidden states (checked against the numpy reference's, from
@@ -143,6 +158,9 @@ set_tests_properties(mpi.tiny.shared_prefix_dynamic PROPERTIES FIXTURES_REQUIRED
 pf_shared_case(qwen3.shared_prefix_pp2_tp2 qwen3 4 1264 --pp 2 --tp 2 --chunk-size 33 --page-size 16 --logprobs
                --top-k 4 --hidden-states mean)
 pf_shared_case(tiny.shared_prefix_off tiny 2 0 --pp 2 --chunk-size 64 --page-size 16 --logprobs --no-prefix-cache)
+# With --cp prefix reuse is off (each CP rank holds a shard of a prompt's KV by token): the
+# shared prompts are computed in full, and still match.
+pf_shared_case(tiny.shared_prefix_cp2 tiny 2 0 --cp 2 --chunk-size 64 --page-size 16 --logprobs --hidden-states mean)
 
 # Bad inputs: one `error:` line from rank 0, exit status 2, no output file, no hang.
 set(PF_BAD_CASES
@@ -152,6 +170,7 @@ set(PF_BAD_CASES
   shape_mismatch unknown_architecture missing_tensor world_size_mismatch more_stages_than_layers
   bad_partition_sum bad_partition_count tp_not_dividing_heads prompt_exceeds_kv_budget prompt_exceeds_context
   output_directory_missing unknown_flag unknown_preset zero_chunk_size
+  cp_world_size cp_emulate cp_save_kv cp_dynamic cp_attention_without_cp cp_attention_unknown cp_mla
   smooth_factor_out_of_range smooth_factor_env_not_a_number bf16_gemm_env_unknown cost_model_without_dynamic
   cost_model_other_partition cost_model_missing
   emulate_without_cost_model analytic_without_emulate hidden_states_unknown hidden_states_emulate logprobs_emulate

@@ -75,6 +75,11 @@ LAYOUTS = [
     ("tp2_whole_experts", 2, f"--tp 2 --expert-split experts --chunk-size 48 --page-size 16 {SCORES} --hidden-states last"),
     ("pp2_dynamic", 2, f"--pp 2 --chunk-size 128 --page-size 16 --chunk-policy pipefill {SCORES}"),
 ]
+# Context parallelism (grouped-query attention only: MLA models are refused with --cp): each
+# CP rank routes its own rows, the 2- and 1-token prompts leave some ranks without any.
+CP_LAYOUTS = [
+    ("pp2_cp2", 4, f"--pp 2 --cp 2 --chunk-size 37 --page-size 16 {SCORES} --hidden-states mean"),
+]
 PROMPT_LENGTHS = [100, 300, 173, 2, 1]
 
 
@@ -93,7 +98,8 @@ def build(work, name, config_class, model_class, extra, dtype):
 
 def check_model(build_dir, work, prompts_h5, prompts, name, config_class, model_class, extra, dtype):
     model_dir = build(work, name, config_class, model_class, extra, dtype)
-    return check_layouts(build_dir, work, name, model_dir, model_class, prompts_h5, prompts, LAYOUTS,
+    layouts = LAYOUTS + ([] if name.startswith("deepseek") else CP_LAYOUTS)
+    return check_layouts(build_dir, work, name, model_dir, model_class, prompts_h5, prompts, layouts,
                          TOP_K, LOGITS_RTOL, f" ({dtype})")
 
 

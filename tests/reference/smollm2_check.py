@@ -59,6 +59,10 @@ LAYOUTS = [
     ("pp3", 3, "--pp 3 --chunk-size 96 --page-size 32"),
     ("tp3", 3, "--tp 3 --chunk-size 128 --page-size 64"),
     ("pp2_tp3", 6, "--pp 2 --tp 3 --chunk-size 80 --page-size 16"),
+    # Context parallelism: each CP rank computes its zigzag share of every chunk and holds its
+    # shard of the KV (chunks of 64 over 6 pieces and of 90 over 4 leave remainders).
+    ("cp3_pass_q", 3, "--cp 3 --chunk-size 64 --page-size 16 --cp-attention pass-q"),
+    ("pp2_cp2", 4, "--pp 2 --cp 2 --chunk-size 90 --page-size 16"),
 ]
 # Dynamic chunks, planned from a cost model with fixed coefficients (as tests/mpi/make_cost_model.sh
 # makes for the tiny model): measured timings on a shared machine are too noisy to plan with, and
@@ -149,14 +153,14 @@ def main():
         logits_of[name] = got
         ok = compare(name, got, expected, truth, time.monotonic() - start) and ok
 
-    # Scores and hidden states on pp1, pp2 and tp3 (their chunks cut the prompts); the logits
+    # Scores and hidden states on pp1, pp2, tp3 and pp2_cp2 (their chunks cut the prompts); the logits
     # must not change by a bit when they are asked for.
     ref = reference_scores(model, prompts, 5)
     scored = {}  # a scored run's attributes: its default partition lightens the last stage
     print("scores and hidden states vs transformers (max abs error of log-probs, top-5 log-probs; "
           "hidden states relative to max|h|)")
     for name, ranks, options in LAYOUTS:
-        if name not in ("pp1", "pp2", "tp3"):
+        if name not in ("pp1", "pp2", "tp3", "pp2_cp2"):
             continue
         for mode in ("last", "mean"):
             out_h5 = os.path.join(work, f"{name}_scores_{mode}.h5")

@@ -66,6 +66,8 @@ TEST(RunOptions, EchoedConfigurationHasEveryKeyWithItsValue) {
                                    {"expert_split", "width"},
                                    {"dtype", "f32"},
                                    {"trace", "t.json"},
+                                   {"cp", 1},
+                                   {"cp_attention", "auto"},
                                    {"ring_depth", 3},
                                    {"watchdog_timeout_s", 1800.0},
                                    {"allow_long_prompts", false},

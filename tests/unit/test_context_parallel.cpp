@@ -1,0 +1,203 @@
+// Context parallelism's pieces that need no MPI: the zigzag token split (sched/
+// context_split.hpp), the per-chunk choice of pass-KV or pass-Q, and the partial attention
+// with its log-sum-exp merge (compute/cpu/ring_attention.hpp) against the double formula.
+// The ring itself runs in the MPI cases (tests/mpi/integration_tests.cmake, mpi.*cp*).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "compute/cpu/ring_attention.hpp"
+#include "errors.hpp"
+#include "sched/context_split.hpp"
+
+namespace pf {
+namespace {
+
+using sched::CpShare;
+using sched::RowRun;
+
+TEST(ContextSplit, SharesTileEveryChunkOnceWithRowsWithinOne) {
+  for (int ranks = 1; ranks <= 4; ++ranks)
+    for (int length = 0; length <= 40; ++length) {
+      const int64_t start = 1000;
+      std::vector<int> seen(static_cast<size_t>(length), 0);
+      int fewest = length, most = 0;
+      for (int r = 0; r < ranks; ++r) {
+        const CpShare share = sched::cp_share(start, length, ranks, r);
+        fewest = std::min(fewest, share.rows());
+        most = std::max(most, share.rows());
+        if (share.first.count > 0 && share.second.count > 0) EXPECT_LT(share.first.pos, share.second.pos);
+        for (int i = 0; i < share.rows(); ++i) {
+          const int64_t p = share.position(i);
+          ASSERT_GE(p, start);
+          ASSERT_LT(p, start + length);
+          ++seen[static_cast<size_t>(p - start)];
+          if (i > 0) EXPECT_GT(p, share.position(i - 1));  // in position order
+        }
+      }
+      for (int count : seen) EXPECT_EQ(count, 1) << "ranks " << ranks << ", length " << length;
+      EXPECT_LE(most - fewest, 1) << "ranks " << ranks << ", length " << length;
+    }
+}
+
+TEST(ContextSplit, ZigzagGivesEachRankAnEarlyAndALatePiece) {
+  // 16 tokens over 2 ranks: pieces of 4, rank 0 takes pieces 0 and 3, rank 1 pieces 1 and 2.
+  const CpShare zero = sched::cp_share(0, 16, 2, 0), one = sched::cp_share(0, 16, 2, 1);
+  EXPECT_EQ(zero.first.pos, 0);
+  EXPECT_EQ(zero.second.pos, 12);
+  EXPECT_EQ(one.first.pos, 4);
+  EXPECT_EQ(one.second.pos, 8);
+  // A 1-token chunk: rank 0 computes it, the others have no rows.
+  EXPECT_EQ(sched::cp_share(7, 1, 3, 0).rows(), 1);
+  EXPECT_EQ(sched::cp_share(7, 1, 3, 1).rows(), 0);
+  EXPECT_EQ(sched::cp_share(7, 1, 3, 2).rows(), 0);
+}
+
+TEST(ContextSplit, ShardsAddUpToThePromptAndHoldAboutOneCpth) {
+  for (int ranks : {2, 3, 4})
+    for (int64_t length : {1, 37, 1000, 4097, 65536}) {
+      const int chunk = 256;
+      int64_t total = 0;
+      for (int r = 0; r < ranks; ++r) total += sched::cp_shard_tokens(length, chunk, ranks, r);
+      EXPECT_EQ(total, length);
+      const int64_t chunks = (length + chunk - 1) / chunk;
+      EXPECT_LE(sched::cp_max_shard_tokens(length, chunk, ranks), (length + ranks - 1) / ranks + chunks);
+    }
+  EXPECT_EQ(sched::cp_shard_lengths({10, 20}, 8, 1), (std::vector<int64_t>{10, 20}));
+}
+
+TEST(ContextSplit, AutoPassesQueriesDeepInAPromptAndKvAtItsStart) {
+  using sched::CpAttention;
+  // SmolLM2's shape: 9 query heads of 64, 3 KV heads.
+  const int kv_width = 3 * 64, q_width = 9 * 64, heads = 9;
+  EXPECT_EQ(sched::cp_attention_for_chunk(CpAttention::kAuto, 0, 4096, 2, kv_width, q_width, heads),
+            CpAttention::kPassKv);
+  EXPECT_EQ(sched::cp_attention_for_chunk(CpAttention::kAuto, 60000, 4096, 2, kv_width, q_width, heads),
+            CpAttention::kPassQ);
+  EXPECT_EQ(sched::cp_attention_for_chunk(CpAttention::kPassKv, 60000, 4096, 2, kv_width, q_width, heads),
+            CpAttention::kPassKv);
+  // pass-KV sends (ranks - 1) / ranks of the prompt's K and V so far; pass-Q the chunk's
+  // queries and the partial outputs with one log-sum-exp a head.
+  EXPECT_DOUBLE_EQ(sched::cp_pass_kv_floats(100, 28, 4, 8), 3.0 * 128 / 4 * 2 * 8);
+  EXPECT_DOUBLE_EQ(sched::cp_pass_q_floats(28, 4, 16, 2), 3.0 * 28 / 4 * (2 * 16 + 2));
+  EXPECT_THROW(sched::parse_cp_attention("ring"), UserError);
+}
+
+// Causal attention of queries at `qpos` over keys at `kpos` (every key at or before a query's
+// position), in double: [m][heads * d].
+std::vector<double> attention_in_double(const std::vector<float>& q, const std::vector<int64_t>& qpos,
+                                        const std::vector<float>& k, const std::vector<float>& v,
+                                        const std::vector<int64_t>& kpos, int heads, int kv_heads, int d) {
+  const int m = static_cast<int>(qpos.size()), n = static_cast<int>(kpos.size()), group = heads / kv_heads;
+  std::vector<double> out(static_cast<size_t>(m) * heads * d, 0.0);
+  for (int i = 0; i < m; ++i)
+    for (int h = 0; h < heads; ++h) {
+      const int g = h / group;
+      std::vector<double> w(static_cast<size_t>(n), 0.0);
+      double top = -1e300, sum = 0;
+      for (int j = 0; j < n; ++j) {
+        if (kpos[static_cast<size_t>(j)] > qpos[static_cast<size_t>(i)]) continue;
+        double s = 0;
+        for (int c = 0; c < d; ++c)
+          s += double(q[(size_t(i) * heads + h) * d + c]) * k[(size_t(g) * n + j) * d + c];
+        w[static_cast<size_t>(j)] = s / std::sqrt(double(d));
+        top = std::max(top, w[static_cast<size_t>(j)]);
+      }
+      for (int j = 0; j < n; ++j)
+        if (kpos[static_cast<size_t>(j)] <= qpos[static_cast<size_t>(i)]) sum += std::exp(w[size_t(j)] - top);
+      for (int j = 0; j < n; ++j) {
+        if (kpos[static_cast<size_t>(j)] > qpos[static_cast<size_t>(i)]) continue;
+        const double p = std::exp(w[static_cast<size_t>(j)] - top) / sum;
+        for (int c = 0; c < d; ++c) out[(size_t(i) * heads + h) * d + c] += p * v[(size_t(g) * n + j) * d + c];
+      }
+    }
+  return out;
+}
+
+TEST(RingAttention, PartialsOverKeyShardsMergeToCausalAttention) {
+  // 300 positions cut by the zigzag of 3 ranks in chunks of 100; the queries are rank 1's share
+  // of the last chunk; the keys every rank's rows. Each shard gives a partial output (masked by
+  // position), and their merge is the attention over all keys.
+  const int ranks = 3, heads = 4, kv_heads = 2, d = 16, chunk = 100;
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<std::vector<int64_t>> shard_positions(ranks);
+  for (int64_t start = 0; start < 300; start += chunk)
+    for (int r = 0; r < ranks; ++r) {
+      const CpShare share = sched::cp_share(start, chunk, ranks, r);
+      for (int i = 0; i < share.rows(); ++i) shard_positions[size_t(r)].push_back(share.position(i));
+    }
+  const CpShare mine = sched::cp_share(200, chunk, ranks, 1);
+  std::vector<int64_t> qpos;
+  for (int i = 0; i < mine.rows(); ++i) qpos.push_back(mine.position(i));
+  const int m = static_cast<int>(qpos.size());
+  std::vector<float> q(size_t(m) * heads * d);
+  for (float& x : q) x = normal(rng);
+
+  std::vector<float> merged(size_t(m) * heads * d, 0.0f), lse(size_t(m) * heads, -INFINITY);
+  std::vector<float> all_k, all_v;  // [kv_heads][every key][d], in shard order
+  std::vector<int64_t> all_pos;
+  std::vector<std::vector<float>> shard_k(ranks), shard_v(ranks);
+  for (int r = 0; r < ranks; ++r) {
+    const int n = static_cast<int>(shard_positions[size_t(r)].size());
+    shard_k[size_t(r)].resize(size_t(kv_heads) * n * d);
+    shard_v[size_t(r)].resize(size_t(kv_heads) * n * d);
+    for (float& x : shard_k[size_t(r)]) x = normal(rng);
+    for (float& x : shard_v[size_t(r)]) x = normal(rng);
+    std::vector<int32_t> visible(static_cast<size_t>(m));
+    for (int i = 0; i < m; ++i)
+      visible[size_t(i)] = static_cast<int32_t>(std::count_if(shard_positions[size_t(r)].begin(),
+                                                              shard_positions[size_t(r)].end(),
+                                                              [&](int64_t p) { return p <= qpos[size_t(i)]; }));
+    std::vector<float> part(size_t(m) * heads * d), part_lse(size_t(m) * heads);
+    std::vector<cpu::PartialScratch> scratch;
+    cpu::partial_attention(q.data(), heads * d, m, visible.data(), heads, shard_k[size_t(r)].data(),
+                           shard_v[size_t(r)].data(), n, kv_heads, d, 1.0f / std::sqrt(float(d)), part.data(),
+                           heads * d, part_lse.data(), scratch);
+    cpu::merge_partial(merged.data(), lse.data(), part.data(), heads * d, part_lse.data(), m, heads, d);
+  }
+  // The same keys laid out whole for the double formula.
+  int total = 0;
+  for (int r = 0; r < ranks; ++r) total += static_cast<int>(shard_positions[size_t(r)].size());
+  all_k.resize(size_t(kv_heads) * total * d);
+  all_v.resize(all_k.size());
+  for (int g = 0; g < kv_heads; ++g) {
+    int at = 0;
+    for (int r = 0; r < ranks; ++r) {
+      const int n = static_cast<int>(shard_positions[size_t(r)].size());
+      std::copy_n(shard_k[size_t(r)].begin() + size_t(g) * n * d, size_t(n) * d, all_k.begin() + (size_t(g) * total + at) * d);
+      std::copy_n(shard_v[size_t(r)].begin() + size_t(g) * n * d, size_t(n) * d, all_v.begin() + (size_t(g) * total + at) * d);
+      at += n;
+    }
+  }
+  for (int r = 0; r < ranks; ++r)
+    all_pos.insert(all_pos.end(), shard_positions[size_t(r)].begin(), shard_positions[size_t(r)].end());
+  const std::vector<double> expected = attention_in_double(q, qpos, all_k, all_v, all_pos, heads, kv_heads, d);
+  double worst = 0;
+  for (size_t i = 0; i < expected.size(); ++i) worst = std::max(worst, std::abs(expected[i] - merged[i]));
+  EXPECT_LT(worst, 2e-5);
+}
+
+TEST(RingAttention, ARowThatSeesNoKeyAddsNothing) {
+  const int heads = 1, kv_heads = 1, d = 4, n = 3;
+  std::vector<float> q = {1, 2, 3, 4, 1, 0, 0, 0}, k(n * d, 0.5f), v = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
+  const std::vector<int32_t> visible = {0, 2};  // row 0 sees none of this block, row 1 its first two keys
+  std::vector<float> out(2 * d, 7.0f), lse(2, 0.0f);
+  std::vector<cpu::PartialScratch> scratch;
+  cpu::partial_attention(q.data(), d, 2, visible.data(), heads, k.data(), v.data(), n, kv_heads, d, 0.5f, out.data(),
+                         d, lse.data(), scratch);
+  EXPECT_TRUE(std::isinf(lse[0]) && lse[0] < 0);
+  for (int c = 0; c < d; ++c) EXPECT_EQ(out[size_t(c)], 0.0f);
+  for (int c = 0; c < d; ++c) EXPECT_NEAR(out[size_t(d + c)], 1.5f, 1e-6);  // equal scores: the mean of 1 and 2
+  // Merged into a row that has a partial already, it changes nothing.
+  std::vector<float> merged = {9, 9, 9, 9}, merged_lse = {1.0f};
+  cpu::merge_partial(merged.data(), merged_lse.data(), out.data(), d, lse.data(), 1, heads, d);
+  EXPECT_EQ(merged, (std::vector<float>{9, 9, 9, 9}));
+  EXPECT_EQ(merged_lse[0], 1.0f);
+}
+
+}  // namespace
+}  // namespace pf
