@@ -89,6 +89,12 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
   const trace::ExpertLoad expert_load =
       trace::gather_expert_load(topo, run.backend.compute->expert_rows(), emulate ? 0 : shape.experts);
   const compute::OpTimes op_times = trace::gather_op_times(run.backend.compute->op_times());
+  // The KV cache's high-water mark: the most any rank held (cpu: its paged pool), and its pool.
+  double kv_peak[2] = {0, 0};
+  if (const kv::PagedKvPool* pool = run.backend.kv_pool.get())
+    kv_peak[0] = static_cast<double>(pool->peak_pages_in_use()) * pool->shape().bytes_per_page(),
+    kv_peak[1] = static_cast<double>(pool->num_pages()) * pool->shape().bytes_per_page();
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, kv_peak, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   if (writer) {
     const trace::RunSummary summary =
         trace::summarize(plan, events, topo.pp, topo.cp * topo.tp, loop.wall_s, sched::plan_flops(shape, plan));
@@ -101,6 +107,9 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
       trace::print_traffic(traffic, stdout);
       trace::print_expert_load(expert_load, stdout);
       trace::print_op_times(op_times, stdout);
+      if (kv_peak[0] > 0)
+        std::printf("kv cache: %.1f MiB at its peak on the rank that held the most (its pool: %.1f MiB)\n",
+                    kv_peak[0] / (1024.0 * 1024.0), kv_peak[1] / (1024.0 * 1024.0));
       print_scores(*run.results);
     }
     if (complete && run.checkpoint) run.checkpoint->remove_directory();
