@@ -169,7 +169,7 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
   const RunOptions& options = run.options;
   const bool writer = run.topo.is_writer();
   sched::PrefixPlan prefixes =
-      writer && !options.no_prefix_cache && run.topo.cp == 1  // not yet with --cp
+      writer && !options.no_prefix_cache
           ? sched::find_shared_prefixes(run.prompts.tokens, run.prompts.offsets, options.chunking.page_size, done,
                                         options.token_rows_wanted() ? run.prompts.score_start : std::vector<int64_t>{})
           : sched::PrefixPlan{};
@@ -205,7 +205,7 @@ void print_header(const PreparedRun& run) {
   if (run.topo.cp > 1)
     std::printf(
         "context parallel: %d ranks a stage, each computing 1/%d of every chunk (zigzag pieces) and holding 1/%d of "
-        "each prompt's KV cache; attention by %s%s; prefix reuse is off with --cp\n",
+        "each prompt's KV cache; attention by %s%s\n",
         run.topo.cp, run.topo.cp, run.topo.cp, options.cp_attention.c_str(),
         options.cp_attention == "auto" ? " (per chunk, whichever moves fewer bytes: pass-KV or pass-Q)" : "");
   const io::ResultWriter& results = *run.results;

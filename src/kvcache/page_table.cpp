@@ -39,6 +39,21 @@ void PageTable::share(int source, int dest, int64_t tokens) {
   for (int page : table) ++holders_[static_cast<size_t>(page)];
 }
 
+std::pair<int, int> PageTable::privatize(int prompt, size_t index) {
+  std::vector<int>& table = tables_.at(prompt);
+  const int old = table.at(index);
+  if (holders_[static_cast<size_t>(old)] == 1) return {old, old};
+  if (free_list_.empty())
+    throw std::logic_error("KV pool exhausted: the capacity check before the run should have prevented this");
+  const int fresh = free_list_.back();
+  free_list_.pop_back();
+  holders_[static_cast<size_t>(fresh)] = 1;
+  --holders_[static_cast<size_t>(old)];
+  table[index] = fresh;
+  peak_in_use_ = std::max(peak_in_use_, num_pages_ - free_pages());
+  return {old, fresh};
+}
+
 void PageTable::release(int prompt) {
   auto it = tables_.find(prompt);
   if (it == tables_.end()) return;

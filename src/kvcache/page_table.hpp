@@ -5,12 +5,15 @@
 // Prefix reuse (sched/prefix_sharing.hpp) lets prompts share pages: `share` hands a later
 // prompt the first pages of an earlier one, and a page returns to the free list when the
 // last prompt holding it is released. A shared page is never written again: a prompt's own
-// tokens start on the page after its shared prefix (the prefix is page-aligned).
+// tokens start on the page after its shared prefix (the prefix is page-aligned), or (context
+// parallelism, where a rank's rows of a prefix need not fill its last page) the prompt takes
+// a private copy of that page before it writes there (`privatize`).
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <utility>
 #include <vector>
 
 namespace pf::kv {
@@ -28,6 +31,10 @@ class PageTable {
   // Gives `dest` (which holds no pages yet) the pages of `source` covering its first
   // `tokens` tokens, a multiple of the page size. Costs no page: each is counted once.
   void share(int source, int dest, int64_t tokens);
+  // Makes `prompt`'s page `index` its own: when another prompt holds it too, a free page
+  // takes its place in the table (the caller copies the contents). Returns {old, new} page
+  // ids, or {page, page} when it already was the prompt's alone. Throws like reserve.
+  std::pair<int, int> privatize(int prompt, size_t index);
   void release(int prompt);
   const std::vector<int>& pages(int prompt) const;
   // Prompts holding `page` (1 for a page of one prompt, 0 for a free one).

@@ -31,6 +31,17 @@ void PagedKvPool::store_rows(int layer, int page, int kv_head, bool value, int64
     std::copy_n(in, n, floats_.data() + at);
 }
 
+void PagedKvPool::privatize_page_of(int prompt, int64_t token) {
+  const auto [old, fresh] = table_.privatize(prompt, static_cast<size_t>(token / shape_.page_size));
+  if (old == fresh) return;
+  // A page's elements of every layer are one block (element() puts the page outermost).
+  const int64_t block = shape_.layers * shape_.floats_per_page_layer();
+  if (bf16())
+    std::copy_n(halves_.data() + old * block, block, halves_.data() + fresh * block);
+  else
+    std::copy_n(floats_.data() + old * block, block, floats_.data() + fresh * block);
+}
+
 void PagedKvPool::write(int layer, int prompt, int pos0, int count, const float* k, int64_t k_stride, const float* v,
                         int64_t v_stride) {
   const auto& table = pages(prompt);

@@ -43,6 +43,9 @@ class PagedKvPool {
   // Page bookkeeping (PageTable): reserve throws std::logic_error when the pool is exhausted.
   void reserve(int prompt, int64_t tokens) { table_.reserve(prompt, tokens); }
   void share(int source, int dest, int64_t tokens) { table_.share(source, dest, tokens); }
+  // `prompt`'s page holding token `token` becomes its own (a copy, in every layer, when
+  // another prompt holds it too): before a prompt writes into a shared page.
+  void privatize_page_of(int prompt, int64_t token);
   void release(int prompt) { table_.release(prompt); }
   const std::vector<int>& pages(int prompt) const { return table_.pages(prompt); }
 

@@ -13,6 +13,19 @@
 #endif
 
 namespace pf::pipeline {
+namespace {
+
+// What a rank's KV pool must hold of each prompt: all of it, or with CP its share, and one
+// page more: a prompt that takes over another's prefix copies its partly filled last page
+// while the prompt's other heirs still hold the original.
+std::vector<int64_t> kv_demand_tokens(const std::vector<int64_t>& lengths, int cp_chunk, int cp, int page_size) {
+  std::vector<int64_t> tokens = sched::cp_shard_lengths(lengths, cp_chunk, cp);
+  if (cp > 1)
+    for (int64_t& t : tokens) t += page_size;
+  return tokens;
+}
+
+}  // namespace
 
 std::vector<sim::StageCost> stage_costs_for(const sched::CostSource& source, const dist::Topology& topo,
                                             const RankModel& m, std::string& description) {
@@ -37,8 +50,7 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
     if (topo.cp > 1 && m.shape.mla())
       throw UserError("--cp covers grouped-query attention so far, not multi-head latent attention (MLA)");
   });
-  // What this rank's pool must hold of each prompt: all of it, or with CP its share.
-  const compute::KvDemand demand{sched::cp_shard_lengths(lengths, request.cp_chunk, topo.cp),
+  const compute::KvDemand demand{kv_demand_tokens(lengths, request.cp_chunk, topo.cp, request.page_size),
                                  request.profile_room_tokens};
   std::vector<model::BlockDigest> digests;  // kept from the loaded weights, which the backend consumes
   const compute::WeightsLoader load_weights = [&](const model::LayerSink& take_layer) {
@@ -82,7 +94,7 @@ void check_kv_capacity(compute::BackendKind backend, io::Dtype cpu_dtype, const 
     case compute::BackendKind::kCpu:
       for (int stage = 0; stage < topo.pp; ++stage)
         compute::cpu_kv_pages(m.kv_shape(stage, page_size, io::dtype_size(cpu_dtype)), stage,
-                              {sched::cp_shard_lengths(lengths, cp_chunk, topo.cp), 0}, kv_memory_mb);
+                              {kv_demand_tokens(lengths, cp_chunk, topo.cp, page_size), 0}, kv_memory_mb);
       return;
     case compute::BackendKind::kCuda:     // at set-up: cuda::cuda_kv_pages
     case compute::BackendKind::kEmulate:  // no KV

@@ -47,7 +47,14 @@ std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int c
   if (ranks == 1) return lengths;
   std::vector<int64_t> shards;
   shards.reserve(lengths.size());
-  for (int64_t length : lengths) shards.push_back(cp_max_shard_tokens(length, chunk, ranks));
+  for (int64_t length : lengths) {
+    // A prompt that takes over another's prefix has its chunks cut from there and the
+    // prefix's as the other's were: each chunk (at most one more) adds at most two rows to
+    // the rank's even share.
+    const int64_t chunks = (length + chunk - 1) / chunk + 1;
+    shards.push_back(std::min(length, std::max(cp_max_shard_tokens(length, chunk, ranks),
+                                               (length + ranks - 1) / ranks + 2 * chunks)));
+  }
   return shards;
 }
 

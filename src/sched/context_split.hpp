@@ -38,10 +38,12 @@ CpShare cp_share(int64_t start, int length, int ranks, int rank);
 
 // Tokens of a prompt of `length` tokens that CP rank `rank` holds in its KV cache when the
 // prompt is cut into chunks of `chunk` tokens from position 0 (the last one shorter), and the
-// most any rank of `ranks` holds: what each rank's KV pool must fit.
+// most any rank of `ranks` holds.
 int64_t cp_shard_tokens(int64_t length, int chunk, int ranks, int rank);
 int64_t cp_max_shard_tokens(int64_t length, int chunk, int ranks);
-// Each prompt's cp_max_shard_tokens (`ranks` 1: the lengths themselves).
+// What each rank's KV pool must fit of each prompt (`ranks` 1: the lengths themselves): at
+// most ceil(length / ranks) + 2 rows a chunk, however the chunks fall (a prompt that reuses
+// another's prefix has the other's chunks before its own).
 std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int chunk, int ranks);
 
 // How a CP rank attends to the keys the others hold:

@@ -158,9 +158,11 @@ set_tests_properties(mpi.tiny.shared_prefix_dynamic PROPERTIES FIXTURES_REQUIRED
 pf_shared_case(qwen3.shared_prefix_pp2_tp2 qwen3 4 1264 --pp 2 --tp 2 --chunk-size 33 --page-size 16 --logprobs
                --top-k 4 --hidden-states mean)
 pf_shared_case(tiny.shared_prefix_off tiny 2 0 --pp 2 --chunk-size 64 --page-size 16 --logprobs --no-prefix-cache)
-# With --cp prefix reuse is off (each CP rank holds a shard of a prompt's KV by token): the
-# shared prompts are computed in full, and still match.
-pf_shared_case(tiny.shared_prefix_cp2 tiny 2 0 --cp 2 --chunk-size 64 --page-size 16 --logprobs --hidden-states mean)
+# With --cp each CP rank takes over its own rows of the shared prefix (whole pages shared, the
+# last partial page copied); 40 and 24 are not multiples of 2 x cp pieces' page fills.
+pf_shared_case(tiny.shared_prefix_cp2 tiny 2 1264 --cp 2 --chunk-size 64 --page-size 16 --logprobs --hidden-states mean)
+pf_shared_case(tiny.shared_prefix_pp2_cp3 tiny 6 1264 --pp 2 --cp 3 --chunk-size 40 --page-size 16 --logprobs --top-k 3
+               --hidden-states last --cp-attention pass-q)
 
 # Bad inputs: one `error:` line from rank 0, exit status 2, no output file, no hang.
 set(PF_BAD_CASES

@@ -117,7 +117,10 @@ std::vector<double> attention_in_double(const std::vector<float>& q, const std::
   return out;
 }
 
-TEST(RingAttention, PartialsOverKeyShardsMergeToCausalAttention) {
+class RingAttentionPaths : public ::testing::TestWithParam<bool> {};  // the kernel's, or sgemm's (portable)
+
+TEST_P(RingAttentionPaths, PartialsOverKeyShardsMergeToCausalAttention) {
+  const bool portable = GetParam();
   // 300 positions cut by the zigzag of 3 ranks in chunks of 100; the queries are rank 1's share
   // of the last chunk; the keys every rank's rows. Each shard gives a partial output (masked by
   // position), and their merge is the attention over all keys.
@@ -153,10 +156,10 @@ TEST(RingAttention, PartialsOverKeyShardsMergeToCausalAttention) {
                                                               shard_positions[size_t(r)].end(),
                                                               [&](int64_t p) { return p <= qpos[size_t(i)]; }));
     std::vector<float> part(size_t(m) * heads * d), part_lse(size_t(m) * heads);
-    std::vector<cpu::PartialScratch> scratch;
+    cpu::PartialWorkspace ws;
     cpu::partial_attention(q.data(), heads * d, m, visible.data(), heads, shard_k[size_t(r)].data(),
                            shard_v[size_t(r)].data(), n, kv_heads, d, 1.0f / std::sqrt(float(d)), part.data(),
-                           heads * d, part_lse.data(), scratch);
+                           heads * d, part_lse.data(), ws, false, portable);
     cpu::merge_partial(merged.data(), lse.data(), part.data(), heads * d, part_lse.data(), m, heads, d);
   }
   // The same keys laid out whole for the double formula.
@@ -181,14 +184,16 @@ TEST(RingAttention, PartialsOverKeyShardsMergeToCausalAttention) {
   EXPECT_LT(worst, 2e-5);
 }
 
+INSTANTIATE_TEST_SUITE_P(KernelAndSgemm, RingAttentionPaths, ::testing::Values(false, true));
+
 TEST(RingAttention, ARowThatSeesNoKeyAddsNothing) {
   const int heads = 1, kv_heads = 1, d = 4, n = 3;
   std::vector<float> q = {1, 2, 3, 4, 1, 0, 0, 0}, k(n * d, 0.5f), v = {1, 1, 1, 1, 2, 2, 2, 2, 3, 3, 3, 3};
   const std::vector<int32_t> visible = {0, 2};  // row 0 sees none of this block, row 1 its first two keys
   std::vector<float> out(2 * d, 7.0f), lse(2, 0.0f);
-  std::vector<cpu::PartialScratch> scratch;
+  cpu::PartialWorkspace ws;
   cpu::partial_attention(q.data(), d, 2, visible.data(), heads, k.data(), v.data(), n, kv_heads, d, 0.5f, out.data(),
-                         d, lse.data(), scratch);
+                         d, lse.data(), ws);
   EXPECT_TRUE(std::isinf(lse[0]) && lse[0] < 0);
   for (int c = 0; c < d; ++c) EXPECT_EQ(out[size_t(c)], 0.0f);
   for (int c = 0; c < d; ++c) EXPECT_NEAR(out[size_t(d + c)], 1.5f, 1e-6);  // equal scores: the mean of 1 and 2

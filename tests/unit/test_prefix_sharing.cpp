@@ -6,6 +6,7 @@
 #include <random>
 
 #include "kvcache/page_table.hpp"
+#include "kvcache/paged_kv_pool.hpp"
 #include "sched/batch_plan.hpp"
 #include "sched/prefix_sharing.hpp"
 
@@ -263,4 +264,32 @@ TEST(PageTable, SharedPagesLiveUntilTheirLastHolderIsReleased) {
   EXPECT_THROW(table.share(2, 3, 4), std::logic_error);  // the source holds nothing any more
   table.reserve(4, 8);
   EXPECT_THROW(table.share(4, 5, 6), std::logic_error);  // not a page boundary
+}
+
+// Context parallelism: a rank's rows of a shared prefix may end inside a page; the heir copies
+// that page before it writes there, and the other holders keep the original.
+TEST(PageTable, PrivatizeGivesAPromptItsOwnCopyOfASharedPage) {
+  kv::PagedKvPool pool({/*layers=*/2, /*kv_heads=*/1, /*head_dim=*/2, /*page_size=*/4}, 6);
+  pool.reserve(0, 6);  // 2 pages, the second half full
+  const float k[12] = {1, 1, 2, 2, 3, 3, 4, 4, 5, 5, 6, 6};
+  for (int layer = 0; layer < 2; ++layer) pool.write(layer, 0, 0, 6, k, 2, k, 2);
+  pool.share(0, 1, 8);
+  pool.share(0, 2, 8);
+  const int shared = pool.pages(1)[1];
+  pool.privatize_page_of(1, 6);  // prompt 1 writes its own rows from row 6 on
+  const int own = pool.pages(1)[1];
+  EXPECT_NE(own, shared);
+  EXPECT_EQ(pool.pages(1)[0], pool.pages(0)[0]);  // the full page stays shared
+  EXPECT_EQ(pool.pages(2)[1], shared);            // the other heir keeps the original
+  float copied[4], original[4];
+  pool.load_rows(1, own, 0, true, 0, 4, copied);
+  pool.load_rows(1, shared, 0, true, 0, 4, original);
+  EXPECT_EQ(std::vector<float>(copied, copied + 4), (std::vector<float>{5, 5, 6, 6}));
+  EXPECT_EQ(std::vector<float>(original, original + 4), (std::vector<float>{5, 5, 6, 6}));
+  const float mine[2] = {9, 9};
+  pool.write(1, 1, 6, 1, mine, 2, mine, 2);
+  pool.load_rows(1, shared, 0, false, 4, 2, original);  // the original's row 6 is untouched
+  EXPECT_EQ(original[0], 0.0f);
+  pool.privatize_page_of(1, 7);  // already its own: nothing changes
+  EXPECT_EQ(pool.pages(1)[1], own);
 }

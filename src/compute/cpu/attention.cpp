@@ -51,11 +51,12 @@ BlockKernel block_kernel(Isa isa, int head_dim, bool bf16_dot) {
 
 // Tasks of (KV head, query block), the later (costlier, under the causal mask) blocks first.
 // Blocks are small enough that every thread gets a few tasks, large enough for whole tiles.
+// `like` holds what every block shares beyond the chunk (context parallelism's fields).
 void attend_with_kernel(BlockKernel kernel, const float* q, int64_t q_stride, int tokens, int pos0,
-                        const kv::KvLayerView& kv, int heads, float scale, float* out, int64_t out_stride,
-                        AttentionWorkspace& ws) {
+                        const kv::KvLayerView* kv, int heads, int kv_heads, int head_dim, float scale, bool bf16,
+                        float* out, int64_t out_stride, AttentionWorkspace& ws, const QueryBlock& like = {}) {
   ThreadPool& pool = ThreadPool::instance();
-  const int kv_heads = kv.pool->shape().kv_heads, group = heads / kv_heads;
+  const int group = heads / kv_heads;
   const int threads = pool.threads();
   const int per_head_for_threads = (4 * threads + kv_heads - 1) / kv_heads;
   const int rows_per_block =
@@ -65,24 +66,42 @@ void attend_with_kernel(BlockKernel kernel, const float* q, int64_t q_stride, in
   if (static_cast<int>(ws.threads.size()) < threads) ws.threads.resize(threads);
   pool.run(kv_heads * blocks, [&](int task, int thread) {
     const int block = blocks - 1 - task / kv_heads;
-    QueryBlock b;
+    QueryBlock b = like;
     b.q = q;
     b.q_stride = q_stride;
     b.out = out;
     b.out_stride = out_stride;
-    b.kv = &kv;
+    b.kv = kv;
+    b.head_dim = head_dim;
     b.kv_head = task % kv_heads;
     b.group = group;
     b.first_token = block * block_tokens;
     b.tokens = std::min(block_tokens, tokens - b.first_token);
     b.pos0 = pos0;
     b.scale = scale;
-    b.bf16 = kv.pool->bf16();
+    b.bf16 = bf16;
     kernel(b, ws.threads[thread]);
   });
 }
 
 }  // namespace
+
+bool attend_packed_shard(const float* q, int64_t q_stride, int tokens, const int32_t* last_key, const float* keys,
+                         const float* values, int64_t rows, int heads, int kv_heads, int head_dim, float scale,
+                         bool round_bf16, float* out, int64_t out_stride, float* lse, AttentionWorkspace& ws) {
+  const BlockKernel kernel = block_kernel(kernel_isa(), head_dim, /*bf16_dot=*/false);
+  if (!kernel) return false;
+  QueryBlock like;
+  like.last_key = last_key;
+  like.packed_keys = keys;
+  like.packed_values = values;
+  like.packed_rows = rows;
+  like.lse = lse;
+  like.lse_stride = heads;
+  attend_with_kernel(kernel, q, q_stride, tokens, 0, nullptr, heads, kv_heads, head_dim, scale, round_bf16, out,
+                     out_stride, ws, like);
+  return true;
+}
 
 float* TileScratch::floats(int slot, size_t n) {
   auto& buffer = buffers_[slot];
@@ -136,7 +155,8 @@ void chunk_attention_on(Isa isa, const float* q, int64_t q_stride, int tokens, i
   count_gemm_flops(chunk_attention_flops(tokens, pos0, heads, kv.pool->shape().head_dim));
   const bool on_dot = kv.pool->bf16() && bf16_dot.value_or(bf16_gemm_kernels().dot) && bf16_dot_available();
   if (BlockKernel kernel = block_kernel(isa, kv.pool->shape().head_dim, on_dot))
-    return attend_with_kernel(kernel, q, q_stride, tokens, pos0, kv, heads, scale, out, out_stride, ws);
+    return attend_with_kernel(kernel, q, q_stride, tokens, pos0, &kv, heads, kv.pool->shape().kv_heads,
+                              kv.pool->shape().head_dim, scale, kv.pool->bf16(), out, out_stride, ws);
   const kv::KvShape& shape = kv.pool->shape();
   const int d = shape.head_dim, page_size = shape.page_size, kv_heads = shape.kv_heads;
   const int group = heads / kv_heads;

@@ -40,6 +40,16 @@ void chunk_attention_on(Isa isa, const float* q, int64_t q_stride, int tokens, i
                         int heads, float scale, float* out, int64_t out_stride, AttentionWorkspace& ws,
                         std::optional<bool> bf16_dot = std::nullopt);
 
+// Context parallelism (ring_attention.cpp): queries q [tokens] (row stride q_stride), token i
+// seeing keys 0..last_key[i] (non-decreasing, each >= 0) of one rank's shard packed as
+// [kv_heads][rows][head_dim] (keys, then values alike), on this CPU's float kernel: out
+// normalized, lse [tokens, heads] each row's log-sum-exp of its scaled scores. `round_bf16`:
+// the rounding of a bf16 cache's attention (Q and P). False, touching nothing, when no kernel
+// fits this CPU and head size (the caller's portable path).
+bool attend_packed_shard(const float* q, int64_t q_stride, int tokens, const int32_t* last_key, const float* keys,
+                         const float* values, int64_t rows, int heads, int kv_heads, int head_dim, float scale,
+                         bool round_bf16, float* out, int64_t out_stride, float* lse, AttentionWorkspace& ws);
+
 // Masked scores: finite, so that exp underflows to exactly 0 and no inf - inf arises.
 constexpr float kMaskedScore = -1e30f;
 

@@ -156,7 +156,7 @@ bool bf16_dot_attention_fits(int head_dim) {
 }
 
 void attend_query_block_bf16_dot(const QueryBlock& b, TileScratch& scratch) {
-  const int d = b.kv->pool->shape().head_dim, g = b.group;
+  const int d = b.head_dim, g = b.group;
   const int real_rows = b.tokens * g;
   const int rows = (real_rows + TW - 1) / TW * TW;  // padded to whole tiles
   // Slot sizes in floats (4 bytes: one bf16 pair each).
@@ -213,7 +213,7 @@ void attend_query_block_bf16_dot(const QueryBlock& b, TileScratch& scratch) {
       accumulate_values(pp, pairs, vp, d, ot + t0, rows, corr0, corr1);
     }
   }
-  tiles::write_rows<V>(b, ot, l, rows, d);
+  tiles::write_rows<V>(b, ot, m, l, rows, d);
 }
 
 }  // namespace pf::cpu

@@ -16,7 +16,8 @@ struct QueryBlock {
   int64_t q_stride = 0;
   float* out = nullptr;  // [tokens, heads * head_dim]
   int64_t out_stride = 0;
-  const kv::KvLayerView* kv = nullptr;
+  const kv::KvLayerView* kv = nullptr;  // (null with packed keys)
+  int head_dim = 0;
   int kv_head = 0, group = 1;       // query heads kv_head * group .. + group - 1
   int first_token = 0, tokens = 0;  // the block's tokens within the chunk
   int pos0 = 0;                     // position of the chunk's first token
@@ -24,6 +25,18 @@ struct QueryBlock {
   // A bf16 cache (--dtype bf16) rounds where the cuda kernel does: Q and the probabilities P
   // to bf16 before their products (whose sums stay float32).
   bool bf16 = false;
+  // Context parallelism (ring_attention.hpp), all optional (the float kernels only):
+  //  - last_key [chunk tokens]: the last key each token sees, non-decreasing, >= 0 (instead of
+  //    the causal pos0 + token): a rank's queries against a shard of keys sorted by position;
+  //  - packed_keys / packed_values: the keys as [kv_heads][packed_rows][head_dim] blocks
+  //    instead of the pool's pages (kv still gives the shape);
+  //  - lse [chunk tokens][lse_stride]: each row's log-sum-exp of its scaled scores, beside out.
+  const int32_t* last_key = nullptr;
+  const float* packed_keys = nullptr;
+  const float* packed_values = nullptr;
+  int64_t packed_rows = 0;
+  float* lse = nullptr;
+  int64_t lse_stride = 0;
 };
 
 // Per-thread scratch, grown on demand and kept between calls; float buffers start 64-byte

@@ -17,6 +17,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "compute/cpu/attention.hpp"
@@ -165,7 +166,8 @@ template <class V>
 inline void start_rows(const QueryBlock& b, int rows, int32_t* qpos, float* m, float* l) {
   const int first_pos = b.pos0 + b.first_token, last_pos = first_pos + b.tokens - 1;
   for (int r = 0; r < rows; ++r) {
-    qpos[r] = r < b.tokens * b.group ? first_pos + r / b.group : last_pos;
+    const int token = r < b.tokens * b.group ? r / b.group : b.tokens - 1;
+    qpos[r] = b.last_key ? b.last_key[b.first_token + token] : r < b.tokens * b.group ? first_pos + token : last_pos;
     m[r] = kMaskedScore;
     l[r] = 0.0f;
   }
@@ -191,21 +193,23 @@ inline void mask_diagonal(float* st, int n, int k0, const int32_t* qpos, typenam
   }
 }
 
-// The real rows' outputs, O^T / l, into the block's output rows.
+// The real rows' outputs, O^T / l, into the block's output rows (and, when asked, each row's
+// log-sum-exp m + log l).
 template <class V>
-inline void write_rows(const QueryBlock& b, const float* ot, const float* l, int rows, int d) {
+inline void write_rows(const QueryBlock& b, const float* ot, const float* m, const float* l, int rows, int d) {
   for (int r = 0; r < b.tokens * b.group; ++r) {
     const float inv = 1.0f / l[r];
-    float* dst = b.out + static_cast<int64_t>(b.first_token + r / b.group) * b.out_stride +
-                 static_cast<int64_t>(b.kv_head * b.group + r % b.group) * d;
+    const int64_t token = b.first_token + r / b.group, head = b.kv_head * b.group + r % b.group;
+    float* dst = b.out + token * b.out_stride + head * d;
     for (int c = 0; c < d; ++c) dst[c] = ot[static_cast<int64_t>(c) * rows + r] * inv;
+    if (b.lse) b.lse[token * b.lse_stride + head] = m[r] + std::log(l[r]);
   }
 }
 
 template <class V>
 void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
   constexpr int W = V::kLanes, TW = 2 * W, kJ = V::kKeys;
-  const int d = b.kv->pool->shape().head_dim, g = b.group;
+  const int d = b.head_dim, g = b.group;
   const int real_rows = b.tokens * g;
   const int rows = (real_rows + TW - 1) / TW * TW;  // padded to whole tiles
   float* qt = scratch.floats(0, static_cast<size_t>(d) * rows);
@@ -229,7 +233,12 @@ void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
   for (int k0 = 0; k0 <= last_pos; k0 += kKeyBlock) {
     const int nk = std::min(kKeyBlock, last_pos + 1 - k0);
     const float *keys, *values;
-    key_block<V>(*b.kv, b.kv_head, k0, nk, staged, &keys, &values);
+    if (b.packed_keys) {  // a shard of keys already packed [kv_heads][rows][d]
+      keys = b.packed_keys + (b.kv_head * b.packed_rows + k0) * d;
+      values = b.packed_values + (b.kv_head * b.packed_rows + k0) * d;
+    } else {
+      key_block<V>(*b.kv, b.kv_head, k0, nk, staged, &keys, &values);
+    }
     for (int t0 = 0; t0 < rows; t0 += TW) {
       const int tile_first = qpos[t0], tile_last = qpos[t0 + TW - 1];
       if (k0 > tile_last) continue;                    // the whole block lies in this tile's future
@@ -247,7 +256,7 @@ void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
       accumulate_values<V>(st, n, values, d, ot + t0, rows, corr0, corr1);
     }
   }
-  write_rows<V>(b, ot, l, rows, d);
+  write_rows<V>(b, ot, m, l, rows, d);
 }
 
 }  // namespace pf::cpu::tiles

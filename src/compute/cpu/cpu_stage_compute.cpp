@@ -324,6 +324,8 @@ void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
   proj_.resize(t * shape_.width(Buffer::kPartial));
   gate_up_.resize(t * shape_.width(Buffer::kGateUp));
   act_.resize(t * shape_.width(Buffer::kActivation));
+  if (ring && local0 % kv_pool_.shape().page_size != 0 && t > 0)  // a prefix's shared, partly filled page
+    kv_pool_.privatize_page_of(chunk.prompt, local0);
   kv_pool_.reserve(chunk.prompt, ring ? local0 + t : chunk.pos0 + chunk.tokens);
   const auto t0 = std::chrono::steady_clock::now();
   LayerOnCpu ops(*this, chunk, hidden, ring ? &*ring : nullptr, local0);
@@ -389,9 +391,21 @@ void for_each_page_run(const kv::PagedKvPool& pool, const std::vector<int>& page
 }  // namespace
 
 void CpuStageCompute::share_prefix(int source, int dest, int64_t tokens) {
-  // The options refuse prefix reuse with --cp: a shard's rows of a prefix need not fill its pages.
-  if (cp_ring_) throw std::logic_error("CpuStageCompute: prefix reuse with context parallelism");
-  kv_pool_.share(source, dest, tokens);
+  if (!cp_ring_) return kv_pool_.share(source, dest, tokens);
+  // With CP, this rank's rows of the prefix are those of its runs before `tokens`: the pages
+  // holding them are shared, the last one perhaps partly filled, which the heir copies before
+  // it writes its own rows there (forward: privatize_page_of). Copied then, not now: a
+  // document's many heirs all take it over at once, and each holds a copy only while it runs.
+  const std::vector<std::vector<sched::RowRun>>& from = cp_rows_.at(source);
+  std::vector<std::vector<sched::RowRun>>& to = cp_rows_[dest];
+  to.assign(from.size(), {});
+  for (size_t j = 0; j < from.size(); ++j)
+    for (const sched::RowRun& run : from[j])
+      if (run.pos < tokens) to[j].push_back({run.pos, static_cast<int>(std::min<int64_t>(run.count, tokens - run.pos))});
+  int64_t rows = 0;
+  for (const sched::RowRun& run : to[static_cast<size_t>(cp_ring_->rank())]) rows += run.count;
+  const int page = kv_pool_.shape().page_size;
+  kv_pool_.share(source, dest, (rows + page - 1) / page * page);
 }
 
 void CpuStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const {

@@ -61,8 +61,8 @@ void pack_shard(const kv::KvLayerView& kv, int64_t rows, std::vector<float>& pac
 // The queries at `positions` against one rank's packed shard (its rows `runs`): partial
 // output and log-sum-exp.
 void attend_block(const float* q, int64_t q_stride, const std::vector<int64_t>& positions, const float* shard,
-                  const std::vector<RowRun>& runs, int heads, int kv_heads, int d, float scale, float* out,
-                  int64_t out_stride, float* lse, RingWorkspace& ws) {
+                  const std::vector<RowRun>& runs, int heads, int kv_heads, int d, float scale, bool round_bf16,
+                  float* out, int64_t out_stride, float* lse, RingWorkspace& ws) {
   const int m = static_cast<int>(positions.size());
   const int n = static_cast<int>(rows_of(runs));
   ws.visible.resize(static_cast<size_t>(m));
@@ -70,7 +70,7 @@ void attend_block(const float* q, int64_t q_stride, const std::vector<int64_t>& 
   const float* k = shard;
   const float* v = shard + static_cast<int64_t>(kv_heads) * n * d;
   partial_attention(q, q_stride, m, ws.visible.data(), heads, k, v, n, kv_heads, d, scale, out, out_stride, lse,
-                    ws.threads);
+                    ws.kernels, round_bf16);
 }
 
 std::vector<int64_t> positions_of(const sched::CpShare& share) {
@@ -79,18 +79,13 @@ std::vector<int64_t> positions_of(const sched::CpShare& share) {
   return positions;
 }
 
-}  // namespace
-
-void partial_attention(const float* q, int64_t q_stride, int m, const int32_t* visible, int heads, const float* k,
-                       const float* v, int n, int kv_heads, int head_dim, float scale, float* out, int64_t out_stride,
-                       float* lse, std::vector<PartialScratch>& scratch) {
-  if (m == 0) return;
+// partial_attention on sgemm.
+void partial_on_sgemm(const float* q, int64_t q_stride, int m, const int32_t* visible, int heads, const float* k,
+                      const float* v, int n, int kv_heads, int head_dim, float scale, float* out, int64_t out_stride,
+                      float* lse, std::vector<PartialScratch>& scratch) {
   const int d = head_dim, group = heads / kv_heads;
   const int block_tokens = std::max(1, kTargetQueryRows / group);
   const int blocks = (m + block_tokens - 1) / block_tokens;
-  double pairs = 0;  // (query, visible key) pairs, for the FLOP count
-  for (int i = 0; i < m; ++i) pairs += std::min(visible[i], n);
-  count_gemm_flops(4.0 * d * heads * pairs);
   ThreadPool& pool = ThreadPool::instance();
   if (static_cast<int>(scratch.size()) < pool.threads()) scratch.resize(static_cast<size_t>(pool.threads()));
   pool.run(kv_heads * blocks, [&](int task, int thread) {
@@ -147,6 +142,40 @@ void partial_attention(const float* q, int64_t q_stride, int m, const int32_t* v
   });
 }
 
+}  // namespace
+
+void partial_attention(const float* q, int64_t q_stride, int m, const int32_t* visible, int heads, const float* k,
+                       const float* v, int n, int kv_heads, int head_dim, float scale, float* out, int64_t out_stride,
+                       float* lse, PartialWorkspace& ws, bool round_bf16, bool portable) {
+  if (m == 0) return;
+  double pairs = 0;  // (query, visible key) pairs, for the FLOP count
+  bool sorted = true;
+  int none = 0;  // rows that see no key: a prefix of them when sorted
+  for (int i = 0; i < m; ++i) {
+    const int seen = std::min(visible[i], n);
+    pairs += seen;
+    if (i > 0 && seen < std::min(visible[i - 1], n)) sorted = false;
+    if (seen == 0 && none == i) ++none;
+  }
+  count_gemm_flops(4.0 * head_dim * heads * pairs);
+  if (!portable && sorted) {
+    ws.last_key.resize(static_cast<size_t>(m));
+    for (int i = none; i < m; ++i) ws.last_key[static_cast<size_t>(i)] = std::min(visible[i], n) - 1;
+    if (none == m ||
+        attend_packed_shard(q + none * q_stride, q_stride, m - none, ws.last_key.data() + none, k, v, n, heads,
+                            kv_heads, head_dim, scale, round_bf16, out + none * out_stride, out_stride,
+                            lse + static_cast<int64_t>(none) * heads, ws.kernels)) {
+      for (int i = 0; i < none; ++i) {  // rows that see none of these keys add nothing
+        std::fill(out + i * out_stride, out + i * out_stride + static_cast<int64_t>(heads) * head_dim, 0.0f);
+        std::fill(lse + static_cast<int64_t>(i) * heads, lse + static_cast<int64_t>(i + 1) * heads, kNoKey);
+      }
+      return;
+    }
+  }
+  partial_on_sgemm(q, q_stride, m, visible, heads, k, v, n, kv_heads, head_dim, scale, out, out_stride, lse,
+                   ws.portable);
+}
+
 void merge_partial(float* out, float* lse, const float* part, int64_t part_stride, const float* part_lse, int m,
                    int heads, int head_dim) {
   const int64_t width = static_cast<int64_t>(heads) * head_dim;
@@ -180,6 +209,7 @@ void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, co
   const int d = shape.head_dim, kv_heads = shape.kv_heads;
   const int64_t width = static_cast<int64_t>(heads) * d;
   const int m = chunk.mine.rows();
+  const bool round_bf16 = kv.pool->bf16();  // as the single-rank kernels round a bf16 cache's Q and P
   const std::vector<std::vector<RowRun>>& rows = *chunk.rows;
   if (rows_of(rows[static_cast<size_t>(me)]) != local_rows)
     throw std::logic_error("ring_attention: this rank's cached rows and its positions disagree");
@@ -203,7 +233,7 @@ void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, co
                          static_cast<int64_t>(ws.incoming.size()));
       }
       attend_block(q, q_stride, positions, ws.shard.data(), rows[static_cast<size_t>(owner)], heads, kv_heads, d, scale,
-                   ws.partial.data(), width, ws.block_lse.data(), ws);
+                   round_bf16, ws.partial.data(), width, ws.block_lse.data(), ws);
       merge_partial(ws.out.data(), ws.lse.data(), ws.partial.data(), width, ws.block_lse.data(), m, heads, d);
       if (more) {
         ring.finish_shift();
@@ -215,31 +245,30 @@ void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, co
     // partials (outputs, then log-sum-exps) go back to it and merge.
     std::vector<int64_t> q_counts(static_cast<size_t>(ranks)), part_counts(static_cast<size_t>(ranks)),
         back_counts(static_cast<size_t>(ranks));
-    std::vector<int64_t> positions;
+    std::vector<std::vector<int64_t>> positions(static_cast<size_t>(ranks));
+    int64_t all = 0;
     for (int j = 0; j < ranks; ++j) {
       const sched::CpShare share = sched::cp_share(chunk.start, chunk.tokens, ranks, j);
-      for (int64_t p : positions_of(share)) positions.push_back(p);
+      positions[static_cast<size_t>(j)] = positions_of(share);
       q_counts[static_cast<size_t>(j)] = share.rows() * width;
       part_counts[static_cast<size_t>(j)] = share.rows() * (width + heads);
       back_counts[static_cast<size_t>(j)] = static_cast<int64_t>(m) * (width + heads);
+      all += share.rows();
     }
-    const int all = static_cast<int>(positions.size());
     std::vector<float> mine(static_cast<size_t>(m * width));
     for (int i = 0; i < m; ++i) std::copy(q + i * q_stride, q + i * q_stride + width, mine.begin() + i * width);
-    ws.queries.resize(static_cast<size_t>(all) * width);
+    ws.queries.resize(static_cast<size_t>(all * width));
     ring.all_gather(mine.data(), q_counts, ws.queries.data());
-    // Partials laid out per owner: [its rows, width] then [its rows, heads].
-    std::vector<float> outs(static_cast<size_t>(all) * width), lses(static_cast<size_t>(all) * heads);
-    attend_block(ws.queries.data(), width, positions, ws.shard.data(), rows[static_cast<size_t>(me)], heads, kv_heads, d,
-                 scale, outs.data(), width, lses.data(), ws);
-    ws.partial.resize(static_cast<size_t>(all) * (width + heads));
+    // Each owner's queries (in position order) attended to this rank's shard, their partials
+    // laid out as the owner takes them back: [its rows, width], then [its rows, heads].
+    ws.partial.resize(static_cast<size_t>(all * (width + heads)));
     int64_t row0 = 0, at = 0;
     for (int j = 0; j < ranks; ++j) {
-      const int64_t n = q_counts[static_cast<size_t>(j)] / std::max<int64_t>(width, 1);
-      std::copy(outs.begin() + row0 * width, outs.begin() + (row0 + n) * width, ws.partial.begin() + at);
-      at += n * width;
-      std::copy(lses.begin() + row0 * heads, lses.begin() + (row0 + n) * heads, ws.partial.begin() + at);
-      at += n * heads;
+      const int64_t n = static_cast<int64_t>(positions[static_cast<size_t>(j)].size());
+      attend_block(ws.queries.data() + row0 * width, width, positions[static_cast<size_t>(j)], ws.shard.data(),
+                   rows[static_cast<size_t>(me)], heads, kv_heads, d, scale, round_bf16, ws.partial.data() + at, width,
+                   ws.partial.data() + at + n * width, ws);
+      at += n * (width + heads);
       row0 += n;
     }
     ws.returned.resize(static_cast<size_t>(ranks) * m * (width + heads));

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "compute/cpu/attention.hpp"
 #include "dist/cp_ring.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 #include "sched/context_split.hpp"
@@ -20,8 +21,14 @@ struct PartialScratch {
   std::vector<float> q_packed, scores, acc, row_max, row_sum;
 };
 
+struct PartialWorkspace {
+  AttentionWorkspace kernels;           // the hand-written kernels' (attention.hpp)
+  std::vector<PartialScratch> portable;  // the sgemm path's, one per thread of the rank's pool
+  std::vector<int32_t> last_key;
+};
+
 struct RingWorkspace {
-  std::vector<PartialScratch> threads;  // one per thread of the rank's pool
+  PartialWorkspace kernels;  // partial_attention's
   std::vector<float> shard, incoming;   // a rank's packed K | V (pass-KV: the ring's two buffers)
   std::vector<float> queries, partial, returned;
   std::vector<float> out, lse, block_lse;  // the merged output and its log-sum-exp
@@ -32,10 +39,13 @@ struct RingWorkspace {
 // keys of k and v (each [kv_heads][n][head_dim]); GQA as chunk_attention. out [m, heads *
 // head_dim] (row stride out_stride) normalized by each row's softmax sum, lse [m, heads] that
 // sum's natural log in units of the scaled scores (-inf, with a zero row, where a row sees no
-// key).
+// key). On this CPU's attention kernel (attention.hpp: attend_packed_shard, whose rounding a
+// bf16 cache asks for with `round_bf16`) when visible is non-decreasing, as a rank's rows in
+// position order see a shard sorted by position; else, or where no kernel fits, or with
+// `portable`, on sgemm.
 void partial_attention(const float* q, int64_t q_stride, int m, const int32_t* visible, int heads, const float* k,
                        const float* v, int n, int kv_heads, int head_dim, float scale, float* out, int64_t out_stride,
-                       float* lse, std::vector<PartialScratch>& scratch);
+                       float* lse, PartialWorkspace& ws, bool round_bf16 = false, bool portable = false);
 
 // out/lse (the running merge, [m, heads * head_dim] and [m, heads]) merged with a partial
 // (part/part_lse, the same shapes; part's row stride part_stride).
