@@ -4,29 +4,42 @@
 # same cores as 2 x the one-rank run's 1). For each: time to finish the prompt (its TTFT),
 # speedup over one rank, the KV cache's peak on the rank that held the most, and the bytes
 # the run moved (PP boundary, TP all-reduce payload, CP ring), from the run's own summary.
+# The ceiling: `pair` runs two one-rank jobs at once, each on its own copy of the prompt; its
+# speedup, 2 x one rank's time over theirs, is what two ranks of this machine can give at
+# best (two vCPUs that share a core, its caches or memory give less than 2).
 #
 # MODELS: "smollm2" (models/smollm2-135m, fetched by scripts/get_model.sh; the prompt is real
 # text, Debian's licences) and/or "small" (synthetic:small, ~250M parameters, random tokens).
 # usage: scripts/bench_context_parallel.sh [LENGTHS]   (default "16384"; env MODELS
-#        ["smollm2 small"], CHUNK [4096], CP_ATTENTION [auto], LAYOUTS ["one pp2 tp2 cp2"])
+#        ["smollm2 small"], CHUNK [4096], CP_ATTENTION [auto], LAYOUTS ["one pair pp2 tp2 cp2"])
 set -euo pipefail
 cd "$(dirname "$0")/.."
 source tests/mpi/mpi_env.sh
 lengths=${1:-16384}
 models=${MODELS:-"smollm2 small"} chunk=${CHUNK:-4096} cp_attention=${CP_ATTENTION:-auto}
-layouts=${LAYOUTS:-"one pp2 tp2 cp2"}
+layouts=${LAYOUTS:-"one pair pp2 tp2 cp2"}
 bin=${PIPEFILL_BIN:-build/pipefill}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cpu=$(lscpu | sed -n 's/^Model name: *//p' | head -1)
 echo "cpu: $cpu, $(nproc) CPUs; chunk $chunk; cp attention $cp_attention"
 
-# run_layout NAME MODEL INPUT -> prints "wall_s kv_peak_mib moved_mib" from the run's summary,
-# or nothing when the model cannot run that layout (its error: line goes to $work/error.txt)
+# run_layout NAME MODEL INPUT DIR -> prints "wall_s kv_peak_mib moved_mib" from the run's
+# summary, or nothing when the model cannot run that layout (its error: line in DIR/error.txt)
 run_layout() {
-  local name=$1 model=$2 input=$3 ranks=2 flags=()
+  local name=$1 model=$2 input=$3 dir=$4 ranks=2 flags=()
+  mkdir -p "$dir"
   case $name in
     one) ranks=1 ;;
+    pair)  # two one-rank jobs at once: the slower's time over 2 prompts (kv: one job's)
+      run_layout one "$model" "$input" "$dir/a" >"$dir/a.txt" &
+      run_layout one "$model" "$input" "$dir/b" >"$dir/b.txt"
+      wait
+      cat "$dir/a/error.txt" "$dir/b/error.txt" >"$dir/error.txt"
+      [ -s "$dir/a.txt" ] && [ -s "$dir/b.txt" ] || return 0
+      /usr/bin/python3 -c "import sys; a, b = (open(f).read().split() for f in sys.argv[1:]); print(max(float(a[0]), float(b[0])) / 2, a[1], 0)" \
+        "$dir/a.txt" "$dir/b.txt"
+      return 0 ;;
     pp2) flags=(--pp 2) ;;
     tp2) flags=(--tp 2) ;;
     cp2) flags=(--cp 2 --cp-attention "$cp_attention") ;;
@@ -34,10 +47,10 @@ run_layout() {
     cp2_pass_q) flags=(--cp 2 --cp-attention pass-q) ;;
     *) echo "error: unknown layout $name" >&2; exit 2 ;;
   esac
-  mpirun -n "$ranks" --bind-to none "$bin" run --model "$model" --input "$input" --output "$work/out.h5" --overwrite \
-    --threads 1 --chunk-size "$chunk" --progress-interval 0 --allow-long-prompts "${flags[@]}" >"$work/log.txt" \
-    2>"$work/error.txt" || return 0
-  /usr/bin/python3 - "$work/log.txt" <<'PY'
+  mpirun -n "$ranks" --bind-to none "$bin" run --model "$model" --input "$input" --output "$dir/out.h5" --overwrite \
+    --threads 1 --chunk-size "$chunk" --progress-interval 0 --allow-long-prompts "${flags[@]}" >"$dir/log.txt" \
+    2>"$dir/error.txt" || return 0
+  /usr/bin/python3 - "$dir/log.txt" <<'PY'
 import re, sys
 text = open(sys.argv[1]).read()
 wall = float(re.search(r"^wall ([0-9.]+) s", text, re.M).group(1))
@@ -65,9 +78,9 @@ for model_name in $models; do
     esac
     base_wall="" base_kv=""
     for layout in $layouts; do
-      read -r wall kv moved < <(run_layout "$layout" "$model" "$work/in.h5") || true
+      read -r wall kv moved < <(run_layout "$layout" "$model" "$work/in.h5" "$work/$layout") || true
       if [ -z "${wall:-}" ]; then
-        printf "%-8s %7s %-12s %s\n" "$model_name" "$length" "$layout" "n/a: $(grep -m1 '^error:' "$work/error.txt")"
+        printf "%-8s %7s %-12s %s\n" "$model_name" "$length" "$layout" "n/a: $(grep -m1 '^error:' "$work/$layout/error.txt")"
         continue
       fi
       [ -n "$base_wall" ] || { base_wall=$wall; base_kv=$kv; }
@@ -76,4 +89,5 @@ for model_name in $models; do
     done
   done
 done
-echo "(speedup and kv / one: against the first layout, one rank on one thread unless LAYOUTS says otherwise)"
+echo "(speedup and kv / one: against the first layout, one rank on one thread unless LAYOUTS says otherwise;"
+echo " pair: two one-rank jobs at once, the ceiling of a 2-rank layout on this machine)"
