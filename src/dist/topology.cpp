@@ -29,6 +29,7 @@ Topology make_topology(int pp, int tp, int cp) {
   t.next_rank = t.last_stage() ? -1 : t.world_rank + cp * tp;
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.stage * cp + t.cp_rank, t.tp_rank, &t.tp_comm));
   MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.stage * tp + t.tp_rank, t.cp_rank, &t.cp_comm));
+  MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, t.stage, t.world_rank, &t.stage_comm));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &t.pipeline_comm));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &t.result_comm));
   MPI_CHECK(MPI_Comm_dup(MPI_COMM_WORLD, &t.control_comm));
@@ -36,7 +37,7 @@ Topology make_topology(int pp, int tp, int cp) {
 }
 
 void free_topology(Topology& t) {
-  for (MPI_Comm* comm : {&t.tp_comm, &t.cp_comm, &t.pipeline_comm, &t.result_comm, &t.control_comm})
+  for (MPI_Comm* comm : {&t.tp_comm, &t.cp_comm, &t.stage_comm, &t.pipeline_comm, &t.result_comm, &t.control_comm})
     if (*comm != MPI_COMM_NULL) MPI_Comm_free(comm);
 }
 

@@ -23,6 +23,7 @@ struct Topology {
   int next_rank = -1;                      // same cp_rank, tp_rank on the next stage, -1 on the last stage
   MPI_Comm tp_comm = MPI_COMM_NULL;        // this stage's ranks of this cp_rank, ordered by tp_rank
   MPI_Comm cp_comm = MPI_COMM_NULL;        // this stage's ranks of this tp_rank, ordered by cp_rank
+  MPI_Comm stage_comm = MPI_COMM_NULL;     // every rank of this stage, in world order
   MPI_Comm pipeline_comm = MPI_COMM_NULL;  // hidden states between neighbouring stages
   MPI_Comm result_comm = MPI_COMM_NULL;    // logits from the last stage to the writer
   MPI_Comm control_comm = MPI_COMM_NULL;   // rank 0's stop notice (graceful stop on SIGTERM)

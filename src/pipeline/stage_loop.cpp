@@ -309,17 +309,17 @@ void StageLoop::look_for_stop(long long i) {
     apply_cutoff(cutoff);
   }
   if (const std::optional<long long> cutoff = notice_.take()) apply_cutoff(*cutoff);
-  // Stage 0's TP ranks embed without waiting for anyone, and nothing else makes them agree
-  // on where a stop cuts the plan: a host all-reduce keeps them in step only inside a
-  // micro-batch (a TP rank that missed the notice would enter micro-batch `cutoff` and wait
-  // in its all-reduce for a peer that stopped), a device one (NCCL) or the emulator's
-  // modelled one not even that. So stage 0's TP group agrees on the micro-batch count, and
-  // on the checkpoint calls made so far, before each micro-batch (rank 0 is its TP rank 0):
+  // Stage 0's TP (and CP) ranks embed without waiting for anyone, and nothing else makes them
+  // agree on where a stop cuts the plan: a host all-reduce or CP ring keeps them in step only
+  // inside a micro-batch (a rank that missed the notice would enter micro-batch `cutoff` and
+  // wait in its all-reduce for a peer that stopped), a device one (NCCL) or the emulator's
+  // modelled one not even that. So stage 0's ranks agree on the micro-batch count, and on
+  // the checkpoint calls made so far, before each micro-batch (rank 0 is the first of them):
   // a tiny broadcast, microseconds.
-  if (topo_.first_stage() && topo_.tp > 1) {
-    dist::WaitLabel label(stage_name_ + " keeping TP ranks in step at micro-batch " + std::to_string(i));
+  if (topo_.first_stage() && topo_.tp * topo_.cp > 1) {
+    dist::WaitLabel label(stage_name_ + " keeping its ranks in step at micro-batch " + std::to_string(i));
     std::vector<long long> agreed = {count_, calls_accepted_};
-    dist::broadcast_vector(agreed, topo_.tp_comm);
+    dist::broadcast_vector(agreed, topo_.stage_comm);
     if (agreed[0] < count_) apply_cutoff(agreed[0]);
     if (ctx_.checkpoint && !topo_.is_writer())
       dist::wait_until([&] {  // the calls rank 0 made are on their way: take them before going on

@@ -37,6 +37,7 @@ TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan&
     r.cp_bytes.assign(partition.size(), 0.0);
     r.cp_expected_bytes.assign(partition.size(), 0.0);
     r.cp_seed_formula_bytes.assign(partition.size(), 0.0);
+    r.cp_pass_q_formula_bytes.assign(partition.size(), 0.0);
     for (size_t s = 0; s < partition.size(); ++s) {
       const int layers = partition[s].count;
       for (const sched::MicroBatch& mb : plan.micro_batches) {
@@ -47,6 +48,7 @@ TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan&
                                   (pass_q ? sched::cp_pass_q_floats(mb.length, cp.ranks, cp.q_width, cp.heads)
                                           : sched::cp_pass_kv_floats(prefix, mb.length, cp.ranks, cp.kv_width));
         r.cp_seed_formula_bytes[s] += 4.0 * 2.0 * mb.length * cp.kv_width * layers;
+        r.cp_pass_q_formula_bytes[s] += 4.0 * mb.length * (2.0 * cp.q_width + cp.heads) * layers;
       }
     }
   }
@@ -72,9 +74,11 @@ void print_traffic(const TrafficReport& r, std::FILE* out) {
                  s, s + 1, r.boundary_bytes[s] / mib, r.tp, r.boundary_formula_bytes[s] / mib);
   for (size_t s = 0; s < r.cp_bytes.size(); ++s)
     std::fprintf(out,
-                 "CP group of stage %zu: %.1f MiB sent per rank (the chunks' sizes give %.1f MiB); seeds' pass-KV "
-                 "formula 2*B*S*H_kv*L = %.1f MiB (one pass of the KV; each chunk's ring carries its prefix again)\n",
-                 s, r.cp_bytes[s] / mib, r.cp_expected_bytes[s] / mib, r.cp_seed_formula_bytes[s] / mib);
+                 "CP group of stage %zu: %.1f MiB sent per rank (the chunks' sizes give %.1f MiB); formulas: seeds' "
+                 "pass-KV 2*B*S*H_kv*L = %.1f MiB (one pass of the KV; each chunk's ring carries its prefix again), "
+                 "pass-Q 2*B*S*H_q*L (+ log-sum-exps) = %.1f MiB\n",
+                 s, r.cp_bytes[s] / mib, r.cp_expected_bytes[s] / mib, r.cp_seed_formula_bytes[s] / mib,
+                 r.cp_pass_q_formula_bytes[s] / mib);
   if (r.cp > 1 && r.cp_pass_kv_steps + r.cp_pass_q_steps > 0)
     std::fprintf(out, "CP attention: pass-KV on %lld, pass-Q on %lld chunk-layer(s)\n",
                  r.cp_pass_kv_steps, r.cp_pass_q_steps);

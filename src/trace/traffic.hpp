@@ -39,11 +39,13 @@ struct TrafficReport {
   std::vector<double> allreduce_payload_bytes;  // measured per rank of each stage (mean over its TP ranks)
   std::vector<double> ring_formula_bytes;       // per rank: 2 layers x 2 (N-1)/N x S H x bytes
   // --cp, per stage: bytes a CP rank sent (mean over the stage's ranks), what the chunks'
-  // sizes give for the variants they took, and the seeds' pass-KV formula 2 B S H_kv L (one
-  // pass of the prompts' K and V: the ring's floor, which a chunked prompt exceeds, since
-  // each chunk's ring carries the prefix before it again); chunk-layers by variant.
+  // sizes give for the variants they took, the seeds' pass-KV formula 2 B S H_kv L (one pass
+  // of the prompts' K and V: the ring's floor, which a chunked prompt exceeds, since each
+  // chunk's ring carries the prefix before it again) and pass-Q's own, 2 B S H_q L (the
+  // queries out, the partial outputs back; plus one log-sum-exp a head); chunk-layers by
+  // variant.
   int cp = 1;
-  std::vector<double> cp_bytes, cp_expected_bytes, cp_seed_formula_bytes;
+  std::vector<double> cp_bytes, cp_expected_bytes, cp_seed_formula_bytes, cp_pass_q_formula_bytes;
   long long cp_pass_kv_steps = 0, cp_pass_q_steps = 0;
 };
 

@@ -106,6 +106,10 @@ pf_mpi_case(tiny.pp2_cp2_chunk37 tiny 4 --pp 2 --cp 2 --chunk-size 37 --page-siz
 pf_mpi_case(tiny.pp2_cp2_tp2 tiny 8 --pp 2 --cp 2 --tp 2 --chunk-size 40 --page-size 16 --logprobs --top-k 3)
 pf_mpi_case(qwen3.cp2_tp2 qwen3 4 --cp 2 --tp 2 --chunk-size 33 --page-size 16 --cp-attention pass-q --logprobs --top-k 4)
 pf_mpi_case(qwen2.cp2_bf16_weights qwen2 2 --cp 2 --chunk-size 48 --page-size 16)
+# A prompt whose KV does not fit one rank's --kv-memory-mb runs at cp 2 in the same budget.
+add_test(NAME mpi.cp2_holds_what_one_rank_cannot COMMAND ${PF_MPI}/cp_kv_budget.sh ${PF_BIN} ${PF_DATA})
+set_tests_properties(mpi.cp2_holds_what_one_rank_cannot PROPERTIES LABELS mpi PROCESSORS 2 TIMEOUT 300
+                     FIXTURES_REQUIRED model.tiny)
 pf_mpi_case(qwen3_pp2_chunk33 qwen3 2 --pp 2 --chunk-size 33 --page-size 16)
 
 # Every position's scores and the hidden states (checked against the numpy reference's, from
@@ -217,7 +221,7 @@ foreach(case hung_rank killed_rank)
 endforeach()
 
 # Kill a run mid-batch (a forwarded signal, and SIGKILL of one rank), resume, compare.
-foreach(case signal sigterm kill signal_tp2 signal_logprobs signal_shared_prefix)
+foreach(case signal sigterm kill signal_tp2 signal_logprobs signal_shared_prefix signal_cp2)
   add_test(NAME mpi.resume_after_${case} COMMAND ${PF_MPI}/resume.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_after_${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        RUN_SERIAL TRUE)

@@ -7,7 +7,9 @@
 # signal_logprobs: SIGUSR1 with --logprobs --top-k 3 at pp 2 x tp 2, whose token rows stream
 # to the output chunk by chunk; CASE signal_shared_prefix: the same, with --hidden-states mean,
 # on prompts that share prefixes, where the resumed run's plan differs: prompts whose source
-# finished before the stop compute their prefix again), resumed with --resume, and every
+# finished before the stop compute their prefix again; CASE signal_cp2: SIGUSR1 with pp 2 x
+# cp 2, whose stage 0 CP ranks must agree on the cutoff and which has no checkpoints: the
+# prompts in flight finish), resumed with --resume, and every
 # prompt's logits (and token rows) must equal the reference's (within float32 rounding where
 # the plans differ). The interruption waits
 # for a readiness sign, not a time: a progress line saying a prompt is stored. Then every
@@ -25,8 +27,11 @@ if [ "$case" = signal_shared_prefix ]; then
 else
   "$bin/pipefill" make-prompts --out "$work/in.h5" --num $num --min-len 1500 --max-len 2500 --vocab 512 --seed 8 >/dev/null
 fi
-args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size 16 --page-size 16)
+chunk=16
+[ "$case" = signal_cp2 ] && chunk=48  # (fewer ring exchanges, still many micro-batches a prompt)
+args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size $chunk --page-size 16)
 ranks=2
+if [ "$case" = signal_cp2 ]; then ranks=4; args+=(--cp 2); fi
 if [ "$case" = signal_tp2 ]; then ranks=4; args+=(--tp 2); fi
 if [ "$case" = signal_logprobs ]; then ranks=4; args+=(--tp 2 --logprobs --top-k 3); fi
 if [ "$case" = signal_shared_prefix ]; then ranks=4; args+=(--tp 2 --logprobs --top-k 3 --hidden-states mean); fi
@@ -37,7 +42,7 @@ start_run "$work/first.log" $ranks "${args[@]}" --progress-interval 0.05 --outpu
 wait_for_prompts 1
 stored=$(prompts_done "$work/first.log")
 case $case in
-  signal|signal_tp2|signal_logprobs|signal_shared_prefix) signal_run USR1 mpirun ;;  # mpirun forwards SIGUSR1 to every rank
+  signal|signal_tp2|signal_logprobs|signal_shared_prefix|signal_cp2) signal_run USR1 mpirun ;;  # mpirun forwards it to every rank
   sigterm) signal_run TERM ranks ;;
   kill) signal_run KILL 1 ;;
   *) fail "unknown case $case" ;;

@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# Context parallelism spreads a prompt's KV cache over the CP ranks: a prompt whose cache
+# does not fit one rank's --kv-memory-mb (refused with an error: line on one rank) runs at
+# --cp 2 within the same budget, each rank holding its half (the summary's peak), and its
+# logits equal a one-rank run's that was given the room.
+# usage: cp_kv_budget.sh BIN_DIR DATA_DIR
+set -euo pipefail
+here=$(dirname "$0")
+source "$here/mpi_env.sh"
+bin=$1 data=$2
+temp_dir work
+# The tiny model keeps 4 KiB of K and V a token (8 layers x 2 x 2 heads x 32 x 4 bytes): the
+# 3000-token prompt needs 12 MiB on one rank, about 6 on each of two.
+"$bin/pipefill" make-prompts --out "$work/long.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 5 >/dev/null
+args=(run --model "$data/tiny" --input "$work/long.h5" --chunk-size 512 --page-size 64)
+
+status_of pipefill_mpi 1 "${args[@]}" --kv-memory-mb 8 --output "$work/one.h5" >"$work/one.log" 2>&1
+expect_status 2 "one rank with 8 MiB of KV"
+grep -q "^error: prompt 0 .* needs 12 MiB of KV cache per rank on stage 0 but --kv-memory-mb is 8" "$work/one.log" ||
+  { cat "$work/one.log"; fail "one rank's refusal does not say what the prompt needs"; }
+
+pipefill_mpi 2 "${args[@]}" --kv-memory-mb 8 --cp 2 --output "$work/cp2.h5" >"$work/cp2.log"
+peak=$(sed -n 's/^kv cache: \([0-9.]*\) MiB at its peak.*/\1/p' "$work/cp2.log")
+echo "cp 2: KV peak $peak MiB on the rank that held the most"
+"$PYTHON" -c "import sys; p = float(sys.argv[1]); assert 5.5 <= p <= 6.6, p" "$peak" ||
+  fail "cp 2's peak KV a rank is $peak MiB, not about half of 12"
+
+pipefill_mpi 1 "${args[@]}" --kv-memory-mb 64 --quiet --output "$work/reference.h5"
+"$bin/tests/compare_logits" "$work/cp2.h5" "$work/reference.h5" --rtol 1e-4
+echo "Passed: the prompt one rank cannot hold runs at cp 2 in the same budget"
