@@ -10,9 +10,9 @@
 #include "compute/backend_capabilities.hpp"
 #include "errors.hpp"
 #include "io/token_ids_file.hpp"
+#include "sched/context_split.hpp"
 #include "sched/cost_profile.hpp"
 #include "sched/dynamic_chunker.hpp"
-#include "sched/context_split.hpp"
 
 namespace pf::cli {
 namespace {
@@ -294,7 +294,8 @@ OptionTable<RunOptions> run_table() {
   t.add("trace", "also write a Chrome trace (Perfetto) to this JSON file", &R::trace).echo_as("trace");
   t.add("cp",
         "context parallelism: CP ranks per stage (world = pp x cp x tp, ranks ordered TP innermost, then CP, then "
-        "PP), each computing 1/cp of every chunk's tokens and holding 1/cp of each prompt's KV cache; cpu backend",
+        "PP), each computing 1/cp of every chunk's tokens and holding 1/cp of each prompt's KV cache (cpu backend "
+        "and the emulator)",
         &R::cp)
       .at_least_one()
       .echo_as("cp");
@@ -563,16 +564,14 @@ void check_context_parallel(const RunOptions& o) {
     if (o.cp_attention != "auto") throw UserError("--cp-attention chooses how CP ranks attend: add --cp 2 or more");
     return;
   }
-  if (o.placement.backend != compute::BackendKind::kCpu)
-    throw UserError(std::string("--cp runs on the cpu backend so far, not ") +
-                    compute::backend_name(o.placement.backend) + " (pipefill simulate --cp models it on any hardware)");
+  if (o.placement.backend == compute::BackendKind::kCuda)
+    throw UserError(
+        "--cp runs on the cpu backend and the emulator so far, not cuda (pipefill simulate --cp models it "
+        "on any hardware)");
   const struct {
     bool asked;
     const char* flag;
-  } not_yet[] = {{!o.save_kv.empty(), "--save-kv"},
-                 {!o.kv_store.empty(), "--kv-store"},
-                 {!o.checkpoint_every.empty(), "--checkpoint-every"},
-                 {o.chunking.dynamic(), "a dynamic --chunk-policy"}};
+  } not_yet[] = {{!o.kv_store.empty(), "--kv-store"}, {!o.checkpoint_every.empty(), "--checkpoint-every"}};
   for (const auto& n : not_yet)
     if (n.asked)
       throw UserError(std::string(n.flag) +

@@ -11,6 +11,7 @@
 #include "io/file_checks.hpp"
 #include "io/token_ids_file.hpp"
 #include "pipeline/backend_setup.hpp"
+#include "sched/dynamic_chunker.hpp"
 
 namespace pf::cli {
 
@@ -69,7 +70,7 @@ io::PromptSet read_run_prompts(const RunOptions& o, const pipeline::RankModel& m
 void check_kv_capacity(const RunOptions& o, const dist::Topology& topo, const pipeline::RankModel& m,
                        const io::PromptSet& prompts) {
   pipeline::check_kv_capacity(o.placement.backend, o.placement.dtype, topo, m, o.chunking.page_size,
-                              o.placement.kv_memory_mb, prompts.lengths(), o.chunking.initial_chunk);
+                              o.placement.kv_memory_mb, prompts.lengths(), sched::shortest_chunk(o.chunking));
 }
 
 std::optional<sched::CostProfile> load_saved_costs(const RunOptions& o, const nlohmann::json& placement_identity) {

@@ -1,5 +1,6 @@
 // run_loop: every rank walks the plan (see run_steps.hpp).
 #include "cli/run_steps.hpp"
+#include "compute/backend_capabilities.hpp"
 #include "dist/collectives.hpp"
 #include "dist/wait.hpp"
 #include "pipeline/kv_export_setup.hpp"
@@ -47,6 +48,7 @@ std::unique_ptr<FinishedLoop> run_loop(PreparedRun& run, volatile int* stop_requ
   context.progress = writer ? &progress : nullptr;
   context.stop_requested = stop_requested;
   context.all_reduce = run.backend.all_reduce.get();
+  context.results_computed = compute::supports(options.placement.backend, compute::Product::kLogits);
   loop->result = pipeline::run_stage_loop(context);
   {
     dist::WaitLabel label("the end-of-run barrier (another rank is still in its loop)");

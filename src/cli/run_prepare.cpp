@@ -50,14 +50,13 @@ void make_backend(PreparedRun& run, bool profiles) {
   pipeline::BackendRequest request = backend_request(run.options.placement, chunking.page_size,
                                                      sched::longest_chunk(chunking.initial_chunk, chunking.page_size));
   request.cost_source = chunking.cost_source;
-  request.cp_chunk = chunking.initial_chunk;
+  request.cp_chunk = sched::shortest_chunk(chunking);
   request.cp_attention = sched::parse_cp_attention(run.options.cp_attention);
   if (profiles) request.profile_room_tokens = pipeline::profile_capacity_tokens(run.lengths, chunking.initial_chunk);
   run.backend = pipeline::make_stage_backend(run.topo, run.rank_model, request, run.lengths);
   if (run.options.placement.backend != compute::BackendKind::kEmulate)
-    run.rank_model.weights_fingerprint =
-        pipeline::agree_on_weights_identity(run.rank_model, run.topo.cp_rank == 0 ? run.backend.weights_digests
-                                                                                  : std::vector<model::BlockDigest>{});
+    run.rank_model.weights_fingerprint = pipeline::agree_on_weights_identity(
+        run.rank_model, run.topo.cp_rank == 0 ? run.backend.weights_digests : std::vector<model::BlockDigest>{});
 }
 
 // Rank 0 takes the --save-kv directory (one run at a time; it removes what killed runs left
@@ -196,11 +195,12 @@ void print_header(const PreparedRun& run) {
   const model::ModelShape& shape = run.rank_model.shape;
   const sched::BatchPlan& plan = run.decision.plan;
   const std::string cp = run.topo.cp > 1 ? " x cp " + std::to_string(run.topo.cp) : "";
-  std::printf("pipefill %s | %s %s (%.1fM active params) | pp %d%s x tp %d | layers %s | chunk %d (%s) | page %d | %s\n",
-              PIPEFILL_VERSION, options.placement.model.c_str(), shape.name.c_str(), shape.active_parameters() / 1e6,
-              run.topo.pp, cp.c_str(), run.topo.tp, model::partition_text(run.rank_model.partition).c_str(),
-              options.chunking.initial_chunk, run.decision.policy_used.c_str(), options.chunking.page_size,
-              run.backend.description.c_str());
+  std::printf(
+      "pipefill %s | %s %s (%.1fM active params) | pp %d%s x tp %d | layers %s | chunk %d (%s) | page %d | %s\n",
+      PIPEFILL_VERSION, options.placement.model.c_str(), shape.name.c_str(), shape.active_parameters() / 1e6,
+      run.topo.pp, cp.c_str(), run.topo.tp, model::partition_text(run.rank_model.partition).c_str(),
+      options.chunking.initial_chunk, run.decision.policy_used.c_str(), options.chunking.page_size,
+      run.backend.description.c_str());
   if (!run.backend.detail.empty()) std::printf("%s: %s\n", run.backend.description.c_str(), run.backend.detail.c_str());
   if (run.topo.cp > 1)
     std::printf(

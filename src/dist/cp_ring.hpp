@@ -46,6 +46,11 @@ class CpRing {
     exchange(send, send_counts, recv, recv_counts);
   }
 
+  // Rank j's `counts[j]` floats, concatenated in rank order into `all` on rank 0 only (this
+  // rank's part is `mine`; `all` is not touched elsewhere): what rank 0 writes for the group.
+  // Not counted as ring traffic.
+  virtual void gather_to_first(const float* mine, const std::vector<int64_t>& counts, float* all) = 0;
+
   // Bytes this rank has sent to the others so far (the summary's CP traffic).
   int64_t bytes_sent() const { return bytes_sent_; }
 

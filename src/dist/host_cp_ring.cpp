@@ -15,7 +15,7 @@
 namespace pf::dist {
 namespace {
 
-enum Tag { kShift = 1, kGather = 2, kExchange = 3 };
+enum Tag { kShift = 1, kGather = 2, kExchange = 3, kToFirst = 4 };
 
 int as_count(int64_t floats) {
   if (floats < 0 || floats > INT_MAX)
@@ -76,6 +76,28 @@ void HostCpRing::gather(const float* mine, const std::vector<int64_t>& counts, f
                           &requests.back()));
     }
     at += n;
+  }
+  wait_all(requests);
+}
+
+void HostCpRing::gather_to_first(const float* mine, const std::vector<int64_t>& counts, float* all) {
+  std::vector<MPI_Request> requests;
+  if (rank() != 0) {
+    requests.emplace_back();
+    MPI_CHECK(MPI_Isend(mine, as_count(counts[static_cast<size_t>(rank())]), MPI_FLOAT, 0, kToFirst, comm_,
+                        &requests.back()));
+  } else {
+    int64_t at = 0;
+    for (int j = 0; j < ranks(); ++j) {
+      const int64_t n = counts[static_cast<size_t>(j)];
+      if (j == 0) {
+        if (n > 0) std::memcpy(all, mine, static_cast<size_t>(n) * sizeof(float));
+      } else {
+        requests.emplace_back();
+        MPI_CHECK(MPI_Irecv(all + at, as_count(n), MPI_FLOAT, j, kToFirst, comm_, &requests.back()));
+      }
+      at += n;
+    }
   }
   wait_all(requests);
 }

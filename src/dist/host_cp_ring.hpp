@@ -12,6 +12,7 @@ class HostCpRing final : public CpRing {
  public:
   explicit HostCpRing(MPI_Comm cp_comm);
   void finish_shift() override;
+  void gather_to_first(const float* mine, const std::vector<int64_t>& counts, float* all) override;
 
  private:
   void start(const float* send, int64_t send_count, float* recv, int64_t recv_count) override;

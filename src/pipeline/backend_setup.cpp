@@ -28,12 +28,18 @@ std::vector<int64_t> kv_demand_tokens(const std::vector<int64_t>& lengths, int c
 }  // namespace
 
 std::vector<sim::StageCost> stage_costs_for(const sched::CostSource& source, const dist::Topology& topo,
-                                            const RankModel& m, std::string& description) {
+                                            const RankModel& m, std::string& description, sched::CpAttention cp_mode) {
   if (source.analytic()) {
     const sim::HardwareSpec hw = sim::load_hardware(source.value);
     description = source.flag_text() + " (" + hw.name + (m.shape.fp8 ? ", fp8 matmuls" : ", bf16") + ")";
-    return sim::analytic_stage_costs(m.shape, hw, m.partition, topo.tp, m.shape.fp8);
+    // With CP each rank sleeps its share of a chunk and the ring's modelled steps (the
+    // simulator's model: sim/context_parallel.hpp).
+    return sim::analytic_stage_costs(m.shape, hw, m.partition, topo.tp, m.shape.fp8, dist::kActivationWireBytes,
+                                     {topo.cp, cp_mode});
   }
+  if (topo.cp > 1)
+    throw UserError("--cp with --backend emulate models its costs from analytic:HARDWARE; a profile (" + source.value +
+                    ") was measured without context parallelism");
   const sched::CostProfile profile = sched::load_cost_profile(source.value);
   // Not the backend: the profile was measured on the backend being emulated.
   sched::check_profile_matches(profile, placed_model_identity(topo, m), source.value);
@@ -70,7 +76,9 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
     case compute::BackendKind::kEmulate: {
       std::vector<sim::StageCost> costs;
       std::string description;
-      dist::checked_step(MPI_COMM_WORLD, [&] { costs = stage_costs_for(request.cost_source, topo, m, description); });
+      dist::checked_step(MPI_COMM_WORLD, [&] {
+        costs = stage_costs_for(request.cost_source, topo, m, description, request.cp_attention);
+      });
       return compute::make_emulated_backend(topo, costs[topo.stage], m.shard.vocab_count, request.profile_room_tokens,
                                             description);
     }

@@ -54,7 +54,9 @@ void check_kv_capacity(compute::BackendKind backend, io::Dtype cpu_dtype, const 
 
 // Per-stage costs from analytic:HARDWARE or a profile (its identity must match, the backend
 // it was measured on aside). UserError when unusable.
+// With CP (analytic costs only), each rank's share of a chunk and the ring attending by `cp_mode`.
 std::vector<sim::StageCost> stage_costs_for(const sched::CostSource& source, const dist::Topology& topology,
-                                            const RankModel& rank_model, std::string& description);
+                                            const RankModel& rank_model, std::string& description,
+                                            sched::CpAttention cp_mode = sched::CpAttention::kAuto);
 
 }  // namespace pf::pipeline

@@ -66,7 +66,9 @@ dist::RootOnly<std::vector<sched::StageCostFit>> profile_stages(const dist::Topo
     const GroupMax group_max = [&](double local) {
       double result = local;
       MPI_Request request;
-      MPI_CHECK(MPI_Iallreduce(&local, &result, 1, MPI_DOUBLE, MPI_MAX, topo.tp_comm, &request));
+      // (Over the stage's ranks: its TP group, and with CP every CP rank's, which compute
+      // their shares of each profiled chunk together.)
+      MPI_CHECK(MPI_Iallreduce(&local, &result, 1, MPI_DOUBLE, MPI_MAX, topo.stage_comm, &request));
       dist::wait_polling(&request);
       return result;
     };

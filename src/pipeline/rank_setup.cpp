@@ -149,10 +149,12 @@ std::vector<int64_t> share_prompts(const dist::Topology& topo, io::PromptSet& pr
 }
 
 nlohmann::json placed_model_identity(const dist::Topology& topo, const RankModel& m) {
-  return {{"model_config", m.config_json},
-          {"pp", topo.pp},
-          {"tp", topo.tp},
-          {"layer_partition", model::partition_text(m.partition)}};
+  nlohmann::json identity = {{"model_config", m.config_json},
+                             {"pp", topo.pp},
+                             {"tp", topo.tp},
+                             {"layer_partition", model::partition_text(m.partition)}};
+  if (topo.cp > 1) identity["cp"] = topo.cp;  // (absent at cp 1: profiles made before CP still match)
+  return identity;
 }
 
 }  // namespace pf::pipeline

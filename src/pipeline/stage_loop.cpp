@@ -228,7 +228,7 @@ bool StageLoop::steady_state(long long i) {
     ctx_.checkpoint->reach(i);
   }
   compute(mb, *state);
-  if (topo_.last_stage() && topo_.cp > 1) gather_cp_rows(mb, state->data());
+  if (topo_.last_stage() && topo_.cp > 1 && ctx_.results_computed) gather_cp_rows(mb, state->data());
   if (topo_.emits_results())
     emit_results(mb, std::move(*state));
   else if (topo_.last_stage())
@@ -416,9 +416,14 @@ void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_las
   if (!exporters[0] && !exporters[1] && !checkpoint) return;
   const kv::KvExportLayout& layout =
       checkpoint ? checkpoint->layout() : (exporters[0] ? *exporters[0] : *exporters[1]).layout();
-  const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim;
+  // With CP the rows are spread over the group: read_kv gathers them to CP rank 0 (every CP
+  // rank calls it), which exports them as one rank would.
+  const bool exports_here = topo_.cp_rank == 0;
+  const size_t floats =
+      exports_here ? static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim : 0;
   std::vector<float> keys(floats), values(layout.latent ? 0 : floats);
   ctx_.compute.read_kv(prompt, start, count, keys.data(), values.data());
+  if (!exports_here) return;
   dist::WaitLabel label(stage_name_ + " queueing the KV export of prompt " + std::to_string(prompt) +
                         " (the disk is behind)");
   for (kv::KvExporter* exporter : exporters)
@@ -519,7 +524,8 @@ void StageLoop::finish_micro_batch(const sched::MicroBatch& mb) {
 void StageLoop::post_receives_until(long long end) {
   if (topo_.first_stage()) return;
   for (; next_to_post_ < end; ++next_to_post_)
-    receives_.push_back(transport_.post_recv(rows(mbs_[next_to_post_]) * ctx_.hidden_size, dist::tag_of(next_to_post_)));
+    receives_.push_back(
+        transport_.post_recv(rows(mbs_[next_to_post_]) * ctx_.hidden_size, dist::tag_of(next_to_post_)));
 }
 
 void StageLoop::apply_cutoff(long long cutoff) {

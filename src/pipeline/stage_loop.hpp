@@ -53,6 +53,9 @@ struct StageLoopContext {
   // The backend's TP reducer (null when tp == 1 or emulated), read only: payload bytes, and
   // the host spans of reduces that block, which become the timeline's all-reduce events.
   dist::TpAllReduce* all_reduce = nullptr;
+  // False for a backend that computes no results (the emulator): with CP its last stage's
+  // ranks then skip gathering their rows, which only the results read.
+  bool results_computed = true;
 };
 
 struct LoopResult {

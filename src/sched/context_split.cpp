@@ -49,11 +49,11 @@ std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int c
   shards.reserve(lengths.size());
   for (int64_t length : lengths) {
     // A prompt that takes over another's prefix has its chunks cut from there and the
-    // prefix's as the other's were: each chunk (at most one more) adds at most two rows to
-    // the rank's even share.
-    const int64_t chunks = (length + chunk - 1) / chunk + 1;
-    shards.push_back(std::min(length, std::max(cp_max_shard_tokens(length, chunk, ranks),
-                                               (length + ranks - 1) / ranks + 2 * chunks)));
+    // prefix's as the other's were: each chunk (at most two more: the prefix's last and the
+    // prompt's first) adds at most two rows to the rank's even share.
+    const int64_t chunks = (length + chunk - 1) / chunk + 2;
+    shards.push_back(std::min(
+        length, std::max(cp_max_shard_tokens(length, chunk, ranks), (length + ranks - 1) / ranks + 2 * chunks)));
   }
   return shards;
 }
@@ -92,8 +92,8 @@ double cp_pass_q_floats(double tokens, int ranks, int q_width, int heads) {
 CpAttention cp_attention_for_chunk(CpAttention mode, int64_t prefix, int tokens, int ranks, int kv_width, int q_width,
                                    int heads) {
   if (mode != CpAttention::kAuto) return mode;
-  return cp_pass_q_floats(tokens, ranks, q_width, heads) < cp_pass_kv_floats(static_cast<double>(prefix), tokens, ranks,
-                                                                            kv_width)
+  return cp_pass_q_floats(tokens, ranks, q_width, heads) <
+                 cp_pass_kv_floats(static_cast<double>(prefix), tokens, ranks, kv_width)
              ? CpAttention::kPassQ
              : CpAttention::kPassKv;
 }

@@ -41,9 +41,10 @@ CpShare cp_share(int64_t start, int length, int ranks, int rank);
 // most any rank of `ranks` holds.
 int64_t cp_shard_tokens(int64_t length, int chunk, int ranks, int rank);
 int64_t cp_max_shard_tokens(int64_t length, int chunk, int ranks);
-// What each rank's KV pool must fit of each prompt (`ranks` 1: the lengths themselves): at
-// most ceil(length / ranks) + 2 rows a chunk, however the chunks fall (a prompt that reuses
-// another's prefix has the other's chunks before its own).
+// What each rank's KV pool must fit of each prompt (`ranks` 1: the lengths themselves) when no
+// chunk but a prompt's last is shorter than `chunk`: at most ceil(length / ranks) + 2 rows a
+// chunk, however the chunks fall (a prompt that reuses another's prefix has the other's
+// chunks before its own).
 std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int chunk, int ranks);
 
 // How a CP rank attends to the keys the others hold:

@@ -186,8 +186,10 @@ void check_profile_matches(const CostProfile& profile, const nlohmann::json& ide
   for (auto& [key, value] : identity.items()) {
     if (!profile.identity.contains(key) || profile.identity[key] != value)
       throw UserError(path + " was profiled for another " + key + " (" +
-                      (profile.identity.contains(key) ? profile.identity[key].dump() : "none") + ", this run: " +
-                      value.dump() + "); profile again with `pipefill profile` for this configuration" +
+                      (profile.identity.contains(key) ? profile.identity[key].dump() : "none") +
+                      ", this run: " + value.dump() + ")" +
+                      (key == "cp" ? "; with --cp, leave out --cost-model: the run profiles its CP ranks itself"
+                                   : "; profile again with `pipefill profile` for this configuration") +
                       (key == "layer_partition"
                            ? " (runs with --logprobs or --top-k give the last stage fewer layers by default: profile "
                              "them with `pipefill profile --logprobs`, or give --layer-partition)"

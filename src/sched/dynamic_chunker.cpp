@@ -13,15 +13,25 @@ DynamicChunkPolicy::DynamicChunkPolicy(const DynamicChunkConfig& config, std::ve
   for (const auto& m : models_) beat_ = std::max(beat_, m.target_time(config_.initial_chunk));
 }
 
-int chunk_alignment(int page_size) { return std::max(page_size, 64); }
+int chunk_alignment(int page_size) {
+  return std::max(page_size, 64);
+}
 
-int chunk_floor(int initial_chunk) { return initial_chunk / 4; }
+int chunk_floor(int initial_chunk) {
+  return initial_chunk / 4;
+}
 
 int longest_chunk(int initial_chunk, int page_size) {
   return initial_chunk + chunk_floor(initial_chunk) + chunk_alignment(page_size);
 }
 
-int DynamicChunkPolicy::alignment() const { return chunk_alignment(config_.page_size); }
+int shortest_chunk(const ChunkingOptions& options) {
+  return options.dynamic() ? std::max(1, chunk_floor(options.initial_chunk)) : options.initial_chunk;
+}
+
+int DynamicChunkPolicy::alignment() const {
+  return chunk_alignment(config_.page_size);
+}
 
 int DynamicChunkPolicy::cap_and_fold(int64_t size, int64_t remaining, int64_t prefix) const {
   size = std::min<int64_t>(size, remaining);

@@ -33,6 +33,10 @@ int chunk_floor(int initial_chunk);
 // first chunk C0 (no later one is longer) or the alignment a dynamic chunk is raised to, plus
 // a folded tail.
 int longest_chunk(int initial_chunk, int page_size);
+// The shortest chunk a plan of these options cuts before a prompt's last: C0 for fixed
+// chunks, the floor C0 / 4 for a dynamic policy (what a CP rank's share of a prompt is
+// bounded by: sched/context_split.hpp).
+int shortest_chunk(const ChunkingOptions& options);
 
 struct DynamicChunkConfig {
   int initial_chunk = kDefaultChunkSize;  // C0

@@ -9,7 +9,6 @@
 
 namespace pf::trace {
 
-void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent>& events, int pp, int tp,
-                        int cp = 1);
+void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent>& events, int pp, int tp, int cp = 1);
 
 }  // namespace pf::trace

@@ -80,8 +80,8 @@ void print_traffic(const TrafficReport& r, std::FILE* out) {
                  s, r.cp_bytes[s] / mib, r.cp_expected_bytes[s] / mib, r.cp_seed_formula_bytes[s] / mib,
                  r.cp_pass_q_formula_bytes[s] / mib);
   if (r.cp > 1 && r.cp_pass_kv_steps + r.cp_pass_q_steps > 0)
-    std::fprintf(out, "CP attention: pass-KV on %lld, pass-Q on %lld chunk-layer(s)\n",
-                 r.cp_pass_kv_steps, r.cp_pass_q_steps);
+    std::fprintf(out, "CP attention: pass-KV on %lld, pass-Q on %lld chunk-layer(s)\n", r.cp_pass_kv_steps,
+                 r.cp_pass_q_steps);
   if (r.tp > 1 && r.allreduce_modelled)
     for (size_t s = 0; s < r.ring_formula_bytes.size(); ++s)
       std::fprintf(out,

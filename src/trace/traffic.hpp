@@ -33,9 +33,9 @@ struct CpTrafficShape {
 struct TrafficReport {
   int tp = 1;
   int bytes_per_element = 4;
-  bool allreduce_modelled = false;  // emulate / simulate: inside the cost model, not performed
-  std::vector<double> boundary_bytes;          // measured: all TP ranks of stage s -> s + 1
-  std::vector<double> boundary_formula_bytes;  // B S H x bytes per element (one copy of the hidden states)
+  bool allreduce_modelled = false;              // emulate / simulate: inside the cost model, not performed
+  std::vector<double> boundary_bytes;           // measured: all TP ranks of stage s -> s + 1
+  std::vector<double> boundary_formula_bytes;   // B S H x bytes per element (one copy of the hidden states)
   std::vector<double> allreduce_payload_bytes;  // measured per rank of each stage (mean over its TP ranks)
   std::vector<double> ring_formula_bytes;       // per rank: 2 layers x 2 (N-1)/N x S H x bytes
   // --cp, per stage: bytes a CP rank sent (mean over the stage's ranks), what the chunks'

@@ -221,9 +221,11 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   unknown_preset) model=synthetic:enormous; expect="unknown model preset" ;;
   zero_chunk_size) extra=(--pp 2 --chunk-size 0); expect="--chunk-size must be at least 1" ;;
   cp_world_size) extra=(--pp 1 --cp 3); expect="world size is 2 ranks but --pp 1 x --cp 3 x --tp 1 needs 3" ;;
-  cp_emulate) extra=(--cp 2 --backend emulate --cost-model analytic:h20); expect="--cp runs on the cpu backend so far" ;;
-  cp_save_kv) extra=(--cp 2 --save-kv "$work/kv"); expect="--save-kv does not run with --cp yet" ;;
-  cp_dynamic) extra=(--cp 2 --dynamic-chunking); expect="a dynamic --chunk-policy does not run with --cp yet" ;;
+  cp_emulate_profile) extra=(--cp 2 --backend emulate --cost-model "$data/cost_tiny_pp2.json" --pp 1 --dynamic-chunking)
+    expect="was measured without context parallelism" ;;
+  cp_kv_store) extra=(--cp 2 --kv-store "$work/store"); expect="--kv-store does not run with --cp yet" ;;
+  cp_profile_without_cp) ranks=4; extra=(--pp 2 --cp 2 --dynamic-chunking --cost-model "$data/cost_tiny_pp2.json")
+    expect="was profiled for another cp (none, this run: 2); with --cp, leave out --cost-model" ;;
   cp_attention_without_cp) extra=(--pp 2 --cp-attention pass-q); expect="--cp-attention chooses how CP ranks attend" ;;
   cp_attention_unknown) extra=(--cp 2 --cp-attention ring); expect="--cp-attention ring is unknown" ;;
   cp_mla) model=synthetic:tiny-mla; extra=(--cp 2); expect="--cp covers grouped-query attention so far" ;;

@@ -106,6 +106,10 @@ pf_mpi_case(tiny.pp2_cp2_chunk37 tiny 4 --pp 2 --cp 2 --chunk-size 37 --page-siz
 pf_mpi_case(tiny.pp2_cp2_tp2 tiny 8 --pp 2 --cp 2 --tp 2 --chunk-size 40 --page-size 16 --logprobs --top-k 3)
 pf_mpi_case(qwen3.cp2_tp2 qwen3 4 --cp 2 --tp 2 --chunk-size 33 --page-size 16 --cp-attention pass-q --logprobs --top-k 4)
 pf_mpi_case(qwen2.cp2_bf16_weights qwen2 2 --cp 2 --chunk-size 48 --page-size 16)
+# Dynamic chunks from a profile taken now, each CP rank timing its share of every profiled
+# chunk over the ring (timings vary, the logits must not).
+pf_mpi_case(tiny.pp2_cp2_dynamic_profiled tiny 4 --pp 2 --cp 2 --chunk-policy pipefill --chunk-size 128 --page-size 16
+            --profile-points 12 --logprobs --top-k 2)
 # A prompt whose KV does not fit one rank's --kv-memory-mb runs at cp 2 in the same budget.
 add_test(NAME mpi.cp2_holds_what_one_rank_cannot COMMAND ${PF_MPI}/cp_kv_budget.sh ${PF_BIN} ${PF_DATA})
 set_tests_properties(mpi.cp2_holds_what_one_rank_cannot PROPERTIES LABELS mpi PROCESSORS 2 TIMEOUT 300
@@ -176,7 +180,7 @@ set(PF_BAD_CASES
   shape_mismatch unknown_architecture missing_tensor world_size_mismatch more_stages_than_layers
   bad_partition_sum bad_partition_count tp_not_dividing_heads prompt_exceeds_kv_budget prompt_exceeds_context
   output_directory_missing unknown_flag unknown_preset zero_chunk_size
-  cp_world_size cp_emulate cp_save_kv cp_dynamic cp_attention_without_cp cp_attention_unknown cp_mla
+  cp_world_size cp_emulate_profile cp_kv_store cp_profile_without_cp cp_attention_without_cp cp_attention_unknown cp_mla
   smooth_factor_out_of_range smooth_factor_env_not_a_number bf16_gemm_env_unknown cost_model_without_dynamic
   cost_model_other_partition cost_model_missing
   emulate_without_cost_model analytic_without_emulate hidden_states_unknown hidden_states_emulate logprobs_emulate
@@ -201,10 +205,12 @@ foreach(case ${PF_BAD_CASES})
                        FIXTURES_REQUIRED "model.tiny;prompts")
 endforeach()
 set_tests_properties(bad_input.cost_model_other_partition bad_input.cost_model_negative_coefficient
-                     bad_input.cost_model_stage_count PROPERTIES FIXTURES_REQUIRED "model.tiny;prompts;cost_model")
+                     bad_input.cost_model_stage_count bad_input.cp_emulate_profile bad_input.cp_profile_without_cp PROPERTIES FIXTURES_REQUIRED "model.tiny;prompts;cost_model")
 
 add_test(NAME mpi.emulate_8_ranks_on_2_cores COMMAND ${PF_MPI}/emulate_run.sh ${PF_BIN})
 set_tests_properties(mpi.emulate_8_ranks_on_2_cores PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2)
+add_test(NAME mpi.emulate_context_parallel COMMAND ${PF_MPI}/emulate_cp.sh ${PF_BIN})
+set_tests_properties(mpi.emulate_context_parallel PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2)
 
 # The simulator against the emulated runtime (sleeps of the same cost model, real MPI and
 # message sizes): TTFT within 5 % at P = 2 and 4, fixed and dynamic chunks. The full table
@@ -252,7 +258,7 @@ set_tests_properties(slow.checkpoint_soak PROPERTIES LABELS "slow;mpi" TIMEOUT 9
 
 # --save-kv: complete and equal to an uninterrupted run's after a stop, a lost file, a full disk.
 foreach(case resume new_layout missing_file damaged_file killed_litter concurrent index_unwritable disk_full complete
-             shared_prefix)
+             shared_prefix context_parallel)
   add_test(NAME mpi.kv_export.${case} COMMAND ${PF_MPI}/kv_export.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.kv_export.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        SKIP_RETURN_CODE 77)

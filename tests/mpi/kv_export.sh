@@ -21,6 +21,9 @@
 #   shared_prefix prompts that share prefixes (pp 2 x tp 2): a prompt that reused a prefix
 #                 exports it too (from the shared pages), equal to a --no-prefix-cache run's
 #                 export within float32 rounding
+#   context_parallel  the shared_prefix case at pp 2 x cp 2 x tp 2 (8 ranks): each CP rank holds
+#                 a shard of a prompt's KV by token, CP rank 0 gathers it and writes the files a
+#                 pp 2 x tp 2 run writes, equal to its export within float32 rounding
 #   new_layout    SIGUSR1 mid-batch at pp 2 x tp 2, --resume at pp 1 (another allocation): the
 #                 prompts exported before the stop are kept as pp 2 x tp 2 wrote them (none
 #                 computed again), index.json lists each prompt's own files, and every prompt's
@@ -231,11 +234,15 @@ PY
     cat "$work/stdout"
     grep -q "already complete" "$work/stdout" && grep -q "^note: .*nothing was exported" "$work/stdout" ||
       fail "no note that a complete output exports nothing" ;;
-  shared_prefix)
+  shared_prefix|context_parallel)
     "$PYTHON" "$here/make_shared_prompts.py" "$work/in.h5" >/dev/null
     args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --tp 2 --chunk-size 40 --page-size 16 --quiet)
     pipefill_mpi 4 "${args[@]}" --output "$work/reference.h5" --save-kv "$work/reference_kv" --no-prefix-cache
-    pipefill_mpi 4 "${args[@]}" --output "$work/out.h5" --save-kv "$work/kv"
+    if [ "$case" = context_parallel ]; then
+      pipefill_mpi 8 "${args[@]}" --cp 2 --output "$work/out.h5" --save-kv "$work/kv"
+    else
+      pipefill_mpi 4 "${args[@]}" --output "$work/out.h5" --save-kv "$work/kv"
+    fi
     "$PYTHON" - "$work/reference_kv" "$work/kv" "$work/out.h5" <<'PY' || fail "the export with prefix reuse differs"
 import json, os, struct, sys
 import h5py

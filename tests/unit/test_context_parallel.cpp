@@ -101,8 +101,7 @@ std::vector<double> attention_in_double(const std::vector<float>& q, const std::
       for (int j = 0; j < n; ++j) {
         if (kpos[static_cast<size_t>(j)] > qpos[static_cast<size_t>(i)]) continue;
         double s = 0;
-        for (int c = 0; c < d; ++c)
-          s += double(q[(size_t(i) * heads + h) * d + c]) * k[(size_t(g) * n + j) * d + c];
+        for (int c = 0; c < d; ++c) s += double(q[(size_t(i) * heads + h) * d + c]) * k[(size_t(g) * n + j) * d + c];
         w[static_cast<size_t>(j)] = s / std::sqrt(double(d));
         top = std::max(top, w[static_cast<size_t>(j)]);
       }
@@ -152,9 +151,9 @@ TEST_P(RingAttentionPaths, PartialsOverKeyShardsMergeToCausalAttention) {
     for (float& x : shard_v[size_t(r)]) x = normal(rng);
     std::vector<int32_t> visible(static_cast<size_t>(m));
     for (int i = 0; i < m; ++i)
-      visible[size_t(i)] = static_cast<int32_t>(std::count_if(shard_positions[size_t(r)].begin(),
-                                                              shard_positions[size_t(r)].end(),
-                                                              [&](int64_t p) { return p <= qpos[size_t(i)]; }));
+      visible[size_t(i)] =
+          static_cast<int32_t>(std::count_if(shard_positions[size_t(r)].begin(), shard_positions[size_t(r)].end(),
+                                             [&](int64_t p) { return p <= qpos[size_t(i)]; }));
     std::vector<float> part(size_t(m) * heads * d), part_lse(size_t(m) * heads);
     cpu::PartialWorkspace ws;
     cpu::partial_attention(q.data(), heads * d, m, visible.data(), heads, shard_k[size_t(r)].data(),
@@ -171,8 +170,10 @@ TEST_P(RingAttentionPaths, PartialsOverKeyShardsMergeToCausalAttention) {
     int at = 0;
     for (int r = 0; r < ranks; ++r) {
       const int n = static_cast<int>(shard_positions[size_t(r)].size());
-      std::copy_n(shard_k[size_t(r)].begin() + size_t(g) * n * d, size_t(n) * d, all_k.begin() + (size_t(g) * total + at) * d);
-      std::copy_n(shard_v[size_t(r)].begin() + size_t(g) * n * d, size_t(n) * d, all_v.begin() + (size_t(g) * total + at) * d);
+      std::copy_n(shard_k[size_t(r)].begin() + size_t(g) * n * d, size_t(n) * d,
+                  all_k.begin() + (size_t(g) * total + at) * d);
+      std::copy_n(shard_v[size_t(r)].begin() + size_t(g) * n * d, size_t(n) * d,
+                  all_v.begin() + (size_t(g) * total + at) * d);
       at += n;
     }
   }
@@ -192,8 +193,8 @@ TEST(RingAttention, ARowThatSeesNoKeyAddsNothing) {
   const std::vector<int32_t> visible = {0, 2};  // row 0 sees none of this block, row 1 its first two keys
   std::vector<float> out(2 * d, 7.0f), lse(2, 0.0f);
   cpu::PartialWorkspace ws;
-  cpu::partial_attention(q.data(), d, 2, visible.data(), heads, k.data(), v.data(), n, kv_heads, d, 0.5f, out.data(),
-                         d, lse.data(), ws);
+  cpu::partial_attention(q.data(), d, 2, visible.data(), heads, k.data(), v.data(), n, kv_heads, d, 0.5f, out.data(), d,
+                         lse.data(), ws);
   EXPECT_TRUE(std::isinf(lse[0]) && lse[0] < 0);
   for (int c = 0; c < d; ++c) EXPECT_EQ(out[size_t(c)], 0.0f);
   for (int c = 0; c < d; ++c) EXPECT_NEAR(out[size_t(d + c)], 1.5f, 1e-6);  // equal scores: the mean of 1 and 2

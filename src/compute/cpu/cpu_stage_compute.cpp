@@ -401,7 +401,8 @@ void CpuStageCompute::share_prefix(int source, int dest, int64_t tokens) {
   to.assign(from.size(), {});
   for (size_t j = 0; j < from.size(); ++j)
     for (const sched::RowRun& run : from[j])
-      if (run.pos < tokens) to[j].push_back({run.pos, static_cast<int>(std::min<int64_t>(run.count, tokens - run.pos))});
+      if (run.pos < tokens)
+        to[j].push_back({run.pos, static_cast<int>(std::min<int64_t>(run.count, tokens - run.pos))});
   int64_t rows = 0;
   for (const sched::RowRun& run : to[static_cast<size_t>(cp_ring_->rank())]) rows += run.count;
   const int page = kv_pool_.shape().page_size;
@@ -409,12 +410,67 @@ void CpuStageCompute::share_prefix(int source, int dest, int64_t tokens) {
 }
 
 void CpuStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const {
+  if (cp_ring_) return read_kv_of_cp_group(prompt, pos0, count, keys, values);
   const bool latent = kv_pool_.shape().latent;  // one row per token: the keys
   for_each_page_run(kv_pool_, kv_pool_.pages(prompt), pos0, count,
                     [&](int layer, int page, int head, size_t in_page, size_t at, size_t n) {
                       kv_pool_.load_rows(layer, page, head, false, in_page, n, keys + at);
                       if (!latent) kv_pool_.load_rows(layer, page, head, true, in_page, n, values + at);
                     });
+}
+
+// With CP a prompt's rows are spread over the group: each rank packs those it holds in the
+// range (a run of its local rows: they are sorted by position) as read_kv lays them out, CP
+// rank 0 gathers them and puts every row at its position. Collective over the CP group.
+void CpuStageCompute::read_kv_of_cp_group(int prompt, int64_t pos0, int count, float* keys, float* values) const {
+  const kv::KvShape& shape = kv_pool_.shape();
+  const int ranks = cp_ring_->ranks(), me = cp_ring_->rank();
+  const std::vector<std::vector<sched::RowRun>>& rows = cp_rows_.at(prompt);
+  // Rank j's positions in [pos0, pos0 + count), in order, and (this rank) the first local row.
+  std::vector<std::vector<int64_t>> positions(static_cast<size_t>(ranks));
+  int64_t first_local = 0, local = 0;
+  for (int j = 0; j < ranks; ++j) {
+    local = 0;
+    for (const sched::RowRun& run : rows[static_cast<size_t>(j)])
+      for (int i = 0; i < run.count; ++i, ++local) {
+        const int64_t p = run.pos + i;
+        if (p < pos0 || p >= pos0 + count) continue;
+        if (j == me && positions[static_cast<size_t>(j)].empty()) first_local = local;
+        positions[static_cast<size_t>(j)].push_back(p);
+      }
+  }
+  const int64_t block = static_cast<int64_t>(shape.layers) * shape.kv_heads * shape.head_dim;  // floats a row
+  const int halves = shape.latent ? 1 : 2;
+  std::vector<int64_t> counts(static_cast<size_t>(ranks));
+  for (int j = 0; j < ranks; ++j)
+    counts[static_cast<size_t>(j)] = halves * block * int64_t(positions[size_t(j)].size());
+  const int mine = static_cast<int>(positions[static_cast<size_t>(me)].size());
+  std::vector<float> packed(static_cast<size_t>(counts[static_cast<size_t>(me)]));
+  if (mine > 0) {  // K then V, each [layers][kv_heads][mine][head_dim]: read_kv's layout on local rows
+    float* k = packed.data();
+    float* v = shape.latent ? nullptr : packed.data() + block * mine;
+    for_each_page_run(kv_pool_, kv_pool_.pages(prompt), first_local, mine,
+                      [&](int layer, int page, int head, size_t in_page, size_t at, size_t n) {
+                        kv_pool_.load_rows(layer, page, head, false, in_page, n, k + at);
+                        if (v) kv_pool_.load_rows(layer, page, head, true, in_page, n, v + at);
+                      });
+  }
+  std::vector<float> all(me == 0 ? static_cast<size_t>(halves * block * count) : 0);
+  cp_ring_->gather_to_first(packed.data(), counts, all.data());
+  if (me != 0) return;
+  const int64_t d = shape.head_dim;
+  const float* from = all.data();
+  for (int j = 0; j < ranks; ++j) {
+    const std::vector<int64_t>& at = positions[static_cast<size_t>(j)];
+    const int64_t n = static_cast<int64_t>(at.size());
+    for (int half = 0; half < halves; ++half) {
+      float* to = half == 0 ? keys : values;
+      for (int64_t lh = 0; lh < int64_t(shape.layers) * shape.kv_heads; ++lh)
+        for (int64_t i = 0; i < n; ++i)
+          std::copy_n(from + (lh * n + i) * d, d, to + (lh * count + (at[size_t(i)] - pos0)) * d);
+      from += block * n;
+    }
+  }
 }
 
 void CpuStageCompute::write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) {
@@ -427,16 +483,41 @@ void CpuStageCompute::write_kv(int prompt, int64_t pos0, int count, const float*
                     });
 }
 
+int64_t CpuStageCompute::capacity_tokens() const {
+  const int64_t held = static_cast<int64_t>(kv_pool_.num_pages()) * kv_pool_.shape().page_size;
+  if (!cp_ring_) return held;
+  // With CP a rank holds its share of a profiled prefix (cut as one chunk) and chunk: at most
+  // two rows more than 1/ranks of each.
+  return std::max<int64_t>(0, held - 4) * cp_ring_->ranks();
+}
+
 void CpuStageCompute::prepare_prefix(int prompt, int64_t prefix, int tokens) {
-  kv_pool_.reserve(prompt, prefix + tokens);
+  if (cp_ring_) {  // this rank's share of the prefix, cut as one chunk; the chunk is forward()'s
+    const int ranks = cp_ring_->ranks();
+    std::vector<std::vector<sched::RowRun>>& rows = cp_rows_[prompt];
+    rows.assign(static_cast<size_t>(ranks), {});
+    for (int j = 0; j < ranks; ++j) {
+      const sched::CpShare share = sched::cp_share(0, static_cast<int>(prefix), ranks, j);
+      for (const sched::RowRun& run : {share.first, share.second})
+        if (run.count > 0) rows[static_cast<size_t>(j)].push_back(run);
+    }
+    const int64_t local = sched::cp_share(0, static_cast<int>(prefix), ranks, cp_ring_->rank()).rows();
+    const int64_t next = sched::cp_share(prefix, tokens, ranks, cp_ring_->rank()).rows();
+    return fill_random_rows(prompt, local, local + next);
+  }
+  fill_random_rows(prompt, prefix, prefix + tokens);
+}
+
+void CpuStageCompute::fill_random_rows(int prompt, int64_t rows, int64_t room) {
+  kv_pool_.reserve(prompt, room);
   const kv::KvShape& shape = kv_pool_.shape();
   const int kv_width = shape.kv_heads * shape.head_dim;
   constexpr int kBlock = 4096;
-  std::mt19937 rng(static_cast<uint32_t>(prefix));
+  std::mt19937 rng(static_cast<uint32_t>(rows));
   std::uniform_real_distribution<float> uniform(-1.0f, 1.0f);
   std::vector<float> values;
-  for (int64_t start = 0; start < prefix; start += kBlock) {
-    const int count = static_cast<int>(std::min<int64_t>(kBlock, prefix - start));
+  for (int64_t start = 0; start < rows; start += kBlock) {
+    const int count = static_cast<int>(std::min<int64_t>(kBlock, rows - start));
     values.resize(static_cast<size_t>(count) * kv_width);
     for (auto& v : values) v = uniform(rng);
     for (int layer = 0; layer < shape.layers; ++layer)

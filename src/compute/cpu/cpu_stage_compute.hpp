@@ -10,9 +10,8 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
-
 #include <unordered_map>
+#include <vector>
 
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/latent_attention.hpp"
@@ -59,9 +58,7 @@ class CpuStageCompute final : public StageCompute {
   OpTimes op_times() const override { return op_times_; }
   // Fills the prefix's K/V with random values: attention's cost does not depend on them.
   void prepare_prefix(int prompt, int64_t prefix, int tokens) override;
-  int64_t capacity_tokens() const override {
-    return static_cast<int64_t>(kv_pool_.num_pages()) * kv_pool_.shape().page_size;
-  }
+  int64_t capacity_tokens() const override;
 
  private:
   class LayerOnCpu;  // the decoder-layer ops on one chunk (cpu_stage_compute.cpp)
@@ -71,6 +68,9 @@ class CpuStageCompute final : public StageCompute {
     std::vector<uint16_t> qkv, o, gate_up, down;
   };
   void store_weights_as_bf16();
+  void read_kv_of_cp_group(int prompt, int64_t pos0, int count, float* keys, float* values) const;
+  // The first `rows` rows of `prompt`'s cache filled with random values, room for `room`.
+  void fill_random_rows(int prompt, int64_t rows, int64_t room);
   bool bf16() const { return kv_pool_.bf16(); }
 
   model::ModelConfig config_;
@@ -88,8 +88,8 @@ class CpuStageCompute final : public StageCompute {
   std::vector<float> normed_, qkv_, attn_, proj_, gate_up_, act_;
   std::vector<float> head_normed_, head_logits_;  // summarize_vocab_rows' final-norm rows and logits
   cpu::AttentionWorkspace attention_ws_;
-  cpu::LatentWorkspace latent_ws_;    // MLA models
-  cpu::MoeWorkspace moe_ws_;          // MoE models
+  cpu::LatentWorkspace latent_ws_;  // MLA models
+  cpu::MoeWorkspace moe_ws_;        // MoE models
   // Context parallelism: the ring, how it attends, and per prompt every CP rank's cached
   // rows (the runs of positions of its shares, in order).
   dist::CpRing* cp_ring_;

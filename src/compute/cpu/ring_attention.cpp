@@ -66,7 +66,8 @@ void attend_block(const float* q, int64_t q_stride, const std::vector<int64_t>& 
   const int m = static_cast<int>(positions.size());
   const int n = static_cast<int>(rows_of(runs));
   ws.visible.resize(static_cast<size_t>(m));
-  for (int i = 0; i < m; ++i) ws.visible[static_cast<size_t>(i)] = visible_rows(runs, positions[static_cast<size_t>(i)]);
+  for (int i = 0; i < m; ++i)
+    ws.visible[static_cast<size_t>(i)] = visible_rows(runs, positions[static_cast<size_t>(i)]);
   const float* k = shard;
   const float* v = shard + static_cast<int64_t>(kv_heads) * n * d;
   partial_attention(q, q_stride, m, ws.visible.data(), heads, k, v, n, kv_heads, d, scale, out, out_stride, lse,
@@ -116,7 +117,7 @@ void partial_on_sgemm(const float* q, int64_t q_stride, int m, const int32_t* vi
         for (int j = 0; j < group; ++j) {
           const int r = t * group + j;
           float* s = ws.scores.data() + static_cast<int64_t>(r) * kKeyBlock;
-          if (seen <= 0) {  // none: the row adds nothing (and skips the softmax step, which
+          if (seen <= 0) {               // none: the row adds nothing (and skips the softmax step, which
             std::fill(s, s + nk, 0.0f);  // would count masked scores as ones)
             continue;
           }
@@ -161,10 +162,9 @@ void partial_attention(const float* q, int64_t q_stride, int m, const int32_t* v
   if (!portable && sorted) {
     ws.last_key.resize(static_cast<size_t>(m));
     for (int i = none; i < m; ++i) ws.last_key[static_cast<size_t>(i)] = std::min(visible[i], n) - 1;
-    if (none == m ||
-        attend_packed_shard(q + none * q_stride, q_stride, m - none, ws.last_key.data() + none, k, v, n, heads,
-                            kv_heads, head_dim, scale, round_bf16, out + none * out_stride, out_stride,
-                            lse + static_cast<int64_t>(none) * heads, ws.kernels)) {
+    if (none == m || attend_packed_shard(q + none * q_stride, q_stride, m - none, ws.last_key.data() + none, k, v, n,
+                                         heads, kv_heads, head_dim, scale, round_bf16, out + none * out_stride,
+                                         out_stride, lse + static_cast<int64_t>(none) * heads, ws.kernels)) {
       for (int i = 0; i < none; ++i) {  // rows that see none of these keys add nothing
         std::fill(out + i * out_stride, out + i * out_stride + static_cast<int64_t>(heads) * head_dim, 0.0f);
         std::fill(lse + static_cast<int64_t>(i) * heads, lse + static_cast<int64_t>(i + 1) * heads, kNoKey);

@@ -22,14 +22,14 @@ struct PartialScratch {
 };
 
 struct PartialWorkspace {
-  AttentionWorkspace kernels;           // the hand-written kernels' (attention.hpp)
+  AttentionWorkspace kernels;            // the hand-written kernels' (attention.hpp)
   std::vector<PartialScratch> portable;  // the sgemm path's, one per thread of the rank's pool
   std::vector<int32_t> last_key;
 };
 
 struct RingWorkspace {
-  PartialWorkspace kernels;  // partial_attention's
-  std::vector<float> shard, incoming;   // a rank's packed K | V (pass-KV: the ring's two buffers)
+  PartialWorkspace kernels;            // partial_attention's
+  std::vector<float> shard, incoming;  // a rank's packed K | V (pass-KV: the ring's two buffers)
   std::vector<float> queries, partial, returned;
   std::vector<float> out, lse, block_lse;  // the merged output and its log-sum-exp
   std::vector<int32_t> visible;
@@ -55,11 +55,11 @@ void merge_partial(float* out, float* lse, const float* part, int64_t part_strid
 // What a CP rank knows of one chunk's layer: its queries' positions, every rank's cached
 // rows of the prompt (this chunk's included), how it attends.
 struct RingChunk {
-  sched::CpShare mine;                                      // this rank's query rows
+  sched::CpShare mine;                                            // this rank's query rows
   const std::vector<std::vector<sched::RowRun>>* rows = nullptr;  // [cp rank]: its KV rows, by position
   sched::CpAttention variant = sched::CpAttention::kPassKv;       // pass-KV or pass-Q (not auto)
-  int tokens = 0;                                            // the chunk's tokens over every rank
-  int64_t start = 0;                                         // its first position
+  int tokens = 0;                                                 // the chunk's tokens over every rank
+  int64_t start = 0;                                              // its first position
 };
 
 // kAttention of this rank's rows: q [rows, heads * head_dim] (stride q_stride) against the
