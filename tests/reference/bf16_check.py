@@ -49,6 +49,7 @@ LAYOUTS = [
     ("pp1", 1, "--pp 1 --chunk-size 64 --page-size 16", None),
     ("pp2", 2, "--pp 2 --chunk-size 96 --page-size 32", None),
     ("tp3", 3, "--tp 3 --chunk-size 128 --page-size 64", None),
+    ("cp2", 2, "--cp 2 --chunk-size 64 --page-size 16", None),  # bf16 K/V shards, Q and P rounded as pp1's
     ("pp1_widened", 1, "--pp 1 --chunk-size 64 --page-size 16", "widen"),
 ]
 if "avx512_bf16" in open("/proc/cpuinfo").read():

@@ -1,7 +1,8 @@
-// Context-parallel attention on the CPU (see ring_attention.hpp). The partial kernel is the
-// portable path's blocking (attention.cpp: a GQA group's queries packed into one matrix, both
-// products in sgemm, an online softmax over key blocks) with the mask by visible counts, on
-// the rank's threads by (KV head, query block).
+// Context-parallel attention on the CPU (see ring_attention.hpp). Each partial runs on this
+// CPU's hand-written tile kernel (attention.cpp: attend_packed_shard) where it fits, else on
+// the portable path's blocking (a GQA group's queries packed into one matrix, both products in
+// sgemm, an online softmax over key blocks) with the mask by visible counts; either on the
+// rank's threads by (KV head, query block).
 #include "compute/cpu/ring_attention.hpp"
 
 #include <cblas.h>
@@ -71,7 +72,7 @@ void attend_block(const float* q, int64_t q_stride, const std::vector<int64_t>& 
   const float* k = shard;
   const float* v = shard + static_cast<int64_t>(kv_heads) * n * d;
   partial_attention(q, q_stride, m, ws.visible.data(), heads, k, v, n, kv_heads, d, scale, out, out_stride, lse,
-                    ws.kernels, round_bf16);
+                    ws.partial_ws, round_bf16);
 }
 
 std::vector<int64_t> positions_of(const sched::CpShare& share) {

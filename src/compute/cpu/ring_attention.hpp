@@ -28,7 +28,7 @@ struct PartialWorkspace {
 };
 
 struct RingWorkspace {
-  PartialWorkspace kernels;            // partial_attention's
+  PartialWorkspace partial_ws;         // partial_attention's
   std::vector<float> shard, incoming;  // a rank's packed K | V (pass-KV: the ring's two buffers)
   std::vector<float> queries, partial, returned;
   std::vector<float> out, lse, block_lse;  // the merged output and its log-sum-exp
