@@ -50,10 +50,6 @@ void print_scores(const io::ResultWriter& results) {
       std::exp(results.scored_nll_sum() / static_cast<double>(results.scored_tokens())));
 }
 
-}  // namespace
-
-namespace {
-
 // What a CP rank's ring moves per token (one TP rank's heads), for the traffic report.
 trace::CpTrafficShape cp_traffic_shape(const PreparedRun& run) {
   trace::CpTrafficShape cp;
@@ -91,9 +87,10 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
   const compute::OpTimes op_times = trace::gather_op_times(run.backend.compute->op_times());
   // The KV cache's high-water mark: the most any rank held (cpu: its paged pool), and its pool.
   double kv_peak[2] = {0, 0};
-  if (const kv::PagedKvPool* pool = run.backend.kv_pool.get())
-    kv_peak[0] = static_cast<double>(pool->peak_pages_in_use()) * pool->shape().bytes_per_page(),
+  if (const kv::PagedKvPool* pool = run.backend.kv_pool.get()) {
+    kv_peak[0] = static_cast<double>(pool->peak_pages_in_use()) * pool->shape().bytes_per_page();
     kv_peak[1] = static_cast<double>(pool->num_pages()) * pool->shape().bytes_per_page();
+  }
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, kv_peak, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   if (writer) {
     const trace::RunSummary summary =

@@ -20,7 +20,9 @@ enum Tag { kShift = 1, kGather = 2, kExchange = 3, kToFirst = 4 };
 int as_count(int64_t floats) {
   if (floats < 0 || floats > INT_MAX)
     throw std::length_error("CP ring: one message of " + std::to_string(floats) +
-                            " floats is beyond MPI's int count; use more CP ranks or a smaller chunk");
+                            " floats (a rank's K and V of a prompt for one layer, its queries or partial outputs of "
+                            "a chunk, or its rows of a KV export) is beyond MPI's int count of 2^31 - 1; use more CP "
+                            "ranks, or TP ranks (each holds fewer KV heads)");
   return static_cast<int>(floats);
 }
 

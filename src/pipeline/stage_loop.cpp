@@ -498,10 +498,12 @@ void StageLoop::gather_cp_rows(const sched::MicroBatch& mb, float* state) {
   dist::WaitLabel label(stage_name_ + " gathering the CP ranks' rows of " + describe(mb));
   const int64_t h = ctx_.hidden_size;
   const std::vector<float> mine(state, state + rows(mb) * h);
-  const std::vector<std::vector<float>> all = dist::gather_vector(mine, 0, topo_.cp_comm);
-  for (int j = 0; j < static_cast<int>(all.size()); ++j) {  // CP rank 0 only
+  std::vector<float> all;
+  dist::gather_floats(mine, all, 0, topo_.cp_comm);
+  if (topo_.cp_rank != 0) return;
+  const float* from = all.data();
+  for (int j = 0; j < topo_.cp; ++j) {  // rank j's rows, its two pieces, into their positions
     const sched::CpShare theirs = sched::cp_share(mb.start, mb.length, topo_.cp, j);
-    const float* from = all[static_cast<size_t>(j)].data();
     for (const sched::RowRun& run : {theirs.first, theirs.second}) {
       std::copy(from, from + run.count * h, state + (run.pos - mb.start) * h);
       from += run.count * h;

@@ -58,6 +58,14 @@ std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int c
   return shards;
 }
 
+void align_reuse_to_chunks(PrefixPlan& plan, int chunk, bool dynamic) {
+  for (PrefixReuse& reuse : plan.reuse) {
+    if (reuse.source < 0) continue;  // (from outside the batch: refused with --cp)
+    reuse.tokens = dynamic ? 0 : reuse.tokens / chunk * chunk;
+    if (reuse.tokens == 0) reuse = {};
+  }
+}
+
 CpAttention parse_cp_attention(const std::string& text) {
   if (text == "auto") return CpAttention::kAuto;
   if (text == "pass-kv") return CpAttention::kPassKv;

@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "sched/batch_plan.hpp"
+
 namespace pf::sched {
 
 // `count` consecutive positions from `pos`.
@@ -46,6 +48,15 @@ int64_t cp_max_shard_tokens(int64_t length, int chunk, int ranks);
 // chunk, however the chunks fall (a prompt that reuses another's prefix has the other's
 // chunks before its own).
 std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int chunk, int ranks);
+
+// Prefix reuse inside a batch with CP: a prompt takes over each rank's rows of the shared
+// prefix as the source computed them. Cut inside a chunk, the zigzag's balance is lost (a rank
+// may hold both its pieces of the cut chunk, up to chunk / ranks rows over its share, and a
+// chain of reuses adds that up), so each reuse is rounded down to the source's chunk
+// boundaries: multiples of `chunk` with fixed chunks (every prompt's chunks then start on
+// one), none with a dynamic policy, whose boundaries are not known when the pools are sized.
+// A reuse rounded to nothing is dropped.
+void align_reuse_to_chunks(PrefixPlan& plan, int chunk, bool dynamic);
 
 // How a CP rank attends to the keys the others hold:
 //   pass-KV: every rank's KV shard of the prompt goes around the ring, overlapped with

@@ -59,10 +59,12 @@ TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan&
     r.allreduce_payload_bytes[stage] += c.allreduce_payload_bytes / stage_ranks;
     if (topo.cp > 1) {
       r.cp_bytes[stage] += c.cp_bytes_sent / stage_ranks;
-      r.cp_pass_kv_steps += c.cp_pass_kv_steps / stage_ranks;  // every rank of a stage counts its layers
-      r.cp_pass_q_steps += c.cp_pass_q_steps / stage_ranks;
+      r.cp_pass_kv_steps += c.cp_pass_kv_steps;  // every rank of a stage counts its layers:
+      r.cp_pass_q_steps += c.cp_pass_q_steps;    // divided once summed
     }
   }
+  r.cp_pass_kv_steps /= stage_ranks;
+  r.cp_pass_q_steps /= stage_ranks;
   return r;
 }
 

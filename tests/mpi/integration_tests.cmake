@@ -110,6 +110,10 @@ pf_mpi_case(qwen2.cp2_bf16_weights qwen2 2 --cp 2 --chunk-size 48 --page-size 16
 # chunk over the ring (timings vary, the logits must not).
 pf_mpi_case(tiny.pp2_cp2_dynamic_profiled tiny 4 --pp 2 --cp 2 --chunk-policy pipefill --chunk-size 128 --page-size 16
             --profile-points 12 --logprobs --top-k 2)
+# Prefix reuse with CP is rounded down to chunk boundaries (sched/context_split.hpp).
+add_test(NAME mpi.cp2_reuse_on_chunk_boundaries COMMAND ${PF_MPI}/cp_reuse_alignment.sh ${PF_BIN} ${PF_DATA})
+set_tests_properties(mpi.cp2_reuse_on_chunk_boundaries PROPERTIES LABELS mpi PROCESSORS 2 TIMEOUT 300
+                     FIXTURES_REQUIRED model.tiny)
 # A prompt whose KV does not fit one rank's --kv-memory-mb runs at cp 2 in the same budget.
 add_test(NAME mpi.cp2_holds_what_one_rank_cannot COMMAND ${PF_MPI}/cp_kv_budget.sh ${PF_BIN} ${PF_DATA})
 set_tests_properties(mpi.cp2_holds_what_one_rank_cannot PROPERTIES LABELS mpi PROCESSORS 2 TIMEOUT 300
@@ -167,9 +171,10 @@ pf_shared_case(qwen3.shared_prefix_pp2_tp2 qwen3 4 1264 --pp 2 --tp 2 --chunk-si
                --top-k 4 --hidden-states mean)
 pf_shared_case(tiny.shared_prefix_off tiny 2 0 --pp 2 --chunk-size 64 --page-size 16 --logprobs --no-prefix-cache)
 # With --cp each CP rank takes over its own rows of the shared prefix (whole pages shared, the
-# last partial page copied); 40 and 24 are not multiples of 2 x cp pieces' page fills.
-pf_shared_case(tiny.shared_prefix_cp2 tiny 2 1264 --cp 2 --chunk-size 64 --page-size 16 --logprobs --hidden-states mean)
-pf_shared_case(tiny.shared_prefix_pp2_cp3 tiny 6 1264 --pp 2 --cp 3 --chunk-size 40 --page-size 16 --logprobs --top-k 3
+# last partial page copied), the reuse rounded down to the chunks (64, 40): 1152 and 1120 of
+# the 1264 tokens a run without CP reuses.
+pf_shared_case(tiny.shared_prefix_cp2 tiny 2 1152 --cp 2 --chunk-size 64 --page-size 16 --logprobs --hidden-states mean)
+pf_shared_case(tiny.shared_prefix_pp2_cp3 tiny 6 1120 --pp 2 --cp 3 --chunk-size 40 --page-size 16 --logprobs --top-k 3
                --hidden-states last --cp-attention pass-q)
 
 # Bad inputs: one `error:` line from rank 0, exit status 2, no output file, no hang.

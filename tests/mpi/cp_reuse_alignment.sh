@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Prefix reuse with --cp is rounded down to the source's chunk boundaries: a prompt that takes
+# over another's prefix cut inside a chunk could hold both of a rank's pieces of that chunk,
+# more than its share, beyond what each rank's KV pool is sized for. Prompt B shares 3600
+# tokens with A (4096 tokens) and has 5632; with chunks of 2048 the reuse is 2048 tokens, B's
+# logits equal a run without CP, and no rank's pool runs out.
+# usage: cp_reuse_alignment.sh BIN_DIR DATA_DIR
+set -euo pipefail
+here=$(dirname "$0")
+source "$here/mpi_env.sh"
+bin=$1 data=$2
+temp_dir work
+"$PYTHON" - "$work/in.h5" <<'PY'
+import sys, h5py, numpy as np
+rng = np.random.default_rng(11)
+a = rng.integers(0, 512, 4096, dtype=np.int32)
+b = np.concatenate([a[:3600], rng.integers(0, 512, 2032, dtype=np.int32)])
+with h5py.File(sys.argv[1], "w") as f:
+    f["tokens"] = np.concatenate([a, b])
+    f["offsets"] = np.array([0, 4096, 4096 + 5632], dtype=np.int64)
+PY
+args=(run --model "$data/tiny" --input "$work/in.h5" --chunk-size 2048 --page-size 64 --quiet)
+pipefill_mpi 2 "${args[@]}" --cp 2 --output "$work/cp2.h5"
+pipefill_mpi 1 "${args[@]}" --no-prefix-cache --output "$work/reference.h5"
+"$bin/tests/compare_logits" "$work/cp2.h5" "$work/reference.h5" --rtol 1e-4
+"$PYTHON" -c "import sys, h5py; r = h5py.File(sys.argv[1])['reused_tokens'][:]; assert list(r) == [0, 2048], r; print('reused', list(r))" \
+  "$work/cp2.h5"
+echo "Passed: the reuse rounded to a chunk boundary"
