@@ -497,9 +497,8 @@ void StageLoop::gather_cp_rows(const sched::MicroBatch& mb, float* state) {
   trace::Timeline::Scope span(ctx_.timeline, EventKind::kCpGather, mb);
   dist::WaitLabel label(stage_name_ + " gathering the CP ranks' rows of " + describe(mb));
   const int64_t h = ctx_.hidden_size;
-  const std::vector<float> mine(state, state + rows(mb) * h);
-  std::vector<float> all;
-  dist::gather_floats(mine, all, 0, topo_.cp_comm);
+  std::vector<float> all;  // (the slot is only read before CP rank 0 writes it back in order)
+  dist::gather_floats(state, rows(mb) * h, all, 0, topo_.cp_comm);
   if (topo_.cp_rank != 0) return;
   const float* from = all.data();
   for (int j = 0; j < topo_.cp; ++j) {  // rank j's rows, its two pieces, into their positions

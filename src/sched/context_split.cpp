@@ -29,6 +29,21 @@ CpShare cp_share(int64_t start, int length, int ranks, int rank) {
   return share;
 }
 
+int64_t rows_in(const std::vector<RowRun>& runs) {
+  int64_t n = 0;
+  for (const RowRun& run : runs) n += run.count;
+  return n;
+}
+
+void append_shares(std::vector<std::vector<RowRun>>& runs, int64_t start, int length) {
+  const int ranks = static_cast<int>(runs.size());
+  for (int j = 0; j < ranks; ++j) {
+    const CpShare share = cp_share(start, length, ranks, j);
+    for (const RowRun& run : {share.first, share.second})
+      if (run.count > 0) runs[static_cast<size_t>(j)].push_back(run);
+  }
+}
+
 int64_t cp_shard_tokens(int64_t length, int chunk, int ranks, int rank) {
   if (chunk < 1) throw std::invalid_argument("cp_shard_tokens: chunk must be positive");
   int64_t held = 0;

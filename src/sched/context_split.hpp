@@ -38,6 +38,11 @@ struct CpShare {
 // The rows CP rank `rank` of `ranks` computes of the chunk [start, start + length).
 CpShare cp_share(int64_t start, int length, int ranks, int rank);
 
+// A rank's rows of a prompt as runs of positions (its shares of each chunk, in order): how
+// many, and each rank's (runs.size() of them) with the chunk [start, start + length) added.
+int64_t rows_in(const std::vector<RowRun>& runs);
+void append_shares(std::vector<std::vector<RowRun>>& runs, int64_t start, int length);
+
 // Tokens of a prompt of `length` tokens that CP rank `rank` holds in its KV cache when the
 // prompt is cut into chunks of `chunk` tokens from position 0 (the last one shorter), and the
 // most any rank of `ranks` holds.

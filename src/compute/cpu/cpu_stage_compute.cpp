@@ -301,12 +301,8 @@ void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
     const int ranks = cp_ring_->ranks();
     std::vector<std::vector<sched::RowRun>>& rows = cp_rows_[chunk.prompt];
     rows.resize(static_cast<size_t>(ranks));
-    for (const sched::RowRun& run : rows[static_cast<size_t>(cp_ring_->rank())]) local0 += run.count;
-    for (int j = 0; j < ranks; ++j) {
-      const sched::CpShare share = sched::cp_share(chunk.pos0, chunk.tokens, ranks, j);
-      for (const sched::RowRun& run : {share.first, share.second})
-        if (run.count > 0) rows[static_cast<size_t>(j)].push_back(run);
-    }
+    local0 = sched::rows_in(rows[static_cast<size_t>(cp_ring_->rank())]);
+    sched::append_shares(rows, chunk.pos0, chunk.tokens);
     ring.emplace();
     ring->mine = sched::cp_share(chunk.pos0, chunk.tokens, ranks, cp_ring_->rank());
     ring->rows = &rows;
@@ -403,8 +399,7 @@ void CpuStageCompute::share_prefix(int source, int dest, int64_t tokens) {
     for (const sched::RowRun& run : from[j])
       if (run.pos < tokens)
         to[j].push_back({run.pos, static_cast<int>(std::min<int64_t>(run.count, tokens - run.pos))});
-  int64_t rows = 0;
-  for (const sched::RowRun& run : to[static_cast<size_t>(cp_ring_->rank())]) rows += run.count;
+  const int64_t rows = sched::rows_in(to[static_cast<size_t>(cp_ring_->rank())]);
   const int page = kv_pool_.shape().page_size;
   kv_pool_.share(source, dest, (rows + page - 1) / page * page);
 }
@@ -496,11 +491,7 @@ void CpuStageCompute::prepare_prefix(int prompt, int64_t prefix, int tokens) {
     const int ranks = cp_ring_->ranks();
     std::vector<std::vector<sched::RowRun>>& rows = cp_rows_[prompt];
     rows.assign(static_cast<size_t>(ranks), {});
-    for (int j = 0; j < ranks; ++j) {
-      const sched::CpShare share = sched::cp_share(0, static_cast<int>(prefix), ranks, j);
-      for (const sched::RowRun& run : {share.first, share.second})
-        if (run.count > 0) rows[static_cast<size_t>(j)].push_back(run);
-    }
+    sched::append_shares(rows, 0, static_cast<int>(prefix));
     const int64_t local = sched::cp_share(0, static_cast<int>(prefix), ranks, cp_ring_->rank()).rows();
     const int64_t next = sched::cp_share(prefix, tokens, ranks, cp_ring_->rank()).rows();
     return fill_random_rows(prompt, local, local + next);

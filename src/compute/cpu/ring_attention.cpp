@@ -25,12 +25,6 @@ constexpr float kNoKey = -std::numeric_limits<float>::infinity();
 
 using sched::RowRun;
 
-int64_t rows_of(const std::vector<RowRun>& runs) {
-  int64_t n = 0;
-  for (const RowRun& run : runs) n += run.count;
-  return n;
-}
-
 // How many of a rank's rows (runs, sorted by position) a query at `pos` sees.
 int32_t visible_rows(const std::vector<RowRun>& runs, int64_t pos) {
   int64_t n = 0;
@@ -65,7 +59,7 @@ void attend_block(const float* q, int64_t q_stride, const std::vector<int64_t>& 
                   const std::vector<RowRun>& runs, int heads, int kv_heads, int d, float scale, bool round_bf16,
                   float* out, int64_t out_stride, float* lse, RingWorkspace& ws) {
   const int m = static_cast<int>(positions.size());
-  const int n = static_cast<int>(rows_of(runs));
+  const int n = static_cast<int>(sched::rows_in(runs));
   ws.visible.resize(static_cast<size_t>(m));
   for (int i = 0; i < m; ++i)
     ws.visible[static_cast<size_t>(i)] = visible_rows(runs, positions[static_cast<size_t>(i)]);
@@ -212,9 +206,9 @@ void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, co
   const int m = chunk.mine.rows();
   const bool round_bf16 = kv.pool->bf16();  // as the single-rank kernels round a bf16 cache's Q and P
   const std::vector<std::vector<RowRun>>& rows = *chunk.rows;
-  if (rows_of(rows[static_cast<size_t>(me)]) != local_rows)
+  if (sched::rows_in(rows[static_cast<size_t>(me)]) != local_rows)
     throw std::logic_error("ring_attention: this rank's cached rows and its positions disagree");
-  const auto shard_floats = [&](int rank) { return 2 * int64_t(kv_heads) * rows_of(rows[size_t(rank)]) * d; };
+  const auto shard_floats = [&](int rank) { return 2 * int64_t(kv_heads) * sched::rows_in(rows[size_t(rank)]) * d; };
   ws.out.assign(static_cast<size_t>(m * width), 0.0f);
   ws.lse.assign(static_cast<size_t>(m) * heads, kNoKey);
   pack_shard(kv, local_rows, ws.shard);
