@@ -571,7 +571,7 @@ void check_context_parallel(const RunOptions& o) {
   const struct {
     bool asked;
     const char* flag;
-  } not_yet[] = {{!o.kv_store.empty(), "--kv-store"}, {!o.checkpoint_every.empty(), "--checkpoint-every"}};
+  } not_yet[] = {{!o.checkpoint_every.empty(), "--checkpoint-every"}};
   for (const auto& n : not_yet)
     if (n.asked)
       throw UserError(std::string(n.flag) +

@@ -432,16 +432,17 @@ void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_las
 }
 
 // A prefix from the KV store: this rank's rows of the entry go into the prompt's pages, in
-// pieces of 512 tokens, before its first chunk is computed on them.
+// pieces of about 512 tokens (with CP, each rank keeps its share of each piece), before its
+// first chunk is computed on them.
 void StageLoop::load_prefix(const sched::MicroBatch& mb) {
-  constexpr int kPiece = 512;
+  const int piece = sched::cp_load_piece(512, topo_.cp);
   const sched::PrefixReuse& reuse = ctx_.plan.reuse[mb.prompt];
   trace::Timeline::Scope span(ctx_.timeline, EventKind::kKvLoad, mb);
   dist::WaitLabel label(stage_name_ + " loading the first " + std::to_string(reuse.tokens) + " tokens of prompt " +
                         std::to_string(mb.prompt) + " from the KV store");
   std::vector<float> keys, values;
-  for (int64_t at = 0; at < reuse.tokens; at += kPiece) {
-    const int count = static_cast<int>(std::min<int64_t>(kPiece, reuse.tokens - at));
+  for (int64_t at = 0; at < reuse.tokens; at += piece) {
+    const int count = static_cast<int>(std::min<int64_t>(piece, reuse.tokens - at));
     const kv::KvExportLayout& layout = ctx_.kv_store->exporter().layout();
     const size_t floats = static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim;
     keys.resize(floats);

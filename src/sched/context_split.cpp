@@ -121,4 +121,9 @@ CpAttention cp_attention_for_chunk(CpAttention mode, int64_t prefix, int tokens,
              : CpAttention::kPassKv;
 }
 
+int cp_load_piece(int piece, int ranks) {
+  const int step = 2 * ranks;
+  return ranks == 1 ? piece : std::max(step, piece / step * step);
+}
+
 }  // namespace pf::sched

@@ -54,6 +54,10 @@ int64_t cp_max_shard_tokens(int64_t length, int chunk, int ranks);
 // chunks before its own).
 std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int chunk, int ranks);
 
+// Rows of a range loaded into the KV cache (a --kv-store prefix) handed to each CP rank at a
+// time: about `piece`, a multiple of 2 * ranks, so that each piece splits evenly and the
+// ranks' shares of a long prefix differ by at most one row (`ranks` 1: `piece`).
+int cp_load_piece(int piece, int ranks);
 // Prefix reuse inside a batch with CP: a prompt takes over each rank's rows of the shared
 // prefix as the source computed them. Cut inside a chunk, the zigzag's balance is lost (a rank
 // may hold both its pieces of the cut chunk, up to chunk / ranks rows over its share, and a

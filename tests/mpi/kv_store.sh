@@ -35,6 +35,9 @@
 #   rerun         a prompt stored whole run again beside one extending it (the stored prompt loads
 #                 its prefix from its own entry, the other takes it from the first in the batch):
 #                 no hang naming parents, the results right, the extension names the stored entry
+#   context_parallel  entries stored at cp 2 x tp 2 serve pp 2 x tp 2; entries of pp 2 x tp 2
+#                 serve cp 2 x tp 2 and pp 2 x cp 2 (each CP rank keeps its share of what it
+#                 loads); every result equals a full computation at pp 1
 #   limit         B with --kv-store-limit 1K: every entry it neither loaded nor added is removed
 #                 (A's unrelated prompt among them), a note says how many, a warning that its own
 #                 keep the store over the limit; B's results are right and the store still serves
@@ -275,6 +278,33 @@ PY
     [ -z "$(find "$store" -maxdepth 1 -name '.evicting-*')" ] || fail "an eviction left its directory"
     run_b c 4 --pp 2 --tp 2 --hidden-states last
     [ "$(reused c | cut -d' ' -f1)" -gt 0 ] || fail "the store no longer serves the document" ;;
+  context_parallel)
+    # Entries stored at cp 2 x tp 2 (each CP rank's rows gathered to CP rank 0, which writes the
+    # files as one rank would) serve a pp 2 x tp 2 run; entries of a pp 2 x tp 2 run serve cp 2 x
+    # tp 2 and pp 2 x cp 2 runs (each CP rank keeps its share of the loaded rows). There B's third
+    # prompt loads its 96 tokens from the store: with CP, reuse in a batch stops at a chunk
+    # boundary (64), the store's does not.
+    pipefill_mpi 4 "${common[@]}" --cp 2 --tp 2 --input "$work/a.h5" --output "$work/out_a.h5" --kv-store "$store" \
+      --quiet
+    [ "$(entries)" -eq 3 ] || fail "run A at cp 2 stored $(entries) entries, expected 3"
+    run_b b 4 --pp 2 --tp 2 --hidden-states last
+    grep -q "^prefix reuse: .*(288 loaded from --kv-store)" "$work/b.log" || fail "pp 2 x tp 2 did not load cp 2 entries"
+    [ "$(reused b)" = "288 0 96" ] || fail "reused tokens $(reused b), expected 288 0 96"
+    same_results b 1 --hidden-states last
+    rm -rf "$store" && mkdir "$store"
+    run_a a2
+    cp -a "$store" "$work/store_a"
+    for layout in "--cp 2 --tp 2" "--pp 2 --cp 2"; do
+      name=$(echo "$layout" | tr -d ' -')
+      rm -rf "$store" && cp -a "$work/store_a" "$store"
+      # shellcheck disable=SC2086  # (the layout's words)
+      run_b "$name" 4 $layout --hidden-states last
+      grep -q "^prefix reuse: .*(384 loaded from --kv-store)" "$work/$name.log" || fail "$layout did not load the entries"
+      [ "$(reused "$name")" = "288 0 96" ] || fail "$layout: reused tokens $(reused "$name"), expected 288 0 96"
+      same_results "$name" 1 --hidden-states last
+      [ "$(entries)" -eq 6 ] || fail "$layout: the store holds $(entries) entries after B, expected 6"
+      no_incoming
+    done ;;
   *) fail "unknown case $case" ;;
 esac
 echo "Passed: $case"

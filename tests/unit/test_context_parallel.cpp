@@ -29,13 +29,17 @@ TEST(ContextSplit, SharesTileEveryChunkOnceWithRowsWithinOne) {
         const CpShare share = sched::cp_share(start, length, ranks, r);
         fewest = std::min(fewest, share.rows());
         most = std::max(most, share.rows());
-        if (share.first.count > 0 && share.second.count > 0) EXPECT_LT(share.first.pos, share.second.pos);
+        if (share.first.count > 0 && share.second.count > 0) {
+          EXPECT_LT(share.first.pos, share.second.pos);
+        }
         for (int i = 0; i < share.rows(); ++i) {
           const int64_t p = share.position(i);
           ASSERT_GE(p, start);
           ASSERT_LT(p, start + length);
           ++seen[static_cast<size_t>(p - start)];
-          if (i > 0) EXPECT_GT(p, share.position(i - 1));  // in position order
+          if (i > 0) {
+            EXPECT_GT(p, share.position(i - 1));  // in position order
+          }
         }
       }
       for (int count : seen) EXPECT_EQ(count, 1) << "ranks " << ranks << ", length " << length;
@@ -203,6 +207,27 @@ TEST(RingAttention, ARowThatSeesNoKeyAddsNothing) {
   cpu::merge_partial(merged.data(), merged_lse.data(), out.data(), d, lse.data(), 1, heads, d);
   EXPECT_EQ(merged, (std::vector<float>{9, 9, 9, 9}));
   EXPECT_EQ(merged_lse[0], 1.0f);
+}
+
+// A prefix loaded in pieces (--kv-store) is spread over the CP ranks as evenly as one chunk.
+TEST(ContextSplit, LoadedPiecesSplitEvenly) {
+  for (int ranks : {1, 2, 3, 4, 5})
+    for (int64_t prefix : {1, 7, 511, 512, 4096, 10007}) {
+      const int piece = sched::cp_load_piece(512, ranks);
+      EXPECT_EQ(piece % (2 * ranks), 0);
+      EXPECT_GT(piece, 400);
+      std::vector<std::vector<sched::RowRun>> runs(static_cast<size_t>(ranks));
+      for (int64_t at = 0; at < prefix; at += piece)
+        sched::append_shares(runs, at, static_cast<int>(std::min<int64_t>(piece, prefix - at)));
+      int64_t fewest = prefix, most = 0, total = 0;
+      for (const auto& rank : runs) {
+        fewest = std::min(fewest, sched::rows_in(rank));
+        most = std::max(most, sched::rows_in(rank));
+        total += sched::rows_in(rank);
+      }
+      EXPECT_EQ(total, prefix);
+      EXPECT_LE(most - fewest, 1) << "ranks " << ranks << ", prefix " << prefix;
+    }
 }
 
 }  // namespace

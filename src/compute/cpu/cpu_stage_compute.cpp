@@ -469,13 +469,49 @@ void CpuStageCompute::read_kv_of_cp_group(int prompt, int64_t pos0, int count, f
 }
 
 void CpuStageCompute::write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) {
+  if (cp_ring_) return write_kv_share(prompt, pos0, count, keys, values);
+  store_rows(prompt, pos0, count, keys, values);
+}
+
+// Rows in read_kv's layout into the prompt's cache rows [row0, row0 + count).
+void CpuStageCompute::store_rows(int prompt, int64_t row0, int count, const float* keys, const float* values) {
   const bool latent = kv_pool_.shape().latent;
-  kv_pool_.reserve(prompt, pos0 + count);
-  for_each_page_run(kv_pool_, kv_pool_.pages(prompt), pos0, count,
+  kv_pool_.reserve(prompt, row0 + count);
+  for_each_page_run(kv_pool_, kv_pool_.pages(prompt), row0, count,
                     [&](int layer, int page, int head, size_t in_page, size_t at, size_t n) {
                       kv_pool_.store_rows(layer, page, head, false, in_page, n, keys + at);
                       if (!latent) kv_pool_.store_rows(layer, page, head, true, in_page, n, values + at);
                     });
+}
+
+// With CP every rank is handed all the rows of [pos0, pos0 + count) and keeps its share of
+// them, cut as a chunk's (sched::cp_share), after the rows it holds: the range then counts as
+// a chunk of the prompt, for the ring and for read_kv. The caller hands ranges of a multiple
+// of 2 * ranks tokens (but the last), so that a long prefix is spread evenly.
+void CpuStageCompute::write_kv_share(int prompt, int64_t pos0, int count, const float* keys, const float* values) {
+  const int ranks = cp_ring_->ranks(), me = cp_ring_->rank();
+  std::vector<std::vector<sched::RowRun>>& rows = cp_rows_[prompt];
+  rows.resize(static_cast<size_t>(ranks));
+  const int64_t local0 = sched::rows_in(rows[static_cast<size_t>(me)]);
+  sched::append_shares(rows, pos0, count);
+  const sched::CpShare mine = sched::cp_share(pos0, count, ranks, me);
+  const int n = mine.rows();
+  if (n == 0) return;
+  const kv::KvShape& shape = kv_pool_.shape();
+  const int64_t d = shape.head_dim, blocks = int64_t(shape.layers) * shape.kv_heads;
+  const bool latent = shape.latent;
+  std::vector<float> k(static_cast<size_t>(blocks * n * d)), v(latent ? 0 : k.size());
+  int64_t row = 0;  // the run's first row among this rank's n
+  for (const sched::RowRun& run : {mine.first, mine.second}) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      const int64_t to = (b * n + row) * d, from = (b * count + (run.pos - pos0)) * d;
+      std::copy_n(keys + from, run.count * d, k.data() + to);
+      if (!latent) std::copy_n(values + from, run.count * d, v.data() + to);
+    }
+    row += run.count;
+  }
+  if (local0 % shape.page_size != 0) kv_pool_.privatize_page_of(prompt, local0);  // (a shared, partly filled page)
+  store_rows(prompt, local0, n, k.data(), v.data());
 }
 
 int64_t CpuStageCompute::capacity_tokens() const {
