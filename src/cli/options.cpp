@@ -568,15 +568,6 @@ void check_context_parallel(const RunOptions& o) {
     throw UserError(
         "--cp runs on the cpu backend and the emulator so far, not cuda (pipefill simulate --cp models it "
         "on any hardware)");
-  const struct {
-    bool asked;
-    const char* flag;
-  } not_yet[] = {{!o.checkpoint_every.empty(), "--checkpoint-every"}};
-  for (const auto& n : not_yet)
-    if (n.asked)
-      throw UserError(std::string(n.flag) +
-                      " does not run with --cp yet (each CP rank holds a shard of the KV cache by token): drop --cp, "
-                      "or the flag");
 }
 
 void check_token_rows_fit(const RunOptions& o, int set_size) {

@@ -23,6 +23,7 @@
 #include "kvcache/kv_source.hpp"
 #include "model/layer_partition.hpp"
 #include "pipeline/kv_export_setup.hpp"
+#include "sched/context_split.hpp"
 
 namespace pf::pipeline {
 
@@ -147,12 +148,15 @@ CheckpointRun::CheckpointRun(const dist::Topology& topology, const RankModel& ra
     if (!found.empty()) next_sequence_ = std::max(next_sequence_, found.front().first + 1);
     remove_files_of_completed_prompts();
   }
-  writer_ = std::make_unique<kv::KvExporter>(layout_, lengths_, names.token_hashes, kv::KvFileMode::kCheckpoint);
+  // With CP the stage's files are CP rank 0's, written from the rows it gathers (the files of
+  // a run without CP); the other CP ranks hand their rows over in the same collective reads.
+  if (!cp_share_only())
+    writer_ = std::make_unique<kv::KvExporter>(layout_, lengths_, names.token_hashes, kv::KvFileMode::kCheckpoint);
   // Restored by the layout that wrote it: its file continues in place. From another layout:
   // load_restored hands the rows to this layout's own file as it reads them.
   if (restored_ && restored_from_ == files_ && restored_source_->same_layout()) {
     handed_[restored_->prompt] = restored_->tokens;
-    writer_->continue_file(restored_->prompt, restored_->tokens, restored_source_->checksum());
+    if (writer_) writer_->continue_file(restored_->prompt, restored_->tokens, restored_source_->checksum());
   }
   interval_s_ = settings_.interval_s < 0 ? kFirstAutoCall_s : settings_.interval_s;
   started_s_ = last_call_s_ = now();
@@ -278,8 +282,9 @@ void CheckpointRun::load_restored(int prompt) {
   if (!restored_ || restored_->prompt != prompt) throw std::logic_error("load_restored: not the restored prompt");
   const size_t rows = static_cast<size_t>(layout_.layers) * layout_.kv_heads * layout_.head_dim;
   std::vector<float> keys, values;
-  for (int64_t at = 0; at < restored_->tokens; at += kPiece) {
-    const int count = static_cast<int>(std::min<int64_t>(kPiece, restored_->tokens - at));
+  const int piece = sched::cp_load_piece(kPiece, topo_.cp);  // (with CP each rank keeps its share of a piece)
+  for (int64_t at = 0; at < restored_->tokens; at += piece) {
+    const int count = static_cast<int>(std::min<int64_t>(piece, restored_->tokens - at));
     keys.resize(rows * count);
     values.resize(layout_.latent ? 0 : rows * count);
     restored_source_->read(at, count, keys.data(), values.data());
@@ -297,7 +302,7 @@ int64_t CheckpointRun::handed(int prompt) const {
 void CheckpointRun::feed(int prompt, int64_t start, int count, std::vector<float> keys, std::vector<float> values,
                          bool last) {
   if (start + count <= handed(prompt)) return;  // the writer has them (a restored prefix)
-  writer_->add_chunk(prompt, start, count, std::move(keys), std::move(values), last);
+  if (writer_) writer_->add_chunk(prompt, start, count, std::move(keys), std::move(values), last);
   handed_[prompt] = start + count;
   if (last) handed_.erase(prompt);
 }
@@ -333,31 +338,61 @@ dist::CheckpointCall CheckpointRun::call_at(long long cutoff) {
 }
 
 void CheckpointRun::accept(const dist::CheckpointCall& call) {
-  accepted_.push_back(call);
+  if (!answered_.count(call.sequence)) accepted_.push_back(call);
 }
 
-void CheckpointRun::reach(long long i) {
+// The calls whose cutoff is i or before, taken from accepted_, each with whether this rank
+// passed its cutoff. With CP the stage's CP group acts on CP rank 0's list: the rows are read
+// collectively, so every rank of the group must read for the same calls, and a notice may
+// reach one rank before its cutoff and another after.
+std::vector<std::pair<dist::CheckpointCall, bool>> CheckpointRun::calls_reached(long long i) {
+  std::vector<std::pair<dist::CheckpointCall, bool>> reached;
   for (auto it = accepted_.begin(); it != accepted_.end();) {
     if (it->cutoff > i) {
       ++it;
       continue;
     }
+    reached.emplace_back(*it, it->cutoff < i);
+    it = accepted_.erase(it);
+  }
+  if (topo_.cp == 1) return reached;
+  std::vector<long long> list;  // (sequence, cutoff, prompt, tokens, missed) a call
+  for (const auto& [call, missed] : reached)
+    list.insert(list.end(), {call.sequence, call.cutoff, call.prompt, call.tokens, missed ? 1LL : 0LL});
+  dist::broadcast_vector(list, topo_.cp_comm);
+  if (topo_.cp_rank == 0) return reached;
+  // The others answer these calls as CP rank 0 does, and forget them (they may arrive later).
+  for (const auto& [call, missed] : reached) accepted_.push_back(call);  // (not CP rank 0's: not answered yet)
+  reached.clear();
+  for (size_t k = 0; k + 5 <= list.size(); k += 5) {
+    const dist::CheckpointCall call{list[k], list[k + 1], list[k + 2], list[k + 3]};
+    reached.emplace_back(call, list[k + 4] != 0);
+    answered_.insert(call.sequence);
+  }
+  accepted_.erase(std::remove_if(accepted_.begin(), accepted_.end(),
+                                 [&](const dist::CheckpointCall& c) { return answered_.count(c.sequence) > 0; }),
+                  accepted_.end());
+  return reached;
+}
+
+void CheckpointRun::reach(long long i) {
+  for (const auto& [call, missed] : calls_reached(i)) {
     auto part = std::make_unique<Part>();
-    part->call = *it;
-    part->missed = it->cutoff < i;
+    part->call = call;
+    part->missed = missed;
     if (!part->missed) {
-      const int prompt = static_cast<int>(it->prompt);
+      const int prompt = static_cast<int>(call.prompt);
       // Without --checkpoint-every the rows are handed over now, from where the writer stands.
       std::vector<float> keys, values;
       const size_t rows = static_cast<size_t>(layout_.layers) * layout_.kv_heads * layout_.head_dim;
-      for (int64_t at = handed(prompt); at < it->tokens; at += kPiece) {
-        const int count = static_cast<int>(std::min<int64_t>(kPiece, it->tokens - at));
+      for (int64_t at = handed(prompt); at < call.tokens; at += kPiece) {
+        const int count = static_cast<int>(std::min<int64_t>(kPiece, call.tokens - at));
         keys.assign(rows * count, 0.0f);
         values.assign(layout_.latent ? 0 : rows * count, 0.0f);
         compute_->read_kv(prompt, at, count, keys.data(), values.data());
         feed(prompt, at, count, std::move(keys), std::move(values), false);
       }
-      part->ticket = writer_->request_sync();
+      if (writer_) part->ticket = writer_->request_sync();
       if (topo_.world_rank == topo_.last_stage_leader()) {
         if (scorer_) part->scoring["next_logprob_bits"] = float_bits(scorer_->carried());
         if (hidden_rows_) {
@@ -369,7 +404,6 @@ void CheckpointRun::reach(long long i) {
     }
     syncing_.push_back(part.get());
     parts_.push_back(std::move(part));
-    it = accepted_.erase(it);
   }
   poll();
 }
@@ -377,8 +411,10 @@ void CheckpointRun::reach(long long i) {
 // One rank's answer, as text: the sync's state of the prompt's file, or why there is none.
 void CheckpointRun::report(const Part& part, const kv::KvSyncResult* synced) {
   json answer = {{"sequence", part.call.sequence}, {"stage", topo_.stage}, {"tp_rank", topo_.tp_rank}};
-  if (!synced) {
+  if (!synced && part.missed) {
     answer["missed"] = true;  // it had passed the cutoff when the call came, or never reached it
+  } else if (!synced) {
+    answer["cp_share"] = true;  // a CP rank other than 0: its rows are in CP rank 0's file
   } else {
     answer["seconds"] = synced->seconds;
     if (synced->error) answer["error"] = *synced->error;
@@ -404,7 +440,7 @@ void CheckpointRun::poll() {
   // Syncs finish in the order they were asked for (one writer, one queue).
   while (!syncing_.empty()) {
     const Part& part = *syncing_.front();
-    if (part.missed) {
+    if (part.missed || !writer_) {
       report(part, nullptr);
     } else {
       const std::optional<kv::KvSyncResult> synced = writer_->sync_result(part.ticket);
@@ -495,6 +531,7 @@ void CheckpointRun::write_manifest(const Pending& pending) {
             {"tokens", call.tokens},     {"prompt_length", lengths_.at(prompt)},
             {"files", files_},           {"tokens_fnv1a", kv::tokens_hash_text(writer_->tokens_hash(prompt))}};
   for (const auto& [rank, answer] : pending.answers) {
+    if (answer.contains("cp_share")) continue;
     ranks.push_back(
         {{"stage", answer.at("stage")}, {"tp_rank", answer.at("tp_rank")}, {"checksum", answer.at("checksum")}});
     slowest_sync = std::max(slowest_sync, answer.at("seconds").get<double>());
@@ -568,11 +605,11 @@ void CheckpointRun::finish() {
     poll();
     return syncing_.empty() && (!topo_.is_writer() || pending_.empty());
   });
-  writer_->finish();
+  if (writer_) writer_->finish();
 }
 
 void CheckpointRun::remove_directory() {
-  writer_->finish();
+  if (writer_) writer_->finish();
   std::error_code error;
   fs::remove_all(settings_.dir, error);
 }

@@ -26,6 +26,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -123,6 +124,9 @@ class CheckpointRun {
   struct Part;     // one rank's answer to one call
   struct Pending;  // rank 0: one call's answers so far
   void restore(const std::vector<char>& done, io::ResultWriter* results);
+  std::vector<std::pair<dist::CheckpointCall, bool>> calls_reached(long long i);
+  // A CP rank other than 0: it holds a share of the stage's rows, which CP rank 0 writes.
+  bool cp_share_only() const { return topo_.cp_rank != 0; }
   void report(const Part& part, const kv::KvSyncResult* synced);  // null: missed
   void take_report(int rank, const std::string& text);
   void write_if_complete();
@@ -149,6 +153,7 @@ class CheckpointRun {
   const HiddenStateRows* hidden_rows_ = nullptr;
 
   std::vector<dist::CheckpointCall> accepted_;  // calls not yet reached
+  std::set<long long> answered_;                // CP ranks other than 0: calls answered on CP rank 0's word
   std::vector<Part*> syncing_;                  // parts whose sync is under way
   std::vector<std::unique_ptr<Part>> parts_;
   dist::ControlReports reports_;

@@ -423,7 +423,10 @@ void StageLoop::export_kv_rows(int prompt, int64_t start, int count, bool is_las
       exports_here ? static_cast<size_t>(layout.layers) * layout.kv_heads * count * layout.head_dim : 0;
   std::vector<float> keys(floats), values(layout.latent ? 0 : floats);
   ctx_.compute.read_kv(prompt, start, count, keys.data(), values.data());
-  if (!exports_here) return;
+  if (!exports_here) {  // (what the checkpoint's writer has is counted alike on every CP rank)
+    if (checkpoint) checkpoint->feed(prompt, start, count, {}, {}, is_last);
+    return;
+  }
   dist::WaitLabel label(stage_name_ + " queueing the KV export of prompt " + std::to_string(prompt) +
                         " (the disk is behind)");
   for (kv::KvExporter* exporter : exporters)

@@ -223,7 +223,6 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   cp_world_size) extra=(--pp 1 --cp 3); expect="world size is 2 ranks but --pp 1 x --cp 3 x --tp 1 needs 3" ;;
   cp_emulate_profile) extra=(--cp 2 --backend emulate --cost-model "$data/cost_tiny_pp2.json" --pp 1 --dynamic-chunking)
     expect="was measured without context parallelism" ;;
-  cp_checkpoint) extra=(--cp 2 --checkpoint-every 10m); expect="--checkpoint-every does not run with --cp yet" ;;
   cp_profile_without_cp) ranks=4; extra=(--pp 2 --cp 2 --dynamic-chunking --cost-model "$data/cost_tiny_pp2.json")
     expect="was profiled for another cp (none, this run: 2); with --cp, leave out --cost-model" ;;
   cp_attention_without_cp) extra=(--pp 2 --cp-attention pass-q); expect="--cp-attention chooses how CP ranks attend" ;;

@@ -185,7 +185,7 @@ set(PF_BAD_CASES
   shape_mismatch unknown_architecture missing_tensor world_size_mismatch more_stages_than_layers
   bad_partition_sum bad_partition_count tp_not_dividing_heads prompt_exceeds_kv_budget prompt_exceeds_context
   output_directory_missing unknown_flag unknown_preset zero_chunk_size
-  cp_world_size cp_emulate_profile cp_checkpoint cp_profile_without_cp cp_attention_without_cp cp_attention_unknown cp_mla
+  cp_world_size cp_emulate_profile cp_profile_without_cp cp_attention_without_cp cp_attention_unknown cp_mla
   smooth_factor_out_of_range smooth_factor_env_not_a_number bf16_gemm_env_unknown cost_model_without_dynamic
   cost_model_other_partition cost_model_missing
   emulate_without_cost_model analytic_without_emulate hidden_states_unknown hidden_states_emulate logprobs_emulate
@@ -241,7 +241,8 @@ endforeach()
 # What a crash can leave in a partial output, and SIGTERM to mpirun; each resumed output
 # must equal an uninterrupted run's.
 foreach(case torn_row torn_hidden torn_token_rows empty_partial stale_partial mpirun_sigterm stop_inside_prompt
-             stop_inside_span stop_inside_prompt_new_layout checkpoint_disk_full stop_during_start_up)
+             stop_inside_span stop_inside_prompt_new_layout stop_inside_prompt_cp checkpoint_disk_full
+             stop_during_start_up)
   add_test(NAME mpi.resume_integrity.${case} COMMAND ${PF_MPI}/resume_integrity.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_integrity.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        SKIP_RETURN_CODE 77)

@@ -31,6 +31,9 @@
 #                   onto another allocation: pp 1 x tp 2 (each rank reads the layers and heads it
 #                   needs from the pp 2 files), then, stopped again, back to pp 2; logits,
 #                   log-probs and mean hidden states within float32 rounding of the uninterrupted run
+#   stop_inside_prompt_cp  the same with context parallelism: pp 2 x cp 2 with --checkpoint-every
+#                   (CP rank 0 of each stage writes the rows its group gathers), resumed at cp 2
+#                   (pp 1) and stopped again, finished at pp 2 without CP
 # usage: resume_integrity.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
@@ -77,6 +80,60 @@ ranks_starting() {
     done <"/proc/$pid/status" 2>/dev/null || true
   done
   [ "$count" -ge "$1" ]
+}
+
+# stop_resume_across "RANKS ARGS" x 3: one 3000-token prompt (--logprobs --hidden-states mean)
+# started in the first layout and stopped by SIGUSR1 inside it (its checkpoint written), resumed
+# in the second and stopped again, finished in the third from the second's checkpoint (or the
+# second finishes it); logits, log-probs and mean hidden states within float32 rounding of an
+# uninterrupted pp 2 run, and the checkpoint directory gone.
+stop_resume_across() {
+  local first_layout=($1) second_layout=($2) third_layout=($3)
+  "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 9 >/dev/null
+  local scores=(--chunk-size 16 --page-size 16 --logprobs --hidden-states mean)
+  pipefill_mpi 2 run --model "$data/tiny" --pp 2 "${scores[@]}" --quiet --input "$work/in.h5" \
+    --output "$work/reference.h5" --overwrite
+  # stopped_at LOG: the token the stop's checkpoint of prompt 0 was written at.
+  stopped_at() { sed -n 's/^checkpoint [0-9]*: prompt 0 at token \([0-9]*\) of 3000.*/\1/p' "$1" | tail -1; }
+  # A stop's checkpoint is the last one the run announces (--checkpoint-every announces others before).
+  start_run "$work/first.log" "${first_layout[0]}" run --model "$data/tiny" "${first_layout[@]:1}" "${scores[@]}" \
+    --progress-interval 0.05 --input "$work/in.h5" --output "$work/out.h5"
+  wait_until 120 "a first progress line" grep -q '^progress:' "$work/first.log"
+  signal_run USR1 mpirun
+  finish_run
+  expect_status 75 "a stop inside the only prompt"
+  local first second
+  first=$(stopped_at "$work/first.log")
+  [ -n "$first" ] || { cat "$work/first.log"; fail "the stop wrote no checkpoint of the prompt"; }
+  start_run "$work/second.log" "${second_layout[0]}" run --model "$data/tiny" "${second_layout[@]:1}" "${scores[@]}" \
+    --progress-interval 0.05 --input "$work/in.h5" --output "$work/out.h5" --resume
+  wait_until 120 "the resumed run's progress" grep -q '^progress:' "$work/second.log"
+  signal_run USR1 mpirun
+  finish_run
+  grep -q "^resuming prompt 0 at token $first of 3000" "$work/second.log" ||
+    { cat "$work/second.log"; fail "${second_layout[*]:1} did not resume the checkpoint at token $first"; }
+  if [ "$status" = 75 ]; then
+    second=$(stopped_at "$work/second.log")
+    [ -n "$second" ] && [ "$second" -gt "$first" ] || fail "the second stop wrote no later checkpoint"
+    pipefill_mpi "${third_layout[0]}" run --model "$data/tiny" "${third_layout[@]:1}" "${scores[@]}" \
+      --input "$work/in.h5" --output "$work/out.h5" --resume | tee "$work/third.log" |
+      grep "^resuming prompt 0 at token $second of 3000" ||
+      { cat "$work/third.log"; fail "${third_layout[*]:1} did not resume the checkpoint at token $second"; }
+  else
+    expect_status 0 "the resumed run (it finished before its stop)"
+  fi
+  [ ! -e "$work/out.h5.checkpoint" ] || fail "a complete run left its checkpoint directory"
+  "$PYTHON" - "$work/out.h5" "$work/reference.h5" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[2]) as ref:
+    assert f["restored_tokens"][0] > 0, f["restored_tokens"][:]
+    for name in ("logits", "token_logprobs", "hidden_states", "nll_sum"):
+        a, b = f[name][:], ref[name][:]
+        assert np.array_equal(np.isnan(a), np.isnan(b)), f"{name}: NaN at other positions"
+        d = np.nanmax(np.abs(a - b))
+        assert d < (1e-2 if name == "nll_sum" else 1e-4), f"{name} differ by {d}"
+        print(f"{name} within {d:.2g} of the uninterrupted pp 2 run")
+PY
 }
 
 case $case in
@@ -265,50 +322,13 @@ print("stopped at token", sys.argv[3], "of a span from 200: scores bit-identical
 PY
     ;;
   stop_inside_prompt_new_layout)
-    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 9 >/dev/null
-    scores=(--chunk-size 16 --page-size 16 --logprobs --hidden-states mean)
-    pipefill_mpi 2 run --model "$data/tiny" --pp 2 "${scores[@]}" --quiet --input "$work/in.h5" \
-      --output "$work/reference.h5" --overwrite
-    # stopped_at LOG: the token the stop's checkpoint of prompt 0 was written at.
-    stopped_at() { sed -n 's/^checkpoint [0-9]*: prompt 0 at token \([0-9]*\) of 3000.*/\1/p' "$1" | tail -1; }
-    start_run "$work/first.log" 2 run --model "$data/tiny" --pp 2 "${scores[@]}" --progress-interval 0.05 \
-      --input "$work/in.h5" --output "$work/out.h5"
-    wait_until 120 "a first progress line" grep -q '^progress:' "$work/first.log"
-    signal_run USR1 mpirun
-    finish_run
-    expect_status 75 "a stop inside the only prompt"
-    first=$(stopped_at "$work/first.log")
-    [ -n "$first" ] || { cat "$work/first.log"; fail "the stop wrote no checkpoint of the prompt"; }
-    # Resumed at pp 1 x tp 2, and stopped again once it has gone on from there.
-    start_run "$work/second.log" 2 run --model "$data/tiny" --tp 2 "${scores[@]}" --progress-interval 0.05 \
-      --input "$work/in.h5" --output "$work/out.h5" --resume
-    wait_until 120 "the resumed run's progress" grep -q '^progress:' "$work/second.log"
-    signal_run USR1 mpirun
-    finish_run
-    grep -q "^resuming prompt 0 at token $first of 3000" "$work/second.log" ||
-      { cat "$work/second.log"; fail "pp 1 x tp 2 did not resume the pp 2 checkpoint at token $first"; }
-    if [ "$status" = 75 ]; then
-      second=$(stopped_at "$work/second.log")
-      [ -n "$second" ] && [ "$second" -gt "$first" ] || fail "the second stop wrote no later checkpoint"
-      ls -d "$work/out.h5.checkpoint"/pp1_tp2_* >/dev/null || fail "pp 1 x tp 2 did not write its own files"
-      pipefill_mpi 2 run --model "$data/tiny" --pp 2 "${scores[@]}" --input "$work/in.h5" --output "$work/out.h5" \
-        --resume | tee "$work/third.log" | grep "^resuming prompt 0 at token $second of 3000" ||
-        { cat "$work/third.log"; fail "pp 2 did not resume the pp 1 x tp 2 checkpoint"; }
-    else
-      expect_status 0 "the resumed run (it finished before its stop)"
-    fi
-    [ ! -e "$work/out.h5.checkpoint" ] || fail "a complete run left its checkpoint directory"
-    "$PYTHON" - "$work/out.h5" "$work/reference.h5" <<'PY'
-import sys, h5py, numpy as np
-with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[2]) as ref:
-    assert f["restored_tokens"][0] > 0, f["restored_tokens"][:]
-    for name in ("logits", "token_logprobs", "hidden_states", "nll_sum"):
-        a, b = f[name][:], ref[name][:]
-        assert np.array_equal(np.isnan(a), np.isnan(b)), f"{name}: NaN at other positions"
-        d = np.nanmax(np.abs(a - b))
-        assert d < (1e-2 if name == "nll_sum" else 1e-4), f"{name} differ by {d}"
-        print(f"{name} within {d:.2g} of the uninterrupted pp 2 run")
-PY
+    # pp 2, then pp 1 x tp 2, then pp 2 again.
+    stop_resume_across "2 --pp 2" "2 --tp 2" "2 --pp 2"
+    rtol=1e-4 ;;
+  stop_inside_prompt_cp)
+    # pp 2 x cp 2 with --checkpoint-every (every chunk's rows gathered to CP rank 0 as they are
+    # made), then cp 2 alone (the rows gathered at the stop), then pp 2 without CP.
+    stop_resume_across "4 --pp 2 --cp 2 --checkpoint-every 0.2s" "2 --cp 2" "2 --pp 2"
     rtol=1e-4 ;;
   *) fail "unknown case $case" ;;
 esac
