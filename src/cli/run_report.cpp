@@ -56,10 +56,10 @@ trace::CpTrafficShape cp_traffic_shape(const PreparedRun& run) {
   cp.ranks = run.topo.cp;
   if (cp.ranks == 1) return cp;
   const model::ShardSpec& shard = run.rank_model.shard;
-  const int head_dim = run.rank_model.shape.head_dim;
-  cp.kv_width = shard.kv_heads * head_dim;
-  cp.q_width = shard.heads * head_dim;
-  cp.heads = shard.heads;
+  const model::ModelConfig& config = run.rank_model.config();
+  cp.widths = config.is_mla() ? sched::CpWidths::latent(shard.heads, config.mla.latent_width(), config.head_dim,
+                                                        config.mla.v_head_dim)
+                              : sched::CpWidths::grouped_query(shard.heads, shard.kv_heads, config.head_dim);
   cp.mode = sched::parse_cp_attention(run.options.cp_attention);
   return cp;
 }

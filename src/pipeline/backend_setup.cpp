@@ -53,8 +53,6 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
   dist::checked_step(MPI_COMM_WORLD, [&] {
     const std::string why = compute::refusal_for_model(request.backend, request.cpu_dtype == io::Dtype::kBF16, m.shape);
     if (!why.empty()) throw UserError(why);
-    if (topo.cp > 1 && m.shape.mla())
-      throw UserError("--cp covers grouped-query attention so far, not multi-head latent attention (MLA)");
   });
   const compute::KvDemand demand{kv_demand_tokens(lengths, request.cp_chunk, topo.cp, request.page_size),
                                  request.profile_room_tokens};

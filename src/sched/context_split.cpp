@@ -104,19 +104,25 @@ bool meta_rule_prefers_pass_q(double prefix, double tokens, int kv_heads, int he
   return tokens / (tokens + prefix) <= 2.0 * kv_heads / heads;
 }
 
-double cp_pass_kv_floats(double prefix, double tokens, int ranks, int kv_width) {
-  return (ranks - 1) * (prefix + tokens) / ranks * 2.0 * kv_width;
+CpWidths CpWidths::grouped_query(int heads, int kv_heads, int head_dim) {
+  return {2 * kv_heads * head_dim, heads * head_dim, head_dim, heads};
 }
 
-double cp_pass_q_floats(double tokens, int ranks, int q_width, int heads) {
-  return (ranks - 1) * tokens / ranks * (2.0 * q_width + heads);
+CpWidths CpWidths::latent(int heads, int latent_width, int qk_head_dim, int v_head_dim) {
+  return {latent_width, heads * qk_head_dim, v_head_dim, heads};
 }
 
-CpAttention cp_attention_for_chunk(CpAttention mode, int64_t prefix, int tokens, int ranks, int kv_width, int q_width,
-                                   int heads) {
+double cp_pass_kv_floats(double prefix, double tokens, int ranks, const CpWidths& widths) {
+  return (ranks - 1) * (prefix + tokens) / ranks * widths.shard;
+}
+
+double cp_pass_q_floats(double tokens, int ranks, const CpWidths& widths) {
+  return (ranks - 1) * tokens / ranks * (widths.query + widths.heads * (widths.head_out + 1.0));
+}
+
+CpAttention cp_attention_for_chunk(CpAttention mode, int64_t prefix, int tokens, int ranks, const CpWidths& widths) {
   if (mode != CpAttention::kAuto) return mode;
-  return cp_pass_q_floats(tokens, ranks, q_width, heads) <
-                 cp_pass_kv_floats(static_cast<double>(prefix), tokens, ranks, kv_width)
+  return cp_pass_q_floats(tokens, ranks, widths) < cp_pass_kv_floats(static_cast<double>(prefix), tokens, ranks, widths)
              ? CpAttention::kPassQ
              : CpAttention::kPassKv;
 }

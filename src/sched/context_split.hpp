@@ -82,16 +82,22 @@ const char* cp_attention_name(CpAttention mode);
 // Meta's rule of thumb, for the header and docs: pass-Q when x / (x + L) <= 2 N_kv / N_h.
 bool meta_rule_prefers_pass_q(double prefix, double tokens, int kv_heads, int heads);
 
+// What a CP exchange moves a token, in floats (one TP rank's heads): a cached token's row of
+// a rank's shard (K and V, 2 kv_heads head_dim; MLA's latent row, kv_lora + rope, which each
+// rank expands where it attends), a query row, a query head's output row, and the query
+// heads (each partial output row carries one log-sum-exp a head).
+struct CpWidths {
+  int shard = 0, query = 0, head_out = 0, heads = 0;
+  static CpWidths grouped_query(int heads, int kv_heads, int head_dim);
+  static CpWidths latent(int heads, int latent_width, int qk_head_dim, int v_head_dim);
+};
 // Floats one rank sends for one layer of a chunk of `tokens` after `prefix` cached tokens,
-// spread over `ranks` ranks, with `kv_width` K (and as many V) values a token, `q_width`
-// query values and `heads` query heads (each partial output row carries one log-sum-exp a
-// head): pass-KV, its shard to each of the ranks - 1 others; pass-Q, its queries to each
-// other rank and their partial outputs back.
-double cp_pass_kv_floats(double prefix, double tokens, int ranks, int kv_width);
-double cp_pass_q_floats(double tokens, int ranks, int q_width, int heads);
+// spread over `ranks` ranks: pass-KV, its shard to each of the ranks - 1 others; pass-Q, its
+// queries to each other rank and their partial outputs back.
+double cp_pass_kv_floats(double prefix, double tokens, int ranks, const CpWidths& widths);
+double cp_pass_q_floats(double tokens, int ranks, const CpWidths& widths);
 // The run's choice for one chunk: `mode` unless auto, else the variant that moves fewer
 // bytes (Meta's rule, with this implementation's exact sizes in place of its constant).
-CpAttention cp_attention_for_chunk(CpAttention mode, int64_t prefix, int tokens, int ranks, int kv_width, int q_width,
-                                   int heads);
+CpAttention cp_attention_for_chunk(CpAttention mode, int64_t prefix, int tokens, int ranks, const CpWidths& widths);
 
 }  // namespace pf::sched

@@ -42,13 +42,14 @@ TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan&
       const int layers = partition[s].count;
       for (const sched::MicroBatch& mb : plan.micro_batches) {
         const double prefix = static_cast<double>(mb.start);
-        const bool pass_q = sched::cp_attention_for_chunk(cp.mode, mb.start, mb.length, cp.ranks, cp.kv_width,
-                                                          cp.q_width, cp.heads) == sched::CpAttention::kPassQ;
+        const sched::CpWidths& w = cp.widths;
+        const bool pass_q =
+            sched::cp_attention_for_chunk(cp.mode, mb.start, mb.length, cp.ranks, w) == sched::CpAttention::kPassQ;
         r.cp_expected_bytes[s] += 4.0 * layers *
-                                  (pass_q ? sched::cp_pass_q_floats(mb.length, cp.ranks, cp.q_width, cp.heads)
-                                          : sched::cp_pass_kv_floats(prefix, mb.length, cp.ranks, cp.kv_width));
-        r.cp_seed_formula_bytes[s] += 4.0 * 2.0 * mb.length * cp.kv_width * layers;
-        r.cp_pass_q_formula_bytes[s] += 4.0 * mb.length * (2.0 * cp.q_width + cp.heads) * layers;
+                                  (pass_q ? sched::cp_pass_q_floats(mb.length, cp.ranks, w)
+                                          : sched::cp_pass_kv_floats(prefix, mb.length, cp.ranks, w));
+        r.cp_seed_formula_bytes[s] += 4.0 * mb.length * w.shard * layers;
+        r.cp_pass_q_formula_bytes[s] += 4.0 * mb.length * (w.query + w.heads * (w.head_out + 1.0)) * layers;
       }
     }
   }

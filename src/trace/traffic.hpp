@@ -22,11 +22,10 @@ struct TrafficCounters {
   long long cp_pass_kv_steps = 0, cp_pass_q_steps = 0;  // chunk-layers attended by each variant
 };
 
-// What the CP ring of a TP rank moves per token (--cp): the widths of its K (and V), its
-// queries, its query heads; the rule chunks chose by.
+// What the CP ring of a TP rank moves per token (--cp), and the rule chunks chose by.
 struct CpTrafficShape {
   int ranks = 1;
-  int kv_width = 0, q_width = 0, heads = 0;
+  sched::CpWidths widths;
   sched::CpAttention mode = sched::CpAttention::kAuto;
 };
 

@@ -104,7 +104,7 @@ TEST(LatentKernels, RopeOnRopePartsWithYarnFactor) {
     cpu::LatentWorkspace ws;
     ws.latent = random_vector(size_t(rows) * width, 2);
     const std::vector<float> latent = ws.latent;
-    cpu::latent_rope(want_q.data(), rows, c, heads, pos0, inv_freq, scale, ws);
+    cpu::latent_rope(want_q.data(), rows, c, heads, pos0, inv_freq, scale, ws.latent.data());
     DeviceMemory<float> d_q(q), d_latent(latent);
     DeviceMemory<double> d_freq(inv_freq);
     kernels::rope_heads(d_q.get() + m.qk_nope_head_dim, rows, q_width, heads, c.head_dim, m.qk_rope_head_dim, pos0,

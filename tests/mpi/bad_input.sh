@@ -227,7 +227,6 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
     expect="was profiled for another cp (none, this run: 2); with --cp, leave out --cost-model" ;;
   cp_attention_without_cp) extra=(--pp 2 --cp-attention pass-q); expect="--cp-attention chooses how CP ranks attend" ;;
   cp_attention_unknown) extra=(--cp 2 --cp-attention ring); expect="--cp-attention ring is unknown" ;;
-  cp_mla) model=synthetic:tiny-mla; extra=(--cp 2); expect="--cp covers grouped-query attention so far" ;;
   smooth_factor_out_of_range) extra=(--pp 2 --dynamic-chunking --smooth-factor 1.5); expect="smooth factor must lie in [0, 1]" ;;
   smooth_factor_env_not_a_number) export SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR=fast; extra=(--pp 2 --dynamic-chunking)
     expect="SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR" ;;

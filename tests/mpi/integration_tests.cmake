@@ -185,7 +185,7 @@ set(PF_BAD_CASES
   shape_mismatch unknown_architecture missing_tensor world_size_mismatch more_stages_than_layers
   bad_partition_sum bad_partition_count tp_not_dividing_heads prompt_exceeds_kv_budget prompt_exceeds_context
   output_directory_missing unknown_flag unknown_preset zero_chunk_size
-  cp_world_size cp_emulate_profile cp_profile_without_cp cp_attention_without_cp cp_attention_unknown cp_mla
+  cp_world_size cp_emulate_profile cp_profile_without_cp cp_attention_without_cp cp_attention_unknown
   smooth_factor_out_of_range smooth_factor_env_not_a_number bf16_gemm_env_unknown cost_model_without_dynamic
   cost_model_other_partition cost_model_missing
   emulate_without_cost_model analytic_without_emulate hidden_states_unknown hidden_states_emulate logprobs_emulate
@@ -272,7 +272,7 @@ endforeach()
 set_tests_properties(mpi.kv_export.resume mpi.kv_export.killed_litter mpi.kv_export.concurrent PROPERTIES RUN_SERIAL TRUE)
 # --kv-store: prefixes of earlier runs, damaged and foreign entries, concurrent publishers, the size limit.
 foreach(case reuse mla_reuse damaged edited_ids other_layout shared rerun concurrent scores hidden_mean full limit
-             context_parallel)
+             context_parallel mla_context_parallel)
   add_test(NAME mpi.kv_store.${case} COMMAND ${PF_MPI}/kv_store.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.kv_store.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
 endforeach()

@@ -38,6 +38,7 @@
 #   context_parallel  entries stored at cp 2 x tp 2 serve pp 2 x tp 2; entries of pp 2 x tp 2
 #                 serve cp 2 x tp 2 and pp 2 x cp 2 (each CP rank keeps its share of what it
 #                 loads); every result equals a full computation at pp 1
+#   mla_context_parallel  the same on tiny-mla: CP ranks shard and load latent rows by token
 #   limit         B with --kv-store-limit 1K: every entry it neither loaded nor added is removed
 #                 (A's unrelated prompt among them), a note says how many, a warning that its own
 #                 keep the store over the limit; B's results are right and the store still serves
@@ -64,7 +65,7 @@ write(f"{sys.argv[1]}/b.h5", [doc + list(rng.integers(0, 512, 30)), list(rng.int
                               doc[:100] + list(rng.integers(0, 512, 20))])
 PY
 model=$data/tiny
-if [ "$case" = mla_reuse ]; then
+if [ "$case" = mla_reuse ] || [ "$case" = mla_context_parallel ]; then
   model=$work/tiny-mla
   "$bin/pipefill" make-model --preset tiny-mla --out "$model" >/dev/null
 fi
@@ -278,7 +279,7 @@ PY
     [ -z "$(find "$store" -maxdepth 1 -name '.evicting-*')" ] || fail "an eviction left its directory"
     run_b c 4 --pp 2 --tp 2 --hidden-states last
     [ "$(reused c | cut -d' ' -f1)" -gt 0 ] || fail "the store no longer serves the document" ;;
-  context_parallel)
+  context_parallel | mla_context_parallel)
     # Entries stored at cp 2 x tp 2 (each CP rank's rows gathered to CP rank 0, which writes the
     # files as one rank would) serve a pp 2 x tp 2 run; entries of a pp 2 x tp 2 run serve cp 2 x
     # tp 2 and pp 2 x cp 2 runs (each CP rank keeps its share of the loaded rows). There B's third

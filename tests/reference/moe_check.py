@@ -14,8 +14,9 @@ top 2, hidden 64):
                    routed_scaling_factor
   deepseek_v3_noq  DeepSeek-V3 without q LoRA (a plain q_proj), default rope, no interleave
 
-Each runs on pp 2, pp 2 x tp 2, tp 2 with whole experts per rank (--expert-split experts) and
-pp 2 with a dynamic plan (chunks cutting every prompt),
+Each runs on pp 2, pp 2 x tp 2, tp 2 with whole experts per rank (--expert-split experts),
+pp 2 with a dynamic plan (chunks cutting every prompt) and pp 2 x cp 2 (the DeepSeek models
+also cp 2 x tp 2 with pass-Q forced),
 storing --logprobs --top-k 4 and hidden states: last-position logits within 1e-5 of max|logit|
 of transformers' float32 forward, log-probs within 1e-3, confident top-k ids equal, hidden states
 within 1e-4 (score_checks.py). An FP8 copy of deepseek_v3 (every projection and expert in
@@ -75,10 +76,15 @@ LAYOUTS = [
     ("tp2_whole_experts", 2, f"--tp 2 --expert-split experts --chunk-size 48 --page-size 16 {SCORES} --hidden-states last"),
     ("pp2_dynamic", 2, f"--pp 2 --chunk-size 128 --page-size 16 --chunk-policy pipefill {SCORES}"),
 ]
-# Context parallelism (grouped-query attention only: MLA models are refused with --cp): each
-# CP rank routes its own rows, the 2- and 1-token prompts leave some ranks without any.
+# Context parallelism: each CP rank routes its own rows, the 2- and 1-token prompts leave some
+# ranks without any; MLA's CP ranks hold latent rows by token, expanded where attended (both
+# ways round the ring, and pass-Q forced with TP splitting the heads).
 CP_LAYOUTS = [
     ("pp2_cp2", 4, f"--pp 2 --cp 2 --chunk-size 37 --page-size 16 {SCORES} --hidden-states mean"),
+]
+MLA_CP_LAYOUTS = CP_LAYOUTS + [
+    ("cp2_tp2_pass_q", 4, f"--cp 2 --tp 2 --cp-attention pass-q --chunk-size 48 --page-size 16 {SCORES} "
+                          "--hidden-states last"),
 ]
 PROMPT_LENGTHS = [100, 300, 173, 2, 1]
 
@@ -98,7 +104,7 @@ def build(work, name, config_class, model_class, extra, dtype):
 
 def check_model(build_dir, work, prompts_h5, prompts, name, config_class, model_class, extra, dtype):
     model_dir = build(work, name, config_class, model_class, extra, dtype)
-    layouts = LAYOUTS + ([] if name.startswith("deepseek") else CP_LAYOUTS)
+    layouts = LAYOUTS + (MLA_CP_LAYOUTS if name.startswith("deepseek") else CP_LAYOUTS)
     return check_layouts(build_dir, work, name, model_dir, model_class, prompts_h5, prompts, layouts,
                          TOP_K, LOGITS_RTOL, f" ({dtype})")
 

@@ -76,17 +76,21 @@ TEST(ContextSplit, ShardsAddUpToThePromptAndHoldAboutOneCpth) {
 TEST(ContextSplit, AutoPassesQueriesDeepInAPromptAndKvAtItsStart) {
   using sched::CpAttention;
   // SmolLM2's shape: 9 query heads of 64, 3 KV heads.
-  const int kv_width = 3 * 64, q_width = 9 * 64, heads = 9;
-  EXPECT_EQ(sched::cp_attention_for_chunk(CpAttention::kAuto, 0, 4096, 2, kv_width, q_width, heads),
-            CpAttention::kPassKv);
-  EXPECT_EQ(sched::cp_attention_for_chunk(CpAttention::kAuto, 60000, 4096, 2, kv_width, q_width, heads),
-            CpAttention::kPassQ);
-  EXPECT_EQ(sched::cp_attention_for_chunk(CpAttention::kPassKv, 60000, 4096, 2, kv_width, q_width, heads),
-            CpAttention::kPassKv);
+  const sched::CpWidths smollm2 = sched::CpWidths::grouped_query(9, 3, 64);
+  EXPECT_EQ(sched::cp_attention_for_chunk(CpAttention::kAuto, 0, 4096, 2, smollm2), CpAttention::kPassKv);
+  EXPECT_EQ(sched::cp_attention_for_chunk(CpAttention::kAuto, 60000, 4096, 2, smollm2), CpAttention::kPassQ);
+  EXPECT_EQ(sched::cp_attention_for_chunk(CpAttention::kPassKv, 60000, 4096, 2, smollm2), CpAttention::kPassKv);
   // pass-KV sends (ranks - 1) / ranks of the prompt's K and V so far; pass-Q the chunk's
   // queries and the partial outputs with one log-sum-exp a head.
-  EXPECT_DOUBLE_EQ(sched::cp_pass_kv_floats(100, 28, 4, 8), 3.0 * 128 / 4 * 2 * 8);
-  EXPECT_DOUBLE_EQ(sched::cp_pass_q_floats(28, 4, 16, 2), 3.0 * 28 / 4 * (2 * 16 + 2));
+  const sched::CpWidths small = sched::CpWidths::grouped_query(2, 4, 8);
+  EXPECT_DOUBLE_EQ(sched::cp_pass_kv_floats(100, 28, 4, small), 3.0 * 128 / 4 * 2 * 4 * 8);
+  EXPECT_DOUBLE_EQ(sched::cp_pass_q_floats(28, 4, small), 3.0 * 28 / 4 * (2 * 16 + 2));
+  // MLA (DeepSeek-V3's 128 heads at tp 8): the ring moves 576-float latent rows against queries
+  // of 16 x 192 and outputs of 16 x 128, so pass-KV wins for longer.
+  const sched::CpWidths mla = sched::CpWidths::latent(16, 576, 192, 128);
+  EXPECT_DOUBLE_EQ(sched::cp_pass_q_floats(4, 2, mla), 2.0 * (16 * 192 + 16 * 129));
+  EXPECT_EQ(sched::cp_attention_for_chunk(CpAttention::kAuto, 4096, 4096, 2, mla), CpAttention::kPassKv);
+  EXPECT_EQ(sched::cp_attention_for_chunk(CpAttention::kAuto, 60000, 4096, 2, mla), CpAttention::kPassQ);
   EXPECT_THROW(sched::parse_cp_attention("ring"), UserError);
 }
 

@@ -37,8 +37,6 @@ CpuStageCompute::CpuStageCompute(const model::ModelConfig& config, const model::
       cp_attention_(cp_attention) {
   if (recipe_.tensor_parallel && !all_reduce_)
     throw std::invalid_argument("CpuStageCompute: tp > 1 needs a TP all-reduce");
-  if (cp_ring_ && config.is_mla())  // options.cpp refuses it first
-    throw std::logic_error("CpuStageCompute: context parallelism covers grouped-query attention");
   if (bf16()) store_weights_as_bf16();
 }
 
@@ -164,8 +162,9 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
       const kv::KvLayerView view{&s_.kv_pool_, layer_, &s_.kv_pool_.pages(chunk_.prompt)};
       if (ring_) {
         const float scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
-        return cpu::ring_attention(s_.qkv_.data(), shape_.qkv_width(), *ring_, view, local0_ + t_, shape_.heads, scale,
-                                   *s_.cp_ring_, s_.attn_.data(), shape_.q_width(), s_.ring_ws_);
+        cpu::GqaRingKeys keys(view, shape_.heads, scale, s_.ring_ws_.partial_ws);
+        return cpu::ring_attention(s_.qkv_.data(), shape_.qkv_width(), *ring_, keys, local0_ + t_, *s_.cp_ring_,
+                                   s_.attn_.data(), shape_.q_width(), s_.ring_ws_);
       }
       cpu::chunk_attention(s_.qkv_.data(), shape_.qkv_width(), t_, pos0_, view, shape_.heads, s_.attn_.data(),
                            shape_.q_width(), s_.attention_ws_);
@@ -179,17 +178,26 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   }
 
   void latent_rope() override {
-    cpu::latent_rope(s_.qkv_.data(), t_, s_.config_, shape_.heads, pos0_, s_.inv_freq_, s_.rope_scale_, s_.latent_ws_);
+    const int64_t lw = s_.config_.mla.latent_width();
+    for_position_runs(0, t_, [&](int row, int count, int pos) {
+      cpu::latent_rope(s_.qkv_.data() + int64_t(row) * shape_.q_width(), count, s_.config_, shape_.heads, pos,
+                       s_.inv_freq_, s_.rope_scale_, s_.latent_ws_.latent.data() + row * lw);
+    });
   }
 
   void append_latent() override {  // one latent row per token, read as keys and values
     const int width = s_.config_.mla.latent_width();
-    s_.kv_pool_.write(layer_, chunk_.prompt, pos0_, t_, s_.latent_ws_.latent.data(), width, nullptr, 0);
+    s_.kv_pool_.write(layer_, chunk_.prompt, local0_, t_, s_.latent_ws_.latent.data(), width, nullptr, 0);
   }
 
   void latent_attention() override {
     timed(AttentionOps, [&] {
       const kv::KvLayerView view{&s_.kv_pool_, layer_, &s_.kv_pool_.pages(chunk_.prompt)};
+      if (ring_) {
+        cpu::LatentRingKeys keys(view, s_.config_, shape_.heads, *w_, s_.latent_ws_);
+        return cpu::ring_attention(s_.qkv_.data(), shape_.q_width(), *ring_, keys, local0_ + t_, *s_.cp_ring_,
+                                   s_.attn_.data(), shape_.attention_width(), s_.ring_ws_);
+      }
       cpu::latent_attention(s_.qkv_.data(), t_, pos0_, view, s_.config_, shape_.heads, *w_, s_.attn_.data(),
                             s_.latent_ws_);
     });
@@ -308,8 +316,7 @@ void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
     ring->rows = &rows;
     ring->start = chunk.pos0;
     ring->tokens = chunk.tokens;
-    ring->variant = sched::cp_attention_for_chunk(cp_attention_, chunk.pos0, chunk.tokens, ranks, shape_.kv_width(),
-                                                  shape_.q_width(), shape_.heads);
+    ring->variant = sched::cp_attention_for_chunk(cp_attention_, chunk.pos0, chunk.tokens, ranks, cp_widths());
     const long long layers = static_cast<long long>(weights_.layers.size());
     (ring->variant == sched::CpAttention::kPassQ ? cp_counts_.pass_q_steps : cp_counts_.pass_kv_steps) += layers;
   }
@@ -512,6 +519,11 @@ void CpuStageCompute::write_kv_share(int prompt, int64_t pos0, int count, const 
   }
   if (local0 % shape.page_size != 0) kv_pool_.privatize_page_of(prompt, local0);  // (a shared, partly filled page)
   store_rows(prompt, local0, n, k.data(), v.data());
+}
+
+sched::CpWidths CpuStageCompute::cp_widths() const {
+  if (!config_.is_mla()) return sched::CpWidths::grouped_query(shape_.heads, shape_.kv_heads, shape_.head_dim);
+  return sched::CpWidths::latent(shape_.heads, config_.mla.latent_width(), shape_.head_dim, shape_.v_head_dim);
 }
 
 int64_t CpuStageCompute::capacity_tokens() const {

@@ -71,6 +71,7 @@ class CpuStageCompute final : public StageCompute {
   void read_kv_of_cp_group(int prompt, int64_t pos0, int count, float* keys, float* values) const;
   void write_kv_share(int prompt, int64_t pos0, int count, const float* keys, const float* values);
   void store_rows(int prompt, int64_t row0, int count, const float* keys, const float* values);
+  sched::CpWidths cp_widths() const;  // what the CP ring moves a token
   // The first `rows` rows of `prompt`'s cache filled with random values, room for `room`.
   void fill_random_rows(int prompt, int64_t rows, int64_t room);
   bool bf16() const { return kv_pool_.bf16(); }

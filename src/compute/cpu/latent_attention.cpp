@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
+#include <stdexcept>
 
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/elementwise.hpp"
@@ -38,14 +40,13 @@ void latent_projections(const float* x, int tokens, const model::ModelConfig& c,
 }
 
 void latent_rope(float* q, int tokens, const model::ModelConfig& c, int heads, int pos0,
-                 const std::vector<double>& inv_freq, float rope_scale, LatentWorkspace& ws) {
+                 const std::vector<double>& inv_freq, float rope_scale, float* latent) {
   const model::MlaConfig& m = c.mla;
   const int q_width = heads * c.head_dim;
   for (int head = 0; head < heads; ++head)
     apply_rope(q + head * c.head_dim + m.qk_nope_head_dim, tokens, q_width, 1, m.qk_rope_head_dim, pos0, inv_freq,
                rope_scale);
-  apply_rope(ws.latent.data() + m.kv_lora_rank, tokens, m.latent_width(), 1, m.qk_rope_head_dim, pos0, inv_freq,
-             rope_scale);
+  apply_rope(latent + m.kv_lora_rank, tokens, m.latent_width(), 1, m.qk_rope_head_dim, pos0, inv_freq, rope_scale);
 }
 
 double latent_attention_flops(const model::ModelConfig& c, int heads, int tokens, int pos0) {
@@ -121,6 +122,95 @@ void latent_attention(const float* q, int tokens, int pos0, const kv::KvLayerVie
       float* dst = out + static_cast<int64_t>(t) * heads * v + head * v;
       for (int i = 0; i < v; ++i) dst[i] = a[i] * inv;
     }
+}
+
+void latent_partial_attention(const float* q, int64_t q_stride, int m, const int32_t* visible, const float* latent,
+                              int n, const model::ModelConfig& c, int heads, const model::LayerWeights& l, float* out,
+                              int64_t out_stride, float* lse, LatentWorkspace& ws) {
+  const model::MlaConfig& mc = c.mla;
+  const int nope = mc.qk_nope_head_dim, rope = mc.qk_rope_head_dim, v = mc.v_head_dim, rank = mc.kv_lora_rank;
+  const int lw = mc.latent_width(), qk = c.head_dim, per_head = nope + v, expanded_width = heads * per_head;
+  const float scale = static_cast<float>(c.softmax_scale());
+  double pairs = 0;  // (query, visible key) pairs, for the FLOP count
+  for (int i = 0; i < m; ++i) {
+    if (i > 0 && visible[i] < visible[i - 1])
+      throw std::logic_error("latent_partial_attention: visible counts must not decrease");
+    pairs += std::min(visible[i], n);
+  }
+  const int seen = m > 0 ? std::min(visible[m - 1], n) : 0;  // the keys any row sees
+  ws.expanded.resize(static_cast<size_t>(kKeyBlock) * expanded_width);
+  ws.rope_keys.resize(static_cast<size_t>(kKeyBlock) * rope);
+  ws.scores.resize(static_cast<size_t>(m) * kKeyBlock);
+  ws.acc.assign(static_cast<size_t>(heads) * m * v, 0.0f);
+  ws.row_max.assign(static_cast<size_t>(heads) * m, kMaskedScore);
+  ws.row_sum.assign(static_cast<size_t>(heads) * m, 0.0f);
+  int first_row = 0;  // rows before it see none of the block
+  for (int k0 = 0; k0 < seen; k0 += kKeyBlock) {
+    const int nk = std::min(kKeyBlock, seen - k0);
+    const float* rows = latent + static_cast<int64_t>(k0) * lw;
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, nk, expanded_width, rank, 1.0f, rows, lw, l.kv_b.data(), rank,
+                0.0f, ws.expanded.data(), expanded_width);
+    for (int r = 0; r < nk; ++r)
+      std::copy_n(rows + static_cast<int64_t>(r) * lw + rank, rope,
+                  ws.rope_keys.data() + static_cast<int64_t>(r) * rope);
+    count_gemm_flops(2.0 * nk * rank * expanded_width);
+    while (first_row < m && visible[first_row] <= k0) ++first_row;
+    const int count = m - first_row;
+    for (int head = 0; head < heads; ++head) {
+      const float* q_head = q + first_row * q_stride + head * qk;
+      float* s = ws.scores.data();
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, count, nk, nope, scale, q_head, static_cast<int>(q_stride),
+                  ws.expanded.data() + head * per_head, expanded_width, 0.0f, s, kKeyBlock);
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, count, nk, rope, scale, q_head + nope,
+                  static_cast<int>(q_stride), ws.rope_keys.data(), rope, 1.0f, s, kKeyBlock);
+      for (int r = 0; r < count; ++r) {
+        float* row = s + static_cast<int64_t>(r) * kKeyBlock;
+        for (int col = visible[first_row + r] - k0; col < nk; ++col) row[col] = kMaskedScore;
+        const size_t at = static_cast<size_t>(head) * m + first_row + r;
+        online_softmax_step(row, nk, ws.row_max[at], ws.row_sum[at], ws.acc.data() + at * v, v);
+      }
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, count, v, nk, 1.0f, s, kKeyBlock,
+                  ws.expanded.data() + head * per_head + nope, expanded_width, 1.0f,
+                  ws.acc.data() + (static_cast<size_t>(head) * m + first_row) * v, v);
+    }
+  }
+  count_gemm_flops(2.0 * heads * (qk + v) * pairs);
+  for (int head = 0; head < heads; ++head)
+    for (int t = 0; t < m; ++t) {
+      const size_t at = static_cast<size_t>(head) * m + t;
+      const float sum = ws.row_sum[at], inv = sum > 0 ? 1.0f / sum : 0.0f;
+      const float* a = ws.acc.data() + at * v;
+      float* dst = out + t * out_stride + head * v;
+      for (int i = 0; i < v; ++i) dst[i] = a[i] * inv;
+      lse[static_cast<int64_t>(t) * heads + head] =
+          sum > 0 ? ws.row_max[at] + std::log(sum) : -std::numeric_limits<float>::infinity();
+    }
+}
+
+LatentRingKeys::LatentRingKeys(const kv::KvLayerView& kv, const model::ModelConfig& config, int heads,
+                               const model::LayerWeights& layer, LatentWorkspace& ws)
+    : kv_(kv), config_(config), heads_(heads), layer_(layer), ws_(ws) {}
+
+sched::CpWidths LatentRingKeys::widths() const {
+  return sched::CpWidths::latent(heads_, config_.mla.latent_width(), config_.head_dim, config_.mla.v_head_dim);
+}
+
+// This rank's first `rows` latent rows of the layer, [rows, kv_lora + rope].
+void LatentRingKeys::pack(int64_t rows, std::vector<float>& shard) const {
+  const kv::KvShape& shape = kv_.pool->shape();
+  const int64_t lw = shape.head_dim;  // (a latent cache: one "head" of the latent's width)
+  shard.resize(static_cast<size_t>(rows * lw));
+  for (int64_t p = 0; p < rows;) {
+    const int page = kv_.pages->at(static_cast<size_t>(p / shape.page_size));
+    const int64_t in_page = p % shape.page_size, run = std::min<int64_t>(shape.page_size - in_page, rows - p);
+    kv_.pool->load_rows(kv_.layer, page, 0, false, in_page * lw, run * lw, shard.data() + p * lw);
+    p += run;
+  }
+}
+
+void LatentRingKeys::attend(const float* q, int64_t q_stride, int m, const int32_t* visible, const float* shard, int n,
+                            float* out, int64_t out_stride, float* lse) {
+  latent_partial_attention(q, q_stride, m, visible, shard, n, config_, heads_, layer_, out, out_stride, lse, ws_);
 }
 
 }  // namespace pf::cpu

@@ -35,9 +35,28 @@ int32_t visible_rows(const std::vector<RowRun>& runs, int64_t pos) {
   return static_cast<int32_t>(n);
 }
 
-// This rank's first `rows` cached rows of one layer, packed as K [kv_heads][rows][d] then V
-// the same (MLA is refused with --cp before this).
-void pack_shard(const kv::KvLayerView& kv, int64_t rows, std::vector<float>& packed) {
+}  // namespace
+
+GqaRingKeys::GqaRingKeys(const kv::KvLayerView& kv, int heads, float scale, PartialWorkspace& ws)
+    : kv_(kv), heads_(heads), scale_(scale), ws_(ws) {}
+
+sched::CpWidths GqaRingKeys::widths() const {
+  const kv::KvShape& shape = kv_.pool->shape();
+  return sched::CpWidths::grouped_query(heads_, shape.kv_heads, shape.head_dim);
+}
+
+void GqaRingKeys::attend(const float* q, int64_t q_stride, int m, const int32_t* visible, const float* shard, int n,
+                         float* out, int64_t out_stride, float* lse) {
+  const kv::KvShape& shape = kv_.pool->shape();
+  const float* v = shard + static_cast<int64_t>(shape.kv_heads) * n * shape.head_dim;
+  // (A bf16 cache's Q and P are rounded as the single-rank kernels round them.)
+  partial_attention(q, q_stride, m, visible, heads_, shard, v, n, shape.kv_heads, shape.head_dim, scale_, out,
+                    out_stride, lse, ws_, kv_.pool->bf16());
+}
+
+// This rank's first `rows` cached rows of one layer, packed as K [kv_heads][rows][d] then V.
+void GqaRingKeys::pack(int64_t rows, std::vector<float>& packed) const {
+  const kv::KvLayerView& kv = kv_;
   const kv::KvShape& shape = kv.pool->shape();
   const int64_t d = shape.head_dim, heads = shape.kv_heads, half = heads * rows * d;
   packed.resize(static_cast<size_t>(2 * half));
@@ -53,20 +72,19 @@ void pack_shard(const kv::KvLayerView& kv, int64_t rows, std::vector<float>& pac
     }
 }
 
+namespace {
+
 // The queries at `positions` against one rank's packed shard (its rows `runs`): partial
 // output and log-sum-exp.
 void attend_block(const float* q, int64_t q_stride, const std::vector<int64_t>& positions, const float* shard,
-                  const std::vector<RowRun>& runs, int heads, int kv_heads, int d, float scale, bool round_bf16,
-                  float* out, int64_t out_stride, float* lse, RingWorkspace& ws) {
+                  const std::vector<RowRun>& runs, RingKeys& keys, float* out, int64_t out_stride, float* lse,
+                  RingWorkspace& ws) {
   const int m = static_cast<int>(positions.size());
   const int n = static_cast<int>(sched::rows_in(runs));
   ws.visible.resize(static_cast<size_t>(m));
   for (int i = 0; i < m; ++i)
     ws.visible[static_cast<size_t>(i)] = visible_rows(runs, positions[static_cast<size_t>(i)]);
-  const float* k = shard;
-  const float* v = shard + static_cast<int64_t>(kv_heads) * n * d;
-  partial_attention(q, q_stride, m, ws.visible.data(), heads, k, v, n, kv_heads, d, scale, out, out_stride, lse,
-                    ws.partial_ws, round_bf16);
+  if (m > 0) keys.attend(q, q_stride, m, ws.visible.data(), shard, n, out, out_stride, lse);
 }
 
 std::vector<int64_t> positions_of(const sched::CpShare& share) {
@@ -196,22 +214,20 @@ void merge_partial(float* out, float* lse, const float* part, int64_t part_strid
   });
 }
 
-void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, const kv::KvLayerView& kv,
-                    int64_t local_rows, int heads, float scale, dist::CpRing& ring, float* out, int64_t out_stride,
-                    RingWorkspace& ws) {
+void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, RingKeys& keys, int64_t local_rows,
+                    dist::CpRing& ring, float* out, int64_t out_stride, RingWorkspace& ws) {
   const int ranks = ring.ranks(), me = ring.rank();
-  const kv::KvShape& shape = kv.pool->shape();
-  const int d = shape.head_dim, kv_heads = shape.kv_heads;
-  const int64_t width = static_cast<int64_t>(heads) * d;
+  const sched::CpWidths w = keys.widths();
+  const int heads = w.heads, d = w.head_out;
+  const int64_t width = static_cast<int64_t>(heads) * d, q_width = w.query;
   const int m = chunk.mine.rows();
-  const bool round_bf16 = kv.pool->bf16();  // as the single-rank kernels round a bf16 cache's Q and P
   const std::vector<std::vector<RowRun>>& rows = *chunk.rows;
   if (sched::rows_in(rows[static_cast<size_t>(me)]) != local_rows)
     throw std::logic_error("ring_attention: this rank's cached rows and its positions disagree");
-  const auto shard_floats = [&](int rank) { return 2 * int64_t(kv_heads) * sched::rows_in(rows[size_t(rank)]) * d; };
+  const auto shard_floats = [&](int rank) { return int64_t(w.shard) * sched::rows_in(rows[size_t(rank)]); };
   ws.out.assign(static_cast<size_t>(m * width), 0.0f);
   ws.lse.assign(static_cast<size_t>(m) * heads, kNoKey);
-  pack_shard(kv, local_rows, ws.shard);
+  keys.pack(local_rows, ws.shard);
 
   if (chunk.variant == sched::CpAttention::kPassKv) {
     const std::vector<int64_t> positions = positions_of(chunk.mine);
@@ -227,8 +243,8 @@ void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, co
         ring.start_shift(ws.shard.data(), shard_floats(owner), ws.incoming.data(),
                          static_cast<int64_t>(ws.incoming.size()));
       }
-      attend_block(q, q_stride, positions, ws.shard.data(), rows[static_cast<size_t>(owner)], heads, kv_heads, d, scale,
-                   round_bf16, ws.partial.data(), width, ws.block_lse.data(), ws);
+      attend_block(q, q_stride, positions, ws.shard.data(), rows[static_cast<size_t>(owner)], keys, ws.partial.data(),
+                   width, ws.block_lse.data(), ws);
       merge_partial(ws.out.data(), ws.lse.data(), ws.partial.data(), width, ws.block_lse.data(), m, heads, d);
       if (more) {
         ring.finish_shift();
@@ -245,14 +261,14 @@ void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, co
     for (int j = 0; j < ranks; ++j) {
       const sched::CpShare share = sched::cp_share(chunk.start, chunk.tokens, ranks, j);
       positions[static_cast<size_t>(j)] = positions_of(share);
-      q_counts[static_cast<size_t>(j)] = share.rows() * width;
+      q_counts[static_cast<size_t>(j)] = share.rows() * q_width;
       part_counts[static_cast<size_t>(j)] = share.rows() * (width + heads);
       back_counts[static_cast<size_t>(j)] = static_cast<int64_t>(m) * (width + heads);
       all += share.rows();
     }
-    std::vector<float> mine(static_cast<size_t>(m * width));
-    for (int i = 0; i < m; ++i) std::copy(q + i * q_stride, q + i * q_stride + width, mine.begin() + i * width);
-    ws.queries.resize(static_cast<size_t>(all * width));
+    std::vector<float> mine(static_cast<size_t>(m * q_width));
+    for (int i = 0; i < m; ++i) std::copy(q + i * q_stride, q + i * q_stride + q_width, mine.begin() + i * q_width);
+    ws.queries.resize(static_cast<size_t>(all * q_width));
     ring.all_gather(mine.data(), q_counts, ws.queries.data());
     // Each owner's queries (in position order) attended to this rank's shard, their partials
     // laid out as the owner takes them back: [its rows, width], then [its rows, heads].
@@ -260,8 +276,8 @@ void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, co
     int64_t row0 = 0, at = 0;
     for (int j = 0; j < ranks; ++j) {
       const int64_t n = static_cast<int64_t>(positions[static_cast<size_t>(j)].size());
-      attend_block(ws.queries.data() + row0 * width, width, positions[static_cast<size_t>(j)], ws.shard.data(),
-                   rows[static_cast<size_t>(me)], heads, kv_heads, d, scale, round_bf16, ws.partial.data() + at, width,
+      attend_block(ws.queries.data() + row0 * q_width, q_width, positions[static_cast<size_t>(j)], ws.shard.data(),
+                   rows[static_cast<size_t>(me)], keys, ws.partial.data() + at, width,
                    ws.partial.data() + at + n * width, ws);
       at += n * (width + heads);
       row0 += n;

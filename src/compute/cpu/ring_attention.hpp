@@ -28,7 +28,7 @@ struct PartialWorkspace {
 };
 
 struct RingWorkspace {
-  PartialWorkspace partial_ws;         // partial_attention's
+  PartialWorkspace partial_ws;         // partial_attention's (GqaRingKeys)
   std::vector<float> shard, incoming;  // a rank's packed K | V (pass-KV: the ring's two buffers)
   std::vector<float> queries, partial, returned;
   std::vector<float> out, lse, block_lse;  // the merged output and its log-sum-exp
@@ -52,6 +52,40 @@ void partial_attention(const float* q, int64_t q_stride, int m, const int32_t* v
 void merge_partial(float* out, float* lse, const float* part, int64_t part_stride, const float* part_lse, int m,
                    int heads, int head_dim);
 
+// What a CP ring attends with, one layer's: the rows a rank packs of its cached keys (its
+// shard), and the partial attention of queries to one rank's packed shard. Grouped-query
+// attention packs K | V (GqaRingKeys, below); multi-head latent attention its latent rows,
+// expanded where they are attended (latent_attention.hpp: LatentRingKeys).
+class RingKeys {
+ public:
+  virtual ~RingKeys() = default;
+  virtual sched::CpWidths widths() const = 0;  // query, shard and output widths
+  // This rank's first `rows` cached rows of the layer, packed.
+  virtual void pack(int64_t rows, std::vector<float>& shard) const = 0;
+  // Queries q [m] (row stride q_stride), row i seeing the first visible[i] of the shard's n
+  // rows (non-decreasing in i): out [m, heads * head_out] (row stride out_stride) normalized
+  // by each row's softmax sum, lse [m, heads] its natural log in units of the scaled scores
+  // (-inf, with a zero row, where a row sees no key).
+  virtual void attend(const float* q, int64_t q_stride, int m, const int32_t* visible, const float* shard, int n,
+                      float* out, int64_t out_stride, float* lse) = 0;
+};
+
+// Grouped-query attention's: K [kv_heads][rows][head_dim] then V, attended by partial_attention.
+class GqaRingKeys final : public RingKeys {
+ public:
+  GqaRingKeys(const kv::KvLayerView& kv, int heads, float scale, PartialWorkspace& ws);
+  sched::CpWidths widths() const override;
+  void pack(int64_t rows, std::vector<float>& shard) const override;
+  void attend(const float* q, int64_t q_stride, int m, const int32_t* visible, const float* shard, int n, float* out,
+              int64_t out_stride, float* lse) override;
+
+ private:
+  kv::KvLayerView kv_;
+  int heads_;
+  float scale_;
+  PartialWorkspace& ws_;
+};
+
 // What a CP rank knows of one chunk's layer: its queries' positions, every rank's cached
 // rows of the prompt (this chunk's included), how it attends.
 struct RingChunk {
@@ -62,10 +96,10 @@ struct RingChunk {
   int64_t start = 0;                                              // its first position
 };
 
-// kAttention of this rank's rows: q [rows, heads * head_dim] (stride q_stride) against the
-// prompt's keys held by every CP rank, this rank's in `kv` (its first local_rows rows).
-void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, const kv::KvLayerView& kv,
-                    int64_t local_rows, int heads, float scale, dist::CpRing& ring, float* out, int64_t out_stride,
-                    RingWorkspace& ws);
+// kAttention of this rank's rows: q [rows, widths().query] (stride q_stride) against the
+// prompt's keys held by every CP rank, this rank's its first local_rows cached rows, packed
+// and attended by `keys`; out [rows, heads * head_out] (stride out_stride).
+void ring_attention(const float* q, int64_t q_stride, const RingChunk& chunk, RingKeys& keys, int64_t local_rows,
+                    dist::CpRing& ring, float* out, int64_t out_stride, RingWorkspace& ws);
 
 }  // namespace pf::cpu
