@@ -55,11 +55,13 @@ trace::CpTrafficShape cp_traffic_shape(const PreparedRun& run) {
   trace::CpTrafficShape cp;
   cp.ranks = run.topo.cp;
   if (cp.ranks == 1) return cp;
-  const model::ShardSpec& shard = run.rank_model.shard;
-  const model::ModelConfig& config = run.rank_model.config();
-  cp.widths = config.is_mla() ? sched::CpWidths::latent(shard.heads, config.mla.latent_width(), config.head_dim,
-                                                        config.mla.v_head_dim)
-                              : sched::CpWidths::grouped_query(shard.heads, shard.kv_heads, config.head_dim);
+  // From the shape: the emulator opens no config and makes no shard (a KV head is whole on
+  // each TP rank when there are fewer than TP ranks).
+  const model::ModelShape& shape = run.rank_model.shape;
+  const int tp = run.topo.tp, heads = shape.num_heads / tp, kv_heads = std::max(1, shape.num_kv_heads / tp);
+  cp.widths = shape.mla() ? sched::CpWidths::latent(heads, shape.kv_lora_rank + shape.qk_rope_head_dim, shape.head_dim,
+                                                    shape.v_head_dim)
+                          : sched::CpWidths::grouped_query(heads, kv_heads, shape.head_dim);
   cp.mode = sched::parse_cp_attention(run.options.cp_attention);
   return cp;
 }

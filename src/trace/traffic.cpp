@@ -75,13 +75,19 @@ void print_traffic(const TrafficReport& r, std::FILE* out) {
     std::fprintf(out,
                  "PP boundary %zu->%zu: %.1f MiB sent (%d TP rank(s) x the hidden states); formula B*S*H = %.1f MiB\n",
                  s, s + 1, r.boundary_bytes[s] / mib, r.tp, r.boundary_formula_bytes[s] / mib);
-  for (size_t s = 0; s < r.cp_bytes.size(); ++s)
+  for (size_t s = 0; s < r.cp_bytes.size(); ++s) {
+    char sent[96];
+    if (r.allreduce_modelled)
+      std::snprintf(sent, sizeof sent, "ring modelled, not performed: the chunks' sizes give %.1f MiB a rank",
+                    r.cp_expected_bytes[s] / mib);
+    else
+      std::snprintf(sent, sizeof sent, "%.1f MiB sent per rank (the chunks' sizes give %.1f MiB)", r.cp_bytes[s] / mib,
+                    r.cp_expected_bytes[s] / mib);
     std::fprintf(out,
-                 "CP group of stage %zu: %.1f MiB sent per rank (the chunks' sizes give %.1f MiB); formulas: seeds' "
-                 "pass-KV 2*B*S*H_kv*L = %.1f MiB (one pass of the KV; each chunk's ring carries its prefix again), "
-                 "pass-Q 2*B*S*H_q*L (+ log-sum-exps) = %.1f MiB\n",
-                 s, r.cp_bytes[s] / mib, r.cp_expected_bytes[s] / mib, r.cp_seed_formula_bytes[s] / mib,
-                 r.cp_pass_q_formula_bytes[s] / mib);
+                 "CP group of stage %zu: %s; formulas: seeds' pass-KV 2*B*S*H_kv*L = %.1f MiB (one pass of the KV; "
+                 "each chunk's ring carries its prefix again), pass-Q 2*B*S*H_q*L (+ log-sum-exps) = %.1f MiB\n",
+                 s, sent, r.cp_seed_formula_bytes[s] / mib, r.cp_pass_q_formula_bytes[s] / mib);
+  }
   if (r.cp > 1 && r.cp_pass_kv_steps + r.cp_pass_q_steps > 0)
     std::fprintf(out, "CP attention: pass-KV on %lld, pass-Q on %lld chunk-layer(s)\n", r.cp_pass_kv_steps,
                  r.cp_pass_q_steps);

@@ -32,7 +32,8 @@ struct CpTrafficShape {
 struct TrafficReport {
   int tp = 1;
   int bytes_per_element = 4;
-  bool allreduce_modelled = false;              // emulate / simulate: inside the cost model, not performed
+  bool allreduce_modelled = false;              // emulate / simulate: TP and CP exchanges inside the cost
+                                                // model, not performed
   std::vector<double> boundary_bytes;           // measured: all TP ranks of stage s -> s + 1
   std::vector<double> boundary_formula_bytes;   // B S H x bytes per element (one copy of the hidden states)
   std::vector<double> allreduce_payload_bytes;  // measured per rank of each stage (mean over its TP ranks)

@@ -2,7 +2,8 @@
 # Context parallelism spreads a prompt's KV cache over the CP ranks: a prompt whose cache
 # does not fit one rank's --kv-memory-mb (refused with an error: line on one rank) runs at
 # --cp 2 within the same budget, each rank holding its half (the summary's peak), and its
-# logits equal a one-rank run's that was given the room.
+# logits equal a one-rank run's that was given the room; the bytes its ring sent are what the
+# chunks' sizes give.
 # usage: cp_kv_budget.sh BIN_DIR DATA_DIR
 set -euo pipefail
 here=$(dirname "$0")
@@ -24,6 +25,16 @@ peak=$(sed -n 's/^kv cache: \([0-9.]*\) MiB at its peak.*/\1/p' "$work/cp2.log")
 echo "cp 2: KV peak $peak MiB on the rank that held the most"
 "$PYTHON" -c "import sys; p = float(sys.argv[1]); assert 5.5 <= p <= 6.6, p" "$peak" ||
   fail "cp 2's peak KV a rank is $peak MiB, not about half of 12"
+
+# The ring's bytes: what the ranks sent is what the chunks' sizes give for the variants taken
+# (the tiny model's 6 chunks of 512: pass-KV while the prefix is short).
+line=$(grep "^CP group of stage 0:" "$work/cp2.log") || fail "no CP traffic line in the summary"
+echo "$line"
+"$PYTHON" - "$line" <<'PY' || fail "the CP bytes sent are not what the chunks' sizes give"
+import re, sys
+sent, expected = map(float, re.search(r"([0-9.]+) MiB sent per rank \(the chunks' sizes give ([0-9.]+) MiB\)", sys.argv[1]).groups())
+assert expected > 0 and abs(sent - expected) <= 0.05 * expected + 0.1, (sent, expected)
+PY
 
 pipefill_mpi 1 "${args[@]}" --kv-memory-mb 64 --quiet --output "$work/reference.h5"
 "$bin/tests/compare_logits" "$work/cp2.h5" "$work/reference.h5" --rtol 1e-4
