@@ -117,6 +117,45 @@ struct LatentAttentionArgs {
 void latent_attention(const LatentAttentionArgs& args, cudaStream_t stream);
 int latent_attention_max_width();
 
+// ---- Context parallelism: a CP rank's partial attention and the merge (src/compute/cpu/
+// ring_attention.hpp is the same on the CPU) ----
+// Queries q [rows, heads * key_width] (float rows of q_stride, after RoPE) over one CP rank's
+// packed shard: keys bf16 [kv_heads][n][key_width], values bf16 [kv_heads][n] rows of
+// value_row_stride whose first value_width columns are the values (GQA: their own array,
+// stride value_width; MLA's absorbed attention: the keys themselves, one kv head, stride
+// key_width). Row i sees the shard's first visible[i] keys (device memory, non-decreasing in
+// i: a rank's rows in position order over a shard sorted by position); scores times `scale`;
+// head h reads kv head h / (heads / kv_heads). out: float [rows, heads * value_width] rows of
+// out_stride, normalized by each row's softmax sum; lse [rows, heads]: that sum's natural log
+// in units of the scaled scores (-inf, with a zero row, where a row sees no key). Widths up
+// to partial_attention_max_width().                                        (ring_attention.cu)
+struct PartialAttentionArgs {
+  const float* q = nullptr;
+  int64_t q_stride = 0;
+  int rows = 0;
+  int heads = 0;
+  const bf16* keys = nullptr;
+  const bf16* values = nullptr;
+  int n = 0;
+  int kv_heads = 0;
+  int key_width = 0;
+  int value_width = 0;
+  int64_t value_row_stride = 0;
+  const int32_t* visible = nullptr;
+  float scale = 0;
+  float* out = nullptr;
+  int64_t out_stride = 0;
+  float* lse = nullptr;
+};
+void partial_attention(const PartialAttentionArgs& args, cudaStream_t stream);
+int partial_attention_max_width();
+// The running merge out [rows, heads * head_width] (contiguous) and lse [rows, heads] merged
+// with a partial (part, rows of part_stride; part_lse): L = log(e^L1 + e^L2),
+// O = e^(L1 - L) O1 + e^(L2 - L) O2; a partial that saw no key (-inf) changes nothing.
+//                                                                         (ring_attention.cu)
+void merge_partial(float* out, float* lse, const float* part, int64_t part_stride, const float* part_lse, int rows,
+                   int heads, int head_width, cudaStream_t stream);
+
 // ---- Mixture of experts ----
 // Each token's top-k experts (best first) and their weights, from its normed row x and
 // the float32 router: softmax top-k, or DeepSeek-V3's sigmoid scores chosen with the
