@@ -148,7 +148,27 @@ __global__ void merge_partial_kernel(float* out, float* lse, const float* part, 
   lse[index] = top + logf(total);
 }
 
+// One thread per packed element: i over [K or V][kv_heads][rows][head_dim].
+__global__ void pack_kv_rows_kernel(PagedKv kv, int layer, int64_t rows, bf16* shard) {
+  const int64_t half = static_cast<int64_t>(kv.kv_heads) * rows * kv.head_dim;
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= (kv.latent ? 1 : 2) * half) return;
+  const bool value = i >= half;
+  const int64_t in_half = value ? i - half : i;
+  const int64_t head = in_half / (rows * kv.head_dim), row = (in_half / kv.head_dim) % rows, c = in_half % kv.head_dim;
+  const int64_t page = kv.page_table[row / kv.page_size], slot = row % kv.page_size;
+  const int64_t at = (page * kv.layers + layer) * kv.page_layer_elements() +
+                     (value ? kv.page_layer_elements() / 2 : 0) + (head * kv.page_size + slot) * kv.head_dim + c;
+  shard[i] = kv.base[at];
+}
+
 }  // namespace
+
+void pack_kv_rows(const PagedKv& kv, int layer, int64_t rows, bf16* shard, cudaStream_t stream) {
+  const int64_t n = (kv.latent ? 1 : 2) * static_cast<int64_t>(kv.kv_heads) * rows * kv.head_dim;
+  if (n <= 0) return;
+  PF_LAUNCH(pack_kv_rows_kernel, detail::blocks_for(n, 256), 256, 0, stream, kv, layer, rows, shard);
+}
 
 int partial_attention_max_width() {
   return kMaxWidth;

@@ -564,10 +564,18 @@ void check_context_parallel(const RunOptions& o) {
     if (o.cp_attention != "auto") throw UserError("--cp-attention chooses how CP ranks attend: add --cp 2 or more");
     return;
   }
-  if (o.placement.backend == compute::BackendKind::kCuda)
-    throw UserError(
-        "--cp runs on the cpu backend and the emulator so far, not cuda (pipefill simulate --cp models it "
-        "on any hardware)");
+  if (o.placement.backend != compute::BackendKind::kCuda) return;
+  const struct {
+    bool asked;
+    const char* flag;
+  } not_yet[] = {{!o.save_kv.empty(), "--save-kv"},
+                 {!o.kv_store.empty(), "--kv-store"},
+                 {!o.checkpoint_every.empty(), "--checkpoint-every"}};
+  for (const auto& n : not_yet)
+    if (n.asked)
+      throw UserError(std::string(n.flag) +
+                      " does not run with --cp on --backend cuda yet (it does on --backend cpu): drop --cp, or "
+                      "the flag");
 }
 
 void check_token_rows_fit(const RunOptions& o, int set_size) {

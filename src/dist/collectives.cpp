@@ -64,26 +64,4 @@ std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine, int r
   return blobs;
 }
 
-void gather_floats(const float* mine, int64_t count, std::vector<float>& all, int root, MPI_Comm comm) {
-  int rank = 0, size = 1;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  if (count > INT_MAX) throw std::length_error("gather_floats: more than 2^31 floats from one rank");
-  const int my_count = static_cast<int>(count);
-  std::vector<int> counts(rank == root ? size : 0), displacements(counts.size(), 0);
-  MPI_Request request;
-  MPI_CHECK(MPI_Igather(&my_count, 1, MPI_INT, counts.data(), 1, MPI_INT, root, comm, &request));
-  wait_polling(&request);
-  int64_t total = 0;
-  for (size_t i = 0; i < counts.size(); ++i) {
-    if (total > INT_MAX) throw std::length_error("gather_floats: more than 2^31 floats");
-    displacements[i] = static_cast<int>(total);
-    total += counts[i];
-  }
-  if (rank == root) all.resize(static_cast<size_t>(total));
-  MPI_CHECK(MPI_Igatherv(mine, my_count, MPI_FLOAT, all.data(), counts.data(), displacements.data(), MPI_FLOAT, root,
-                         comm, &request));
-  wait_polling(&request);
-}
-
 }  // namespace pf::dist

@@ -27,10 +27,6 @@ void barrier(MPI_Comm comm);
 void broadcast_int(int& value, int root, MPI_Comm comm);
 // Gathers variable-length byte blobs to `root`; returns one blob per rank there, nothing elsewhere.
 std::vector<std::vector<char>> gather_bytes(const std::vector<char>& mine, int root, MPI_Comm comm);
-// Each rank's `count` floats at `mine`, concatenated in rank order on `root` (`all`, resized
-// there; elsewhere untouched), counted in floats: a chunk's hidden states, as large as a
-// pipeline message.
-void gather_floats(const float* mine, int64_t count, std::vector<float>& all, int root, MPI_Comm comm);
 // gather_bytes for vectors of trivially copyable values: one vector per rank on `root`.
 template <typename T>
 std::vector<std::vector<T>> gather_vector(const std::vector<T>& mine, int root, MPI_Comm comm) {

@@ -46,7 +46,8 @@ int select_device(const Topology& topo, bool allow_shared_device) {
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (sharing > 0 && !allow_shared_device)
       throw UserError(std::to_string(sharing + 1) + " ranks on " + host + " share GPU " + std::to_string(device) +
-                      " (" + prop.name + "): NCCL needs one GPU per rank; use --transport mpi to share a GPU "
+                      " (" + prop.name +
+                      "): NCCL needs one GPU per rank; use --transport mpi to share a GPU "
                       "(tests), or fewer ranks per node");
   });
   return device;
@@ -57,9 +58,9 @@ namespace {
 // The colour of the link between stage s and s + 1 (same TP rank) in the split that holds
 // links whose lower stage has parity `parity`; NOCOLOR when this rank is on no such link.
 int link_colour(const Topology& topo, int parity) {
-  const int s = topo.stage;
-  if (s % 2 == parity && s + 1 < topo.pp) return (s / 2) * topo.tp + topo.tp_rank;        // sender end
-  if (s >= 1 && (s - 1) % 2 == parity) return ((s - 1) / 2) * topo.tp + topo.tp_rank;  // receiver end
+  const int s = topo.stage, in_stage = topo.cp_rank * topo.tp + topo.tp_rank, per_stage = topo.cp * topo.tp;
+  if (s % 2 == parity && s + 1 < topo.pp) return (s / 2) * per_stage + in_stage;     // sender end
+  if (s >= 1 && (s - 1) % 2 == parity) return ((s - 1) / 2) * per_stage + in_stage;  // receiver end
   return NCCL_SPLIT_NOCOLOR;
 }
 
@@ -71,7 +72,9 @@ NcclComms make_nccl_comms(const Topology& topo) {
   if (topo.world_rank == 0) NCCL_CHECK(ncclGetUniqueId(&id));
   MPI_CHECK(MPI_Bcast(&id, sizeof(id), MPI_BYTE, 0, MPI_COMM_WORLD));
   NCCL_CHECK(ncclCommInitRank(&comms.world, topo.world_size, id, topo.world_rank));
-  NCCL_CHECK(ncclCommSplit(comms.world, topo.stage, topo.tp_rank, &comms.tp, nullptr));
+  NCCL_CHECK(ncclCommSplit(comms.world, topo.stage * topo.cp + topo.cp_rank, topo.tp_rank, &comms.tp, nullptr));
+  if (topo.cp > 1)
+    NCCL_CHECK(ncclCommSplit(comms.world, topo.stage * topo.tp + topo.tp_rank, topo.cp_rank, &comms.cp, nullptr));
   for (int parity = 0; parity < 2; ++parity) {
     ncclComm_t link = nullptr;
     // key = stage: the lower stage is rank 0 of the 2-rank link.
@@ -86,7 +89,7 @@ NcclComms make_nccl_comms(const Topology& topo) {
 }
 
 void destroy_nccl_comms(NcclComms& comms) {
-  for (ncclComm_t* c : {&comms.send_link, &comms.recv_link, &comms.tp, &comms.world}) {
+  for (ncclComm_t* c : {&comms.send_link, &comms.recv_link, &comms.cp, &comms.tp, &comms.world}) {
     if (*c) ncclCommDestroy(*c);
     *c = nullptr;
   }

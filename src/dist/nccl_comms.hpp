@@ -2,8 +2,9 @@
 // bootstrapped from MPI (rank 0's ncclUniqueId travels by MPI_Bcast).
 //
 //   world      all ranks (ncclCommInitRank)
-//   tp         this stage's TP group (ncclCommSplit, colour = stage): the all-reduces
-//   send_link  the 2-rank link to the same TP rank of the next stage (rank 0 = this one)
+//   tp         this stage's TP group of this CP rank (ncclCommSplit): the all-reduces
+//   cp         this stage's CP group of this TP rank (--cp): the ring attention
+//   send_link  the 2-rank link to the same CP and TP rank of the next stage (rank 0 = this one)
 //   recv_link  the link from the previous stage (rank 1 = this one)
 // One communicator per link and direction keeps every communicator used by one stream
 // per rank, in the same order on both ends: sends never queue behind receives.
@@ -29,6 +30,7 @@ int select_device(const Topology& topology, bool allow_shared_device);
 struct NcclComms {
   ncclComm_t world = nullptr;
   ncclComm_t tp = nullptr;
+  ncclComm_t cp = nullptr;  // null without --cp
   ncclComm_t send_link = nullptr;
   ncclComm_t recv_link = nullptr;
 };

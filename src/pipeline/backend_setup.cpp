@@ -82,10 +82,10 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
     }
     case compute::BackendKind::kCuda:
 #ifdef PIPEFILL_HAVE_CUDA
-      return with_digests(cuda::make_cuda_backend(
-          topo, m.config(), m.shard,
-          {request.transport, request.page_size, request.kv_memory_fraction, request.max_chunk_tokens}, demand,
-          load_weights));
+      return with_digests(cuda::make_cuda_backend(topo, m.config(), m.shard,
+                                                  {request.transport, request.page_size, request.kv_memory_fraction,
+                                                   request.max_chunk_tokens, request.cp_attention},
+                                                  demand, load_weights));
 #else
       break;  // options.cpp offers --backend cuda only in builds that have it
 #endif

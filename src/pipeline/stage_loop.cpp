@@ -500,18 +500,7 @@ void StageLoop::emit_results(const sched::MicroBatch& mb, dist::ReadySlot state)
 void StageLoop::gather_cp_rows(const sched::MicroBatch& mb, float* state) {
   trace::Timeline::Scope span(ctx_.timeline, EventKind::kCpGather, mb);
   dist::WaitLabel label(stage_name_ + " gathering the CP ranks' rows of " + describe(mb));
-  const int64_t h = ctx_.hidden_size;
-  std::vector<float> all;  // (the slot is only read before CP rank 0 writes it back in order)
-  dist::gather_floats(state, rows(mb) * h, all, 0, topo_.cp_comm);
-  if (topo_.cp_rank != 0) return;
-  const float* from = all.data();
-  for (int j = 0; j < topo_.cp; ++j) {  // rank j's rows, its two pieces, into their positions
-    const sched::CpShare theirs = sched::cp_share(mb.start, mb.length, topo_.cp, j);
-    for (const sched::RowRun& run : {theirs.first, theirs.second}) {
-      std::copy(from, from + run.count * h, state + (run.pos - mb.start) * h);
-      from += run.count * h;
-    }
-  }
+  ctx_.compute.gather_cp_rows(state, mb.start, mb.length);  // (host or device memory: the backend's)
 }
 
 void StageLoop::finish_micro_batch(const sched::MicroBatch& mb) {

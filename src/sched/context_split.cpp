@@ -104,8 +104,8 @@ bool meta_rule_prefers_pass_q(double prefix, double tokens, int kv_heads, int he
   return tokens / (tokens + prefix) <= 2.0 * kv_heads / heads;
 }
 
-CpWidths CpWidths::grouped_query(int heads, int kv_heads, int head_dim) {
-  return {2 * kv_heads * head_dim, heads * head_dim, head_dim, heads};
+CpWidths CpWidths::grouped_query(int heads, int kv_heads, int head_dim, int kv_bytes) {
+  return {2 * kv_heads * head_dim * kv_bytes / 4, heads * head_dim, head_dim, heads};
 }
 
 CpWidths CpWidths::latent(int heads, int latent_width, int qk_head_dim, int v_head_dim) {
@@ -125,6 +125,15 @@ CpAttention cp_attention_for_chunk(CpAttention mode, int64_t prefix, int tokens,
   return cp_pass_q_floats(tokens, ranks, widths) < cp_pass_kv_floats(static_cast<double>(prefix), tokens, ranks, widths)
              ? CpAttention::kPassQ
              : CpAttention::kPassKv;
+}
+
+int32_t rows_seen(const std::vector<RowRun>& runs, int64_t pos) {
+  int64_t n = 0;
+  for (const RowRun& run : runs) {
+    if (run.pos > pos) break;
+    n += std::min<int64_t>(run.count, pos + 1 - run.pos);
+  }
+  return static_cast<int32_t>(n);
 }
 
 int cp_load_piece(int piece, int ranks) {

@@ -41,6 +41,9 @@ CpShare cp_share(int64_t start, int length, int ranks, int rank);
 // A rank's rows of a prompt as runs of positions (its shares of each chunk, in order): how
 // many, and each rank's (runs.size() of them) with the chunk [start, start + length) added.
 int64_t rows_in(const std::vector<RowRun>& runs);
+// How many of a rank's rows (runs sorted by position) a query at `pos` sees under the causal
+// mask: a prefix of them, as a rank's keys are sorted by position.
+int32_t rows_seen(const std::vector<RowRun>& runs, int64_t pos);
 void append_shares(std::vector<std::vector<RowRun>>& runs, int64_t start, int length);
 
 // Tokens of a prompt of `length` tokens that CP rank `rank` holds in its KV cache when the
@@ -88,7 +91,8 @@ bool meta_rule_prefers_pass_q(double prefix, double tokens, int kv_heads, int he
 // heads (each partial output row carries one log-sum-exp a head).
 struct CpWidths {
   int shard = 0, query = 0, head_out = 0, heads = 0;
-  static CpWidths grouped_query(int heads, int kv_heads, int head_dim);
+  // `kv_bytes`: of a cached element (4, or 2 where the ring moves a bf16 cache: cuda).
+  static CpWidths grouped_query(int heads, int kv_heads, int head_dim, int kv_bytes = 4);
   static CpWidths latent(int heads, int latent_width, int qk_head_dim, int v_head_dim);
 };
 // Floats one rank sends for one layer of a chunk of `tokens` after `prefix` cached tokens,

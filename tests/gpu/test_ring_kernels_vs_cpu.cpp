@@ -211,3 +211,38 @@ TEST(RingKernels, MergedPartialsAreAttentionOverEveryShard) {
   EXPECT_LE(lse, 1e-4);
   RecordProperty("merged_relative_error", test::scientific(error));
 }
+
+// pack_kv_rows gathers a rank's first rows of one layer from its pages (in table order, here
+// reversed so that paging errors cannot hide) into the shard the ring moves: K then V.
+TEST(RingKernels, PackGathersTheCachedRowsOfOneLayer) {
+  REQUIRE_DEVICE();
+  const int layers = 2, layer = 1, kv_heads = 2, d = 8, page_size = 16, rows = 37;
+  const int pages = (rows + page_size - 1) / page_size;
+  const int64_t page_layer = 2LL * kv_heads * page_size * d;
+  const std::vector<float> cache = rounded(random_vector(size_t(pages + 1) * layers * page_layer, 11));
+  std::vector<int32_t> table(pages);
+  for (int p = 0; p < pages; ++p) table[p] = pages - p;  // page 0 unused
+  DeviceMemory<bf16> d_cache(as_bf16(cache));
+  DeviceMemory<int32_t> d_table(table);
+  kernels::PagedKv kv;
+  kv.base = d_cache.get();
+  kv.page_table = d_table.get();
+  kv.layers = layers;
+  kv.kv_heads = kv_heads;
+  kv.head_dim = d;
+  kv.page_size = page_size;
+  DeviceMemory<bf16> d_shard(as_bf16(std::vector<float>(size_t(2) * kv_heads * rows * d, kNaN)));
+  kernels::pack_kv_rows(kv, layer, rows, d_shard.get(), nullptr);
+  EXPECT_SYNCED();
+  const std::vector<float> shard = test::as_float(d_shard.read());
+  for (int half = 0; half < 2; ++half)
+    for (int h = 0; h < kv_heads; ++h)
+      for (int r = 0; r < rows; ++r)
+        for (int c = 0; c < d; ++c) {
+          const int64_t page = table[r / page_size], slot = r % page_size;
+          const float want = cache[(page * layers + layer) * page_layer + half * page_layer / 2 +
+                                   (int64_t(h) * page_size + slot) * d + c];
+          ASSERT_EQ(shard[((size_t(half) * kv_heads + h) * rows + r) * d + c], want)
+              << "half " << half << " head " << h << " row " << r;
+        }
+}

@@ -521,6 +521,24 @@ void CpuStageCompute::write_kv_share(int prompt, int64_t pos0, int count, const 
   store_rows(prompt, local0, n, k.data(), v.data());
 }
 
+void CpuStageCompute::gather_cp_rows(float* state, int64_t start, int length) {
+  const int ranks = cp_ring_->ranks(), me = cp_ring_->rank();
+  const int64_t h = config_.hidden_size;
+  std::vector<int64_t> counts(static_cast<size_t>(ranks));
+  for (int j = 0; j < ranks; ++j) counts[static_cast<size_t>(j)] = sched::cp_share(start, length, ranks, j).rows() * h;
+  std::vector<float> all(me == 0 ? static_cast<size_t>(length * h) : 0);
+  cp_ring_->gather_to_first(state, counts, all.data());  // (the slot is only read before rank 0 writes it)
+  if (me != 0) return;
+  const float* from = all.data();
+  for (int j = 0; j < ranks; ++j) {  // rank j's rows, its two pieces, into their positions
+    const sched::CpShare theirs = sched::cp_share(start, length, ranks, j);
+    for (const sched::RowRun& run : {theirs.first, theirs.second}) {
+      std::copy(from, from + run.count * h, state + (run.pos - start) * h);
+      from += run.count * h;
+    }
+  }
+}
+
 sched::CpWidths CpuStageCompute::cp_widths() const {
   if (!config_.is_mla()) return sched::CpWidths::grouped_query(shape_.heads, shape_.kv_heads, shape_.head_dim);
   return sched::CpWidths::latent(shape_.heads, config_.mla.latent_width(), shape_.head_dim, shape_.v_head_dim);

@@ -25,16 +25,6 @@ constexpr float kNoKey = -std::numeric_limits<float>::infinity();
 
 using sched::RowRun;
 
-// How many of a rank's rows (runs, sorted by position) a query at `pos` sees.
-int32_t visible_rows(const std::vector<RowRun>& runs, int64_t pos) {
-  int64_t n = 0;
-  for (const RowRun& run : runs) {
-    if (run.pos > pos) break;
-    n += std::min<int64_t>(run.count, pos + 1 - run.pos);
-  }
-  return static_cast<int32_t>(n);
-}
-
 }  // namespace
 
 GqaRingKeys::GqaRingKeys(const kv::KvLayerView& kv, int heads, float scale, PartialWorkspace& ws)
@@ -83,7 +73,7 @@ void attend_block(const float* q, int64_t q_stride, const std::vector<int64_t>& 
   const int n = static_cast<int>(sched::rows_in(runs));
   ws.visible.resize(static_cast<size_t>(m));
   for (int i = 0; i < m; ++i)
-    ws.visible[static_cast<size_t>(i)] = visible_rows(runs, positions[static_cast<size_t>(i)]);
+    ws.visible[static_cast<size_t>(i)] = sched::rows_seen(runs, positions[static_cast<size_t>(i)]);
   if (m > 0) keys.attend(q, q_stride, m, ws.visible.data(), shard, n, out, out_stride, lse);
 }
 

@@ -7,6 +7,7 @@
 #include "compute/cuda/cuda_stage_compute.hpp"
 #include "dist/checked_step.hpp"
 #include "dist/device_all_reduce.hpp"
+#include "dist/device_cp_ring.hpp"
 #include "dist/device_transports.hpp"
 #include "dist/nccl_comms.hpp"
 #include "dist/wait.hpp"
@@ -44,6 +45,10 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
       throw UserError(
           "--backend cuda needs head_dim 32, 48, 64 or 128 (this model: " + std::to_string(config.head_dim) +
           ") and --page-size a multiple of 64 (given: " + std::to_string(request.page_size) + ")");
+    if (config.is_mla() && topo.cp > 1)
+      throw UserError(
+          "--cp on --backend cuda covers grouped-query attention so far, not multi-head latent "
+          "attention (MLA): use --backend cpu, or leave out --cp");
     const model::MoeConfig& moe = config.moe;
     if (config.is_moe() && !kernels::router_supports(moe.experts, moe.experts_per_token, moe.groups))
       throw UserError("--backend cuda's router holds each token's " + std::to_string(moe.experts) +
@@ -65,6 +70,12 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
     else
       backend.all_reduce = std::make_unique<dist::StagedAllReduce>(topo.tp_comm, forward);
   }
+  if (topo.cp > 1) {  // the ring attention's exchanges, on the forward stream too
+    if (nccl)
+      backend.cp_ring = std::make_unique<dist::NcclCpRing>(comms->cp, topo.cp, topo.cp_rank, forward);
+    else
+      backend.cp_ring = std::make_unique<dist::StagedCpRing>(topo.cp_comm, forward);
+  }
   // The rank's CPU threads (its cores, shared with the node's other ranks: rank_threads.hpp)
   // read and convert the weights. Each layer goes to the device as soon as it is read: the
   // host holds one layer's float32 copy at a time, never the stage's (8B: 0.9 GB, not 28 GB).
@@ -74,7 +85,8 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
   device_weights.upload_ends(load_weights(
       [&](model::LayerWeights&& layer) { device_weights.layers.push_back(DeviceWeights::upload_layer(layer)); }));
   auto compute = std::make_unique<CudaStageCompute>(config, shard, std::move(device_weights), request.page_size,
-                                                    request.max_chunk_tokens, forward, backend.all_reduce.get());
+                                                    request.max_chunk_tokens, forward, backend.all_reduce.get(),
+                                                    backend.cp_ring.get(), request.cp_attention);
 
   int pages = 0;
   dist::checked_step(MPI_COMM_WORLD, [&] {

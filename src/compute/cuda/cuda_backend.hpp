@@ -12,14 +12,16 @@
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"
+#include "sched/context_split.hpp"
 
 namespace pf::cuda {
 
 struct CudaBackendRequest {
   std::string transport;  // "nccl", or "mpi": staged through host memory
   int page_size = 0;
-  double kv_memory_fraction = 0;  // of the device memory left after weights and workspace
-  int max_chunk_tokens = 0;       // workspace reserved before the KV pool is sized
+  double kv_memory_fraction = 0;                                // of the device memory left after weights and workspace
+  int max_chunk_tokens = 0;                                     // workspace reserved before the KV pool is sized
+  sched::CpAttention cp_attention = sched::CpAttention::kAuto;  // --cp-attention
 };
 
 // The GPU's KV rule: the pool holds the longest prompt (plus the profile's room as far as

@@ -5,8 +5,10 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstring>
 #include <functional>
+#include <optional>
 #include <thread>
 
 #include "compute/cpu/elementwise.hpp"  // rms_norm: the final norm of --hidden-states rows on the host
@@ -30,7 +32,8 @@ void nap_until(const std::function<bool()>& ready) {
 
 CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard,
                                    DeviceWeights weights, int page_size, int max_chunk_tokens, cudaStream_t forward,
-                                   dist::TpAllReduce* all_reduce)
+                                   dist::TpAllReduce* all_reduce, dist::CpRing* cp_ring,
+                                   sched::CpAttention cp_attention)
     : config_(config),
       shard_(shard),
       shape_(config, shard),
@@ -39,12 +42,21 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
       page_size_(page_size),
       forward_stream_(forward ? forward : create_forward_stream()),
       all_reduce_(all_reduce),
-      rope_scale_(model::rope_scale(config)) {
+      rope_scale_(model::rope_scale(config)),
+      cp_ring_(cp_ring && cp_ring->ranks() > 1 ? cp_ring : nullptr),
+      cp_attention_(cp_attention) {
   if (recipe_.tensor_parallel && !all_reduce_)
     fail("pipefill", "CudaStageCompute", "tp > 1 needs a TP all-reduce", __FILE__, __LINE__);
   if (config_.is_moe())
     moe_ = std::make_unique<MoeOnGpu>(config_, shard_, [this](cudaEvent_t event) { wait_event(event); });
   if (config_.is_mla()) latent_ = std::make_unique<LatentOnGpu>(config_, shard_);
+  if (cp_ring_ && config_.is_mla())  // (cuda_backend.cpp refuses it first)
+    fail("pipefill", "CudaStageCompute", "context parallelism covers grouped-query attention on cuda", __FILE__,
+         __LINE__);
+  if (cp_ring_)
+    ring_ = std::make_unique<RingOnGpu>(
+        *cp_ring_, forward_stream_,
+        [this](void* device, const void* host, size_t bytes) { upload_async(device, host, bytes); });
   CUDA_CHECK(cudaStreamCreateWithFlags(&copy_stream_, cudaStreamNonBlocking));
   CUDA_CHECK(cudaEventCreateWithFlags(&forward_done_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
@@ -183,10 +195,16 @@ cudaEvent_t CudaStageCompute::take_event() {
 // cuBLASLt GEMMs read bf16 buffers and write float ones; kernels/ do the rest.
 class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
  public:
-  LayerOnGpu(CudaStageCompute& stage, const compute::ChunkContext& chunk, float* hidden)
+  // With CP (`ring`), the rows are this rank's share of the chunk and its K/V go to the cache
+  // from row `local0` on; else the chunk's tokens at their positions.
+  LayerOnGpu(CudaStageCompute& stage, const compute::ChunkContext& chunk, float* hidden, int rows, int64_t local0,
+             const cpu::RingChunk* ring)
       : g_(stage),
         shape_(stage.shape_),
         chunk_(chunk),
+        t_(rows),
+        local0_(local0),
+        ring_(ring),
         hidden_(hidden),
         stream_(stage.forward_stream_),
         eps_(static_cast<float>(stage.config_.rms_norm_eps)) {
@@ -207,47 +225,57 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
 
   void rms_norm(compute::Norm norm) override {
     const int h = shape_.hidden;
-    kernels::rms_norm_rows(hidden_, chunk_.tokens, h, h, compute::weight_of(*w_, norm).data(), eps_, g_.normed_.data(),
-                           h, stream_);
+    kernels::rms_norm_rows(hidden_, t_, h, h, compute::weight_of(*w_, norm).data(), eps_, g_.normed_.data(), h,
+                           stream_);
   }
 
   void project(compute::Buffer in, compute::Projection projection, compute::Buffer out) override {
-    g_.gemm_.linear(gemm_input(in), chunk_.tokens, shape_.in_width(projection),
-                    compute::weight_of(*w_, projection).data(), shape_.out_width(projection), float_buffer(out),
-                    stream_);
+    g_.gemm_.linear(gemm_input(in), t_, shape_.in_width(projection), compute::weight_of(*w_, projection).data(),
+                    shape_.out_width(projection), float_buffer(out), stream_);
   }
 
   // The GEMM adds into the residual stream itself (beta = 1).
   void project_onto_residual(compute::Buffer in, compute::Projection projection) override {
-    g_.gemm_.linear(gemm_input(in), chunk_.tokens, shape_.in_width(projection),
-                    compute::weight_of(*w_, projection).data(), shape_.out_width(projection), hidden_, stream_,
-                    /*beta=*/1.0f);
+    g_.gemm_.linear(gemm_input(in), t_, shape_.in_width(projection), compute::weight_of(*w_, projection).data(),
+                    shape_.out_width(projection), hidden_, stream_, /*beta=*/1.0f);
   }
 
   void add_qkv_bias() override {
     const int width = shape_.qkv_width();
-    kernels::bias_add(g_.qkv_.data(), chunk_.tokens, width, width, w_->qkv_bias.data(), stream_);
+    kernels::bias_add(g_.qkv_.data(), t_, width, width, w_->qkv_bias.data(), stream_);
   }
 
   void qk_norm() override {
     float* q = g_.qkv_.data();
-    const int t = chunk_.tokens, d = shape_.head_dim, stride = shape_.qkv_width();
+    const int t = t_, d = shape_.head_dim, stride = shape_.qkv_width();
     kernels::rms_norm_heads(q, t, shape_.heads, d, stride, w_->q_norm.data(), eps_, stream_);
     kernels::rms_norm_heads(q + shape_.q_width(), t, shape_.kv_heads, d, stride, w_->k_norm.data(), eps_, stream_);
   }
 
-  // The q and k heads in one launch.
+  // The q and k heads in one launch (with CP, one a piece: each at its own positions).
   void rope() override {
-    kernels::rope(g_.qkv_.data(), chunk_.tokens, shape_.qkv_width(), shape_.heads, shape_.kv_heads, shape_.q_width(),
-                  shape_.head_dim, chunk_.pos0, g_.inv_freq_.data(), g_.rope_scale_, stream_);
+    const auto rope_rows = [&](int row, int count, int64_t pos) {
+      if (count == 0) return;
+      kernels::rope(g_.qkv_.data() + static_cast<int64_t>(row) * shape_.qkv_width(), count, shape_.qkv_width(),
+                    shape_.heads, shape_.kv_heads, shape_.q_width(), shape_.head_dim, pos, g_.inv_freq_.data(),
+                    g_.rope_scale_, stream_);
+    };
+    if (!ring_) return rope_rows(0, t_, chunk_.pos0);
+    rope_rows(0, ring_->mine.first.count, ring_->mine.first.pos);
+    rope_rows(ring_->mine.first.count, ring_->mine.second.count, ring_->mine.second.pos);
   }
 
   void append_kv() override {
     const float* k = g_.qkv_.data() + shape_.q_width();
-    kernels::kv_append(kv_, layer_, chunk_.pos0, chunk_.tokens, k, k + shape_.kv_width(), shape_.qkv_width(), stream_);
+    kernels::kv_append(kv_, layer_, local0_, t_, k, k + shape_.kv_width(), shape_.qkv_width(), stream_);
   }
 
   void attention() override {
+    if (ring_) {
+      const float scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
+      return g_.ring_->attend(g_.qkv_.data(), shape_.qkv_width(), kv_, layer_, local0_ + t_, shape_.heads, scale,
+                              g_.attn_.data());
+    }
     kernels::AttentionArgs args;
     args.q = g_.qkv_.data();
     args.q_stride = shape_.qkv_width();
@@ -262,9 +290,7 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
     CUDA_CHECK_LAUNCH();
   }
 
-  void swiglu() override {
-    kernels::swiglu(g_.gate_up_.data(), chunk_.tokens, shape_.intermediate, g_.act_.data(), stream_);
-  }
+  void swiglu() override { kernels::swiglu(g_.gate_up_.data(), t_, shape_.intermediate, g_.act_.data(), stream_); }
 
   // The query heads into kQkv, the latent rows kept by LatentOnGpu.
   void latent_projections() override {
@@ -283,26 +309,23 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
                           stream_);
   }
 
-  void route() override { g_.moe_->route(g_.normed_.data(), chunk_.tokens, *w_, stream_); }
+  void route() override { g_.moe_->route(g_.normed_.data(), t_, *w_, stream_); }
 
   void routed_experts() override {
     const size_t experts = static_cast<size_t>(g_.config_.moe.experts);
     g_.expert_rows_.resize(g_.weights_.layers.size() * experts);
-    g_.moe_->routed_experts(g_.normed_.data(), chunk_.tokens, *w_, g_.gemm_, g_.proj_.data(),
+    g_.moe_->routed_experts(g_.normed_.data(), t_, *w_, g_.gemm_, g_.proj_.data(),
                             g_.expert_rows_.data() + layer_ * experts, stream_);
   }
 
   void shared_expert() override {
-    g_.moe_->shared_expert(g_.normed_.data(), chunk_.tokens, *w_, g_.gemm_, g_.proj_.data(), stream_);
+    g_.moe_->shared_expert(g_.normed_.data(), t_, *w_, g_.gemm_, g_.proj_.data(), stream_);
   }
 
-  void all_reduce(compute::Buffer role) override {
-    g_.all_reduce_->sum(float_buffer(role), chunk_.tokens * shape_.width(role));
-  }
+  void all_reduce(compute::Buffer role) override { g_.all_reduce_->sum(float_buffer(role), t_ * shape_.width(role)); }
 
   void add_to_residual(compute::Buffer role) override {
-    kernels::residual_add(hidden_, float_buffer(role), static_cast<int64_t>(chunk_.tokens) * shape_.width(role),
-                          stream_);
+    kernels::residual_add(hidden_, float_buffer(role), static_cast<int64_t>(t_) * shape_.width(role), stream_);
   }
 
  private:
@@ -337,6 +360,9 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
   CudaStageCompute& g_;
   const compute::LayerShape& shape_;
   const compute::ChunkContext& chunk_;
+  const int t_;                 // rows computed here
+  const int64_t local0_;        // the cache row of the first
+  const cpu::RingChunk* ring_;  // CP: this rank's share, every rank's rows
   float* const hidden_;
   const cudaStream_t stream_;
   const float eps_;
@@ -347,9 +373,19 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
 
 void CudaStageCompute::forward(const compute::ChunkContext& chunk, float* hidden) {
   if (!pages_) fail("pipefill", "CudaStageCompute::forward", "allocate_kv() was not called", __FILE__, __LINE__);
-  ensure_workspace(chunk.tokens);
-  pages_->reserve(chunk.prompt, chunk.pos0 + chunk.tokens);
+  std::optional<cpu::RingChunk> ring;
+  int64_t local0 = chunk.pos0;
+  int rows = chunk.tokens;
+  if (cp_ring_) {
+    ring.emplace();
+    begin_cp_chunk(chunk, *ring, local0);
+    rows = ring->mine.rows();
+  }
+  ensure_workspace(std::max(rows, 1));
+  pages_->reserve(chunk.prompt, local0 + rows);
+  if (ring && local0 % page_size_ != 0 && rows > 0) privatize_page_of(chunk.prompt, local0);
   upload_page_table(chunk.prompt);
+  if (ring) ring_->begin_chunk(*ring);
   const bool timed = clock_origin_ != nullptr && chunk.micro_batch >= 0;
   PendingSpan span{chunk.micro_batch, nullptr, nullptr};
   if (timed) {
@@ -357,9 +393,10 @@ void CudaStageCompute::forward(const compute::ChunkContext& chunk, float* hidden
     span.end = take_event();
     CUDA_CHECK(cudaEventRecord(span.start, forward_stream_));
   }
-  LayerOnGpu ops(*this, chunk, hidden);
+  LayerOnGpu ops(*this, chunk, hidden, rows, local0, ring ? &*ring : nullptr);
   compute::forward_layers(ops, static_cast<int>(weights_.layers.size()), recipe_);
   CUDA_CHECK_LAUNCH();
+  if (cp_ring_) cp_counts_.bytes_sent = cp_ring_->bytes_sent();
   if (timed) {
     CUDA_CHECK(cudaEventRecord(span.end, forward_stream_));
     spans_.push_back(span);
@@ -430,9 +467,18 @@ void CudaStageCompute::final_norm(const float* hidden, int rows, float* normed) 
 void CudaStageCompute::finish_prompt(int prompt) {
   // Later kernels that reuse these pages run after this prompt's, in stream order.
   if (pages_) pages_->release(prompt);
+  cp_rows_.erase(prompt);
 }
 
 void CudaStageCompute::prepare_prefix(int prompt, int64_t prefix, int tokens) {
+  if (cp_ring_) {  // this rank's share of the prefix, cut as one chunk; the chunk is forward()'s
+    const int ranks = cp_ring_->ranks(), me = cp_ring_->rank();
+    std::vector<std::vector<sched::RowRun>>& rows = cp_rows_[prompt];
+    rows.assign(static_cast<size_t>(ranks), {});
+    sched::append_shares(rows, 0, static_cast<int>(prefix));
+    prefix = sched::cp_share(0, static_cast<int>(prefix), ranks, me).rows();
+    tokens = sched::cp_share(prefix, tokens, ranks, me).rows();
+  }
   pages_->reserve(prompt, prefix + tokens);
   // Attention's cost does not depend on the values; random, never zeros or garbage.
   kernels::fill_uniform_bf16(kv_storage_.data(), static_cast<int64_t>(kv_storage_.size()),
@@ -441,7 +487,73 @@ void CudaStageCompute::prepare_prefix(int prompt, int64_t prefix, int tokens) {
 }
 
 int64_t CudaStageCompute::capacity_tokens() const {
-  return pages_ ? static_cast<int64_t>(pages_->num_pages()) * page_size_ : 0;
+  const int64_t held = pages_ ? static_cast<int64_t>(pages_->num_pages()) * page_size_ : 0;
+  if (!cp_ring_) return held;
+  // With CP a rank holds its share of a profiled prefix (cut as one chunk) and chunk: at most
+  // two rows more than 1/ranks of each.
+  return std::max<int64_t>(0, held - 4) * cp_ring_->ranks();
+}
+
+void CudaStageCompute::begin_cp_chunk(const compute::ChunkContext& chunk, cpu::RingChunk& ring, int64_t& local0) {
+  const int ranks = cp_ring_->ranks(), me = cp_ring_->rank();
+  std::vector<std::vector<sched::RowRun>>& rows = cp_rows_[chunk.prompt];
+  rows.resize(static_cast<size_t>(ranks));
+  local0 = sched::rows_in(rows[static_cast<size_t>(me)]);
+  sched::append_shares(rows, chunk.pos0, chunk.tokens);
+  ring.mine = sched::cp_share(chunk.pos0, chunk.tokens, ranks, me);
+  ring.rows = &rows;
+  ring.start = chunk.pos0;
+  ring.tokens = chunk.tokens;
+  // The ring moves bf16 K and V: 2 bytes an element, half a float's.
+  const sched::CpWidths widths = sched::CpWidths::grouped_query(shape_.heads, shape_.kv_heads, shape_.head_dim, 2);
+  ring.variant = sched::cp_attention_for_chunk(cp_attention_, chunk.pos0, chunk.tokens, ranks, widths);
+  const long long layers = static_cast<long long>(weights_.layers.size());
+  (ring.variant == sched::CpAttention::kPassQ ? cp_counts_.pass_q_steps : cp_counts_.pass_kv_steps) += layers;
+}
+
+void CudaStageCompute::privatize_page_of(int prompt, int64_t row) {
+  const auto [old, fresh] = pages_->privatize(prompt, static_cast<size_t>(row / page_size_));
+  if (old == fresh) return;
+  const kv::KvShape shape = kv_shape();
+  const int64_t page_elements = shape.layers * shape.floats_per_page_layer();  // (every layer's rows of the page)
+  CUDA_CHECK(cudaMemcpyAsync(kv_storage_.data() + fresh * page_elements, kv_storage_.data() + old * page_elements,
+                             sizeof(bf16) * page_elements, cudaMemcpyDeviceToDevice, forward_stream_));
+}
+
+void CudaStageCompute::share_prefix(int source, int dest, int64_t tokens) {
+  if (!cp_ring_) return pages_->share(source, dest, tokens);
+  // With CP, this rank's rows of the prefix are those of its runs before `tokens`: the pages
+  // holding them are shared, the last perhaps partly filled (forward copies it first).
+  const std::vector<std::vector<sched::RowRun>>& from = cp_rows_.at(source);
+  std::vector<std::vector<sched::RowRun>>& to = cp_rows_[dest];
+  to.assign(from.size(), {});
+  for (size_t j = 0; j < from.size(); ++j)
+    for (const sched::RowRun& run : from[j])
+      if (run.pos < tokens)
+        to[j].push_back({run.pos, static_cast<int>(std::min<int64_t>(run.count, tokens - run.pos))});
+  const int64_t rows = sched::rows_in(to[static_cast<size_t>(cp_ring_->rank())]);
+  pages_->share(source, dest, (rows + page_size_ - 1) / page_size_ * page_size_);
+}
+
+// The last stage's CP ranks' rows to CP rank 0, into their positions in its slot (device).
+void CudaStageCompute::gather_cp_rows(float* state, int64_t start, int length) {
+  const int ranks = cp_ring_->ranks(), me = cp_ring_->rank();
+  const int64_t h = config_.hidden_size;
+  std::vector<int64_t> counts(static_cast<size_t>(ranks));
+  for (int j = 0; j < ranks; ++j) counts[static_cast<size_t>(j)] = sched::cp_share(start, length, ranks, j).rows() * h;
+  cp_gathered_.ensure(me == 0 ? std::max<int64_t>(length * h, 1) : 1);
+  cp_ring_->gather_to_first(state, counts, cp_gathered_.data());
+  if (me != 0) return;
+  int64_t from = 0;
+  for (int j = 0; j < ranks; ++j) {
+    const sched::CpShare theirs = sched::cp_share(start, length, ranks, j);
+    for (const sched::RowRun& run : {theirs.first, theirs.second}) {
+      if (run.count > 0)
+        CUDA_CHECK(cudaMemcpyAsync(state + (run.pos - start) * h, cp_gathered_.data() + from,
+                                   sizeof(float) * run.count * h, cudaMemcpyDeviceToDevice, forward_stream_));
+      from += run.count * h;
+    }
+  }
 }
 
 void CudaStageCompute::synchronize() {

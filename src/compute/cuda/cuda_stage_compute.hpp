@@ -17,20 +17,24 @@
 #include <deque>
 #include <functional>
 #include <memory>
+#include <unordered_map>
 #include <vector>
 
 #include "compute/cuda/device_weights.hpp"
 #include "compute/cuda/latent_on_gpu.hpp"
 #include "compute/cuda/lt_gemm.hpp"
 #include "compute/cuda/moe_on_gpu.hpp"
+#include "compute/cuda/ring_on_gpu.hpp"
 #include "compute/decoder_layer.hpp"
 #include "compute/stage_compute.hpp"
 #include "device/device_array.hpp"
+#include "dist/cp_ring.hpp"
 #include "dist/tp_all_reduce.hpp"
 #include "kvcache/page_table.hpp"
 #include "kvcache/paged_kv_pool.hpp"
 #include "model/config.hpp"
 #include "model/weights.hpp"
+#include "sched/context_split.hpp"
 
 namespace pf::cuda {
 
@@ -41,10 +45,12 @@ class CudaStageCompute final : public compute::StageCompute {
   // from allocate_kv(), once the caller has sized it from free_device_bytes().
   // `forward`: the stream everything is enqueued on, owned from here on (null: a new one);
   // a TP reducer built before this enqueues on it too. `all_reduce`: null when tp == 1,
-  // else it must outlive this.
+  // else it must outlive this. `cp_ring` (device buffers, dist/device_cp_ring.hpp): null when
+  // cp == 1, else it must outlive this; the stage's CP group, attending by `cp_attention`.
   CudaStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard, DeviceWeights weights,
                    int page_size, int max_chunk_tokens, cudaStream_t forward = nullptr,
-                   dist::TpAllReduce* all_reduce = nullptr);
+                   dist::TpAllReduce* all_reduce = nullptr, dist::CpRing* cp_ring = nullptr,
+                   sched::CpAttention cp_attention = sched::CpAttention::kAuto);
   // A stream of the kind forward() runs on, for a caller that builds the reducer first.
   static cudaStream_t create_forward_stream();
   ~CudaStageCompute() override;
@@ -71,7 +77,9 @@ class CudaStageCompute final : public compute::StageCompute {
   void summarize_vocab_rows(const float* hidden, int rows, const int32_t* targets, const compute::SummaryShape& shape,
                             std::byte* records) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
-  void share_prefix(int source, int dest, int64_t tokens) override { pages_->share(source, dest, tokens); }
+  void share_prefix(int source, int dest, int64_t tokens) override;
+  void gather_cp_rows(float* state, int64_t start, int length) override;
+  compute::CpCounts cp_counts() const override { return cp_counts_; }
   // --save-kv, --kv-store: rows of the bf16 cache to and from host floats (exact both ways
   // for values the cache holds), in read_kv's [layers][kv_heads][count][head_dim] layout.
   void read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const override;
@@ -100,6 +108,9 @@ class CudaStageCompute final : public compute::StageCompute {
   // forward stream's work so far, waited for through the waiter (the watchdog): the logits,
   // scored rows, hidden rows and KV pages all leave the device this way.
   void copy_to_host_after_forward(const std::function<void(cudaStream_t)>& enqueue) const;
+  // Context parallelism: a chunk's share of this rank, every rank's rows of the prompt so far.
+  void begin_cp_chunk(const compute::ChunkContext& chunk, cpu::RingChunk& ring, int64_t& local0);
+  void privatize_page_of(int prompt, int64_t row);  // a shared, partly filled page: copied first
 
   model::ModelConfig config_;
   model::ShardSpec shard_;
@@ -115,6 +126,13 @@ class CudaStageCompute final : public compute::StageCompute {
   std::unique_ptr<MoeOnGpu> moe_;        // MoE models
   std::vector<int64_t> expert_rows_;     // [local layers][experts]: rows routed so far
   std::unique_ptr<LatentOnGpu> latent_;  // MLA models
+  // Context parallelism: the ring, how it attends, per prompt every CP rank's cached rows.
+  dist::CpRing* cp_ring_;
+  sched::CpAttention cp_attention_;
+  std::unordered_map<int, std::vector<std::vector<sched::RowRun>>> cp_rows_;
+  std::unique_ptr<RingOnGpu> ring_;
+  compute::CpCounts cp_counts_;
+  DeviceArray<float> cp_gathered_;  // gather_cp_rows: every rank's rows, in rank order
 
   // Workspace for one chunk.
   int workspace_tokens_ = 0;

@@ -110,6 +110,17 @@ cudaError_t cudaMemcpyAsync(void* dst, const void* src, size_t bytes, cudaMemcpy
   return cudaSuccess;
 }
 
+cudaError_t cudaMemcpy2DAsync(void* dst, size_t dst_pitch, const void* src, size_t src_pitch, size_t width,
+                              size_t height, cudaMemcpyKind, cudaStream_t stream) {
+  auto lock = hold();
+  SimDevice& device = SimDevice::get();
+  device.enqueue(device.stream(stream), [=] {
+    for (size_t row = 0; row < height; ++row)
+      std::memmove(static_cast<char*>(dst) + row * dst_pitch, static_cast<const char*>(src) + row * src_pitch, width);
+  });
+  return cudaSuccess;
+}
+
 cudaError_t cudaMemcpy(void* dst, const void* src, size_t bytes, cudaMemcpyKind kind) {
   auto lock = hold();
   SimDevice& device = SimDevice::get();
