@@ -558,24 +558,11 @@ void check_backend_supports(const RunOptions& o) {
       throw UserError(compute::refusal(o.placement.backend, a.product, a.flag));
 }
 
-// What --cp does not cover yet, refused before anything runs.
+// --cp-attention without --cp, refused before anything runs (what a backend cannot do with
+// --cp, its factory refuses: MLA on cuda).
 void check_context_parallel(const RunOptions& o) {
-  if (o.cp == 1) {
-    if (o.cp_attention != "auto") throw UserError("--cp-attention chooses how CP ranks attend: add --cp 2 or more");
-    return;
-  }
-  if (o.placement.backend != compute::BackendKind::kCuda) return;
-  const struct {
-    bool asked;
-    const char* flag;
-  } not_yet[] = {{!o.save_kv.empty(), "--save-kv"},
-                 {!o.kv_store.empty(), "--kv-store"},
-                 {!o.checkpoint_every.empty(), "--checkpoint-every"}};
-  for (const auto& n : not_yet)
-    if (n.asked)
-      throw UserError(std::string(n.flag) +
-                      " does not run with --cp on --backend cuda yet (it does on --backend cpu): drop --cp, or "
-                      "the flag");
+  if (o.cp == 1 && o.cp_attention != "auto")
+    throw UserError("--cp-attention chooses how CP ranks attend: add --cp 2 or more");
 }
 
 void check_token_rows_fit(const RunOptions& o, int set_size) {

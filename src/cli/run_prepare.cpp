@@ -98,7 +98,6 @@ void open_checkpoints(PreparedRun& run) {
   if (!compute::supports(backend, compute::Product::kKvExport) ||
       !compute::supports(backend, compute::Product::kKvStore))
     return;
-  if (backend == compute::BackendKind::kCuda && run.topo.cp > 1) return;  // not yet: a stop finishes the prompts
   pipeline::CheckpointSettings settings;
   settings.dir = options.output + ".checkpoint";
   settings.interval_s = options.checkpoint_interval_s;

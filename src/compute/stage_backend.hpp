@@ -27,7 +27,8 @@ struct StageBackend {
   // The TP all-reduce the compute sums its row-parallel partials with (null when tp == 1 or
   // for the emulator, whose modelled time includes it). The stage loop reads its counters.
   std::unique_ptr<dist::TpAllReduce> all_reduce;
-  std::unique_ptr<dist::CpRing> cp_ring;  // cpu and cuda with cp > 1: the stage's CP group
+  std::unique_ptr<dist::CpRing> cp_ring;       // cpu and cuda with cp > 1: the stage's CP group
+  std::unique_ptr<dist::CpRing> host_cp_ring;  // cuda with cp > 1: the group on host memory (KV rows)
   std::unique_ptr<StageCompute> compute;
   // What this rank's weights loader read, block by block (empty for the emulator): the
   // pieces of the weights' identity (pipeline::agree_on_weights_identity).

@@ -14,7 +14,10 @@
 #   checkpoint  a cuda run of one 1500-token prompt stopped inside it (SIGUSR1): it checkpoints
 #           the prompt through the cuda backend's read_kv and exits 75; --resume restores it
 #           (/restored_tokens) and its logits equal the uninterrupted cuda run's; stopped again
-#           and resumed at tp 2 x pp 1 (another layout), within bf16's 1e-2
+#           and resumed at tp 2 x pp 1 (another layout), within bf16's 1e-2. With --cp 2 first
+#           among the arguments (and 4 ranks), the checkpoint is CP rank 0's gathered rows, and the
+#           resume spreads them evenly over the CP ranks: within PF_RESUME_RTOL, not bit-identical.
+#           PF_LONG_TOKENS: the prompt's length (1500)
 # PF_PRESET: the model (default tiny; tiny-mla exports and stores MLA's latent rows). tiny-mla
 # routes tokens to experts, and bf16 flips near-tied choices (as in test_cuda_stage.cpp): a
 # flip changes the rows of that position in later layers (measured: 12 of 170 positions of
@@ -118,8 +121,8 @@ PY
     "$PYTHON" -c "
 import h5py, numpy as np
 with h5py.File('$work/long.h5', 'w') as f:
-    f['tokens'] = np.random.default_rng(3).integers(0, 500, 1500).astype(np.int32)
-    f['offsets'] = np.array([0, 1500], np.int64)"
+    f['tokens'] = np.random.default_rng(3).integers(0, 500, ${PF_LONG_TOKENS:-1500}).astype(np.int32)
+    f['offsets'] = np.array([0, ${PF_LONG_TOKENS:-1500}], np.int64)"
     args=(--input "$work/long.h5" --chunk-size 64 --page-size 64 --pp 2 "$@")
     cuda "${args[@]}" --output "$work/reference.h5"
     # stop_after LOG OUT ARGS...: a cuda run stopped once its first progress line is out. A
@@ -128,7 +131,7 @@ with h5py.File('$work/long.h5', 'w') as f:
     stop_after() {
       local log=$1 out=$2
       shift 2
-      PIPEFILL_TEST_MICRO_BATCH_DELAY_MS=50 timeout 600 mpirun -n 2 -x PIPEFILL_TEST_MICRO_BATCH_DELAY_MS "$cuda_bin" run --model "$model" --backend cuda --progress-interval 0.05 \
+      PIPEFILL_TEST_MICRO_BATCH_DELAY_MS=50 timeout 600 mpirun -n "$ranks" -x PIPEFILL_TEST_MICRO_BATCH_DELAY_MS "$cuda_bin" run --model "$model" --backend cuda --progress-interval 0.05 \
         --output "$out" "$@" >"$log" 2>&1 &
       launcher=$!
       on_exit "_pf_stop_run $launcher"
@@ -145,10 +148,12 @@ with h5py.File('$work/long.h5', 'w') as f:
     cuda "${args[@]}" --output "$work/out.h5" --resume
     "$PYTHON" -c "import h5py, sys; r = h5py.File(sys.argv[1])['restored_tokens'][:]; print('restored', r); assert r[0] > 0, r" \
       "$work/out.h5"
-    "$bin/tests/compare_logits" "$work/out.h5" "$work/reference.h5" --rtol 1e-6
-    # The same checkpoint, resumed on another layout (tp 2 instead of pp 2).
+    "$bin/tests/compare_logits" "$work/out.h5" "$work/reference.h5" --rtol "${PF_RESUME_RTOL:-1e-6}"
+    # The same checkpoint, resumed on another layout (tp 2 instead of pp 2, and no CP).
+    layout=("$@")
+    [ "${layout[0]:-}" != --cp ] || layout=("${layout[@]:2}")
     timeout 600 mpirun -n 2 "$cuda_bin" run --quiet --model "$model" --backend cuda --input "$work/long.h5" \
-      --chunk-size 64 --page-size 64 --tp 2 --output "$work/again.h5" --resume "$@"
+      --chunk-size 64 --page-size 64 --tp 2 --output "$work/again.h5" --resume "${layout[@]}"
     "$bin/tests/compare_logits" "$work/again.h5" "$work/reference.h5" --rtol 1e-2 ;;
   *) echo "unknown case $case"; exit 2 ;;
 esac

@@ -221,8 +221,6 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   unknown_preset) model=synthetic:enormous; expect="unknown model preset" ;;
   zero_chunk_size) extra=(--pp 2 --chunk-size 0); expect="--chunk-size must be at least 1" ;;
   cp_world_size) extra=(--pp 1 --cp 3); expect="world size is 2 ranks but --pp 1 x --cp 3 x --tp 1 needs 3" ;;
-  cp_cuda_save_kv) extra=(--cp 2 --backend cuda --save-kv "$work/kv")
-    expect="--save-kv does not run with --cp on --backend cuda yet" ;;
   cp_cuda_mla) model=synthetic:tiny-mla; extra=(--cp 2 --backend cuda)
     expect="--cp on --backend cuda covers grouped-query attention so far" ;;
   cp_emulate_profile) extra=(--cp 2 --backend emulate --cost-model "$data/cost_tiny_pp2.json" --pp 1 --dynamic-chunking)

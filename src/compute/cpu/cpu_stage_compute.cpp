@@ -12,6 +12,7 @@
 #include <random>
 #include <stdexcept>
 
+#include "compute/cp_kv_rows.hpp"
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
 #include "compute/cpu/thread_pool.hpp"
@@ -421,58 +422,18 @@ void CpuStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, 
                     });
 }
 
-// With CP a prompt's rows are spread over the group: each rank packs those it holds in the
-// range (a run of its local rows: they are sorted by position) as read_kv lays them out, CP
-// rank 0 gathers them and puts every row at its position. Collective over the CP group.
+// With CP a prompt's rows are spread over the group (compute/cp_kv_rows.hpp): collective.
 void CpuStageCompute::read_kv_of_cp_group(int prompt, int64_t pos0, int count, float* keys, float* values) const {
-  const kv::KvShape& shape = kv_pool_.shape();
-  const int ranks = cp_ring_->ranks(), me = cp_ring_->rank();
-  const std::vector<std::vector<sched::RowRun>>& rows = cp_rows_.at(prompt);
-  // Rank j's positions in [pos0, pos0 + count), in order, and (this rank) the first local row.
-  std::vector<std::vector<int64_t>> positions(static_cast<size_t>(ranks));
-  int64_t first_local = 0, local = 0;
-  for (int j = 0; j < ranks; ++j) {
-    local = 0;
-    for (const sched::RowRun& run : rows[static_cast<size_t>(j)])
-      for (int i = 0; i < run.count; ++i, ++local) {
-        const int64_t p = run.pos + i;
-        if (p < pos0 || p >= pos0 + count) continue;
-        if (j == me && positions[static_cast<size_t>(j)].empty()) first_local = local;
-        positions[static_cast<size_t>(j)].push_back(p);
-      }
-  }
-  const int64_t block = static_cast<int64_t>(shape.layers) * shape.kv_heads * shape.head_dim;  // floats a row
-  const int halves = shape.latent ? 1 : 2;
-  std::vector<int64_t> counts(static_cast<size_t>(ranks));
-  for (int j = 0; j < ranks; ++j)
-    counts[static_cast<size_t>(j)] = halves * block * int64_t(positions[size_t(j)].size());
-  const int mine = static_cast<int>(positions[static_cast<size_t>(me)].size());
-  std::vector<float> packed(static_cast<size_t>(counts[static_cast<size_t>(me)]));
-  if (mine > 0) {  // K then V, each [layers][kv_heads][mine][head_dim]: read_kv's layout on local rows
-    float* k = packed.data();
-    float* v = shape.latent ? nullptr : packed.data() + block * mine;
-    for_each_page_run(kv_pool_, kv_pool_.pages(prompt), first_local, mine,
-                      [&](int layer, int page, int head, size_t in_page, size_t at, size_t n) {
-                        kv_pool_.load_rows(layer, page, head, false, in_page, n, k + at);
-                        if (v) kv_pool_.load_rows(layer, page, head, true, in_page, n, v + at);
-                      });
-  }
-  std::vector<float> all(me == 0 ? static_cast<size_t>(halves * block * count) : 0);
-  cp_ring_->gather_to_first(packed.data(), counts, all.data());
-  if (me != 0) return;
-  const int64_t d = shape.head_dim;
-  const float* from = all.data();
-  for (int j = 0; j < ranks; ++j) {
-    const std::vector<int64_t>& at = positions[static_cast<size_t>(j)];
-    const int64_t n = static_cast<int64_t>(at.size());
-    for (int half = 0; half < halves; ++half) {
-      float* to = half == 0 ? keys : values;
-      for (int64_t lh = 0; lh < int64_t(shape.layers) * shape.kv_heads; ++lh)
-        for (int64_t i = 0; i < n; ++i)
-          std::copy_n(from + (lh * n + i) * d, d, to + (lh * count + (at[size_t(i)] - pos0)) * d);
-      from += block * n;
-    }
-  }
+  read_cp_group_rows(
+      cp_rows_.at(prompt), *cp_ring_, kv_pool_.shape(), pos0, count,
+      [&](int64_t row0, int n, float* k, float* v) {
+        for_each_page_run(kv_pool_, kv_pool_.pages(prompt), row0, n,
+                          [&](int layer, int page, int head, size_t in_page, size_t at, size_t run) {
+                            kv_pool_.load_rows(layer, page, head, false, in_page, run, k + at);
+                            if (v) kv_pool_.load_rows(layer, page, head, true, in_page, run, v + at);
+                          });
+      },
+      keys, values);
 }
 
 void CpuStageCompute::write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) {
@@ -491,34 +452,18 @@ void CpuStageCompute::store_rows(int prompt, int64_t row0, int count, const floa
                     });
 }
 
-// With CP every rank is handed all the rows of [pos0, pos0 + count) and keeps its share of
-// them, cut as a chunk's (sched::cp_share), after the rows it holds: the range then counts as
-// a chunk of the prompt, for the ring and for read_kv. The caller hands ranges of a multiple
-// of 2 * ranks tokens (but the last), so that a long prefix is spread evenly.
+// With CP every rank is handed all the rows and keeps its share (compute/cp_kv_rows.hpp).
+// The caller hands ranges of a multiple of 2 * ranks tokens (but the last), so that a long
+// prefix is spread evenly (sched::cp_load_piece).
 void CpuStageCompute::write_kv_share(int prompt, int64_t pos0, int count, const float* keys, const float* values) {
-  const int ranks = cp_ring_->ranks(), me = cp_ring_->rank();
   std::vector<std::vector<sched::RowRun>>& rows = cp_rows_[prompt];
-  rows.resize(static_cast<size_t>(ranks));
-  const int64_t local0 = sched::rows_in(rows[static_cast<size_t>(me)]);
-  sched::append_shares(rows, pos0, count);
-  const sched::CpShare mine = sched::cp_share(pos0, count, ranks, me);
-  const int n = mine.rows();
-  if (n == 0) return;
-  const kv::KvShape& shape = kv_pool_.shape();
-  const int64_t d = shape.head_dim, blocks = int64_t(shape.layers) * shape.kv_heads;
-  const bool latent = shape.latent;
-  std::vector<float> k(static_cast<size_t>(blocks * n * d)), v(latent ? 0 : k.size());
-  int64_t row = 0;  // the run's first row among this rank's n
-  for (const sched::RowRun& run : {mine.first, mine.second}) {
-    for (int64_t b = 0; b < blocks; ++b) {
-      const int64_t to = (b * n + row) * d, from = (b * count + (run.pos - pos0)) * d;
-      std::copy_n(keys + from, run.count * d, k.data() + to);
-      if (!latent) std::copy_n(values + from, run.count * d, v.data() + to);
-    }
-    row += run.count;
-  }
-  if (local0 % shape.page_size != 0) kv_pool_.privatize_page_of(prompt, local0);  // (a shared, partly filled page)
-  store_rows(prompt, local0, n, k.data(), v.data());
+  rows.resize(static_cast<size_t>(cp_ring_->ranks()));
+  write_cp_share(rows, cp_ring_->rank(), kv_pool_.shape(), pos0, count, keys, values,
+                 [&](int64_t row0, int n, const float* k, const float* v) {
+                   if (row0 % kv_pool_.shape().page_size != 0)
+                     kv_pool_.privatize_page_of(prompt, row0);  // (a shared, partly filled page)
+                   store_rows(prompt, row0, n, k, v);
+                 });
 }
 
 void CpuStageCompute::gather_cp_rows(float* state, int64_t start, int length) {

@@ -75,6 +75,7 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
       backend.cp_ring = std::make_unique<dist::NcclCpRing>(comms->cp, topo.cp, topo.cp_rank, forward);
     else
       backend.cp_ring = std::make_unique<dist::StagedCpRing>(topo.cp_comm, forward);
+    backend.host_cp_ring = std::make_unique<dist::HostCpRing>(topo.cp_comm);
   }
   // The rank's CPU threads (its cores, shared with the node's other ranks: rank_threads.hpp)
   // read and convert the weights. Each layer goes to the device as soon as it is read: the
@@ -84,9 +85,9 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
   DeviceWeights device_weights;
   device_weights.upload_ends(load_weights(
       [&](model::LayerWeights&& layer) { device_weights.layers.push_back(DeviceWeights::upload_layer(layer)); }));
-  auto compute = std::make_unique<CudaStageCompute>(config, shard, std::move(device_weights), request.page_size,
-                                                    request.max_chunk_tokens, forward, backend.all_reduce.get(),
-                                                    backend.cp_ring.get(), request.cp_attention);
+  auto compute = std::make_unique<CudaStageCompute>(
+      config, shard, std::move(device_weights), request.page_size, request.max_chunk_tokens, forward,
+      backend.all_reduce.get(), backend.cp_ring.get(), backend.host_cp_ring.get(), request.cp_attention);
 
   int pages = 0;
   dist::checked_step(MPI_COMM_WORLD, [&] {

@@ -11,6 +11,7 @@
 #include <optional>
 #include <thread>
 
+#include "compute/cp_kv_rows.hpp"
 #include "compute/cpu/elementwise.hpp"  // rms_norm: the final norm of --hidden-states rows on the host
 #include "compute/vocab_scores.hpp"
 #include "io/safetensors.hpp"
@@ -32,7 +33,7 @@ void nap_until(const std::function<bool()>& ready) {
 
 CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard,
                                    DeviceWeights weights, int page_size, int max_chunk_tokens, cudaStream_t forward,
-                                   dist::TpAllReduce* all_reduce, dist::CpRing* cp_ring,
+                                   dist::TpAllReduce* all_reduce, dist::CpRing* cp_ring, dist::CpRing* host_cp_ring,
                                    sched::CpAttention cp_attention)
     : config_(config),
       shard_(shard),
@@ -44,6 +45,7 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
       all_reduce_(all_reduce),
       rope_scale_(model::rope_scale(config)),
       cp_ring_(cp_ring && cp_ring->ranks() > 1 ? cp_ring : nullptr),
+      host_cp_ring_(host_cp_ring),
       cp_attention_(cp_attention) {
   if (recipe_.tensor_parallel && !all_reduce_)
     fail("pipefill", "CudaStageCompute", "tp > 1 needs a TP all-reduce", __FILE__, __LINE__);
@@ -590,6 +592,14 @@ void for_each_page_run(int page_size, int64_t pos0, int count, Fn fn) {
 // The pages are copied whole (a page holds every local layer: [layer][K heads | V heads]) on
 // the copy stream once the forward stream's appends are done, then converted on the host.
 void CudaStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys, float* values) const {
+  if (!cp_ring_) return read_rows(prompt, pos0, count, keys, values);
+  // With CP the prompt's rows are spread over the group: gathered to CP rank 0 on the host.
+  compute::read_cp_group_rows(
+      cp_rows_.at(prompt), *host_cp_ring_, kv_shape(), pos0, count,
+      [&](int64_t row0, int n, float* k, float* v) { read_rows(prompt, row0, n, k, v); }, keys, values);
+}
+
+void CudaStageCompute::read_rows(int prompt, int64_t pos0, int count, float* keys, float* values) const {
   const kv::KvShape shape = kv_shape();
   const std::vector<int>& pages = pages_->pages(prompt);
   const int64_t page_elements = shape.layers * shape.floats_per_page_layer();
@@ -620,6 +630,19 @@ void CudaStageCompute::read_kv(int prompt, int64_t pos0, int count, float* keys,
 // The inverse: the touched pages are read, the rows replaced, the pages written back, all on
 // the forward stream (the chunks computed on this prefix come after it there).
 void CudaStageCompute::write_kv(int prompt, int64_t pos0, int count, const float* keys, const float* values) {
+  if (!cp_ring_) return write_rows(prompt, pos0, count, keys, values);
+  // With CP this rank keeps its share of the range, cut as a chunk's.
+  std::vector<std::vector<sched::RowRun>>& rows = cp_rows_[prompt];
+  rows.resize(static_cast<size_t>(cp_ring_->ranks()));
+  compute::write_cp_share(rows, cp_ring_->rank(), kv_shape(), pos0, count, keys, values,
+                          [&](int64_t row0, int n, const float* k, const float* v) {
+                            pages_->reserve(prompt, row0 + n);
+                            if (row0 % page_size_ != 0) privatize_page_of(prompt, row0);  // (a shared page)
+                            write_rows(prompt, row0, n, k, v);
+                          });
+}
+
+void CudaStageCompute::write_rows(int prompt, int64_t pos0, int count, const float* keys, const float* values) {
   const kv::KvShape shape = kv_shape();
   pages_->reserve(prompt, pos0 + count);
   const std::vector<int>& pages = pages_->pages(prompt);

@@ -46,11 +46,13 @@ class CudaStageCompute final : public compute::StageCompute {
   // `forward`: the stream everything is enqueued on, owned from here on (null: a new one);
   // a TP reducer built before this enqueues on it too. `all_reduce`: null when tp == 1,
   // else it must outlive this. `cp_ring` (device buffers, dist/device_cp_ring.hpp): null when
-  // cp == 1, else it must outlive this; the stage's CP group, attending by `cp_attention`.
+  // cp == 1, else it must outlive this; the stage's CP group, attending by `cp_attention`;
+  // `host_cp_ring` the same group on host memory (the KV rows of --save-kv, --kv-store and
+  // checkpoints gather there).
   CudaStageCompute(const model::ModelConfig& config, const model::ShardSpec& shard, DeviceWeights weights,
                    int page_size, int max_chunk_tokens, cudaStream_t forward = nullptr,
                    dist::TpAllReduce* all_reduce = nullptr, dist::CpRing* cp_ring = nullptr,
-                   sched::CpAttention cp_attention = sched::CpAttention::kAuto);
+                   dist::CpRing* host_cp_ring = nullptr, sched::CpAttention cp_attention = sched::CpAttention::kAuto);
   // A stream of the kind forward() runs on, for a caller that builds the reducer first.
   static cudaStream_t create_forward_stream();
   ~CudaStageCompute() override;
@@ -111,6 +113,9 @@ class CudaStageCompute final : public compute::StageCompute {
   // Context parallelism: a chunk's share of this rank, every rank's rows of the prompt so far.
   void begin_cp_chunk(const compute::ChunkContext& chunk, cpu::RingChunk& ring, int64_t& local0);
   void privatize_page_of(int prompt, int64_t row);  // a shared, partly filled page: copied first
+  // Cache rows [row0, row0 + count) of a prompt to and from host floats (read_kv's layout).
+  void read_rows(int prompt, int64_t row0, int count, float* keys, float* values) const;
+  void write_rows(int prompt, int64_t row0, int count, const float* keys, const float* values);
 
   model::ModelConfig config_;
   model::ShardSpec shard_;
@@ -128,6 +133,7 @@ class CudaStageCompute final : public compute::StageCompute {
   std::unique_ptr<LatentOnGpu> latent_;  // MLA models
   // Context parallelism: the ring, how it attends, per prompt every CP rank's cached rows.
   dist::CpRing* cp_ring_;
+  dist::CpRing* host_cp_ring_;
   sched::CpAttention cp_attention_;
   std::unordered_map<int, std::vector<std::vector<sched::RowRun>>> cp_rows_;
   std::unique_ptr<RingOnGpu> ring_;
