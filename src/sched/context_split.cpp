@@ -127,6 +127,15 @@ CpAttention cp_attention_for_chunk(CpAttention mode, int64_t prefix, int tokens,
              : CpAttention::kPassKv;
 }
 
+std::vector<std::vector<RowRun>> runs_before(const std::vector<std::vector<RowRun>>& runs, int64_t tokens) {
+  std::vector<std::vector<RowRun>> cut(runs.size());
+  for (size_t j = 0; j < runs.size(); ++j)
+    for (const RowRun& run : runs[j])
+      if (run.pos < tokens)
+        cut[j].push_back({run.pos, static_cast<int>(std::min<int64_t>(run.count, tokens - run.pos))});
+  return cut;
+}
+
 int32_t rows_seen(const std::vector<RowRun>& runs, int64_t pos) {
   int64_t n = 0;
   for (const RowRun& run : runs) {

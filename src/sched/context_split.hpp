@@ -41,6 +41,8 @@ CpShare cp_share(int64_t start, int length, int ranks, int rank);
 // A rank's rows of a prompt as runs of positions (its shares of each chunk, in order): how
 // many, and each rank's (runs.size() of them) with the chunk [start, start + length) added.
 int64_t rows_in(const std::vector<RowRun>& runs);
+// Every rank's runs cut at position `tokens`: what a prompt reusing that prefix holds of it.
+std::vector<std::vector<RowRun>> runs_before(const std::vector<std::vector<RowRun>>& runs, int64_t tokens);
 // How many of a rank's rows (runs sorted by position) a query at `pos` sees under the causal
 // mask: a prefix of them, as a rank's keys are sorted by position.
 int32_t rows_seen(const std::vector<RowRun>& runs, int64_t pos);

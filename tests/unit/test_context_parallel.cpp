@@ -213,6 +213,21 @@ TEST(RingAttention, ARowThatSeesNoKeyAddsNothing) {
   EXPECT_EQ(merged_lse[0], 1.0f);
 }
 
+// Prefix reuse with CP: an heir holds each rank's runs up to the reused length, cut there.
+TEST(ContextSplit, RunsBeforeCutEveryRanksRunsAtThePrefix) {
+  std::vector<std::vector<sched::RowRun>> runs(2);
+  sched::append_shares(runs, 0, 8);  // rank 0: [0, 2) [6, 8); rank 1: [2, 4) [4, 6)
+  sched::append_shares(runs, 8, 8);
+  const auto cut = sched::runs_before(runs, 7);
+  ASSERT_EQ(cut.size(), 2u);
+  EXPECT_EQ(sched::rows_in(cut[0]) + sched::rows_in(cut[1]), 7);
+  EXPECT_EQ(sched::rows_in(cut[0]), 3);  // [0, 2) and position 6
+  EXPECT_EQ(cut[0].back().pos, 6);
+  EXPECT_EQ(cut[0].back().count, 1);
+  EXPECT_EQ(sched::rows_seen(runs[1], 3), 2);  // positions 2 and 3
+  EXPECT_EQ(sched::rows_seen(runs[0], 5), 2);
+}
+
 // A prefix loaded in pieces (--kv-store) is spread over the CP ranks as evenly as one chunk.
 TEST(ContextSplit, LoadedPiecesSplitEvenly) {
   for (int ranks : {1, 2, 3, 4, 5})

@@ -400,14 +400,9 @@ void CpuStageCompute::share_prefix(int source, int dest, int64_t tokens) {
   // holding them are shared, the last one perhaps partly filled, which the heir copies before
   // it writes its own rows there (forward: privatize_page_of). Copied then, not now: a
   // document's many heirs all take it over at once, and each holds a copy only while it runs.
-  const std::vector<std::vector<sched::RowRun>>& from = cp_rows_.at(source);
-  std::vector<std::vector<sched::RowRun>>& to = cp_rows_[dest];
-  to.assign(from.size(), {});
-  for (size_t j = 0; j < from.size(); ++j)
-    for (const sched::RowRun& run : from[j])
-      if (run.pos < tokens)
-        to[j].push_back({run.pos, static_cast<int>(std::min<int64_t>(run.count, tokens - run.pos))});
-  const int64_t rows = sched::rows_in(to[static_cast<size_t>(cp_ring_->rank())]);
+  std::vector<std::vector<sched::RowRun>> heir = sched::runs_before(cp_rows_.at(source), tokens);
+  const int64_t rows = sched::rows_in(heir[static_cast<size_t>(cp_ring_->rank())]);
+  cp_rows_[dest] = std::move(heir);
   const int page = kv_pool_.shape().page_size;
   kv_pool_.share(source, dest, (rows + page - 1) / page * page);
 }

@@ -526,14 +526,9 @@ void CudaStageCompute::share_prefix(int source, int dest, int64_t tokens) {
   if (!cp_ring_) return pages_->share(source, dest, tokens);
   // With CP, this rank's rows of the prefix are those of its runs before `tokens`: the pages
   // holding them are shared, the last perhaps partly filled (forward copies it first).
-  const std::vector<std::vector<sched::RowRun>>& from = cp_rows_.at(source);
-  std::vector<std::vector<sched::RowRun>>& to = cp_rows_[dest];
-  to.assign(from.size(), {});
-  for (size_t j = 0; j < from.size(); ++j)
-    for (const sched::RowRun& run : from[j])
-      if (run.pos < tokens)
-        to[j].push_back({run.pos, static_cast<int>(std::min<int64_t>(run.count, tokens - run.pos))});
-  const int64_t rows = sched::rows_in(to[static_cast<size_t>(cp_ring_->rank())]);
+  std::vector<std::vector<sched::RowRun>> heir = sched::runs_before(cp_rows_.at(source), tokens);
+  const int64_t rows = sched::rows_in(heir[static_cast<size_t>(cp_ring_->rank())]);
+  cp_rows_[dest] = std::move(heir);
   pages_->share(source, dest, (rows + page_size_ - 1) / page_size_ * page_size_);
 }
 
