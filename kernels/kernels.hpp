@@ -159,10 +159,6 @@ void merge_partial(float* out, float* lse, const float* part, int64_t part_strid
 // order) packed as the shard the ring moves: keys bf16 [kv_heads][rows][head_dim], then the
 // values the same (a latent cache: its rows alone).                         (ring_attention.cu)
 void pack_kv_rows(const PagedKv& kv, int layer, int64_t rows, bf16* shard, cudaStream_t stream);
-// A CP rank's first `rows` cached rows of `layer` (the prompt's pages in kv.page_table, in
-// order) packed as the shard the ring moves: keys bf16 [kv_heads][rows][head_dim], then the
-// values the same (a latent cache: its rows alone).                         (ring_attention.cu)
-void pack_kv_rows(const PagedKv& kv, int layer, int64_t rows, bf16* shard, cudaStream_t stream);
 
 // ---- Mixture of experts ----
 // Each token's top-k experts (best first) and their weights, from its normed row x and

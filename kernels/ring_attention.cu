@@ -24,7 +24,8 @@ constexpr int kThreads = kWarps * 32;
 constexpr int kRowsPerWarp = 4;
 constexpr int kBlockRows = kWarps * kRowsPerWarp;
 constexpr int kKeyTile = 32;
-constexpr int kMaxWidth = 768;  // key or value columns: shared memory within sm_80's and sm_90's opt-in
+constexpr int kMaxWidth = 384;  // key or value columns: 96 KiB of shared memory, within sm_86's opt-in (99 KiB)
+constexpr size_t kDefaultShared = 48 * 1024;  // what a launch gets without opting in
 
 size_t shared_bytes(int key_width, int value_width) {
   return sizeof(float) * kBlockRows * (key_width + value_width) + sizeof(bf16) * kKeyTile * (key_width + value_width);
@@ -176,15 +177,13 @@ int partial_attention_max_width() {
 
 void partial_attention(const PartialAttentionArgs& args, cudaStream_t stream) {
   if (args.rows <= 0) return;
-  static bool configured = false;  // the attribute is per function, set once for the widest rows
-  if (!configured) {
-    PF_SET_MAX_DYNAMIC_SHARED(partial_attention_kernel, shared_bytes(kMaxWidth, kMaxWidth));
-    configured = true;
-  }
+  // Head dims up to 128 need 32 KiB; only wider rows opt in, to what they need (an attribute
+  // above the device's limit fails, and the launch's check reports it).
+  const size_t bytes = shared_bytes(args.key_width, args.value_width);
+  if (bytes > kDefaultShared) PF_SET_MAX_DYNAMIC_SHARED(partial_attention_kernel, bytes);
   const dim3 grid((args.rows + kBlockRows - 1) / kBlockRows, args.heads);
   const float scale_log2 = args.scale * 1.4426950408889634f;
-  PF_LAUNCH(partial_attention_kernel, grid, kThreads, shared_bytes(args.key_width, args.value_width), stream, args,
-            scale_log2);
+  PF_LAUNCH(partial_attention_kernel, grid, kThreads, bytes, stream, args, scale_log2);
 }
 
 void merge_partial(float* out, float* lse, const float* part, int64_t part_stride, const float* part_lse, int rows,

@@ -176,6 +176,7 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
   const bool restores = run.checkpoint && run.checkpoint->restored();
   if (options.kv_store.empty()) {
     if (restores) restore_prompt(prefixes, *run.checkpoint->restored(), run);
+    if (restores && run.topo.cp > 1) sched::drop_reuse_from_loaded(prefixes);  // (rank 0: restores)
     return prefixes;
   }
   // Token scores and final-norm rows are lent with the prefix (kvcache/entry_scores.hpp).
@@ -187,6 +188,7 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
       options.placement.backend, options.placement.dtype, scores, options.kv_store_limit_bytes);
   if (writer) sched::prefer_longer_outside(prefixes, run.kv_store->offers());
   if (restores) restore_prompt(prefixes, *run.checkpoint->restored(), run);
+  if (writer && run.topo.cp > 1) sched::drop_reuse_from_loaded(prefixes);
   return prefixes;
 }
 

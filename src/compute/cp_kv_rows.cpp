@@ -13,14 +13,13 @@ void read_cp_group_rows(const std::vector<std::vector<sched::RowRun>>& rows, dis
   std::vector<std::vector<int64_t>> positions(static_cast<size_t>(ranks));
   int64_t first_local = 0;
   for (int j = 0; j < ranks; ++j) {
-    int64_t local = 0;
-    for (const sched::RowRun& run : rows[static_cast<size_t>(j)])
-      for (int i = 0; i < run.count; ++i, ++local) {
-        const int64_t p = run.pos + i;
-        if (p < pos0 || p >= pos0 + count) continue;
-        if (j == me && positions[static_cast<size_t>(j)].empty()) first_local = local;
-        positions[static_cast<size_t>(j)].push_back(p);
-      }
+    int64_t local = 0;  // (each run clipped to the range: a read costs the range, not the prompt)
+    for (const sched::RowRun& run : rows[static_cast<size_t>(j)]) {
+      const int64_t lo = std::max(run.pos, pos0), hi = std::min(run.pos + run.count, pos0 + count);
+      if (lo < hi && j == me && positions[static_cast<size_t>(j)].empty()) first_local = local + (lo - run.pos);
+      for (int64_t p = lo; p < hi; ++p) positions[static_cast<size_t>(j)].push_back(p);
+      local += run.count;
+    }
   }
   const int64_t block = static_cast<int64_t>(shape.layers) * shape.kv_heads * shape.head_dim;  // floats a row
   const int halves = shape.latent ? 1 : 2;

@@ -75,9 +75,22 @@ std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int c
 
 void align_reuse_to_chunks(PrefixPlan& plan, int chunk, bool dynamic) {
   for (PrefixReuse& reuse : plan.reuse) {
-    if (reuse.source < 0) continue;  // (from outside the batch: refused with --cp)
+    if (reuse.source < 0) continue;  // (from outside the batch: loaded in even pieces)
     reuse.tokens = dynamic ? 0 : reuse.tokens / chunk * chunk;
     if (reuse.tokens == 0) reuse = {};
+  }
+}
+
+void drop_reuse_from_loaded(PrefixPlan& plan) {
+  const int n = static_cast<int>(plan.reuse.size());
+  std::vector<char> loaded(static_cast<size_t>(n), 0);  // its rows were split as loaded, not as chunks
+  std::vector<int> order = plan.order;
+  if (order.empty())
+    for (int p = 0; p < n; ++p) order.push_back(p);
+  for (int p : order) {  // (a source runs before the prompts that take from it)
+    PrefixReuse& reuse = plan.reuse[static_cast<size_t>(p)];
+    if (reuse.source >= 0 && loaded[static_cast<size_t>(reuse.source)]) reuse = {};
+    loaded[static_cast<size_t>(p)] = reuse.store_entry >= 0 || reuse.restored;
   }
 }
 

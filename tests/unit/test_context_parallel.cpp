@@ -228,6 +228,24 @@ TEST(ContextSplit, RunsBeforeCutEveryRanksRunsAtThePrefix) {
   EXPECT_EQ(sched::rows_seen(runs[0], 5), 2);
 }
 
+// A prompt does not take a prefix in the batch from one whose own rows were loaded (store or
+// checkpoint): those are split in load pieces, not at its chunks' boundaries.
+TEST(ContextSplit, NoReuseInTheBatchFromALoadedPrompt) {
+  sched::PrefixPlan plan;
+  plan.order = {2, 0, 1, 3};
+  plan.reuse.resize(4);
+  plan.reuse[2] = {256, -1, 0, false};  // from the store
+  plan.reuse[0] = {128, 2, -1, false};  // from 2: dropped
+  plan.reuse[1] = {128, 0, -1, false};  // from 0, which now computes its prefix: kept
+  plan.reuse[3] = {64, -1, -1, true};   // restored from a checkpoint
+  sched::drop_reuse_from_loaded(plan);
+  EXPECT_EQ(plan.reuse[2].tokens, 256);
+  EXPECT_EQ(plan.reuse[0].tokens, 0);
+  EXPECT_EQ(plan.reuse[0].source, -1);
+  EXPECT_EQ(plan.reuse[1].tokens, 128);
+  EXPECT_TRUE(plan.reuse[3].restored);
+}
+
 // A prefix loaded in pieces (--kv-store) is spread over the CP ranks as evenly as one chunk.
 TEST(ContextSplit, LoadedPiecesSplitEvenly) {
   for (int ranks : {1, 2, 3, 4, 5})

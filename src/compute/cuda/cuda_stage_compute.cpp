@@ -478,8 +478,10 @@ void CudaStageCompute::prepare_prefix(int prompt, int64_t prefix, int tokens) {
     std::vector<std::vector<sched::RowRun>>& rows = cp_rows_[prompt];
     rows.assign(static_cast<size_t>(ranks), {});
     sched::append_shares(rows, 0, static_cast<int>(prefix));
-    prefix = sched::cp_share(0, static_cast<int>(prefix), ranks, me).rows();
-    tokens = sched::cp_share(prefix, tokens, ranks, me).rows();
+    const int64_t local = sched::cp_share(0, static_cast<int>(prefix), ranks, me).rows();
+    const int next = sched::cp_share(prefix, tokens, ranks, me).rows();
+    prefix = local;
+    tokens = next;
   }
   pages_->reserve(prompt, prefix + tokens);
   // Attention's cost does not depend on the values; random, never zeros or garbage.
