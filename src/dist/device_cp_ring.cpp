@@ -14,18 +14,6 @@ int64_t total(const std::vector<int64_t>& counts) {
   return std::accumulate(counts.begin(), counts.end(), int64_t{0});
 }
 
-int size_of(MPI_Comm comm) {
-  int size = 1;
-  MPI_CHECK(MPI_Comm_size(comm, &size));
-  return size;
-}
-
-int rank_in(MPI_Comm comm) {
-  int rank = 0;
-  MPI_CHECK(MPI_Comm_rank(comm, &rank));
-  return rank;
-}
-
 }  // namespace
 
 void NcclCpRing::copy_local(float* to, const float* from, int64_t count) {
@@ -101,8 +89,8 @@ void NcclCpRing::gather_to_first(const float* mine, const std::vector<int64_t>& 
   copy_local(all, mine, my_count);
 }
 
-StagedCpRing::StagedCpRing(MPI_Comm cp_comm, cudaStream_t forward)
-    : CpRing(size_of(cp_comm), rank_in(cp_comm)), host_(cp_comm), forward_(forward) {}
+StagedCpRing::StagedCpRing(MPI_Comm cp_comm, int ranks, int rank, cudaStream_t forward)
+    : CpRing(ranks, rank), host_(cp_comm), forward_(forward) {}
 
 const float* StagedCpRing::to_host(const float* device, int64_t count, std::vector<float>& host) {
   host.resize(static_cast<size_t>(count));

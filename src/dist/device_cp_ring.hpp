@@ -35,7 +35,7 @@ class NcclCpRing final : public CpRing {
 
 class StagedCpRing final : public CpRing {
  public:
-  StagedCpRing(MPI_Comm cp_comm, cudaStream_t forward);
+  StagedCpRing(MPI_Comm cp_comm, int ranks, int rank, cudaStream_t forward);
   void finish_shift() override {}  // (start() has done it)
   void gather_to_first(const float* mine, const std::vector<int64_t>& counts, float* all) override;
 

@@ -74,7 +74,7 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
     if (nccl)
       backend.cp_ring = std::make_unique<dist::NcclCpRing>(comms->cp, topo.cp, topo.cp_rank, forward);
     else
-      backend.cp_ring = std::make_unique<dist::StagedCpRing>(topo.cp_comm, forward);
+      backend.cp_ring = std::make_unique<dist::StagedCpRing>(topo.cp_comm, topo.cp, topo.cp_rank, forward);
     backend.host_cp_ring = std::make_unique<dist::HostCpRing>(topo.cp_comm);
   }
   // The rank's CPU threads (its cores, shared with the node's other ranks: rank_threads.hpp)
