@@ -13,7 +13,7 @@
 #include <memory>
 #include <string>
 
-#include "cli/commands.hpp"              // defines: profile, plan, make-model, make-prompts subcommands
+#include "cli/commands.hpp"              // defines: profile, plan, simulate, advise, make-model, make-prompts
 #include "cli/options.hpp"               // defines: RunOptions and its option table
 #include "cli/run_steps.hpp"             // defines: prepare_run, run_loop, report_run
 #include "compute/cpu/blas_kernels.hpp"  // defines: choose_blas_kernels (OpenBLAS kernels by CPU features)
@@ -70,6 +70,8 @@ int main(int argc, char** argv) {
       status = cli::make_prompts_command(argc - 1, argv + 1);
     } else if (std::strcmp(command, "simulate") == 0) {
       status = cli::simulate_command(argc - 1, argv + 1);
+    } else if (std::strcmp(command, "advise") == 0) {
+      status = cli::advise_command(argc - 1, argv + 1);
     } else if (std::strcmp(command, "plan") == 0) {
       status = cli::plan_command(argc - 1, argv + 1);
     } else if (!*command || std::strcmp(command, "--help") == 0 || std::strcmp(command, "-h") == 0) {

@@ -9,5 +9,6 @@ int make_prompts_command(int argc, char** argv);
 int plan_command(int argc, char** argv);
 int profile_command(int argc, char** argv);  // SPMD: runs under mpirun like run
 int simulate_command(int argc, char** argv);
+int advise_command(int argc, char** argv);
 
 }  // namespace pf::cli

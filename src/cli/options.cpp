@@ -454,6 +454,12 @@ OptionTable<SimulateOptions> simulate_table() {
   t.add("attention-efficiency", "override the hardware file's attention efficiency", &S::attention_efficiency)
       .optional()
       .check(efficiency);
+  t.add("matmul-half-rows", "override the hardware file's GEMM rows at half efficiency", &S::matmul_half_rows)
+      .optional()
+      .check([](const double& rows) {
+        if (rows < 0 && rows != SimulateOptions::kFromHardware)
+          throw UserError("--matmul-half-rows must not be negative");
+      });
   t.add("wire-bytes",
         "bytes per activation on the wire (P2P and TP all-reduce): 4, what pipefill sends "
         "(float32), or 2 to model a system that sends bf16 (SGLang: its published figures)",
@@ -464,6 +470,42 @@ OptionTable<SimulateOptions> simulate_table() {
   t.add("timeline", "write the simulated timeline (the output file's format, no logits) to this HDF5 file",
         &S::timeline);
   t.add("json", "print the results as JSON", &S::json);
+  return t;
+}
+
+OptionTable<AdviseOptions> advise_table() {
+  using A = AdviseOptions;
+  OptionTable<A> t;
+  t.add("model-config", "the model's config.json (dense, MoE or MLA), or synthetic:PRESET", &A::model_config)
+      .required();
+  t.add("hardware", "hardware description: h20, h100, h200, cpu (hardware/NAME.json) or a JSON path", &A::hardware)
+      .required();
+  t.add("nodes", "nodes in the allocation (layouts on 1, 2, 4, ... of them are ranked too)", &A::nodes).at_least_one();
+  t.add("gpus-per-node", "devices a node (default: the hardware file's gpus_per_node)", &A::gpus_per_node)
+      .optional()
+      .check([](const int& gpus) {
+        if (gpus != AdviseOptions::kHardwareFile && gpus < 1) throw UserError("--gpus-per-node must be at least 1");
+      });
+  t.add("length", "prompt length in tokens (repeat for a batch), or --input", &A::lengths).optional().at_least_one();
+  t.add("input", "an HDF5 input (pipefill run --input): its prompts' lengths are the batch", &A::input);
+  t.add("fp8",
+        "an FP8 checkpoint: dequantize (bf16 weights and matmuls, what the cuda backend does) or keep (FP8 "
+        "weights, matmuls at the fp8 rate, as SGLang runs them)",
+        &A::fp8)
+      .check([](const std::string& mode) {
+        if (mode != "dequantize" && mode != "keep") throw UserError("--fp8 must be dequantize or keep");
+      });
+  t.add("wire-bytes", "bytes per activation on the wire: 4 (pipefill, float32) or 2 (a bf16 sender, SGLang)",
+        &A::wire_bytes)
+      .check([](const int& bytes) {
+        if (bytes != 2 && bytes != 4) throw UserError("--wire-bytes must be 2 (bf16) or 4 (float32)");
+      });
+  add_ring_depth(t, &A::ring_depth);
+  add_page_size(t, &A::page_size);
+  t.add("top", "layouts in the table", &A::top).at_least_one();
+  t.add("model", "the model directory the printed job line names (default: --model-config's directory)", &A::model);
+  t.add("plot", "draw TTFT against GPUs for the best layouts to this PNG (needs Python with matplotlib)", &A::plot);
+  t.add("json", "print every ranked layout as a JSON line instead of the table", &A::json);
   return t;
 }
 
@@ -514,10 +556,11 @@ std::string usage() {
          " - chunked pipeline-parallel prefill of very long prompts\n\n"
          "usage: pipefill <command> [options]    (pipefill <command> --help for its options)\n\n"
          "commands:\n"
-         "  run           prefill the prompts of an HDF5 file (launch with mpirun/srun, pp x tp ranks)\n"
+         "  run           prefill the prompts of an HDF5 file (launch with mpirun/srun, pp x cp x tp ranks)\n"
          "  profile       time each stage's chunks and save the fitted cost models (mpirun, pp x tp ranks)\n"
          "  plan          print the chunk sizes a chunk policy gives for prompt lengths\n"
          "  simulate      predict TTFT, throughput and bubble of a schedule on some hardware (no MPI, no GPU)\n"
+         "  advise        rank the layouts (pp x cp x tp, chunking) an allocation can run, with the job line\n"
          "  make-model    write a seeded random model in Hugging Face layout (config.json + safetensors)\n"
          "  make-prompts  write an HDF5 input file of random prompts\n";
 }
@@ -637,6 +680,17 @@ bool parse_simulate(int argc, char** argv, SimulateOptions& o) {
       throw UserError("--cached-tokens " + std::to_string(o.cached_tokens[p]) + " for a prompt of " +
                       std::to_string(o.lengths[p]) +
                       " tokens: it must be at least 0 and below the length (the last token is always computed)");
+  return true;
+}
+
+bool parse_advise(int argc, char** argv, AdviseOptions& o) {
+  if (!advise_table().parse("pipefill advise",
+                            "Rank the pp x cp x tp layouts and chunkings an allocation can run for a model and a "
+                            "batch, each simulated (pipefill simulate), with the job line for the best.",
+                            argc, argv, o))
+    return false;
+  if (o.lengths.empty() == o.input.empty())
+    throw UserError("give the batch as --length (repeat for several prompts) or as --input FILE.h5, one of the two");
   return true;
 }
 

@@ -111,8 +111,28 @@ struct SimulateOptions {
   int ring_depth = kDefaultRingDepth;
   double matmul_efficiency = 0;  // 0: the hardware file's
   double attention_efficiency = 0;
+  static constexpr double kFromHardware = -1;
+  double matmul_half_rows = kFromHardware;      // or the hardware file's
   int wire_bytes = dist::kActivationWireBytes;  // 2: model a bf16 sender (SGLang)
   std::string timeline;                         // write the timeline format to this HDF5 file
+  bool json = false;
+};
+
+struct AdviseOptions {
+  std::string model_config;  // config.json path, or synthetic:PRESET
+  std::string hardware;      // hardware/NAME.json
+  int nodes = 1;
+  static constexpr int kHardwareFile = -1;
+  int gpus_per_node = kHardwareFile;  // or the hardware file's gpus_per_node
+  std::vector<int64_t> lengths;
+  std::string input;               // or the prompt lengths of an HDF5 input
+  std::string fp8 = "dequantize";  // dequantize (what the cuda backend does) | keep (FP8 matmuls)
+  int wire_bytes = dist::kActivationWireBytes;
+  int ring_depth = kDefaultRingDepth;
+  int page_size = sched::kDefaultPageSize;
+  int top = 12;
+  std::string model;  // the model directory the printed job line names
+  std::string plot;   // PNG: TTFT against GPUs (scripts/plot_advice.py)
   bool json = false;
 };
 
@@ -149,6 +169,7 @@ void check_token_rows_fit(const RunOptions& options, int set_size);
 bool parse_run(int argc, char** argv, RunOptions& options);
 bool parse_profile(int argc, char** argv, ProfileOptions& options);
 bool parse_simulate(int argc, char** argv, SimulateOptions& options);
+bool parse_advise(int argc, char** argv, AdviseOptions& options);
 bool parse_make_model(int argc, char** argv, MakeModelOptions& options);
 bool parse_make_prompts(int argc, char** argv, MakePromptsOptions& options);
 bool parse_plan(int argc, char** argv, PlanOptions& options);

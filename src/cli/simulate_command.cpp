@@ -1,4 +1,4 @@
-// `pipefill simulate`: the schedule `run` executes, simulated (sim/pipeline_sim.cpp) with
+// `pipefill simulate`: the schedule `run` executes, simulated (sim/simulated_run.cpp) with
 // stage costs from an analytic model of the hardware (or a saved profile), the same plan
 // code and the same dynamic-chunking profile procedure (read from the model instead of
 // timed, exactly as the emulate backend does).
@@ -7,16 +7,13 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
-#include "compute/emulate/emulated_stage_compute.hpp"
 #include "dist/activation_wire.hpp"
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/results_h5.hpp"
 #include "model/presets.hpp"
-#include "pipeline/stage_profiler.hpp"
-#include "sched/dynamic_chunker.hpp"
 #include "sched/plan_flops.hpp"
-#include "sim/pipeline_sim.hpp"
+#include "sim/simulated_run.hpp"
 #include "trace/summary.hpp"
 #include "trace/traffic.hpp"
 
@@ -26,35 +23,6 @@ namespace {
 model::ModelShape load_shape(const std::string& flag) {
   if (flag.rfind("synthetic:", 0) == 0) return model::shape_from_config(model::preset_config(flag.substr(10)));
   return model::load_model_shape(flag);
-}
-
-// The plan `run` would make: fixed, or dynamic from fits obtained as the run would obtain them.
-sched::BatchPlan plan_for(const SimulateOptions& o, const std::vector<sim::StageCost>& costs, int hidden,
-                          std::string& policy_used, std::string& note) {
-  const auto& c = o.chunking;
-  std::unique_ptr<sched::ChunkPolicy> policy;
-  if (c.dynamic()) {
-    std::vector<sched::StageCostFit> fits;
-    if (c.cost_source.profile_file()) {
-      fits = sched::load_cost_profile(c.cost_source.value).stages;
-    } else {
-      const pipeline::ProfileGrid grid{
-          c.initial_chunk, c.profile_points, pipeline::profile_capacity_tokens(o.lengths, c.initial_chunk), {}};
-      const bool fresh = c.cost_form == sched::CostForm::kFreshQuadratic;
-      for (int s = 0; s < static_cast<int>(costs.size()); ++s) {
-        if (!c.all_stages && s > 0) break;
-        compute::EmulatedStageCompute stage(costs[s], 0, grid.max_tokens);
-        fits.push_back(pipeline::profile_and_fit(
-            s, stage, [](double x) { return x; }, grid, hidden, fresh, !fresh));
-      }
-    }
-    std::string problem;
-    policy = sched::make_dynamic_policy(c, fits, problem);
-    if (!policy) note = "dynamic chunking disabled (" + problem + ")";
-  }
-  policy_used = policy ? sched::policy_name(c.policy) : "fixed";
-  if (!policy) policy = std::make_unique<sched::FixedChunkPolicy>(c.initial_chunk);
-  return sched::make_plan(o.lengths, *policy, {}, sched::PrefixPlan::from_outside(o.cached_tokens));
 }
 
 // The CP ring's traffic over the plan: what one rank of each stage sends and which variant
@@ -94,6 +62,7 @@ int simulate_command(int argc, char** argv) {
   sim::HardwareSpec hw = sim::load_hardware(o.hardware);
   if (o.matmul_efficiency > 0) hw.matmul_efficiency = o.matmul_efficiency;
   if (o.attention_efficiency > 0) hw.attention_efficiency = o.attention_efficiency;
+  if (o.matmul_half_rows >= 0) hw.matmul_half_rows = o.matmul_half_rows;
   const auto partition = o.layer_partition.empty() ? model::default_partition(shape.num_layers, o.pp)
                                                    : model::parse_partition(o.layer_partition, shape.num_layers, o.pp);
   const sched::CostSource& saved = o.chunking.cost_source;  // a profile, or none (options.cpp)
@@ -104,14 +73,16 @@ int simulate_command(int argc, char** argv) {
       saved.profile_file() ? sim::profiled_stage_costs(sched::load_cost_profile(saved.value), o.pp)
                            : sim::analytic_stage_costs(shape, hw, partition, o.tp, shape.fp8, o.wire_bytes, cp);
 
-  std::string policy_used, note;
-  const sched::BatchPlan plan = plan_for(o, costs, shape.hidden_size, policy_used, note);
-  sim::SimSetup setup{o.tp, o.cp, o.ring_depth, shape.hidden_size, o.wire_bytes, {}};
-  for (int s = 0; s + 1 < o.pp; ++s) setup.links.push_back(sim::stage_link(hw, s, o.tp, o.cp));
-  const sim::SimResult result = sim::simulate_pipeline(plan, costs, setup);
-
-  const trace::RunSummary summary =
-      trace::summarize(plan, result.events, o.pp, 1, result.makespan_s, sched::plan_flops(shape, plan));
+  sim::SimulatedRunSpec spec{
+      o.pp, o.cp, o.tp, shape.hidden_size, o.chunking, o.lengths, o.cached_tokens, o.ring_depth, o.wire_bytes, {}};
+  for (int s = 0; s + 1 < o.pp; ++s) spec.links.push_back(sim::stage_link(hw, s, o.tp, o.cp));
+  sim::SimulatedRun run = sim::simulate_run(spec, costs);
+  const sched::BatchPlan& plan = run.plan;
+  const sim::SimResult& result = run.result;
+  const std::string& policy_used = run.policy_used;
+  const std::string& note = run.note;
+  run.summary.model_flops = sched::plan_flops(shape, plan);
+  const trace::RunSummary& summary = run.summary;
   trace::TrafficReport traffic = trace::traffic_formulas(plan, shape.hidden_size, o.wire_bytes, o.tp, partition);
   traffic.boundary_bytes = result.boundary_bytes;
   traffic.allreduce_modelled = true;

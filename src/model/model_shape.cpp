@@ -65,6 +65,16 @@ double ModelShape::active_parameters() const {
   return total + embedding * (tie_word_embeddings ? 1.0 : 2.0);
 }
 
+double ModelShape::layer_parameters(int layer) const {
+  // One token's matmul FLOPs count every weight once (twice: multiply and add), except that
+  // a routed layer's token meets experts_per_token of its experts and MLA's kv_b is counted
+  // in the expansion.
+  double parameters = matmul_flops(layer, 1.0) / 2.0 + latent_expansion_flops(0.0, 1.0) / 2.0;
+  if (moe_layer(layer))
+    parameters += 3.0 * hidden_size * static_cast<double>(moe_intermediate_size) * (experts - experts_per_token);
+  return parameters;
+}
+
 ModelShape shape_from_json(const nlohmann::json& j, const std::string& origin) {
   using namespace model::field;
   if (!j.is_object()) throw UserError(origin + ": not a JSON object");

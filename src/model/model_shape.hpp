@@ -77,6 +77,10 @@ struct ModelShape {
   // Parameters that take part in one token's forward (active parameters), the embedding
   // and lm_head included (once when tied).
   double active_parameters() const;
+  // Every weight of one layer's matmuls, all experts included (what its weights occupy),
+  // and the part of them every TP rank holds whole (the router, MLA's q_a and kv_a).
+  double layer_parameters(int layer) const;
+  double replicated_layer_parameters(int layer) const { return replicated_matmul_flops(layer, 1.0) / 2.0; }
 };
 
 // FLOPs of layers [first, first + count) on a chunk of `tokens` after `pos0` tokens, whole

@@ -3,9 +3,9 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <iterator>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
@@ -28,12 +28,14 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
   // reads would silently stop mattering: both are refused by name.
   static const char* const kKnown[] = {"name",          "peak_tflops", "matmul_efficiency", "attention_efficiency",
                                        "gpus_per_node", "memory_GB",   "intra_node",        "inter_node",
-                                       "sources"};
+                                       "sources",       "backend",     "matmul_half_rows"};
   for (const auto& item : j.items()) {
     const std::string& key = item.key();
     if (key == "activation_bytes")
-      throw UserError(path + ": \"activation_bytes\" is no longer read: what goes on the wire is pipefill's choice "
-                      "(float32, docs/choices.md); remove it, and use `simulate --wire-bytes 2` to model a bf16 sender");
+      throw UserError(
+          path +
+          ": \"activation_bytes\" is no longer read: what goes on the wire is pipefill's choice "
+          "(float32, docs/choices.md); remove it, and use `simulate --wire-bytes 2` to model a bf16 sender");
     if (std::find(std::begin(kKnown), std::end(kKnown), key) == std::end(kKnown)) {
       std::string known;
       for (const char* k : kKnown) known += (known.empty() ? "" : ", ") + std::string(k);
@@ -49,10 +51,18 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
     h.matmul_efficiency = j.at("matmul_efficiency").get<double>();
     h.attention_efficiency = j.at("attention_efficiency").get<double>();
     h.devices_per_node = j.value("gpus_per_node", 8);
+    // Device memory is sold in "GB" that are GiB (an 80 GB H100 has 81,559 MiB).
+    h.memory_bytes = j.value("memory_GB", 0.0) * static_cast<double>(1ull << 30);
+    h.matmul_half_rows = j.value("matmul_half_rows", 0.0);
+    const std::string backend = j.value("backend", std::string("cuda"));
+    if (backend != "cuda" && backend != "cpu") throw UserError(path + ": \"backend\" must be cuda or cpu");
+    h.cpu = backend == "cpu";
     for (auto [key, link] : {std::pair{"intra_node", &h.intra_node}, {"inter_node", &h.inter_node}}) {
       link->bandwidth_Bps = j.at(key).at("bandwidth_GBps").get<double>() * 1e9;
       link->latency_s = j.at(key).at("latency_us").get<double>() * 1e-6;
     }
+    if (h.devices_per_node < 1 || h.memory_bytes < 0 || h.matmul_half_rows < 0)
+      throw UserError(path + ": gpus_per_node must be at least 1, memory_GB and matmul_half_rows not negative");
     if (h.peak_bf16_flops <= 0 || h.matmul_efficiency <= 0 || h.attention_efficiency <= 0)
       throw UserError(path + ": peak rates and efficiencies must be positive");
     return h;

@@ -20,7 +20,13 @@ struct HardwareSpec {
   double peak_fp8_flops = 0;
   double matmul_efficiency = 0.6;
   double attention_efficiency = 0.5;
+  // Rows at which a GEMM runs at half its efficiency: one with m rows runs at m / (m + half)
+  // of matmul_efficiency (a tile of rows is computed whole however few are used). An MoE
+  // expert's GEMM has a chunk's rows x experts_per_token / experts: small chunks are dear.
+  double matmul_half_rows = 0;
   int devices_per_node = 8;
+  double memory_bytes = 0;  // per device; 0: not given (layouts are then not checked against it)
+  bool cpu = false;         // "backend": "cpu": ranks of the cpu backend (whose --cp covers MLA too)
   LinkSpec intra_node, inter_node;
 };
 

@@ -50,6 +50,19 @@ std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, cons
         c.fixed_s += 2 * ring * tp_link.latency_s;
         c.tp_per_token_s += 2 * ring / tp * shape.hidden_size * wire_bytes / tp_link.bandwidth_Bps;
       }
+      // A GEMM of m rows at m / (m + half) of the rate costs `half` rows more than its
+      // FLOPs: per chunk, the dense GEMMs' half rows, and each expert's (a chunk's rows
+      // spread over experts / experts_per_token times as many GEMMs).
+      double expert_per_token = 0;
+      if (shape.moe_layer(layer))
+        expert_per_token = 2.0 * 3.0 * shape.hidden_size * shape.moe_intermediate_size * shape.experts_per_token / tp;
+      const double half_rows_s =
+          hw.matmul_half_rows *
+          ((shape.rank_matmul_flops(layer, 1.0, tp) - expert_per_token) +
+           (shape.moe_layer(layer) ? expert_per_token * shape.experts / shape.experts_per_token : 0.0)) /
+          device_matmul_rate;
+      cost.chunk.c += half_rows_s;
+      c.fixed_s += half_rows_s;
       ++c.layers;
     }
     if (cp.ranks > 1) {

@@ -298,3 +298,7 @@ foreach(case features forced_generic)
   add_test(NAME mpi.blas_kernels.${case} COMMAND ${PF_MPI}/blas_kernels.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.blas_kernels.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED "model.tiny;prompts")
 endforeach()
+
+# `pipefill advise`: the table, the job line, --json, --input, --plot and its bad inputs.
+add_test(NAME advise.command COMMAND ${PF_MPI}/advise_command.sh ${PF_BIN} ${CMAKE_SOURCE_DIR})
+set_tests_properties(advise.command PROPERTIES LABELS mpi TIMEOUT 120)

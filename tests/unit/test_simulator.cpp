@@ -119,9 +119,10 @@ TEST(StageCosts, AnalyticModelIsThePrefixForm) {
   //   projections 2 (4096·4096·2 [q, o] + 4096·1024·2 [k, v] + 3·4096·14336) = 436207616 FLOPs a token;
   //   attention 4·128 FLOPs per (query, visible key, head): 32 heads, x L + x (x + 1) / 2 keys;
   //   tp 2 shares both over 2 devices, each at the bf16 peak times its efficiency;
-  //   two ring all-reduces of x·4096 float32 activations a layer, 2 (tp - 1) steps of 1/tp of them.
+  //   two ring all-reduces of x·4096 float32 activations a layer, 2 (tp - 1) steps of 1/tp of them;
+  //   each GEMM of x rows at x / (x + half_rows) of the rate: half_rows more rows' FLOPs.
   const double x = 4096, L = 65536, tp = 2;
-  const double matmul = 16 * 436207616.0 * x;
+  const double matmul = 16 * 436207616.0 * (x + hw.matmul_half_rows);
   const double attention = 16 * 4.0 * 128 * 32 * (x * L + x * (x + 1) / 2);
   const double steps = 2 * (tp - 1);
   const double allreduce =
@@ -297,12 +298,39 @@ TEST(ContextParallel, RingStepsHideBehindAttentionOrShow) {
   EXPECT_THROW(parse_cp_attention("ring"), UserError);
 }
 
+// A GEMM of m rows runs at m / (m + half_rows) of the matmul rate: a dense layer's GEMMs get
+// a chunk's rows, each expert's a chunk's rows x experts_per_token / experts, so a routed
+// model pays experts / experts_per_token times the dense model's half rows per chunk.
+TEST(StageCosts, MixtureOfExpertsPayForSmallChunks) {
+  const ModelShape dense = shape_from_config(model::preset_config("llama3-8b"));
+  const ModelShape moe = shape_from_json(
+      nlohmann::json::parse(std::ifstream(std::string(PIPEFILL_HARDWARE_DIR) + "/../configs/qwen3-235b-a22b-fp8.json")),
+      "qwen");
+  HardwareSpec hw = load_hardware("h20");
+  hw.intra_node = {1e18, 0.0};
+  for (const ModelShape* shape : {&dense, &moe}) {
+    const std::vector<model::StageRange> layer = {{0, 1}};
+    hw.matmul_half_rows = 0;
+    const double plain = analytic_stage_costs(*shape, hw, layer, 4, false)[0].chunk_seconds(0, 4096);
+    hw.matmul_half_rows = 128;
+    const double tiled = analytic_stage_costs(*shape, hw, layer, 4, false)[0].chunk_seconds(0, 4096);
+    const double rate = hw.peak_bf16_flops * hw.matmul_efficiency;
+    double extra = 128 * shape->rank_matmul_flops(0, 1.0, 4) / rate;
+    if (shape->moe()) {
+      const double expert = 2.0 * 3 * shape->hidden_size * shape->moe_intermediate_size * shape->experts_per_token / 4;
+      extra += 128 * expert * (static_cast<double>(shape->experts) / shape->experts_per_token - 1) / rate;
+    }
+    EXPECT_NEAR(tiled - plain, extra, 1e-9 * extra) << shape->name;
+  }
+}
+
 // A stage at cp 2 on a free link computes each chunk in half the time of cp 1 (its matmuls
 // on half the tokens, its attention split evenly), TP's fixed latencies aside.
 TEST(ContextParallel, TwoRanksHalveAStage) {
   const ModelShape shape = shape_from_config(model::preset_config("llama3-8b"));
   HardwareSpec hw = load_hardware("h100");
   hw.inter_node = hw.intra_node = {1e18, 0.0};
+  hw.matmul_half_rows = 0;  // a GEMM of fewer rows is less efficient: MixtureOfExpertsPayForSmallChunks
   const std::vector<model::StageRange> one_stage = {{0, shape.num_layers}};
   const auto whole = analytic_stage_costs(shape, hw, one_stage, 1, false);
   const auto halves = analytic_stage_costs(shape, hw, one_stage, 1, false, 4, {2, CpAttention::kAuto});

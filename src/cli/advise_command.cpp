@@ -1,0 +1,250 @@
+// `pipefill advise`: which layout to submit. Every pp x cp x tp layout the allocation (and
+// its power-of-two shares) can run, with the chunking the source texts' tuning path finds,
+// simulated and ranked (sim/layout_search.hpp); the job line for the best.
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "cli/commands.hpp"
+#include "cli/options.hpp"
+#include "errors.hpp"
+#include "io/file_checks.hpp"
+#include "io/prompts_h5.hpp"
+#include "model/presets.hpp"
+#include "sim/layout_search.hpp"
+
+namespace pf::cli {
+namespace {
+
+model::ModelShape load_shape(const std::string& flag) {
+  if (flag.rfind("synthetic:", 0) == 0) return model::shape_from_config(model::preset_config(flag.substr(10)));
+  return model::load_model_shape(flag);
+}
+
+// "12x6,13x2": runs of equal stage sizes, so a deep pipeline's partition fits a column.
+std::string partition_runs(const std::vector<model::StageRange>& partition) {
+  std::string text;
+  for (size_t s = 0; s < partition.size();) {
+    size_t end = s;
+    while (end < partition.size() && partition[end].count == partition[s].count) ++end;
+    text += (text.empty() ? "" : ",") + std::to_string(partition[s].count);
+    if (end - s > 1) text += "x" + std::to_string(end - s);
+    s = end;
+  }
+  return text;
+}
+
+std::string chunking_text(const sim::ChunkChoice& c) {
+  char text[64];
+  if (c.dynamic)
+    std::snprintf(text, sizeof text, "dynamic C0 %d s %.2f", c.chunk, c.smooth);
+  else
+    std::snprintf(text, sizeof text, "fixed %d", c.chunk);
+  return text;
+}
+
+// The run options the layout takes beyond --pp/--cp/--tp/--chunk-size.
+std::string extra_run_args(const sim::LayoutAdvice& a, int layers) {
+  std::string args;
+  if (a.chunking.dynamic) {
+    char smooth[48];
+    std::snprintf(smooth, sizeof smooth, "--dynamic-chunking --smooth-factor %.2f", a.chunking.smooth);
+    args += smooth;
+  }
+  if (model::partition_text(a.partition) != model::partition_text(model::default_partition(layers, a.pp)))
+    args += (args.empty() ? "" : " ") + std::string("--layer-partition ") + model::partition_text(a.partition);
+  return args;
+}
+
+nlohmann::json row_json(const sim::LayoutAdvice& a, int rank) {
+  return {{"rank", rank},
+          {"nodes", a.nodes},
+          {"gpus", a.gpus()},
+          {"pp", a.pp},
+          {"cp", a.cp},
+          {"tp", a.tp},
+          {"layer_partition", model::partition_text(a.partition)},
+          {"chunk_policy", a.chunking.dynamic ? "sglang" : "fixed"},
+          {"chunk_size", a.chunking.chunk},
+          {"smooth_factor", a.chunking.dynamic ? nlohmann::json(a.chunking.smooth) : nlohmann::json(nullptr)},
+          {"best_fixed_chunk", a.best_fixed_chunk},
+          {"best_fixed_time_s", a.best_fixed_time_s},
+          {"time_s", a.time_s},
+          {"mean_ttft_s", a.mean_ttft_s},
+          {"tokens_per_s", a.tokens_per_s},
+          {"efficiency", a.efficiency},
+          {"bubble", a.bubble},
+          {"bubble_ideal", a.bubble_ideal},
+          {"micro_batches", a.micro_batches},
+          {"memory_gib",
+           {{"weights", a.memory.weights / sim::kGiB},
+            {"kv", a.memory.kv / sim::kGiB},
+            {"workspace", a.memory.workspace / sim::kGiB},
+            {"total", a.memory.total() / sim::kGiB}}},
+          {"cross_node_bytes", a.cross_node_bytes}};
+}
+
+// The layouts the search could not use, by reason: how many, and the first of each.
+void print_left_out(const sim::Advice& advice) {
+  std::vector<std::string> reasons;
+  for (const auto& out : advice.left_out)
+    if (std::find(reasons.begin(), reasons.end(), out.reason) == reasons.end()) reasons.push_back(out.reason);
+  if (!reasons.empty()) std::printf("\nleft out:\n");
+  for (const std::string& reason : reasons) {
+    const sim::Advice::LeftOut* first = nullptr;
+    size_t count = 0;
+    for (const auto& out : advice.left_out)
+      if (out.reason == reason) {
+        if (!first) first = &out;
+        ++count;
+      }
+    std::printf("  %zu layout%s: %s (e.g. %s%s%s)\n", count, count == 1 ? "" : "s", reason.c_str(),
+                first->layout.c_str(), first->detail.empty() ? "" : ": ", first->detail.c_str());
+  }
+}
+
+// The model the job line names: --model, else the directory of a config.json, else a placeholder.
+std::string job_model_dir(const AdviseOptions& o) {
+  if (!o.model.empty()) return o.model;
+  const std::filesystem::path config(o.model_config);
+  if (config.filename() != "config.json") return "MODEL_DIR";
+  return config.has_parent_path() ? config.parent_path().string() : ".";
+}
+
+// The Python that draws: $PIPEFILL_PYTHON, the project's venv (scripts/setup_venv.sh), python3.
+std::string plotting_python() {
+  if (const char* chosen = std::getenv("PIPEFILL_PYTHON")) return chosen;
+  if (const char* home = std::getenv("HOME")) {
+    const std::string venv = std::string(home) + "/.cache/pipefill/venv/bin/python";
+    if (access(venv.c_str(), X_OK) == 0) return venv;
+  }
+  return "python3";
+}
+
+void draw_plot(const sim::Advice& advice, const std::string& png) {
+  char rows_path[] = "/tmp/pipefill-advice-XXXXXX";
+  const int fd = mkstemp(rows_path);
+  if (fd < 0) throw UserError("--plot: cannot create a temporary file in /tmp");
+  close(fd);
+  {
+    std::ofstream rows(rows_path);
+    for (size_t i = 0; i < advice.ranked.size(); ++i)
+      rows << row_json(advice.ranked[i], static_cast<int>(i) + 1).dump() << "\n";
+  }
+  const std::string python = plotting_python(), script = std::string(PIPEFILL_SCRIPTS_DIR) + "/plot_advice.py";
+  std::fflush(stdout);
+  const pid_t child = fork();
+  if (child == 0) {
+    execlp(python.c_str(), python.c_str(), script.c_str(), rows_path, "--out", png.c_str(),
+           static_cast<char*>(nullptr));
+    std::perror(("pipefill advise --plot: " + python).c_str());
+    _exit(127);
+  }
+  int status = 0;
+  if (child < 0 || waitpid(child, &status, 0) < 0) status = -1;
+  std::remove(rows_path);
+  if (!(WIFEXITED(status) && WEXITSTATUS(status) == 0))
+    throw UserError("--plot: " + python + " " + script +
+                    " failed (it needs matplotlib: scripts/setup_venv.sh, or "
+                    "set PIPEFILL_PYTHON); the table above is complete");
+}
+
+}  // namespace
+
+int advise_command(int argc, char** argv) {
+  AdviseOptions o;
+  if (!parse_advise(argc, argv, o)) return 0;
+  sim::AdviseRequest request;
+  request.shape = load_shape(o.model_config);
+  request.hardware = sim::load_hardware(o.hardware);
+  request.nodes = o.nodes;
+  request.devices_per_node =
+      o.gpus_per_node != AdviseOptions::kHardwareFile ? o.gpus_per_node : request.hardware.devices_per_node;
+  if (o.fp8 == "keep" && !request.shape.fp8)
+    throw UserError("--fp8 keep: " + o.model_config + " is not an FP8 checkpoint (no quantization_config fp8)");
+  request.fp8_weights = request.shape.fp8 && o.fp8 == "keep";
+  request.wire_bytes = o.wire_bytes;
+  request.ring_depth = o.ring_depth;
+  request.page_size = o.page_size;
+  request.lengths =
+      o.input.empty() ? o.lengths : io::read_prompts_isolated(o.input, request.shape.vocab_size).lengths();
+  if (!o.plot.empty()) io::require_writable_file_path(o.plot, "--plot");
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const sim::Advice advice = sim::advise_layouts(request);
+  const double search_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::vector<sim::LayoutAdvice>& ranked = advice.ranked;
+
+  if (o.json) {
+    for (size_t i = 0; i < ranked.size(); ++i)
+      std::printf("%s\n", row_json(ranked[i], static_cast<int>(i) + 1).dump().c_str());
+  } else {
+    int64_t tokens = 0, longest = 0;
+    for (int64_t n : request.lengths) {
+      tokens += n;
+      longest = std::max(longest, n);
+    }
+    const sim::HardwareSpec& hw = request.hardware;
+    std::printf("advise: %s on %d x %d %s, %zu prompt%s, %lld tokens (longest %lld)\n", request.shape.name.c_str(),
+                o.nodes, request.devices_per_node, hw.name.c_str(), request.lengths.size(),
+                request.lengths.size() == 1 ? "" : "s", static_cast<long long>(tokens),
+                static_cast<long long>(longest));
+    std::printf(
+        "model: matmuls at %.2f of %.0f TFLOP/s (%s), attention at %.2f of %.0f (%s); %d-byte activations "
+        "on the wire; %d layouts, %d simulations, %.1f s\n",
+        hw.matmul_efficiency, (request.fp8_weights ? hw.peak_fp8_flops : hw.peak_bf16_flops) / 1e12,
+        request.fp8_weights ? "fp8" : "bf16", hw.attention_efficiency, hw.peak_bf16_flops / 1e12, hw.path.c_str(),
+        o.wire_bytes, advice.layouts_considered, advice.simulations, search_s);
+    std::printf("efficiency: strong scaling against the best layout on %d node%s (time x nodes)\n\n", advice.base_nodes,
+                advice.base_nodes == 1 ? "" : "s");
+    std::printf("%4s %5s %-20s %-13s %-24s %10s %10s %10s %5s %14s %16s %12s\n", "rank", "GPUs", "layout", "layers",
+                "chunking", "time s", "TTFT s", "tokens/s", "eff", "bubble (ideal)", "GiB/device", "across nodes");
+    for (size_t i = 0; i < ranked.size() && static_cast<int>(i) < o.top; ++i) {
+      const sim::LayoutAdvice& a = ranked[i];
+      char bubble[32], memory[32];
+      std::snprintf(bubble, sizeof bubble, "%.1f%% (%.1f%%)", 100 * a.bubble, 100 * a.bubble_ideal);
+      std::snprintf(memory, sizeof memory, "%.1f (%.1f KV)", a.memory.total() / sim::kGiB, a.memory.kv / sim::kGiB);
+      std::printf("%4zu %5d %-20s %-13s %-24s %10.3f %10.3f %10.0f %5.2f %14s %16s %9.1f GB\n", i + 1, a.gpus(),
+                  sim::layout_text(a.pp, a.cp, a.tp).c_str(), partition_runs(a.partition).c_str(),
+                  chunking_text(a.chunking).c_str(), a.time_s, a.mean_ttft_s, a.tokens_per_s, a.efficiency, bubble,
+                  memory, a.cross_node_bytes / 1e9);
+    }
+    if (static_cast<int>(ranked.size()) > o.top)
+      std::printf("(%zu more layouts fit: --top %zu, or --json for all)\n", ranked.size() - o.top, ranked.size());
+    print_left_out(advice);
+
+    const sim::LayoutAdvice& best = ranked.front();
+    const std::string model_dir = job_model_dir(o);
+    const std::string input = o.input.empty() ? "INPUT.h5" : o.input;
+    const std::string extra = extra_run_args(best, request.shape.num_layers);
+    const int per_node = std::min(request.devices_per_node, best.gpus());
+    std::printf("\nbest: %s on %d node%s, %s: %.3f s\n", sim::layout_text(best.pp, best.cp, best.tp).c_str(),
+                best.nodes, best.nodes == 1 ? "" : "s", chunking_text(best.chunking).c_str(), best.time_s);
+    std::printf(
+        "  MODEL=%s INPUT=%s OUTPUT=out.h5 PP=%d CP=%d TP=%d CHUNK_SIZE=%d%s%s%s \\\n    sbatch -N %d "
+        "--ntasks-per-node=%d%s jobs/slurm/%s\n",
+        model_dir.c_str(), input.c_str(), best.pp, best.cp, best.tp, best.chunking.chunk,
+        extra.empty() ? "" : " EXTRA_ARGS=\"", extra.c_str(), extra.empty() ? "" : "\"", best.nodes, per_node,
+        hw.cpu ? "" : (" --gpus-per-node=" + std::to_string(per_node)).c_str(),
+        hw.cpu ? "prefill_cpu.sbatch" : "prefill.sbatch");
+    std::printf(
+        "  srun -N %d --ntasks-per-node=%d pipefill run --model %s --input %s --output out.h5 --backend %s "
+        "--pp %d --cp %d --tp %d --chunk-size %d%s%s\n",
+        best.nodes, per_node, model_dir.c_str(), input.c_str(), hw.cpu ? "cpu" : "cuda", best.pp, best.cp, best.tp,
+        best.chunking.chunk, extra.empty() ? "" : " ", extra.c_str());
+  }
+  if (!o.plot.empty()) {
+    draw_plot(advice, o.plot);
+    if (!o.json) std::printf("plot: %s\n", o.plot.c_str());
+  }
+  return 0;
+}
+
+}  // namespace pf::cli

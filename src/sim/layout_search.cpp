@@ -1,0 +1,251 @@
+// The layout search (see layout_search.hpp).
+#include "sim/layout_search.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "errors.hpp"
+#include "sim/simulated_run.hpp"
+#include "sim/stage_costs.hpp"
+
+namespace pf::sim {
+namespace {
+
+// One layout shape and what its devices need, before chunking is chosen.
+struct Shape {
+  int nodes, pp, cp, tp;
+};
+
+// The allocations searched: 1, 2, 4, ... nodes up to the whole allocation, and the whole.
+std::vector<int> node_counts(int nodes) {
+  std::vector<int> counts;
+  for (int n = 1; n < nodes; n *= 2) counts.push_back(n);
+  counts.push_back(nodes);
+  return counts;
+}
+
+// A group of `width` consecutive devices inside one node, or whole nodes: block placement
+// (TP innermost, then CP) keeps a TP group's all-reduces, and a stage's ring, off the
+// slower link whenever the group fits a node.
+bool packs_nodes(int width, int per_node) {
+  return width <= per_node ? per_node % width == 0 : width % per_node == 0;
+}
+
+// The remainder of layers on the first stages instead of the last.
+std::vector<model::StageRange> remainder_first(int layers, int pp) {
+  std::vector<model::StageRange> partition(pp);
+  int first = 0;
+  for (int s = 0; s < pp; ++s) {
+    partition[s] = {first, layers / pp + (s < layers % pp ? 1 : 0)};
+    first += partition[s].count;
+  }
+  return partition;
+}
+
+int round_to(double value, int multiple) {
+  return std::max(multiple, static_cast<int>(std::lround(value / multiple)) * multiple);
+}
+
+std::string gibibytes(double bytes) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f GiB", bytes / kGiB);
+  return text;
+}
+
+class Search {
+ public:
+  explicit Search(const AdviseRequest& r) : r_(r) {
+    for (int64_t length : r.lengths) longest_ = std::max(longest_, length);
+    for (int chunk : r.fixed_chunks)
+      if (chunk <= longest_) fixed_.push_back(chunk);
+    if (fixed_.empty()) fixed_.push_back(round_to(static_cast<double>(longest_), 64));
+  }
+
+  void layout(const Shape& shape, Advice& advice) {
+    ++advice.layouts_considered;
+    const std::string name = layout_text(shape.pp, shape.cp, shape.tp) + " on " + std::to_string(shape.nodes) +
+                             (shape.nodes == 1 ? " node" : " nodes");
+    if (r_.shape.mla() && shape.cp > 1 && !r_.hardware.cpu) {
+      advice.left_out.push_back(
+          {name, "--cp with multi-head latent attention runs on the cpu backend only, so far", ""});
+      return;
+    }
+    std::vector<std::vector<model::StageRange>> partitions = {model::default_partition(r_.shape.num_layers, shape.pp)};
+    if (r_.shape.num_layers % shape.pp != 0) partitions.push_back(remainder_first(r_.shape.num_layers, shape.pp));
+    // The smallest chunk tried must fit, else nothing of this layout does.
+    const DeviceMemory least =
+        busiest_device(r_.shape, partitions[0], shape.tp, shape.cp, fixed_.front(), longest_, r_.fp8_weights);
+    if (r_.hardware.memory_bytes > 0 && !fits_device(least, r_.hardware.memory_bytes)) {
+      advice.left_out.push_back({name, "more than a device's memory",
+                                 gibibytes(least.weights) + " of weights, " + gibibytes(least.kv) + " of KV and " +
+                                     gibibytes(least.workspace) + " of workspace on stage " +
+                                     std::to_string(least.stage) + "'s devices, " +
+                                     gibibytes(r_.hardware.memory_bytes) + " on one"});
+      return;
+    }
+    // Step 1: the partition and the best fixed chunk.
+    LayoutAdvice best;
+    best.time_s = std::numeric_limits<double>::infinity();
+    std::vector<StageCost> best_costs;
+    for (const auto& partition : partitions) {
+      const std::vector<StageCost> costs =
+          analytic_stage_costs(r_.shape, r_.hardware, partition, shape.tp, r_.fp8_weights, r_.wire_bytes, {shape.cp});
+      for (int chunk : fixed_) {
+        LayoutAdvice a;
+        if (!simulate(shape, partition, costs, {false, chunk, 0.0}, a, advice)) continue;
+        if (a.time_s < best.time_s) {
+          best = a;
+          best_costs = costs;
+        }
+      }
+    }
+    if (!std::isfinite(best.time_s)) return;
+    best.best_fixed_chunk = best.chunking.chunk;
+    best.best_fixed_time_s = best.time_s;
+    // Step 2: dynamic chunking from C0 = 2-3 x C*, the smooth factor swept.
+    const int align = std::max(r_.page_size, 64);
+    for (double multiple : r_.initial_multiples) {
+      const int initial = round_to(multiple * best.best_fixed_chunk, align);
+      for (double smooth : r_.smooth_factors) {
+        LayoutAdvice a;
+        if (!simulate(shape, best.partition, best_costs, {true, initial, smooth}, a, advice)) continue;
+        if (a.time_s < best.time_s) {
+          a.best_fixed_chunk = best.best_fixed_chunk;
+          a.best_fixed_time_s = best.best_fixed_time_s;
+          best = a;
+        }
+      }
+    }
+    advice.ranked.push_back(best);
+  }
+
+ private:
+  bool simulate(const Shape& shape, const std::vector<model::StageRange>& partition,
+                const std::vector<StageCost>& costs, const ChunkChoice& chunking, LayoutAdvice& out, Advice& advice) {
+    const DeviceMemory memory =
+        busiest_device(r_.shape, partition, shape.tp, shape.cp, chunking.chunk, longest_, r_.fp8_weights);
+    if (r_.hardware.memory_bytes > 0 && !fits_device(memory, r_.hardware.memory_bytes)) return false;
+    SimulatedRunSpec spec;
+    spec.pp = shape.pp;
+    spec.cp = shape.cp;
+    spec.tp = shape.tp;
+    spec.hidden_size = r_.shape.hidden_size;
+    spec.chunking.policy = chunking.dynamic ? sched::ChunkPolicyKind::kSglang : sched::ChunkPolicyKind::kFixed;
+    spec.chunking.initial_chunk = chunking.chunk;
+    spec.chunking.smooth_factor = chunking.dynamic ? chunking.smooth : spec.chunking.smooth_factor;
+    spec.chunking.page_size = r_.page_size;
+    spec.lengths = r_.lengths;
+    spec.ring_depth = r_.ring_depth;
+    spec.wire_bytes = r_.wire_bytes;
+    for (int s = 0; s + 1 < shape.pp; ++s) spec.links.push_back(stage_link(r_.hardware, s, shape.tp, shape.cp));
+    const SimulatedRun run = simulate_run(spec, costs);
+    ++advice.simulations;
+    if (chunking.dynamic && run.policy_used == "fixed") return false;  // the fit failed: the fixed case covers it
+
+    out.nodes = shape.nodes;
+    out.pp = shape.pp;
+    out.cp = shape.cp;
+    out.tp = shape.tp;
+    out.partition = partition;
+    out.chunking = chunking;
+    out.time_s = run.result.makespan_s;
+    double ttft = 0;
+    for (double t : run.summary.ttft_s) ttft += t;
+    out.mean_ttft_s = run.summary.ttft_s.empty() ? 0 : ttft / run.summary.ttft_s.size();
+    out.tokens_per_s = run.summary.tokens_per_s;
+    out.bubble = run.summary.bubble_measured;
+    out.bubble_ideal = run.summary.bubble_ideal;
+    out.micro_batches = run.summary.num_micro_batches;
+    out.memory = memory;
+    out.cross_node_bytes = cross_node_bytes(shape, costs, run);
+    return true;
+  }
+
+  // Bytes that leave a node: stage hand-offs between nodes, the CP ring once a stage's
+  // cp x tp devices span nodes, TP all-reduces once a TP group does (all of its ring traffic).
+  double cross_node_bytes(const Shape& shape, const std::vector<StageCost>& costs, const SimulatedRun& run) const {
+    const int per_node = r_.devices_per_node, width = shape.cp * shape.tp;
+    double bytes = 0;
+    for (int s = 0; s + 1 < shape.pp; ++s)
+      if (s * width / per_node != (s + 1) * width / per_node) bytes += run.result.boundary_bytes[s];
+    if (width > per_node && shape.cp > 1)
+      for (const StageCost& stage : costs)
+        for (const auto& mb : run.plan.micro_batches)
+          bytes += stage.cp.layers * stage.cp.layer_step(static_cast<double>(mb.start), mb.length).bytes_sent *
+                   shape.cp * shape.tp;
+    if (shape.tp > per_node) {
+      double computed = 0;
+      for (const auto& mb : run.plan.micro_batches) computed += mb.length;
+      bytes += computed * r_.shape.num_layers * 4.0 * (shape.tp - 1) * r_.shape.hidden_size * r_.wire_bytes;
+    }
+    return bytes;
+  }
+
+  const AdviseRequest& r_;
+  int64_t longest_ = 0;
+  std::vector<int> fixed_;
+};
+
+}  // namespace
+
+bool tensor_parallel_allowed(const model::ModelShape& shape, int tp) {
+  std::vector<int> widths = {shape.num_heads};
+  if (!shape.mla()) widths.push_back(shape.num_kv_heads);
+  bool dense_layer = !shape.moe();
+  for (int layer = 0; layer < shape.num_layers; ++layer) dense_layer = dense_layer || !shape.moe_layer(layer);
+  if (dense_layer) widths.push_back(shape.intermediate_size);
+  if (shape.moe()) widths.push_back(shape.moe_intermediate_size);
+  if (shape.shared_expert_intermediate_size > 0) widths.push_back(shape.shared_expert_intermediate_size);
+  return std::all_of(widths.begin(), widths.end(), [tp](int width) { return width % tp == 0; });
+}
+
+std::string layout_text(int pp, int cp, int tp) {
+  return "pp " + std::to_string(pp) + (cp > 1 ? " x cp " + std::to_string(cp) : "") + " x tp " + std::to_string(tp);
+}
+
+Advice advise_layouts(const AdviseRequest& request) {
+  if (request.nodes < 1 || request.devices_per_node < 1)
+    throw UserError("--nodes and --gpus-per-node must be positive");
+  if (request.lengths.empty()) throw UserError("no prompts to advise on");
+  AdviseRequest r = request;
+  r.hardware.devices_per_node = r.devices_per_node;  // the links follow the allocation's nodes
+  Advice advice;
+  Search search(r);
+  const int per_node = r.devices_per_node;
+  for (int nodes : node_counts(request.nodes)) {
+    const int devices = nodes * per_node;
+    for (int tp = 1; tp <= devices; ++tp) {
+      if (devices % tp != 0 || !packs_nodes(tp, per_node) || !tensor_parallel_allowed(request.shape, tp)) continue;
+      for (int cp = 1; cp <= devices / tp; ++cp) {
+        if ((devices / tp) % cp != 0 || !packs_nodes(cp * tp, per_node)) continue;
+        const int pp = devices / (tp * cp);
+        if (pp > request.shape.num_layers) continue;
+        search.layout({nodes, pp, cp, tp}, advice);
+      }
+    }
+  }
+  if (advice.ranked.empty()) {
+    std::string why = "no layout is possible";
+    if (!advice.left_out.empty()) {
+      const Advice::LeftOut& smallest = advice.left_out.front();
+      why = smallest.layout + ": " + smallest.reason + (smallest.detail.empty() ? "" : ", " + smallest.detail);
+    }
+    throw UserError("no layout of " + std::to_string(request.nodes) + " x " + std::to_string(per_node) +
+                    " devices fits this model and batch (" + why + ")");
+  }
+  std::sort(advice.ranked.begin(), advice.ranked.end(), [](const LayoutAdvice& a, const LayoutAdvice& b) {
+    if (a.time_s != b.time_s) return a.time_s < b.time_s;
+    return a.gpus() < b.gpus();
+  });
+  advice.base_nodes = std::numeric_limits<int>::max();
+  for (const auto& a : advice.ranked) advice.base_nodes = std::min(advice.base_nodes, a.nodes);
+  double base_time = std::numeric_limits<double>::infinity();
+  for (const auto& a : advice.ranked)
+    if (a.nodes == advice.base_nodes) base_time = std::min(base_time, a.time_s);
+  for (auto& a : advice.ranked) a.efficiency = base_time * advice.base_nodes / (a.time_s * a.nodes);
+  return advice;
+}
+
+}  // namespace pf::sim

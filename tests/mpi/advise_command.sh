@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# `pipefill advise` end to end: the table and its job line, --json rows a script can rank,
+# a batch from an HDF5 input, the picture, and every bad input ending in one `error:` line
+# with exit status 2 and no file left behind.
+# usage: advise_command.sh BUILD_DIR REPO_DIR
+set -euo pipefail
+bin=$1
+repo=$2
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+deepseek=(--model-config "$repo/configs/deepseek-v3.1.json" --hardware h20 --fp8 keep --wire-bytes 2)
+
+# The seeds' setup: DeepSeek-V3.1 at 128K on 4 nodes of 8 H20.
+"$bin/pipefill" advise "${deepseek[@]}" --nodes 4 --length 131072 >"$work/table.txt"
+cat "$work/table.txt"
+grep -q '^best: pp 4 x tp 8 on 4 nodes, dynamic C0 12288' "$work/table.txt" || fail "the best layout is not the seeds' PP4 x TP8, DCK 12K"
+grep -q 'PP=4 CP=1 TP=8 CHUNK_SIZE=12288 EXTRA_ARGS="--dynamic-chunking --smooth-factor' "$work/table.txt" || fail "no sbatch line"
+grep -q 'sbatch -N 4 --ntasks-per-node=8 --gpus-per-node=8 jobs/slurm/prefill.sbatch' "$work/table.txt" || fail "sbatch shape"
+grep -q 'srun -N 4 --ntasks-per-node=8 pipefill run .* --pp 4 --cp 1 --tp 8 --chunk-size 12288' "$work/table.txt" || fail "srun line"
+
+# --json: one layout a line, ranked by time, every one on 1, 2 or 4 nodes of 8.
+"$bin/pipefill" advise "${deepseek[@]}" --nodes 4 --length 131072 --json >"$work/rows.jsonl"
+/usr/bin/python3 - "$work/rows.jsonl" <<'PY'
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1])]
+assert len(rows) > 5, len(rows)
+assert [r["rank"] for r in rows] == list(range(1, len(rows) + 1))
+assert all(a["time_s"] <= b["time_s"] for a, b in zip(rows, rows[1:]))
+for r in rows:
+    assert r["pp"] * r["cp"] * r["tp"] == r["gpus"] == 8 * r["nodes"], r
+    assert r["nodes"] in (1, 2, 4), r
+    assert r["memory_gib"]["total"] < 96, r
+    assert r["chunk_policy"] in ("fixed", "sglang"), r
+by_layout = {(r["pp"], r["cp"], r["tp"]): r for r in rows}
+assert by_layout[(4, 1, 8)]["rank"] < by_layout[(1, 1, 32)]["rank"], "PP4 x TP8 must rank above TP32"
+print(f"{len(rows)} rows, ranked")
+PY
+
+# A batch from an HDF5 input: its prompts' lengths.
+"$bin/pipefill" make-prompts --out "$work/batch.h5" --num 3 --min-len 5000 --max-len 9000 --vocab 1000 --seed 1 >/dev/null
+"$bin/pipefill" advise --model-config synthetic:llama3-8b --hardware h100 --nodes 2 --input "$work/batch.h5" >"$work/batch.txt"
+grep -q ', 3 prompts, ' "$work/batch.txt" || fail "the input's 3 prompts"
+grep -q 'INPUT=.*batch.h5' "$work/batch.txt" || fail "the job line names the input"
+
+# The picture, where this machine's Python can draw; else advise says what it needs.
+if "${PIPEFILL_PYTHON:-python3}" -c 'import matplotlib' 2>/dev/null ||
+   [ -x "$HOME/.cache/pipefill/venv/bin/python" ] && "$HOME/.cache/pipefill/venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
+  "$bin/pipefill" advise "${deepseek[@]}" --nodes 4 --length 131072 --plot "$work/advice.png" >/dev/null
+  [ "$(head -c 4 "$work/advice.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "--plot did not write a PNG"
+  [ ! -e "$work/advice.png.partial.png" ] || fail "a partial picture was left"
+fi
+set +e
+PIPEFILL_PYTHON=/bin/false "$bin/pipefill" advise "${deepseek[@]}" --nodes 1 --length 4096 --plot "$work/none.png" >"$work/out" 2>"$work/err"
+status=$?
+set -e
+[ $status -eq 2 ] && grep -q '^error: --plot: .* failed (it needs matplotlib' "$work/err" || fail "--plot without Python: status $status"
+grep -q '^best:' "$work/out" || fail "the table comes before a failed plot"
+
+# Bad inputs: exit 2, one error line, nothing written.
+expect_error() {  # expect_error WHAT-THE-ERROR-SAYS advise-args...
+  local says=$1
+  shift
+  set +e
+  "$bin/pipefill" advise "$@" >"$work/out" 2>"$work/err"
+  local status=$?
+  set -e
+  [ $status -eq 2 ] || fail "advise $* exited $status"
+  [ "$(grep -c '^error: ' "$work/err")" = 1 ] || fail "advise $*: not one error line: $(cat "$work/err")"
+  grep -q -- "$says" "$work/err" || fail "advise $*: $(cat "$work/err") does not say \"$says\""
+}
+expect_error "one of the two" "${deepseek[@]}" --nodes 4
+expect_error "one of the two" "${deepseek[@]}" --nodes 4 --length 100 --input "$work/batch.h5"
+expect_error "not an FP8 checkpoint" --model-config synthetic:small --hardware h100 --fp8 keep --length 100
+expect_error "must be at least 1" "${deepseek[@]}" --nodes 0 --length 100
+expect_error "must be at least 1" "${deepseek[@]}" --gpus-per-node 0 --length 100
+expect_error "no hardware description" --model-config synthetic:small --hardware h900 --length 100
+expect_error "fits this model and batch" --model-config "$repo/configs/deepseek-v3.1.json" --hardware h20 --nodes 1 --length 1048576
+expect_error "--plot" "${deepseek[@]}" --nodes 1 --length 100 --plot "$work/no/such/dir/a.png"
+expect_error "--fp8 must be" "${deepseek[@]}" --length 100 --fp8 maybe
+[ ! -e "$work/no" ] || fail "a directory was made for --plot"
+echo "advise: all checks passed"
