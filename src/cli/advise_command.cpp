@@ -18,7 +18,10 @@
 #include "io/file_checks.hpp"
 #include "io/prompts_h5.hpp"
 #include "model/presets.hpp"
+#include "sched/cost_profile.hpp"
 #include "sim/layout_search.hpp"
+#include "sim/profile_calibration.hpp"
+#include "trace/summary.hpp"
 
 namespace pf::cli {
 namespace {
@@ -162,8 +165,26 @@ int advise_command(int argc, char** argv) {
   AdviseOptions o;
   if (!parse_advise(argc, argv, o)) return 0;
   sim::AdviseRequest request;
-  request.shape = load_shape(o.model_config);
+  sched::CostProfile profile;
+  if (!o.cost_model.empty()) profile = sched::load_cost_profile(o.cost_model);
+  request.shape = o.model_config.empty()
+                      ? model::shape_from_json(profile.identity.value("model_config", nlohmann::json()), o.cost_model)
+                      : load_shape(o.model_config);
   request.hardware = sim::load_hardware(o.hardware);
+  if (!o.cost_model.empty()) {
+    const model::ModelShape profiled =
+        model::shape_from_json(profile.identity.value("model_config", nlohmann::json()), o.cost_model);
+    if (profiled.num_layers != request.shape.num_layers || profiled.hidden_size != request.shape.hidden_size ||
+        profiled.num_heads != request.shape.num_heads)
+      throw UserError(o.cost_model + " profiled another model (" + profiled.name + ", " +
+                      std::to_string(profiled.num_layers) + " layers of " + std::to_string(profiled.hidden_size) +
+                      ") than --model-config: leave --model-config out to use the profile's");
+    request.hardware = sim::hardware_from_profile(request.hardware, request.shape, profile, o.cost_model);
+  }
+  if (o.chunk_size > 0) {
+    request.fixed_chunks = {o.chunk_size};
+    request.tune_dynamic = false;
+  }
   request.nodes = o.nodes;
   request.devices_per_node =
       o.gpus_per_node != AdviseOptions::kHardwareFile ? o.gpus_per_node : request.hardware.devices_per_node;
@@ -197,11 +218,13 @@ int advise_command(int argc, char** argv) {
                 request.lengths.size() == 1 ? "" : "s", static_cast<long long>(tokens),
                 static_cast<long long>(longest));
     std::printf(
-        "model: matmuls at %.2f of %.0f TFLOP/s (%s), attention at %.2f of %.0f (%s); %d-byte activations "
-        "on the wire; %d layouts, %d simulations, %.1f s\n",
-        hw.matmul_efficiency, (request.fp8_weights ? hw.peak_fp8_flops : hw.peak_bf16_flops) / 1e12,
-        request.fp8_weights ? "fp8" : "bf16", hw.attention_efficiency, hw.peak_bf16_flops / 1e12, hw.path.c_str(),
-        o.wire_bytes, advice.layouts_considered, advice.simulations, search_s);
+        "model: matmuls at %.2f of %s (%s), attention at %.2f of %s (%s); %d-byte activations on the "
+        "wire; %d layouts, %d simulations, %.2f s\n",
+        hw.matmul_efficiency,
+        trace::flop_rate_text(request.fp8_weights ? hw.peak_fp8_flops : hw.peak_bf16_flops).c_str(),
+        request.fp8_weights ? "fp8" : "bf16", hw.attention_efficiency,
+        trace::flop_rate_text(hw.peak_bf16_flops).c_str(), hw.path.c_str(), o.wire_bytes, advice.layouts_considered,
+        advice.simulations, search_s);
     std::printf("efficiency: strong scaling against the best layout on %d node%s (time x nodes)\n\n", advice.base_nodes,
                 advice.base_nodes == 1 ? "" : "s");
     std::printf("%4s %5s %-20s %-13s %-24s %10s %10s %10s %5s %14s %16s %12s\n", "rank", "GPUs", "layout", "layers",

@@ -476,10 +476,24 @@ OptionTable<SimulateOptions> simulate_table() {
 OptionTable<AdviseOptions> advise_table() {
   using A = AdviseOptions;
   OptionTable<A> t;
-  t.add("model-config", "the model's config.json (dense, MoE or MLA), or synthetic:PRESET", &A::model_config)
-      .required();
+  t.add("model-config",
+        "the model's config.json (dense, MoE or MLA), or synthetic:PRESET (default with --cost-model: the "
+        "profile's model)",
+        &A::model_config);
   t.add("hardware", "hardware description: h20, h100, h200, cpu (hardware/NAME.json) or a JSON path", &A::hardware)
       .required();
+  t.add("cost-model",
+        "a `pipefill profile --tp 1` of this model on this machine: its measured rates replace the hardware file's "
+        "efficiencies",
+        &A::cost_model);
+  t.add("chunk-size",
+        "only fixed chunks of this size (default: the tuning path searches chunk sizes and dynamic "
+        "chunking)",
+        &A::chunk_size)
+      .optional()
+      .check([](const int& chunk) {
+        if (chunk < 0) throw UserError("--chunk-size must be at least 1");
+      });
   t.add("nodes", "nodes in the allocation (layouts on 1, 2, 4, ... of them are ranked too)", &A::nodes).at_least_one();
   t.add("gpus-per-node", "devices a node (default: the hardware file's gpus_per_node)", &A::gpus_per_node)
       .optional()
@@ -691,6 +705,8 @@ bool parse_advise(int argc, char** argv, AdviseOptions& o) {
     return false;
   if (o.lengths.empty() == o.input.empty())
     throw UserError("give the batch as --length (repeat for several prompts) or as --input FILE.h5, one of the two");
+  if (o.model_config.empty() && o.cost_model.empty())
+    throw UserError("--model-config is required (or --cost-model, whose profile names the model)");
   return true;
 }
 

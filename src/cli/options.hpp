@@ -126,6 +126,8 @@ struct AdviseOptions {
   int gpus_per_node = kHardwareFile;  // or the hardware file's gpus_per_node
   std::vector<int64_t> lengths;
   std::string input;               // or the prompt lengths of an HDF5 input
+  std::string cost_model;          // a `pipefill profile`: the rates of the machine it measured
+  int chunk_size = 0;              // 0: searched; else fixed chunks of this size only
   std::string fp8 = "dequantize";  // dequantize (what the cuda backend does) | keep (FP8 matmuls)
   int wire_bytes = dist::kActivationWireBytes;
   int ring_depth = kDefaultRingDepth;

@@ -16,6 +16,21 @@ int64_t total(const std::vector<int64_t>& counts) {
 
 }  // namespace
 
+NcclCpRing::NcclCpRing(ncclComm_t cp_comm, int ranks, int rank, cudaStream_t forward)
+    : CpRing(ranks, rank), comm_(cp_comm), forward_(forward) {
+  CUDA_CHECK(cudaStreamCreateWithFlags(&shifts_, cudaStreamNonBlocking));
+  CUDA_CHECK(cudaEventCreateWithFlags(&reached_, cudaEventDisableTiming));
+  CUDA_CHECK(cudaEventCreateWithFlags(&arrived_, cudaEventDisableTiming));
+}
+
+NcclCpRing::~NcclCpRing() {
+  // (destructors do not throw: a failure here is reported by the next CUDA call, if any)
+  cudaStreamSynchronize(shifts_);
+  cudaEventDestroy(reached_);
+  cudaEventDestroy(arrived_);
+  cudaStreamDestroy(shifts_);
+}
+
 void NcclCpRing::copy_local(float* to, const float* from, int64_t count) {
   if (count > 0) CUDA_CHECK(cudaMemcpyAsync(to, from, sizeof(float) * count, cudaMemcpyDeviceToDevice, forward_));
 }
@@ -23,10 +38,17 @@ void NcclCpRing::copy_local(float* to, const float* from, int64_t count) {
 // Each group posts its sends before its receives: NCCL runs a group's operations together,
 // and the host simulator's buffered sends then never wait behind a receive.
 void NcclCpRing::start(const float* send, int64_t send_count, float* recv, int64_t recv_count) {
+  CUDA_CHECK(cudaEventRecord(reached_, forward_));
+  CUDA_CHECK(cudaStreamWaitEvent(shifts_, reached_, 0));
   NCCL_CHECK(ncclGroupStart());
-  NCCL_CHECK(ncclSend(send, static_cast<size_t>(send_count), ncclFloat32, next(), comm_, forward_));
-  NCCL_CHECK(ncclRecv(recv, static_cast<size_t>(recv_count), ncclFloat32, previous(), comm_, forward_));
+  NCCL_CHECK(ncclSend(send, static_cast<size_t>(send_count), ncclFloat32, next(), comm_, shifts_));
+  NCCL_CHECK(ncclRecv(recv, static_cast<size_t>(recv_count), ncclFloat32, previous(), comm_, shifts_));
   NCCL_CHECK(ncclGroupEnd());
+  CUDA_CHECK(cudaEventRecord(arrived_, shifts_));
+}
+
+void NcclCpRing::finish_shift() {
+  CUDA_CHECK(cudaStreamWaitEvent(forward_, arrived_, 0));
 }
 
 void NcclCpRing::gather(const float* mine, const std::vector<int64_t>& counts, float* all) {

@@ -1,8 +1,15 @@
-// The CP group's exchanges of device buffers (cuda backend): NCCL send/recv enqueued on the
-// forward stream, grouped so that a ring's sends and receives never wait for each other (the
-// host goes on at once; a shift's transfer is ordered before the attention that reads what
-// it brought), or, for ranks without NCCL peers (--transport mpi), staged through host
-// memory and the host ring's MPI (the host blocks). Every pointer is device memory.
+// The CP group's exchanges of device buffers (cuda backend): NCCL send/recv, grouped so that
+// a ring's sends and receives never wait for each other, or, for ranks without NCCL peers
+// (--transport mpi), staged through host memory and the host ring's MPI (the host blocks).
+// Every pointer is device memory.
+//
+// A pass-KV shift runs on a communication stream of its own, so that the transfer of the
+// next shard overlaps the attention on the shard already here: it starts once the forward
+// stream has reached it (everything that wrote the send buffer or last read the receive
+// buffer), and finish_shift() makes the forward stream wait for its arrival. The other
+// exchanges (pass-Q's gather and all-to-all, the rows' gather) are on the forward stream:
+// their results are needed at once. The two streams never run NCCL work of this
+// communicator at the same time, so every rank issues it in one order.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,9 +25,11 @@ namespace pf::dist {
 
 class NcclCpRing final : public CpRing {
  public:
-  NcclCpRing(ncclComm_t cp_comm, int ranks, int rank, cudaStream_t forward)
-      : CpRing(ranks, rank), comm_(cp_comm), forward_(forward) {}
-  void finish_shift() override {}  // (stream order)
+  NcclCpRing(ncclComm_t cp_comm, int ranks, int rank, cudaStream_t forward);
+  ~NcclCpRing() override;
+  NcclCpRing(const NcclCpRing&) = delete;
+  NcclCpRing& operator=(const NcclCpRing&) = delete;
+  void finish_shift() override;  // the forward stream waits for the shift's arrival
   void gather_to_first(const float* mine, const std::vector<int64_t>& counts, float* all) override;
 
  private:
@@ -31,6 +40,8 @@ class NcclCpRing final : public CpRing {
   void copy_local(float* to, const float* from, int64_t count);
   ncclComm_t comm_;
   cudaStream_t forward_;
+  cudaStream_t shifts_ = nullptr;                      // pass-KV's transfers
+  cudaEvent_t reached_ = nullptr, arrived_ = nullptr;  // forward -> shifts_, shifts_ -> forward
 };
 
 class StagedCpRing final : public CpRing {

@@ -3,8 +3,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <limits>
-#include <numeric>
 
 #include "errors.hpp"
 #include "sim/simulated_run.hpp"
@@ -59,7 +59,7 @@ class Search {
   explicit Search(const AdviseRequest& r) : r_(r) {
     for (int64_t length : r.lengths) longest_ = std::max(longest_, length);
     for (int chunk : r.fixed_chunks)
-      if (chunk <= longest_) fixed_.push_back(chunk);
+      if (chunk <= longest_ || r.fixed_chunks.size() == 1) fixed_.push_back(chunk);
     if (fixed_.empty()) fixed_.push_back(round_to(static_cast<double>(longest_), 64));
   }
 
@@ -106,7 +106,7 @@ class Search {
     best.best_fixed_time_s = best.time_s;
     // Step 2: dynamic chunking from C0 = 2-3 x C*, the smooth factor swept.
     const int align = std::max(r_.page_size, 64);
-    for (double multiple : r_.initial_multiples) {
+    for (double multiple : r_.tune_dynamic ? r_.initial_multiples : std::vector<double>{}) {
       const int initial = round_to(multiple * best.best_fixed_chunk, align);
       for (double smooth : r_.smooth_factors) {
         LayoutAdvice a;

@@ -32,6 +32,7 @@ struct AdviseRequest {
   int ring_depth = 4;
   int page_size = 64;
   std::vector<int> fixed_chunks = {1024, 2048, 4096, 6144, 8192, 12288, 16384, 24576, 32768};
+  bool tune_dynamic = true;  // the tuning path's second step (off: fixed chunks only)
   std::vector<double> initial_multiples = {2.0, 2.5, 3.0};
   std::vector<double> smooth_factors = {0.60, 0.65, 0.70, 0.75, 0.80, 0.85};
 };

@@ -13,6 +13,8 @@
 #include "sim/gpu_memory.hpp"
 #include "sim/hardware.hpp"
 #include "sim/layout_search.hpp"
+#include "sim/profile_calibration.hpp"
+#include "sim/stage_costs.hpp"
 
 using namespace pf;
 using namespace pf::sim;
@@ -154,4 +156,44 @@ TEST(LayoutSearch, TensorParallelSizesFollowTheModelsWidths) {
   const model::ModelShape deepseek = model::load_model_shape(config_path("deepseek-v3.1.json"));
   EXPECT_TRUE(tensor_parallel_allowed(deepseek, 32));  // MLA: the latent is whole on every rank
   EXPECT_FALSE(tensor_parallel_allowed(deepseek, 3));
+}
+
+// A profile made of the analytic model's own stage costs gives back the rates it was made
+// from: the calibration inverts stage_costs exactly, for dense, routed and latent models.
+TEST(ProfileCalibration, RecoversTheRatesAProfileWasMadeOf) {
+  HardwareSpec truth = load_hardware("cpu");
+  truth.matmul_efficiency = 0.7;
+  truth.attention_efficiency = 0.45;
+  truth.matmul_half_rows = 96;
+  for (const char* config : {"llama3-8b", "qwen3-235b-a22b-fp8.json", "deepseek-v3.1.json"}) {
+    SCOPED_TRACE(config);
+    const bool preset = std::string(config).find(".json") == std::string::npos;
+    const model::ModelShape shape =
+        preset ? model::shape_from_config(model::preset_config(config)) : model::load_model_shape(config_path(config));
+    const auto partition = model::default_partition(shape.num_layers, 2);
+    const auto costs = analytic_stage_costs(shape, truth, partition, 1, false);
+    sched::CostProfile profile;
+    profile.identity = {{"pp", 2}, {"tp", 1}, {"layer_partition", model::partition_text(partition)}};
+    for (int s = 0; s < 2; ++s) {
+      sched::StageCostFit fit;
+      fit.stage = s;
+      fit.prefix.ok = true;
+      fit.prefix.model = costs[s].chunk;
+      profile.stages.push_back(fit);
+    }
+    HardwareSpec base = load_hardware("cpu");
+    const HardwareSpec fitted = hardware_from_profile(base, shape, profile, "profile.json");
+    EXPECT_NEAR(fitted.matmul_efficiency, 0.7, 1e-9);
+    EXPECT_NEAR(fitted.attention_efficiency, 0.45, 1e-9);
+    EXPECT_NEAR(fitted.matmul_half_rows, 96, 1e-6);
+    // And the stage costs it implies are the profile's.
+    const auto again = analytic_stage_costs(shape, fitted, partition, 1, false);
+    EXPECT_NEAR(again[1].chunk_seconds(8192, 2048), costs[1].chunk_seconds(8192, 2048),
+                1e-9 * costs[1].chunk_seconds(8192, 2048));
+  }
+  sched::CostProfile tp2;
+  tp2.identity = {{"pp", 1}, {"tp", 2}};
+  EXPECT_THROW(hardware_from_profile(load_hardware("cpu"), model::shape_from_config(model::preset_config("tiny")), tp2,
+                                     "tp2.json"),
+               UserError);
 }

@@ -124,6 +124,10 @@ int64_t CudaStageCompute::free_device_bytes() {
   return static_cast<int64_t>(free_bytes);
 }
 
+void CudaStageCompute::reserve_cp_ring(int64_t longest_prompt, int max_chunk_tokens) {
+  if (ring_) ring_->reserve(longest_prompt, max_chunk_tokens, shape_.heads, shape_.kv_heads, shape_.head_dim);
+}
+
 kv::KvShape CudaStageCompute::kv_shape() const {
   return compute::cache_shape(config_, shard_, static_cast<int>(weights_.layers.size()), page_size_, sizeof(bf16));
 }

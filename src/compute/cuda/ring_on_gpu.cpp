@@ -1,6 +1,7 @@
 // Context-parallel attention on the GPU (see ring_on_gpu.hpp).
 #include "compute/cuda/ring_on_gpu.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 #include <utility>
 
@@ -38,6 +39,25 @@ void RingOnGpu::begin_chunk(const cpu::RingChunk& chunk) {
   }
   visible_.ensure(std::max<size_t>(visible_host_.size(), 1));
   upload_(visible_.data(), visible_host_.data(), sizeof(int32_t) * visible_host_.size());
+}
+
+void RingOnGpu::reserve(int64_t longest_prompt, int max_chunk, int heads, int kv_heads, int head_dim) {
+  const int ranks = ring_.ranks();
+  int rows = 0;  // the most query rows a rank takes of a chunk
+  for (int r = 0; r < ranks; ++r) rows = std::max(rows, sched::cp_share(0, max_chunk, ranks, r).rows());
+  // A rank's cached rows: its share of every chunk, each at most one row over an even split
+  // (chunks are at least 64 tokens: page-aligned).
+  const int64_t shard_rows = (longest_prompt + ranks - 1) / ranks + (longest_prompt + 63) / 64;
+  const int64_t width = static_cast<int64_t>(heads) * head_dim,
+                shard = 2 * static_cast<int64_t>(kv_heads) * shard_rows * head_dim;
+  shard_.ensure(std::max<int64_t>(shard, 1));
+  incoming_.ensure(std::max<int64_t>(shard, 1));
+  for (DeviceArray<float>* rows_wide : {&out_, &part_, &mine_}) rows_wide->ensure(std::max<int64_t>(rows * width, 1));
+  for (DeviceArray<float>* per_head : {&lse_, &part_lse_}) per_head->ensure(std::max<int64_t>(rows * heads, 1));
+  queries_.ensure(std::max<int64_t>(static_cast<int64_t>(max_chunk) * width, 1));
+  partials_.ensure(std::max<int64_t>(static_cast<int64_t>(max_chunk) * (width + heads), 1));
+  returned_.ensure(std::max<int64_t>(static_cast<int64_t>(ranks) * rows * (width + heads), 1));
+  visible_.ensure(std::max<size_t>(std::max<size_t>(static_cast<size_t>(ranks) * rows, max_chunk), 1));
 }
 
 int64_t RingOnGpu::shard_floats(const kernels::PagedKv& kv, int rank) const {

@@ -1,0 +1,57 @@
+// A hardware description from a profile (see profile_calibration.hpp).
+#include "sim/profile_calibration.hpp"
+
+#include "errors.hpp"
+#include "model/layer_partition.hpp"
+
+namespace pf::sim {
+
+HardwareSpec hardware_from_profile(const HardwareSpec& base, const model::ModelShape& shape,
+                                   const sched::CostProfile& profile, const std::string& path) {
+  const nlohmann::json& id = profile.identity;
+  const int pp = id.value("pp", 1), tp = id.value("tp", 1), cp = id.value("cp", 1);
+  if (tp != 1 || cp != 1)
+    throw UserError(path + " was profiled at tp " + std::to_string(tp) + ", cp " + std::to_string(cp) +
+                    ": a profile that calibrates the model must be of one rank a stage (pipefill profile --tp 1)");
+  const std::string partition_text = id.value("layer_partition", std::string());
+  const std::vector<model::StageRange> partition = partition_text.empty()
+                                                       ? model::default_partition(shape.num_layers, pp)
+                                                       : model::parse_partition(partition_text, shape.num_layers, pp);
+  // Pooled over stages: seconds of each term against the FLOPs (or rows) they pay for.
+  double attention_coefficient = 0, attention_s = 0, matmul_flops = 0, matmul_s = 0, tile_flops = 0, fixed_s = 0;
+  for (const sched::StageCostFit& fit : profile.stages) {
+    const sched::FitResult& chosen = fit.prefix.ok ? fit.prefix : fit.sglang;
+    if (!chosen.ok || fit.stage < 0 || fit.stage >= pp)
+      throw UserError(path + ": stage " + std::to_string(fit.stage) + " has no usable fit (" + fit.prefix.problem +
+                      ")");
+    const model::StageRange& range = partition[fit.stage];
+    for (int layer = range.first; layer < range.first + range.count; ++layer) {
+      attention_coefficient += shape.num_heads * shape.attention_width();
+      const double per_token = shape.matmul_flops(layer, 1.0) + shape.latent_expansion_flops(0.0, 1.0);
+      matmul_flops += per_token;
+      double expert = 0;
+      if (shape.moe_layer(layer))
+        expert = 2.0 * 3.0 * shape.hidden_size * shape.moe_intermediate_size * shape.experts_per_token;
+      const double experts_per_token_share =
+          shape.moe_layer(layer) ? static_cast<double>(shape.experts) / shape.experts_per_token : 0.0;
+      tile_flops += shape.matmul_flops(layer, 1.0) - expert + expert * experts_per_token_share;
+    }
+    attention_s += chosen.model.a;
+    matmul_s += chosen.model.b - chosen.model.a;
+    fixed_s += chosen.model.c;
+  }
+  if (!(attention_s > 0) || !(matmul_s > 0))
+    throw UserError(path +
+                    ": its fits give no positive attention and matmul times (b must exceed a): profile longer "
+                    "chunks (--chunk-size) on an idle machine");
+  HardwareSpec hw = base;
+  hw.path = base.path + " with rates from " + path;
+  hw.attention_efficiency = attention_coefficient / (attention_s * hw.peak_bf16_flops);
+  hw.matmul_efficiency = matmul_flops / (matmul_s * hw.peak_bf16_flops);
+  hw.peak_fp8_flops = hw.peak_bf16_flops;  // the profile measured the backend's own arithmetic
+  const double matmul_rate = hw.peak_bf16_flops * hw.matmul_efficiency;
+  hw.matmul_half_rows = fixed_s * matmul_rate / tile_flops;
+  return hw;
+}
+
+}  // namespace pf::sim
