@@ -116,9 +116,56 @@ void print_left_out(const sim::Advice& advice) {
 // The model the job line names: --model, else the directory of a config.json, else a placeholder.
 std::string job_model_dir(const AdviseOptions& o) {
   if (!o.model.empty()) return o.model;
+  if (o.model_config.rfind("synthetic:", 0) == 0) return o.model_config;  // run takes it as --model
   const std::filesystem::path config(o.model_config);
   if (config.filename() != "config.json") return "MODEL_DIR";
   return config.has_parent_path() ? config.parent_path().string() : ".";
+}
+
+// A word for a shell line: as it is when it is plain, else in single quotes.
+std::string shell_word(const std::string& word) {
+  const char* plain = "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./:=,+@";
+  if (!word.empty() && word.find_first_not_of(plain) == std::string::npos) return word;
+  std::string quoted = "'";
+  for (char c : word) quoted += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return quoted + "'";
+}
+
+// The sbatch and srun lines that run the best layout with pipefill, and a note when advise
+// modelled another engine than the one the lines run.
+void print_job_lines(const AdviseOptions& o, const sim::AdviseRequest& request, const sim::LayoutAdvice& best) {
+  const sim::HardwareSpec& hw = request.hardware;
+  const std::string model = shell_word(job_model_dir(o));
+  const std::string input = shell_word(o.input.empty() ? "INPUT.h5" : o.input);
+  std::string extra = extra_run_args(best, request.shape.num_layers);
+  auto add = [&extra](const std::string& flag, int value) {
+    extra += (extra.empty() ? "" : " ") + flag + " " + std::to_string(value);
+  };
+  if (o.page_size != sched::kDefaultPageSize) add("--page-size", o.page_size);
+  if (o.ring_depth != kDefaultRingDepth) add("--ring-depth", o.ring_depth);
+  const int per_node = std::min(request.devices_per_node, best.gpus());
+  std::printf("\nbest: %s on %d node%s, %s: %.3f s\n", sim::layout_text(best.pp, best.cp, best.tp).c_str(), best.nodes,
+              best.nodes == 1 ? "" : "s", chunking_text(best.chunking).c_str(), best.time_s);
+  const bool bf16_wire = o.wire_bytes != dist::kActivationWireBytes;
+  if (request.fp8_weights || bf16_wire)
+    std::printf("note: modelled as an engine that %s%s%s; `pipefill run` %s%s%s, so its memory and time differ\n",
+                request.fp8_weights ? "keeps FP8 weights" : "", request.fp8_weights && bf16_wire ? " and " : "",
+                bf16_wire ? "sends bf16" : "", request.fp8_weights ? "dequantizes FP8 to bf16" : "",
+                request.fp8_weights && bf16_wire ? " and " : "", bf16_wire ? "sends float32" : "");
+  const std::string vars = "MODEL=" + model + " INPUT=" + input + " OUTPUT=out.h5 PP=" + std::to_string(best.pp) +
+                           " CP=" + std::to_string(best.cp) + " TP=" + std::to_string(best.tp) +
+                           " CHUNK_SIZE=" + std::to_string(best.chunking.chunk) +
+                           (extra.empty() ? "" : " EXTRA_ARGS=" + shell_word(extra));
+  if (hw.cpu)  // prefill_cpu.sbatch asks for tasks (#SBATCH --ntasks), which -n replaces
+    std::printf("  %s \\\n    sbatch -n %d jobs/slurm/prefill_cpu.sbatch\n", vars.c_str(), best.gpus());
+  else
+    std::printf("  %s \\\n    sbatch -N %d --ntasks-per-node=%d --gpus-per-node=%d jobs/slurm/prefill.sbatch\n",
+                vars.c_str(), best.nodes, per_node, per_node);
+  std::printf(
+      "  srun -N %d --ntasks-per-node=%d pipefill run --model %s --input %s --output out.h5 --backend %s --pp %d "
+      "--cp %d --tp %d --chunk-size %d%s%s\n",
+      best.nodes, per_node, model.c_str(), input.c_str(), hw.cpu ? "cpu" : "cuda", best.pp, best.cp, best.tp,
+      best.chunking.chunk, extra.empty() ? "" : " ", extra.c_str());
 }
 
 // The Python that draws: $PIPEFILL_PYTHON, the project's venv (scripts/setup_venv.sh), python3.
@@ -144,11 +191,11 @@ void draw_plot(const sim::Advice& advice, const std::string& png) {
   const std::string python = plotting_python(), script = std::string(PIPEFILL_SCRIPTS_DIR) + "/plot_advice.py";
   std::fflush(stdout);
   const pid_t child = fork();
-  if (child == 0) {
+  if (child == 0) {  // its chatter on stderr: stdout may be --json rows
+    dup2(STDERR_FILENO, STDOUT_FILENO);
     execlp(python.c_str(), python.c_str(), script.c_str(), rows_path, "--out", png.c_str(),
            static_cast<char*>(nullptr));
-    std::perror(("pipefill advise --plot: " + python).c_str());
-    _exit(127);
+    _exit(127);  // (the parent says what failed)
   }
   int status = 0;
   if (child < 0 || waitpid(child, &status, 0) < 0) status = -1;
@@ -175,7 +222,9 @@ int advise_command(int argc, char** argv) {
     const model::ModelShape profiled =
         model::shape_from_json(profile.identity.value("model_config", nlohmann::json()), o.cost_model);
     if (profiled.num_layers != request.shape.num_layers || profiled.hidden_size != request.shape.hidden_size ||
-        profiled.num_heads != request.shape.num_heads)
+        profiled.num_heads != request.shape.num_heads || profiled.num_kv_heads != request.shape.num_kv_heads ||
+        profiled.head_dim != request.shape.head_dim || profiled.intermediate_size != request.shape.intermediate_size ||
+        profiled.experts != request.shape.experts || profiled.vocab_size != request.shape.vocab_size)
       throw UserError(o.cost_model + " profiled another model (" + profiled.name + ", " +
                       std::to_string(profiled.num_layers) + " layers of " + std::to_string(profiled.hidden_size) +
                       ") than --model-config: leave --model-config out to use the profile's");
@@ -189,7 +238,8 @@ int advise_command(int argc, char** argv) {
   request.devices_per_node =
       o.gpus_per_node != AdviseOptions::kHardwareFile ? o.gpus_per_node : request.hardware.devices_per_node;
   if (o.fp8 == "keep" && !request.shape.fp8)
-    throw UserError("--fp8 keep: " + o.model_config + " is not an FP8 checkpoint (no quantization_config fp8)");
+    throw UserError("--fp8 keep: " + (o.model_config.empty() ? o.cost_model + "'s model" : o.model_config) +
+                    " is not an FP8 checkpoint (no quantization_config fp8)");
   request.fp8_weights = request.shape.fp8 && o.fp8 == "keep";
   request.wire_bytes = o.wire_bytes;
   request.ring_depth = o.ring_depth;
@@ -222,13 +272,16 @@ int advise_command(int argc, char** argv) {
         "wire; %d layouts, %d simulations, %.2f s\n",
         hw.matmul_efficiency,
         trace::flop_rate_text(request.fp8_weights ? hw.peak_fp8_flops : hw.peak_bf16_flops).c_str(),
-        request.fp8_weights ? "fp8" : "bf16", hw.attention_efficiency,
-        trace::flop_rate_text(hw.peak_bf16_flops).c_str(), hw.path.c_str(), o.wire_bytes, advice.layouts_considered,
-        advice.simulations, search_s);
+        request.fp8_weights ? "fp8"
+        : hw.cpu            ? "float32"
+                            : "bf16",
+        hw.attention_efficiency, trace::flop_rate_text(hw.peak_bf16_flops).c_str(), hw.path.c_str(), o.wire_bytes,
+        advice.layouts_considered, advice.simulations, search_s);
     std::printf("efficiency: strong scaling against the best layout on %d node%s (time x nodes)\n\n", advice.base_nodes,
                 advice.base_nodes == 1 ? "" : "s");
-    std::printf("%4s %5s %-20s %-13s %-24s %10s %10s %10s %5s %14s %16s %12s\n", "rank", "GPUs", "layout", "layers",
-                "chunking", "time s", "TTFT s", "tokens/s", "eff", "bubble (ideal)", "GiB/device", "across nodes");
+    std::printf("%4s %5s %-20s %-13s %-24s %10s %10s %10s %5s %14s %16s %12s\n", "rank", hw.cpu ? "ranks" : "GPUs",
+                "layout", "layers", "chunking", "time s", "TTFT s", "tokens/s", "eff", "bubble (ideal)", "GiB/device",
+                "across nodes");
     for (size_t i = 0; i < ranked.size() && static_cast<int>(i) < o.top; ++i) {
       const sim::LayoutAdvice& a = ranked[i];
       char bubble[32], memory[32];
@@ -243,25 +296,7 @@ int advise_command(int argc, char** argv) {
       std::printf("(%zu more layouts fit: --top %zu, or --json for all)\n", ranked.size() - o.top, ranked.size());
     print_left_out(advice);
 
-    const sim::LayoutAdvice& best = ranked.front();
-    const std::string model_dir = job_model_dir(o);
-    const std::string input = o.input.empty() ? "INPUT.h5" : o.input;
-    const std::string extra = extra_run_args(best, request.shape.num_layers);
-    const int per_node = std::min(request.devices_per_node, best.gpus());
-    std::printf("\nbest: %s on %d node%s, %s: %.3f s\n", sim::layout_text(best.pp, best.cp, best.tp).c_str(),
-                best.nodes, best.nodes == 1 ? "" : "s", chunking_text(best.chunking).c_str(), best.time_s);
-    std::printf(
-        "  MODEL=%s INPUT=%s OUTPUT=out.h5 PP=%d CP=%d TP=%d CHUNK_SIZE=%d%s%s%s \\\n    sbatch -N %d "
-        "--ntasks-per-node=%d%s jobs/slurm/%s\n",
-        model_dir.c_str(), input.c_str(), best.pp, best.cp, best.tp, best.chunking.chunk,
-        extra.empty() ? "" : " EXTRA_ARGS=\"", extra.c_str(), extra.empty() ? "" : "\"", best.nodes, per_node,
-        hw.cpu ? "" : (" --gpus-per-node=" + std::to_string(per_node)).c_str(),
-        hw.cpu ? "prefill_cpu.sbatch" : "prefill.sbatch");
-    std::printf(
-        "  srun -N %d --ntasks-per-node=%d pipefill run --model %s --input %s --output out.h5 --backend %s "
-        "--pp %d --cp %d --tp %d --chunk-size %d%s%s\n",
-        best.nodes, per_node, model_dir.c_str(), input.c_str(), hw.cpu ? "cpu" : "cuda", best.pp, best.cp, best.tp,
-        best.chunking.chunk, extra.empty() ? "" : " ", extra.c_str());
+    print_job_lines(o, request, ranked.front());
   }
   if (!o.plot.empty()) {
     draw_plot(advice, o.plot);

@@ -294,8 +294,8 @@ OptionTable<RunOptions> run_table() {
   t.add("trace", "also write a Chrome trace (Perfetto) to this JSON file", &R::trace).echo_as("trace");
   t.add("cp",
         "context parallelism: CP ranks per stage (world = pp x cp x tp, ranks ordered TP innermost, then CP, then "
-        "PP), each computing 1/cp of every chunk's tokens and holding 1/cp of each prompt's KV cache (cpu backend "
-        "and the emulator)",
+        "PP), each computing 1/cp of every chunk's tokens and holding 1/cp of each prompt's KV cache (every backend; "
+        "on cuda not yet with MLA)",
         &R::cp)
       .at_least_one()
       .echo_as("cp");
@@ -432,7 +432,7 @@ OptionTable<SimulateOptions> simulate_table() {
   add_tp(t, &S::tp);
   t.add("cp",
         "context parallelism: CP ranks per stage, each computing 1/cp of every chunk's tokens and attending over "
-        "a ring (ranks ordered TP innermost, then CP, then PP; `run --cp` computes it on the cpu backend)",
+        "a ring (ranks ordered TP innermost, then CP, then PP, as `run --cp` places them)",
         &S::cp)
       .at_least_one();
   t.add("cp-attention",
@@ -492,7 +492,7 @@ OptionTable<AdviseOptions> advise_table() {
         &A::chunk_size)
       .optional()
       .check([](const int& chunk) {
-        if (chunk < 0) throw UserError("--chunk-size must be at least 1");
+        if (chunk < 0) throw UserError("--chunk-size must be at least 1 (or left out: searched)");
       });
   t.add("nodes", "nodes in the allocation (layouts on 1, 2, 4, ... of them are ranked too)", &A::nodes).at_least_one();
   t.add("gpus-per-node", "devices a node (default: the hardware file's gpus_per_node)", &A::gpus_per_node)

@@ -66,11 +66,15 @@ std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int c
     // A prompt that takes over another's prefix has its chunks cut from there and the
     // prefix's as the other's were: each chunk (at most two more: the prefix's last and the
     // prompt's first) adds at most two rows to the rank's even share.
-    const int64_t chunks = (length + chunk - 1) / chunk + 2;
-    shards.push_back(std::min(
-        length, std::max(cp_max_shard_tokens(length, chunk, ranks), (length + ranks - 1) / ranks + 2 * chunks)));
+    shards.push_back(std::max(cp_max_shard_tokens(length, chunk, ranks), cp_shard_bound(length, chunk, ranks)));
   }
   return shards;
+}
+
+int64_t cp_shard_bound(int64_t length, int chunk, int ranks) {
+  if (ranks == 1) return length;
+  const int64_t chunks = (length + chunk - 1) / chunk + 2;
+  return std::min(length, (length + ranks - 1) / ranks + 2 * chunks);
 }
 
 void align_reuse_to_chunks(PrefixPlan& plan, int chunk, bool dynamic) {

@@ -58,6 +58,9 @@ int64_t cp_max_shard_tokens(int64_t length, int chunk, int ranks);
 // chunk, however the chunks fall (a prompt that reuses another's prefix has the other's
 // chunks before its own).
 std::vector<int64_t> cp_shard_lengths(const std::vector<int64_t>& lengths, int chunk, int ranks);
+// That bound alone, without walking the chunks: what cp_shard_lengths gives whenever a chunk
+// has at least one token for each of the 2 x ranks pieces (chunk >= 2 ranks), in O(1).
+int64_t cp_shard_bound(int64_t length, int chunk, int ranks);
 
 // Rows of a range loaded into the KV cache (a --kv-store prefix) handed to each CP rank at a
 // time: about `piece`, a multiple of 2 * ranks, so that each piece splits evenly and the

@@ -3,16 +3,37 @@
 
 #include <algorithm>
 
+#include "sched/context_split.hpp"
+#include "sched/dynamic_chunker.hpp"
+
 namespace pf::sim {
 
+DeviceStorage DeviceStorage::of(const HardwareSpec& hw, bool fp8_weights) {
+  DeviceStorage s;
+  if (hw.cpu) {  // float32 weights and cache (the cpu backend's default), the node's memory shared by its ranks
+    s.weight_bytes = 4;
+    s.kv_bytes = 4;
+    s.memory_bytes = hw.memory_bytes / hw.devices_per_node;
+  } else {
+    s.weight_bytes = fp8_weights ? 1 : 2;
+    s.kv_bytes = 2;
+    s.runtime_bytes = 1.5 * kGiB;  // an estimate for Hopper with a few communicators
+    s.memory_bytes = hw.memory_bytes;
+  }
+  return s;
+}
+
 DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<model::StageRange>& partition, int tp,
-                            int cp, int chunk_tokens, int64_t longest_prompt, bool fp8_weights) {
-  const double weight_bytes = fp8_weights ? 1.0 : 2.0, kv_value_bytes = 2.0, activation_bytes = 4.0;
+                            int cp, int initial_chunk, int page_size, int64_t longest_prompt,
+                            const DeviceStorage& storage) {
+  constexpr double kActivationBytes = 4, kRingBytes = 2;  // float32 activations; the cuda ring moves bf16 shards
   const double h = shape.hidden_size, heads = static_cast<double>(shape.num_heads) / tp;
   const double kv_values = shape.mla() ? shape.cached_values_per_token() : shape.cached_values_per_token() / tp;
-  // One CP rank's share of a chunk and of the prompt (the first ranks take the remainder).
-  const double tokens = static_cast<double>((chunk_tokens + cp - 1) / cp);
-  const double kv_tokens = static_cast<double>((longest_prompt + cp - 1) / cp);
+  const double chunk = sched::longest_chunk(initial_chunk, page_size);
+  // (Search offers CP only with chunks of at least 2 cp tokens, where this is cp_shard_lengths.)
+  const double rows = static_cast<double>(sched::cp_shard_bound(longest_prompt, initial_chunk, cp));
+  const double width = heads * shape.head_dim;
+  const double ring = cp > 1 ? 2 * kRingBytes * kv_values * rows + 2 * kActivationBytes * chunk * (width + heads) : 0;
   DeviceMemory busiest;
   for (size_t s = 0; s < partition.size(); ++s) {
     DeviceMemory m;
@@ -20,28 +41,30 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
     double widest_mlp = 0;
     for (int layer = partition[s].first; layer < partition[s].first + partition[s].count; ++layer) {
       const double replicated = shape.replicated_layer_parameters(layer);
-      m.weights += weight_bytes * ((shape.layer_parameters(layer) - replicated) / tp + replicated);
-      m.kv += kv_value_bytes * kv_values * kv_tokens;
+      m.weights += storage.weight_bytes * ((shape.layer_parameters(layer) - replicated) / tp + replicated);
+      m.kv += storage.kv_bytes * kv_values * rows;
       const double mlp = shape.moe_layer(layer)
                              ? static_cast<double>(shape.experts_per_token) * shape.moe_intermediate_size +
                                    shape.shared_expert_intermediate_size
                              : shape.intermediate_size;
       widest_mlp = std::max(widest_mlp, mlp);
     }
-    const double embedding = 2.0 * h * shape.vocab_size;  // bf16
-    if (s == 0) m.weights += embedding;
-    if (s + 1 == partition.size() && !(partition.size() == 1 && shape.tie_word_embeddings)) m.weights += embedding / tp;
-    // Hidden state, residual, normed input and attention output (h each), Q K V and the gate,
-    // up and product of the MLP on this rank's heads and width.
-    const double per_token = 4.0 * h + heads * shape.head_dim + 2.0 * kv_values + 3.0 * widest_mlp / tp;
-    m.workspace = kRuntimeBytes + activation_bytes * tokens * per_token;
+    const double embedding = h * shape.vocab_size;
+    if (s == 0) m.weights += storage.weight_bytes * embedding;
+    if (s + 1 == partition.size() && !(partition.size() == 1 && shape.tie_word_embeddings))
+      m.weights += storage.weight_bytes * embedding / tp;
+    // Hidden state, residual, normed input and attention output (h each), Q and this rank's
+    // K and V, and the MLP's gate, up and product on this rank's width.
+    const double per_token = 4.0 * h + width + kv_values + 3.0 * widest_mlp / tp;
+    m.workspace = storage.runtime_bytes + kActivationBytes * chunk * per_token + ring;
     if (m.total() > busiest.total()) busiest = m;
   }
   return busiest;
 }
 
-bool fits_device(const DeviceMemory& memory, double device_bytes, double kv_memory_fraction) {
-  const double left = device_bytes - memory.weights - memory.workspace;
+bool fits_device(const DeviceMemory& memory, const DeviceStorage& storage, double kv_memory_fraction) {
+  if (storage.memory_bytes <= 0) return true;
+  const double left = storage.memory_bytes - memory.weights - memory.workspace;
   return left > 0 && memory.kv <= kv_memory_fraction * left;
 }
 

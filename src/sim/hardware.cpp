@@ -50,9 +50,12 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
     h.peak_fp8_flops = j.at("peak_tflops").value("fp8", j.at("peak_tflops").at("bf16").get<double>()) * 1e12;
     h.matmul_efficiency = j.at("matmul_efficiency").get<double>();
     h.attention_efficiency = j.at("attention_efficiency").get<double>();
+    if (j.contains("gpus_per_node") && !j["gpus_per_node"].is_number_integer())
+      throw UserError(path + ": gpus_per_node must be a whole number");
     h.devices_per_node = j.value("gpus_per_node", 8);
-    // Device memory is sold in "GB" that are GiB (an 80 GB H100 has 81,559 MiB).
-    h.memory_bytes = j.value("memory_GB", 0.0) * static_cast<double>(1ull << 30);
+    // A device's "GB" as sold is a little under a GiB: nvidia-smi gives an 80 GB H100 81,559
+    // MiB and a 141 GB H200 143,771 MiB, both 0.9957 of the GiB figure.
+    h.memory_bytes = j.value("memory_GB", 0.0) * 0.9957 * static_cast<double>(1ull << 30);
     h.matmul_half_rows = j.value("matmul_half_rows", 0.0);
     const std::string backend = j.value("backend", std::string("cuda"));
     if (backend != "cuda" && backend != "cpu") throw UserError(path + ": \"backend\" must be cuda or cpu");
@@ -61,10 +64,15 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
       link->bandwidth_Bps = j.at(key).at("bandwidth_GBps").get<double>() * 1e9;
       link->latency_s = j.at(key).at("latency_us").get<double>() * 1e-6;
     }
-    if (h.devices_per_node < 1 || h.memory_bytes < 0 || h.matmul_half_rows < 0)
+    if (h.devices_per_node < 1 || !(h.memory_bytes >= 0) || !(h.matmul_half_rows >= 0))
       throw UserError(path + ": gpus_per_node must be at least 1, memory_GB and matmul_half_rows not negative");
-    if (h.peak_bf16_flops <= 0 || h.matmul_efficiency <= 0 || h.attention_efficiency <= 0)
-      throw UserError(path + ": peak rates and efficiencies must be positive");
+    if (!(h.peak_bf16_flops > 0) || !(h.peak_fp8_flops > 0)) throw UserError(path + ": peak rates must be positive");
+    if (!(h.matmul_efficiency > 0 && h.matmul_efficiency <= 1) ||
+        !(h.attention_efficiency > 0 && h.attention_efficiency <= 1))
+      throw UserError(path + ": efficiencies must lie in (0, 1]");
+    for (const LinkSpec* link : {&h.intra_node, &h.inter_node})
+      if (!(link->bandwidth_Bps > 0) || !(link->latency_s >= 0))
+        throw UserError(path + ": a link's bandwidth_GBps must be positive and its latency_us not negative");
     return h;
   } catch (const nlohmann::json::exception& e) {
     throw UserError(path + ": " + e.what());

@@ -56,11 +56,16 @@ std::string gibibytes(double bytes) {
 
 class Search {
  public:
-  explicit Search(const AdviseRequest& r) : r_(r) {
+  explicit Search(const AdviseRequest& r) : r_(r), storage_(DeviceStorage::of(r.hardware, r.fp8_weights)) {
     for (int64_t length : r.lengths) longest_ = std::max(longest_, length);
+    // Chunks shorter than the prompt, and not so short that a prompt takes more than
+    // kMaxChunks of them (a search of seconds, not hours, at any length).
+    const int64_t shortest = (longest_ + kMaxChunks - 1) / kMaxChunks;
     for (int chunk : r.fixed_chunks)
-      if (chunk <= longest_ || r.fixed_chunks.size() == 1) fixed_.push_back(chunk);
-    if (fixed_.empty()) fixed_.push_back(round_to(static_cast<double>(longest_), 64));
+      if ((chunk <= longest_ && chunk >= shortest) || r.fixed_chunks.size() == 1) fixed_.push_back(chunk);
+    if (fixed_.empty())
+      fixed_.push_back(round_to(static_cast<double>(std::min<int64_t>(longest_, std::max<int64_t>(shortest, 64))),
+                                std::max(r.page_size, 64)));
   }
 
   void layout(const Shape& shape, Advice& advice) {
@@ -72,17 +77,21 @@ class Search {
           {name, "--cp with multi-head latent attention runs on the cpu backend only, so far", ""});
       return;
     }
+    if (2 * shape.cp > std::max(fixed_.back(), static_cast<int>(std::min<int64_t>(longest_, 1 << 30)))) {
+      advice.left_out.push_back({name, "more CP ranks than a chunk has tokens for (2 a rank)", ""});
+      return;
+    }
     std::vector<std::vector<model::StageRange>> partitions = {model::default_partition(r_.shape.num_layers, shape.pp)};
     if (r_.shape.num_layers % shape.pp != 0) partitions.push_back(remainder_first(r_.shape.num_layers, shape.pp));
     // The smallest chunk tried must fit, else nothing of this layout does.
     const DeviceMemory least =
-        busiest_device(r_.shape, partitions[0], shape.tp, shape.cp, fixed_.front(), longest_, r_.fp8_weights);
-    if (r_.hardware.memory_bytes > 0 && !fits_device(least, r_.hardware.memory_bytes)) {
+        busiest_device(r_.shape, partitions[0], shape.tp, shape.cp, fixed_.front(), r_.page_size, longest_, storage_);
+    if (!fits_device(least, storage_)) {
       advice.left_out.push_back({name, "more than a device's memory",
                                  gibibytes(least.weights) + " of weights, " + gibibytes(least.kv) + " of KV and " +
                                      gibibytes(least.workspace) + " of workspace on stage " +
-                                     std::to_string(least.stage) + "'s devices, " +
-                                     gibibytes(r_.hardware.memory_bytes) + " on one"});
+                                     std::to_string(least.stage) + "'s devices, " + gibibytes(storage_.memory_bytes) +
+                                     " on one"});
       return;
     }
     // Step 1: the partition and the best fixed chunk.
@@ -124,9 +133,10 @@ class Search {
  private:
   bool simulate(const Shape& shape, const std::vector<model::StageRange>& partition,
                 const std::vector<StageCost>& costs, const ChunkChoice& chunking, LayoutAdvice& out, Advice& advice) {
+    if (chunking.chunk < 2 * shape.cp) return false;  // a zigzag piece for every CP rank, or no CP
     const DeviceMemory memory =
-        busiest_device(r_.shape, partition, shape.tp, shape.cp, chunking.chunk, longest_, r_.fp8_weights);
-    if (r_.hardware.memory_bytes > 0 && !fits_device(memory, r_.hardware.memory_bytes)) return false;
+        busiest_device(r_.shape, partition, shape.tp, shape.cp, chunking.chunk, r_.page_size, longest_, storage_);
+    if (!fits_device(memory, storage_)) return false;
     SimulatedRunSpec spec;
     spec.pp = shape.pp;
     spec.cp = shape.cp;
@@ -170,11 +180,21 @@ class Search {
     double bytes = 0;
     for (int s = 0; s + 1 < shape.pp; ++s)
       if (s * width / per_node != (s + 1) * width / per_node) bytes += run.result.boundary_bytes[s];
-    if (width > per_node && shape.cp > 1)
+    if (width > per_node && shape.cp > 1) {
+      // pass-KV sends to the next CP rank: the hops whose two ends sit on different nodes;
+      // pass-Q's all-to-all sends to every other: the pairs on different nodes.
+      // A node holds `together` consecutive CP ranks (the ring spans nodes here, so at least 2
+      // nodes): one hop in `together` leaves it, and a rank's other cp - together peers are away.
+      const double together = shape.tp <= per_node ? per_node / shape.tp : 1;
+      const double hop_share = 1.0 / together;
+      const double pair_share = (shape.cp - together) / (shape.cp - 1.0);
       for (const StageCost& stage : costs)
-        for (const auto& mb : run.plan.micro_batches)
-          bytes += stage.cp.layers * stage.cp.layer_step(static_cast<double>(mb.start), mb.length).bytes_sent *
-                   shape.cp * shape.tp;
+        for (const auto& mb : run.plan.micro_batches) {
+          const CpLayerStep step = stage.cp.layer_step(static_cast<double>(mb.start), mb.length);
+          bytes += stage.cp.layers * step.bytes_sent * shape.cp * shape.tp *
+                   (step.variant == CpAttention::kPassKv ? hop_share : pair_share);
+        }
+    }
     if (shape.tp > per_node) {
       double computed = 0;
       for (const auto& mb : run.plan.micro_batches) computed += mb.length;
@@ -184,6 +204,7 @@ class Search {
   }
 
   const AdviseRequest& r_;
+  const DeviceStorage storage_;
   int64_t longest_ = 0;
   std::vector<int> fixed_;
 };
@@ -201,14 +222,38 @@ bool tensor_parallel_allowed(const model::ModelShape& shape, int tp) {
   return std::all_of(widths.begin(), widths.end(), [tp](int width) { return width % tp == 0; });
 }
 
+bool cuda_attention_head_dim(int head_dim) {
+  return head_dim == 32 || head_dim == 48 || head_dim == 64 || head_dim == 128;
+}
+
 std::string layout_text(int pp, int cp, int tp) {
   return "pp " + std::to_string(pp) + (cp > 1 ? " x cp " + std::to_string(cp) : "") + " x tp " + std::to_string(tp);
 }
 
 Advice advise_layouts(const AdviseRequest& request) {
-  if (request.nodes < 1 || request.devices_per_node < 1)
-    throw UserError("--nodes and --gpus-per-node must be positive");
+  if (request.nodes < 1 || request.nodes > kMaxNodes || request.devices_per_node < 1 ||
+      request.devices_per_node > kMaxDevicesPerNode)
+    throw UserError("--nodes must be 1-" + std::to_string(kMaxNodes) + " and --gpus-per-node 1-" +
+                    std::to_string(kMaxDevicesPerNode));
   if (request.lengths.empty()) throw UserError("no prompts to advise on");
+  for (int64_t length : request.lengths)
+    if (length < 1 || length > kMaxPromptTokens)
+      throw UserError("a prompt of " + std::to_string(length) + " tokens: advise takes 1 to " +
+                      std::to_string(kMaxPromptTokens) + " tokens a prompt");
+  if (request.fixed_chunks.size() == 1) {
+    const int chunk = request.fixed_chunks[0];
+    int64_t chunks = 0;
+    for (int64_t length : request.lengths) chunks += chunk > 0 ? (length + chunk - 1) / chunk : 0;
+    if (chunk < 1 || chunks > 16 * kMaxChunks)
+      throw UserError("--chunk-size " + std::to_string(chunk) + " cuts the batch into " + std::to_string(chunks) +
+                      " chunks: advise simulates up to " + std::to_string(16 * kMaxChunks) +
+                      " (a larger chunk, or leave --chunk-size out to search)");
+  }
+  if (!request.hardware.cpu && !request.shape.mla() && !cuda_attention_head_dim(request.shape.head_dim))
+    throw UserError("the cuda backend's attention takes head_dim 32, 48, 64 or 128 (this model: " +
+                    std::to_string(request.shape.head_dim) + "): no GPU layout can run it");
+  if (!request.hardware.cpu && request.page_size % 64 != 0)
+    throw UserError("--page-size " + std::to_string(request.page_size) + ": the cuda backend needs a multiple of 64");
   AdviseRequest r = request;
   r.hardware.devices_per_node = r.devices_per_node;  // the links follow the allocation's nodes
   Advice advice;
@@ -229,8 +274,8 @@ Advice advise_layouts(const AdviseRequest& request) {
   if (advice.ranked.empty()) {
     std::string why = "no layout is possible";
     if (!advice.left_out.empty()) {
-      const Advice::LeftOut& smallest = advice.left_out.front();
-      why = smallest.layout + ": " + smallest.reason + (smallest.detail.empty() ? "" : ", " + smallest.detail);
+      const Advice::LeftOut& largest = advice.left_out.back();  // of the whole allocation
+      why = largest.layout + ": " + largest.reason + (largest.detail.empty() ? "" : ", " + largest.detail);
     }
     throw UserError("no layout of " + std::to_string(request.nodes) + " x " + std::to_string(per_node) +
                     " devices fits this model and batch (" + why + ")");

@@ -21,6 +21,12 @@
 
 namespace pf::sim {
 
+// Bounds that keep a search to seconds and its arithmetic exact.
+constexpr int kMaxNodes = 4096;
+constexpr int kMaxDevicesPerNode = 64;
+constexpr int64_t kMaxPromptTokens = int64_t{1} << 34;  // 16G tokens
+constexpr int64_t kMaxChunks = 1024;                    // of the longest prompt, per searched fixed chunk
+
 struct AdviseRequest {
   model::ModelShape shape;
   HardwareSpec hardware;
@@ -74,12 +80,18 @@ struct Advice {
   std::vector<LeftOut> left_out;
 };
 
-// UserError when nothing fits (the message says what the smallest layout needs).
+// UserError when nothing fits (the message says what the whole allocation's last layout
+// needs), for bounds beyond the k* constants, and for a model or page size the cuda backend
+// cannot run on GPU hardware.
 Advice advise_layouts(const AdviseRequest& request);
 
 // Whether `run` accepts this TP size for the model (every split width divides), as
 // model::validate_tensor_parallel checks a full config.
 bool tensor_parallel_allowed(const model::ModelShape& shape, int tp);
+
+// The head sizes the cuda backend's attention kernel takes (kernels::attention_supports; not
+// linked into a build without CUDA, so stated here).
+bool cuda_attention_head_dim(int head_dim);
 
 // "pp 4 x tp 8", "pp 2 x cp 4 x tp 4".
 std::string layout_text(int pp, int cp, int tp);

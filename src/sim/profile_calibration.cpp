@@ -13,6 +13,10 @@ HardwareSpec hardware_from_profile(const HardwareSpec& base, const model::ModelS
   if (tp != 1 || cp != 1)
     throw UserError(path + " was profiled at tp " + std::to_string(tp) + ", cp " + std::to_string(cp) +
                     ": a profile that calibrates the model must be of one rank a stage (pipefill profile --tp 1)");
+  const std::string backend = id.value("backend", std::string("cpu"));
+  if ((backend == "cpu") != base.cpu)
+    throw UserError(path + " was profiled on the " + backend + " backend, and " + base.path + " describes " +
+                    (base.cpu ? "cpu ranks" : "GPUs") + ": give the hardware file of the machine it measured");
   const std::string partition_text = id.value("layer_partition", std::string());
   const std::vector<model::StageRange> partition = partition_text.empty()
                                                        ? model::default_partition(shape.num_layers, pp)
@@ -51,6 +55,10 @@ HardwareSpec hardware_from_profile(const HardwareSpec& base, const model::ModelS
   hw.peak_fp8_flops = hw.peak_bf16_flops;  // the profile measured the backend's own arithmetic
   const double matmul_rate = hw.peak_bf16_flops * hw.matmul_efficiency;
   hw.matmul_half_rows = fixed_s * matmul_rate / tile_flops;
+  if (hw.matmul_efficiency > 1 || hw.attention_efficiency > 1)
+    throw UserError(path + " implies matmuls at " + std::to_string(hw.matmul_efficiency) + " and attention at " +
+                    std::to_string(hw.attention_efficiency) + " of " + base.path +
+                    "'s peak, more than the peak: the profile or the file is not of this machine");
   return hw;
 }
 

@@ -15,9 +15,16 @@ deepseek=(--model-config "$repo/configs/deepseek-v3.1.json" --hardware h20 --fp8
 "$bin/pipefill" advise "${deepseek[@]}" --nodes 4 --length 131072 >"$work/table.txt"
 cat "$work/table.txt"
 grep -q '^best: pp 4 x tp 8 on 4 nodes, dynamic C0 12288' "$work/table.txt" || fail "the best layout is not the seeds' PP4 x TP8, DCK 12K"
-grep -q 'PP=4 CP=1 TP=8 CHUNK_SIZE=12288 EXTRA_ARGS="--dynamic-chunking --smooth-factor' "$work/table.txt" || fail "no sbatch line"
+grep -q "PP=4 CP=1 TP=8 CHUNK_SIZE=12288 EXTRA_ARGS='--dynamic-chunking --smooth-factor" "$work/table.txt" || fail "no sbatch line"
 grep -q 'sbatch -N 4 --ntasks-per-node=8 --gpus-per-node=8 jobs/slurm/prefill.sbatch' "$work/table.txt" || fail "sbatch shape"
 grep -q 'srun -N 4 --ntasks-per-node=8 pipefill run .* --pp 4 --cp 1 --tp 8 --chunk-size 12288' "$work/table.txt" || fail "srun line"
+grep -q '^note: modelled as an engine that keeps FP8 weights and sends bf16' "$work/table.txt" || fail "no note on the engine"
+
+# On cpu ranks from a profile-free file: the cpu job script, which asks for tasks (-n).
+"$bin/pipefill" advise --model-config synthetic:small --hardware cpu --nodes 1 --length 8192 >"$work/cpu.txt"
+grep -q '^  MODEL=synthetic:small ' "$work/cpu.txt" && grep -q '^    sbatch -n 2 jobs/slurm/prefill_cpu.sbatch' "$work/cpu.txt" ||
+  fail "cpu sbatch line"
+grep -q -- '--backend cpu' "$work/cpu.txt" || fail "cpu srun line"
 
 # --json: one layout a line, ranked by time, every one on 1, 2 or 4 nodes of 8.
 "$bin/pipefill" advise "${deepseek[@]}" --nodes 4 --length 131072 --json >"$work/rows.jsonl"
@@ -46,7 +53,9 @@ grep -q 'INPUT=.*batch.h5' "$work/batch.txt" || fail "the job line names the inp
 # The picture, where this machine's Python can draw; else advise says what it needs.
 if "${PIPEFILL_PYTHON:-python3}" -c 'import matplotlib' 2>/dev/null ||
    [ -x "$HOME/.cache/pipefill/venv/bin/python" ] && "$HOME/.cache/pipefill/venv/bin/python" -c 'import matplotlib' 2>/dev/null; then
-  "$bin/pipefill" advise "${deepseek[@]}" --nodes 4 --length 131072 --plot "$work/advice.png" >/dev/null
+  "$bin/pipefill" advise "${deepseek[@]}" --nodes 4 --length 131072 --plot "$work/advice.png" --json >"$work/plotted.jsonl"
+  /usr/bin/python3 -c 'import json, sys; [json.loads(l) for l in open(sys.argv[1])]' "$work/plotted.jsonl" ||
+    fail "--json --plot: stdout is not JSON lines"
   [ "$(head -c 4 "$work/advice.png" | od -An -c | tr -d ' ')" = "211PNG" ] || fail "--plot did not write a PNG"
   [ ! -e "$work/advice.png.partial.png" ] || fail "a partial picture was left"
 fi
@@ -78,5 +87,13 @@ expect_error "no hardware description" --model-config synthetic:small --hardware
 expect_error "fits this model and batch" --model-config "$repo/configs/deepseek-v3.1.json" --hardware h20 --nodes 1 --length 1048576
 expect_error "--plot" "${deepseek[@]}" --nodes 1 --length 100 --plot "$work/no/such/dir/a.png"
 expect_error "--fp8 must be" "${deepseek[@]}" --length 100 --fp8 maybe
+expect_error "--nodes must be 1-4096" "${deepseek[@]}" --nodes 100000 --length 100
+expect_error "needs a multiple of 64" "${deepseek[@]}" --length 100 --page-size 100
+cat >"$work/head96.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "hidden_size": 768, "num_hidden_layers": 4, "num_attention_heads": 8,
+ "num_key_value_heads": 8, "head_dim": 96, "intermediate_size": 2048, "vocab_size": 1000}
+JSON
+expect_error "head_dim 32, 48, 64 or 128" --model-config "$work/head96.json" --hardware h100 --length 100
+expect_error "cuts the batch into" "${deepseek[@]}" --length 1000000 --chunk-size 1
 [ ! -e "$work/no" ] || fail "a directory was made for --plot"
 echo "advise: all checks passed"

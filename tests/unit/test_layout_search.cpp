@@ -5,6 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <string>
 
 #include "errors.hpp"
@@ -66,17 +69,29 @@ TEST(GpuMemory, ParameterCountsMatchThePublishedSizes) {
 
 TEST(GpuMemory, BusiestDeviceSplitsWeightsAndKv) {
   const model::ModelShape llama = model::shape_from_config(model::preset_config("llama3-8b"));
-  const auto whole = busiest_device(llama, model::default_partition(32, 1), 1, 1, 4096, 131072, false);
+  const DeviceStorage h100 = DeviceStorage::of(load_hardware("h100"), false);
+  const auto whole = busiest_device(llama, model::default_partition(32, 1), 1, 1, 4096, 64, 131072, h100);
   EXPECT_NEAR(whole.weights / 2.0 / 8.030261248e9, 1.0, 1e-3);  // bf16
   // KV: 32 layers x 8 KV heads x 128 x (K and V) x 2 bytes = 128 KiB a token.
   EXPECT_DOUBLE_EQ(whole.kv, 131072.0 * 32 * 8 * 128 * 2 * 2);
-  // pp 2 x cp 2 x tp 2: each device a quarter of the layers' weights by TP and PP, an eighth of the KV.
-  const auto split = busiest_device(llama, model::default_partition(32, 2), 2, 2, 4096, 131072, false);
-  EXPECT_DOUBLE_EQ(split.kv, whole.kv / 8);
+  // Workspace: the runtime's, and float32 activations of the longest chunk a plan of C0 4096
+  // holds (sched::longest_chunk: 4096 + 1024 + 64), whatever the CP split.
+  const double per_token = 4.0 * 4096 + 4096 + 2 * 1024 + 3.0 * 14336;
+  EXPECT_DOUBLE_EQ(whole.workspace, h100.runtime_bytes + 4.0 * (4096 + 1024 + 64) * per_token);
+  // pp 2 x cp 2 x tp 2: each device a quarter of the layers' weights by TP and PP, about an
+  // eighth of the KV (a CP rank's rows: half the prompt and at most two rows a chunk more).
+  const auto split = busiest_device(llama, model::default_partition(32, 2), 2, 2, 4096, 64, 131072, h100);
+  EXPECT_GE(split.kv, whole.kv / 8);
+  EXPECT_LE(split.kv, whole.kv / 8 * (1 + 2.0 * 34 / 65536));
   EXPECT_LT(split.weights, whole.weights / 3.5);
-  EXPECT_TRUE(fits_device(whole, 80.0 * kGiB));
-  EXPECT_FALSE(fits_device(busiest_device(llama, model::default_partition(32, 1), 1, 1, 4096, 1 << 20, false),
-                           80.0 * kGiB));  // 128 GiB of KV at 1M tokens
+  EXPECT_TRUE(fits_device(whole, h100));
+  EXPECT_FALSE(fits_device(busiest_device(llama, model::default_partition(32, 1), 1, 1, 4096, 64, 1 << 20, h100),
+                           h100));  // 128 GiB of KV at 1M tokens
+  // The cpu backend: float32 weights and cache, the node's memory shared by its ranks.
+  const DeviceStorage cpu = DeviceStorage::of(load_hardware("cpu"), false);
+  EXPECT_DOUBLE_EQ(cpu.weight_bytes, 4.0);
+  EXPECT_DOUBLE_EQ(cpu.memory_bytes, load_hardware("cpu").memory_bytes / 2);
+  EXPECT_FALSE(fits_device(busiest_device(llama, model::default_partition(32, 1), 1, 2, 4096, 64, 8192, cpu), cpu));
 }
 
 TEST(LayoutSearch, EveryLayoutRunsOnTheAllocationAndFits) {
@@ -91,7 +106,7 @@ TEST(LayoutSearch, EveryLayoutRunsOnTheAllocationAndFits) {
     EXPECT_TRUE(a.nodes == 1 || a.nodes == 2 || a.nodes == 4);
     EXPECT_LE(a.tp, 4);  // Qwen3-235B's 4 KV heads: `run` refuses --tp 8
     EXPECT_TRUE(8 % (a.cp * a.tp) == 0 || (a.cp * a.tp) % 8 == 0);
-    EXPECT_TRUE(fits_device(a.memory, request.hardware.memory_bytes));
+    EXPECT_TRUE(fits_device(a.memory, DeviceStorage::of(request.hardware, request.fp8_weights)));
     if (i > 0) {
       EXPECT_LE(advice.ranked[i - 1].time_s, a.time_s);
     }
@@ -196,4 +211,61 @@ TEST(ProfileCalibration, RecoversTheRatesAProfileWasMadeOf) {
   EXPECT_THROW(hardware_from_profile(load_hardware("cpu"), model::shape_from_config(model::preset_config("tiny")), tp2,
                                      "tp2.json"),
                UserError);
+}
+
+TEST(LayoutSearch, RefusesWhatItCannotSearchOrRun) {
+  AdviseRequest r = seeds_request("deepseek-v3.1.json", 1, 131072);
+  auto refuses = [](AdviseRequest request, const std::string& says) {
+    try {
+      advise_layouts(request);
+      ADD_FAILURE() << "advised; expected: " << says;
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(says), std::string::npos) << e.what();
+    }
+  };
+  AdviseRequest huge = r;
+  huge.nodes = 1 << 30;  // would overflow nodes x devices
+  refuses(huge, "--nodes must be 1-4096");
+  AdviseRequest long_prompt = r;
+  long_prompt.lengths = {std::numeric_limits<int64_t>::max()};
+  refuses(long_prompt, "tokens a prompt");
+  AdviseRequest tiny_chunks = r;
+  tiny_chunks.lengths = {1 << 20};
+  tiny_chunks.fixed_chunks = {1};
+  refuses(tiny_chunks, "--chunk-size 1 cuts the batch into 1048576 chunks");
+  AdviseRequest odd_pages = r;
+  odd_pages.page_size = 100;
+  refuses(odd_pages, "needs a multiple of 64");
+  AdviseRequest odd_heads = r;
+  odd_heads.shape = model::shape_from_config(model::preset_config("llama3-8b"));
+  odd_heads.shape.head_dim = 96;
+  refuses(odd_heads, "head_dim 32, 48, 64 or 128");
+  // A very long prompt is searched with chunks that cut it into at most kMaxChunks.
+  AdviseRequest very_long = r;
+  very_long.shape = model::shape_from_config(model::preset_config("llama3-8b"));
+  very_long.hardware = load_hardware("h100");
+  very_long.fp8_weights = false;
+  very_long.nodes = 8;
+  very_long.lengths = {int64_t{1} << 24};
+  const Advice advice = advise_layouts(very_long);
+  ASSERT_FALSE(advice.ranked.empty());
+  for (const auto& a : advice.ranked) EXPECT_GE(a.best_fixed_chunk, (int64_t{1} << 24) / kMaxChunks);
+}
+
+TEST(Hardware, ImpossibleValuesAreRefused) {
+  std::ifstream in(load_hardware("h100").path);
+  const nlohmann::json h100 = nlohmann::json::parse(in);
+  const std::string path = ::testing::TempDir() + "/odd_hardware.json";
+  for (const auto& [pointer, value] :
+       std::vector<std::pair<std::string, nlohmann::json>>{{"/intra_node/bandwidth_GBps", -1.0},
+                                                           {"/inter_node/bandwidth_GBps", 0.0},
+                                                           {"/inter_node/latency_us", -3.0},
+                                                           {"/peak_tflops/fp8", 0.0},
+                                                           {"/matmul_efficiency", 1.5},
+                                                           {"/gpus_per_node", 3.5}}) {
+    nlohmann::json edited = h100;
+    edited[nlohmann::json::json_pointer(pointer)] = value;
+    std::ofstream(path) << edited.dump();
+    EXPECT_THROW(load_hardware(path), UserError) << pointer;
+  }
 }

@@ -90,12 +90,13 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
       config, shard, std::move(device_weights), request.page_size, request.max_chunk_tokens, forward,
       backend.all_reduce.get(), backend.cp_ring.get(), backend.host_cp_ring.get(), request.cp_attention);
 
-  // The CP ring's buffers first: the KV pool is sized from the memory they leave.
-  int64_t longest_prompt = demand.profile_room_tokens;
-  for (int64_t length : demand.prompt_lengths) longest_prompt = std::max(longest_prompt, length);
-  compute->reserve_cp_ring(longest_prompt, request.max_chunk_tokens);
+  // The CP ring's buffers first: the KV pool is sized from the memory they leave. With CP the
+  // demand's lengths are already a rank's rows of each prompt (backend_setup.cpp).
+  int64_t shard_rows = demand.profile_room_tokens;
+  for (int64_t rows : demand.prompt_lengths) shard_rows = std::max(shard_rows, rows);
   int pages = 0;
   dist::checked_step(MPI_COMM_WORLD, [&] {
+    compute->reserve_cp_ring(shard_rows, request.max_chunk_tokens);
     pages = cuda_kv_pages(compute->kv_shape(), topo.stage, demand, request.kv_memory_fraction, device);
   });
   compute->allocate_kv(pages);

@@ -124,8 +124,8 @@ int64_t CudaStageCompute::free_device_bytes() {
   return static_cast<int64_t>(free_bytes);
 }
 
-void CudaStageCompute::reserve_cp_ring(int64_t longest_prompt, int max_chunk_tokens) {
-  if (ring_) ring_->reserve(longest_prompt, max_chunk_tokens, shape_.heads, shape_.kv_heads, shape_.head_dim);
+void CudaStageCompute::reserve_cp_ring(int64_t shard_rows, int max_chunk_tokens) {
+  if (ring_) ring_->reserve(shard_rows, max_chunk_tokens, shape_.heads, shape_.kv_heads, shape_.head_dim);
 }
 
 kv::KvShape CudaStageCompute::kv_shape() const {

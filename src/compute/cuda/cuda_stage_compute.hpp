@@ -61,8 +61,9 @@ class CudaStageCompute final : public compute::StageCompute {
   kv::KvShape kv_shape() const;
   void allocate_kv(int num_pages);
   // --cp: the ring's largest buffers for this batch, before the KV pool takes what is left
-  // (RingOnGpu::reserve). Nothing without CP.
-  void reserve_cp_ring(int64_t longest_prompt, int max_chunk_tokens);
+  // (RingOnGpu::reserve): `shard_rows`, the most rows a CP rank holds of a prompt. Nothing
+  // without CP.
+  void reserve_cp_ring(int64_t shard_rows, int max_chunk_tokens);
   cudaStream_t forward_stream() const { return forward_stream_; }
   // How the host waits for the device (the logits copy, synchronize()): `ready` polled until
   // true. The pipeline installs its watchdog wait, so a hung GPU ends the job with a message

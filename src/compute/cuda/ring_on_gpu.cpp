@@ -41,13 +41,10 @@ void RingOnGpu::begin_chunk(const cpu::RingChunk& chunk) {
   upload_(visible_.data(), visible_host_.data(), sizeof(int32_t) * visible_host_.size());
 }
 
-void RingOnGpu::reserve(int64_t longest_prompt, int max_chunk, int heads, int kv_heads, int head_dim) {
+void RingOnGpu::reserve(int64_t shard_rows, int max_chunk, int heads, int kv_heads, int head_dim) {
   const int ranks = ring_.ranks();
   int rows = 0;  // the most query rows a rank takes of a chunk
   for (int r = 0; r < ranks; ++r) rows = std::max(rows, sched::cp_share(0, max_chunk, ranks, r).rows());
-  // A rank's cached rows: its share of every chunk, each at most one row over an even split
-  // (chunks are at least 64 tokens: page-aligned).
-  const int64_t shard_rows = (longest_prompt + ranks - 1) / ranks + (longest_prompt + 63) / 64;
   const int64_t width = static_cast<int64_t>(heads) * head_dim,
                 shard = 2 * static_cast<int64_t>(kv_heads) * shard_rows * head_dim;
   shard_.ensure(std::max<int64_t>(shard, 1));

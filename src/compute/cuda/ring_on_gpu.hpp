@@ -28,10 +28,11 @@ class RingOnGpu {
   using Upload = std::function<void(void* device, const void* host, size_t bytes)>;
   RingOnGpu(dist::CpRing& ring, cudaStream_t forward, Upload upload);
 
-  // The largest buffers a prompt of `longest_prompt` tokens in chunks of at most `max_chunk`
-  // tokens can need (two shards of a layer's K and V, pass-Q's gathered queries and partials),
-  // allocated now, so that the KV pool is sized from the memory left after them.
-  void reserve(int64_t longest_prompt, int max_chunk, int heads, int kv_heads, int head_dim);
+  // The largest buffers the batch can need, allocated now so that the KV pool is sized from
+  // the memory left after them: two shards of a layer's K and V of `shard_rows` rows (the
+  // most any rank holds of a prompt), and pass-Q's gathered queries and partials for chunks
+  // of at most `max_chunk` tokens.
+  void reserve(int64_t shard_rows, int max_chunk, int heads, int kv_heads, int head_dim);
   // Before a chunk's layers: how many of every rank's cached rows each query sees (the same
   // in every layer), uploaded once.
   void begin_chunk(const cpu::RingChunk& chunk);
