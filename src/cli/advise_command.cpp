@@ -26,11 +26,6 @@
 namespace pf::cli {
 namespace {
 
-model::ModelShape load_shape(const std::string& flag) {
-  if (flag.rfind("synthetic:", 0) == 0) return model::shape_from_config(model::preset_config(flag.substr(10)));
-  return model::load_model_shape(flag);
-}
-
 // "12x6,13x2": runs of equal stage sizes, so a deep pipeline's partition fits a column.
 std::string partition_runs(const std::vector<model::StageRange>& partition) {
   std::string text;
@@ -216,7 +211,7 @@ int advise_command(int argc, char** argv) {
   if (!o.cost_model.empty()) profile = sched::load_cost_profile(o.cost_model);
   request.shape = o.model_config.empty()
                       ? model::shape_from_json(profile.identity.value("model_config", nlohmann::json()), o.cost_model)
-                      : load_shape(o.model_config);
+                      : model::shape_of_model_config(o.model_config);
   request.hardware = sim::load_hardware(o.hardware);
   if (!o.cost_model.empty()) {
     const model::ModelShape profiled =

@@ -20,11 +20,6 @@
 namespace pf::cli {
 namespace {
 
-model::ModelShape load_shape(const std::string& flag) {
-  if (flag.rfind("synthetic:", 0) == 0) return model::shape_from_config(model::preset_config(flag.substr(10)));
-  return model::load_model_shape(flag);
-}
-
 // The CP ring's traffic over the plan: what one rank of each stage sends and which variant
 // each chunk took, beside the seeds' pass-KV formula for the batch as one pass (2 B S H_kv L:
 // every rank's KV shard passes the cp - 1 others). Chunking re-sends a prompt's earlier KV
@@ -58,7 +53,7 @@ void print_cp_ring(const sched::BatchPlan& plan, const std::vector<sim::StageCos
 int simulate_command(int argc, char** argv) {
   SimulateOptions o;
   if (!parse_simulate(argc, argv, o)) return 0;
-  const model::ModelShape shape = load_shape(o.model_config);
+  const model::ModelShape shape = model::shape_of_model_config(o.model_config);
   sim::HardwareSpec hw = sim::load_hardware(o.hardware);
   if (o.matmul_efficiency > 0) hw.matmul_efficiency = o.matmul_efficiency;
   if (o.attention_efficiency > 0) hw.attention_efficiency = o.attention_efficiency;

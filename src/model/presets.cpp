@@ -135,4 +135,9 @@ ModelConfig preset_config(const std::string& name) {
   throw UserError("unknown model preset \"" + name + "\" (known: " + known + ")");
 }
 
+ModelShape shape_of_model_config(const std::string& flag) {
+  if (flag.rfind("synthetic:", 0) == 0) return shape_from_config(preset_config(flag.substr(10)));
+  return load_model_shape(flag);
+}
+
 }  // namespace pf::model

@@ -5,11 +5,15 @@
 #include <vector>
 
 #include "model/config.hpp"
+#include "model/model_shape.hpp"
 
 namespace pf::model {
 
 // Throws UserError listing the known names when `name` is not one of them.
 ModelConfig preset_config(const std::string& name);
+// A --model-config flag of the study commands (simulate, advise): a config.json path, or
+// synthetic:PRESET. UserError on a bad file or an unknown preset.
+ModelShape shape_of_model_config(const std::string& flag);
 std::vector<std::string> preset_names();
 
 }  // namespace pf::model
