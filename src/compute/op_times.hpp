@@ -9,6 +9,7 @@ struct OpTimes {
   double forward_s = 0;                         // all of forward()
   double attention_s = 0, attention_flops = 0;  // the attention kernels
   double gemm_s = 0, gemm_flops = 0;            // projections and experts (their GEMMs and glue)
+  double lent_s = 0;                            // kernels on CPUs lent by waiting ranks (rank_threads.hpp)
 };
 
 }  // namespace pf::compute

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdio>
 
+#include "dist/node_waiting.hpp"
 #include "errors.hpp"
 
 namespace pf::dist {
@@ -32,26 +33,44 @@ std::string g_label = "a collective during set-up";
 
 }  // namespace
 
-void set_watchdog_timeout(double seconds) { g_timeout_s = seconds; }
-double watchdog_timeout() { return g_timeout_s; }
+void set_watchdog_timeout(double seconds) {
+  g_timeout_s = seconds;
+}
+double watchdog_timeout() {
+  return g_timeout_s;
+}
 
-WaitLabel::WaitLabel(std::string text) : previous_(std::move(g_label)) { g_label = std::move(text); }
-WaitLabel::~WaitLabel() { g_label = std::move(previous_); }
+WaitLabel::WaitLabel(std::string text) : previous_(std::move(g_label)) {
+  g_label = std::move(text);
+}
+WaitLabel::~WaitLabel() {
+  g_label = std::move(previous_);
+}
 
 namespace {
 
 // Polls `test` until it returns >= 0, spinning briefly, then napping; fires the watchdog.
 template <typename Test>
 int poll_until(Test test) {
-  constexpr int kSpinTests = 20;               // short waits (a TP all-reduce) finish while spinning
-  constexpr long kFirstNapNs = 50 * 1000;      // then naps from 50 us ...
-  constexpr long kLongestNapNs = 1000 * 1000;  // ... doubling up to 1 ms: a rank that waits long
-  long nap_ns = kFirstNapNs;                   // (a bubble, a slow stage) costs ~1 % of a core,
+  constexpr int kSpinTests = 20;                        // short waits (a TP all-reduce) finish while spinning
+  constexpr long kFirstNapNs = 50 * 1000;               // then naps from 50 us ...
+  constexpr long kLongestNapNs = 1000 * 1000;           // ... doubling up to 1 ms: a rank that waits long
+  long nap_ns = kFirstNapNs;                            // (a bubble, a slow stage) costs ~1 % of a core,
   const auto start = std::chrono::steady_clock::now();  // and wakes at most 1 ms late.
+  struct Napping {  // while napping, ranks sharing our CPUs may use them (node_waiting.hpp)
+    bool on = false;
+    void start() {
+      if (!on) set_waiting(on = true);
+    }
+    ~Napping() {
+      if (on) set_waiting(false);
+    }
+  } napping;
   for (int i = 0;; ++i) {
     const int which = test();
     if (which >= 0) return which;
     if (i < kSpinTests) continue;
+    napping.start();
     const timespec nap{0, nap_ns};
     nanosleep(&nap, nullptr);
     nap_ns = std::min(2 * nap_ns, kLongestNapNs);

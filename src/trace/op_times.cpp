@@ -6,15 +6,16 @@
 namespace pf::trace {
 
 compute::OpTimes gather_op_times(const compute::OpTimes& mine) {
-  double local[5] = {mine.forward_s, mine.attention_s, mine.attention_flops, mine.gemm_s, mine.gemm_flops};
-  double sum[5] = {0, 0, 0, 0, 0};
-  MPI_Reduce(local, sum, 5, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
+  double local[6] = {mine.forward_s, mine.attention_s, mine.attention_flops, mine.gemm_s, mine.gemm_flops, mine.lent_s};
+  double sum[6] = {0, 0, 0, 0, 0, 0};
+  MPI_Reduce(local, sum, 6, MPI_DOUBLE, MPI_SUM, 0, MPI_COMM_WORLD);
   compute::OpTimes all;
   all.forward_s = sum[0];
   all.attention_s = sum[1];
   all.attention_flops = sum[2];
   all.gemm_s = sum[3];
   all.gemm_flops = sum[4];
+  all.lent_s = sum[5];
   return all;
 }
 
@@ -28,6 +29,8 @@ void print_op_times(const compute::OpTimes& t, std::FILE* out) {
                "the rest %.0f %% (norms, RoPE, SwiGLU, residual adds, KV writes)\n",
                share(t.attention_s), rate(t.attention_flops, t.attention_s), share(t.gemm_s),
                rate(t.gemm_flops, t.gemm_s), share(rest));
+  if (t.lent_s > 0)
+    std::fprintf(out, "cpu time: %.0f %% of it on CPUs lent by ranks waiting on the same node\n", share(t.lent_s));
 }
 
 }  // namespace pf::trace

@@ -294,6 +294,12 @@ set_tests_properties(mpi.perplexity_tool PROPERTIES LABELS "mpi;reference" TIMEO
 add_test(NAME mpi.nan_weights_warn COMMAND ${PF_MPI}/nan_weights.sh ${PF_BIN} ${PF_DATA})
 set_tests_properties(mpi.nan_weights_warn PROPERTIES LABELS mpi TIMEOUT 120 FIXTURES_REQUIRED "model.tiny;prompts")
 
+# Ranks sharing CPUs lend them while they wait; bound ranks have nothing to lend.
+foreach(case shared bound)
+  add_test(NAME mpi.lent_cpus.${case} COMMAND ${PF_MPI}/lent_cpus.sh ${PF_BIN} ${PF_DATA} ${case})
+  set_tests_properties(mpi.lent_cpus.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED "model.tiny;prompts")
+endforeach()
+
 # OpenBLAS's kernels chosen by the CPU's features, not its model; generic ones warned about.
 foreach(case features forced_generic)
   add_test(NAME mpi.blas_kernels.${case} COMMAND ${PF_MPI}/blas_kernels.sh ${PF_BIN} ${PF_DATA} ${case})

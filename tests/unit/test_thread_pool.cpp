@@ -77,3 +77,20 @@ TEST(ThreadPool, ParallelRowsCoversEveryRowOnce) {
     for (int r = 0; r < rows; ++r) EXPECT_EQ(seen[r], 1) << rows << " rows, row " << r;
   }
 }
+
+TEST(ThreadPool, RunsOnAsManyThreadsAsItsShareAllows) {
+  PoolOf p(3);
+  for (int share : {1, 2, 3, 7}) {
+    p.pool().set_share([share] { return share; });
+    std::vector<std::atomic<int>> runs(40);
+    std::atomic<int> above_share{0};
+    p.pool().run(40, [&](int i, int thread) {
+      runs[i]++;
+      if (thread >= std::min(share, 3)) above_share++;
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
+    });
+    for (int i = 0; i < 40; ++i) EXPECT_EQ(runs[i], 1) << "share " << share << ", task " << i;
+    EXPECT_EQ(above_share, 0) << "share " << share;
+  }
+  p.pool().set_share(nullptr);
+}

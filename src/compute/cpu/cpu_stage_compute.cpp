@@ -338,6 +338,12 @@ void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
   op_times_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
+OpTimes CpuStageCompute::op_times() const {
+  OpTimes times = op_times_;
+  times.lent_s = cpu::ThreadPool::instance().lent_seconds();  // (the pool runs nothing but this stage's kernels)
+  return times;
+}
+
 void CpuStageCompute::final_norm(const float* hidden, int rows, float* normed) {
   const int h = config_.hidden_size;
   cpu::rms_norm(hidden, rows, h, h, weights_.final_norm.data(), static_cast<float>(config_.rms_norm_eps), normed, h);

@@ -9,6 +9,7 @@
 
 #include "compute/cpu/gemm.hpp"
 #include "compute/cpu/thread_pool.hpp"
+#include "dist/node_waiting.hpp"
 
 namespace pf::compute {
 
@@ -28,27 +29,42 @@ RankThreads decide_rank_threads(int requested, MPI_Comm world) {
   std::vector<cpu_set_t> masks(t.ranks_on_node);
   MPI_Allgather(&mask, sizeof(mask), MPI_BYTE, masks.data(), sizeof(mask), MPI_BYTE, node);
   MPI_Comm_free(&node);
-  t.sharing = 0;  // itself included below
-  for (const cpu_set_t& other : masks) {
+  std::vector<int> sharers;  // itself included
+  for (int r = 0; r < t.ranks_on_node; ++r) {
     cpu_set_t both;
-    CPU_AND(&both, &mask, &other);
-    if (CPU_COUNT(&both) > 0) ++t.sharing;
+    CPU_AND(&both, &mask, &masks[r]);
+    if (CPU_COUNT(&both) > 0) sharers.push_back(r);
   }
+  t.sharing = static_cast<int>(sharers.size());
+  dist::open_node_waiting(world, sharers);
   t.requested = requested > 0;
-  t.threads = t.requested ? requested : std::max(1, t.cpus / std::max(1, t.sharing));
+  const int fair = std::max(1, t.cpus / std::max(1, t.sharing));
+  // Ranks sharing CPUs lend them while they wait: each may use up to all of them (or its
+  // --threads), as many as the working sharers' split of them allows at each kernel.
+  t.most_threads = t.requested ? requested : t.sharing > 1 ? t.cpus : fair;
+  t.threads = t.sharing > 1 ? std::min(t.most_threads, fair) : t.most_threads;
   return t;
 }
 
 void use_rank_threads(const RankThreads& t) {
-  cpu::ThreadPool::instance().set_threads(t.threads);
+  cpu::ThreadPool& pool = cpu::ThreadPool::instance();
+  pool.set_threads(t.most_threads);
+  if (t.sharing > 1 && t.most_threads > 1) {
+    const int cpus = t.cpus;
+    pool.set_share([cpus] { return cpus / dist::working_sharers(); }, t.threads);
+  } else {
+    pool.set_share(nullptr);
+  }
   cpu::single_threaded_gemm();
 }
 
 std::string describe(const RankThreads& t) {
-  std::string text = std::to_string(t.threads) + (t.threads == 1 ? " thread" : " threads") + " a rank (";
-  if (t.requested) return text + "--threads)";
-  return text + std::to_string(t.cpus) + (t.cpus == 1 ? " CPU" : " CPUs") + " shared by " + std::to_string(t.sharing) +
-         (t.sharing == 1 ? " rank" : " ranks") + ", " + std::to_string(t.ranks_on_node) +
+  std::string text = std::to_string(t.threads) + (t.threads == 1 ? " thread" : " threads") + " a rank";
+  if (t.most_threads > t.threads)
+    text += ", up to " + std::to_string(t.most_threads) + " while the ranks sharing its CPUs wait";
+  if (t.requested) return text + " (--threads " + std::to_string(t.most_threads) + ")";
+  return text + " (" + std::to_string(t.cpus) + (t.cpus == 1 ? " CPU" : " CPUs") + " shared by " +
+         std::to_string(t.sharing) + (t.sharing == 1 ? " rank" : " ranks") + ", " + std::to_string(t.ranks_on_node) +
          (t.ranks_on_node == 1 ? " rank" : " ranks") + " on this node)";
 }
 

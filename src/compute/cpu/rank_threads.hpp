@@ -3,6 +3,11 @@
 // the node's ranks whose masks overlap it. So a rank the launcher bound to cores of its own
 // (srun --cpu-bind, mpirun --bind-to core, --map-by ...:PE=n) uses them all, and ranks left
 // unbound split the node. --threads overrides it.
+//
+// Ranks that share CPUs lend them: while a sharer waits (a pipeline stage in the bubble, a
+// rank whose micro-batch has not arrived), the others run their kernels on its CPUs too. The
+// split of the work is fixed by the most threads a rank may use, so results never depend on
+// what a neighbour was doing.
 #pragma once
 
 #include <mpi.h>
@@ -12,9 +17,10 @@
 namespace pf::compute {
 
 struct RankThreads {
-  int threads = 1;
-  int cpus = 1;     // in this rank's affinity mask
-  int sharing = 1;  // ranks of this node whose masks overlap it (itself included)
+  int threads = 1;       // its own share of the CPUs (or --threads)
+  int most_threads = 1;  // with the CPUs of sharing ranks that wait (dist/node_waiting.hpp)
+  int cpus = 1;          // in this rank's affinity mask
+  int sharing = 1;       // ranks of this node whose masks overlap it (itself included)
   int ranks_on_node = 1;
   bool requested = false;  // --threads decided
 };

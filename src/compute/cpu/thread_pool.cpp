@@ -37,9 +37,15 @@ void ThreadPool::set_threads(int threads) {
   for (int t = 1; t < threads; ++t) workers_.emplace_back([this, t] { work(t); });
 }
 
+void ThreadPool::set_share(std::function<int()> share, int own) {
+  if (running_) throw std::logic_error("ThreadPool::set_share while tasks run");
+  share_ = std::move(share);
+  own_ = std::max(1, own);
+}
+
 void ThreadPool::take_tasks(int thread) {
   std::unique_lock<std::mutex> lock(mutex_);
-  while (next_ < tasks_) {
+  while (thread < working_ && next_ < tasks_) {
     const int i = next_++;
     ++busy_;
     lock.unlock();
@@ -64,7 +70,7 @@ void ThreadPool::work(int thread) {
   for (;;) {
     {
       std::unique_lock<std::mutex> lock(mutex_);
-      wake_.wait(lock, [&] { return stopping_ || generation_ != seen; });
+      wake_.wait(lock, [&] { return stopping_ || (generation_ != seen && thread < working_); });
       if (stopping_) return;
       seen = generation_;
     }
@@ -79,17 +85,26 @@ void ThreadPool::run(int tasks, const std::function<void(int, int)>& task) {
     for (int i = 0; i < tasks; ++i) task(i, 0);
     return;
   }
+  const int working = std::clamp(share_ ? share_() : threads(), 1, std::min(threads(), tasks));
+  if (working == 1) {  // the others are lent to a neighbour rank: no wake-ups
+    running_ = false;
+    for (int i = 0; i < tasks; ++i) task(i, 0);
+    return;
+  }
   {
     std::lock_guard<std::mutex> lock(mutex_);
     task_ = &task;
     tasks_ = tasks;
     next_ = 0;
+    working_ = working;
     ++generation_;
   }
-  wake_.notify_all();
+  const auto start = std::chrono::steady_clock::now();
+  wake_.notify_all();  // workers at or past working_ go back to sleep at once
   take_tasks(0);
   std::unique_lock<std::mutex> lock(mutex_);
   done_.wait(lock, [&] { return next_ >= tasks_ && busy_ == 0; });
+  if (working > own_) lent_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   task_ = nullptr;
   tasks_ = 0;
   std::exception_ptr failure = std::exchange(failure_, nullptr);

@@ -2,9 +2,15 @@
 // whose idle workers sleep on a condition variable (no spinning), so they never take a core
 // from the threads at work or from a neighbour rank. The caller's thread works too: a pool of
 // n threads has n - 1 workers.
+//
+// Ranks that share CPUs lend them (rank_threads.cpp): the pool holds threads for all the CPUs
+// it may use, and each run() asks `share` how many it may use now (the CPUs over the sharing
+// ranks not waiting). How work is split never depends on it (callers split by threads()), so
+// results do not change with what the neighbours are doing, only the speed.
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -23,6 +29,11 @@ class ThreadPool {
   ~ThreadPool();
   void set_threads(int threads);
   int threads() const { return static_cast<int>(workers_.size()) + 1; }
+  // How many threads a run() may use now (at least 1, at most threads()); none: all of them.
+  // `own`: the rank's own share, past which a run counts as on lent CPUs.
+  void set_share(std::function<int()> share, int own = 1);
+  // Seconds of run() on more threads than the rank's own share (since the pool started).
+  double lent_seconds() const { return lent_seconds_; }
 
   // Calls task(i, thread) for i in [0, tasks), spread over the threads (thread < threads()),
   // in order of i as threads free up; returns when all are done. If a task throws, no further
@@ -40,6 +51,10 @@ class ThreadPool {
   std::condition_variable wake_, done_;
   const std::function<void(int, int)>* task_ = nullptr;
   int tasks_ = 0, next_ = 0, busy_ = 0;
+  int working_ = 1;  // threads of the current run(): workers at or above it stay asleep
+  std::function<int()> share_;
+  int own_ = 1;
+  double lent_seconds_ = 0;
   uint64_t generation_ = 0;
   bool stopping_ = false;
   std::exception_ptr failure_;  // the first task that threw, rethrown by run()
