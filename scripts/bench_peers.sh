@@ -3,7 +3,8 @@
 # in one run: SmolLM2-135M (the same dequantized weights everywhere) prefilling real text
 # (Debian's licences, scripts/licence_document.sh), for each thread count T:
 #   pipefill 1 rank with T threads; and for T > 1, T ranks pp T with 1 thread each (each bound to
-#   a core), and T ranks pp T with T threads each sharing the T cores; at every chunk size of
+#   a core), and T ranks pp T left unbound on the T cores with up to T threads each (a rank uses
+#   the cores of the ranks that wait: rank_threads.hpp); at every chunk size of
 #   CHUNKS (the rule: its best chunk and chunk 512);
 #   llama.cpp (llama-cpp-python, F32 GGUF, n_batch 512, T threads), flash attention off and on;
 #   transformers on torch (T threads, one forward, SDPA attention, logits of the last position).
