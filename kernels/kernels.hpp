@@ -149,6 +149,9 @@ struct PartialAttentionArgs {
 };
 void partial_attention(const PartialAttentionArgs& args, cudaStream_t stream);
 int partial_attention_max_width();
+// Whether a partial with keys `key_width` and values `value_width` wide fits a block's shared
+// memory on the GPUs the latent kernel runs on (MLA's latent rows are wider than the max above).
+bool partial_attention_fits(int key_width, int value_width);
 // The running merge out [rows, heads * head_width] (contiguous) and lse [rows, heads] merged
 // with a partial (part, rows of part_stride; part_lse): L = log(e^L1 + e^L2),
 // O = e^(L1 - L) O1 + e^(L2 - L) O2; a partial that saw no key (-inf) changes nothing.

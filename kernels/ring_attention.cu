@@ -26,6 +26,9 @@ constexpr int kBlockRows = kWarps * kRowsPerWarp;
 constexpr int kKeyTile = 32;
 constexpr int kMaxWidth = 384;  // key or value columns: 96 KiB of shared memory, within sm_86's opt-in (99 KiB)
 constexpr size_t kDefaultShared = 48 * 1024;  // what a launch gets without opting in
+// MLA's partials (latent rows as keys, their kv_lora columns as values: DeepSeek-V3's 576 and
+// 512 need 136 KiB) opt in up to latent_attention.cu's own budget, within sm_80's and sm_90's.
+constexpr size_t kLatentShared = 144 * 1024;
 
 size_t shared_bytes(int key_width, int value_width) {
   return sizeof(float) * kBlockRows * (key_width + value_width) + sizeof(bf16) * kKeyTile * (key_width + value_width);
@@ -173,6 +176,10 @@ void pack_kv_rows(const PagedKv& kv, int layer, int64_t rows, bf16* shard, cudaS
 
 int partial_attention_max_width() {
   return kMaxWidth;
+}
+
+bool partial_attention_fits(int key_width, int value_width) {
+  return key_width > 0 && value_width > 0 && shared_bytes(key_width, value_width) <= kLatentShared;
 }
 
 void partial_attention(const PartialAttentionArgs& args, cudaStream_t stream) {

@@ -201,6 +201,15 @@ void draw_plot(const sim::Advice& advice, const std::string& png) {
                     "set PIPEFILL_PYTHON); the table above is complete");
 }
 
+// The model a profile measured, from the config it recorded.
+model::ModelShape profiled_shape(const sched::CostProfile& profile, const std::string& path) {
+  const auto config = profile.identity.find("model_config");
+  if (config == profile.identity.end() || !config->is_object())
+    throw UserError(path +
+                    " does not say which model it measured (no model_config in its identity): give --model-config");
+  return model::shape_from_json(*config, path + "'s model_config");
+}
+
 }  // namespace
 
 int advise_command(int argc, char** argv) {
@@ -209,13 +218,11 @@ int advise_command(int argc, char** argv) {
   sim::AdviseRequest request;
   sched::CostProfile profile;
   if (!o.cost_model.empty()) profile = sched::load_cost_profile(o.cost_model);
-  request.shape = o.model_config.empty()
-                      ? model::shape_from_json(profile.identity.value("model_config", nlohmann::json()), o.cost_model)
-                      : model::shape_of_model_config(o.model_config);
+  request.shape =
+      o.model_config.empty() ? profiled_shape(profile, o.cost_model) : model::shape_of_model_config(o.model_config);
   request.hardware = sim::load_hardware(o.hardware);
   if (!o.cost_model.empty()) {
-    const model::ModelShape profiled =
-        model::shape_from_json(profile.identity.value("model_config", nlohmann::json()), o.cost_model);
+    const model::ModelShape profiled = profiled_shape(profile, o.cost_model);
     if (profiled.num_layers != request.shape.num_layers || profiled.hidden_size != request.shape.hidden_size ||
         profiled.num_heads != request.shape.num_heads || profiled.num_kv_heads != request.shape.num_kv_heads ||
         profiled.head_dim != request.shape.head_dim || profiled.intermediate_size != request.shape.intermediate_size ||

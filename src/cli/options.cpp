@@ -616,7 +616,7 @@ void check_backend_supports(const RunOptions& o) {
 }
 
 // --cp-attention without --cp, refused before anything runs (what a backend cannot do with
-// --cp, its factory refuses: MLA on cuda).
+// --cp, its factory refuses: latent rows too wide for cuda's partial kernel).
 void check_context_parallel(const RunOptions& o) {
   if (o.cp == 1 && o.cp_attention != "auto")
     throw UserError("--cp-attention chooses how CP ranks attend: add --cp 2 or more");

@@ -72,11 +72,6 @@ class Search {
     ++advice.layouts_considered;
     const std::string name = layout_text(shape.pp, shape.cp, shape.tp) + " on " + std::to_string(shape.nodes) +
                              (shape.nodes == 1 ? " node" : " nodes");
-    if (r_.shape.mla() && shape.cp > 1 && !r_.hardware.cpu) {
-      advice.left_out.push_back(
-          {name, "--cp with multi-head latent attention runs on the cpu backend only, so far", ""});
-      return;
-    }
     if (2 * shape.cp > std::max(fixed_.back(), static_cast<int>(std::min<int64_t>(longest_, 1 << 30)))) {
       advice.left_out.push_back({name, "more CP ranks than a chunk has tokens for (2 a rank)", ""});
       return;

@@ -14,10 +14,19 @@ deepseek=(--model-config "$repo/configs/deepseek-v3.1.json" --hardware h20 --fp8
 # The seeds' setup: DeepSeek-V3.1 at 128K on 4 nodes of 8 H20.
 "$bin/pipefill" advise "${deepseek[@]}" --nodes 4 --length 131072 >"$work/table.txt"
 cat "$work/table.txt"
-grep -q '^best: pp 4 x tp 8 on 4 nodes, dynamic C0 12288' "$work/table.txt" || fail "the best layout is not the seeds' PP4 x TP8, DCK 12K"
-grep -q "PP=4 CP=1 TP=8 CHUNK_SIZE=12288 EXTRA_ARGS='--dynamic-chunking --smooth-factor" "$work/table.txt" || fail "no sbatch line"
+# The layouts the seeds measured keep their order: PP4 x TP8 (tuned to their DCK 12K) above
+# TP32. (Context parallelism, which they did not run, may rank above both.)
+rank_of() { awk -v l="$1" '$1 ~ /^[0-9]+$/ && index($0, " " l " ") { print $1; exit }' "$work/table.txt"; }
+pp4=$(rank_of "pp 4 x tp 8") tp32=$(rank_of "pp 1 x tp 32")
+[ -n "$pp4" ] && [ -n "$tp32" ] && [ "$pp4" -lt "$tp32" ] || fail "PP4 x TP8 (rank $pp4) is not above TP32 (rank $tp32)"
+grep -qE '^ +[0-9]+ +32 pp 4 x tp 8 +15x3,16 +dynamic C0 12288 ' "$work/table.txt" || fail "PP4 x TP8 is not tuned to DCK 12K"
+# The job lines are the best layout's.
+read -r pp cp tp < <(sed -nE 's/^best: pp ([0-9]+)( x cp ([0-9]+))? x tp ([0-9]+) on 4 nodes.*/\1 \3 \4/p' "$work/table.txt")
+[ -n "${tp:-}" ] || fail "no best: line"
+grep -q "PP=$pp CP=${cp:-1} TP=$tp CHUNK_SIZE=" "$work/table.txt" || fail "no sbatch line for the best layout"
 grep -q 'sbatch -N 4 --ntasks-per-node=8 --gpus-per-node=8 jobs/slurm/prefill.sbatch' "$work/table.txt" || fail "sbatch shape"
-grep -q 'srun -N 4 --ntasks-per-node=8 pipefill run .* --pp 4 --cp 1 --tp 8 --chunk-size 12288' "$work/table.txt" || fail "srun line"
+grep -q "srun -N 4 --ntasks-per-node=8 pipefill run .* --pp $pp --cp ${cp:-1} --tp $tp --chunk-size" "$work/table.txt" ||
+  fail "srun line"
 grep -q '^note: modelled as an engine that keeps FP8 weights and sends bf16' "$work/table.txt" || fail "no note on the engine"
 
 # On cpu ranks from a profile-free file: the cpu job script, which asks for tasks (-n).
@@ -95,5 +104,11 @@ cat >"$work/head96.json" <<'JSON'
 JSON
 expect_error "head_dim 32, 48, 64 or 128" --model-config "$work/head96.json" --hardware h100 --length 100
 expect_error "cuts the batch into" "${deepseek[@]}" --length 1000000 --chunk-size 1
+cat >"$work/no_model.json" <<'JSON'
+{"identity": {"backend": "cpu", "pp": 1, "tp": 1}, "initial_chunk": 1024,
+ "stages": [{"stage": 0, "sglang": {"form": "sglang", "ok": true, "a": 1e-9, "b": 1e-6, "c": 1e-3, "gamma": 0},
+             "prefix": {"form": "prefix", "ok": true, "a": 1e-9, "b": 1e-6, "c": 1e-3, "gamma": 0}}]}
+JSON
+expect_error "does not say which model it measured" --cost-model "$work/no_model.json" --hardware cpu --length 1000
 [ ! -e "$work/no" ] || fail "a directory was made for --plot"
 echo "advise: all checks passed"

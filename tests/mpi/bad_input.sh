@@ -51,6 +51,47 @@ json.dump(c, open(sys.argv[1], "w"))
 PY
 }
 
+# wide_latent_model RANK: tiny-mla with kv_lora_rank RANK (its kv tensors reshaped to match,
+# zeros: nothing runs far enough to read them).
+wide_latent_model() {
+  model=$work/model
+  "$bin/pipefill" make-model --preset tiny-mla --out "$model" >/dev/null
+  "$PYTHON" - "$model" "$1" <<'PY'
+import sys, json, struct
+import numpy as np
+model, rank = sys.argv[1], int(sys.argv[2])
+c = json.load(open(f"{model}/config.json"))
+heads, nope, v, rope = c["num_attention_heads"], c["qk_nope_head_dim"], c["v_head_dim"], c["qk_rope_head_dim"]
+c["kv_lora_rank"] = rank
+json.dump(c, open(f"{model}/config.json", "w"))
+path = f"{model}/model.safetensors"
+raw = open(path, "rb").read()
+hl = struct.unpack("<Q", raw[:8])[0]
+header = json.loads(raw[8:8 + hl])
+tensors = {}
+for name, t in header.items():
+    if name == "__metadata__":
+        continue
+    b, e = t["data_offsets"]
+    a = np.frombuffer(raw[8 + hl + b:8 + hl + e], dtype=np.float32).reshape(t["shape"])
+    if name.endswith("kv_a_layernorm.weight"):
+        a = np.ones(rank, np.float32)
+    elif name.endswith("kv_a_proj_with_mqa.weight"):
+        a = np.zeros((rank + rope, a.shape[1]), np.float32)
+    elif name.endswith("kv_b_proj.weight"):
+        a = np.zeros((heads * (nope + v), rank), np.float32)
+    tensors[name] = a
+offset, entries, blobs = 0, {}, []
+for name, a in tensors.items():
+    blob = a.astype(np.float32).tobytes()
+    entries[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(blob)]}
+    offset += len(blob)
+    blobs.append(blob)
+text = json.dumps(entries).encode()
+open(path, "wb").write(struct.pack("<Q", len(text)) + text + b"".join(blobs))
+PY
+}
+
 # patch_cost PYTHON-CODE: a copy of the saved cost profile, edited (`c` is its JSON).
 patch_cost() {
   cost=$work/cost.json
@@ -221,8 +262,8 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   unknown_preset) model=synthetic:enormous; expect="unknown model preset" ;;
   zero_chunk_size) extra=(--pp 2 --chunk-size 0); expect="--chunk-size must be at least 1" ;;
   cp_world_size) extra=(--pp 1 --cp 3); expect="world size is 2 ranks but --pp 1 x --cp 3 x --tp 1 needs 3" ;;
-  cp_cuda_mla) model=synthetic:tiny-mla; extra=(--cp 2 --backend cuda)
-    expect="--cp on --backend cuda covers grouped-query attention so far" ;;
+  cp_cuda_mla_wide) wide_latent_model 640; extra=(--cp 2 --backend cuda)
+    expect="--cp on --backend cuda attends latent rows 656 wide with 640 value columns" ;;
   cp_emulate_profile) extra=(--cp 2 --backend emulate --cost-model "$data/cost_tiny_pp2.json" --pp 1 --dynamic-chunking)
     expect="was measured without context parallelism" ;;
   cp_profile_without_cp) ranks=4; extra=(--pp 2 --cp 2 --dynamic-chunking --cost-model "$data/cost_tiny_pp2.json")

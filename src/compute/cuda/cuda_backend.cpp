@@ -46,10 +46,12 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
       throw UserError(
           "--backend cuda needs head_dim 32, 48, 64 or 128 (this model: " + std::to_string(config.head_dim) +
           ") and --page-size a multiple of 64 (given: " + std::to_string(request.page_size) + ")");
-    if (config.is_mla() && topo.cp > 1)
-      throw UserError(
-          "--cp on --backend cuda covers grouped-query attention so far, not multi-head latent "
-          "attention (MLA): use --backend cpu, or leave out --cp");
+    if (config.is_mla() && topo.cp > 1 &&
+        !kernels::partial_attention_fits(config.mla.latent_width(), config.mla.kv_lora_rank))
+      throw UserError("--cp on --backend cuda attends latent rows " + std::to_string(config.mla.latent_width()) +
+                      " wide with " + std::to_string(config.mla.kv_lora_rank) +
+                      " value columns, more than its partial kernel's shared memory holds: use --backend cpu, or "
+                      "leave out --cp");
     const model::MoeConfig& moe = config.moe;
     if (config.is_moe() && !kernels::router_supports(moe.experts, moe.experts_per_token, moe.groups))
       throw UserError("--backend cuda's router holds each token's " + std::to_string(moe.experts) +

@@ -52,9 +52,6 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
   if (config_.is_moe())
     moe_ = std::make_unique<MoeOnGpu>(config_, shard_, [this](cudaEvent_t event) { wait_event(event); });
   if (config_.is_mla()) latent_ = std::make_unique<LatentOnGpu>(config_, shard_);
-  if (cp_ring_ && config_.is_mla())  // (cuda_backend.cpp refuses it first)
-    fail("pipefill", "CudaStageCompute", "context parallelism covers grouped-query attention on cuda", __FILE__,
-         __LINE__);
   if (cp_ring_)
     ring_ = std::make_unique<RingOnGpu>(
         *cp_ring_, forward_stream_,
@@ -125,7 +122,7 @@ int64_t CudaStageCompute::free_device_bytes() {
 }
 
 void CudaStageCompute::reserve_cp_ring(int64_t shard_rows, int max_chunk_tokens) {
-  if (ring_) ring_->reserve(shard_rows, max_chunk_tokens, shape_.heads, shape_.kv_heads, shape_.head_dim);
+  if (ring_) ring_->reserve(shard_rows, max_chunk_tokens, kv_shape(), shape_.heads, ring_value_width());
 }
 
 kv::KvShape CudaStageCompute::kv_shape() const {
@@ -279,8 +276,11 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
   void attention() override {
     if (ring_) {
       const float scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
-      return g_.ring_->attend(g_.qkv_.data(), shape_.qkv_width(), kv_, layer_, local0_ + t_, shape_.heads, scale,
-                              g_.attn_.data());
+      const float* out = g_.ring_->attend(g_.qkv_.data(), shape_.qkv_width(), kv_, layer_, local0_ + t_, shape_.heads,
+                                          shape_.head_dim, scale);
+      kernels::float_to_bf16(out, g_.attn_.data(), static_cast<int64_t>(t_) * shape_.q_width(), stream_);
+      CUDA_CHECK_LAUNCH();
+      return;
     }
     kernels::AttentionArgs args;
     args.q = g_.qkv_.data();
@@ -300,19 +300,25 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
 
   // The query heads into kQkv, the latent rows kept by LatentOnGpu.
   void latent_projections() override {
-    g_.latent_->projections(g_.normed_.data(), chunk_.tokens, *w_, g_.gemm_, g_.qkv_.data(), stream_);
+    g_.latent_->projections(g_.normed_.data(), t_, *w_, g_.gemm_, g_.qkv_.data(), stream_);
   }
 
-  // The queries' rope parts and the latent rows' rope keys.
+  // The queries' rope parts and the latent rows' rope keys (with CP, each piece at its own
+  // positions).
   void latent_rope() override {
-    g_.latent_->rope(g_.qkv_.data(), chunk_.tokens, chunk_.pos0, g_.inv_freq_.data(), g_.rope_scale_, stream_);
+    const auto rope_rows = [&](int row, int count, int64_t pos) {
+      if (count > 0) g_.latent_->rope(g_.qkv_.data(), row, count, pos, g_.inv_freq_.data(), g_.rope_scale_, stream_);
+    };
+    if (!ring_) return rope_rows(0, t_, chunk_.pos0);
+    rope_rows(0, ring_->mine.first.count, ring_->mine.first.pos);
+    rope_rows(ring_->mine.first.count, ring_->mine.second.count, ring_->mine.second.pos);
   }
 
-  void append_latent() override { g_.latent_->append(kv_, layer_, chunk_.pos0, chunk_.tokens, stream_); }
+  void append_latent() override { g_.latent_->append(kv_, layer_, local0_, t_, stream_); }
 
   void latent_attention() override {
-    g_.latent_->attention(g_.qkv_.data(), chunk_.tokens, chunk_.pos0, kv_, layer_, *w_, g_.gemm_, g_.attn_.data(),
-                          stream_);
+    g_.latent_->attention(g_.qkv_.data(), t_, chunk_.pos0, kv_, layer_, *w_, g_.gemm_, g_.attn_.data(), stream_,
+                          ring_ ? g_.ring_.get() : nullptr, local0_ + t_);
   }
 
   void route() override { g_.moe_->route(g_.normed_.data(), t_, *w_, stream_); }
@@ -512,11 +518,27 @@ void CudaStageCompute::begin_cp_chunk(const compute::ChunkContext& chunk, cpu::R
   ring.rows = &rows;
   ring.start = chunk.pos0;
   ring.tokens = chunk.tokens;
-  // The ring moves bf16 K and V: 2 bytes an element, half a float's.
-  const sched::CpWidths widths = sched::CpWidths::grouped_query(shape_.heads, shape_.kv_heads, shape_.head_dim, 2);
-  ring.variant = sched::cp_attention_for_chunk(cp_attention_, chunk.pos0, chunk.tokens, ranks, widths);
+  ring.variant = sched::cp_attention_for_chunk(cp_attention_, chunk.pos0, chunk.tokens, ranks, cp_widths());
   const long long layers = static_cast<long long>(weights_.layers.size());
   (ring.variant == sched::CpAttention::kPassQ ? cp_counts_.pass_q_steps : cp_counts_.pass_kv_steps) += layers;
+}
+
+sched::CpWidths CudaStageCompute::cp_widths() const {
+  // The ring moves the bf16 cache: 2 bytes an element, half a float's.
+  if (!config_.is_mla()) return sched::CpWidths::grouped_query(shape_.heads, shape_.kv_heads, shape_.head_dim, 2);
+  // MLA in the absorbed form (latent_on_gpu.hpp): latent rows go round, queries travel
+  // absorbed (latent wide) and come back kv_lora wide, unlike the cpu backend's expanded ones.
+  const int width = config_.mla.latent_width();
+  sched::CpWidths widths;
+  widths.shard = (width + 1) / 2;
+  widths.query = shape_.heads * width;
+  widths.head_out = config_.mla.kv_lora_rank;
+  widths.heads = shape_.heads;
+  return widths;
+}
+
+int CudaStageCompute::ring_value_width() const {
+  return config_.is_mla() ? config_.mla.kv_lora_rank : shape_.head_dim;
 }
 
 void CudaStageCompute::privatize_page_of(int prompt, int64_t row) {

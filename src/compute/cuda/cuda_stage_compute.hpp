@@ -116,6 +116,8 @@ class CudaStageCompute final : public compute::StageCompute {
   void copy_to_host_after_forward(const std::function<void(cudaStream_t)>& enqueue) const;
   // Context parallelism: a chunk's share of this rank, every rank's rows of the prompt so far.
   void begin_cp_chunk(const compute::ChunkContext& chunk, cpu::RingChunk& ring, int64_t& local0);
+  sched::CpWidths cp_widths() const;                // what the CP ring moves a token
+  int ring_value_width() const;                     // a head's attention output: head_dim, or MLA's kv_lora_rank
   void privatize_page_of(int prompt, int64_t row);  // a shared, partly filled page: copied first
   // Cache rows [row0, row0 + count) of a prompt to and from host floats (read_kv's layout).
   void read_rows(int prompt, int64_t row0, int count, float* keys, float* values) const;

@@ -48,12 +48,14 @@ void LatentOnGpu::projections(const bf16* x, int tokens, const DeviceLayer& l, L
   CUDA_CHECK_LAUNCH();
 }
 
-void LatentOnGpu::rope(float* q, int tokens, int64_t pos0, const double* inv_freq, float scale, cudaStream_t stream) {
-  const int rope = mla_.qk_rope_head_dim;
-  kernels::rope_heads(q + mla_.qk_nope_head_dim, tokens, static_cast<int64_t>(heads_) * qk_, heads_, qk_, rope, pos0,
-                      inv_freq, scale, stream);
-  kernels::rope_heads(latent_.data() + mla_.kv_lora_rank, tokens, mla_.latent_width(), 1, 0, rope, pos0, inv_freq,
+void LatentOnGpu::rope(float* q, int row0, int tokens, int64_t pos0, const double* inv_freq, float scale,
+                       cudaStream_t stream) {
+  const int rope = mla_.qk_rope_head_dim, width = mla_.latent_width();
+  const int64_t q_width = static_cast<int64_t>(heads_) * qk_;
+  kernels::rope_heads(q + row0 * q_width + mla_.qk_nope_head_dim, tokens, q_width, heads_, qk_, rope, pos0, inv_freq,
                       scale, stream);
+  kernels::rope_heads(latent_.data() + static_cast<int64_t>(row0) * width + mla_.kv_lora_rank, tokens, width, 1, 0,
+                      rope, pos0, inv_freq, scale, stream);
   CUDA_CHECK_LAUNCH();
 }
 
@@ -63,7 +65,8 @@ void LatentOnGpu::append(const kernels::PagedKv& kv, int layer, int64_t pos0, in
 }
 
 void LatentOnGpu::attention(const float* q, int tokens, int64_t pos0, const kernels::PagedKv& kv, int layer,
-                            const DeviceLayer& l, LtGemm& gemm, bf16* out, cudaStream_t stream) {
+                            const DeviceLayer& l, LtGemm& gemm, bf16* out, cudaStream_t stream, RingOnGpu* ring,
+                            int64_t local_rows) {
   const int nope = mla_.qk_nope_head_dim, rope = mla_.qk_rope_head_dim, v = mla_.v_head_dim;
   const int rank = mla_.kv_lora_rank, width = mla_.latent_width();
   // kv_b holds per head [nope rows of W_UK | v rows of W_UV], each row kv_lora wide.
@@ -82,19 +85,25 @@ void LatentOnGpu::attention(const float* q, int tokens, int64_t pos0, const kern
   absorb.y_stride = width;
   gemm.linear_batched(q_nope_.data(), tokens, nope, l.kv_b.data(), rank, q_absorbed_.data(), absorb, stream);
 
-  kernels::LatentAttentionArgs args;
-  args.q = q_absorbed_.data();
-  args.q_stride = static_cast<int64_t>(heads_) * width;
-  args.tokens = tokens;
-  args.pos0 = pos0;
-  args.heads = heads_;
-  args.kv = kv;
-  args.layer = layer;
-  args.scale = softmax_scale_;
-  args.value_width = rank;
-  args.out = out_latent_.data();
-  args.out_stride = static_cast<int64_t>(heads_) * rank;
-  kernels::latent_attention(args, stream);
+  if (ring) {  // every rank's latent rows, merged in float, rounded as the kernel's output is
+    const float* merged = ring->attend(q_absorbed_.data(), static_cast<int64_t>(heads_) * width, kv, layer, local_rows,
+                                       heads_, rank, softmax_scale_);
+    kernels::float_to_bf16(merged, out_latent_.data(), static_cast<int64_t>(tokens) * heads_ * rank, stream);
+  } else {
+    kernels::LatentAttentionArgs args;
+    args.q = q_absorbed_.data();
+    args.q_stride = static_cast<int64_t>(heads_) * width;
+    args.tokens = tokens;
+    args.pos0 = pos0;
+    args.heads = heads_;
+    args.kv = kv;
+    args.layer = layer;
+    args.scale = softmax_scale_;
+    args.value_width = rank;
+    args.out = out_latent_.data();
+    args.out_stride = static_cast<int64_t>(heads_) * rank;
+    kernels::latent_attention(args, stream);
+  }
   CUDA_CHECK_LAUNCH();
 
   // out(head) = out_latent(head) . W_UV(head)^T, W_UV stored [v, rank] = [out, in].

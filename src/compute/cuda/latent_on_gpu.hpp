@@ -10,6 +10,7 @@
 
 #include "compute/cuda/device_weights.hpp"
 #include "compute/cuda/lt_gemm.hpp"
+#include "compute/cuda/ring_on_gpu.hpp"
 #include "device/device_array.hpp"
 #include "kernels/kernels.hpp"
 #include "model/config.hpp"
@@ -26,14 +27,18 @@ class LatentOnGpu {
   // x [tokens, hidden] (normed, bf16) -> q [tokens, heads * (nope + rope)] (this rank's heads)
   // and the chunk's latent rows [normed kv_lora | k_rope], kept here; before RoPE.
   void projections(const bf16* x, int tokens, const DeviceLayer& layer, LtGemm& gemm, float* q, cudaStream_t stream);
-  // RoPE on q's rope parts and the latent rows' rope keys, tokens at positions pos0...
-  void rope(float* q, int tokens, int64_t pos0, const double* inv_freq, float scale, cudaStream_t stream);
+  // RoPE on the rope parts of q's rows [row0, row0 + tokens) and of those latent rows, at
+  // positions pos0...
+  void rope(float* q, int row0, int tokens, int64_t pos0, const double* inv_freq, float scale, cudaStream_t stream);
   // The latent rows into the prompt's pages of `layer` (kv: a latent cache).
   void append(const kernels::PagedKv& kv, int layer, int64_t pos0, int tokens, cudaStream_t stream);
   // out [tokens, heads * v_head_dim] (bf16, the o projection's input) = attention of q over
-  // the prompt's latent cache, this chunk's rows appended first.
+  // the prompt's latent cache, this chunk's rows appended first. With context parallelism
+  // (`ring`), the tokens are this rank's share and the keys every rank's latent rows, this
+  // rank's the first `local_rows` of its cache.
   void attention(const float* q, int tokens, int64_t pos0, const kernels::PagedKv& kv, int layer,
-                 const DeviceLayer& weights, LtGemm& gemm, bf16* out, cudaStream_t stream);
+                 const DeviceLayer& weights, LtGemm& gemm, bf16* out, cudaStream_t stream, RingOnGpu* ring = nullptr,
+                 int64_t local_rows = 0);
 
  private:
   model::MlaConfig mla_;

@@ -41,17 +41,18 @@ void RingOnGpu::begin_chunk(const cpu::RingChunk& chunk) {
   upload_(visible_.data(), visible_host_.data(), sizeof(int32_t) * visible_host_.size());
 }
 
-void RingOnGpu::reserve(int64_t shard_rows, int max_chunk, int heads, int kv_heads, int head_dim) {
+void RingOnGpu::reserve(int64_t shard_rows, int max_chunk, const kv::KvShape& kv, int heads, int value_width) {
   const int ranks = ring_.ranks();
   int rows = 0;  // the most query rows a rank takes of a chunk
   for (int r = 0; r < ranks; ++r) rows = std::max(rows, sched::cp_share(0, max_chunk, ranks, r).rows());
-  const int64_t width = static_cast<int64_t>(heads) * head_dim,
-                shard = 2 * static_cast<int64_t>(kv_heads) * shard_rows * head_dim;
+  const int64_t width = static_cast<int64_t>(heads) * value_width, q_width = static_cast<int64_t>(heads) * kv.head_dim,
+                shard = (kv.latent ? 1 : 2) * static_cast<int64_t>(kv.kv_heads) * shard_rows * kv.head_dim;
   shard_.ensure(std::max<int64_t>(shard, 1));
   incoming_.ensure(std::max<int64_t>(shard, 1));
-  for (DeviceArray<float>* rows_wide : {&out_, &part_, &mine_}) rows_wide->ensure(std::max<int64_t>(rows * width, 1));
+  for (DeviceArray<float>* rows_wide : {&out_, &part_}) rows_wide->ensure(std::max<int64_t>(rows * width, 1));
+  mine_.ensure(std::max<int64_t>(rows * q_width, 1));
   for (DeviceArray<float>* per_head : {&lse_, &part_lse_}) per_head->ensure(std::max<int64_t>(rows * heads, 1));
-  queries_.ensure(std::max<int64_t>(static_cast<int64_t>(max_chunk) * width, 1));
+  queries_.ensure(std::max<int64_t>(static_cast<int64_t>(max_chunk) * q_width, 1));
   partials_.ensure(std::max<int64_t>(static_cast<int64_t>(max_chunk) * (width + heads), 1));
   returned_.ensure(std::max<int64_t>(static_cast<int64_t>(ranks) * rows * (width + heads), 1));
   visible_.ensure(std::max<size_t>(std::max<size_t>(static_cast<size_t>(ranks) * rows, max_chunk), 1));
@@ -63,19 +64,19 @@ int64_t RingOnGpu::shard_floats(const kernels::PagedKv& kv, int rank) const {
 }
 
 void RingOnGpu::partial(const float* q, int64_t q_stride, int rows, const int32_t* visible, const kernels::bf16* shard,
-                        int n, const kernels::PagedKv& kv, int heads, float scale, float* out, int64_t out_stride,
-                        float* lse) {
+                        int n, const kernels::PagedKv& kv, float scale, float* out, int64_t out_stride, float* lse) {
   kernels::PartialAttentionArgs a;
   a.q = q;
   a.q_stride = q_stride;
   a.rows = rows;
-  a.heads = heads;
+  a.heads = heads_;
   a.keys = shard;
-  a.values = shard + static_cast<int64_t>(kv.kv_heads) * n * kv.head_dim;
+  // A latent row is its own value: the first value_width columns of the key row.
+  a.values = kv.latent ? shard : shard + static_cast<int64_t>(kv.kv_heads) * n * kv.head_dim;
   a.n = n;
   a.kv_heads = kv.kv_heads;
   a.key_width = kv.head_dim;
-  a.value_width = kv.head_dim;
+  a.value_width = value_width_;
   a.value_row_stride = kv.head_dim;
   a.visible = visible;
   a.scale = scale;
@@ -86,32 +87,32 @@ void RingOnGpu::partial(const float* q, int64_t q_stride, int rows, const int32_
   CUDA_CHECK_LAUNCH();
 }
 
-void RingOnGpu::attend(const float* q, int64_t q_stride, const kernels::PagedKv& kv, int layer, int64_t local_rows,
-                       int heads, float scale, kernels::bf16* out) {
+const float* RingOnGpu::attend(const float* q, int64_t q_stride, const kernels::PagedKv& kv, int layer,
+                               int64_t local_rows, int heads, int value_width, float scale) {
   if (!chunk_) throw std::logic_error("RingOnGpu::attend before begin_chunk");
-  if (kv.latent) throw std::logic_error("RingOnGpu: latent caches are refused with --cp on cuda");
   const int me = ring_.rank();
   if (sched::rows_in((*chunk_->rows)[static_cast<size_t>(me)]) != local_rows)
     throw std::logic_error("RingOnGpu: this rank's cached rows and its positions disagree");
-  const int64_t width = static_cast<int64_t>(heads) * kv.head_dim;
+  heads_ = heads;
+  value_width_ = value_width;
+  const int64_t width = static_cast<int64_t>(heads) * value_width;
   out_.ensure(std::max<int64_t>(rows_ * width, 1));
   lse_.ensure(std::max<int64_t>(static_cast<int64_t>(rows_) * heads, 1));
   shard_.ensure(std::max<int64_t>(2 * shard_floats(kv, me), 1));
   kernels::pack_kv_rows(kv, layer, local_rows, shard_.data(), forward_);
   CUDA_CHECK_LAUNCH();
   if (chunk_->variant == sched::CpAttention::kPassKv)
-    pass_kv(q, q_stride, kv, heads, scale);
+    pass_kv(q, q_stride, kv, scale);
   else
-    pass_q(q, q_stride, kv, heads, scale);
-  kernels::float_to_bf16(out_.data(), out, rows_ * width, forward_);
-  CUDA_CHECK_LAUNCH();
+    pass_q(q, q_stride, kv, scale);
+  return out_.data();
 }
 
 // Step s holds the shard of rank me - s, passes it on and takes the next one (the last step
 // passes nothing). The first partial is the running merge; the others merge into it.
-void RingOnGpu::pass_kv(const float* q, int64_t q_stride, const kernels::PagedKv& kv, int heads, float scale) {
-  const int ranks = ring_.ranks(), me = ring_.rank();
-  const int64_t width = static_cast<int64_t>(heads) * kv.head_dim;
+void RingOnGpu::pass_kv(const float* q, int64_t q_stride, const kernels::PagedKv& kv, float scale) {
+  const int ranks = ring_.ranks(), me = ring_.rank(), heads = heads_;
+  const int64_t width = static_cast<int64_t>(heads) * value_width_;
   part_.ensure(std::max<int64_t>(rows_ * width, 1));
   part_lse_.ensure(std::max<int64_t>(static_cast<int64_t>(rows_) * heads, 1));
   for (int s = 0; s < ranks; ++s) {
@@ -126,11 +127,11 @@ void RingOnGpu::pass_kv(const float* q, int64_t q_stride, const kernels::PagedKv
     const int n = static_cast<int>(sched::rows_in((*chunk_->rows)[static_cast<size_t>(owner)]));
     const int32_t* visible = visible_.data() + static_cast<int64_t>(owner) * rows_;
     if (s == 0) {
-      partial(q, q_stride, rows_, visible, shard_.data(), n, kv, heads, scale, out_.data(), width, lse_.data());
+      partial(q, q_stride, rows_, visible, shard_.data(), n, kv, scale, out_.data(), width, lse_.data());
     } else {
-      partial(q, q_stride, rows_, visible, shard_.data(), n, kv, heads, scale, part_.data(), width, part_lse_.data());
-      kernels::merge_partial(out_.data(), lse_.data(), part_.data(), width, part_lse_.data(), rows_, heads, kv.head_dim,
-                             forward_);
+      partial(q, q_stride, rows_, visible, shard_.data(), n, kv, scale, part_.data(), width, part_lse_.data());
+      kernels::merge_partial(out_.data(), lse_.data(), part_.data(), width, part_lse_.data(), rows_, heads,
+                             value_width_, forward_);
       CUDA_CHECK_LAUNCH();
     }
     if (more) {
@@ -142,9 +143,9 @@ void RingOnGpu::pass_kv(const float* q, int64_t q_stride, const kernels::PagedKv
 
 // Every rank's queries here (rank order), attended to this rank's shard; each owner's
 // partials (outputs, then log-sum-exps) go back to it and merge.
-void RingOnGpu::pass_q(const float* q, int64_t q_stride, const kernels::PagedKv& kv, int heads, float scale) {
-  const int ranks = ring_.ranks(), me = ring_.rank();
-  const int64_t width = static_cast<int64_t>(heads) * kv.head_dim, q_width = width;
+void RingOnGpu::pass_q(const float* q, int64_t q_stride, const kernels::PagedKv& kv, float scale) {
+  const int ranks = ring_.ranks(), me = ring_.rank(), heads = heads_;
+  const int64_t width = static_cast<int64_t>(heads) * value_width_, q_width = static_cast<int64_t>(heads) * kv.head_dim;
   std::vector<int64_t> q_counts(static_cast<size_t>(ranks)), part_counts(static_cast<size_t>(ranks)),
       back_counts(static_cast<size_t>(ranks));
   int64_t all = 0;
@@ -167,7 +168,7 @@ void RingOnGpu::pass_q(const float* q, int64_t q_stride, const kernels::PagedKv&
   for (int j = 0; j < ranks; ++j) {
     const int64_t rows = owner_rows_[static_cast<size_t>(j)];
     partial(queries_.data() + row0 * q_width, q_width, static_cast<int>(rows), visible_.data() + row0, shard_.data(), n,
-            kv, heads, scale, partials_.data() + at, width, partials_.data() + at + rows * width);
+            kv, scale, partials_.data() + at, width, partials_.data() + at + rows * width);
     at += rows * (width + heads);
     row0 += rows;
   }
@@ -184,7 +185,7 @@ void RingOnGpu::pass_q(const float* q, int64_t q_stride, const kernels::PagedKv&
             cudaMemcpyAsync(lse_.data(), from_lse, sizeof(float) * rows_ * heads, cudaMemcpyDeviceToDevice, forward_));
       }
     } else {
-      kernels::merge_partial(out_.data(), lse_.data(), from, width, from_lse, rows_, heads, kv.head_dim, forward_);
+      kernels::merge_partial(out_.data(), lse_.data(), from, width, from_lse, rows_, heads, value_width_, forward_);
       CUDA_CHECK_LAUNCH();
     }
   }
