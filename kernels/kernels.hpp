@@ -148,6 +148,10 @@ struct PartialAttentionArgs {
   float* lse = nullptr;
 };
 void partial_attention(const PartialAttentionArgs& args, cudaStream_t stream);
+// The tensor-core tiles of chunk_attention on a grouped-query shard (head_dim 32, 48, 64 or
+// 128, values rows of their own): launched, and true; false where they do not fit, for the
+// CUDA-core kernel to run instead.                                        (attention.cu)
+bool partial_attention_on_tiles(const PartialAttentionArgs& args, cudaStream_t stream);
 int partial_attention_max_width();
 // Whether a partial with keys `key_width` and values `value_width` wide fits a block's shared
 // memory on the GPUs the latent kernel runs on (MLA's latent rows are wider than the max above).

@@ -2,15 +2,16 @@
 // rank's queries over one rank's packed shard, returning each row's log-sum-exp, and the
 // exact merge of two partials by their log-sum-exps.
 //
-// partial_attention is a plain kernel on CUDA cores, latent_attention.cu's scheme with the
+// partial_attention runs grouped-query shards on attention.cu's tensor-core tiles (keys from
+// the shard, each row's visible count as its mask, the log-sum-exp written out). Other widths
+// (MLA's latent rows) take a plain kernel on CUDA cores, latent_attention.cu's scheme with the
 // mask by visible counts instead of positions: a block of 4 warps owns 16 query rows of one
 // head (4 a warp) and walks the shard's keys in tiles of 32 staged in shared memory as bf16
 // (keys and values each). Per row and tile a warp forms the 32 scores (lanes split the row,
 // a butterfly sum gives every lane every score, so each lane runs the online softmax
 // itself), then each lane rescales and accumulates its own columns of the row's output.
 // Rows see a prefix of the shard (a rank's keys are sorted by position), so a tile past
-// every row of the block is not loaded. A tensor-core version (attention.cu's tiles with a
-// per-row last key and the log-sum-exp written out) is the step after this one.
+// every row of the block is not loaded.
 #include <cmath>
 
 #include "common.cuh"
@@ -184,6 +185,7 @@ bool partial_attention_fits(int key_width, int value_width) {
 
 void partial_attention(const PartialAttentionArgs& args, cudaStream_t stream) {
   if (args.rows <= 0) return;
+  if (partial_attention_on_tiles(args, stream)) return;  // grouped-query heads: tensor cores
   // Head dims up to 128 need 32 KiB; only wider rows opt in, to what they need (an attribute
   // above the device's limit fails, and the launch's check reports it).
   const size_t bytes = shared_bytes(args.key_width, args.value_width);
