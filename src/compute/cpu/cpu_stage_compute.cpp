@@ -332,16 +332,12 @@ void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
     kv_pool_.privatize_page_of(chunk.prompt, local0);
   kv_pool_.reserve(chunk.prompt, ring ? local0 + t : chunk.pos0 + chunk.tokens);
   const auto t0 = std::chrono::steady_clock::now();
+  const double lent0 = cpu::ThreadPool::instance().lent_seconds();
   LayerOnCpu ops(*this, chunk, hidden, ring ? &*ring : nullptr, local0);
   forward_layers(ops, static_cast<int>(weights_.layers.size()), recipe_);
   if (cp_ring_) cp_counts_.bytes_sent = cp_ring_->bytes_sent();
   op_times_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-}
-
-OpTimes CpuStageCompute::op_times() const {
-  OpTimes times = op_times_;
-  times.lent_s = cpu::ThreadPool::instance().lent_seconds();  // (the pool runs nothing but this stage's kernels)
-  return times;
+  op_times_.lent_s += cpu::ThreadPool::instance().lent_seconds() - lent0;
 }
 
 void CpuStageCompute::final_norm(const float* hidden, int rows, float* normed) {

@@ -56,7 +56,7 @@ class CpuStageCompute final : public StageCompute {
   CpCounts cp_counts() const override { return cp_counts_; }
   void gather_cp_rows(float* state, int64_t start, int length) override;
   std::vector<int64_t> expert_rows() const override { return expert_rows_; }
-  OpTimes op_times() const override;
+  OpTimes op_times() const override { return op_times_; }
   // Fills the prefix's K/V with random values: attention's cost does not depend on them.
   void prepare_prefix(int prompt, int64_t prefix, int tokens) override;
   int64_t capacity_tokens() const override;
