@@ -165,7 +165,8 @@ OptionTable<PlacementOptions> placement_table() {
   t.add("kv-memory-mb", "KV-cache budget per rank in MiB", &P::kv_memory_mb).at_least_one().echo_as("kv_memory_mb");
   t.add("threads",
         "cpu: threads a rank for attention and GEMMs; 0 (default): the CPUs the launcher bound the rank to, or an "
-        "even share of the node's CPUs among its ranks",
+        "even share of the node's CPUs among its ranks, and theirs while they wait. Ranks that share CPUs never use "
+        "more than their share while the others work",
         &P::threads)
       .check([](const int& threads) {
         if (threads < 0)

@@ -60,10 +60,13 @@ trace::CpTrafficShape cp_traffic_shape(const PreparedRun& run) {
   const model::ModelShape& shape = run.rank_model.shape;
   const int tp = run.topo.tp, heads = shape.num_heads / tp, kv_heads = std::max(1, shape.num_kv_heads / tp);
   const bool cuda = run.options.placement.backend == compute::BackendKind::kCuda;
-  cp.widths = shape.mla() ? sched::CpWidths::latent(heads, shape.kv_lora_rank + shape.qk_rope_head_dim, shape.head_dim,
-                                                    shape.v_head_dim)
-                          : sched::CpWidths::grouped_query(heads, kv_heads, shape.head_dim,
-                                                           cuda ? 2 : 4);  // (cuda's ring moves bf16 K and V)
+  const int latent_width = shape.kv_lora_rank + shape.qk_rope_head_dim;
+  if (!shape.mla())
+    cp.widths = sched::CpWidths::grouped_query(heads, kv_heads, shape.head_dim, cuda ? 2 : 4);  // (cuda: bf16 K, V)
+  else if (cuda)  // absorbed, as CudaStageCompute::cp_widths
+    cp.widths = sched::CpWidths::absorbed_latent(heads, latent_width, shape.kv_lora_rank);
+  else  // expanded, as CpuStageCompute::cp_widths
+    cp.widths = sched::CpWidths::latent(heads, latent_width, shape.head_dim, shape.v_head_dim);
   cp.mode = sched::parse_cp_attention(run.options.cp_attention);
   return cp;
 }

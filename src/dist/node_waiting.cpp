@@ -1,7 +1,7 @@
 // See node_waiting.hpp. The board is a POSIX shared-memory object that the node's first rank
 // creates under a name no other job uses, that every rank of the node maps, and that is
 // unlinked as soon as all have mapped it: nothing is left behind in /dev/shm, even when a
-// rank is killed. One 64-byte slot a rank (no false sharing); plain atomic loads and stores.
+// rank is killed after it. One 64-byte slot a rank (no false sharing); plain atomic loads and stores.
 #include "dist/node_waiting.hpp"
 
 #include <fcntl.h>
@@ -34,7 +34,7 @@ int* slot(int node_rank) {
 
 }  // namespace
 
-void open_node_waiting(MPI_Comm world, const std::vector<int>& sharers) {
+bool open_node_waiting(MPI_Comm world, const std::vector<int>& sharers) {
   MPI_Comm node;
   MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node);
   int self = 0, ranks = 1;
@@ -72,17 +72,19 @@ void open_node_waiting(MPI_Comm world, const std::vector<int>& sharers) {
   MPI_Allreduce(&ok, &all_ok, 1, MPI_INT, MPI_MIN, node);
   if (self == 0 && name[0] != '\0') shm_unlink(name);
   MPI_Comm_free(&node);
+  if (board.slots) munmap(board.slots, board.bytes);  // a second open replaces the first
+  board = Board();
   if (!all_ok) {
     if (mapped) munmap(mapped, bytes);
-    return;
+    return false;
   }
-  if (board.slots) munmap(board.slots, board.bytes);  // a second open replaces the first
   board.slots = mapped;
   board.bytes = bytes;
   board.sharers = sharers;
   board.self = self;
   board.writer = std::this_thread::get_id();
   __atomic_store_n(slot(self), 0, __ATOMIC_RELAXED);  // (ftruncate zeroed it: working)
+  return true;
 }
 
 void set_waiting(bool waiting) {

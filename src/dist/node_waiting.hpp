@@ -14,8 +14,9 @@ namespace pf::dist {
 
 // Collective over `world`: maps the node's board, one slot per rank of the node. `sharers`:
 // the node-local ranks (MPI_COMM_TYPE_SHARED order) whose CPUs overlap this rank's, itself
-// included. Without shared memory (shm_open refused) every rank simply counts as working.
-void open_node_waiting(MPI_Comm world, const std::vector<int>& sharers);
+// included. False where the node could not share memory (shm_open or mmap refused on any of
+// its ranks): then there is no board, and ranks must not lend.
+bool open_node_waiting(MPI_Comm world, const std::vector<int>& sharers);
 
 // Marks this rank waiting or working; only the thread that opened the board writes.
 void set_waiting(bool waiting);

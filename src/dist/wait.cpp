@@ -57,7 +57,10 @@ int poll_until(Test test) {
   constexpr long kLongestNapNs = 1000 * 1000;           // ... doubling up to 1 ms: a rank that waits long
   long nap_ns = kFirstNapNs;                            // (a bubble, a slow stage) costs ~1 % of a core,
   const auto start = std::chrono::steady_clock::now();  // and wakes at most 1 ms late.
-  struct Napping {  // while napping, ranks sharing our CPUs may use them (node_waiting.hpp)
+  // From its third nap (some 350 us in: past a TP all-reduce's usual wait, well inside a
+  // pipeline bubble), ranks sharing our CPUs may use them (node_waiting.hpp).
+  constexpr long kLendFromNapNs = 4 * kFirstNapNs;
+  struct Napping {
     bool on = false;
     void start() {
       if (!on) set_waiting(on = true);
@@ -70,7 +73,7 @@ int poll_until(Test test) {
     const int which = test();
     if (which >= 0) return which;
     if (i < kSpinTests) continue;
-    napping.start();
+    if (nap_ns >= kLendFromNapNs) napping.start();
     const timespec nap{0, nap_ns};
     nanosleep(&nap, nullptr);
     nap_ns = std::min(2 * nap_ns, kLongestNapNs);

@@ -129,6 +129,10 @@ CpWidths CpWidths::latent(int heads, int latent_width, int qk_head_dim, int v_he
   return {latent_width, heads * qk_head_dim, v_head_dim, heads};
 }
 
+CpWidths CpWidths::absorbed_latent(int heads, int latent_width, int kv_lora_rank) {
+  return {(latent_width + 1) / 2, heads * latent_width, kv_lora_rank, heads};
+}
+
 double cp_pass_kv_floats(double prefix, double tokens, int ranks, const CpWidths& widths) {
   return (ranks - 1) * (prefix + tokens) / ranks * widths.shard;
 }

@@ -103,6 +103,9 @@ struct CpWidths {
   // `kv_bytes`: of a cached element (4, or 2 where the ring moves a bf16 cache: cuda).
   static CpWidths grouped_query(int heads, int kv_heads, int head_dim, int kv_bytes = 4);
   static CpWidths latent(int heads, int latent_width, int qk_head_dim, int v_head_dim);
+  // MLA as the cuda backend attends it, absorbed: bf16 latent rows round the ring, float
+  // queries latent_width wide a head, float outputs kv_lora_rank wide.
+  static CpWidths absorbed_latent(int heads, int latent_width, int kv_lora_rank);
 };
 // Floats one rank sends for one layer of a chunk of `tokens` after `prefix` cached tokens,
 // spread over `ranks` ranks: pass-KV, its shard to each of the ranks - 1 others; pass-Q, its

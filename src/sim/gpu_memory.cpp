@@ -32,8 +32,13 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
   const double chunk = sched::longest_chunk(initial_chunk, page_size);
   // (Search offers CP only with chunks of at least 2 cp tokens, where this is cp_shard_lengths.)
   const double rows = static_cast<double>(sched::cp_shard_bound(longest_prompt, initial_chunk, cp));
-  const double width = heads * shape.head_dim;
-  const double ring = cp > 1 ? 2 * kRingBytes * kv_values * rows + 2 * kActivationBytes * chunk * (width + heads) : 0;
+  // pass-Q's gathered queries, its partials and those returned, for a chunk
+  // (RingOnGpu::reserve); MLA's absorbed queries are latent rows wide, its outputs kv_lora.
+  const double query_width = heads * (shape.mla() ? shape.kv_lora_rank + shape.qk_rope_head_dim : shape.head_dim);
+  const double out_width = heads * (shape.mla() ? shape.kv_lora_rank : shape.head_dim);
+  const double ring =
+      cp > 1 ? 2 * kRingBytes * kv_values * rows + kActivationBytes * chunk * (query_width + 2 * (out_width + heads))
+             : 0;
   DeviceMemory busiest;
   for (size_t s = 0; s < partition.size(); ++s) {
     DeviceMemory m;
@@ -55,7 +60,7 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
       m.weights += storage.weight_bytes * embedding / tp;
     // Hidden state, residual, normed input and attention output (h each), Q and this rank's
     // K and V, and the MLP's gate, up and product on this rank's width.
-    const double per_token = 4.0 * h + width + kv_values + 3.0 * widest_mlp / tp;
+    const double per_token = 4.0 * h + heads * shape.head_dim + kv_values + 3.0 * widest_mlp / tp;
     m.workspace = storage.runtime_bytes + kActivationBytes * chunk * per_token + ring;
     if (m.total() > busiest.total()) busiest = m;
   }

@@ -92,5 +92,18 @@ TEST(ThreadPool, RunsOnAsManyThreadsAsItsShareAllows) {
     for (int i = 0; i < 40; ++i) EXPECT_EQ(runs[i], 1) << "share " << share << ", task " << i;
     EXPECT_EQ(above_share, 0) << "share " << share;
   }
+  // And it does use them: a share of 2 puts two tasks at work together (each waits for the
+  // other), after a run on one thread (the share going down and back up).
+  for (int share : {1, 2}) {
+    p.pool().set_share([share] { return share; });
+    std::atomic<int> arrived{0}, together{0};
+    p.pool().run(2, [&](int, int) {
+      ++arrived;
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(share == 1 ? 0 : 10);
+      while (arrived < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
+      if (arrived == 2) ++together;
+    });
+    if (share == 2) EXPECT_EQ(together, 2) << "a share of 2 ran the tasks one after the other";
+  }
   p.pool().set_share(nullptr);
 }

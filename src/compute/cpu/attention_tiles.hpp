@@ -33,8 +33,8 @@ constexpr int kKeyBlock = 128;  // keys per block: S^T (128 x 2 vectors) in L1, 
 // Never inlined: inside attend_query_block GCC 12 kept the two Q vectors on the stack and
 // reloaded them for every FMA (the AVX-512 kernel at 57 % of the FMA peak instead of 80 %).
 template <class V, int kJ>
-__attribute__((noinline)) void score_keys(const float* qt, int rows, const float* keys, int d, float* st, typename V::reg& max0,
-                       typename V::reg& max1) {
+__attribute__((noinline)) void score_keys(const float* qt, int rows, const float* keys, int d, float* st,
+                                          typename V::reg& max0, typename V::reg& max1) {
   constexpr int W = V::kLanes;
   typename V::reg acc[kJ][2];
 #pragma GCC unroll 16

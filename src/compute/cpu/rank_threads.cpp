@@ -36,20 +36,20 @@ RankThreads decide_rank_threads(int requested, MPI_Comm world) {
     if (CPU_COUNT(&both) > 0) sharers.push_back(r);
   }
   t.sharing = static_cast<int>(sharers.size());
-  dist::open_node_waiting(world, sharers);
+  t.lending = dist::open_node_waiting(world, sharers) && t.sharing > 1;
   t.requested = requested > 0;
   const int fair = std::max(1, t.cpus / std::max(1, t.sharing));
   // Ranks sharing CPUs lend them while they wait: each may use up to all of them (or its
   // --threads), as many as the working sharers' split of them allows at each kernel.
-  t.most_threads = t.requested ? requested : t.sharing > 1 ? t.cpus : fair;
-  t.threads = t.sharing > 1 ? std::min(t.most_threads, fair) : t.most_threads;
+  t.most_threads = t.requested ? requested : t.lending ? t.cpus : fair;
+  t.threads = t.lending ? std::min(t.most_threads, fair) : t.most_threads;
   return t;
 }
 
 void use_rank_threads(const RankThreads& t) {
   cpu::ThreadPool& pool = cpu::ThreadPool::instance();
   pool.set_threads(t.most_threads);
-  if (t.sharing > 1 && t.most_threads > 1) {
+  if (t.lending && t.most_threads > 1) {
     const int cpus = t.cpus;
     pool.set_share([cpus] { return cpus / dist::working_sharers(); }, t.threads);
   } else {

@@ -19,6 +19,7 @@ namespace pf::compute {
 struct RankThreads {
   int threads = 1;       // its own share of the CPUs (or --threads)
   int most_threads = 1;  // with the CPUs of sharing ranks that wait (dist/node_waiting.hpp)
+  bool lending = false;  // sharers and their board: threads up to most_threads as they wait
   int cpus = 1;          // in this rank's affinity mask
   int sharing = 1;       // ranks of this node whose masks overlap it (itself included)
   int ranks_on_node = 1;

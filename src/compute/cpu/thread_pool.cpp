@@ -3,6 +3,7 @@
 #include "compute/cpu/thread_pool.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <stdexcept>
 #include <utility>
@@ -87,7 +88,10 @@ void ThreadPool::run(int tasks, const std::function<void(int, int)>& task) {
   }
   const int working = std::clamp(share_ ? share_() : threads(), 1, std::min(threads(), tasks));
   if (working == 1) {  // the others are lent to a neighbour rank: no wake-ups
-    running_ = false;
+    struct Release {
+      std::atomic<bool>& running;
+      ~Release() { running = false; }
+    } release{running_};  // (after the tasks, even if one throws: nested calls stay inline)
     for (int i = 0; i < tasks; ++i) task(i, 0);
     return;
   }

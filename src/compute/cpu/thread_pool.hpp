@@ -10,7 +10,6 @@
 #pragma once
 
 #include <atomic>
-#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -32,7 +31,7 @@ class ThreadPool {
   // How many threads a run() may use now (at least 1, at most threads()); none: all of them.
   // `own`: the rank's own share, past which a run counts as on lent CPUs.
   void set_share(std::function<int()> share, int own = 1);
-  // Seconds of run() on more threads than the rank's own share (since the pool started).
+  // Seconds of run() on more threads than the rank's own share, so far (wall time of those calls).
   double lent_seconds() const { return lent_seconds_; }
 
   // Calls task(i, thread) for i in [0, tasks), spread over the threads (thread < threads()),

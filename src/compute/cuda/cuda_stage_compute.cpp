@@ -526,15 +526,8 @@ void CudaStageCompute::begin_cp_chunk(const compute::ChunkContext& chunk, cpu::R
 sched::CpWidths CudaStageCompute::cp_widths() const {
   // The ring moves the bf16 cache: 2 bytes an element, half a float's.
   if (!config_.is_mla()) return sched::CpWidths::grouped_query(shape_.heads, shape_.kv_heads, shape_.head_dim, 2);
-  // MLA in the absorbed form (latent_on_gpu.hpp): latent rows go round, queries travel
-  // absorbed (latent wide) and come back kv_lora wide, unlike the cpu backend's expanded ones.
-  const int width = config_.mla.latent_width();
-  sched::CpWidths widths;
-  widths.shard = (width + 1) / 2;
-  widths.query = shape_.heads * width;
-  widths.head_out = config_.mla.kv_lora_rank;
-  widths.heads = shape_.heads;
-  return widths;
+  // MLA in the absorbed form (latent_on_gpu.hpp), unlike the cpu backend's expanded one.
+  return sched::CpWidths::absorbed_latent(shape_.heads, config_.mla.latent_width(), config_.mla.kv_lora_rank);
 }
 
 int CudaStageCompute::ring_value_width() const {
