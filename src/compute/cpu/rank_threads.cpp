@@ -40,8 +40,11 @@ RankThreads decide_rank_threads(int requested, MPI_Comm world) {
   t.requested = requested > 0;
   const int fair = std::max(1, t.cpus / std::max(1, t.sharing));
   // Ranks sharing CPUs lend them while they wait: each may use up to all of them (or its
-  // --threads), as many as the working sharers' split of them allows at each kernel.
-  t.most_threads = t.requested ? requested : t.lending ? t.cpus : fair;
+  // --threads), as many as the working sharers' split of them allows at each kernel. At most
+  // 4x its own share, though: 64 ranks unbound on a socket of 64 CPUs would otherwise hold
+  // 4,032 sleeping threads between them (and meet `ulimit -u`).
+  constexpr int kMostLent = 4;
+  t.most_threads = t.requested ? requested : t.lending ? std::min(t.cpus, kMostLent * fair) : fair;
   t.threads = t.lending ? std::min(t.most_threads, fair) : t.most_threads;
   return t;
 }
