@@ -42,6 +42,11 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
       throw UserError(path + ": unknown key \"" + key + "\" (known: " + known + ")");
     }
   }
+  // fp32 (the vector units' rate) is read by scripts/calibrate_paper.py, not by the simulator.
+  if (j.contains("peak_tflops") && j["peak_tflops"].is_object())
+    for (const auto& item : j["peak_tflops"].items())
+      if (item.key() != "bf16" && item.key() != "fp8" && item.key() != "fp32")
+        throw UserError(path + ": unknown key \"peak_tflops." + item.key() + "\" (known: bf16, fp8, fp32)");
   try {
     HardwareSpec h;
     h.path = path;

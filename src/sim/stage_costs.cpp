@@ -23,7 +23,7 @@ std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, cons
   const double device_matmul_rate = (fp8 ? hw.peak_fp8_flops : hw.peak_bf16_flops) * hw.matmul_efficiency;
   const double matmul_rate = device_matmul_rate * tp;
   const double attention_rate = hw.peak_bf16_flops * hw.attention_efficiency * tp;
-  const LinkSpec tp_link = tp <= hw.devices_per_node ? hw.intra_node : hw.inter_node;
+  const LinkSpec tp_ring = tp_link(hw, tp);
   std::vector<StageCost> costs;
   for (size_t s = 0; s < partition.size(); ++s) {
     StageCost cost;
@@ -45,10 +45,10 @@ std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, cons
       c.attention_k += k;
       if (tp > 1) {  // two ring all-reduces of x * H activations per layer
         const double ring = 2.0 * (tp - 1);
-        cost.chunk.c += 2 * ring * tp_link.latency_s;
-        cost.chunk.b += 2 * ring / tp * shape.hidden_size * wire_bytes / tp_link.bandwidth_Bps;
-        c.fixed_s += 2 * ring * tp_link.latency_s;
-        c.tp_per_token_s += 2 * ring / tp * shape.hidden_size * wire_bytes / tp_link.bandwidth_Bps;
+        cost.chunk.c += 2 * ring * tp_ring.latency_s;
+        cost.chunk.b += 2 * ring / tp * shape.hidden_size * wire_bytes / tp_ring.bandwidth_Bps;
+        c.fixed_s += 2 * ring * tp_ring.latency_s;
+        c.tp_per_token_s += 2 * ring / tp * shape.hidden_size * wire_bytes / tp_ring.bandwidth_Bps;
       }
       // A GEMM of m rows at m / (m + half) of the rate costs `half` rows more than its
       // FLOPs: per chunk, the dense GEMMs' half rows, and each expert's (a chunk's rows
@@ -112,6 +112,10 @@ LinkSpec stage_link(const HardwareSpec& hw, int stage, int tp, int cp) {
 
 LinkSpec cp_link(const HardwareSpec& hw, int tp, int cp) {
   return tp * cp <= hw.devices_per_node ? hw.intra_node : hw.inter_node;
+}
+
+LinkSpec tp_link(const HardwareSpec& hw, int tp) {
+  return tp <= hw.devices_per_node ? hw.intra_node : hw.inter_node;
 }
 
 }  // namespace pf::sim

@@ -46,9 +46,8 @@ struct CpRequest {
 };
 
 // Matmuls at the fp8 rate when `fp8` (an FP8 checkpoint), attention at the bf16 rate; TP
-// all-reduces (two per layer, ring) on the intra-node link when the TP group fits a node,
-// `wire_bytes` per activation (pipefill sends float32; 2 models a bf16 sender). With CP the
-// ring runs on the link between CP ranks (cp_link).
+// all-reduces (two per layer, ring) at tp_link's bus bandwidth, `wire_bytes` per activation (pipefill sends float32; 2
+// models a bf16 sender). With CP the ring runs on the link between CP ranks (cp_link).
 std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, const HardwareSpec& hw,
                                             const std::vector<model::StageRange>& partition, int tp, bool fp8,
                                             int wire_bytes = dist::kActivationWireBytes, const CpRequest& cp = {});
@@ -61,5 +60,10 @@ std::vector<StageCost> profiled_stage_costs(const sched::CostProfile& profile, i
 LinkSpec stage_link(const HardwareSpec& hw, int stage, int tp, int cp = 1);
 // The CP ring's link: within a node when the stage's cp x tp devices fit one, else across.
 LinkSpec cp_link(const HardwareSpec& hw, int tp, int cp);
+// A TP group's all-reduce ring: NVLink's within a node; across nodes one GPU's inter-node
+// link (one NIC's rate). NCCL on a fabric with a NIC a GPU can run a ring a NIC, up to
+// gpus_per_node x that; the seeds' TP32 runs (30.5 % behind PP4 x TP8 on the same 32 H20)
+// need about 1.4 NICs' worth, and one NIC keeps that ranking (docs/performance.md).
+LinkSpec tp_link(const HardwareSpec& hw, int tp);
 
 }  // namespace pf::sim

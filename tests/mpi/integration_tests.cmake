@@ -309,3 +309,8 @@ endforeach()
 # `pipefill advise`: the table, the job line, --json, --input, --plot and its bad inputs.
 add_test(NAME advise.command COMMAND ${PF_MPI}/advise_command.sh ${PF_BIN} ${CMAKE_SOURCE_DIR})
 set_tests_properties(advise.command PROPERTIES LABELS mpi TIMEOUT 120)
+# The H20 file is what scripts/calibrate_paper.py derives (matmuls fitted at most 0.8, attention
+# predicted from the H100's), and frozen it predicts the seed's 512K and 1M TTFTs within 10 %.
+add_test(NAME advise.seed_table COMMAND /usr/bin/python3 ${CMAKE_SOURCE_DIR}/scripts/calibrate_paper.py --pipefill
+                                        ${PF_BIN}/pipefill --check WORKING_DIRECTORY ${CMAKE_SOURCE_DIR})
+set_tests_properties(advise.seed_table PROPERTIES LABELS mpi TIMEOUT 120)

@@ -105,6 +105,10 @@ TEST(Hardware, UnknownAndRetiredKeysAreRefused) {
   };
   EXPECT_NE(message_for("activation_bytes").find("--wire-bytes"), std::string::npos);
   EXPECT_NE(message_for("gpus_per_nod").find("unknown key \"gpus_per_nod\""), std::string::npos);
+  nlohmann::json misspelt_peak = h20;
+  misspelt_peak["peak_tflops"]["fp_8"] = 296;
+  std::ofstream(path) << misspelt_peak.dump();
+  EXPECT_THROW(load_hardware(path), UserError);
   std::ofstream(path) << h20.dump();
   EXPECT_NO_THROW(load_hardware(path));
 }
