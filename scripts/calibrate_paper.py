@@ -12,8 +12,8 @@ units beside the tensor cores, and the share of it that the matrix work cannot h
 the ratio of the tensor rate to the vector rate (peak_tflops bf16 / fp32 in each file):
     efficiency = 1 / (1 + K x bf16 / fp32),  K from the H100's 0.60 at 989.4 / 66.9.
 An H20's tensor rate is capped at 148 TFLOP/s beside 44 of fp32 (the H100: 989 beside 67), so
-its attention hides most of the softmax: 0.87. The GEMM tile rows (`matmul_half_rows`) and the
-per-layer overhead are the file's, not fitted. Then, frozen, the 512K and 1M points are
+its attention hides most of the softmax: 0.87. The GEMM tile rows (`matmul_half_rows`) are the
+file's, not fitted. Then, frozen, the 512K and 1M points are
 predicted, and so are the seeds' scaling readings (128K requests one at a time, throughput):
   - DeepSeek-V3.1 PP4 x TP8 (DCK 12K, smooth 0.65) against TP8: 3.31x;
   - the same against TP32 (fixed 12288; equal GPUs): +30.5 %;

@@ -7,6 +7,7 @@
 #include "dist/activation_wire.hpp"
 #include "dist/collectives.hpp"
 #include "errors.hpp"
+#include "sched/cp_ring_widths.hpp"
 #include "sched/plan_flops.hpp"
 #include "trace/chrome_trace.hpp"
 #include "trace/expert_load.hpp"
@@ -55,18 +56,9 @@ trace::CpTrafficShape cp_traffic_shape(const PreparedRun& run) {
   trace::CpTrafficShape cp;
   cp.ranks = run.topo.cp;
   if (cp.ranks == 1) return cp;
-  // From the shape: the emulator opens no config and makes no shard (a KV head is whole on
-  // each TP rank when there are fewer than TP ranks).
-  const model::ModelShape& shape = run.rank_model.shape;
-  const int tp = run.topo.tp, heads = shape.num_heads / tp, kv_heads = std::max(1, shape.num_kv_heads / tp);
-  const bool cuda = run.options.placement.backend == compute::BackendKind::kCuda;
-  const int latent_width = shape.kv_lora_rank + shape.qk_rope_head_dim;
-  if (!shape.mla())
-    cp.widths = sched::CpWidths::grouped_query(heads, kv_heads, shape.head_dim, cuda ? 2 : 4);  // (cuda: bf16 K, V)
-  else if (cuda)  // absorbed, as CudaStageCompute::cp_widths
-    cp.widths = sched::CpWidths::absorbed_latent(heads, latent_width, shape.kv_lora_rank);
-  else  // expanded, as CpuStageCompute::cp_widths
-    cp.widths = sched::CpWidths::latent(heads, latent_width, shape.head_dim, shape.v_head_dim);
+  // From the shape: the emulator opens no config and makes no shard.
+  cp.widths = sched::cp_ring_widths(run.rank_model.shape, run.topo.tp,
+                                    run.options.placement.backend == compute::BackendKind::kCuda);
   cp.mode = sched::parse_cp_attention(run.options.cp_attention);
   return cp;
 }

@@ -41,6 +41,8 @@ struct ModelShape {
 
   bool mla() const { return kv_lora_rank > 0; }
   bool moe() const { return experts > 0; }
+  // MLA's cached row: the latent and the rope key (ModelConfig's MlaConfig::latent_width).
+  int latent_width() const { return kv_lora_rank + qk_rope_head_dim; }
   bool moe_layer(int layer) const {
     return moe() && (layer >= static_cast<int>(sparse_layer.size()) || sparse_layer[static_cast<size_t>(layer)]);
   }
@@ -68,9 +70,7 @@ struct ModelShape {
   // Values the KV cache keeps per token and layer (whole model width): MLA's latent and rope
   // key, shared by every head; else K and V of each KV head. And what full per-head K and V
   // would take (MLA's heads each expand their own).
-  double cached_values_per_token() const {
-    return mla() ? kv_lora_rank + qk_rope_head_dim : 2.0 * num_kv_heads * head_dim;
-  }
+  double cached_values_per_token() const { return mla() ? latent_width() : 2.0 * num_kv_heads * head_dim; }
   double full_kv_values_per_token() const {
     return mla() ? static_cast<double>(num_heads) * (head_dim + v_head_dim) : cached_values_per_token();
   }

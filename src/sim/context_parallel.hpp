@@ -24,8 +24,8 @@ using sched::CpAttention;
 using sched::meta_rule_prefers_pass_q;
 using sched::parse_cp_attention;
 
-// What a CP ring moves per token and layer, for one TP rank (bf16 on the wire, as cuda
-// sends its cache and activations): K and V of its KV heads (MLA: the latent row, whole on
+// What a CP ring moves per token and layer, for one TP rank (as the backend's ring:
+// analytic_stage_costs): K and V of its KV heads (cuda: bf16; MLA: the latent row, whole on
 // every TP rank); its query heads' Q; their partial outputs and one float log-sum-exp each.
 struct CpRing {
   int ranks = 1;

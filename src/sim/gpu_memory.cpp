@@ -34,7 +34,7 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
   const double rows = static_cast<double>(sched::cp_shard_bound(longest_prompt, initial_chunk, cp));
   // pass-Q's gathered queries, its partials and those returned, for a chunk
   // (RingOnGpu::reserve); MLA's absorbed queries are latent rows wide, its outputs kv_lora.
-  const double query_width = heads * (shape.mla() ? shape.kv_lora_rank + shape.qk_rope_head_dim : shape.head_dim);
+  const double query_width = heads * (shape.mla() ? shape.latent_width() : shape.head_dim);
   const double out_width = heads * (shape.mla() ? shape.kv_lora_rank : shape.head_dim);
   const double ring =
       cp > 1 ? 2 * kRingBytes * kv_values * rows + kActivationBytes * chunk * (query_width + 2 * (out_width + heads))

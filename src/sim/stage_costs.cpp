@@ -3,6 +3,7 @@
 
 #include "dist/activation_wire.hpp"
 #include "errors.hpp"
+#include "sched/cp_ring_widths.hpp"
 
 namespace pf::sim {
 
@@ -66,18 +67,15 @@ std::vector<StageCost> analytic_stage_costs(const model::ModelShape& shape, cons
       ++c.layers;
     }
     if (cp.ranks > 1) {
-      constexpr double kBf16 = 2.0, kFloat = 4.0;  // the cuda backend's cache; MLA's queries and outputs
-      const double q_heads = static_cast<double>(shape.num_heads) / tp;
-      // MLA's absorbed queries travel latent wide in float and come back kv_lora wide
-      // (sched::CpWidths::absorbed_latent); grouped-query heads as bf16 queries and outputs.
-      const double latent_width = shape.kv_lora_rank + shape.qk_rope_head_dim;
-      c.ring = {
-          cp.ranks,
-          cp.mode,
-          cp_link(hw, tp, cp.ranks),
-          kBf16 * (shape.mla() ? shape.cached_values_per_token() : shape.cached_values_per_token() / tp),
-          shape.mla() ? kFloat * q_heads * latent_width : kBf16 * q_heads * shape.head_dim,
-          shape.mla() ? q_heads * kFloat * (shape.kv_lora_rank + 1.0) : q_heads * (kBf16 * shape.v_head_dim + 4.0)};
+      // The backend's ring (sched::cp_ring_widths, in floats): its cache rows (cuda's in
+      // bf16), its queries and partial outputs at `wire_bytes` a value, a float log-sum-exp a head.
+      const sched::CpWidths w = sched::cp_ring_widths(shape, tp, /*cuda=*/!hw.cpu);
+      c.ring = {cp.ranks,
+                cp.mode,
+                cp_link(hw, tp, cp.ranks),
+                4.0 * w.shard,
+                static_cast<double>(wire_bytes) * w.query,
+                w.heads * (static_cast<double>(wire_bytes) * w.head_out + 4.0)};
     }
     if (s + 1 == partition.size()) cost.lm_head_s = shape.lm_head_flops() / matmul_rate;
     costs.push_back(cost);
