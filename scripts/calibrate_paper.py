@@ -13,8 +13,8 @@ the ratio of the tensor rate to the vector rate (peak_tflops bf16 / fp32 in each
     efficiency = 1 / (1 + K x bf16 / fp32),  K from the H100's 0.60 at 989.4 / 66.9.
 An H20's tensor rate is capped at 148 TFLOP/s beside 44 of fp32 (the H100: 989 beside 67), so
 its attention hides most of the softmax: 0.87. The GEMM tile rows (`matmul_half_rows`) are the
-file's, not fitted. Then, frozen, the 512K and 1M points are
-predicted, and so are the seeds' scaling readings (128K requests one at a time, throughput):
+file's, not fitted. Then, frozen, the 512K and 1M points are predicted, and so are the seeds'
+scaling readings (128K requests one at a time, throughput):
   - DeepSeek-V3.1 PP4 x TP8 (DCK 12K, smooth 0.65) against TP8: 3.31x;
   - the same against TP32 (fixed 12288; equal GPUs): +30.5 %;
   - Qwen3-235B PP8 x TP4 strong-scaling efficiency against PP1 x TP4: 76.9 % with DCK 18K,
@@ -85,11 +85,11 @@ def throughput(args, config, layout, chunking, mm, attn, requests=1):
 
 def readings(args, mm, attn):
     ds = lambda layout, chunking: throughput(args, DEEPSEEK, layout, chunking, mm, attn)  # noqa: E731
-    qw = lambda layout, chunking: throughput(args, QWEN, layout, chunking, mm, attn)  # noqa: E731
     fixed_12k, fixed_6k = ["--chunk-size", "12288"], ["--chunk-size", "6144"]
     pp4_tp8 = ds(["--pp", "4", "--tp", "8"], DYNAMIC_DEEPSEEK)
     tp8 = ds(["--tp", "8"], fixed_12k)
     tp32 = ds(["--tp", "32"], fixed_12k)
+
     def qwen_efficiency(chunking, requests=1):
         pp8 = throughput(args, QWEN, ["--pp", "8", "--tp", "4"], chunking, mm, attn, requests)
         return pp8 / (8 * throughput(args, QWEN, ["--tp", "4"], chunking, mm, attn, requests))
@@ -115,8 +115,8 @@ def main():
     ap.add_argument("--check", action="store_true",
                     help="exit 1 unless --hardware holds these efficiencies and 512K and 1M come within 10 %%")
     args = ap.parse_args()
-    attn, reference, k = predicted_attention(args)
-    print(f"attention_efficiency {attn:.3f}, predicted: 1 / (1 + {k:.4f} x {vector_ratio(args.hardware):.2f}); "
+    attn, reference, slope = predicted_attention(args)
+    print(f"attention_efficiency {attn:.3f}, predicted: 1 / (1 + {slope:.4f} x {vector_ratio(args.hardware):.2f}); "
           f"{args.reference}: {reference} at {vector_ratio(args.reference):.2f} bf16 over fp32")
     coarse = [round(v, 3) for v in (0.1 + 0.05 * k for k in range(40)) if v <= args.bound + 1e-9]
     _, mm = search(args, coarse, attn)
