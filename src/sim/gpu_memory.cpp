@@ -4,6 +4,7 @@
 #include <algorithm>
 
 #include "sched/context_split.hpp"
+#include "sched/cp_ring_widths.hpp"
 #include "sched/dynamic_chunker.hpp"
 
 namespace pf::sim {
@@ -33,12 +34,12 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
   // (Search offers CP only with chunks of at least 2 cp tokens, where this is cp_shard_lengths.)
   const double rows = static_cast<double>(sched::cp_shard_bound(longest_prompt, initial_chunk, cp));
   // pass-Q's gathered queries, its partials and those returned, for a chunk
-  // (RingOnGpu::reserve); MLA's absorbed queries are latent rows wide, its outputs kv_lora.
-  const double query_width = heads * (shape.mla() ? shape.latent_width() : shape.head_dim);
-  const double out_width = heads * (shape.mla() ? shape.kv_lora_rank : shape.head_dim);
+  // (RingOnGpu::reserve): the cuda ring's widths (MLA absorbed: latent-wide queries,
+  // kv_lora-wide outputs).
+  const sched::CpWidths w = sched::cp_ring_widths(shape, tp, /*cuda=*/true);
+  const double out_width = static_cast<double>(w.heads) * w.head_out;
   const double ring =
-      cp > 1 ? 2 * kRingBytes * kv_values * rows + kActivationBytes * chunk * (query_width + 2 * (out_width + heads))
-             : 0;
+      cp > 1 ? 2 * kRingBytes * kv_values * rows + kActivationBytes * chunk * (w.query + 2 * (out_width + w.heads)) : 0;
   DeviceMemory busiest;
   for (size_t s = 0; s < partition.size(); ++s) {
     DeviceMemory m;
