@@ -31,7 +31,7 @@ namespace pf::kernels {
 namespace {
 
 constexpr int kBlockM = 128;  // query rows a block: each K/V tile serves 128 queries
-constexpr int kBlockN = 64;   // keys a tile
+constexpr int kBlockN = kAttentionKeyTile;  // keys a tile (attention_shapes.hpp: pages hold whole tiles)
 constexpr int kWarps = 4;
 constexpr int kThreads = kWarps * 32;
 constexpr int kMTiles = kBlockM / (16 * kWarps);  // m16 tiles a warp (2: 32 rows)
@@ -341,11 +341,6 @@ bool launch_for_width(int d, const TileJob& job, cudaStream_t stream) {
 }
 
 }  // namespace
-
-bool attention_supports(int head_dim, int page_size) {
-  const bool dim_ok = head_dim == 32 || head_dim == 48 || head_dim == 64 || head_dim == 128;
-  return dim_ok && page_size > 0 && page_size % kBlockN == 0;
-}
 
 void chunk_attention(const AttentionArgs& args, cudaStream_t stream) {
   if (args.tokens <= 0) return;

@@ -9,6 +9,8 @@
 
 #include <cstdint>
 
+#include "kernels/attention_shapes.hpp"
+
 namespace pf::kernels {
 
 using bf16 = __nv_bfloat16;
@@ -83,7 +85,7 @@ struct AttentionArgs {
   int64_t out_stride = 0;
 };
 void chunk_attention(const AttentionArgs& args, cudaStream_t stream);
-bool attention_supports(int head_dim, int page_size);
+// attention_supports(head_dim, page_size): attention_shapes.hpp.
 
 // ---- Multi-head latent attention (DeepSeek), computed absorbed as the cpu backend does ----
 // Splits each query head of q [tokens, heads * (nope + rope)] (after RoPE, row stride

@@ -15,6 +15,7 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
+#include "io/bf16.hpp"
 #include "io/file_checks.hpp"
 #include "io/fnv1a.hpp"
 #include "io/positioned_io.hpp"
@@ -59,19 +60,13 @@ int64_t TensorInfo::cols() const {
   return shape.size() >= 2 ? numel() / shape[0] : 1;
 }
 
+// One rounding for the whole program: io/bf16.hpp's (the cpu backend's and the exports').
 float bf16_to_float(uint16_t bits) {
-  uint32_t word = static_cast<uint32_t>(bits) << 16;
-  float value;
-  std::memcpy(&value, &word, 4);
-  return value;
+  return bf16::to_float(bits);
 }
 
 uint16_t float_to_bf16(float value) {
-  uint32_t word;
-  std::memcpy(&word, &value, 4);
-  if (std::isnan(value)) return static_cast<uint16_t>((word >> 16) | 0x40);  // keep it a NaN
-  word += 0x7FFF + ((word >> 16) & 1);
-  return static_cast<uint16_t>(word >> 16);
+  return bf16::from_float(value);
 }
 
 float f16_to_float(uint16_t bits) {

@@ -117,20 +117,21 @@ void validate_tensors(const ModelConfig& config, const TensorSource& source, con
 
 namespace {
 
-// The widths --tp must divide, with the field each comes from.
-std::vector<std::pair<const char*, int>> tp_divided_widths(const ModelConfig& c, ExpertSplit split) {
-  std::vector<std::pair<const char*, int>> widths = {{"num_attention_heads", c.num_heads}};
-  if (!c.is_mla()) widths.push_back({"num_key_value_heads", c.num_kv_heads});
-  bool dense_layer = !c.is_moe();
-  for (int layer = 0; layer < c.num_layers; ++layer) dense_layer = dense_layer || !c.moe_layer(layer);
-  if (dense_layer) widths.push_back({"intermediate_size", c.intermediate_size});
-  if (c.is_moe() && split == ExpertSplit::kExperts) widths.push_back({"the number of routed experts", c.moe.experts});
-  if (c.is_moe()) {
+// The widths --tp must divide, with the config.json field each comes from.
+std::vector<std::pair<const char*, int>> tp_divided_widths(const ModelShape& s, ExpertSplit split) {
+  std::vector<std::pair<const char*, int>> widths = {{"num_attention_heads", s.num_heads}};
+  if (!s.mla()) widths.push_back({"num_key_value_heads", s.num_kv_heads});
+  bool dense_layer = !s.moe();
+  for (int layer = 0; layer < s.num_layers; ++layer) dense_layer = dense_layer || !s.moe_layer(layer);
+  if (dense_layer) widths.push_back({"intermediate_size", s.intermediate_size});
+  if (s.moe() && split == ExpertSplit::kExperts) widths.push_back({"the number of routed experts", s.experts});
+  if (s.moe()) {
     if (split == ExpertSplit::kWidth)
-      widths.push_back({c.architecture == Architecture::kMixtral ? "intermediate_size (each expert's width)"
-                                                                 : "moe_intermediate_size",
-                        c.moe.intermediate});
-    if (c.moe.shared_intermediate > 0) widths.push_back({"the shared expert's width", c.moe.shared_intermediate});
+      widths.push_back(
+          {s.name == "MixtralForCausalLM" ? "intermediate_size (each expert's width)" : "moe_intermediate_size",
+           s.moe_intermediate_size});
+    if (s.shared_expert_intermediate_size > 0)
+      widths.push_back({"the shared expert's width", s.shared_expert_intermediate_size});
   }
   return widths;
 }
@@ -149,8 +150,13 @@ const char* expert_split_name(ExpertSplit split) {
   return split == ExpertSplit::kWidth ? "width" : "experts";
 }
 
-void validate_tensor_parallel(const ModelConfig& c, int tp, ExpertSplit split) {
-  const auto widths = tp_divided_widths(c, split);
+bool tensor_parallel_divides(const ModelShape& shape, int tp, ExpertSplit split) {
+  const auto widths = tp_divided_widths(shape, split);
+  return std::all_of(widths.begin(), widths.end(), [tp](const auto& width) { return width.second % tp == 0; });
+}
+
+void validate_tensor_parallel(const ModelShape& shape, int tp, ExpertSplit split) {
+  const auto widths = tp_divided_widths(shape, split);
   int common = 0;
   for (const auto& [name, value] : widths) common = std::gcd(common, value);
   for (const auto& [name, value] : widths) {

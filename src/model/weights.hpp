@@ -9,6 +9,7 @@
 
 #include "model/config.hpp"
 #include "model/layer_partition.hpp"
+#include "model/model_shape.hpp"
 #include "model/tensor_source.hpp"
 #include "model/weights_digest.hpp"
 
@@ -45,8 +46,9 @@ struct VocabSlice {
 };
 VocabSlice vocab_slice(int vocab_size, int tp, int tp_rank);
 // UserError unless heads, KV heads and the MLP and expert widths divide by tp; the message
-// names the TP sizes the model allows.
-void validate_tensor_parallel(const ModelConfig& config, int tp, ExpertSplit split = ExpertSplit::kWidth);
+// names the TP sizes the model allows. `run` (every backend) and `advise` ask the same.
+void validate_tensor_parallel(const ModelShape& shape, int tp, ExpertSplit split = ExpertSplit::kWidth);
+bool tensor_parallel_divides(const ModelShape& shape, int tp, ExpertSplit split = ExpertSplit::kWidth);
 // "width" / "experts", and back (UserError naming the spellings).
 ExpertSplit parse_expert_split(const std::string& text);
 const char* expert_split_name(ExpertSplit split);

@@ -68,8 +68,6 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
     if (with_weights) {
       m.source = model::open_model(model_flag, seed);
       m.config_json = model::to_json(m.config());
-      model::validate_tensor_parallel(m.config(), topo.tp, expert_split);
-      if (topo.is_writer() && !m.source->synthetic) model::validate_tensors(m.config(), *m.source->tensors, model_flag);
     } else if (model_flag.rfind("synthetic:", 0) == 0) {
       m.config_json = model::to_json(model::preset_config(model_flag.substr(10)));
     } else {  // a model directory, or (the emulator needs nothing else) a config.json itself
@@ -80,6 +78,10 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
       m.config_json = model::read_config_json(path);
     }
     m.shape = model::shape_from_json(m.config_json, model_flag);
+    // The layout first (the emulator's too: it models only layouts that run), then the tensors.
+    model::validate_tensor_parallel(m.shape, topo.tp, expert_split);
+    if (m.source && topo.is_writer() && !m.source->synthetic)
+      model::validate_tensors(m.config(), *m.source->tensors, model_flag);
     const int layers = m.shape.num_layers;
     // Scoring every token puts the LM head on every chunk of the last stage: it gets fewer layers.
     const double last_stage_extra = scored_chunk > 0 ? model::lm_head_in_layers(m.shape, scored_chunk) : 0.0;

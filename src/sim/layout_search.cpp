@@ -7,6 +7,8 @@
 #include <limits>
 
 #include "errors.hpp"
+#include "kernels/attention_shapes.hpp"
+#include "model/weights.hpp"
 #include "sim/simulated_run.hpp"
 #include "sim/stage_costs.hpp"
 
@@ -206,21 +208,6 @@ class Search {
 
 }  // namespace
 
-bool tensor_parallel_allowed(const model::ModelShape& shape, int tp) {
-  std::vector<int> widths = {shape.num_heads};
-  if (!shape.mla()) widths.push_back(shape.num_kv_heads);
-  bool dense_layer = !shape.moe();
-  for (int layer = 0; layer < shape.num_layers; ++layer) dense_layer = dense_layer || !shape.moe_layer(layer);
-  if (dense_layer) widths.push_back(shape.intermediate_size);
-  if (shape.moe()) widths.push_back(shape.moe_intermediate_size);
-  if (shape.shared_expert_intermediate_size > 0) widths.push_back(shape.shared_expert_intermediate_size);
-  return std::all_of(widths.begin(), widths.end(), [tp](int width) { return width % tp == 0; });
-}
-
-bool cuda_attention_head_dim(int head_dim) {
-  return head_dim == 32 || head_dim == 48 || head_dim == 64 || head_dim == 128;
-}
-
 std::string layout_text(int pp, int cp, int tp) {
   return "pp " + std::to_string(pp) + (cp > 1 ? " x cp " + std::to_string(cp) : "") + " x tp " + std::to_string(tp);
 }
@@ -244,11 +231,12 @@ Advice advise_layouts(const AdviseRequest& request) {
                       " chunks: advise simulates up to " + std::to_string(16 * kMaxChunks) +
                       " (a larger chunk, or leave --chunk-size out to search)");
   }
-  if (!request.hardware.cpu && !request.shape.mla() && !cuda_attention_head_dim(request.shape.head_dim))
-    throw UserError("the cuda backend's attention takes head_dim 32, 48, 64 or 128 (this model: " +
-                    std::to_string(request.shape.head_dim) + "): no GPU layout can run it");
-  if (!request.hardware.cpu && request.page_size % 64 != 0)
-    throw UserError("--page-size " + std::to_string(request.page_size) + ": the cuda backend needs a multiple of 64");
+  if (!request.hardware.cpu && !request.shape.mla() && !kernels::attention_head_dim_supported(request.shape.head_dim))
+    throw UserError("the cuda backend's attention takes head_dim " + std::string(kernels::kAttentionHeadDims) +
+                    " (this model: " + std::to_string(request.shape.head_dim) + "): no GPU layout can run it");
+  if (!request.hardware.cpu && request.page_size % kernels::kAttentionKeyTile != 0)
+    throw UserError("--page-size " + std::to_string(request.page_size) + ": the cuda backend needs a multiple of " +
+                    std::to_string(kernels::kAttentionKeyTile));
   AdviseRequest r = request;
   r.hardware.devices_per_node = r.devices_per_node;  // the links follow the allocation's nodes
   Advice advice;
@@ -257,7 +245,8 @@ Advice advise_layouts(const AdviseRequest& request) {
   for (int nodes : node_counts(request.nodes)) {
     const int devices = nodes * per_node;
     for (int tp = 1; tp <= devices; ++tp) {
-      if (devices % tp != 0 || !packs_nodes(tp, per_node) || !tensor_parallel_allowed(request.shape, tp)) continue;
+      if (devices % tp != 0 || !packs_nodes(tp, per_node) || !model::tensor_parallel_divides(request.shape, tp))
+        continue;
       for (int cp = 1; cp <= devices / tp; ++cp) {
         if ((devices / tp) % cp != 0 || !packs_nodes(cp * tp, per_node)) continue;
         const int pp = devices / (tp * cp);

@@ -85,14 +85,6 @@ struct Advice {
 // cannot run on GPU hardware.
 Advice advise_layouts(const AdviseRequest& request);
 
-// Whether `run` accepts this TP size for the model (every split width divides), as
-// model::validate_tensor_parallel checks a full config.
-bool tensor_parallel_allowed(const model::ModelShape& shape, int tp);
-
-// The head sizes the cuda backend's attention kernel takes (kernels::attention_supports; not
-// linked into a build without CUDA, so stated here).
-bool cuda_attention_head_dim(int head_dim);
-
 // "pp 4 x tp 8", "pp 2 x cp 4 x tp 4".
 std::string layout_text(int pp, int cp, int tp);
 

@@ -253,6 +253,8 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   bad_partition_sum) extra=(--pp 2 --layer-partition 3,4); expect="sums to 7 layers" ;;
   bad_partition_count) extra=(--pp 2 --layer-partition 2,2,4); expect="has 3 entries" ;;
   tp_not_dividing_heads) ranks=3; extra=(--pp 1 --tp 3); expect="does not divide by --tp 3" ;;
+  tp_not_dividing_heads_emulate) ranks=3; extra=(--pp 1 --tp 3 --backend emulate --cost-model analytic:h20)
+    expect="does not divide by --tp 3" ;;  # the emulator models only layouts that run
   prompt_exceeds_kv_budget) make_input x 'f["tokens"] = np.ones(300000, dtype=np.int32); f["offsets"] = np.array([0, 300000])'
     extra=(--pp 2 --kv-memory-mb 16 --allow-long-prompts); expect="needs" ;;
   prompt_exceeds_context) make_input x 'f["tokens"] = np.ones(131073, dtype=np.int32); f["offsets"] = np.array([0, 131073])'

@@ -13,6 +13,7 @@
 #include "errors.hpp"
 #include "model/model_shape.hpp"
 #include "model/presets.hpp"
+#include "model/weights.hpp"
 #include "sim/gpu_memory.hpp"
 #include "sim/hardware.hpp"
 #include "sim/layout_search.hpp"
@@ -166,11 +167,11 @@ TEST(LayoutSearch, NothingFitsIsAnError) {
 
 TEST(LayoutSearch, TensorParallelSizesFollowTheModelsWidths) {
   const model::ModelShape qwen = model::load_model_shape(config_path("qwen3-235b-a22b-fp8.json"));
-  EXPECT_TRUE(tensor_parallel_allowed(qwen, 4));
-  EXPECT_FALSE(tensor_parallel_allowed(qwen, 8));  // 4 KV heads
+  EXPECT_TRUE(model::tensor_parallel_divides(qwen, 4));
+  EXPECT_FALSE(model::tensor_parallel_divides(qwen, 8));  // 4 KV heads
   const model::ModelShape deepseek = model::load_model_shape(config_path("deepseek-v3.1.json"));
-  EXPECT_TRUE(tensor_parallel_allowed(deepseek, 32));  // MLA: the latent is whole on every rank
-  EXPECT_FALSE(tensor_parallel_allowed(deepseek, 3));
+  EXPECT_TRUE(model::tensor_parallel_divides(deepseek, 32));  // MLA: the latent is whole on every rank
+  EXPECT_FALSE(model::tensor_parallel_divides(deepseek, 3));
 }
 
 // A profile made of the analytic model's own stage costs gives back the rates it was made

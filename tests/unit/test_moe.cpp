@@ -196,9 +196,9 @@ TEST(MoeConfig, BadConfigurationsNameTheirField) {
 TEST(MoeConfig, TensorParallelErrorNamesTheAllowedSizes) {
   const model::ModelConfig c =
       model::parse_config(with(qwen3_moe(), {{"moe_intermediate_size", 18}, {"num_key_value_heads", 4}}), "c");
-  model::validate_tensor_parallel(c, 2);
+  model::validate_tensor_parallel(model::shape_from_config(c), 2);
   try {
-    model::validate_tensor_parallel(c, 4);
+    model::validate_tensor_parallel(model::shape_from_config(c), 4);
     FAIL();
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("moe_intermediate_size (18) does not divide by --tp 4"), std::string::npos)
@@ -397,7 +397,7 @@ TEST(MoeFlops, WholeExpertsPerRankSumToTheAnalyticCount) {
   EXPECT_EQ(second.expert_count, 4);
   EXPECT_EQ(second.expert_intermediate, 32);
   try {
-    model::validate_tensor_parallel(c, 16, model::ExpertSplit::kExperts);
+    model::validate_tensor_parallel(model::shape_from_config(c), 16, model::ExpertSplit::kExperts);
     FAIL();
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("allows: 1, 2"), std::string::npos) << e.what();

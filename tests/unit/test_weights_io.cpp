@@ -200,8 +200,8 @@ TEST(Weights, TensorParallelShardsTileTheFullMatrices) {
   const auto odd = model::make_shard_spec(qwen2, 2, 1);
   EXPECT_EQ(odd.vocab_begin, 256);
   EXPECT_EQ(odd.vocab_count, 255);
-  EXPECT_THROW(model::validate_tensor_parallel(c, 4), UserError);  // 2 KV heads
-  EXPECT_NO_THROW(model::validate_tensor_parallel(c, 2));
+  EXPECT_THROW(model::validate_tensor_parallel(model::shape_from_config(c), 4), UserError);  // 2 KV heads
+  EXPECT_NO_THROW(model::validate_tensor_parallel(model::shape_from_config(c), 2));
 }
 
 namespace {

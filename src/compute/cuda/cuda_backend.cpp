@@ -43,9 +43,10 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
                       std::to_string(kernels::latent_attention_max_width()) +
                       " wide (this model: " + std::to_string(config.mla.latent_width()) + "): use --backend cpu");
     if (!config.is_mla() && !kernels::attention_supports(config.head_dim, request.page_size))
-      throw UserError(
-          "--backend cuda needs head_dim 32, 48, 64 or 128 (this model: " + std::to_string(config.head_dim) +
-          ") and --page-size a multiple of 64 (given: " + std::to_string(request.page_size) + ")");
+      throw UserError("--backend cuda needs head_dim " + std::string(kernels::kAttentionHeadDims) +
+                      " (this model: " + std::to_string(config.head_dim) + ") and --page-size a multiple of " +
+                      std::to_string(kernels::kAttentionKeyTile) + " (given: " + std::to_string(request.page_size) +
+                      ")");
     if (config.is_mla() && topo.cp > 1 &&
         !kernels::partial_attention_fits(config.mla.latent_width(), config.mla.kv_lora_rank))
       throw UserError("--cp on --backend cuda attends latent rows " + std::to_string(config.mla.latent_width()) +
