@@ -277,6 +277,7 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
     expect="SGLANG_DYNAMIC_CHUNKING_SMOOTH_FACTOR" ;;
   bf16_gemm_env_unknown) export PIPEFILL_BF16_GEMM=fast; extra=(--pp 2 --dtype bf16)
     expect="PIPEFILL_BF16_GEMM=fast: expected dot or widen" ;;
+  f32_gemm_env_unknown) export PIPEFILL_F32_GEMM=fast; expect="PIPEFILL_F32_GEMM=fast: expected own or blas" ;;
   cost_model_without_dynamic) extra=(--pp 2 --cost-model "$data/cost_tiny_pp2.json"); expect="--cost-model is used by dynamic chunking" ;;
   cost_model_other_partition) extra=(--pp 2 --layer-partition 3,5 --dynamic-chunking --cost-model "$data/cost_tiny_pp2.json")
     expect="profiled for another layer_partition" ;;

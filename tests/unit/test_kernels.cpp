@@ -9,6 +9,7 @@
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
+#include "compute/cpu/gemm_f32_avx512.hpp"
 #include "compute/cpu/thread_pool.hpp"
 #include "io/bf16.hpp"
 #include "model/presets.hpp"
@@ -269,6 +270,50 @@ TEST(Kernels, LinearBf16DotIsTheSameBf16Gemm) {
   const cpu::Bf16DotRates rates = cpu::measure_bf16_dot_rates();
   EXPECT_GT(rates.dot, 0);
   EXPECT_GT(rates.fma, 0);
+}
+
+// The float32 AVX-512 GEMM (where the CPU has it): the double formula to float32 rounding, on
+// an input width that is not a multiple of its 16 x 16 packing transposes, rows not a multiple
+// of its 4-row tile, and column slices that cut its 64-column blocks and end mid-vector.
+TEST(Kernels, LinearF32Avx512IsTheFloat32Gemm) {
+  if (!cpu::f32_gemm_available()) GTEST_SKIP() << "this CPU has no AVX-512F";
+  const int rows = 37, in = 97, out = 150;
+  const auto x = random_vector(size_t(rows) * in, 8, 2.0f);
+  const auto w = random_vector(size_t(out) * in, 9);
+  std::vector<float> y(size_t(rows) * out, std::nanf(""));
+  cpu::linear_f32_avx512(x.data(), rows, in, w.data(), 0, 80, out, y.data());
+  cpu::linear_f32_avx512(x.data(), rows, in, w.data(), 80, 141, out, y.data());
+  cpu::linear_f32_avx512(x.data(), rows, in, w.data(), 141, out, out, y.data());
+  double worst = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < out; ++o) {
+      double exact = 0;
+      for (int i = 0; i < in; ++i) exact += double(x[r * in + i]) * w[o * in + i];
+      worst = std::max(worst, std::fabs(y[r * out + o] - exact));  // NaN (a column not written) fails
+    }
+  EXPECT_LT(worst, 2e-5);
+}
+
+// linear() takes whichever GEMM is in force for every row count (ours from 4 rows, OpenBLAS
+// below): the same products on 1 to 9 rows, split over threads.
+TEST(Kernels, LinearIsTheFloat32GemmAtEveryRowCount) {
+  const int in = 40, out = 200;
+  const auto w = random_vector(size_t(out) * in, 10);
+  cpu::ThreadPool::instance().set_threads(3);
+  for (int rows = 1; rows <= 9; ++rows) {
+    const auto x = random_vector(size_t(rows) * in, 11 + rows, 2.0f);
+    std::vector<float> y(size_t(rows) * out, std::nanf(""));
+    cpu::linear(x.data(), rows, in, w.data(), out, y.data());
+    double worst = 0;
+    for (int r = 0; r < rows; ++r)
+      for (int o = 0; o < out; ++o) {
+        double exact = 0;
+        for (int i = 0; i < in; ++i) exact += double(x[r * in + i]) * w[o * in + i];
+        worst = std::max(worst, std::fabs(y[r * out + o] - exact));
+      }
+    EXPECT_LT(worst, 1e-5) << rows << " rows";
+  }
+  cpu::ThreadPool::instance().set_threads(1);
 }
 
 // A bf16 pool rounds to nearest even on the way in and widens exactly on the way out.

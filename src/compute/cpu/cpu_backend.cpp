@@ -33,7 +33,8 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
   dist::checked_step(MPI_COMM_WORLD, [&] { pages = cpu_kv_pages(kv_shape, topo.stage, demand, kv_memory_mb); });
   dist::checked_step(MPI_COMM_WORLD, [&] {
     try {
-      cpu::kernel_isa();  // a bad PIPEFILL_CPU_ISA is a user's error, before any weight is read
+      cpu::kernel_isa();        // a bad PIPEFILL_CPU_ISA is a user's error, before any weight is read
+      cpu::f32_gemm_kernels();  // and a bad PIPEFILL_F32_GEMM
     } catch (const std::runtime_error& e) {
       throw UserError(e.what());
     }
@@ -69,9 +70,11 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
   backend.detail = std::string(kv_shape.element_bytes == 2
                                    ? "bf16 weights and KV cache (float32 sums), " + cpu::bf16_gemm_description() + ", "
                                    : "") +
-                   cpu::isa_name(cpu::kernel_isa()) + " attention, " + cpu::blas_kernels_description() + ", " +
+                   cpu::isa_name(cpu::kernel_isa()) + " attention, " + cpu::f32_gemm_description() + ", " +
                    describe(rank_threads);
-  if (const std::string warning = cpu::blas_kernels_warning(); !warning.empty() && topo.is_writer())
+  // OpenBLAS's kernels matter where the projections run on it (not where ours run them).
+  if (const std::string warning = cpu::f32_gemm_kernels().own ? "" : cpu::blas_kernels_warning();
+      !warning.empty() && topo.is_writer())
     std::fprintf(stderr, "warning: %s\n", warning.c_str());
   return backend;
 }

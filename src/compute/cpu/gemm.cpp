@@ -1,4 +1,5 @@
-// Projections through OpenBLAS sgemm; the [out, in] weight is used transposed in place.
+// Projections: float32 through our AVX-512 GEMM or OpenBLAS sgemm, bf16 through vdpbf16ps or
+// widened to sgemm; the [out, in] weight is used as stored.
 #include "compute/cpu/gemm.hpp"
 
 #include <cblas.h>
@@ -12,8 +13,10 @@
 #include <string>
 #include <vector>
 
+#include "compute/cpu/blas_kernels.hpp"
 #include "compute/cpu/cpu_features.hpp"
 #include "compute/cpu/gemm_bf16_dot.hpp"
+#include "compute/cpu/gemm_f32_avx512.hpp"
 #include "compute/cpu/thread_pool.hpp"
 #include "io/bf16.hpp"
 
@@ -47,11 +50,43 @@ void for_each_column_slice(int out, Slice&& fn) {
 
 }  // namespace
 
+F32GemmKernels decide_f32_gemm() {
+  const char* forced = std::getenv("PIPEFILL_F32_GEMM");
+  const std::string wanted = forced ? forced : "";
+  if (!wanted.empty() && wanted != "own" && wanted != "blas")
+    throw std::runtime_error("PIPEFILL_F32_GEMM=" + wanted + ": expected own or blas");
+  // PIPEFILL_CPU_ISA=avx2|portable narrows every hand-written kernel, this one included.
+  const bool available = f32_gemm_available() && kernel_isa() == Isa::kAvx512;
+  if (wanted == "own" && !available)
+    throw std::runtime_error("PIPEFILL_F32_GEMM=own: this CPU, this build or PIPEFILL_CPU_ISA rules out AVX-512");
+  F32GemmKernels kernels;
+  kernels.forced = !wanted.empty();
+  kernels.own = kernels.forced ? wanted == "own" : available;
+  return kernels;
+}
+
+const F32GemmKernels& f32_gemm_kernels() {
+  static const F32GemmKernels kernels = decide_f32_gemm();
+  return kernels;
+}
+
+std::string f32_gemm_description() {
+  const F32GemmKernels& k = f32_gemm_kernels();
+  const std::string forced = k.forced ? " (PIPEFILL_F32_GEMM)" : "";
+  return k.own ? "own AVX-512 GEMMs" + forced + " (" + blas_kernels_description() + " below " +
+                     std::to_string(kOwnGemmMinRows) + " rows)"
+               : blas_kernels_description() + forced;
+}
+
 void linear(const float* x, int rows, int in, const float* weight, int out, float* y) {
-  for_each_column_slice(out, [&](int begin, int end) {
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, end - begin, in, 1.0f, x, in,
-                weight + int64_t(begin) * in, in, 0.0f, y + begin, out);
-  });
+  if (rows >= kOwnGemmMinRows && f32_gemm_kernels().own) {
+    for_each_column_slice(out, [&](int begin, int end) { linear_f32_avx512(x, rows, in, weight, begin, end, out, y); });
+  } else {
+    for_each_column_slice(out, [&](int begin, int end) {
+      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, end - begin, in, 1.0f, x, in,
+                  weight + int64_t(begin) * in, in, 0.0f, y + begin, out);
+    });
+  }
   count_gemm_flops(2.0 * rows * in * out);
 }
 
@@ -142,8 +177,11 @@ void linear_bf16(const float* x, int rows, int in, const uint16_t* weight, int o
     for (int b0 = begin; b0 < end; b0 += kWidenRows) {
       const int b1 = std::min(end, b0 + kWidenRows);
       bf16::widen(weight + int64_t(b0) * in, int64_t(b1 - b0) * in, w.data());
-      cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, b1 - b0, in, 1.0f, xs, in, w.data(), in, 0.0f, y + b0,
-                  out);
+      if (rows >= kOwnGemmMinRows && f32_gemm_kernels().own)
+        linear_f32_avx512(xs, rows, in, w.data(), 0, b1 - b0, out, y + b0);
+      else
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, b1 - b0, in, 1.0f, xs, in, w.data(), in, 0.0f,
+                    y + b0, out);
     }
   });
   count_gemm_flops(2.0 * rows * in * out);

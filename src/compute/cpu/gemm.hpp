@@ -9,8 +9,22 @@
 namespace pf::cpu {
 
 // y[rows, out] = x[rows, in] . W^T, W stored [out, in] as Hugging Face does. Split by output
-// columns over the rank's threads (thread_pool.hpp), one single-threaded sgemm each.
+// columns over the rank's threads (thread_pool.hpp), one single-threaded GEMM each: ours on
+// AVX-512 (gemm_f32_avx512.hpp) from kOwnGemmMinRows rows, else OpenBLAS's sgemm (its gemv
+// is 3x ours on one row: the LM head of a prompt's last position).
 void linear(const float* x, int rows, int in, const float* weight, int out, float* y);
+constexpr int kOwnGemmMinRows = 4;
+
+// Which float32 GEMM runs: ours wherever the CPU and PIPEFILL_CPU_ISA allow AVX-512 (decided
+// by features, so every run on a machine sums in the same order), PIPEFILL_F32_GEMM=own|blas
+// forces one (tests, comparisons; std::runtime_error on a bad value or `own` without AVX-512).
+struct F32GemmKernels {
+  bool own = false;
+  bool forced = false;
+};
+F32GemmKernels decide_f32_gemm();
+const F32GemmKernels& f32_gemm_kernels();  // decided on first use
+std::string f32_gemm_description();        // for the run's header
 
 // The same with a bf16 weight (--dtype bf16) and x rounded to bf16 on the way in: the
 // products and float32 sums of a bf16 x bf16 -> float32 GEMM (io/bf16.hpp). Computed by
