@@ -141,19 +141,20 @@ TEST_P(ChunkAttention, Bf16CacheMatchesTheFormulaOnRoundedInputs) {
   }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, ChunkAttention,
-                         ::testing::Values(AttentionCase{37, 4, 2, 32, 16, 37},     // one chunk, partial page
-                                           AttentionCase{300, 4, 2, 32, 16, 64},    // many chunks, GQA 2
-                                           AttentionCase{300, 4, 4, 16, 64, 100},   // MHA, chunk not page aligned
-                                           AttentionCase{700, 8, 1, 64, 64, 256},   // MQA, key blocks > 1 page
-                                           AttentionCase{513, 2, 2, 128, 32, 1},    // one token per chunk
-                                           AttentionCase{520, 16, 2, 8, 8, 512},    // group 8: 32-token query blocks
-                                           AttentionCase{400, 9, 3, 64, 64, 150},   // SmolLM2's group of 3
-                                           AttentionCase{300, 8, 2, 128, 128, 97},  // d 128, one block a page
-                                           AttentionCase{600, 4, 1, 32, 200, 250},  // pages wider than a block
-                                           AttentionCase{500, 6, 2, 64, 48, 130},   // blocks across page edges
-                                           AttentionCase{200, 6, 2, 12, 16,
-                                                         50}));  // d 12: AVX2's kernel, not AVX-512's
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ChunkAttention,
+    ::testing::Values(AttentionCase{37, 4, 2, 32, 16, 37},     // one chunk, partial page
+                      AttentionCase{300, 4, 2, 32, 16, 64},    // many chunks, GQA 2
+                      AttentionCase{300, 4, 4, 16, 64, 100},   // MHA, chunk not page aligned
+                      AttentionCase{700, 8, 1, 64, 64, 256},   // MQA, key blocks > 1 page
+                      AttentionCase{513, 2, 2, 128, 32, 1},    // one token per chunk
+                      AttentionCase{520, 16, 2, 8, 8, 512},    // group 8: 32-token query blocks
+                      AttentionCase{400, 9, 3, 64, 64, 150},   // SmolLM2's group of 3
+                      AttentionCase{300, 8, 2, 128, 128, 97},  // d 128, one block a page
+                      AttentionCase{600, 4, 1, 32, 200, 250},  // pages wider than a block
+                      AttentionCase{500, 6, 2, 64, 48, 130},   // blocks across page edges
+                      AttentionCase{400, 6, 2, 64, 33, 150},   // up to 5 page runs a block, odd edges
+                      AttentionCase{200, 6, 2, 12, 16, 50}));  // d 12: AVX2's kernel, not AVX-512's
 
 TEST(Kernels, AttentionFlopCount) {
   // 3 tokens after a prefix of 2: keys seen 3 + 4 + 5 = 12.

@@ -67,9 +67,21 @@ inline void score_tail(const float* qt, int rows, const float* keys, int d, floa
   }
 }
 
-// O^T[c0..c0+kC)[tile] = O^T * correction + sum_j V[j][c] P^T[j]: registers kC x 2 vectors.
+// A key block's K and V rows: runs of rows contiguous in memory, [begin[r], begin[r + 1]) of
+// the block at keys[r] and values[r] (one run where the block lies in one page, is staged or
+// packed; one a page where it crosses pages of a float pool, read in place).
+constexpr int kMaxRuns = 5;  // a 128-key block over pages of at least 32 keys
+struct KeyRuns {
+  int runs = 0;
+  int begin[kMaxRuns + 1] = {};
+  const float* keys[kMaxRuns] = {};
+  const float* values[kMaxRuns] = {};
+};
+
+// O^T[c0..c0+kC)[tile] = O^T * correction + sum_j V[j][c] P^T[j] over the first n keys of the
+// runs: registers kC x 2 vectors.
 template <class V>
-inline void accumulate_values(const float* pt, int n, const float* values, int d, float* ot, int rows,
+inline void accumulate_values(const float* pt, int n, const KeyRuns& kv, int d, float* ot, int rows,
                               typename V::reg corr0, typename V::reg corr1) {
   constexpr int W = V::kLanes, kC = V::kValueColumns;
   for (int c0 = 0; c0 < d; c0 += kC) {
@@ -80,14 +92,18 @@ inline void accumulate_values(const float* pt, int n, const float* values, int d
       acc[c][0] = V::mul(V::load(o), corr0);
       acc[c][1] = V::mul(V::load(o + W), corr1);
     }
-    for (int j = 0; j < n; ++j) {
-      const auto p0 = V::load(pt + j * 2 * W), p1 = V::load(pt + j * 2 * W + W);
-      const float* v = values + static_cast<int64_t>(j) * d + c0;
+    for (int r = 0; r < kv.runs && kv.begin[r] < n; ++r) {
+      const int first = kv.begin[r], last = std::min(n, kv.begin[r + 1]);
+      const float* run_values = kv.values[r] - static_cast<int64_t>(first) * d + c0;
+      for (int j = first; j < last; ++j) {
+        const auto p0 = V::load(pt + j * 2 * W), p1 = V::load(pt + j * 2 * W + W);
+        const float* v = run_values + static_cast<int64_t>(j) * d;
 #pragma GCC unroll 16
-      for (int c = 0; c < kC; ++c) {
-        const auto b = V::set1(v[c]);
-        acc[c][0] = V::fma(b, p0, acc[c][0]);
-        acc[c][1] = V::fma(b, p1, acc[c][1]);
+        for (int c = 0; c < kC; ++c) {
+          const auto b = V::set1(v[c]);
+          acc[c][0] = V::fma(b, p0, acc[c][0]);
+          acc[c][1] = V::fma(b, p1, acc[c][1]);
+        }
       }
     }
 #pragma GCC unroll 16
@@ -125,20 +141,26 @@ inline void softmax_block(float* st, int n, typename V::reg block0, typename V::
   V::store(l + W, V::fma(V::load(l + W), corr1, sum1));
 }
 
-// The rows of the key block [k0, k0 + n) in one contiguous [n, head_dim] run each for K and V:
-// the pages' own memory when the block lies in one page of a float pool, else a copy in
-// `staged` (a bf16 pool's widened once a block, for every query tile).
+// The rows of the key block [k0, k0 + n) as runs (KeyRuns): a float pool's pages read in place,
+// one run a page (pages of at least 32 keys); else one contiguous [n, head_dim] copy each of K
+// and V in `staged` (a bf16 pool's widened once a block, for every query tile; pages too small
+// for kMaxRuns runs).
 template <class V>  // (a template only so that each ISA's file has its own copy)
-inline void key_block(const kv::KvLayerView& kv, int kv_head, int k0, int n, float* staged, const float** keys,
-                      const float** values) {
+inline void key_block(const kv::KvLayerView& kv, int kv_head, int k0, int n, float* staged, KeyRuns* out) {
   const kv::PagedKvPool& pool = *kv.pool;
   const int d = pool.shape().head_dim, page_size = pool.shape().page_size;
   const auto& pages = *kv.pages;
-  const int in_page = k0 % page_size;
-  if (!pool.bf16() && in_page + n <= page_size) {
-    const int page = pages[k0 / page_size];
-    *keys = pool.key_page(kv.layer, page, kv_head) + static_cast<int64_t>(in_page) * d;
-    *values = pool.value_page(kv.layer, page, kv_head) + static_cast<int64_t>(in_page) * d;
+  const int first_page = k0 / page_size, last_page = (k0 + n - 1) / page_size;
+  if (!pool.bf16() && last_page - first_page < kMaxRuns) {
+    out->runs = 0;
+    for (int page = first_page; page <= last_page; ++page) {
+      const int j = std::max(k0, page * page_size) - k0, at = (k0 + j) % page_size;
+      out->begin[out->runs] = j;
+      out->keys[out->runs] = pool.key_page(kv.layer, pages[page], kv_head) + static_cast<int64_t>(at) * d;
+      out->values[out->runs] = pool.value_page(kv.layer, pages[page], kv_head) + static_cast<int64_t>(at) * d;
+      ++out->runs;
+    }
+    out->begin[out->runs] = n;
     return;
   }
   float* k_out = staged;
@@ -150,8 +172,11 @@ inline void key_block(const kv::KvLayerView& kv, int kv_head, int k0, int n, flo
     pool.load_rows(kv.layer, page, kv_head, true, int64_t(at) * d, int64_t(run) * d, v_out + int64_t(j) * d);
     j += run;
   }
-  *keys = k_out;
-  *values = v_out;
+  *out = KeyRuns{};
+  out->runs = 1;
+  out->begin[1] = n;
+  out->keys[0] = k_out;
+  out->values[0] = v_out;
 }
 
 // Row r of a block is token r / g, head r % g of the KV head's group (g = b.group); rows up to
@@ -234,28 +259,35 @@ void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
 
   for (int k0 = 0; k0 <= last_pos; k0 += kKeyBlock) {
     const int nk = std::min(kKeyBlock, last_pos + 1 - k0);
-    const float *keys, *values;
+    KeyRuns kv;
     if (b.packed_keys) {  // a shard of keys already packed [kv_heads][rows][d]
-      keys = b.packed_keys + (b.kv_head * b.packed_rows + k0) * d;
-      values = b.packed_values + (b.kv_head * b.packed_rows + k0) * d;
+      kv.runs = 1;
+      kv.begin[1] = nk;
+      kv.keys[0] = b.packed_keys + (b.kv_head * b.packed_rows + k0) * d;
+      kv.values[0] = b.packed_values + (b.kv_head * b.packed_rows + k0) * d;
     } else {
-      key_block<V>(*b.kv, b.kv_head, k0, nk, staged, &keys, &values);
+      key_block<V>(*b.kv, b.kv_head, k0, nk, staged, &kv);
     }
     for (int t0 = 0; t0 < rows; t0 += TW) {
       const int tile_first = qpos[t0], tile_last = qpos[t0 + TW - 1];
       if (k0 > tile_last) continue;                    // the whole block lies in this tile's future
       const int n = std::min(nk, tile_last + 1 - k0);  // keys some row of the tile sees
       auto max0 = V::set1(kMaskedScore), max1 = max0;
-      int j = 0;
-      for (; j + kJ <= n; j += kJ)
-        score_keys<V, kJ>(qt + t0, rows, keys + static_cast<int64_t>(j) * d, d, st + j * TW, max0, max1);
-      if (j < n)
-        score_tail<V, kJ - 1>(qt + t0, rows, keys + static_cast<int64_t>(j) * d, d, st + j * TW, n - j, max0, max1);
+      for (int r = 0; r < kv.runs && kv.begin[r] < n; ++r) {
+        const int first = kv.begin[r], last = std::min(n, kv.begin[r + 1]);
+        const float* run_keys = kv.keys[r] - static_cast<int64_t>(first) * d;
+        int j = first;
+        for (; j + kJ <= last; j += kJ)
+          score_keys<V, kJ>(qt + t0, rows, run_keys + static_cast<int64_t>(j) * d, d, st + j * TW, max0, max1);
+        if (j < last)
+          score_tail<V, kJ - 1>(qt + t0, rows, run_keys + static_cast<int64_t>(j) * d, d, st + j * TW, last - j, max0,
+                                max1);
+      }
       if (k0 + n - 1 > tile_first) mask_diagonal<V>(st, n, k0, qpos + t0, max0, max1);
       typename V::reg corr0, corr1;
       softmax_block<V>(st, n, max0, max1, m + t0, l + t0, corr0, corr1);
       if (b.bf16) bf16::round_all(st, static_cast<int64_t>(n) * TW);
-      accumulate_values<V>(st, n, values, d, ot + t0, rows, corr0, corr1);
+      accumulate_values<V>(st, n, kv, d, ot + t0, rows, corr0, corr1);
     }
   }
   write_rows<V>(b, ot, m, l, rows, d);
