@@ -48,17 +48,26 @@ void for_each_column_slice(int out, Slice&& fn) {
   });
 }
 
+// A PIPEFILL_*_GEMM variable's choice: "" where unset, else `ours` or `other`
+// (std::runtime_error on another value, or on `ours` where the kernel cannot run).
+std::string forced_gemm(const char* variable, const char* ours, const char* other, bool ours_available,
+                        const char* unavailable_why) {
+  const char* value = std::getenv(variable);
+  const std::string wanted = value ? value : "";
+  if (!wanted.empty() && wanted != ours && wanted != other)
+    throw std::runtime_error(std::string(variable) + "=" + wanted + ": expected " + ours + " or " + other);
+  if (wanted == ours && !ours_available)
+    throw std::runtime_error(std::string(variable) + "=" + ours +
+                             ": this CPU, this build or PIPEFILL_CPU_ISA rules out " + unavailable_why);
+  return wanted;
+}
+
 }  // namespace
 
 F32GemmKernels decide_f32_gemm() {
-  const char* forced = std::getenv("PIPEFILL_F32_GEMM");
-  const std::string wanted = forced ? forced : "";
-  if (!wanted.empty() && wanted != "own" && wanted != "blas")
-    throw std::runtime_error("PIPEFILL_F32_GEMM=" + wanted + ": expected own or blas");
   // PIPEFILL_CPU_ISA=avx2|portable narrows every hand-written kernel, this one included.
   const bool available = f32_gemm_available() && kernel_isa() == Isa::kAvx512;
-  if (wanted == "own" && !available)
-    throw std::runtime_error("PIPEFILL_F32_GEMM=own: this CPU, this build or PIPEFILL_CPU_ISA rules out AVX-512");
+  const std::string wanted = forced_gemm("PIPEFILL_F32_GEMM", "own", "blas", available, "AVX-512");
   F32GemmKernels kernels;
   kernels.forced = !wanted.empty();
   kernels.own = kernels.forced ? wanted == "own" : available;
@@ -92,14 +101,9 @@ void linear(const float* x, int rows, int in, const float* weight, int out, floa
 
 Bf16GemmKernels decide_bf16_gemm() {
   Bf16GemmKernels kernels;
-  const char* forced = std::getenv("PIPEFILL_BF16_GEMM");
-  const std::string wanted = forced ? forced : "";
-  if (!wanted.empty() && wanted != "dot" && wanted != "widen")
-    throw std::runtime_error("PIPEFILL_BF16_GEMM=" + wanted + ": expected dot or widen");
   // PIPEFILL_CPU_ISA=avx2|portable narrows every hand-written kernel, this one included.
   const bool available = bf16_dot_available() && kernel_isa() == Isa::kAvx512;
-  if (wanted == "dot" && !available)
-    throw std::runtime_error("PIPEFILL_BF16_GEMM=dot: this CPU, this build or PIPEFILL_CPU_ISA rules out vdpbf16ps");
+  const std::string wanted = forced_gemm("PIPEFILL_BF16_GEMM", "dot", "widen", available, "vdpbf16ps");
   kernels.forced = !wanted.empty();
   if (kernels.forced) {
     kernels.dot = wanted == "dot";
