@@ -94,10 +94,9 @@ inline void accumulate_values(const float* pt, int n, const KeyRuns& kv, int d, 
     }
     for (int r = 0; r < kv.runs && kv.begin[r] < n; ++r) {
       const int first = kv.begin[r], last = std::min(n, kv.begin[r + 1]);
-      const float* run_values = kv.values[r] - static_cast<int64_t>(first) * d + c0;
       for (int j = first; j < last; ++j) {
         const auto p0 = V::load(pt + j * 2 * W), p1 = V::load(pt + j * 2 * W + W);
-        const float* v = run_values + static_cast<int64_t>(j) * d;
+        const float* v = kv.values[r] + static_cast<int64_t>(j - first) * d + c0;
 #pragma GCC unroll 16
         for (int c = 0; c < kC; ++c) {
           const auto b = V::set1(v[c]);
@@ -275,13 +274,13 @@ void attend_query_block(const QueryBlock& b, TileScratch& scratch) {
       auto max0 = V::set1(kMaskedScore), max1 = max0;
       for (int r = 0; r < kv.runs && kv.begin[r] < n; ++r) {
         const int first = kv.begin[r], last = std::min(n, kv.begin[r + 1]);
-        const float* run_keys = kv.keys[r] - static_cast<int64_t>(first) * d;
         int j = first;
         for (; j + kJ <= last; j += kJ)
-          score_keys<V, kJ>(qt + t0, rows, run_keys + static_cast<int64_t>(j) * d, d, st + j * TW, max0, max1);
+          score_keys<V, kJ>(qt + t0, rows, kv.keys[r] + static_cast<int64_t>(j - first) * d, d, st + j * TW, max0,
+                            max1);
         if (j < last)
-          score_tail<V, kJ - 1>(qt + t0, rows, run_keys + static_cast<int64_t>(j) * d, d, st + j * TW, last - j, max0,
-                                max1);
+          score_tail<V, kJ - 1>(qt + t0, rows, kv.keys[r] + static_cast<int64_t>(j - first) * d, d, st + j * TW,
+                                last - j, max0, max1);
       }
       if (k0 + n - 1 > tile_first) mask_diagonal<V>(st, n, k0, qpos + t0, max0, max1);
       typename V::reg corr0, corr1;
