@@ -218,6 +218,25 @@ TEST(Kernels, RopeRotatesHalves) {
   EXPECT_NEAR(x[3], 4 * std::cos(a1) + 2 * std::sin(a1), 1e-6);
 }
 
+// The largest |y - x . W^T| over every output, each product summed in double (of the values
+// rounded to bf16 where `bf16_inputs`). An output left unwritten (NaN) counts as infinitely far:
+// std::max alone would skip it.
+double worst_against_double(const std::vector<float>& y, const std::vector<float>& x, const std::vector<float>& w,
+                            int rows, int in, int out, bool bf16_inputs = false) {
+  double worst = 0;
+  for (int r = 0; r < rows; ++r)
+    for (int o = 0; o < out; ++o) {
+      double exact = 0;
+      for (int i = 0; i < in; ++i)
+        exact += bf16_inputs ? double(bf16::round(x[r * in + i])) * bf16::round(w[o * in + i])
+                             : double(x[r * in + i]) * w[o * in + i];
+      const double error = std::fabs(y[r * out + o] - exact);
+      worst = std::isnan(error) ? INFINITY : std::max(worst, error);
+      if (std::isinf(worst)) return worst;
+    }
+  return worst;
+}
+
 // --dtype bf16's GEMM: x rounded to bf16, the weight stored as bf16, float32 sums: the double
 // formula on the rounded values to float32 rounding (rows wider than a widened block of 256,
 // several threads).
@@ -231,19 +250,10 @@ TEST(Kernels, LinearBf16IsABf16GemmWithFloat32Sums) {
   cpu::ThreadPool::instance().set_threads(3);
   cpu::linear_bf16(x.data(), rows, in, w16.data(), out, y.data());
   cpu::ThreadPool::instance().set_threads(1);
-  double worst = 0, moved = 0;
-  for (int r = 0; r < rows; ++r)
-    for (int o = 0; o < out; ++o) {
-      double rounded = 0, exact = 0;
-      for (int i = 0; i < in; ++i) {
-        rounded += double(bf16::round(x[r * in + i])) * bf16::round(w[o * in + i]);
-        exact += double(x[r * in + i]) * w[o * in + i];
-      }
-      worst = std::max(worst, std::fabs(y[r * out + o] - rounded));
-      moved = std::max(moved, std::fabs(y[r * out + o] - exact));
-    }
-  EXPECT_LT(worst, 2e-5);
+  EXPECT_LT(worst_against_double(y, x, w, rows, in, out, /*bf16_inputs=*/true), 2e-5);
+  const double moved = worst_against_double(y, x, w, rows, in, out);
   EXPECT_GT(moved, 1e-3);  // the inputs really were rounded
+  EXPECT_FALSE(std::isinf(moved));
 }
 
 // The vdpbf16ps kernel itself (where the CPU has it, whichever kernel linear_bf16 chose): the
@@ -260,14 +270,7 @@ TEST(Kernels, LinearBf16DotIsTheSameBf16Gemm) {
   std::vector<float> y(size_t(rows) * out, std::nanf(""));
   cpu::linear_bf16_dot(x16.data(), rows, in, w16.data(), 0, 80, out, y.data());
   cpu::linear_bf16_dot(x16.data(), rows, in, w16.data(), 80, out, out, y.data());
-  double worst = 0;
-  for (int r = 0; r < rows; ++r)
-    for (int o = 0; o < out; ++o) {
-      double rounded = 0;
-      for (int i = 0; i < in; ++i) rounded += double(bf16::round(x[r * in + i])) * bf16::round(w[o * in + i]);
-      worst = std::max(worst, std::fabs(y[r * out + o] - rounded));  // NaN (a column not written) fails
-    }
-  EXPECT_LT(worst, 2e-5);
+  EXPECT_LT(worst_against_double(y, x, w, rows, in, out, /*bf16_inputs=*/true), 2e-5);
   const cpu::Bf16DotRates rates = cpu::measure_bf16_dot_rates();
   EXPECT_GT(rates.dot, 0);
   EXPECT_GT(rates.fma, 0);
@@ -285,14 +288,7 @@ TEST(Kernels, LinearF32Avx512IsTheFloat32Gemm) {
   cpu::linear_f32_avx512(x.data(), rows, in, w.data(), 0, 80, out, y.data());
   cpu::linear_f32_avx512(x.data(), rows, in, w.data(), 80, 141, out, y.data());
   cpu::linear_f32_avx512(x.data(), rows, in, w.data(), 141, out, out, y.data());
-  double worst = 0;
-  for (int r = 0; r < rows; ++r)
-    for (int o = 0; o < out; ++o) {
-      double exact = 0;
-      for (int i = 0; i < in; ++i) exact += double(x[r * in + i]) * w[o * in + i];
-      worst = std::max(worst, std::fabs(y[r * out + o] - exact));  // NaN (a column not written) fails
-    }
-  EXPECT_LT(worst, 2e-5);
+  EXPECT_LT(worst_against_double(y, x, w, rows, in, out), 2e-5);
 }
 
 // linear() takes whichever GEMM is in force for every row count (ours from 4 rows, OpenBLAS
@@ -305,14 +301,7 @@ TEST(Kernels, LinearIsTheFloat32GemmAtEveryRowCount) {
     const auto x = random_vector(size_t(rows) * in, 11 + rows, 2.0f);
     std::vector<float> y(size_t(rows) * out, std::nanf(""));
     cpu::linear(x.data(), rows, in, w.data(), out, y.data());
-    double worst = 0;
-    for (int r = 0; r < rows; ++r)
-      for (int o = 0; o < out; ++o) {
-        double exact = 0;
-        for (int i = 0; i < in; ++i) exact += double(x[r * in + i]) * w[o * in + i];
-        worst = std::max(worst, std::fabs(y[r * out + o] - exact));
-      }
-    EXPECT_LT(worst, 1e-5) << rows << " rows";
+    EXPECT_LT(worst_against_double(y, x, w, rows, in, out), 1e-5) << rows << " rows";
   }
   cpu::ThreadPool::instance().set_threads(1);
 }
