@@ -5,13 +5,19 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
 #include <string>
 
 #include "errors.hpp"
 #include "io/prompts_h5.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/tmp/pipefill_fuzz_" + std::to_string(getpid()) + ".h5";
+  // The scratch file goes where run_fuzzers.sh says (its temporary folder, removed at exit), so
+  // a run leaves nothing in /tmp.
+  static const std::string path = [] {
+    const char* dir = std::getenv("PIPEFILL_FUZZ_SCRATCH");
+    return std::string(dir && *dir ? dir : "/tmp") + "/pipefill_fuzz_" + std::to_string(getpid()) + ".h5";
+  }();
   FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return 0;
   std::fwrite(data, 1, size, f);

@@ -7,6 +7,7 @@ set -euo pipefail
 src=$(cd "$1" && pwd) seconds=${2:-20}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
+export PIPEFILL_FUZZ_SCRATCH=$work  # the prompts target's input file, removed with $work
 command -v clang++ >/dev/null || { echo "clang++ missing (scripts/setup.sh installs it)"; exit 1; }
 # The MPI wrapper supplies MPI's flags (errors.cpp reports through MPI); HDF5 is the parallel one.
 export OMPI_CXX=clang++
