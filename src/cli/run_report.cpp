@@ -100,6 +100,7 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
     if (!options.quiet) {
       trace::print_summary(summary, stdout);
       trace::print_partition_advice(summary, run.rank_model.partition, stdout);
+      trace::print_chunk_advice(summary, plan, run.decision.policy_used, stdout);
       trace::print_traffic(traffic, stdout);
       trace::print_expert_load(expert_load, stdout);
       trace::print_op_times(op_times, stdout);

@@ -80,6 +80,38 @@ void print_partition_advice(const RunSummary& s, const std::vector<model::StageR
                model::partition_text(better).c_str());
 }
 
+namespace {
+
+// The micro-batches `plan`'s computed tokens make at fixed chunks of `chunk`.
+int64_t micro_batches_at(const sched::BatchPlan& plan, int chunk) {
+  std::vector<int64_t> computed(plan.prompt_lengths.size(), 0);
+  for (const auto& mb : plan.micro_batches) computed[mb.prompt] += mb.length;
+  int64_t count = 0;
+  for (int64_t tokens : computed) count += (tokens + chunk - 1) / chunk;
+  return count;
+}
+
+}  // namespace
+
+void print_chunk_advice(const RunSummary& s, const sched::BatchPlan& plan, const std::string& policy_used,
+                        std::FILE* out) {
+  constexpr double kIdleWorthANote = 0.2;
+  constexpr int kSmallestAdvised = 256;  // below it, per-chunk costs eat what the bubble gives back
+  if (s.pp < 2 || policy_used != "fixed" || s.bubble_ideal <= kIdleWorthANote || s.bubble_measured <= kIdleWorthANote)
+    return;
+  const int64_t wanted = 9 * static_cast<int64_t>(s.pp - 1);
+  const int used = plan.max_chunk();
+  int chunk = used;
+  while (micro_batches_at(plan, chunk) < wanted && chunk / 2 >= kSmallestAdvised) chunk /= 2;
+  if (chunk >= used) return;
+  const int64_t m = micro_batches_at(plan, chunk);
+  std::fprintf(out,
+               "note: %d micro-batch%s through %d stages left them idle %.0f%% of the time; --chunk-size %d would "
+               "cut this batch into %lld (ideal bubble %.0f%% instead of %.0f%%; docs/tuning.md)\n",
+               s.num_micro_batches, s.num_micro_batches == 1 ? "" : "es", s.pp, 100 * s.bubble_measured, chunk,
+               static_cast<long long>(m), 100.0 * (s.pp - 1) / static_cast<double>(s.pp - 1 + m), 100 * s.bubble_ideal);
+}
+
 void print_summary(const RunSummary& s, std::FILE* out, size_t max_prompts) {
   std::fprintf(out, "\n== pipefill summary ==\n");
   std::fprintf(out, "prompts %d (%d run now), tokens %lld, micro-batches %d\n", s.num_prompts, s.scheduled_prompts,

@@ -43,6 +43,14 @@ std::string flop_rate_text(double flops_per_s);
 // even them out (model::suggested_partition, from these measured times); nothing otherwise.
 void print_partition_advice(const RunSummary& summary, const std::vector<model::StageRange>& used, std::FILE* out);
 
+// When a pipeline ran too few micro-batches to keep its stages busy (the bubble measured
+// and ideal both over a fifth of the run, fixed chunks), a `note:` with the --chunk-size that
+// would cut this batch into enough of them (M >= 9 (P-1): an ideal bubble of 10 % or less, the
+// chunk halved at most down to 256 tokens); nothing otherwise. The default chunk (4,096) gives
+// a 4K prompt one micro-batch, which leaves every stage but one idle.
+void print_chunk_advice(const RunSummary& summary, const sched::BatchPlan& plan, const std::string& policy_used,
+                        std::FILE* out);
+
 // Lists at most `max_prompts` TTFTs (all of them are in the output file).
 void print_summary(const RunSummary& summary, std::FILE* out, size_t max_prompts = 16);
 

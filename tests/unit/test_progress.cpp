@@ -222,3 +222,38 @@ TEST(Summary, FlopRatesCarryTheirUnit) {
   EXPECT_EQ(trace::flop_rate_text(1.5e12), "1.50 TFLOP/s");
   EXPECT_EQ(trace::flop_rate_text(0), "0.00 GFLOP/s");
 }
+
+// A 4K prompt at the default chunk through 2 stages is one micro-batch: half the run idle.
+// The note names the chunk that makes M >= 9 (P - 1) by halving, never below 256, and only
+// for fixed chunks whose bubble was both measured and ideal over a fifth of the run.
+TEST(Summary, TooFewMicroBatchesForThePipelineGetAChunkNote) {
+  const auto note = [](int pp, const std::vector<int64_t>& lengths, int chunk, double measured,
+                       const std::string& policy) {
+    const sched::BatchPlan plan = sched::make_plan(lengths, sched::FixedChunkPolicy(chunk));
+    trace::RunSummary s;
+    s.pp = pp;
+    s.num_micro_batches = static_cast<int>(plan.micro_batches.size());
+    s.bubble_ideal = static_cast<double>(pp - 1) / (pp - 1 + s.num_micro_batches);
+    s.bubble_measured = measured;
+    std::FILE* out = std::tmpfile();
+    trace::print_chunk_advice(s, plan, policy, out);
+    const std::string text = contents(out);
+    std::fclose(out);
+    return text;
+  };
+  const std::string one = note(2, {4096}, 4096, 0.5, "fixed");
+  EXPECT_NE(one.find("note: 1 micro-batch through 2 stages left them idle 50% of the time; --chunk-size 256 would "
+                     "cut this batch into 16 (ideal bubble 6% instead of 50%"),
+            std::string::npos)
+      << one;
+  // Two prompts count together: 8 micro-batches of 1,024 at 4 stages want 27, 512 gives 16,
+  // 256 gives 32.
+  EXPECT_NE(note(4, {4096, 4096}, 1024, 0.4, "fixed").find("--chunk-size 256 would cut this batch into 32"),
+            std::string::npos);
+  // Never below 256 tokens: a 300-token prompt is left as it is.
+  EXPECT_EQ(note(2, {300}, 4096, 0.5, "fixed"), "");
+  EXPECT_EQ(note(1, {4096}, 4096, 0.0, "fixed"), "");   // no pipeline
+  EXPECT_EQ(note(2, {4096}, 4096, 0.5, "sglang"), "");  // dynamic chunks: C0 is not the chunk
+  EXPECT_EQ(note(2, {4096}, 4096, 0.1, "fixed"), "");   // measured bubble small (e.g. lent CPUs)
+  EXPECT_EQ(note(2, {65536}, 4096, 0.3, "fixed"), "");  // 16 micro-batches: ideal 6 %
+}
