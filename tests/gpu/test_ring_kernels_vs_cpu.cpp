@@ -129,7 +129,7 @@ std::vector<int32_t> visible_counts(int rows, int n) {
 // sums and the output to bf16's rounding of P. One block of query rows and several.
 TEST(RingKernels, PartialAttentionOfGroupedQueryHeads) {
   REQUIRE_DEVICE();
-  for (const auto [d, rows] : {std::pair{32, 37}, std::pair{64, 37}, std::pair{64, 150}}) {
+  for (const auto& [d, rows] : {std::pair{32, 37}, std::pair{64, 37}, std::pair{64, 150}}) {
     const int heads = 4, kv_heads = 2, n = 70;
     Shard s{n,
             kv_heads,

@@ -364,10 +364,10 @@ TEST(CostProfile, RefusesStageCountsThatDoNotMatch) {
 }
 
 TEST(Profiler, FreshLengthsFollowSglang) {
-  const auto lengths = pipeline::fresh_prompt_lengths({4096, 128, 1 << 20});
+  const auto lengths = pipeline::fresh_prompt_lengths({4096, 128, 1 << 20, {}});
   ASSERT_EQ(lengths.size(), 128u);
   EXPECT_EQ(lengths.front(), 5120);  // 1.25 C0
   EXPECT_EQ(lengths.back(), 41);     // about C0 / 100
   EXPECT_TRUE(std::is_sorted(lengths.rbegin(), lengths.rend()));
-  EXPECT_EQ(pipeline::fresh_prompt_lengths({4096, 16, 3000}).front(), 3000);  // what the pool holds
+  EXPECT_EQ(pipeline::fresh_prompt_lengths({4096, 16, 3000, {}}).front(), 3000);  // what the pool holds
 }

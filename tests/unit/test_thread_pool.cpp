@@ -103,7 +103,9 @@ TEST(ThreadPool, RunsOnAsManyThreadsAsItsShareAllows) {
       while (arrived < 2 && std::chrono::steady_clock::now() < give_up) std::this_thread::yield();
       if (arrived == 2) ++together;
     });
-    if (share == 2) EXPECT_EQ(together, 2) << "a share of 2 ran the tasks one after the other";
+    if (share == 2) {
+      EXPECT_EQ(together, 2) << "a share of 2 ran the tasks one after the other";
+    }
   }
   p.pool().set_share(nullptr);
 }
