@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "compute/cpu/prefetch_ahead.hpp"
+
 #if defined(PIPEFILL_X86_KERNELS)
 #include <immintrin.h>
 #endif
@@ -136,10 +138,15 @@ void linear_bf16_dot(const uint16_t* x, int rows, int in, const uint16_t* weight
   for (int b0 = begin; b0 < end; b0 += kBlockColumns) {
     const int columns = std::min(kBlockColumns, end - b0);
     pack_block(weight, in, b0, columns, pairs);
+    const int next = std::min(kBlockColumns, end - b0 - columns);
+    PrefetchAhead ahead(weight + static_cast<int64_t>(b0 + columns) * in, int64_t{2} * std::max(0, next) * in,
+                        rows / kTileRows);  // the next block's rows, as the float32 GEMM does
     int r = 0;
-    for (; r + kTileRows <= rows; r += kTileRows)
+    for (; r + kTileRows <= rows; r += kTileRows) {
+      ahead.step();
       tile<kTileRows>(x + static_cast<int64_t>(r) * in_even, in_even, pairs, y + static_cast<int64_t>(r) * out + b0,
                       out, columns);
+    }
     for (; r < rows; ++r)
       tile<1>(x + static_cast<int64_t>(r) * in_even, in_even, pairs, y + static_cast<int64_t>(r) * out + b0, out,
               columns);

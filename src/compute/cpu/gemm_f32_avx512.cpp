@@ -16,6 +16,8 @@
 #include <stdexcept>
 #include <vector>
 
+#include "compute/cpu/prefetch_ahead.hpp"
+
 #if defined(PIPEFILL_X86_KERNELS)
 #include <immintrin.h>
 #endif
@@ -122,20 +124,16 @@ void linear_f32_avx512(const float* x, int rows, int in, const float* weight, in
   for (int b0 = begin; b0 < end; b0 += kBlockColumns) {
     const int columns = std::min(kBlockColumns, end - b0);
     pack_block(weight, in, b0, columns);
-    // The next block's weight rows (one contiguous range) are fetched into L2 a slice a tile,
-    // under this block's FMAs: the weights do not fit any cache, and without it the packing
-    // waits on DRAM (Zen 4, SmolLM2 4K, one core, five runs each alternating: pack_block
-    // 3.7 -> 2.1 % of the run in `perf`, projections 105.0 -> 106.9 GFLOP/s at chunks of 256
-    // rows; at 1,024 rows 110.0 and 109.6, within the noise).
+    // The next block's weight rows (one contiguous range) are fetched into L2 under this
+    // block's tiles (Zen 4, SmolLM2 4K, one core, five runs each alternating: pack_block 3.7
+    // -> 2.1 % of the run in `perf`, projections 105.0 -> 106.9 GFLOP/s at chunks of 256 rows;
+    // at 1,024 rows 110.0 and 109.6, within the noise).
     const int next = std::min(kBlockColumns, end - b0 - columns);
-    const char* ahead = reinterpret_cast<const char*>(weight + static_cast<int64_t>(b0 + columns) * in);
-    const int64_t ahead_lines = next > 0 ? (static_cast<int64_t>(next) * in * 4 + 63) / 64 : 0;
-    const int64_t tiles = std::max(1, rows / kTileRows);
-    int64_t fetched = 0;
+    PrefetchAhead ahead(weight + static_cast<int64_t>(b0 + columns) * in, int64_t{4} * std::max(0, next) * in,
+                        rows / kTileRows);
     int r = 0;
-    for (int64_t t = 1; r + kTileRows <= rows; r += kTileRows, ++t) {
-      for (const int64_t until = ahead_lines * t / tiles; fetched < until; ++fetched)
-        _mm_prefetch(ahead + 64 * fetched, _MM_HINT_T1);
+    for (; r + kTileRows <= rows; r += kTileRows) {
+      ahead.step();
       tile<kTileRows>(x + static_cast<int64_t>(r) * in, in, y + static_cast<int64_t>(r) * out + b0, out, columns);
     }
     for (; r < rows; ++r)
