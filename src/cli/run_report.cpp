@@ -94,9 +94,11 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
   if (writer) {
     const trace::RunSummary summary =
         trace::summarize(plan, events, topo.pp, topo.cp * topo.tp, loop.wall_s, sched::plan_flops(shape, plan));
+    // The trace first: a trace that cannot be written then fails the run before its output
+    // replaces an existing one.
+    if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp, topo.cp);
     const bool complete = run.results->finish(
         events, output_attributes(options, run.rank_model, run.decision, run.backend.description, loop.wall_s));
-    if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp, topo.cp);
     if (!options.quiet) {
       trace::print_summary(summary, stdout);
       trace::print_partition_advice(summary, run.rank_model.partition, stdout);

@@ -1,9 +1,12 @@
 // Path checks (see file_checks.hpp).
 #include "io/file_checks.hpp"
 
+#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 
 #include "errors.hpp"
@@ -35,6 +38,17 @@ void require_writable_file_path(const std::string& path, const std::string& role
     throw UserError(role + " " + path + ": directory " + parent.string() + " does not exist (create it first)");
   if (::access(parent.c_str(), W_OK | X_OK) != 0)
     throw UserError(role + " " + path + ": directory " + parent.string() + " is not writable");
+  // access() says yes to root everywhere, and some directories take no new files whatever
+  // their mode (/proc, /sys): a file made and removed there now, not at the end of the run.
+  const std::string probe = (parent / (".pipefill-probe-" + std::to_string(::getpid()))).string();
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
+  if (fd < 0 && errno != EEXIST)
+    throw UserError(role + " " + path + ": cannot create a file in directory " + parent.string() + " (" +
+                    std::strerror(errno) + ")");
+  if (fd >= 0) {
+    ::close(fd);
+    ::unlink(probe.c_str());
+  }
 }
 
 void require_writable_directory(const std::string& path, const std::string& role) {

@@ -12,7 +12,8 @@ namespace pf::io {
 void require_regular_file(const std::string& path, const std::string& role);
 
 // UserError unless `path` can be created or replaced as a file: not empty, not ending in
-// '/', not a directory or other non-regular file, in an existing writable directory.
+// '/', not a directory or other non-regular file, in an existing directory that takes a new
+// file (tried: a file is made there and removed at once).
 void require_writable_file_path(const std::string& path, const std::string& role);
 
 // UserError unless `path` is a writable directory, or can be made one (its nearest existing

@@ -1,6 +1,7 @@
 // Chrome trace JSON writer.
 #include "trace/chrome_trace.hpp"
 
+#include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -47,9 +48,20 @@ void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent
                        {"chunk_start", e.chunk_start},
                        {"chunk_length", e.chunk_length}}}});
   }
-  std::ofstream out(path);
-  if (!out) throw UserError("cannot write trace file " + path);
-  out << nlohmann::json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump() << '\n';
+  // Whole or not at all: written beside the path, then renamed over it.
+  const std::string partial = path + ".partial";
+  {
+    std::ofstream out(partial);
+    if (out) out << nlohmann::json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump() << '\n';
+    if (!out || !out.flush()) {
+      std::remove(partial.c_str());
+      throw UserError("cannot write trace file " + path);
+    }
+  }
+  if (std::rename(partial.c_str(), path.c_str()) != 0) {
+    std::remove(partial.c_str());
+    throw UserError("cannot write trace file " + path + " (renaming " + partial + " over it failed)");
+  }
 }
 
 }  // namespace pf::trace

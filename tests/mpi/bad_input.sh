@@ -140,6 +140,10 @@ case $case in
   output_empty) out=""; expect="--output is empty" ;;
   trace_directory_missing) extra=(--pp 2 --trace "$work/missing/t.json"); expect="does not exist" ;;
   trace_is_directory) extra=(--pp 2 --trace "$work"); expect="--trace $work is a directory" ;;
+  # /proc takes no new file, whatever access() tells root: found before the run, not after
+  # the output has replaced the one there.
+  trace_takes_no_files) finished_output "$out"; extra=(--pp 2 --overwrite --trace /proc/pipefill_trace.json)
+    expect="--trace /proc/pipefill_trace.json: cannot create a file in directory /proc" ;;
   output_held_by_another_run)  # another run holds the partial: it must not be touched
     ( exec 9>"$out.partial"; flock -n 9 && echo "held" >&9; exec sleep 100 ) &
     on_exit "kill $!"
