@@ -188,7 +188,7 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
       options.placement.backend, options.placement.dtype, scores, options.kv_store_limit_bytes);
   if (writer) sched::prefer_longer_outside(prefixes, run.kv_store->offers());
   if (restores) restore_prompt(prefixes, *run.checkpoint->restored(), run);
-  if (writer && run.topo.cp > 1) sched::drop_reuse_from_loaded(prefixes);
+  if (writer && run.topo.cp > 1) sched::drop_reuse_from_loaded(prefixes, run.kv_store->offers());
   return prefixes;
 }
 

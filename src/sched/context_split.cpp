@@ -85,7 +85,7 @@ void align_reuse_to_chunks(PrefixPlan& plan, int chunk, bool dynamic) {
   }
 }
 
-void drop_reuse_from_loaded(PrefixPlan& plan) {
+void drop_reuse_from_loaded(PrefixPlan& plan, const std::vector<PrefixReuse>& outside) {
   const int n = static_cast<int>(plan.reuse.size());
   std::vector<char> loaded(static_cast<size_t>(n), 0);  // its rows were split as loaded, not as chunks
   std::vector<int> order = plan.order;
@@ -93,7 +93,13 @@ void drop_reuse_from_loaded(PrefixPlan& plan) {
     for (int p = 0; p < n; ++p) order.push_back(p);
   for (int p : order) {  // (a source runs before the prompts that take from it)
     PrefixReuse& reuse = plan.reuse[static_cast<size_t>(p)];
-    if (reuse.source >= 0 && loaded[static_cast<size_t>(reuse.source)]) reuse = {};
+    if (reuse.source >= 0 && loaded[static_cast<size_t>(reuse.source)]) {
+      // The store's own offer for this prompt, if it has one (it was no longer than the
+      // batch's, so the batch's was kept): loaded in pieces, it needs no source.
+      const bool offered = static_cast<size_t>(p) < outside.size() && outside[static_cast<size_t>(p)].tokens > 0 &&
+                           outside[static_cast<size_t>(p)].store_entry >= 0;
+      reuse = offered ? outside[static_cast<size_t>(p)] : PrefixReuse{};
+    }
     loaded[static_cast<size_t>(p)] = reuse.store_entry >= 0 || reuse.restored;
   }
 }

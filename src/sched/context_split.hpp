@@ -76,8 +76,10 @@ int cp_load_piece(int piece, int ranks);
 void align_reuse_to_chunks(PrefixPlan& plan, int chunk, bool dynamic);
 // With CP, and once the store's offers and a restored prompt are in the plan: a prompt does not
 // take a prefix in the batch from one whose own prefix was loaded (from the store or a
-// checkpoint), whose rows are split in load pieces, not at its chunk boundaries; it computes it.
-void drop_reuse_from_loaded(PrefixPlan& plan);
+// checkpoint), whose rows are split in load pieces, not at its chunk boundaries: it loads the
+// store's offer for it in `outside` (per prompt; the KV store's offers) where there is one,
+// else it computes the prefix.
+void drop_reuse_from_loaded(PrefixPlan& plan, const std::vector<PrefixReuse>& outside = {});
 
 // How a CP rank attends to the keys the others hold:
 //   pass-KV: every rank's KV shard of the prompt goes around the ring, overlapped with

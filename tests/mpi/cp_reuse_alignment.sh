@@ -26,3 +26,28 @@ pipefill_mpi 1 "${args[@]}" --no-prefix-cache --output "$work/reference.h5"
 "$PYTHON" -c "import sys, h5py; r = h5py.File(sys.argv[1])['reused_tokens'][:]; assert list(r) == [0, 2048], r; print('reused', list(r))" \
   "$work/cp2.h5"
 echo "Passed: the reuse rounded to a chunk boundary"
+
+# With --kv-store: A loads its first 2048 tokens from the store (stored by a run of C, which
+# shares 2100 with it), so B may not take its prefix from A (A's rows were split in load
+# pieces); it loads the store's own offer for it instead (2048 tokens) rather than computing
+# everything (before: 0 reused).
+"$PYTHON" - "$work/store_in.h5" "$work/in2.h5" <<'PY'
+import sys, h5py, numpy as np
+rng = np.random.default_rng(12)
+a = rng.integers(0, 512, 4096, dtype=np.int32)
+c = np.concatenate([a[:2100], rng.integers(0, 512, 100, dtype=np.int32)])
+b = np.concatenate([a[:3600], rng.integers(0, 512, 400, dtype=np.int32)])
+for path, prompts in ((sys.argv[1], [c]), (sys.argv[2], [a, b])):
+    with h5py.File(path, "w") as f:
+        f["tokens"] = np.concatenate(prompts)
+        f["offsets"] = np.cumsum([0] + [len(p) for p in prompts]).astype(np.int64)
+PY
+store=(--kv-store "$work/store" --chunk-size 1024 --page-size 64 --quiet)
+pipefill_mpi 1 run --model "$data/tiny" --input "$work/store_in.h5" --output "$work/stored.h5" "${store[@]}"
+pipefill_mpi 2 run --model "$data/tiny" --input "$work/in2.h5" --output "$work/cp2_store.h5" "${store[@]}" --cp 2
+pipefill_mpi 1 run --model "$data/tiny" --input "$work/in2.h5" --output "$work/reference2.h5" --chunk-size 1024 \
+  --no-prefix-cache --quiet
+"$bin/tests/compare_logits" "$work/cp2_store.h5" "$work/reference2.h5" --rtol 1e-4
+"$PYTHON" -c "import sys, h5py; r = h5py.File(sys.argv[1])['reused_tokens'][:]; assert list(r) == [2048, 2048], r; print('reused', list(r))" \
+  "$work/cp2_store.h5"
+echo "Passed: a reuse from a loaded prompt falls back to the store's offer"

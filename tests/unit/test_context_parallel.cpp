@@ -246,6 +246,24 @@ TEST(ContextSplit, NoReuseInTheBatchFromALoadedPrompt) {
   EXPECT_TRUE(plan.reuse[3].restored);
 }
 
+// Where the store offers a dropped prompt as much as the batch did, the prompt loads it
+// instead of computing it all (at cp 1 it would have reused it either way).
+TEST(ContextSplit, ADroppedReuseFallsBackToTheStoresOffer) {
+  sched::PrefixPlan plan;
+  plan.reuse.resize(3);
+  plan.reuse[0] = {144, -1, 0, false};  // from the store
+  plan.reuse[1] = {80, 0, -1, false};   // from 0 in the batch: dropped ...
+  plan.reuse[2] = {32, 1, -1, false};   // from 1, which now loads: dropped, nothing offered
+  std::vector<sched::PrefixReuse> offers(3);
+  offers[0] = plan.reuse[0];
+  offers[1] = {80, -1, 3, false};  // ... for the store's entry 3
+  sched::drop_reuse_from_loaded(plan, offers);
+  EXPECT_EQ(plan.reuse[1].tokens, 80);
+  EXPECT_EQ(plan.reuse[1].store_entry, 3);
+  EXPECT_EQ(plan.reuse[1].source, -1);
+  EXPECT_EQ(plan.reuse[2].tokens, 0);
+}
+
 // A prefix loaded in pieces (--kv-store) is spread over the CP ranks as evenly as one chunk.
 TEST(ContextSplit, LoadedPiecesSplitEvenly) {
   for (int ranks : {1, 2, 3, 4, 5})
