@@ -100,6 +100,12 @@ class MemberOption final : public OptionBase<Options> {
     checks_.push_back(std::move(check));
     return *this;
   }
+  // The same, only on a value the user gave: for an optional member whose untouched value
+  // means "not given" (0 for "the hardware file's"), a value the check would refuse.
+  MemberOption& check_given(std::function<void(const T&)> check) {
+    given_checks_.push_back(std::move(check));
+    return *this;
+  }
   // "--flag must be at least 1 (got 0)"; for a list, each element.
   MemberOption& at_least_one() {
     const std::string flag = this->flag();
@@ -145,6 +151,8 @@ class MemberOption final : public OptionBase<Options> {
     } else if (fallback_) {
       fallback_(options);
     }
+    if (result.count(flag))
+      for (const auto& check : given_checks_) check(options.*member_);
     for (const auto& check : checks_) check(options.*member_);
     for (const auto& rule : rules_) rule(options);
   }
@@ -183,7 +191,7 @@ class MemberOption final : public OptionBase<Options> {
   Spelling<T> spelling_;
   Absent absent_ = Absent::kDefault;
   std::function<void(Options&)> fallback_;
-  std::vector<std::function<void(const T&)>> checks_;
+  std::vector<std::function<void(const T&)>> checks_, given_checks_;
   std::vector<std::function<void(Options&)>> rules_;
   std::string key_;
   unsigned identity_ = kNoIdentity;

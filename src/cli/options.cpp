@@ -421,7 +421,7 @@ OptionTable<ProfileOptions> profile_table() {
 OptionTable<SimulateOptions> simulate_table() {
   using S = SimulateOptions;
   auto efficiency = [](const double& e) {
-    if (e < 0 || e > 1) throw UserError("efficiencies must lie in (0, 1]");
+    if (!(e > 0 && e <= 1)) throw UserError("efficiencies must lie in (0, 1]");
   };
   OptionTable<S> t;
   t.include(chunking_table(), &S::chunking);
@@ -449,12 +449,13 @@ OptionTable<SimulateOptions> simulate_table() {
         &S::cached_tokens)
       .optional();
   add_ring_depth(t, &S::ring_depth);
+  // Given, 0 is refused like any value out of range (untouched, it means "the hardware file's").
   t.add("matmul-efficiency", "override the hardware file's matmul efficiency", &S::matmul_efficiency)
       .optional()
-      .check(efficiency);
+      .check_given(efficiency);
   t.add("attention-efficiency", "override the hardware file's attention efficiency", &S::attention_efficiency)
       .optional()
-      .check(efficiency);
+      .check_given(efficiency);
   t.add("matmul-half-rows", "override the hardware file's GEMM rows at half efficiency", &S::matmul_half_rows)
       .optional()
       .check([](const double& rows) {
@@ -492,8 +493,8 @@ OptionTable<AdviseOptions> advise_table() {
         "chunking)",
         &A::chunk_size)
       .optional()
-      .check([](const int& chunk) {
-        if (chunk < 0) throw UserError("--chunk-size must be at least 1 (or left out: searched)");
+      .check_given([](const int& chunk) {  // untouched, 0 means "searched"
+        if (chunk < 1) throw UserError("--chunk-size must be at least 1 (or left out: searched)");
       });
   t.add("nodes", "nodes in the allocation (layouts on 1, 2, 4, ... of them are ranked too)", &A::nodes).at_least_one();
   t.add("gpus-per-node", "devices a node (default: the hardware file's gpus_per_node)", &A::gpus_per_node)

@@ -54,6 +54,7 @@ int simulate_command(int argc, char** argv) {
   SimulateOptions o;
   if (!parse_simulate(argc, argv, o)) return 0;
   const model::ModelShape shape = model::shape_of_model_config(o.model_config);
+  model::validate_tensor_parallel(shape, o.tp);  // the TP sizes `run` and `advise` take, no others
   sim::HardwareSpec hw = sim::load_hardware(o.hardware);
   if (o.matmul_efficiency > 0) hw.matmul_efficiency = o.matmul_efficiency;
   if (o.attention_efficiency > 0) hw.attention_efficiency = o.attention_efficiency;

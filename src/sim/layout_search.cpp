@@ -74,7 +74,8 @@ class Search {
     ++advice.layouts_considered;
     const std::string name = layout_text(shape.pp, shape.cp, shape.tp) + " on " + std::to_string(shape.nodes) +
                              (shape.nodes == 1 ? " node" : " nodes");
-    if (2 * shape.cp > std::max(fixed_.back(), static_cast<int>(std::min<int64_t>(longest_, 1 << 30)))) {
+    if (shape.cp > 1 &&
+        2 * shape.cp > std::max(fixed_.back(), static_cast<int>(std::min<int64_t>(longest_, 1 << 30)))) {
       advice.left_out.push_back({name, "more CP ranks than a chunk has tokens for (2 a rank)", ""});
       return;
     }
@@ -130,7 +131,9 @@ class Search {
  private:
   bool simulate(const Shape& shape, const std::vector<model::StageRange>& partition,
                 const std::vector<StageCost>& costs, const ChunkChoice& chunking, LayoutAdvice& out, Advice& advice) {
-    if (chunking.chunk < 2 * shape.cp) return false;  // a zigzag piece for every CP rank, or no CP
+    // A zigzag piece for every CP rank (run takes shorter chunks, leaving ranks idle: not a
+    // layout to advise). Without CP any chunk of a token or more.
+    if (shape.cp > 1 && chunking.chunk < 2 * shape.cp) return false;
     const DeviceMemory memory =
         busiest_device(r_.shape, partition, shape.tp, shape.cp, chunking.chunk, r_.page_size, longest_, storage_);
     if (!fits_device(memory, storage_)) return false;

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# `pipefill advise` end to end: the table and its job line, --json rows a script can rank,
+# `pipefill advise` end to end (and `simulate`'s bad values): the table and its job line, --json rows a script can rank,
 # a batch from an HDF5 input, the picture, and every bad input ending in one `error:` line
 # with exit status 2 and no file left behind.
 # usage: advise_command.sh BUILD_DIR REPO_DIR
@@ -77,15 +77,18 @@ grep -q '^best:' "$work/out" || fail "the table comes before a failed plot"
 
 # Bad inputs: exit 2, one error line, nothing written.
 expect_error() {  # expect_error WHAT-THE-ERROR-SAYS advise-args...
-  local says=$1
-  shift
+  expect_error_of advise "$@"
+}
+expect_error_of() {  # expect_error_of COMMAND WHAT-THE-ERROR-SAYS args...
+  local command=$1 says=$2
+  shift 2
   set +e
-  "$bin/pipefill" advise "$@" >"$work/out" 2>"$work/err"
+  "$bin/pipefill" "$command" "$@" >"$work/out" 2>"$work/err"
   local status=$?
   set -e
-  [ $status -eq 2 ] || fail "advise $* exited $status"
-  [ "$(grep -c '^error: ' "$work/err")" = 1 ] || fail "advise $*: not one error line: $(cat "$work/err")"
-  grep -q -- "$says" "$work/err" || fail "advise $*: $(cat "$work/err") does not say \"$says\""
+  [ $status -eq 2 ] || fail "$command $* exited $status"
+  [ "$(grep -c '^error: ' "$work/err")" = 1 ] || fail "$command $*: not one error line: $(cat "$work/err")"
+  grep -q -- "$says" "$work/err" || fail "$command $*: $(cat "$work/err") does not say \"$says\""
 }
 expect_error "one of the two" "${deepseek[@]}" --nodes 4
 expect_error "one of the two" "${deepseek[@]}" --nodes 4 --length 100 --input "$work/batch.h5"
@@ -104,11 +107,27 @@ cat >"$work/head96.json" <<'JSON'
 JSON
 expect_error "head_dim 32, 48, 64 or 128" --model-config "$work/head96.json" --hardware h100 --length 100
 expect_error "cuts the batch into" "${deepseek[@]}" --length 1000000 --chunk-size 1
+# Chunks of one token are a layout without CP (they were "no layout is possible").
+"$bin/pipefill" advise --model-config synthetic:small --hardware h100 --length 100 --chunk-size 1 >"$work/one.txt" ||
+  fail "advise --chunk-size 1 failed"
+grep -q '^best: pp [0-9]* x tp [0-9]*' "$work/one.txt" || fail "no layout for chunks of 1: $(cat "$work/one.txt")"
+"$bin/pipefill" advise --model-config synthetic:small --hardware h100 --length 1 --gpus-per-node 1 >/dev/null ||
+  fail "advise of a 1-token prompt on one device failed"
+expect_error "--chunk-size must be at least 1" "${deepseek[@]}" --length 100 --chunk-size 0
+expect_error "--plot /proc/advice.png: cannot create a file in directory /proc" "${deepseek[@]}" --length 100 \
+  --plot /proc/advice.png
 cat >"$work/no_model.json" <<'JSON'
 {"identity": {"backend": "cpu", "pp": 1, "tp": 1}, "initial_chunk": 1024,
  "stages": [{"stage": 0, "sglang": {"form": "sglang", "ok": true, "a": 1e-9, "b": 1e-6, "c": 1e-3, "gamma": 0},
              "prefix": {"form": "prefix", "ok": true, "a": 1e-9, "b": 1e-6, "c": 1e-3, "gamma": 0}}]}
 JSON
 expect_error "does not say which model it measured" --cost-model "$work/no_model.json" --hardware cpu --length 1000
+# simulate: a value given is checked even where the member's untouched value means "not given",
+# and it takes the TP sizes run and advise take.
+smol=(--model-config "$repo/models/smollm2-135m/config.json" --hardware h100 --length 100)
+[ -e "$repo/models/smollm2-135m/config.json" ] || smol=(--model-config synthetic:small --hardware h100 --length 100)
+expect_error_of simulate "efficiencies must lie in (0, 1]" "${smol[@]}" --matmul-efficiency 0
+expect_error_of simulate "efficiencies must lie in (0, 1]" "${smol[@]}" --attention-efficiency 0
+expect_error_of simulate "does not divide by --tp 7" "${smol[@]}" --tp 7
 [ ! -e "$work/no" ] || fail "a directory was made for --plot"
 echo "advise: all checks passed"
