@@ -118,6 +118,7 @@ int simulate_command(int argc, char** argv) {
           "reads them)\n",
           static_cast<long long>(cached), static_cast<long long>(prompt_tokens));
     trace::print_summary(summary, stdout, /*max_prompts=*/1 << 30);
+    trace::print_chunk_advice(summary, plan, policy_used, stdout);
     trace::print_traffic(traffic, stdout);
     if (o.cp > 1)
       print_cp_ring(plan, costs, prompt_tokens, o.cp * o.tp <= hw.devices_per_node ? "within a node" : "across nodes");

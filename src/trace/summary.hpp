@@ -47,7 +47,7 @@ void print_partition_advice(const RunSummary& summary, const std::vector<model::
 // and ideal both over a fifth of the run, fixed chunks), a `note:` with the --chunk-size that
 // would cut this batch into enough of them (M >= 9 (P-1): an ideal bubble of 10 % or less, the
 // chunk halved at most down to 256 tokens); nothing otherwise. The default chunk (4,096) gives
-// a 4K prompt one micro-batch, which leaves every stage but one idle.
+// a 4K prompt one micro-batch, which leaves every stage but one idle. (run and simulate.)
 void print_chunk_advice(const RunSummary& summary, const sched::BatchPlan& plan, const std::string& policy_used,
                         std::FILE* out);
 
