@@ -118,6 +118,10 @@ struct LatentAttentionArgs {
 };
 void latent_attention(const LatentAttentionArgs& args, cudaStream_t stream);
 int latent_attention_max_width();
+// The shared memory a block of it takes on rows `width` wide with `value_width` value columns:
+// above 48 KiB it opts in, which a GPU allows up to its sharedMemPerBlockOptin (99 KiB on
+// sm_86 and sm_89, 163 KiB on sm_80, 227 KiB on sm_90).
+size_t latent_attention_shared_bytes(int width, int value_width);
 
 // ---- Context parallelism: a CP rank's partial attention and the merge (src/compute/cpu/
 // ring_attention.hpp is the same on the CPU) ----
@@ -158,6 +162,9 @@ int partial_attention_max_width();
 // Whether a partial with keys `key_width` and values `value_width` wide fits a block's shared
 // memory on the GPUs the latent kernel runs on (MLA's latent rows are wider than the max above).
 bool partial_attention_fits(int key_width, int value_width);
+// The shared memory a block of the CUDA-core partial kernel takes at those widths (the
+// device's opt-in limit must hold it; partial_attention_fits is the kernel's own budget).
+size_t partial_attention_shared_bytes(int key_width, int value_width);
 // The running merge out [rows, heads * head_width] (contiguous) and lse [rows, heads] merged
 // with a partial (part, rows of part_stride; part_lse): L = log(e^L1 + e^L2),
 // O = e^(L1 - L) O1 + e^(L2 - L) O2; a partial that saw no key (-inf) changes nothing.

@@ -31,8 +31,8 @@ size_t shared_bytes(int width, int value_width) {
 __global__ void __launch_bounds__(kThreads) latent_attention_kernel(LatentAttentionArgs a, float scale_log2) {
   PF_DYNAMIC_SHARED(float, smem);
   const int width = a.kv.head_dim, value_width = a.value_width;
-  float* q_s = smem;                                                // [rows][width], times scale * log2(e)
-  float* acc_s = q_s + kBlockRows * width;                          // [rows][value_width]
+  float* q_s = smem;                                                      // [rows][width], times scale * log2(e)
+  float* acc_s = q_s + kBlockRows * width;                                // [rows][value_width]
   bf16* k_s = reinterpret_cast<bf16*>(acc_s + kBlockRows * value_width);  // [keys][width]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int head = blockIdx.y;
@@ -44,8 +44,8 @@ __global__ void __launch_bounds__(kThreads) latent_attention_kernel(LatentAttent
 
   for (int i = threadIdx.x; i < kBlockRows * width; i += kThreads) {
     const int row = i / width, c = i % width;
-    q_s[i] = row < block_rows ? a.q[(m0 + row) * a.q_stride + static_cast<int64_t>(head) * width + c] * scale_log2
-                              : 0.0f;
+    q_s[i] =
+        row < block_rows ? a.q[(m0 + row) * a.q_stride + static_cast<int64_t>(head) * width + c] * scale_log2 : 0.0f;
   }
   for (int i = threadIdx.x; i < kBlockRows * value_width; i += kThreads) acc_s[i] = 0.0f;
   float row_max[kRowsPerWarp], row_sum[kRowsPerWarp];
@@ -122,19 +122,27 @@ __global__ void __launch_bounds__(kThreads) latent_attention_kernel(LatentAttent
 
 }  // namespace
 
-int latent_attention_max_width() { return kMaxWidth; }
+int latent_attention_max_width() {
+  return kMaxWidth;
+}
+
+size_t latent_attention_shared_bytes(int width, int value_width) {
+  return shared_bytes(width, value_width);
+}
 
 void latent_attention(const LatentAttentionArgs& args, cudaStream_t stream) {
   if (args.tokens <= 0) return;
-  static bool configured = false;  // the attribute is per function, set once for the widest rows
-  if (!configured) {
-    PF_SET_MAX_DYNAMIC_SHARED(latent_attention_kernel, shared_bytes(kMaxWidth, kMaxWidth));
-    configured = true;
+  // The attribute is per function: raised to what this model's rows need (not to the widest
+  // rows', which a GPU with less opt-in memory than sm_80 would refuse for every model).
+  static size_t configured = 48 * 1024;
+  const size_t bytes = shared_bytes(args.kv.head_dim, args.value_width);
+  if (bytes > configured) {
+    PF_SET_MAX_DYNAMIC_SHARED(latent_attention_kernel, bytes);
+    configured = bytes;
   }
   const dim3 grid((args.tokens + kBlockRows - 1) / kBlockRows, args.heads);
   const float scale_log2 = args.scale * 1.4426950408889634f;
-  PF_LAUNCH(latent_attention_kernel, grid, kThreads, shared_bytes(args.kv.head_dim, args.value_width), stream, args,
-            scale_log2);
+  PF_LAUNCH(latent_attention_kernel, grid, kThreads, bytes, stream, args, scale_log2);
 }
 
 }  // namespace pf::kernels

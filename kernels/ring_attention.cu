@@ -183,6 +183,10 @@ bool partial_attention_fits(int key_width, int value_width) {
   return key_width > 0 && value_width > 0 && shared_bytes(key_width, value_width) <= kLatentShared;
 }
 
+size_t partial_attention_shared_bytes(int key_width, int value_width) {
+  return shared_bytes(key_width, value_width);
+}
+
 void partial_attention(const PartialAttentionArgs& args, cudaStream_t stream) {
   if (args.rows <= 0) return;
   if (partial_attention_on_tiles(args, stream)) return;  // grouped-query heads: tensor cores

@@ -6,12 +6,14 @@
 
 #include "compute/cpu/rank_threads.hpp"
 #include "compute/cuda/cuda_stage_compute.hpp"
+#include "device/cuda_check.hpp"
 #include "dist/checked_step.hpp"
 #include "dist/device_all_reduce.hpp"
 #include "dist/device_cp_ring.hpp"
 #include "dist/device_transports.hpp"
 #include "dist/nccl_comms.hpp"
 #include "dist/wait.hpp"
+#include "errors.hpp"
 #include "kvcache/kv_capacity.hpp"
 
 namespace pf::cuda {
@@ -29,6 +31,34 @@ int cuda_kv_pages(const kv::KvShape& shape, int stage, const compute::KvDemand& 
   if (demand.profile_room_tokens > 0) pages = kv::profiling_pages(shape, demand.profile_room_tokens, budget_mb, pages);
   return pages;
 }
+
+namespace {
+
+// The MLA kernels' blocks opt in to more than 48 KiB of shared memory, which a GPU allows up
+// to its sharedMemPerBlockOptin (99 KiB on sm_86 and sm_89): checked here, on the device the
+// rank got, so that a model whose latent rows need more is an error at set-up, not a failed
+// launch in its first layer.
+void require_shared_memory(const model::ModelConfig& config, const dist::Topology& topo, int device) {
+  if (!config.is_mla()) return;
+  cudaDeviceProp prop{};
+  CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  const size_t limit = prop.sharedMemPerBlockOptin;
+  const int width = config.mla.latent_width(), values = config.mla.kv_lora_rank;
+  const auto require = [&](const std::string& what, size_t bytes, const char* way_out) {
+    if (bytes <= limit) return;
+    throw UserError("--backend cuda: " + what + " on this model's latent rows (" + std::to_string(width) + " wide, " +
+                    std::to_string(values) + " value columns) takes " + std::to_string(bytes / 1024) +
+                    " KiB of shared memory a block; GPU " + std::to_string(device) + " (" + prop.name + ", sm_" +
+                    std::to_string(prop.major) + std::to_string(prop.minor) + ") allows " +
+                    std::to_string(limit / 1024) + " KiB: " + way_out);
+  };
+  require("latent attention", kernels::latent_attention_shared_bytes(width, values), "use --backend cpu");
+  if (topo.cp > 1)
+    require("--cp's partial attention", kernels::partial_attention_shared_bytes(width, values),
+            "use --backend cpu, or leave out --cp");
+}
+
+}  // namespace
 
 compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model::ModelConfig& config,
                                         const model::ShardSpec& shard, const CudaBackendRequest& request,
@@ -59,6 +89,7 @@ compute::StageBackend make_cuda_backend(const dist::Topology& topo, const model:
                       " expert scores in shared memory, too many for it: use --backend cpu");
   });
   const int device = dist::select_device(topo, /*allow_shared_device=*/!nccl);
+  dist::checked_step(MPI_COMM_WORLD, [&] { require_shared_memory(config, topo, device); });
 
   // Communicators first: NCCL's own buffers come out of the same device memory.
   auto comms = std::make_shared<dist::NcclComms>();
