@@ -26,9 +26,16 @@ import socket
 import sys
 import time
 
-import numpy as np
+HERE = os.path.dirname(os.path.realpath(__file__))
+# Beside scripts/tokenize.py, which shadows the standard library's `tokenize`: as the other tools.
+sys.path[:] = [p for p in sys.path if os.path.realpath(p or os.curdir) != HERE] + [HERE]
 
-sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import python_tool  # noqa: E402  (standard library only: it picks the interpreter first)
+
+python_tool.run_in_venv(__file__)
+
+import numpy as np  # noqa: E402
+
 from pipefill_kv import KvExportError, load_kv, read_index, tokens_fnv1a  # noqa: E402
 
 
