@@ -4,6 +4,7 @@
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <regex>
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
@@ -23,6 +24,13 @@ int make_model_command(int argc, char** argv) {
   std::error_code error;
   fs::create_directories(options.out, error);
   if (error) throw UserError("cannot create " + options.out + ": " + error.message());
+  // A model made here before may have had other shards: its weight files go first, so that
+  // the directory holds this model's alone (an old index beside a new model.safetensors was
+  // read as the old model). Other files in the directory are left as they are.
+  const std::regex weight_file(R"(model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json)");
+  for (const auto& entry : fs::directory_iterator(options.out, error))
+    if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), weight_file))
+      fs::remove(entry.path(), error);
 
   nlohmann::json config_json = model::to_json(config);
   config_json["torch_dtype"] = dtype == io::Dtype::kBF16 ? "bfloat16" : "float32";

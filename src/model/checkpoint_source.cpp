@@ -36,6 +36,12 @@ class CheckpointSource final : public TensorSource {
       : directory_(directory), quantization_(quantization) {
     const fs::path index_path = fs::path(directory) / "model.safetensors.index.json";
     const fs::path single_path = fs::path(directory) / "model.safetensors";
+    // Both: which one holds the model is anyone's guess (transformers reads the single
+    // file, an index beside it is often a sharded download's leftover): the user says.
+    if (fs::exists(index_path) && fs::exists(single_path))
+      throw UserError(directory +
+                      " holds both model.safetensors and model.safetensors.index.json (two checkpoints?): "
+                      "remove the one that is not this model's");
     if (fs::exists(index_path)) {
       io::require_regular_file(index_path.string(), "weight index");
       std::ifstream in(index_path);

@@ -57,6 +57,36 @@ TEST(Synthetic, DeterministicAndSeeded) {
     for (int col = 0; col < 7; ++col) EXPECT_EQ(part[r * 7 + col], whole[(10 + r) * 128 + 20 + col]);
 }
 
+// make-model again into the same directory with fewer shards: the old shards and index go, so
+// the directory is the new model's (the old index was read instead of the new file); a file
+// of the user's stays. A directory with both a single file and an index is refused.
+TEST(Checkpoint, MakeModelAgainLeavesOnlyTheNewModel) {
+  const fs::path dir = temp_dir("again");
+  ASSERT_EQ(make_model({"--preset", "tiny", "--out", dir.string(), "--seed", "1", "--max-shard-mb", "1"}), 0);
+  ASSERT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
+  std::ofstream(dir / "notes.txt") << "mine\n";
+  ASSERT_EQ(make_model({"--preset", "tiny", "--out", dir.string(), "--seed", "2"}), 0);
+  int files = 0;
+  for (const auto& entry : fs::directory_iterator(dir)) files += entry.is_regular_file();
+  EXPECT_EQ(files, 3);  // config.json, model.safetensors, notes.txt
+  EXPECT_FALSE(fs::exists(dir / "model.safetensors.index.json"));
+  const auto again = model::open_model(dir.string(), 0), seed2 = model::open_model("synthetic:tiny", 2);
+  std::vector<float> a(128), b(128);
+  again.tensors->read_block("model.layers.0.mlp.up_proj.weight", 0, 1, 0, 128, a.data());
+  seed2.tensors->read_block("model.layers.0.mlp.up_proj.weight", 0, 1, 0, 128, b.data());
+  EXPECT_EQ(a, b);
+  std::ofstream(dir / "model.safetensors.index.json") << R"({"weight_map": {}})";
+  try {
+    model::open_model(dir.string(), 0);
+    FAIL() << "a directory with both weight layouts was read";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("holds both model.safetensors and model.safetensors.index.json"),
+              std::string::npos)
+        << e.what();
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Checkpoint, MakeModelShardedEqualsSynthetic) {
   const fs::path dir = temp_dir("sharded");
   ASSERT_EQ(make_model({"--preset", "tiny-qwen2", "--out", dir.string(), "--seed", "5", "--max-shard-mb", "1"}), 0);
