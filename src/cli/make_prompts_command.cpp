@@ -4,6 +4,7 @@
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
+#include "io/file_checks.hpp"
 #include "io/prompts_h5.hpp"
 
 namespace pf::cli {
@@ -11,6 +12,7 @@ namespace pf::cli {
 int make_prompts_command(int argc, char** argv) {
   MakePromptsOptions options;
   if (!parse_make_prompts(argc, argv, options)) return 0;
+  io::require_writable_file_path(options.out, "--out");  // before the prompts are made, not after
   std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<int64_t> length(options.min_len, options.max_len);
   std::uniform_int_distribution<int32_t> token(0, options.vocab - 1);

@@ -4,6 +4,7 @@
 #include <hdf5.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 #include <new>
 
@@ -231,8 +232,7 @@ void check_prompt_lengths(const PromptSet& prompts, int max_position_embeddings,
                       std::to_string(max_position_embeddings) + "); pass --allow-long-prompts to run it anyway");
 }
 
-void write_prompts(const std::string& path, const PromptSet& prompts) {
-  quiet_hdf5_errors();
+static void write_prompts_file(const std::string& path, const PromptSet& prompts) {
   H5Handle file{H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
   if (file.id < 0) throw UserError("cannot create " + path + " (does its directory exist?)");
   auto write = [&](const char* name, hid_t file_type, hid_t memory_type, const void* data, hsize_t count) {
@@ -246,6 +246,18 @@ void write_prompts(const std::string& path, const PromptSet& prompts) {
   if (!prompts.score_start.empty())
     write("score_start", H5T_STD_I64LE, H5T_NATIVE_INT64, prompts.score_start.data(), prompts.score_start.size());
   if (!prompts.ids.empty()) write_strings(file.id, "ids", prompts.ids);
+}
+
+void write_prompts(const std::string& path, const PromptSet& prompts) {
+  quiet_hdf5_errors();
+  // Written beside the path and renamed over it once closed: a killed or failed write leaves
+  // the file that was there (or none), never a torn one.
+  const std::string partial = path + ".partial";
+  write_prompts_file(partial, prompts);
+  if (std::rename(partial.c_str(), path.c_str()) != 0) {
+    std::remove(partial.c_str());
+    throw UserError("cannot write " + path + " (renaming " + partial + " over it failed)");
+  }
 }
 
 void write_strings(hid_t file, const char* name, const std::vector<std::string>& strings) {
