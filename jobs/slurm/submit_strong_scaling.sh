@@ -6,8 +6,10 @@
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 # Checked here too, so that a missing one fails now rather than after the queue wait.
-: "${MODEL:?set MODEL}" "${INPUT:?set INPUT}" "${OUT_DIR:?set OUT_DIR}" "${PPS:?set PPS, e.g. \"1 2 4 8\"}"
+error() { echo "error: $*" >&2; exit 2; }
+for name in MODEL INPUT OUT_DIR PPS; do [ -n "${!name:-}" ] || error "set $name (see strong_scaling.sbatch)"; done
 read -r -a pps <<<"$PPS"
+for pp in "${pps[@]}"; do [[ $pp =~ ^[1-9][0-9]*$ ]] || error "PPS=\"$PPS\": each a positive whole number"; done
 array=$(sbatch --parsable --export=ALL --array=0-$((${#pps[@]} - 1)) "$here/strong_scaling.sbatch")
 collect=$(COLLECT=1 sbatch --parsable --export=ALL --dependency=afterok:"$array" -n 1 "$here/strong_scaling.sbatch")
 echo "array job $array, collect job $collect"

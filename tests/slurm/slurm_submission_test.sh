@@ -20,6 +20,25 @@ for script in "$repo"/jobs/slurm/*.sbatch; do
     fail "the site-setup block of $script differs from prefill_cpu.sbatch's"
 done
 ! grep -nE -- '--mpi=pmix|/usr/bin/python' "$repo"/jobs/slurm/* || fail "a job script hard-codes srun's plugin or Python"
+# A count that is not a positive whole number (or a setting left out): one `error:` line and
+# exit status 2 before anything runs, not bash's arithmetic error or an unbound variable.
+bad_setting() {  # bad_setting SCRIPT EXPECTED VAR=VALUE...
+  local script=$1 expected=$2 text status
+  shift 2
+  set +e
+  text=$(env -u CP -u CHUNK_SIZE MODEL=m INPUT=i OUTPUT=o OUT_DIR="$work/unused" PPS="1 2" PP=2 TP=2 \
+    LAUNCHER=mpirun "$@" bash "$repo/jobs/slurm/$script" 2>&1)
+  status=$?
+  set -e
+  [ $status -eq 2 ] && grep -q "^error: $expected" <<<"$text" || fail "$script $*: status $status, $text"
+}
+for bad in PP=abc PP=2x "PP=2 3" TP=0 CP=-1 CHUNK_SIZE=1k; do
+  bad_setting prefill_cpu.sbatch "${bad%%=*}=" "$bad"
+  bad_setting prefill.sbatch "${bad%%=*}=" "$bad"
+done
+bad_setting prefill_cpu.sbatch "set PP" PP=
+bad_setting strong_scaling.sbatch "PPS=" PPS="1 x"
+bad_setting strong_scaling.sbatch "TP=" TP=two
 
 # A checkout as a user has it, away from this one: the job scripts and build/pipefill (a link
 # to the binary under test). Jobs are submitted from $work/elsewhere, which has no build/.
