@@ -11,6 +11,7 @@
 #include "compute/backend_capabilities.hpp"
 #include "dist/checked_step.hpp"
 #include "errors.hpp"
+#include "io/file_checks.hpp"
 #include "pipeline/backend_setup.hpp"
 #include "pipeline/chunk_planning.hpp"
 #include "pipeline/rank_setup.hpp"
@@ -22,6 +23,7 @@ namespace pf::cli {
 int profile_command(int argc, char** argv) {
   ProfileOptions options;
   if (!parse_profile(argc, argv, options)) return 0;
+  io::require_writable_file_path(options.out, "--out");  // before the minutes of profiling, not after
   const auto& place = options.placement;
   if (!compute::supports(place.backend, compute::Product::kProfile))
     throw UserError(compute::refusal(place.backend, compute::Product::kProfile, "profile"));

@@ -10,6 +10,7 @@
 #include <thread>
 
 #include "errors.hpp"
+#include "io/durable_file.hpp"
 
 namespace pf::sched {
 namespace {
@@ -164,9 +165,11 @@ CostProfile load_cost_profile(const std::string& path) {
 }
 
 void save_cost_profile(const std::string& path, const CostProfile& profile) {
-  std::ofstream out(path);
-  if (!out) throw UserError("cannot write " + path);
-  out << to_json(profile).dump(2) << '\n';
+  try {  // whole or not at all (a temporary renamed over the path)
+    io::write_atomically(path, to_json(profile).dump(2) + "\n");
+  } catch (const std::runtime_error& e) {
+    throw UserError(e.what());
+  }
 }
 
 nlohmann::json describe_hardware() {

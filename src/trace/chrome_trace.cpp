@@ -1,11 +1,11 @@
 // Chrome trace JSON writer.
 #include "trace/chrome_trace.hpp"
 
-#include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
+#include <stdexcept>
 
 #include "errors.hpp"
+#include "io/durable_file.hpp"
 
 namespace pf::trace {
 
@@ -48,19 +48,10 @@ void write_chrome_trace(const std::string& path, const std::vector<TimelineEvent
                        {"chunk_start", e.chunk_start},
                        {"chunk_length", e.chunk_length}}}});
   }
-  // Whole or not at all: written beside the path, then renamed over it.
-  const std::string partial = path + ".partial";
-  {
-    std::ofstream out(partial);
-    if (out) out << nlohmann::json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump() << '\n';
-    if (!out || !out.flush()) {
-      std::remove(partial.c_str());
-      throw UserError("cannot write trace file " + path);
-    }
-  }
-  if (std::rename(partial.c_str(), path.c_str()) != 0) {
-    std::remove(partial.c_str());
-    throw UserError("cannot write trace file " + path + " (renaming " + partial + " over it failed)");
+  try {  // whole or not at all (a temporary renamed over the path)
+    io::write_atomically(path, nlohmann::json{{"traceEvents", trace}, {"displayTimeUnit", "ms"}}.dump() + "\n");
+  } catch (const std::runtime_error& e) {
+    throw UserError(std::string("trace: ") + e.what());
   }
 }
 
