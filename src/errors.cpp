@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 
 namespace pf {
 
@@ -25,7 +26,9 @@ void fail_library_call(const char* lib, const char* statement, const std::string
                file, line, rank, host);
   std::fflush(stderr);
   if (initialized) MPI_Abort(MPI_COMM_WORLD, 3);
-  std::abort();
+  // The commands without MPI (plan, simulate, make-*): the same exit status 3 as a run's
+  // (docs/formats.md), not abort()'s SIGABRT.
+  std::_Exit(3);
 }
 
 }  // namespace pf

@@ -2,6 +2,7 @@
 // checks that involve several options, right after parsing, before MPI topology exists.
 #include "cli/options.hpp"
 
+#include <cmath>
 #include <cstdlib>
 #include <vector>
 
@@ -418,6 +419,19 @@ OptionTable<ProfileOptions> profile_table() {
   return t;
 }
 
+// plan and simulate build a batch's whole plan in memory (tens of bytes a micro-batch):
+// lengths and a chunk that would make more than this many are an error, not a bad_alloc.
+template <typename Options>
+void require_plannable(const Options& o) {
+  constexpr double kMaxMicroBatches = 1e7;
+  double count = 0;
+  for (int64_t length : o.lengths) count += std::ceil(static_cast<double>(length) / o.chunking.initial_chunk);
+  if (count > kMaxMicroBatches)
+    throw UserError("--length and --chunk-size " + std::to_string(o.chunking.initial_chunk) + " make " +
+                    std::to_string(static_cast<long long>(count)) + " chunks, more than the " +
+                    std::to_string(static_cast<long long>(kMaxMicroBatches)) + " a plan holds: a larger --chunk-size");
+}
+
 OptionTable<SimulateOptions> simulate_table() {
   using S = SimulateOptions;
   auto efficiency = [](const double& e) {
@@ -442,7 +456,10 @@ OptionTable<SimulateOptions> simulate_table() {
         &S::cp_attention)
       .check([](const std::string& mode) { sched::parse_cp_attention(mode); });
   add_layer_partition(t, &S::layer_partition);
-  t.add("length", "prompt length in tokens (repeat for several prompts)", &S::lengths).required().at_least_one();
+  t.add("length", "prompt length in tokens (repeat for several prompts)", &S::lengths)
+      .required()
+      .at_least_one()
+      .then([](const S& o) { require_plannable(o); });
   t.add("cached-tokens",
         "tokens of the prompt's prefix already in the KV cache (a shared prefix computed before): once per "
         "--length, or once for all; the prompt's chunks start there",
@@ -556,7 +573,10 @@ OptionTable<PlanOptions> plan_table() {
   using P = PlanOptions;
   OptionTable<P> t;
   t.include(chunking_table(), &P::chunking);
-  t.add("length", "prompt length in tokens (repeat for several prompts)", &P::lengths).required().at_least_one();
+  t.add("length", "prompt length in tokens (repeat for several prompts)", &P::lengths)
+      .required()
+      .at_least_one()
+      .then([](const P& o) { require_plannable(o); });
   t.add("coefficients", "cost model a,b (SGLang form) or a,b,c[,gamma] (prefix form) instead of --cost-model",
         &P::coefficients)
       .optional();

@@ -129,5 +129,7 @@ smol=(--model-config "$repo/models/smollm2-135m/config.json" --hardware h100 --l
 expect_error_of simulate "efficiencies must lie in (0, 1]" "${smol[@]}" --matmul-efficiency 0
 expect_error_of simulate "efficiencies must lie in (0, 1]" "${smol[@]}" --attention-efficiency 0
 expect_error_of simulate "does not divide by --tp 7" "${smol[@]}" --tp 7
+expect_error_of simulate "a plan holds" "${smol[@]}" --length 100000000000 --chunk-size 1
+expect_error_of plan "a plan holds" --length 100000000000 --chunk-size 1
 [ ! -e "$work/no" ] || fail "a directory was made for --plot"
 echo "advise: all checks passed"
