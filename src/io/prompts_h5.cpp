@@ -17,7 +17,13 @@
 namespace pf::io {
 namespace {
 
-// Reads a 1-D integer dataset into `out`, converting to T (HDF5 converts and range-checks).
+// HDF5 converts a value out of the memory type's range to the nearest one in it, silently
+// (a uint64 2^63 + 5 read as int64 2^63 - 1): the read fails instead.
+H5T_conv_ret_t refuse_out_of_range(H5T_conv_except_t kind, hid_t, hid_t, void*, void*, void*) {
+  return kind == H5T_CONV_EXCEPT_RANGE_HI || kind == H5T_CONV_EXCEPT_RANGE_LOW ? H5T_CONV_ABORT : H5T_CONV_UNHANDLED;
+}
+
+// Reads a 1-D integer dataset into `out`, converting to T (a value out of T's range: an error).
 template <typename T>
 void read_int_dataset(hid_t file, const std::string& path, const char* name, hid_t memory_type, std::vector<T>& out) {
   const std::string where = path + ": /" + name;
@@ -46,8 +52,12 @@ void read_int_dataset(hid_t file, const std::string& path, const char* name, hid
   } catch (const std::bad_alloc&) {
     throw UserError(where + ": not enough memory for " + std::to_string(count) + " elements");
   }
-  if (count > 0 && H5Dread(dataset.id, memory_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, out.data()) < 0)
-    throw UserError(where + " cannot be read as " + std::to_string(8 * sizeof(T)) + "-bit integers");
+  H5Handle transfer{H5Pcreate(H5P_DATASET_XFER), H5Pclose};
+  H5_CHECK(transfer.id);
+  H5_CHECK(H5Pset_type_conv_cb(transfer.id, refuse_out_of_range, nullptr));
+  if (count > 0 && H5Dread(dataset.id, memory_type, H5S_ALL, H5S_ALL, transfer.id, out.data()) < 0)
+    throw UserError(where + " cannot be read as " + std::to_string(8 * sizeof(T)) +
+                    "-bit signed integers (a value outside their range, or a damaged file)");
 }
 
 // Whether `text` is well-formed UTF-8 (the output declares its strings so).

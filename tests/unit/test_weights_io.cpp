@@ -358,6 +358,10 @@ TEST(PromptsH5, EveryBadInputIsNamed) {
   expect_input_error(write_input("vocab.h5", {1, 100}, {0, 2}), "outside the vocabulary");
   expect_input_error(write_input("negative.h5", {1, -1}, {0, 2}), "outside the vocabulary");
   expect_input_error(write_input("one_offset.h5", {1}, {0}), "at least 2 entries");
+  // A value out of the 32-bit range: refused as such, not clamped to 2^31 - 1 (then "outside
+  // the vocabulary" with a number the file does not hold).
+  expect_input_error(write_input("wide.h5", {1, int64_t{1} << 40}, {0, 2}, H5T_STD_I64LE),
+                     "/tokens cannot be read as 32-bit signed integers (a value outside their range");
   const std::string not_h5 = (temp_dir("inputs") / "text.h5").string();
   std::ofstream(not_h5) << "hello";
   expect_input_error(not_h5, "not an HDF5 file");
