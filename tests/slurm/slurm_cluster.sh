@@ -29,7 +29,7 @@ fi
 
 command -v slurmctld >/dev/null && command -v munged >/dev/null ||
   { echo "slurm-wlm and munge are not installed (scripts/setup.sh installs them)"; exit 1; }
-mkdir -p "$dir"/{state,spool,munge}
+mkdir -p "$dir"/{state,spool,munge,tmp}
 chmod 700 "$dir/munge"
 host=$(hostname -s)
 
@@ -58,6 +58,9 @@ SlurmctldPidFile=$dir/slurmctld.pid
 SlurmdPidFile=$dir/slurmd.pid
 SlurmdSpoolDir=$dir/spool
 StateSaveLocation=$dir/state
+# The steps' scratch (PMIx's spmix_appdir_UID_JOB.STEP) in this cluster's own directory: in
+# /tmp, a killed earlier cluster's left job 1's and the next cluster's job 1 failed to launch.
+TmpFS=$dir/tmp
 SlurmctldLogFile=$dir/slurmctld.log
 SlurmdLogFile=$dir/slurmd.log
 AccountingStorageType=accounting_storage/none
