@@ -121,8 +121,9 @@ MemberOption<O, int, int>& add_tp(OptionTable<O>& t, int O::*member) {
 template <typename O>
 MemberOption<O, std::string, std::string>& add_layer_partition(OptionTable<O>& t, std::string O::*member) {
   return t.add("layer-partition",
-               "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages; with --logprobs "
-               "or --top-k the last stage gets fewer, for its LM head)",
+               "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages; with --logprobs, "
+               "--top-k or --token-ids the last stage gets fewer, by what its LM head is worth over the prompts; "
+               "with a saved --cost-model, the profile's own)",
                member);
 }
 template <typename O>
@@ -413,8 +414,9 @@ OptionTable<ProfileOptions> profile_table() {
         if (o.max_prefix == 0) o.max_prefix = 4ll * o.chunk_size;
       });
   t.add("logprobs",
-        "profile the layer partition that runs with --logprobs or --top-k use by default (their last stage, which "
-        "also runs the LM head on every token, gets fewer layers)",
+        "profile the layers of runs that score every token (--logprobs, --top-k): the last stage, which also runs "
+        "the LM head on every token, gets fewer, as for prompts of --max-prefix + chunk tokens (runs given this "
+        "profile use its partition)",
         &P::logprobs);
   return t;
 }

@@ -28,10 +28,14 @@ int profile_command(int argc, char** argv) {
   if (!compute::supports(place.backend, compute::Product::kProfile))
     throw UserError(compute::refusal(place.backend, compute::Product::kProfile, "profile"));
   dist::Topology topo = dist::make_topology(place.pp, place.tp);
-  const pipeline::RankModel rank_model =
-      pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition, place.expert_split,
-                                /*with_weights=*/true, /*scored_chunk=*/options.logprobs ? options.chunk_size : 0);
+  pipeline::RankModel rank_model =
+      pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition, place.expert_split);
   const int longest_profiled = options.chunk_size + sched::chunk_floor(options.chunk_size);  // 1.25 C0
+  // --logprobs: the layers of runs that score every token of prompts as long as the range
+  // profiled (what such a run given this profile will use).
+  const int64_t prompt = options.max_prefix + options.chunk_size;
+  rank_model.partition =
+      pipeline::run_partition(rank_model, topo.pp, {prompt}, {options.logprobs ? prompt : 0}, /*profiled=*/"");
   pipeline::BackendRequest request =
       backend_request(place, options.page_size, sched::longest_chunk(options.chunk_size, options.page_size));
   request.profile_room_tokens = options.max_prefix + longest_profiled;

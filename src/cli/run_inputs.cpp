@@ -73,13 +73,24 @@ void check_kv_capacity(const RunOptions& o, const dist::Topology& topo, const pi
                               o.placement.kv_memory_mb, prompts.lengths(), sched::shortest_chunk(o.chunking));
 }
 
-std::optional<sched::CostProfile> load_saved_costs(const RunOptions& o, const nlohmann::json& placement_identity) {
+std::vector<int64_t> scored_positions(const RunOptions& o, const io::PromptSet& prompts) {
+  std::vector<int64_t> scored(static_cast<size_t>(prompts.num_prompts()), 0);
+  if (!o.token_rows_wanted()) return scored;
+  const std::vector<int64_t> lengths = prompts.lengths();
+  for (int p = 0; p < prompts.num_prompts(); ++p) scored[p] = lengths[p] - prompts.first_scored(p) + 1;
+  return scored;
+}
+
+std::optional<sched::CostProfile> load_saved_costs(const RunOptions& o) {
   const sched::CostSource& source = o.chunking.cost_source;
-  if (!source.profile_file() || !o.chunking.dynamic()) return std::nullopt;
-  sched::CostProfile profile = sched::load_cost_profile(source.value);
+  if (!source.profile_file()) return std::nullopt;
+  return sched::load_cost_profile(source.value);
+}
+
+void match_saved_costs(const RunOptions& o, const sched::CostProfile& profile,
+                       const nlohmann::json& placement_identity) {
   if (o.placement.backend != compute::BackendKind::kEmulate)
-    sched::check_profile_matches(profile, placement_identity, source.value);
-  return profile;
+    sched::check_profile_matches(profile, placement_identity, o.chunking.cost_source.value);
 }
 
 std::unique_ptr<io::ResultWriter> open_output(const RunOptions& o, const pipeline::RankModel& m,

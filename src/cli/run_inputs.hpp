@@ -1,7 +1,7 @@
 // Rank 0's part of starting a run, before anything is computed: the paths checked, the input
-// read and validated, the KV capacity checked, a saved cost profile loaded and matched, the
-// output opened. Each throws UserError; main.cpp runs them in one checked_step, so every rank
-// learns of a failure and no file is touched by a run that cannot start.
+// read and validated, a saved cost profile loaded, the KV capacity checked, the profile
+// matched, the output opened. Each throws UserError; run_prepare.cpp runs them in checked
+// steps, so every rank learns of a failure and no file is touched by a run that cannot start.
 #pragma once
 
 #include <memory>
@@ -32,10 +32,18 @@ std::vector<int32_t> read_token_set(const RunOptions& options, const pipeline::R
 void check_kv_capacity(const RunOptions& options, const dist::Topology& topology, const pipeline::RankModel& rank_model,
                        const io::PromptSet& prompts);
 
-// The saved --cost-model a dynamic policy will use instead of profiling (nullopt when there
-// is none), matched against `placement_identity` (the emulator matches its own profile,
-// backend aside, as it is built).
-std::optional<sched::CostProfile> load_saved_costs(const RunOptions& options, const nlohmann::json& placement_identity);
+// How many positions of each prompt run the LM head on the last stage: from the one before
+// its first scored token to its end with --logprobs, --top-k or --token-ids; none without
+// them (the last position's logits alone).
+std::vector<int64_t> scored_positions(const RunOptions& options, const io::PromptSet& prompts);
+
+// The profile --cost-model FILE names (nullopt without one): what a dynamic policy uses
+// instead of profiling, or the emulator's costs. Then its check against the run's
+// `placement_identity`, once the layer partition is known (the emulator matches its own
+// profile, backend aside, as it is built).
+std::optional<sched::CostProfile> load_saved_costs(const RunOptions& options);
+void match_saved_costs(const RunOptions& options, const sched::CostProfile& profile,
+                       const nlohmann::json& placement_identity);
 
 // The output, created, or reopened with --resume; null when --resume finds it complete.
 std::unique_ptr<io::ResultWriter> open_output(const RunOptions& options, const pipeline::RankModel& rank_model,

@@ -10,6 +10,7 @@
 #include "compute/backend_capabilities.hpp"
 #include "dist/checked_step.hpp"
 #include "dist/collectives.hpp"
+#include "dist/root_decision.hpp"
 #include "dist/same_everywhere.hpp"
 #include "pipeline/kv_export_setup.hpp"
 #include "pipeline/stage_profiler.hpp"
@@ -20,9 +21,11 @@
 namespace pf::cli {
 namespace {
 
-// Rank 0 checks every path, reads and validates the input (and the --token-ids set), checks
-// every stage's KV capacity and a saved cost model against this placement; every rank learns
-// the lengths and the set (read once: a file that differs between nodes cannot split them).
+// Rank 0 checks every path, reads and validates the input (and the --token-ids set), places
+// the layers (by the prompts, or as a saved cost model did: pipeline::run_partition), checks
+// every stage's KV capacity and the cost model against this placement; every rank learns the
+// partition, the lengths and the set (read once: a file that differs between nodes cannot
+// split them).
 std::optional<sched::CostProfile> read_inputs(PreparedRun& run) {
   const RunOptions& options = run.options;
   std::optional<sched::CostProfile> saved_costs;
@@ -31,9 +34,20 @@ std::optional<sched::CostProfile> read_inputs(PreparedRun& run) {
     check_run_paths(options);
     run.options.token_set = read_token_set(options, run.rank_model);
     run.prompts = read_run_prompts(options, run.rank_model);
+    const std::optional<sched::CostProfile> profile = load_saved_costs(options);
+    run.rank_model.partition = pipeline::run_partition(run.rank_model, run.topo.pp, run.prompts.lengths(),
+                                                       scored_positions(run.options, run.prompts),
+                                                       profile ? profile->layer_partition() : std::string());
     check_kv_capacity(options, run.topo, run.rank_model, run.prompts);
-    saved_costs = load_saved_costs(options, placement_identity(options.placement, run.topo, run.rank_model));
+    if (profile && options.chunking.dynamic()) {  // fixed chunks have no use for it (the emulator's costs aside)
+      match_saved_costs(options, *profile, placement_identity(options.placement, run.topo, run.rank_model));
+      saved_costs = profile;
+    }
   });
+  // Every rank places its layers as rank 0 chose.
+  const std::string partition =
+      dist::decide_on_root(MPI_COMM_WORLD, [&] { return model::partition_text(run.rank_model.partition); });
+  run.rank_model.partition = model::parse_partition(partition, run.rank_model.shape.num_layers, run.topo.pp);
   if (!options.token_ids.empty()) dist::broadcast_vector(run.options.token_set, MPI_COMM_WORLD);
   run.lengths = pipeline::share_prompts(run.topo, run.prompts, /*last_stage_scores=*/options.logprobs);
   return saved_costs;
@@ -242,13 +256,12 @@ std::unique_ptr<PreparedRun> prepare_run(const RunOptions& options) {
   run->options = options;
   run->topo = dist::make_topology(place.pp, place.tp, options.cp);
 
-  // Model: config.json (or preset), layer partition; for real compute also TP divisibility
-  // and every tensor's shape. The emulator only counts FLOPs, so any config.json will do.
+  // Model: config.json (or preset); for real compute also TP divisibility and every tensor's
+  // shape. The emulator only counts FLOPs, so any config.json will do. The layer partition is
+  // settled with the prompts (read_inputs).
   const bool emulate = place.backend == compute::BackendKind::kEmulate;
-  run->rank_model =
-      pipeline::open_rank_model(run->topo, place.model, place.seed, place.layer_partition, place.expert_split,
-                                /*with_weights=*/!emulate,
-                                /*scored_chunk=*/options.token_rows_wanted() ? options.chunking.initial_chunk : 0);
+  run->rank_model = pipeline::open_rank_model(run->topo, place.model, place.seed, place.layer_partition,
+                                              place.expert_split, /*with_weights=*/!emulate);
   const std::optional<sched::CostProfile> saved_costs = read_inputs(*run);
   make_backend(*run, options.chunking.dynamic() && !saved_costs);
   if (!open_outputs(*run)) {

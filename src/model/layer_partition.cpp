@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <limits>
 #include <numeric>
 #include <sstream>
 
@@ -47,10 +48,17 @@ std::vector<StageRange> balanced_partition(int num_layers, int num_stages, doubl
   return rest;
 }
 
-double lm_head_in_layers(const ModelShape& shape, int chunk) {
-  const double tokens = std::max(chunk, 1);
-  const double layer = shape.matmul_flops(shape.num_layers / 2, 1.0) + shape.attention_flops(0, tokens) / tokens;
-  return layer > 0 ? shape.lm_head_flops() / layer : 0.0;
+double lm_head_in_layers(const ModelShape& shape, const std::vector<int64_t>& lengths,
+                         const std::vector<int64_t>& scored) {
+  double layers = 0;  // every layer on every prompt (chunking moves it little: MLA's re-expansion only)
+  double head = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    const int tokens = static_cast<int>(std::min<int64_t>(lengths[i], std::numeric_limits<int>::max()));
+    layers += chunk_flops(shape, 0, shape.num_layers, tokens, 0);
+    head += shape.lm_head_flops() * static_cast<double>(i < scored.size() ? scored[i] : 0);
+  }
+  const double layer = layers / std::max(shape.num_layers, 1);
+  return layer > 0 ? head / layer : 0.0;
 }
 
 std::vector<StageRange> suggested_partition(const std::vector<StageRange>& used, const std::vector<double>& busy_s) {

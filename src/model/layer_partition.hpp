@@ -1,6 +1,7 @@
 // Which decoder layers each pipeline stage owns.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -20,11 +21,14 @@ std::vector<StageRange> default_partition(int num_layers, int num_stages);
 // others share them as evenly as SGLang's rule does. 0: default_partition exactly.
 std::vector<StageRange> balanced_partition(int num_layers, int num_stages, double last_stage_extra);
 
-// What the last stage's LM head on every token is worth in layers of `shape`'s model, at
-// chunks of `chunk` tokens from position 0 (a layer's projections, plus its attention over the
-// chunk's average prefix): the `last_stage_extra` of a run that scores every token.
+// What the last stage's LM head is worth in layers of `shape`'s model over a batch: the head
+// on each scored position (`scored[i]` of prompt i's) against one layer on every position, its
+// projections and its attention over all earlier positions. Attention grows with the position,
+// so deep in a long prompt the head is a fraction of a layer (SmolLM2: 4.8 layers at 4K
+// tokens, 0.4 at 128K): the `last_stage_extra` of a run that scores tokens.
 struct ModelShape;
-double lm_head_in_layers(const ModelShape& shape, int chunk);
+double lm_head_in_layers(const ModelShape& shape, const std::vector<int64_t>& lengths,
+                         const std::vector<int64_t>& scored);
 
 // "15,15,15,16": one positive count per stage summing to num_layers, else UserError.
 std::vector<StageRange> parse_partition(const std::string& text, int num_layers, int num_stages);

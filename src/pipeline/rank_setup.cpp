@@ -11,6 +11,7 @@
 #include "dist/collectives.hpp"
 #include "dist/root_decision.hpp"
 #include "dist/same_everywhere.hpp"
+#include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/fnv1a.hpp"
 #include "model/presets.hpp"
@@ -61,8 +62,7 @@ const model::ModelConfig& RankModel::config() const {
 }
 
 RankModel open_rank_model(const dist::Topology& topo, const std::string& model_flag, uint64_t seed,
-                          const std::string& partition_text, model::ExpertSplit expert_split, bool with_weights,
-                          int scored_chunk) {
+                          const std::string& partition_text, model::ExpertSplit expert_split, bool with_weights) {
   RankModel m;
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (with_weights) {
@@ -83,10 +83,9 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
     if (m.source && topo.is_writer() && !m.source->synthetic)
       model::validate_tensors(m.config(), *m.source->tensors, model_flag);
     const int layers = m.shape.num_layers;
-    // Scoring every token puts the LM head on every chunk of the last stage: it gets fewer layers.
-    const double last_stage_extra = scored_chunk > 0 ? model::lm_head_in_layers(m.shape, scored_chunk) : 0.0;
-    m.partition = partition_text.empty() ? model::balanced_partition(layers, topo.pp, last_stage_extra)
-                                         : model::parse_partition(partition_text, layers, topo.pp);
+    m.partition_given = !partition_text.empty();
+    m.partition = m.partition_given ? model::parse_partition(partition_text, layers, topo.pp)
+                                    : model::default_partition(layers, topo.pp);
   });
   // Every rank must hold the same model as rank 0 before anything sizes itself from it.
   dist::require_same_as_rank0(m.config_json.dump(), "model config (" + model_flag + ")", MPI_COMM_WORLD);
@@ -101,6 +100,21 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
     m.shard.vocab_count = vocab.count;
   }
   return m;
+}
+
+std::vector<model::StageRange> run_partition(const RankModel& m, int pp, const std::vector<int64_t>& lengths,
+                                             const std::vector<int64_t>& scored, const std::string& profiled) {
+  const int layers = m.shape.num_layers;
+  if (m.partition_given) return m.partition;
+  if (!profiled.empty()) {
+    try {
+      return model::parse_partition(profiled, layers, pp);
+    } catch (const UserError&) {
+      // A profile of another model or layout: the identity check names what differs.
+    }
+  }
+  // Scoring tokens puts the LM head on the last stage's chunks: it gets fewer layers.
+  return model::balanced_partition(layers, pp, model::lm_head_in_layers(m.shape, lengths, scored));
 }
 
 model::StageWeights load_rank_weights(const dist::Topology& topo, const RankModel& m,

@@ -23,7 +23,8 @@ struct RankModel {
   model::ModelShape shape;     // every backend: sizes and FLOP counts
   nlohmann::json config_json;  // config.json as read (output attributes, profile identity)
   std::vector<model::StageRange> partition;
-  model::ShardSpec shard;  // this rank's TP shard (heads, MLP width, vocabulary slice)
+  bool partition_given = false;  // --layer-partition: kept whatever the prompts
+  model::ShardSpec shard;        // this rank's TP shard (heads, MLP width, vocabulary slice)
   // Backends that compute for real: the strict config (Llama / Qwen2 / Qwen3) and the weights.
   std::optional<model::ModelSource> source;
   // Backends with weights, once they are loaded: the weights' identity (every value every
@@ -39,16 +40,22 @@ struct RankModel {
   }
 };
 
-// Collective. Opens config.json (or the preset), partitions the layers (`partition_text`
-// empty: SGLang's default, or with `scored_chunk` > 0, a run that scores every token in chunks
-// of that size, the last stage lightened by its LM head's work: model::balanced_partition),
-// and checks that every rank sees rank 0's config and, for the
+// Collective. Opens config.json (or the preset), partitions the layers (`partition_text`, or
+// SGLang's default until settle_partition knows the prompts), and checks that every rank sees
+// rank 0's config and, for the
 // tensors it will load, rank 0's checkpoint (headers and sampled bytes). With `with_weights` (real compute): the strict
 // config, TP divisibility, and rank 0 checks every tensor's shape. Without (emulate): any config.json the cost model
 // can count (dense, MoE, MLA).
 RankModel open_rank_model(const dist::Topology& topology, const std::string& model_flag, uint64_t seed,
-                          const std::string& partition_text, model::ExpertSplit expert_split, bool with_weights = true,
-                          int scored_chunk = 0);
+                          const std::string& partition_text, model::ExpertSplit expert_split, bool with_weights = true);
+
+// The layer partition of a run, before any weights are read: --layer-partition when given;
+// else a saved cost profile's own (`profiled`, non-empty: its costs were timed on those
+// layers); else, when the last stage runs the LM head on `scored[i]` positions of each prompt
+// i (--logprobs, --top-k, --token-ids), that stage lightened by what the head is worth over
+// these prompts (model::lm_head_in_layers, model::balanced_partition); else SGLang's default.
+std::vector<model::StageRange> run_partition(const RankModel& rank_model, int pp, const std::vector<int64_t>& lengths,
+                                             const std::vector<int64_t>& scored, const std::string& profiled);
 
 // Collective. This rank's layers and TP shard only, with the digests of what it read.
 model::StageWeights load_rank_weights(const dist::Topology& topology, const RankModel& rank_model,

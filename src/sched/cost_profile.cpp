@@ -194,8 +194,8 @@ void check_profile_matches(const CostProfile& profile, const nlohmann::json& ide
                       (key == "cp" ? "; with --cp, leave out --cost-model: the run profiles its CP ranks itself"
                                    : "; profile again with `pipefill profile` for this configuration") +
                       (key == "layer_partition"
-                           ? " (runs with --logprobs or --top-k give the last stage fewer layers by default: profile "
-                             "them with `pipefill profile --logprobs`, or give --layer-partition)"
+                           ? " (leave --layer-partition out and a run with a saved --cost-model places its layers "
+                             "as the profile did)"
                            : ""));
   }
   // Keys written only when not at their default (--dtype): a profile that has one the run

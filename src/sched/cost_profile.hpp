@@ -46,6 +46,12 @@ struct CostProfile {
   nlohmann::json hardware;  // host, cpu, cores (a mismatch is only a warning)
   int initial_chunk = 0;
   std::vector<StageCostFit> stages;
+
+  // The layer partition its stages were timed on ("15,15"; empty when the identity has none).
+  std::string layer_partition() const {
+    const auto found = identity.find("layer_partition");
+    return found != identity.end() && found->is_string() ? found->get<std::string>() : std::string();
+  }
 };
 
 nlohmann::json to_json(const CostProfile& profile);

@@ -6,6 +6,7 @@
 #include "model/layer_partition.hpp"
 #include "model/model_shape.hpp"
 #include "model/presets.hpp"
+#include "pipeline/rank_setup.hpp"
 
 using namespace pf;
 using namespace pf::model;
@@ -113,10 +114,39 @@ TEST(Partition, BalancedGivesTheLastStageFewerLayersForItsExtraWork) {
 
 TEST(Partition, LmHeadInLayersWeighsTheVocabularyAgainstALayer) {
   const ModelShape shape = shape_from_config(preset_config("llama3-8b"));
-  const double extra = lm_head_in_layers(shape, 4096);
-  // 2 x 4096 x 128256 FLOPs a token against a layer's ~0.44 GFLOP of projections plus attention.
-  EXPECT_GT(extra, 1.5);
-  EXPECT_LT(extra, 3.5);
+  // One prompt of 4,096 tokens, all scored: 2 x 4096 x 128256 FLOPs a token against a layer's
+  // 0.44 GFLOP of projections plus attention over 2,048 earlier positions on average.
+  const double head = 2.0 * 4096 * 128256;
+  const double layer = 2.0 * 218.1e6 + 2.0 * 32 * 256 * 0.5 * 4097;  // 218.1M weights a layer
+  EXPECT_NEAR(lm_head_in_layers(shape, {4096}, {4096}), head / layer, 0.01 * head / layer);
+  // Only scored positions count: half of them, half the head.
+  EXPECT_NEAR(lm_head_in_layers(shape, {4096}, {2048}), 0.5 * lm_head_in_layers(shape, {4096}, {4096}), 1e-9);
+  EXPECT_EQ(lm_head_in_layers(shape, {4096}, {0}), 0.0);
+  EXPECT_EQ(lm_head_in_layers(shape, {}, {}), 0.0);
+  // Attention grows with the position: deep in a long prompt the head is a small part of a
+  // layer; a batch of short prompts weighs it more.
+  EXPECT_LT(lm_head_in_layers(shape, {131072}, {131072}), 0.4 * lm_head_in_layers(shape, {4096}, {4096}));
+  EXPECT_GT(lm_head_in_layers(shape, {512, 512, 512}, {512, 512, 512}), lm_head_in_layers(shape, {4096}, {4096}));
+}
+
+TEST(Partition, ARunsPartitionComesFromTheUserTheProfileOrItsPrompts) {
+  pipeline::RankModel m;
+  m.shape = shape_from_config(preset_config("llama3-8b"));  // 32 layers
+  m.partition = default_partition(32, 2);
+  // Nothing scored: SGLang's default.
+  EXPECT_EQ(partition_text(pipeline::run_partition(m, 2, {4096}, {0}, "")), "16,16");
+  // Every token of short prompts scored: the head (about 2.3 layers at 4K) lightens the last stage;
+  // deep in a long prompt it is worth too little to move a layer.
+  EXPECT_EQ(partition_text(pipeline::run_partition(m, 2, {4096}, {4096}, "")), "17,15");
+  EXPECT_EQ(partition_text(pipeline::run_partition(m, 2, {131072}, {131072}, "")), "16,16");
+  // A saved profile's partition: its costs were timed on those layers.
+  EXPECT_EQ(partition_text(pipeline::run_partition(m, 2, {4096}, {4096}, "20,12")), "20,12");
+  // One of another layout is not taken (the profile's identity check says what differs).
+  EXPECT_EQ(partition_text(pipeline::run_partition(m, 2, {4096}, {4096}, "8,8,16")), "17,15");
+  // --layer-partition wins over both.
+  m.partition = parse_partition("10,22", 32, 2);
+  m.partition_given = true;
+  EXPECT_EQ(partition_text(pipeline::run_partition(m, 2, {4096}, {4096}, "20,12")), "10,22");
 }
 
 TEST(Partition, SuggestedFromMeasuredBusyTimes) {
