@@ -34,8 +34,9 @@ int profile_command(int argc, char** argv) {
   // --logprobs: the layers of runs that score every token of prompts as long as the range
   // profiled (what such a run given this profile will use).
   const int64_t prompt = options.max_prefix + options.chunk_size;
-  rank_model.partition =
-      pipeline::run_partition(rank_model, topo.pp, {prompt}, {options.logprobs ? prompt : 0}, /*profiled=*/"");
+  pipeline::settle_partition(
+      topo, rank_model,
+      pipeline::run_partition(rank_model, topo.pp, {prompt}, {options.logprobs ? prompt : 0}, /*profiled=*/""));
   pipeline::BackendRequest request =
       backend_request(place, options.page_size, sched::longest_chunk(options.chunk_size, options.page_size));
   request.profile_room_tokens = options.max_prefix + longest_profiled;

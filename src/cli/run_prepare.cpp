@@ -10,7 +10,6 @@
 #include "compute/backend_capabilities.hpp"
 #include "dist/checked_step.hpp"
 #include "dist/collectives.hpp"
-#include "dist/root_decision.hpp"
 #include "dist/same_everywhere.hpp"
 #include "pipeline/kv_export_setup.hpp"
 #include "pipeline/stage_profiler.hpp"
@@ -44,10 +43,7 @@ std::optional<sched::CostProfile> read_inputs(PreparedRun& run) {
       saved_costs = profile;
     }
   });
-  // Every rank places its layers as rank 0 chose.
-  const std::string partition =
-      dist::decide_on_root(MPI_COMM_WORLD, [&] { return model::partition_text(run.rank_model.partition); });
-  run.rank_model.partition = model::parse_partition(partition, run.rank_model.shape.num_layers, run.topo.pp);
+  pipeline::settle_partition(run.topo, run.rank_model, run.rank_model.partition);
   if (!options.token_ids.empty()) dist::broadcast_vector(run.options.token_set, MPI_COMM_WORLD);
   run.lengths = pipeline::share_prompts(run.topo, run.prompts, /*last_stage_scores=*/options.logprobs);
   return saved_costs;
@@ -87,6 +83,13 @@ bool open_outputs(PreparedRun& run) {
           removed > 0 && !options.quiet)
         std::printf("note: removed %d unfinished file(s) that killed runs left in %s\n", removed,
                     options.save_kv.c_str());
+      // --overwrite: an earlier export there goes whole, not prompt by prompt (none of its
+      // prompts may outlive it beside this run's index.json).
+      if (options.overwrite && !options.resume)
+        if (const int removed = run.export_lock->remove_files(kv::kv_export_file_patterns());
+            removed > 0 && !options.quiet)
+          std::printf("note: --overwrite: removed the %d file(s) of the export that was in %s\n", removed,
+                      options.save_kv.c_str());
     }
     run.results = open_output(options, run.rank_model, run.prompts);
     already_complete = !run.results;

@@ -38,11 +38,20 @@ std::vector<StageRange> default_partition(int num_layers, int num_stages) {
 std::vector<StageRange> balanced_partition(int num_layers, int num_stages, double last_stage_extra) {
   std::vector<StageRange> even = default_partition(num_layers, num_stages);
   if (!(last_stage_extra > 0) || num_stages < 2) return even;
-  // The last stage's share of the whole load (layers + extra), less its extra, at least one
-  // layer and at most what leaves one for every other stage.
-  const double share = (num_layers + last_stage_extra) / num_stages - last_stage_extra;
-  const double most = num_layers - (num_stages - 1);  // clamped as a double: a huge extra must not wrap
-  const int last = static_cast<int>(std::lround(std::clamp(share, 1.0, most)));
+  // The last stage's layers that make the busiest stage least busy: its layers plus the
+  // extra, against the most any other stage gets of the rest (shared as SGLang shares them).
+  // Ties keep more layers on the last stage, nearer the default.
+  const int most = num_layers - (num_stages - 1);  // one layer at least for every other stage
+  int last = 1;
+  double best = std::numeric_limits<double>::infinity();
+  for (int count = 1; count <= most; ++count) {
+    const int others = (num_layers - count + num_stages - 2) / (num_stages - 1);
+    const double busiest = std::max(static_cast<double>(others), count + last_stage_extra);
+    if (busiest <= best) {
+      best = busiest;
+      last = count;
+    }
+  }
   std::vector<StageRange> rest = default_partition(num_layers - last, num_stages - 1);
   rest.push_back({num_layers - last, last});
   return rest;

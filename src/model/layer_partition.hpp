@@ -17,8 +17,9 @@ struct StageRange {
 std::vector<StageRange> default_partition(int num_layers, int num_stages);
 
 // The default when the last stage also does `last_stage_extra` layers' worth of other work
-// (the LM head on every token with --logprobs / --top-k): it takes that many fewer layers, the
-// others share them as evenly as SGLang's rule does. 0: default_partition exactly.
+// (the LM head on every token with --logprobs / --top-k): it takes the number of layers that
+// leaves the busiest stage least busy, the others sharing the rest as SGLang's rule does.
+// 0: default_partition exactly.
 std::vector<StageRange> balanced_partition(int num_layers, int num_stages, double last_stage_extra);
 
 // What the last stage's LM head is worth in layers of `shape`'s model over a batch: the head

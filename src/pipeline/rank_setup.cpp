@@ -89,7 +89,6 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
   });
   // Every rank must hold the same model as rank 0 before anything sizes itself from it.
   dist::require_same_as_rank0(m.config_json.dump(), "model config (" + model_flag + ")", MPI_COMM_WORLD);
-  if (m.source) require_rank0_checkpoint(topo, m);
   if (m.source) {
     m.shard = model::make_shard_spec(m.config(), topo.tp, topo.tp_rank, expert_split);
   } else {
@@ -100,6 +99,12 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
     m.shard.vocab_count = vocab.count;
   }
   return m;
+}
+
+void settle_partition(const dist::Topology& topo, RankModel& m, const std::vector<model::StageRange>& on_root) {
+  const std::string text = dist::decide_on_root(MPI_COMM_WORLD, [&] { return model::partition_text(on_root); });
+  m.partition = model::parse_partition(text, m.shape.num_layers, topo.pp);
+  if (m.source) require_rank0_checkpoint(topo, m);
 }
 
 std::vector<model::StageRange> run_partition(const RankModel& m, int pp, const std::vector<int64_t>& lengths,

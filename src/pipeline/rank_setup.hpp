@@ -41,11 +41,10 @@ struct RankModel {
 };
 
 // Collective. Opens config.json (or the preset), partitions the layers (`partition_text`, or
-// SGLang's default until settle_partition knows the prompts), and checks that every rank sees
-// rank 0's config and, for the
-// tensors it will load, rank 0's checkpoint (headers and sampled bytes). With `with_weights` (real compute): the strict
-// config, TP divisibility, and rank 0 checks every tensor's shape. Without (emulate): any config.json the cost model
-// can count (dense, MoE, MLA).
+// SGLang's default until settle_partition), and checks that every rank sees rank 0's config.
+// With `with_weights` (real compute): the strict config, TP divisibility, and rank 0 checks
+// every tensor's shape. Without (emulate): any config.json the cost model can count (dense,
+// MoE, MLA).
 RankModel open_rank_model(const dist::Topology& topology, const std::string& model_flag, uint64_t seed,
                           const std::string& partition_text, model::ExpertSplit expert_split, bool with_weights = true);
 
@@ -54,6 +53,12 @@ RankModel open_rank_model(const dist::Topology& topology, const std::string& mod
 // layers); else, when the last stage runs the LM head on `scored[i]` positions of each prompt
 // i (--logprobs, --top-k, --token-ids), that stage lightened by what the head is worth over
 // these prompts (model::lm_head_in_layers, model::balanced_partition); else SGLang's default.
+// Collective, before any weights are read: every rank places its layers as rank 0 chose
+// (`on_root`, read there only), then checks that the tensors it will load are rank 0's
+// (headers and sampled bytes: a node with a stale copy is refused).
+void settle_partition(const dist::Topology& topology, RankModel& rank_model,
+                      const std::vector<model::StageRange>& on_root);
+
 std::vector<model::StageRange> run_partition(const RankModel& rank_model, int pp, const std::vector<int64_t>& lengths,
                                              const std::vector<int64_t>& scored, const std::string& profiled);
 

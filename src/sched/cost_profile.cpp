@@ -3,6 +3,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -186,11 +187,23 @@ nlohmann::json describe_hardware() {
 }
 
 void check_profile_matches(const CostProfile& profile, const nlohmann::json& identity, const std::string& path) {
-  for (auto& [key, value] : identity.items()) {
+  // The model and the layout first: a profile of another model or pp differs in its
+  // partition too, and that is not what to tell the user.
+  std::vector<std::pair<std::string, nlohmann::json>> keys;
+  for (const char* first : {"model_config", "pp", "tp", "cp"})
+    if (identity.contains(first)) keys.emplace_back(first, identity[first]);
+  for (auto& [key, value] : identity.items())
+    if (std::none_of(keys.begin(), keys.end(), [&](const auto& k) { return k.first == key; }))
+      keys.emplace_back(key, value);
+  const auto shown = [](const nlohmann::json& value) {
+    const std::string text = value.dump();
+    return text.size() <= 120 ? text : text.substr(0, 117) + "...";
+  };
+  for (auto& [key, value] : keys) {
     if (!profile.identity.contains(key) || profile.identity[key] != value)
       throw UserError(path + " was profiled for another " + key + " (" +
-                      (profile.identity.contains(key) ? profile.identity[key].dump() : "none") +
-                      ", this run: " + value.dump() + ")" +
+                      (profile.identity.contains(key) ? shown(profile.identity[key]) : "none") +
+                      ", this run: " + shown(value) + ")" +
                       (key == "cp" ? "; with --cp, leave out --cost-model: the run profiles its CP ranks itself"
                                    : "; profile again with `pipefill profile` for this configuration") +
                       (key == "layer_partition"

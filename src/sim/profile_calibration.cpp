@@ -9,7 +9,15 @@ namespace pf::sim {
 HardwareSpec hardware_from_profile(const HardwareSpec& base, const model::ModelShape& shape,
                                    const sched::CostProfile& profile, const std::string& path) {
   const nlohmann::json& id = profile.identity;
-  const int pp = id.value("pp", 1), tp = id.value("tp", 1), cp = id.value("cp", 1);
+  const auto whole = [&](const char* key) {  // a hand-edited identity is an error, not a crash
+    const auto found = id.find(key);
+    if (found == id.end()) return 1;
+    if (!found->is_number_integer()) throw UserError(path + ": its identity's " + key + " is not a whole number");
+    return found->get<int>();
+  };
+  const int pp = whole("pp"), tp = whole("tp"), cp = whole("cp");
+  for (const char* key : {"backend", "layer_partition"})
+    if (id.contains(key) && !id[key].is_string()) throw UserError(path + ": its identity's " + key + " is not text");
   if (tp != 1 || cp != 1)
     throw UserError(path + " was profiled at tp " + std::to_string(tp) + ", cp " + std::to_string(cp) +
                     ": a profile that calibrates the model must be of one rank a stage (pipefill profile --tp 1)");
@@ -17,10 +25,17 @@ HardwareSpec hardware_from_profile(const HardwareSpec& base, const model::ModelS
   if ((backend == "cpu") != base.cpu)
     throw UserError(path + " was profiled on the " + backend + " backend, and " + base.path + " describes " +
                     (base.cpu ? "cpu ranks" : "GPUs") + ": give the hardware file of the machine it measured");
-  const std::string partition_text = id.value("layer_partition", std::string());
-  const std::vector<model::StageRange> partition = partition_text.empty()
-                                                       ? model::default_partition(shape.num_layers, pp)
-                                                       : model::parse_partition(partition_text, shape.num_layers, pp);
+  const std::string partition_text = profile.layer_partition();
+  std::vector<model::StageRange> partition;
+  try {
+    partition = partition_text.empty() ? model::default_partition(shape.num_layers, pp)
+                                       : model::parse_partition(partition_text, shape.num_layers, pp);
+  } catch (const UserError&) {
+    throw UserError(path + ": its layer_partition \"" + partition_text.substr(0, 80) +
+                    (partition_text.size() > 80 ? "..." : "") + "\" is not a split of this model's " +
+                    std::to_string(shape.num_layers) + " layers into the " + std::to_string(pp) +
+                    " stages it profiled");
+  }
   // Pooled over stages: seconds of each term against the FLOPs (or rows) they pay for.
   double attention_coefficient = 0, attention_s = 0, matmul_flops = 0, matmul_s = 0, tile_flops = 0, fixed_s = 0;
   for (const sched::StageCostFit& fit : profile.stages) {

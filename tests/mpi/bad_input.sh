@@ -137,6 +137,17 @@ case $case in
     expect="the output's checkpoint directory" ;;
   kv_store_inside_checkpoint_dir) mkdir -p "$out.checkpoint/store"; extra=(--pp 2 --kv-store "$out.checkpoint/store")
     expect="--kv-store $out.checkpoint/store lies inside the output's checkpoint directory" ;;
+  # Each KV directory holds its own writer's files: no export over an earlier one unasked, none
+  # among a store's entries or a model's files, no store in an export or inside one entry.
+  save_kv_over_export) mkdir -p "$work/kv/prompt-000000"; echo '{}' >"$work/kv/index.json"
+    extra=(--pp 2 --save-kv "$work/kv"); expect="--save-kv $work/kv already holds an export (index.json): add --overwrite" ;;
+  save_kv_into_store) mkdir -p "$work/store/0123456789abcdef-0123456789abcdef-42"; extra=(--pp 2 --save-kv "$work/store")
+    expect="--save-kv $work/store is a KV store (--kv-store)" ;;
+  save_kv_into_model) copy_model; extra=(--pp 2 --save-kv "$model"); expect="--save-kv $model holds config.json" ;;
+  kv_store_in_export) mkdir -p "$work/kv/prompt-000000"; echo '{}' >"$work/kv/index.json"
+    extra=(--pp 2 --kv-store "$work/kv"); expect="--kv-store $work/kv holds a --save-kv export" ;;
+  kv_store_is_entry) mkdir -p "$work/entry"; : >"$work/entry/tokens.i32"; extra=(--pp 2 --kv-store "$work/entry")
+    expect="--kv-store $work/entry is one entry of a KV store: give the store's directory" ;;
   output_empty) out=""; expect="--output is empty" ;;
   trace_directory_missing) extra=(--pp 2 --trace "$work/missing/t.json"); expect="does not exist" ;;
   trace_is_directory) extra=(--pp 2 --trace "$work"); expect="--trace $work is a directory" ;;
@@ -202,6 +213,24 @@ PY
     launch=(-n 1 --wdir "$work/a" "$bin/pipefill" run --model m --input "$input" --output "$out" --pp 2 :
             -n 1 --wdir "$work/b" "$bin/pipefill" run --model m --input "$input" --output "$out" --pp 2)
     expect="does not see the same weights as rank 0 for model.embed_tokens.weight" ;;
+  stale_layer_gained_from_a_profile)  # the layers a profile's partition gives a rank are checked too
+    mkdir "$work/a" "$work/b"; cp -r "$data/tiny" "$work/a/m"; cp -r "$data/tiny" "$work/b/m"
+    "$PYTHON" - "$work/b/m/model.safetensors" "$data/cost_tiny_pp2.json" "$work/cost.json" <<'PY'
+import json, struct, sys
+raw = bytearray(open(sys.argv[1], "rb").read())
+hl = struct.unpack("<Q", raw[:8])[0]
+begin, end = json.loads(raw[8:8 + hl])["model.layers.2.input_layernorm.weight"]["data_offsets"]
+for at in range(8 + hl + begin, 8 + hl + end):  # a stale layer 2 on rank 1's node
+    raw[at] ^= 0x5A
+open(sys.argv[1], "wb").write(raw)
+profile = json.load(open(sys.argv[2]))
+profile["identity"]["layer_partition"] = "1,7"  # rank 1 gains layers 1..3 over the default 4,4
+json.dump(profile, open(sys.argv[3], "w"))
+PY
+    common=(--input "$input" --output "$out" --pp 2 --dynamic-chunking --cost-model "$work/cost.json")
+    launch=(-n 1 --wdir "$work/a" "$bin/pipefill" run --model m "${common[@]}" :
+            -n 1 --wdir "$work/b" "$bin/pipefill" run --model m "${common[@]}")
+    expect="does not see the same weights as rank 0 for model.layers.2.input_layernorm.weight" ;;
   stale_config_on_a_node) mkdir "$work/a" "$work/b"; cp -r "$data/tiny" "$work/a/m"
     "$bin/pipefill" make-model --preset tiny-qwen2 --out "$work/b/m" >/dev/null
     launch=(-n 1 --wdir "$work/a" "$bin/pipefill" run --model m --input "$input" --output "$out" --pp 2 :

@@ -193,13 +193,14 @@ set(PF_BAD_CASES
   token_ids_over_vocab kv_dtype_without_save_kv kv_dtype_unknown dtype_unknown dtype_bf16_emulate
   dtype_bf16_moe threads_too_many threads_negative save_kv_is_file save_kv_is_output save_kv_holds_input
   save_kv_dangling_link save_kv_emulate kv_store_emulate kv_store_inside_save_kv save_kv_is_checkpoint_dir kv_store_inside_checkpoint_dir unknown_hardware hdf5_library_crash
+  save_kv_over_export save_kv_into_store save_kv_into_model kv_store_in_export kv_store_is_entry
   output_is_input output_links_to_input trace_is_input trace_is_output trace_is_partial output_is_directory
   output_ends_in_slash output_empty trace_directory_missing trace_is_directory trace_takes_no_files output_held_by_another_run
   input_is_fifo config_is_fifo weights_are_fifo output_exists resume_and_overwrite save_kv_held_by_another_run
   router_bias_nan router_bias_all_inf
   resume_complete_other_input resume_complete_rebuilt_weights resume_complete_other_chunking resume_over_garbage
   resume_over_foreign_hdf5 resume_partial_wrong_shape resume_partial_truncated resume_partial_garbage
-  heterogeneous_arguments stale_weights_on_a_node stale_config_on_a_node
+  heterogeneous_arguments stale_weights_on_a_node stale_layer_gained_from_a_profile stale_config_on_a_node
   cost_model_negative_coefficient cost_model_stage_count flag_value_not_a_number)
 if(PIPEFILL_HAVE_CUDA)  # --backend cuda exists in this build
   list(APPEND PF_BAD_CASES cuda_without_device cuda_page_size unknown_transport kv_memory_fraction_out_of_range)
@@ -209,7 +210,8 @@ foreach(case ${PF_BAD_CASES})
   set_tests_properties(bad_input.${case} PROPERTIES LABELS mpi TIMEOUT 120 SKIP_RETURN_CODE 77
                        FIXTURES_REQUIRED "model.tiny;prompts")
 endforeach()
-set_tests_properties(bad_input.cost_model_other_partition bad_input.cost_model_negative_coefficient
+set_tests_properties(bad_input.cost_model_other_partition bad_input.stale_layer_gained_from_a_profile
+                     bad_input.cost_model_negative_coefficient
                      bad_input.cost_model_stage_count bad_input.cp_emulate_profile bad_input.cp_profile_without_cp PROPERTIES FIXTURES_REQUIRED "model.tiny;prompts;cost_model")
 
 add_test(NAME mpi.emulate_8_ranks_on_2_cores COMMAND ${PF_MPI}/emulate_run.sh ${PF_BIN})
