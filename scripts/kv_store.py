@@ -21,6 +21,7 @@ import argparse
 import fcntl
 import json
 import os
+import re
 import shutil
 import socket
 import sys
@@ -37,6 +38,7 @@ python_tool.run_in_venv(__file__)
 import numpy as np  # noqa: E402
 
 from pipefill_kv import KvExportError, load_kv, read_index, tokens_fnv1a  # noqa: E402
+from python_tool import fnv1a  # noqa: E402
 
 
 def fail(message):
@@ -62,11 +64,28 @@ def human(n):
         n /= 1024
 
 
-def entries_of(store):
-    """The store's entry directories (names that are not dot files), sorted."""
+# <store key>-<tokens_fnv1a>-<tokens>: the only names a store's runs and this tool treat as
+# entries (src/kvcache/kv_directories.cpp); nothing else in the directory is ever touched.
+ENTRY_NAME = re.compile(r"[0-9a-f]{16}-[0-9a-f]{16}-[1-9][0-9]*")
+
+
+def require_store(store):
+    """A store's directory, not an export, one of its entries or a model (as pipefill checks)."""
     if not os.path.isdir(store):
         fail(f"{store} is not a directory (give the directory of --kv-store)")
-    return sorted(d for d in os.listdir(store) if not d.startswith(".") and os.path.isdir(os.path.join(store, d)))
+    has = set(os.listdir(store))
+    if "tokens.i32" in has:
+        fail(f"{store} is one entry of a KV store: give the store's directory, its parent")
+    if "index.json" in has:
+        fail(f"{store} holds index.json: a --save-kv export, not a KV store (read it with pipefill_kv.py)")
+    if "config.json" in has or any(n.endswith(".safetensors") for n in has):
+        fail(f"{store} holds config.json or .safetensors files: a model's directory, not a KV store")
+
+
+def entries_of(store):
+    """The store's entry directories, sorted."""
+    require_store(store)
+    return sorted(d for d in os.listdir(store) if ENTRY_NAME.fullmatch(d) and os.path.isdir(os.path.join(store, d)))
 
 
 def describe(store, name):
@@ -87,9 +106,51 @@ def describe(store, name):
                     partition=",".join(str(layers[s]) for s in sorted(layers)), prompt=int(prompt),
                     tokens=int(listed["tokens"]), dtype=index.get("dtype"), parent=index.get("parent"),
                     parent_tokens=index.get("parent_tokens", 0))
-    except (KvExportError, OSError, ValueError, KeyError, StopIteration) as e:
+    except (KvExportError, OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration) as e:
         info["problem"] = f"unreadable index.json: {e}"
     return info
+
+
+def file_fnv1a(path, start=0, length=None):
+    with open(path, "rb") as f:
+        f.seek(start)
+        return f"{fnv1a(f.read() if length is None else f.read(length)):016x}"
+
+
+def check_rows(prompt_dir, tokens, first):
+    """None, or what is wrong with the token rows a scoring run stored beside the KV
+    (src/kvcache/entry_scores.hpp: scores.json/.bin, hidden_rows.json/.bin), checked as a run
+    checks them before it lends them."""
+    scores = os.path.join(prompt_dir, "scores.json")
+    if os.path.exists(scores):
+        with open(scores) as f:
+            about = json.load(f)
+        if not isinstance(about, dict) or about.get("tokens") != tokens:
+            return f"{scores} does not describe this entry's {tokens} tokens"
+        width = (1 if about.get("logprobs") else 0) + 2 * int(about.get("top_k", 0)) + len(about.get("token_set", []))
+        data = os.path.join(prompt_dir, "scores.bin")
+        if not os.path.isfile(data) or os.path.getsize(data) != 4 * tokens * width:
+            return f"{data} is missing or not {4 * tokens * width} bytes"
+        if file_fnv1a(data) != about.get("fnv1a"):
+            return f"{data} does not match its checksum (the token scores were changed)"
+    hidden = os.path.join(prompt_dir, "hidden_rows.json")
+    if os.path.exists(hidden):
+        with open(hidden) as f:
+            about = json.load(f)
+        if not isinstance(about, dict) or about.get("tokens") != tokens or about.get("first") != first:
+            return f"{hidden} does not describe this entry's rows {first}..{tokens}"
+        row = 4 * int(about["hidden"])
+        block = int(about["block_rows"])
+        data = os.path.join(prompt_dir, "hidden_rows.bin")
+        if not os.path.isfile(data) or os.path.getsize(data) != row * (tokens - first):
+            return f"{data} is missing or not {row * (tokens - first)} bytes"
+        blocks = range(0, tokens - first, block)
+        if len(about["fnv1a"]) != len(blocks):
+            return f"{hidden} lists {len(about['fnv1a'])} block checksums, not {len(blocks)}"
+        for b, at in enumerate(blocks):
+            if file_fnv1a(data, at * row, min(block, tokens - first - at) * row) != about["fnv1a"][b]:
+                return f"{data}: rows {first + at}.. do not match their checksum (the rows were changed)"
+    return None
 
 
 def check(store, name):
@@ -101,10 +162,13 @@ def check(store, name):
         ids = np.fromfile(os.path.join(path, "tokens.i32"), dtype="<i4")
         if len(ids) != listed["tokens"] or tokens_fnv1a(ids) != listed["tokens_fnv1a"]:
             return "tokens.i32 does not match its index.json"
+        if name.rsplit("-", 2)[1:] != [listed["tokens_fnv1a"], str(listed["tokens"])]:
+            return "its name does not match the tokens it holds"
         load_kv(path, int(prompt), ids)  # every file's identity and data_checksum
-    except (KvExportError, OSError, ValueError, KeyError, StopIteration) as e:
+        first = int(index.get("parent_tokens", 0)) if index.get("parent") else 0
+        return check_rows(os.path.join(path, f"prompt-{int(prompt):06d}"), len(ids), first)
+    except (KvExportError, OSError, ValueError, KeyError, TypeError, AttributeError, StopIteration) as e:
         return str(e)
-    return None
 
 
 def cmd_ls(store, as_json):
@@ -149,9 +213,10 @@ def cmd_du(store):
 
 def cmd_verify(store, names):
     names = names or entries_of(store)
+    require_store(store)
     bad = 0
     for name in names:
-        if not os.path.isdir(os.path.join(store, name)):
+        if not ENTRY_NAME.fullmatch(name) or not os.path.isdir(os.path.join(store, name)):
             fail(f"{store} has no entry {name}")
         problem = check(store, name)
         print(f"{'ok' if problem is None else 'BAD':<4} {name}{'' if problem is None else ': ' + problem}")
@@ -179,8 +244,9 @@ def dead_incoming(store):
 
 
 def cmd_gc(store, dry_run):
+    names = entries_of(store)  # first: it refuses a directory that is not a store
     doomed = [(name, "left by a run that is gone") for name in dead_incoming(store)]
-    for name in entries_of(store):
+    for name in names:
         problem = check(store, name)
         if problem is not None:
             doomed.append((name, problem))

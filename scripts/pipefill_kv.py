@@ -105,6 +105,12 @@ def read_index(directory):
             index = json.load(f)
     except FileNotFoundError:
         raise KvExportError(f"{path} is missing: not a finished pipefill KV export")
+    except NotADirectoryError:
+        raise KvExportError(f"{directory} is not a directory: give a --save-kv directory or a store's entry")
+    except (OSError, UnicodeDecodeError, ValueError) as e:  # json's errors are ValueErrors
+        raise KvExportError(f"{path} cannot be read as JSON: {e}")
+    if not isinstance(index, dict) or not isinstance(index.get("prompts", {}), dict):
+        raise KvExportError(f"{path} is not a pipefill KV export's index (not an object listing its prompts)")
     if index.get("format") != FORMAT:
         raise KvExportError(f"{path}: format {index.get('format')!r}, expected {FORMAT!r}")
     return index

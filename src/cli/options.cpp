@@ -346,7 +346,7 @@ OptionTable<RunOptions> run_table() {
       .echo_as("kv_dtype", kOnlyWhenSet);
   t.add("kv-store",
         "a directory of KV caches kept across runs: prompts load the longest prefix an earlier run stored there "
-        "(same model and layout) instead of computing it, and every prompt computed is added",
+        "(same model and precision, any layout) instead of computing it, and every prompt computed is added",
         &R::kv_store)
       .echo_as("kv_store");
   t.add("kv-store-limit",

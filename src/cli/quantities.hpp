@@ -37,18 +37,18 @@ inline double parse_duration(const std::string& flag, const std::string& text) {
   return *seconds;
 }
 
-// Bytes, >= 1: a number with K, M, G or T (powers of 1024; KB, KiB and the like too) or none;
-// UserError naming `flag` otherwise.
+// Bytes, >= 1: a number with K, M, G or T (powers of 1024; either case, KB, KiB and the like
+// too), or a whole number of bytes; UserError naming `flag` otherwise.
 inline uint64_t parse_size(const std::string& flag, const std::string& text) {
   std::vector<std::pair<std::string, double>> units = {{"", 1}, {"B", 1}};
   double scale = 1;
   for (const char* prefix : {"K", "M", "G", "T"}) {
     scale *= 1024;
-    for (const char* suffix : {"", "B", "iB"}) units.emplace_back(std::string(prefix) + suffix, scale);
+    for (const std::string& letter : {std::string(prefix), std::string(1, static_cast<char>(std::tolower(*prefix)))})
+      for (const char* suffix : {"", "B", "iB"}) units.emplace_back(letter + suffix, scale);
   }
-  units.emplace_back("k", 1024);
   const std::optional<double> bytes = scaled_number(text, units);
-  if (!bytes || *bytes < 1 || *bytes > 1.8e19)
+  if (!bytes || *bytes < 1 || *bytes > 1.8e19 || (*bytes < 1024 && *bytes != std::floor(*bytes)))
     throw UserError(flag + " \"" + text + "\" is not a size (a positive number with K, M, G or T: 500G, 1.5T)");
   return static_cast<uint64_t>(*bytes);
 }

@@ -10,6 +10,7 @@
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/token_ids_file.hpp"
+#include "kvcache/kv_directories.hpp"
 #include "pipeline/backend_setup.hpp"
 #include "sched/dynamic_chunker.hpp"
 
@@ -45,6 +46,9 @@ void check_run_paths(const RunOptions& o) {
   io::require_outside_directory({{"--kv-store", o.kv_store}}, {"--save-kv", o.save_kv});
   io::require_outside_directory({{"--save-kv", o.save_kv}, {"--kv-store", o.kv_store}},
                                 {"the output's checkpoint directory", checkpoints});
+  // What the KV directories already hold: each its own writer's files.
+  if (!o.save_kv.empty()) kv::require_save_kv_directory(o.save_kv, /*replace_export=*/o.overwrite || o.resume);
+  if (!o.kv_store.empty()) kv::require_kv_store_directory(o.kv_store);
   // An earlier run's output can stand for hours of compute: replaced only when asked.
   std::error_code missing;
   if (!o.resume && !o.overwrite && std::filesystem::exists(o.output, missing))

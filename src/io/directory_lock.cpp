@@ -104,4 +104,25 @@ int DirectoryLock::remove_partial_files(const std::vector<std::string>& names) c
   return removed;
 }
 
+int DirectoryLock::remove_files(const std::vector<std::string>& names) const {
+  std::vector<fs::path> files;  // listed first: nothing is removed under a running iterator
+  std::error_code walk;
+  for (fs::recursive_directory_iterator it(directory_, walk), end; !walk && it != end; it.increment(walk)) {
+    const std::string relative = it->path().lexically_relative(directory_).string();
+    std::error_code stat_error;
+    if (it->is_regular_file(stat_error) && std::any_of(names.begin(), names.end(), [&](const std::string& pattern) {
+          return ::fnmatch(pattern.c_str(), relative.c_str(), FNM_PATHNAME) == 0;
+        }))
+      files.push_back(it->path());
+  }
+  int removed = 0;
+  std::error_code error;
+  for (const fs::path& path : files) {
+    removed += fs::remove(path, error) ? 1 : 0;
+    if (path.parent_path() != fs::path(directory_) && fs::is_empty(path.parent_path(), error))
+      fs::remove(path.parent_path(), error);
+  }
+  return removed;
+}
+
 }  // namespace pf::io

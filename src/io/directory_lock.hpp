@@ -24,6 +24,9 @@ class DirectoryLock {
   // patterns, e.g. "prompt-*/stage*_tp*.safetensors"). Only the holder may do this, since no
   // other run can be writing there. Returns how many it removed.
   int remove_partial_files(const std::vector<std::string>& names) const;
+  // Removes an earlier run's files of those names (--overwrite replacing an export), then the
+  // directories they leave empty. Returns how many files it removed.
+  int remove_files(const std::vector<std::string>& names) const;
 
  private:
   std::string directory_;

@@ -16,6 +16,7 @@
 
 #include "io/durable_file.hpp"
 #include "io/fnv1a.hpp"
+#include "kvcache/kv_directories.hpp"
 
 namespace pf::kv {
 
@@ -165,7 +166,7 @@ std::map<std::string, int> entries_passed_over(const std::string& dir, const std
   std::error_code error;
   for (const fs::directory_entry& item : fs::directory_iterator(dir, error)) {
     const std::string name = item.path().filename().string();
-    if (name.empty() || name[0] == '.' || name.rfind(key + "-", 0) == 0 || !item.is_directory(error)) continue;
+    if (!is_store_entry_name(name) || name.rfind(key + "-", 0) == 0 || !item.is_directory(error)) continue;
     std::ifstream file(item.path() / "index.json");
     const nlohmann::json index = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
     if (index.is_discarded() || !index.is_object())
@@ -292,7 +293,8 @@ std::vector<EntryFootprint> store_footprints(const std::string& dir) {
   std::error_code error;
   for (const fs::directory_entry& item : fs::directory_iterator(dir, error)) {
     const std::string name = item.path().filename().string();
-    if (name.empty() || name[0] == '.' || !item.is_directory(error)) continue;
+    // Only entries: eviction never removes anything else someone keeps in the directory.
+    if (!is_store_entry_name(name) || !item.is_directory(error)) continue;
     EntryFootprint entry;
     entry.name = name;
     for (const fs::directory_entry& file : fs::recursive_directory_iterator(item.path(), error))

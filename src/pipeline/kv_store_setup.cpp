@@ -396,6 +396,14 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts, cons
   if (!error) error = hidden_error_;
   if (error) error = "--kv-store: " + *error + " (rank " + std::to_string(topo_.world_rank) + ")";
   error = dist::agree_on_errors(error, MPI_COMM_WORLD);
+  // The entries found damaged are replaced below, under their exclusive lock: every rank lets
+  // go of its own hold on them first (one held as part of another entry's chain; its rows
+  // were read when the prompts were computed), else this run's own lock keeps them damaged.
+  const std::set<std::string> damaged = nlohmann::json::parse(dist::decide_on_root(MPI_COMM_WORLD, [&] {
+                                          return nlohmann::json(damaged_).dump();
+                                        })).get<std::set<std::string>>();
+  for (auto use = uses_.begin(); use != uses_.end();)
+    use = damaged.count(std::filesystem::path(use->first).filename().string()) ? uses_.erase(use) : std::next(use);
   // A prompt is an entry once every rank has its file.
   const auto all =
       dist::gather_vector(exporter_ ? exporter_->completed_prompts() : std::vector<int>{}, 0, MPI_COMM_WORLD);

@@ -22,6 +22,7 @@ tokens early, so at least the first 8 are required).
 usage: kv_export_check.py BUILD_DIR WORK_DIR SMOLLM2_DIR   (run with scripts/setup_venv.sh's python)
 """
 import os
+import shutil
 import sys
 
 import h5py
@@ -80,6 +81,7 @@ def check(build, work, name, model_dir, model, prompts, layouts):
     ok = True
     for layout, ranks, options in layouts:
         kv_dir = os.path.join(work, f"{name}_{layout}_kv")
+        shutil.rmtree(kv_dir, ignore_errors=True)  # an earlier run's export is refused without --overwrite
         logits, _, _ = run_pipefill(build, model_dir, prompts_h5, os.path.join(work, f"{name}_{layout}.h5"), ranks,
                                     f"{options} --save-kv {kv_dir}")
         bf16 = "--kv-dtype bf16" in options

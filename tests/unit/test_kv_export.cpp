@@ -347,22 +347,27 @@ void make_used_entry(const fs::path& dir, const std::string& name, size_t bytes,
   std::this_thread::sleep_for(std::chrono::milliseconds(20));
 }
 
+// A store entry's name for a test label (eviction only ever touches names of that form).
+static std::string E(const std::string& label) {
+  return "0123456789abcdef-" + io::Fnv1a().add(label).hex() + "-1000";
+}
+
 // --kv-store-limit: least recently used entries go first, never one in `keep` nor one another
 // process holds in use (a child process takes the lock, as another run would).
 TEST_F(KvExport, EvictionRemovesTheLeastRecentlyUsedEntriesNotInUse) {
   fs::create_directories(dir_);
   auto make_entry = [&](const std::string& name, size_t bytes) { make_used_entry(dir_, name, bytes, ""); };
-  make_entry("a", 1000);  // oldest
-  make_entry("b", 1000);
-  make_entry("c", 1000);
-  make_entry("d", 1000);                                           // newest
-  EXPECT_TRUE(EntryUse::take((dir_ / "a").string()).has_value());  // a used again: now the newest
+  make_entry(E("a"), 1000);  // oldest
+  make_entry(E("b"), 1000);
+  make_entry(E("c"), 1000);
+  make_entry(E("d"), 1000);                                           // newest
+  EXPECT_TRUE(EntryUse::take((dir_ / E("a")).string()).has_value());  // a used again: now the newest
 
   int ready[2];
   ASSERT_EQ(::pipe(ready), 0);
   const pid_t child = ::fork();
   if (child == 0) {  // another run, using b until killed
-    std::optional<EntryUse> use = EntryUse::take((dir_ / "b").string());
+    std::optional<EntryUse> use = EntryUse::take((dir_ / E("b")).string());
     const char byte = use ? 1 : 0;
     if (::write(ready[1], &byte, 1) != 1) ::_exit(1);
     ::pause();
@@ -372,23 +377,23 @@ TEST_F(KvExport, EvictionRemovesTheLeastRecentlyUsedEntriesNotInUse) {
   ASSERT_EQ(::read(ready[0], &byte, 1), 1);
   ASSERT_EQ(byte, 1) << "the child could not take its lock";
   // Taking it marked b used now; the other run has held it since long before the rest.
-  fs::last_write_time(dir_ / "b" / "in_use", fs::file_time_type::clock::now() - std::chrono::hours(1));
+  fs::last_write_time(dir_ / E("b") / "in_use", fs::file_time_type::clock::now() - std::chrono::hours(1));
 
   // Least recently used first: b, c, d, a. Down to two entries' worth: b is in use (passed
   // over), c goes, d is kept, and a goes too, since three entries are still over the limit.
-  const Eviction eviction = evict_to_limit(dir_.string(), 2 * 1010, {"d"});
+  const Eviction eviction = evict_to_limit(dir_.string(), 2 * 1010, {E("d")});
   EXPECT_EQ(eviction.in_use, 1);
-  EXPECT_EQ(eviction.evicted, (std::vector<std::string>{"c", "a"}));
-  EXPECT_TRUE(fs::exists(dir_ / "b")) << "an entry in use was removed";
-  EXPECT_TRUE(fs::exists(dir_ / "d")) << "a kept entry was removed";
-  EXPECT_FALSE(fs::exists(dir_ / "c"));
+  EXPECT_EQ(eviction.evicted, (std::vector<std::string>{E("c"), E("a")}));
+  EXPECT_TRUE(fs::exists(dir_ / E("b"))) << "an entry in use was removed";
+  EXPECT_TRUE(fs::exists(dir_ / E("d"))) << "a kept entry was removed";
+  EXPECT_FALSE(fs::exists(dir_ / E("c")));
   EXPECT_LE(eviction.bytes_after, 2 * 1010u + 100);
 
   ::kill(child, SIGKILL);
   ::waitpid(child, nullptr, 0);
   // The other run has ended: b can go now, least recently used of those left.
-  const Eviction later = evict_to_limit(dir_.string(), 1010, {"d"});
-  EXPECT_EQ(later.evicted, std::vector<std::string>{"b"});
+  const Eviction later = evict_to_limit(dir_.string(), 1010, {E("d")});
+  EXPECT_EQ(later.evicted, std::vector<std::string>{E("b")});
   EXPECT_EQ(later.in_use, 0);
   for (const auto& item : fs::directory_iterator(dir_))
     EXPECT_NE(item.path().filename().string().rfind(".evicting", 0), 0u) << "left " << item.path();
@@ -401,18 +406,18 @@ TEST_F(KvExport, EvictionTakesTheEntriesBuiltOnAnEntryWithIt) {
   auto make_entry = [&](const std::string& name, const std::string& parent) {
     make_used_entry(dir_, name, 1000, parent);
   };
-  make_entry("doc", "");  // least recently used
-  make_entry("other", "");
-  make_entry("q1", "doc");
-  make_entry("q2", "q1");
+  make_entry(E("doc"), "");  // least recently used
+  make_entry(E("other"), "");
+  make_entry(E("q1"), E("doc"));
+  make_entry(E("q2"), E("q1"));
   {  // q2 in use: the document cannot go (its chain would break under the run using q2)
-    std::optional<EntryUse> use = EntryUse::take((dir_ / "q2").string());
+    std::optional<EntryUse> use = EntryUse::take((dir_ / E("q2")).string());
     ASSERT_TRUE(use.has_value());
     int ready[2];
     ASSERT_EQ(::pipe(ready), 0);
     const pid_t child = ::fork();
     if (child == 0) {
-      std::optional<EntryUse> held = EntryUse::take((dir_ / "q2").string());
+      std::optional<EntryUse> held = EntryUse::take((dir_ / E("q2")).string());
       const char byte = held ? 1 : 0;
       if (::write(ready[1], &byte, 1) != 1) ::_exit(1);
       ::pause();
@@ -423,12 +428,12 @@ TEST_F(KvExport, EvictionTakesTheEntriesBuiltOnAnEntryWithIt) {
     ASSERT_EQ(byte, 1);
     const Eviction blocked = evict_to_limit(dir_.string(), 2 * 1010, {});
     EXPECT_EQ(blocked.in_use, 3) << "doc, q1 and q2 each found in use through q2";
-    EXPECT_EQ(blocked.evicted, std::vector<std::string>{"other"});
+    EXPECT_EQ(blocked.evicted, std::vector<std::string>{E("other")});
     ::kill(child, SIGKILL);
     ::waitpid(child, nullptr, 0);
   }
   const Eviction eviction = evict_to_limit(dir_.string(), 100, {});
-  EXPECT_EQ(eviction.evicted, (std::vector<std::string>{"q2", "q1", "doc"})) << "children first";
+  EXPECT_EQ(eviction.evicted, (std::vector<std::string>{E("q2"), E("q1"), E("doc")})) << "children first";
   EXPECT_TRUE(fs::is_empty(dir_));
 }
 
@@ -439,12 +444,12 @@ TEST_F(KvExport, EvictionRemovesAParentAfterItsOlderChildren) {
   auto make_entry = [&](const std::string& name, const std::string& parent) {
     make_used_entry(dir_, name, 1000, parent);
   };
-  make_entry("q1", "doc");
-  make_entry("q2", "doc");
-  make_entry("doc", "");
+  make_entry(E("q1"), E("doc"));
+  make_entry(E("q2"), E("doc"));
+  make_entry(E("doc"), "");
   const Eviction eviction = evict_to_limit(dir_.string(), 100, {});
   EXPECT_EQ(eviction.in_use, 0);
-  EXPECT_EQ(eviction.evicted, (std::vector<std::string>{"q1", "q2", "doc"}));
+  EXPECT_EQ(eviction.evicted, (std::vector<std::string>{E("q1"), E("q2"), E("doc")}));
   EXPECT_TRUE(fs::is_empty(dir_));
 }
 

@@ -219,7 +219,10 @@ TEST(Sizes, ReadAsPeopleWriteThem) {
   EXPECT_EQ(parse_size("--x", "500G"), 500ull << 30);
   EXPECT_EQ(parse_size("--x", "500GB"), 500ull << 30);
   EXPECT_EQ(parse_size("--x", "1.5TiB"), 3ull << 39);
-  for (const char* bad : {"", "G", "0", "-1G", "10X", "1e30T", "5 G"})
+  EXPECT_EQ(parse_size("--x", "5g"), 5ull << 30);  // either case
+  EXPECT_EQ(parse_size("--x", "2kB"), 2048u);
+  // A fraction of a byte is a mistake (1.5 without a unit was 1 byte).
+  for (const char* bad : {"", "G", "0", "-1G", "10X", "1e30T", "5 G", "1.5"})
     EXPECT_THROW(parse_size("--x", bad), UserError) << bad;
 }
 
