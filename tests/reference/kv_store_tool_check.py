@@ -13,7 +13,9 @@
   - a document with 3 questions in one batch: the questions' entries hold only their own rows and
     name the document's entry, `ls` says so, `load_kv` of one joins the two into exactly what
     the run's --save-kv export holds for that prompt, and with the parent gone `verify` names it
-    and `gc` removes the orphans.
+    and `gc` removes the orphans;
+  - `gc` of the store's parent directory removes nothing, of an export is refused; a changed
+    byte of a scoring run's token scores fails `verify`.
 
 usage: kv_store_tool_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
 """
@@ -154,6 +156,30 @@ def main():
     r = tool("gc", shared_store)
     check(r.returncode == 0 and not tool("ls", shared_store, "--json").stdout.strip("[]\n "),
           f"gc removes the orphans: {r.stdout[-300:]}")
+
+    # gc pointed one level too high, or at an export: nothing that is not an entry is touched.
+    r = tool("gc", work)
+    check(r.returncode == 0 and os.path.isdir(store) and os.path.isdir(export),
+          f"gc of the store's parent removes nothing: {r.stdout[-300:]} {r.stderr[-300:]}")
+    r = tool("gc", export)
+    check(r.returncode == 2 and r.stderr.startswith("error: ") and os.path.isfile(os.path.join(export, "index.json")),
+          f"gc refuses an export: {r.stderr[-300:]}")
+
+    # A scoring run's entries keep token scores: verify checks them as a run does.
+    scored_store = os.path.join(work, "scored_store")
+    run_pipefill(build, "synthetic:tiny", prompts_h5, os.path.join(work, "scored.h5"), 2,
+                 f"--pp 2 --chunk-size 32 --page-size 16 --logprobs --top-k 2 --kv-store {scored_store}")
+    damaged = sorted(n for n in os.listdir(scored_store) if not n.startswith("."))[0]
+    scores = next(os.path.join(root, "scores.bin") for root, _, files in os.walk(os.path.join(scored_store, damaged))
+                  if "scores.bin" in files)
+    with open(scores, "r+b") as f:
+        f.seek(8)
+        value = f.read(1)
+        f.seek(8)
+        f.write(bytes([value[0] ^ 0x40]))
+    r = tool("verify", scored_store)
+    check(r.returncode == 1 and f"BAD  {damaged}" in r.stdout and "token scores" in r.stdout,
+          f"verify checks the token scores: {r.stdout[-400:]}")
 
     r = tool("ls", "/nonexistent-store")
     check(r.returncode == 2 and r.stderr.startswith("error: "), f"a missing store is one error line: {r.stderr}")
