@@ -4,6 +4,7 @@
 // timed, exactly as the emulate backend does).
 #include <cstdio>
 #include <nlohmann/json.hpp>
+#include <optional>
 
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
@@ -11,7 +12,10 @@
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/results_h5.hpp"
+#include "model/layer_partition.hpp"
+#include "model/model_shape.hpp"
 #include "model/presets.hpp"
+#include "sched/cost_profile.hpp"
 #include "sched/plan_flops.hpp"
 #include "sim/simulated_run.hpp"
 #include "trace/summary.hpp"
@@ -48,6 +52,34 @@ void print_cp_ring(const sched::BatchPlan& plan, const std::vector<sim::StageCos
   }
 }
 
+// The layers each stage holds. A saved profile stands for the model, pp and partition it
+// timed (`run` refuses it for another, and so does this): its partition unless
+// --layer-partition gives the same one.
+std::vector<model::StageRange> simulated_partition(const SimulateOptions& o, const model::ModelShape& shape,
+                                                   const std::optional<sched::CostProfile>& profile) {
+  const auto given = [&](const std::string& text) {
+    return text.empty() ? model::default_partition(shape.num_layers, o.pp)
+                        : model::parse_partition(text, shape.num_layers, o.pp);
+  };
+  if (!profile) return given(o.layer_partition);
+  const std::string& path = o.chunking.cost_source.value;
+  sched::check_profile_stages(*profile, o.pp, path);
+  const auto config = profile->identity.find("model_config");
+  if (config != profile->identity.end() && !model::same_costs(model::shape_from_json(*config, path), shape))
+    throw UserError(path + " was profiled on another model than --model-config " + o.model_config +
+                    ": profile that model, or leave out --cost-model for the analytic costs");
+  const std::string profiled = profile->layer_partition();
+  if (!o.layer_partition.empty() && !profiled.empty() && model::partition_text(given(o.layer_partition)) != profiled)
+    throw UserError(path + " was profiled for another layer_partition (\"" + profiled + "\", --layer-partition " +
+                    o.layer_partition + "): leave --layer-partition out to use the profile's");
+  try {
+    return given(o.layer_partition.empty() ? profiled : o.layer_partition);
+  } catch (const UserError&) {
+    throw UserError(path + ": its layer_partition \"" + profiled.substr(0, 80) + "\" is not a split of this model's " +
+                    std::to_string(shape.num_layers) + " layers into " + std::to_string(o.pp) + " stages");
+  }
+}
+
 }  // namespace
 
 int simulate_command(int argc, char** argv) {
@@ -59,15 +91,16 @@ int simulate_command(int argc, char** argv) {
   if (o.matmul_efficiency > 0) hw.matmul_efficiency = o.matmul_efficiency;
   if (o.attention_efficiency > 0) hw.attention_efficiency = o.attention_efficiency;
   if (o.matmul_half_rows >= 0) hw.matmul_half_rows = o.matmul_half_rows;
-  const auto partition = o.layer_partition.empty() ? model::default_partition(shape.num_layers, o.pp)
-                                                   : model::parse_partition(o.layer_partition, shape.num_layers, o.pp);
   const sched::CostSource& saved = o.chunking.cost_source;  // a profile, or none (options.cpp)
   if (o.cp > 1 && saved.profile_file())
     throw UserError("--cp models the CP ring analytically: it cannot use a measured --cost-model profile");
+  const std::optional<sched::CostProfile> profile =
+      saved.profile_file() ? std::optional(sched::load_cost_profile(saved.value)) : std::nullopt;
+  const auto partition = simulated_partition(o, shape, profile);
   const sim::CpRequest cp{o.cp, sim::parse_cp_attention(o.cp_attention)};
   const std::vector<sim::StageCost> costs =
-      saved.profile_file() ? sim::profiled_stage_costs(sched::load_cost_profile(saved.value), o.pp)
-                           : sim::analytic_stage_costs(shape, hw, partition, o.tp, shape.fp8, o.wire_bytes, cp);
+      profile ? sim::profiled_stage_costs(*profile, o.pp)
+              : sim::analytic_stage_costs(shape, hw, partition, o.tp, shape.fp8, o.wire_bytes, cp);
 
   sim::SimulatedRunSpec spec{
       o.pp, o.cp, o.tp, shape.hidden_size, o.chunking, o.lengths, o.cached_tokens, o.ring_depth, o.wire_bytes, {}};

@@ -57,6 +57,16 @@ double ModelShape::attention_flops(double prefix, double x) const {
   return 2.0 * num_heads * attention_width() * keys;
 }
 
+bool same_costs(const ModelShape& a, const ModelShape& b) {
+  if (a.num_layers != b.num_layers || a.hidden_size != b.hidden_size || a.vocab_size != b.vocab_size ||
+      a.num_heads != b.num_heads || a.num_kv_heads != b.num_kv_heads || a.attention_width() != b.attention_width() ||
+      a.kv_lora_rank != b.kv_lora_rank)
+    return false;
+  for (int layer = 0; layer < a.num_layers; ++layer)
+    if (a.matmul_flops(layer, 1.0) != b.matmul_flops(layer, 1.0)) return false;
+  return true;
+}
+
 double ModelShape::active_parameters() const {
   double total = 0;
   for (int layer = 0; layer < num_layers; ++layer)

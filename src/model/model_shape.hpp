@@ -89,6 +89,11 @@ double chunk_flops(const ModelShape& shape, int first_layer, int layer_count, in
 // One TP rank's share of chunk_flops (the replicated matmuls whole, the rest split).
 double rank_chunk_flops(const ModelShape& shape, int first_layer, int layer_count, int tokens, int64_t pos0, int tp);
 
+// Whether two shapes cost the same everywhere (layers, widths, heads, vocabulary, each layer's
+// matmul FLOPs): a profile timed on one stands for the other. config.json as written and as a
+// run records it normalised differ in keys, not in this.
+bool same_costs(const ModelShape& a, const ModelShape& b);
+
 ModelShape shape_from_json(const nlohmann::json& config, const std::string& origin);
 ModelShape load_model_shape(const std::string& config_path);  // UserError on a bad file
 ModelShape shape_from_config(const ModelConfig& config);

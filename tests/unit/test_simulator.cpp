@@ -10,6 +10,7 @@
 #include "errors.hpp"
 #include "model/model_shape.hpp"
 #include "model/presets.hpp"
+#include "sched/cost_profile.hpp"
 #include "sim/hardware.hpp"
 #include "sim/pipeline_sim.hpp"
 #include "sim/stage_costs.hpp"
@@ -374,4 +375,37 @@ TEST(SimulateCommand, ContextParallelLayouts) {
   EXPECT_THROW(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--cp", "2", "--cp-attention", "ring",
                          "--length", "5"}),
                UserError);
+}
+
+// `simulate --cost-model P`: a profile stands for the model, pp and partition it timed, as in
+// `run`: its partition is the one simulated; another model, pp or --layer-partition is refused.
+TEST(SimulateCommand, AProfileStandsForItsModelAndPartition) {
+  sched::CostProfile profile;
+  profile.identity = {
+      {"model_config", model::to_json(model::preset_config("tiny"))}, {"pp", 2}, {"layer_partition", "6,2"}};
+  profile.initial_chunk = 64;
+  for (int s = 0; s < 2; ++s) {
+    sched::StageCostFit fit;
+    fit.stage = s;
+    fit.sglang.ok = fit.prefix.ok = true;
+    fit.sglang.model = {sched::CostForm::kFreshQuadratic, 1e-9, 1e-5, 1e-4, 0};
+    fit.prefix.model = {sched::CostForm::kPrefixAware, 1e-9, 1e-5, 1e-4, 1e-8};
+    profile.stages.push_back(fit);
+  }
+  const std::string path = testing::TempDir() + "/simulate_profile.json";
+  sched::save_cost_profile(path, profile);
+  auto with = [&](const std::string& model, const std::string& pp, std::vector<std::string> extra) {
+    std::vector<std::string> args = {
+        "--model-config", model, "--hardware",         "cpu",          "--pp", pp, "--length", "600",
+        "--chunk-size",   "64",  "--dynamic-chunking", "--cost-model", path};
+    args.insert(args.end(), extra.begin(), extra.end());
+    return simulate(args);
+  };
+  testing::internal::CaptureStdout();
+  EXPECT_EQ(with("synthetic:tiny", "2", {}), 0);
+  const std::string text = testing::internal::GetCapturedStdout();
+  EXPECT_NE(text.find("layers 6,2"), std::string::npos) << text;
+  EXPECT_THROW(with("synthetic:small", "2", {}), UserError);                           // another model
+  EXPECT_THROW(with("synthetic:tiny", "2", {"--layer-partition", "4,4"}), UserError);  // another partition
+  EXPECT_THROW(with("synthetic:tiny", "4", {}), UserError);                            // another pp
 }
