@@ -165,6 +165,7 @@ def main():
     args = parse_args()
     model = ModelTokenizer(args.model)
     data_file = open_h5(args.file)
+    model.require_model_of(data_file.attrs, args.file)
     showable = ", ".join(k for k in sorted(SHOWN) if isinstance(data_file.get(k), h5py.Dataset)) or "none of them"
     if args.dataset not in SHOWN:
         raise UserError(f"--dataset {args.dataset}: /{args.dataset} holds neither token ids nor logits; detokenize.py "

@@ -75,6 +75,18 @@ class ModelTokenizer:
             value if isinstance(value, int) and value > 0 else None
             for value in (model_config.get("vocab_size"), model_config.get("max_position_embeddings")))
 
+    def require_model_of(self, attributes, path):
+        """A pipefill output's root attributes name the model that wrote it (model_config): a
+        --model of another vocabulary would turn its ids into another model's words."""
+        written = attributes.get("model_config")
+        try:
+            vocab = json.loads(written.decode() if isinstance(written, bytes) else written).get("vocab_size")
+        except (TypeError, ValueError, AttributeError):
+            return  # a prompt file, or an output without one: nothing to compare
+        if isinstance(vocab, int) and self.model_vocab_size is not None and vocab != self.model_vocab_size:
+            raise UserError(f"--model {self.model_dir} has a vocabulary of {self.model_vocab_size} tokens, but the "
+                            f"model that wrote {path} has {vocab}: give that model's directory")
+
     def encode(self, texts, add_special_tokens):
         """Token ids of each text: one batch call, spread over the cores by the library."""
         # encode_batch_fast skips the character offsets, which nobody here reads (1.5-2x faster).

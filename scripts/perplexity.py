@@ -103,6 +103,7 @@ def main():
     if args.surprising:
         from model_tokenizer import ModelTokenizer
         model = ModelTokenizer(args.model)
+        model.require_model_of(out.attrs, args.file)
 
     # A document is one prompt, or its windows (tokenize.py --window): their scored spans
     # cover each of its tokens once, so its NLL is their sum.

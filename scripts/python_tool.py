@@ -63,6 +63,43 @@ def utf8_name(name):
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+def check_output_path(out, inputs=()):
+    """--out names a file this user can create (its directory exists and is writable), not a
+    directory nor one of `inputs`: refused before any work, as a UserError."""
+    if not out or out.endswith(os.sep):
+        raise UserError(f"--out {out!r} is not a file name")
+    if os.path.isdir(out):
+        raise UserError(f"--out {out} is a directory")
+    directory = os.path.dirname(os.path.abspath(out))
+    if not os.path.isdir(directory):
+        raise UserError(f"the directory of --out {out} does not exist")
+    if not os.access(directory, os.W_OK | os.X_OK):
+        raise UserError(f"cannot write into {directory} (the directory of --out {out})")
+    if any(os.path.exists(p) and os.path.exists(out) and os.path.samefile(p, out) for p in inputs):
+        raise UserError(f"--out {out} is also an input file")
+
+
+def write_text_atomically(out, text):
+    """`text` into OUT by a private temporary file beside it and a rename: OUT is never half
+    written, and no other file is touched."""
+    import tempfile
+    partial = None
+    try:
+        fd, partial = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".partial",
+                                       dir=os.path.dirname(os.path.abspath(out)))
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        umask = os.umask(0)
+        os.umask(umask)
+        os.chmod(partial, 0o666 & ~umask)  # mkstemp's 0600 would outlive the rename
+        os.replace(partial, out)
+    except OSError as e:
+        raise UserError(f"cannot write {out}: {e.strerror or e}")
+    finally:
+        if partial is not None and os.path.exists(partial):
+            os.unlink(partial)
+
+
 def fail(message):
     sys.stdout.flush()
     print(f"error: {message}", file=sys.stderr)

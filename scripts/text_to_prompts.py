@@ -47,7 +47,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
-from python_tool import UserError, require_unicode  # noqa: E402
+from python_tool import UserError, check_output_path, require_unicode  # noqa: E402
 
 EXTENSIONS = (".txt", ".jsonl")
 # Text handed to the tokenizer per call: ~2M tokens, a few seconds on one core, so that every core
@@ -115,20 +115,6 @@ def parse_args():
             if not path.lower().endswith(".jsonl"):
                 raise UserError(f"{path}: --context-field and --id-field read .jsonl lines; a .txt file has no fields")
     return args
-
-
-def check_output(out, inputs):
-    if not out or out.endswith(os.sep):
-        raise UserError(f"--out {out!r} is not a file name")
-    if os.path.isdir(out):
-        raise UserError(f"--out {out} is a directory")
-    directory = os.path.dirname(os.path.abspath(out))
-    if not os.path.isdir(directory):
-        raise UserError(f"the directory of --out {out} does not exist")
-    if not os.access(directory, os.W_OK | os.X_OK):
-        raise UserError(f"cannot write into {directory} (the directory of --out {out})")
-    if any(os.path.exists(p) and os.path.exists(out) and os.path.samefile(p, out) for p in inputs):
-        raise UserError(f"--out {out} is also an input file")
 
 
 def check_inputs(paths):
@@ -351,7 +337,7 @@ def tokenize_all(args, model, prompts):
 
 def main():
     args = parse_args()
-    check_output(args.out, args.files)
+    check_output_path(args.out, args.files)
     check_inputs(args.files)
     # Loaded only now (~0.4 s), so that a mistyped argument or path is reported at once.
     import tokenizers

@@ -27,7 +27,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 
 from model_tokenizer import ModelTokenizer  # noqa: E402
-from python_tool import UserError  # noqa: E402
+from python_tool import UserError, check_output_path, require_unicode, write_text_atomically  # noqa: E402
 
 
 class ArgumentParser(argparse.ArgumentParser):
@@ -47,6 +47,9 @@ def parse_args():
 
 def main():
     args = parse_args()
+    check_output_path(args.out)
+    for text in args.texts:
+        require_unicode(text, f"TEXT {python_tool.utf8_name(text)!r}")
     model = ModelTokenizer(args.model)
     lines, seen = [], {}
     for text, ids in zip(args.texts, model.encode(args.texts, add_special_tokens=False)):
@@ -60,9 +63,7 @@ def main():
             raise UserError(f"{json.dumps(text)} and {json.dumps(seen[ids[0]])} are the same token ({ids[0]})")
         seen[ids[0]] = text
         lines.append(f"{ids[0]}  # {json.dumps(text)}")
-    with open(args.out + ".tmp", "w", encoding="utf-8") as f:
-        f.write("\n".join(lines) + "\n")
-    os.replace(args.out + ".tmp", args.out)
+    write_text_atomically(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}: {len(lines)} token ids")
 
 
