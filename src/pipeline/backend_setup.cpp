@@ -41,8 +41,15 @@ std::vector<sim::StageCost> stage_costs_for(const sched::CostSource& source, con
     throw UserError("--cp with --backend emulate models its costs from analytic:HARDWARE; a profile (" + source.value +
                     ") was measured without context parallelism");
   const sched::CostProfile profile = sched::load_cost_profile(source.value);
-  // Not the backend: the profile was measured on the backend being emulated.
-  sched::check_profile_matches(profile, placed_model_identity(topo, m), source.value);
+  // Not the backend: the profile was measured on the backend being emulated. Its model_config
+  // is the one that run normalised, and this one config.json as written (keys differ): the
+  // same model when every cost is the same.
+  nlohmann::json identity = placed_model_identity(topo, m);
+  const auto profiled = profile.identity.find("model_config");
+  if (profiled != profile.identity.end() && profiled->is_object() &&
+      model::same_costs(model::shape_from_json(*profiled, source.value), m.shape))
+    identity["model_config"] = *profiled;
+  sched::check_profile_matches(profile, identity, source.value);
   description = "profile " + source.value;
   return sim::profiled_stage_costs(profile, topo.pp);
 }

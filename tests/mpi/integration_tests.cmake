@@ -216,6 +216,9 @@ set_tests_properties(bad_input.cost_model_other_partition bad_input.stale_layer_
 
 add_test(NAME mpi.emulate_8_ranks_on_2_cores COMMAND ${PF_MPI}/emulate_run.sh ${PF_BIN})
 set_tests_properties(mpi.emulate_8_ranks_on_2_cores PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2)
+add_test(NAME mpi.emulate_profile_of_a_model_directory COMMAND ${PF_MPI}/emulate_profile.sh ${PF_BIN} ${PF_DATA})
+set_tests_properties(mpi.emulate_profile_of_a_model_directory PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2
+                     FIXTURES_REQUIRED model.tiny)
 add_test(NAME mpi.emulate_context_parallel COMMAND ${PF_MPI}/emulate_cp.sh ${PF_BIN})
 set_tests_properties(mpi.emulate_context_parallel PROPERTIES LABELS mpi TIMEOUT 300 PROCESSORS 2)
 

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# A profile of a Hugging Face model directory serves `run --backend emulate` and `simulate` of
+# that same directory: the profile records config.json normalised, the emulator reads it as
+# written (here with keys pipefill does not use), and the two are the same model by their
+# costs. The profile's layer partition is the one emulated and simulated.
+# usage: emulate_profile.sh BIN_DIR DATA_DIR
+set -euo pipefail
+here=$(dirname "$0")
+source "$here/mpi_env.sh"
+bin=$1 data=$2
+temp_dir work
+cp -r "$data/tiny" "$work/m"
+"$PYTHON" - "$work/m/config.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config.update(torch_dtype="float32", transformers_version="4.99.0", use_cache=True)  # as save_pretrained writes
+json.dump(config, open(sys.argv[1], "w"), indent=2)
+PY
+pipefill_mpi 2 profile --model "$work/m" --pp 2 --layer-partition 5,3 --chunk-size 64 --page-size 16 \
+  --max-prefix 256 --profile-points 12 --out "$work/cost.json" >/dev/null
+"$bin/pipefill" make-prompts --out "$work/in.h5" --num 2 --min-len 100 --max-len 300 --vocab 512 --seed 3 >/dev/null
+timeout 120 mpirun -n 2 "$bin/pipefill" run --backend emulate --model "$work/m" --input "$work/in.h5" \
+  --output "$work/out.h5" --pp 2 --chunk-size 64 --page-size 16 --cost-model "$work/cost.json" | tee "$work/log"
+grep -q "layers 5,3" "$work/log" || { echo "FAIL: the emulated run did not take the profile's partition"; exit 1; }
+"$bin/pipefill" simulate --model-config "$work/m/config.json" --hardware cpu --pp 2 --length 300 --chunk-size 64 \
+  --dynamic-chunking --cost-model "$work/cost.json" | tee "$work/sim"
+grep -q "layers 5,3" "$work/sim" || { echo "FAIL: simulate did not take the profile's partition"; exit 1; }
+echo "emulate and simulate take a profile of the same model directory, with its partition"
