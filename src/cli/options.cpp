@@ -119,13 +119,12 @@ MemberOption<O, int, int>& add_tp(OptionTable<O>& t, int O::*member) {
   return t.add("tp", "tensor-parallel ranks per stage", member).at_least_one();
 }
 template <typename O>
-MemberOption<O, std::string, std::string>& add_layer_partition(OptionTable<O>& t, std::string O::*member) {
-  return t.add("layer-partition",
-               "layers per stage, e.g. 15,15,15,16 (default: equal, remainder on the last stages; with --logprobs, "
-               "--top-k or --token-ids the last stage gets fewer, by what its LM head is worth over the prompts; "
-               "with a saved --cost-model, the profile's own)",
-               member);
+MemberOption<O, std::string, std::string>& add_layer_partition(OptionTable<O>& t, std::string O::*member,
+                                                               const std::string& by_default) {
+  return t.add("layer-partition", "layers per stage, e.g. 15,15,15,16 (default: " + by_default + ")", member);
 }
+// What each command does without --layer-partition.
+constexpr const char* kEvenLayers = "equal, remainder on the last stages";
 template <typename O>
 MemberOption<O, int, int>& add_ring_depth(OptionTable<O>& t, int O::*member) {
   return t.add("ring-depth", "receives posted ahead / sends in flight per rank", member).at_least_one();
@@ -154,7 +153,11 @@ OptionTable<PlacementOptions> placement_table() {
   // allocation), its checkpoints and KV read by any layout (kvcache/kv_source.hpp).
   add_pp(t, &P::pp).echo_as("pp");
   add_tp(t, &P::tp).echo_as("tp");
-  add_layer_partition(t, &P::layer_partition)
+  add_layer_partition(t, &P::layer_partition,
+                      std::string(kEvenLayers) +
+                          "; a run that scores tokens (--logprobs, --top-k, --token-ids) gives the last stage fewer, "
+                          "by what its LM head is worth over the prompts, and a run with a saved --cost-model the "
+                          "profile's own")
       .echo_as("layer_partition");  // the placement identity holds the partition used (run_record.cpp)
   t.add("expert-split",
         "MoE models: how a TP group splits the routed experts: width (each rank a slice of every expert) or "
@@ -457,7 +460,8 @@ OptionTable<SimulateOptions> simulate_table() {
         "auto (per chunk, the faster as modelled)",
         &S::cp_attention)
       .check([](const std::string& mode) { sched::parse_cp_attention(mode); });
-  add_layer_partition(t, &S::layer_partition);
+  add_layer_partition(t, &S::layer_partition,
+                      std::string(kEvenLayers) + "; with a saved --cost-model, the profile's own");
   t.add("length", "prompt length in tokens (repeat for several prompts)", &S::lengths)
       .required()
       .at_least_one()

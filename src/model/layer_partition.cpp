@@ -92,18 +92,16 @@ std::vector<StageRange> parse_partition(const std::string& text, int num_layers,
   std::vector<int> counts;
   std::stringstream stream(text);
   std::string item;
-  while (std::getline(stream, item, ',')) {
-    size_t used = 0;
-    int value = 0;
-    try {
-      value = std::stoi(item, &used);
-    } catch (...) {
-      used = 0;
-    }
-    if (used == 0 || used != item.size() || value <= 0)
-      throw UserError("--layer-partition \"" + text + "\": each entry must be a positive layer count");
-    counts.push_back(value);
+  // Digits only, one count between each pair of commas: "2,2," or " 2,2" is a typo, not a split.
+  const bool digits_and_commas = !text.empty() && text.find_first_not_of("0123456789,") == std::string::npos &&
+                                 text.front() != ',' && text.back() != ',' && text.find(",,") == std::string::npos;
+  while (digits_and_commas && std::getline(stream, item, ',')) {
+    if (item.size() > 9 || std::stoi(item) <= 0) break;  // (more than 999,999,999 layers is no model)
+    counts.push_back(std::stoi(item));
   }
+  if (!digits_and_commas || counts.size() != static_cast<size_t>(std::count(text.begin(), text.end(), ',') + 1))
+    throw UserError("--layer-partition \"" + text.substr(0, 80) + (text.size() > 80 ? "..." : "") +
+                    "\": give one positive layer count a stage, separated by commas (15,15,15,16)");
   if (static_cast<int>(counts.size()) != num_stages)
     throw UserError("--layer-partition has " + std::to_string(counts.size()) + " entries but --pp is " +
                     std::to_string(num_stages));

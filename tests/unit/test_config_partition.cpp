@@ -98,6 +98,9 @@ TEST(Partition, Explicit) {
   EXPECT_THROW(parse_partition("4,0,4", 8, 3), UserError);  // empty stage
   EXPECT_THROW(parse_partition("4,x,4", 8, 3), UserError);  // not a number
   EXPECT_THROW(parse_partition("4,2.5,4", 8, 3), UserError);
+  // Typos are not splits: a trailing comma, a sign, spaces, a count past any model's.
+  for (const char* typo : {"4,4,", ",4,4", "4,,4", "+4,4", " 4,4", "4, 4", "99999999999,1", ""})
+    EXPECT_THROW(parse_partition(typo, 8, 2), UserError) << typo;
 }
 
 TEST(Partition, BalancedGivesTheLastStageFewerLayersForItsExtraWork) {
