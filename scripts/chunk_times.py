@@ -7,18 +7,36 @@ For each file: the chunk sizes and compute times of stage S (default 0, TP rank 
 every prompt, then the coefficient of variation (std / mean) of the chunk times, over all
 chunks and without each prompt's last chunk (a remainder, capped at the tokens left).
 """
+import argparse
+import os
 import sys
 
 import h5py
 import numpy as np
 
+import python_tool  # beside this file: the `error:` line and exit status 2 of every tool
+from python_tool import UserError
+
 
 def chunk_rows(path, stage):
-    with h5py.File(path, "r") as f:
+    if not os.path.isfile(path):
+        raise UserError(f"{path}: no such file")
+    try:
+        f = h5py.File(path, "r")
+    except OSError:
+        raise UserError(f"{path} is not an HDF5 file")
+    with f:
+        if not isinstance(f.get("timeline"), h5py.Dataset) or f["timeline"].dtype.names is None or not {
+                "kind", "stage", "tp_rank", "micro_batch", "t_start_s", "t_end_s", "chunk_start", "chunk_length",
+                "prompt"} <= set(f["timeline"].dtype.names):
+            raise UserError(f"{path} has no pipefill /timeline (a finished `pipefill run` output holds one)")
         t = f["timeline"][:]
         policy = f.attrs.get("chunk_policy_used", b"?")
     policy = policy.decode() if isinstance(policy, bytes) else str(policy)
     rows = t[(t["kind"] == 0) & (t["stage"] == stage) & (t["tp_rank"] == 0)]
+    if len(rows) == 0:
+        stages = sorted({int(s) for s in t["stage"][t["kind"] == 0]})
+        raise UserError(f"{path} has no chunks of stage {stage} (its stages: {', '.join(map(str, stages)) or 'none'})")
     rows = np.sort(rows, order="micro_batch")
     return policy, rows
 
@@ -28,14 +46,19 @@ def cv(values):
     return float(values.std() / values.mean()) if len(values) > 1 else 0.0
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    def error(self, message):
+        raise UserError(f"{message} (see {os.path.basename(sys.argv[0])} --help)")
+
+
 def main():
-    args = [a for a in sys.argv[1:] if not a.startswith("--")]
-    stage = int(sys.argv[sys.argv.index("--stage") + 1]) if "--stage" in sys.argv else 0
-    args = [a for a in args if not (sys.argv.index(a) > 0 and sys.argv[sys.argv.index(a) - 1] == "--stage")]
-    if not args:
-        sys.exit(__doc__)
+    parser = ArgumentParser(description=__doc__.split("\n\n", 2)[1])
+    parser.add_argument("files", metavar="OUT.h5", nargs="+", help="outputs of `pipefill run`")
+    parser.add_argument("--stage", type=int, default=0, help="the pipeline stage (default 0)")
+    args = parser.parse_args()
+    stage = args.stage
     summary = []
-    for path in args:
+    for path in args.files:
         policy, rows = chunk_rows(path, stage)
         times = rows["t_end_s"] - rows["t_start_s"]
         ends = rows["chunk_start"] + rows["chunk_length"]
@@ -54,4 +77,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    python_tool.main_with_user_errors(main)

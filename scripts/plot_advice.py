@@ -16,6 +16,9 @@ import json
 import os
 from collections import defaultdict
 
+import python_tool  # beside this file: the `error:` line and exit status 2 of every tool
+from python_tool import UserError, check_output_path
+
 import matplotlib
 
 matplotlib.use("Agg")
@@ -33,10 +36,29 @@ def main():
     ap.add_argument("--out", default=None)
     ap.add_argument("--families", type=int, default=5)
     args = ap.parse_args()
-    with open(args.rows) as f:
-        rows = [json.loads(line) for line in f if line.strip()]
+    out = args.out or os.path.splitext(args.rows)[0] + ".png"
+    if not os.path.isfile(args.rows):
+        raise UserError(f"{args.rows}: no such file")
+    check_output_path(out, [args.rows])
+    rows = []
+    keys = ("pp", "cp", "tp", "gpus", "time_s", "efficiency", "chunk_size", "chunk_policy")
+    try:
+        with open(args.rows) as f:
+            for number, line in enumerate(f, start=1):
+                if not line.strip():
+                    continue
+                try:
+                    row = json.loads(line)
+                except ValueError:
+                    raise UserError(f"{args.rows} line {number} is not JSON (give `pipefill advise --json`'s output)")
+                if not isinstance(row, dict) or any(k not in row for k in keys):
+                    raise UserError(f"{args.rows} line {number} is not a layout of `pipefill advise --json` "
+                                    f"(it needs {', '.join(keys)})")
+                rows.append(row)
+    except UnicodeDecodeError:
+        raise UserError(f"{args.rows} is not a text file")
     if not rows:
-        raise SystemExit(f"error: {args.rows} holds no layouts")
+        raise UserError(f"{args.rows} holds no layouts")
     best = defaultdict(dict)  # family -> gpus -> fastest row
     for row in rows:
         kept = best[family(row)].get(row["gpus"])
@@ -65,7 +87,6 @@ def main():
     left.legend(fontsize=8)
     fig.suptitle(f"pipefill advise: {len(rows)} layouts ranked, the {len(ranked)} fastest families")
     fig.tight_layout()
-    out = args.out or os.path.splitext(args.rows)[0] + ".png"
     partial = out + ".partial.png"  # never a half-written picture under the name asked for
     fig.savefig(partial, dpi=110)
     os.replace(partial, out)
@@ -73,4 +94,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    python_tool.main_with_user_errors(main)

@@ -8,7 +8,11 @@ or time to finish the batch against P. One line per workload and chunk policy.
 """
 import argparse
 import csv
+import os
 from collections import defaultdict
+
+import python_tool  # beside this file: the `error:` line and exit status 2 of every tool
+from python_tool import UserError, check_output_path
 
 import matplotlib
 
@@ -21,11 +25,28 @@ def main():
     ap.add_argument("csv")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    out = args.out or args.csv.rsplit(".", 1)[0] + ".png"
+    if not os.path.isfile(args.csv):
+        raise UserError(f"{args.csv}: no such file")
+    check_output_path(out, [args.csv])
     series = defaultdict(list)
-    with open(args.csv) as f:
-        for row in csv.DictReader(f):
-            key = (row["workload"], row["policy"], row["chunk"])
-            series[key].append((int(row["pp"]), float(row["efficiency"]), float(row["time_s"])))
+    columns = ("workload", "policy", "chunk", "pp", "efficiency", "time_s")
+    try:
+        with open(args.csv, newline="") as f:
+            reader = csv.DictReader(f)
+            missing = [c for c in columns if c not in (reader.fieldnames or [])]
+            if missing:
+                raise UserError(f"{args.csv} lacks the column(s) {', '.join(missing)} of scripts/strong_scaling.sh's CSV")
+            for line, row in enumerate(reader, start=2):
+                try:
+                    point = (int(row["pp"]), float(row["efficiency"]), float(row["time_s"]))
+                except (TypeError, ValueError):
+                    raise UserError(f"{args.csv} line {line}: pp, efficiency and time_s must be numbers")
+                series[(row["workload"], row["policy"], row["chunk"])].append(point)
+    except UnicodeDecodeError:
+        raise UserError(f"{args.csv} is not a text file")
+    if not series:
+        raise UserError(f"{args.csv} holds no rows")
     fig, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
     for (workload, policy, chunk), points in sorted(series.items()):
         points.sort()
@@ -45,10 +66,11 @@ def main():
     left.legend(fontsize=7)
     fig.suptitle(args.csv)
     fig.tight_layout()
-    out = args.out or args.csv.rsplit(".", 1)[0] + ".png"
-    fig.savefig(out, dpi=110)
+    partial = out + ".partial.png"  # never a half-written picture under the name asked for
+    fig.savefig(partial, dpi=110)
+    os.replace(partial, out)
     print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main()
+    python_tool.main_with_user_errors(main)
