@@ -87,7 +87,10 @@ class PipefillLM(LM):
         from model_tokenizer import ModelTokenizer
         self.tokenizer = ModelTokenizer(str(model))
         self.model_dir = self.tokenizer.model_dir
-        self.pp, self.tp = int(pp), int(tp)
+        try:
+            self.pp, self.tp = int(pp), int(tp)
+        except (TypeError, ValueError):
+            raise UserError(f"pp={pp}, tp={tp}: both must be whole numbers")
         if self.pp < 1 or self.tp < 1:
             raise UserError(f"pp={pp}, tp={tp}: both must be at least 1")
         if launcher not in LAUNCHERS:
@@ -97,7 +100,10 @@ class PipefillLM(LM):
         if not os.access(self.pipefill, os.X_OK):
             raise UserError(f"{self.pipefill} is not an executable (build pipefill, or give pipefill=PATH)")
         self.workdir = os.path.abspath(str(workdir)) if workdir else None
-        self.max_length = int(max_length) if max_length else (self.tokenizer.max_positions or 2048)
+        try:
+            self.max_length = int(max_length) if max_length else (self.tokenizer.max_positions or 2048)
+        except (TypeError, ValueError):
+            raise UserError(f"max_length={max_length}: want a whole number of tokens")
         self.calls = 0
         self.too_long = False
         skipped = sorted(k for k, v in ignored.items() if v is not None and k not in ("batch_size", "max_batch_size",

@@ -26,6 +26,7 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 import math  # noqa: E402
 
+import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 
 from prompt_file import PromptIndex, check_run_input, open_h5, text_of  # noqa: E402
@@ -72,7 +73,12 @@ def main():
     out = open_h5(args.file)
     if "token_logprobs" not in out:
         raise UserError(f"{args.file} has no /token_logprobs: run pipefill with --logprobs")
-    logprobs = out["token_logprobs"][:].astype(np.float64)
+    dataset = out["token_logprobs"]
+    if not isinstance(dataset, h5py.Dataset) or dataset.dtype.kind != "f" or dataset.ndim != 1 or len(dataset) == 0:
+        raise UserError(f"{args.file}: /token_logprobs is not a pipefill output's (floats, one per token)")
+    logprobs = dataset[:].astype(np.float64)
+    if (logprobs > 1e-3).any():  # a log-probability is at most 0 (float32 rounding aside)
+        raise UserError(f"{args.file}: /token_logprobs holds values above 0, which no log-probability takes")
     prompts = PromptIndex(open_h5(args.input) if args.input else out, args.input)
     offsets = prompts.offsets
     done = out["completed"][:] if "completed" in out else None
