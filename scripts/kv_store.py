@@ -3,7 +3,8 @@
 
 usage: kv_store.py ls STORE [--json]        each entry: model, layout, tokens, size, age
        kv_store.py du STORE                 bytes, in all and per (model, layout)
-       kv_store.py verify STORE [ENTRY...]  every file's identity and checksums (exit 1 if any fails)
+       kv_store.py verify STORE [ENTRY...]  every file's identity and checksums (exit 1 if any fails;
+                                            a scoring run's rows are hashed at a few MB/s)
        kv_store.py gc STORE [--dry-run]     remove entries that fail verify and the .incoming
                                             directories of runs on this host that are gone
 
