@@ -5,12 +5,11 @@ and, for the tools that read a run's output, which rows belong to which prompt a
 import itertools
 import json
 import os
-import tempfile
 
 import h5py
 import numpy as np
 
-from python_tool import UserError, fnv1a, utf8_name
+from python_tool import UserError, fnv1a, utf8_name, written_atomically
 
 INT32_LIMIT = 2**31
 FINGERPRINT_LIMIT = 64 << 20  # bytes of input hashed in Python (about a second per 16 MB)
@@ -67,14 +66,7 @@ class PromptSet:
 def write_prompt_file(out, prompts, attrs):
     """Writes beside OUT under a temporary name, then renames: OUT is never half written, and an
     existing OUT stays as it was until the new file is complete."""
-    directory = os.path.dirname(os.path.abspath(out))
-    partial = None
-    try:
-        fd, partial = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".partial", dir=directory)
-        os.close(fd)
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(partial, 0o666 & ~umask)  # mkstemp's 0600 would outlive the rename
+    with written_atomically(out) as partial:
         # locking=False: the name is ours alone, and HDF5's locks fail on some network file systems.
         with h5py.File(partial, "w", locking=False) as f:
             f.create_dataset("tokens", data=np.concatenate(prompts.token_arrays), dtype="<i4")
@@ -93,12 +85,6 @@ def write_prompt_file(out, prompts, attrs):
                 f.attrs[key] = utf8_name(value) if isinstance(value, str) else value
         with open(partial, "rb") as f:
             os.fsync(f.fileno())
-        os.replace(partial, out)
-    except OSError as e:
-        raise UserError(f"cannot write {out}: {e.strerror or e}")
-    finally:
-        if partial is not None and os.path.exists(partial):
-            os.unlink(partial)
 
 
 def open_h5(path):

@@ -4,6 +4,7 @@ is one `error:` line with exit status 2, like the C++ binary's.
 
 Imported before anything outside the standard library: it picks the interpreter first.
 """
+import contextlib
 import os
 import sys
 
@@ -79,25 +80,32 @@ def check_output_path(out, inputs=()):
         raise UserError(f"--out {out} is also an input file")
 
 
-def write_text_atomically(out, text):
-    """`text` into OUT by a private temporary file beside it and a rename: OUT is never half
-    written, and no other file is touched."""
+@contextlib.contextmanager
+def written_atomically(out):
+    """A private temporary path beside OUT to write (yielded), renamed to OUT when the block ends
+    without an error, removed otherwise: OUT is never half written, an existing OUT stays as it
+    was until the new file is complete, and no other file is touched. OSError: a UserError."""
     import tempfile
     partial = None
     try:
         fd, partial = tempfile.mkstemp(prefix=f".{os.path.basename(out)}.", suffix=".partial",
                                        dir=os.path.dirname(os.path.abspath(out)))
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        os.close(fd)
         umask = os.umask(0)
         os.umask(umask)
         os.chmod(partial, 0o666 & ~umask)  # mkstemp's 0600 would outlive the rename
+        yield partial
         os.replace(partial, out)
     except OSError as e:
         raise UserError(f"cannot write {out}: {e.strerror or e}")
     finally:
         if partial is not None and os.path.exists(partial):
             os.unlink(partial)
+
+
+def write_text_atomically(out, text):
+    with written_atomically(out) as partial, open(partial, "w", encoding="utf-8") as f:
+        f.write(text)
 
 
 def fail(message):
