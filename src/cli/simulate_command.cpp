@@ -72,12 +72,8 @@ std::vector<model::StageRange> simulated_partition(const SimulateOptions& o, con
   if (!o.layer_partition.empty() && !profiled.empty() && model::partition_text(given(o.layer_partition)) != profiled)
     throw UserError(path + " was profiled for another layer_partition (\"" + profiled + "\", --layer-partition " +
                     o.layer_partition + "): leave --layer-partition out to use the profile's");
-  try {
-    return given(o.layer_partition.empty() ? profiled : o.layer_partition);
-  } catch (const UserError&) {
-    throw UserError(path + ": its layer_partition \"" + profiled.substr(0, 80) + "\" is not a split of this model's " +
-                    std::to_string(shape.num_layers) + " layers into " + std::to_string(o.pp) + " stages");
-  }
+  return o.layer_partition.empty() ? sched::profiled_partition(*profile, shape.num_layers, o.pp, path)
+                                   : given(o.layer_partition);
 }
 
 }  // namespace

@@ -186,6 +186,18 @@ nlohmann::json describe_hardware() {
   return {{"host", host}, {"cpu", cpu}, {"cores", std::thread::hardware_concurrency()}};
 }
 
+std::vector<model::StageRange> profiled_partition(const CostProfile& profile, int num_layers, int pp,
+                                                  const std::string& path) {
+  const std::string text = profile.layer_partition();
+  try {
+    return text.empty() ? model::default_partition(num_layers, pp) : model::parse_partition(text, num_layers, pp);
+  } catch (const UserError&) {
+    throw UserError(path + ": its layer_partition \"" + text.substr(0, 80) + (text.size() > 80 ? "..." : "") +
+                    "\" is not a split of this model's " + std::to_string(num_layers) + " layers into " +
+                    std::to_string(pp) + " stages");
+  }
+}
+
 void check_profile_matches(const CostProfile& profile, const nlohmann::json& identity, const std::string& path) {
   // The model and the layout first: a profile of another model or pp differs in its
   // partition too, and that is not what to tell the user.

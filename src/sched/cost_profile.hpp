@@ -8,6 +8,7 @@
 #include <string>
 #include <vector>
 
+#include "model/layer_partition.hpp"
 #include "sched/cost_model.hpp"
 
 namespace pf::sched {
@@ -59,6 +60,12 @@ nlohmann::json to_json(const CostProfile& profile);
 // marked ok whose coefficients break check_coefficients, stages other than 0..N-1 once
 // each, or N different from the pp its identity names.
 CostProfile load_cost_profile(const std::string& path);
+
+// The layers its `pp` stages were timed on, for a model of `num_layers`: identity's
+// layer_partition, or SGLang's default when it has none; UserError naming `path` when it is
+// not a split of those layers into those stages.
+std::vector<model::StageRange> profiled_partition(const CostProfile& profile, int num_layers, int pp,
+                                                  const std::string& path);
 void save_cost_profile(const std::string& path, const CostProfile& profile);
 
 // This machine, for CostProfile::hardware.

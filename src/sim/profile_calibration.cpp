@@ -25,17 +25,7 @@ HardwareSpec hardware_from_profile(const HardwareSpec& base, const model::ModelS
   if ((backend == "cpu") != base.cpu)
     throw UserError(path + " was profiled on the " + backend + " backend, and " + base.path + " describes " +
                     (base.cpu ? "cpu ranks" : "GPUs") + ": give the hardware file of the machine it measured");
-  const std::string partition_text = profile.layer_partition();
-  std::vector<model::StageRange> partition;
-  try {
-    partition = partition_text.empty() ? model::default_partition(shape.num_layers, pp)
-                                       : model::parse_partition(partition_text, shape.num_layers, pp);
-  } catch (const UserError&) {
-    throw UserError(path + ": its layer_partition \"" + partition_text.substr(0, 80) +
-                    (partition_text.size() > 80 ? "..." : "") + "\" is not a split of this model's " +
-                    std::to_string(shape.num_layers) + " layers into the " + std::to_string(pp) +
-                    " stages it profiled");
-  }
+  const std::vector<model::StageRange> partition = sched::profiled_partition(profile, shape.num_layers, pp, path);
   // Pooled over stages: seconds of each term against the FLOPs (or rows) they pay for.
   double attention_coefficient = 0, attention_s = 0, matmul_flops = 0, matmul_s = 0, tile_flops = 0, fixed_s = 0;
   for (const sched::StageCostFit& fit : profile.stages) {
