@@ -108,7 +108,7 @@ int simulate_command(int argc, char** argv) {
   const std::string& note = run.note;
   run.summary.model_flops = sched::plan_flops(shape, plan);
   const trace::RunSummary& summary = run.summary;
-  trace::TrafficReport traffic = trace::traffic_formulas(plan, shape.hidden_size, o.wire_bytes, o.tp, partition);
+  trace::TrafficReport traffic = trace::traffic_formulas(plan, shape.hidden_size, o.wire_bytes, o.tp, o.cp, partition);
   traffic.boundary_bytes = result.boundary_bytes;
   traffic.allreduce_modelled = true;
 

@@ -8,17 +8,18 @@
 
 namespace pf::trace {
 
-TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, int bytes_per_element, int tp,
+TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, int bytes_per_element, int tp, int cp,
                                const std::vector<model::StageRange>& partition) {
   TrafficReport r;
   r.tp = tp;
+  r.cp = cp;
   r.bytes_per_element = bytes_per_element;
   const double bsh = static_cast<double>(plan.total_tokens()) * hidden_size * bytes_per_element;
   const int pp = static_cast<int>(partition.size());
   r.boundary_formula_bytes.assign(std::max(0, pp - 1), bsh);
   r.boundary_bytes.assign(std::max(0, pp - 1), 0.0);
   for (const auto& stage : partition)
-    r.ring_formula_bytes.push_back(tp > 1 ? 2.0 * stage.count * 2.0 * (tp - 1) / tp * bsh : 0.0);
+    r.ring_formula_bytes.push_back(tp > 1 ? 2.0 * stage.count * 2.0 * (tp - 1) / tp * bsh / cp : 0.0);
   r.allreduce_payload_bytes.assign(pp, 0.0);
   return r;
 }
@@ -28,11 +29,10 @@ TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan&
                              const TrafficCounters& mine, const CpTrafficShape& cp) {
   // Elements on the wire: the backend's bytes per token over the hidden size.
   const int bytes_per_element = std::max(1, wire_bytes_per_token_per_hidden / std::max(1, hidden_size));
-  TrafficReport r = traffic_formulas(plan, hidden_size, bytes_per_element, topo.tp, partition);
+  TrafficReport r = traffic_formulas(plan, hidden_size, bytes_per_element, topo.tp, topo.cp, partition);
   const auto all = dist::gather_values_on_root(MPI_COMM_WORLD, std::vector<TrafficCounters>{mine});
   if (!all.here()) return r;
   const int stage_ranks = topo.cp * topo.tp;
-  r.cp = topo.cp;
   if (topo.cp > 1) {
     r.cp_bytes.assign(partition.size(), 0.0);
     r.cp_expected_bytes.assign(partition.size(), 0.0);
@@ -95,15 +95,15 @@ void print_traffic(const TrafficReport& r, std::FILE* out) {
     for (size_t s = 0; s < r.ring_formula_bytes.size(); ++s)
       std::fprintf(out,
                    "TP group of stage %zu: all-reduces modelled, not performed; formula per rank 2 x layers x "
-                   "2(N-1)/N x S*H = %.1f MiB\n",
-                   s, r.ring_formula_bytes[s] / mib);
+                   "2(N-1)/N x %s*H = %.1f MiB\n",
+                   s, r.cp > 1 ? "(S/cp)" : "S", r.ring_formula_bytes[s] / mib);
   else if (r.tp > 1)
     for (size_t s = 0; s < r.allreduce_payload_bytes.size(); ++s)
       std::fprintf(out,
                    "TP group of stage %zu: %.1f MiB all-reduced per rank; ring traffic per rank 2(N-1)/N x that = "
-                   "%.1f MiB, formula 2 x layers x 2(N-1)/N x S*H = %.1f MiB\n",
+                   "%.1f MiB, formula 2 x layers x 2(N-1)/N x %s*H = %.1f MiB\n",
                    s, r.allreduce_payload_bytes[s] / mib, r.allreduce_payload_bytes[s] * 2.0 * (r.tp - 1) / r.tp / mib,
-                   r.ring_formula_bytes[s] / mib);
+                   r.cp > 1 ? "(S/cp)" : "S", r.ring_formula_bytes[s] / mib);
 }
 
 }  // namespace pf::trace

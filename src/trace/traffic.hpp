@@ -37,7 +37,8 @@ struct TrafficReport {
   std::vector<double> boundary_bytes;           // measured: all TP ranks of stage s -> s + 1
   std::vector<double> boundary_formula_bytes;   // B S H x bytes per element (one copy of the hidden states)
   std::vector<double> allreduce_payload_bytes;  // measured per rank of each stage (mean over its TP ranks)
-  std::vector<double> ring_formula_bytes;       // per rank: 2 layers x 2 (N-1)/N x S H x bytes
+  std::vector<double> ring_formula_bytes;       // per rank: 2 layers x 2 (N-1)/N x (S / cp) H x bytes (a CP
+                                                // rank's TP group all-reduces its own share of the tokens)
   // --cp, per stage: bytes a CP rank sent (mean over the stage's ranks), what the chunks'
   // sizes give for the variants they took, the seeds' pass-KV formula 2 B S H_kv L (one pass
   // of the prompts' K and V: the ring's floor, which a chunked prompt exceeds, since each
@@ -50,7 +51,7 @@ struct TrafficReport {
 };
 
 // The formulas alone (the simulator's report): tokens S = the plan's total, per stage.
-TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, int bytes_per_element, int tp,
+TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, int bytes_per_element, int tp, int cp,
                                const std::vector<model::StageRange>& partition);
 
 // Collective: every rank's counters to rank 0, beside the formulas (valid on rank 0).

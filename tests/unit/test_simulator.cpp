@@ -233,6 +233,25 @@ int simulate(std::vector<std::string> args) {
 
 }  // namespace
 
+// A CP rank's TP group all-reduces only its own share of the tokens: at cp 2 the formula
+// per rank is half of cp 1's (it once counted the whole prompt, cp times too much).
+TEST(SimulateCommand, TpRingFormulaCountsACpRanksShare) {
+  auto ring_mib = [](const std::string& cp) {
+    testing::internal::CaptureStdout();
+    EXPECT_EQ(simulate({"--model-config", "synthetic:tiny", "--hardware", "h100", "--tp", "2", "--cp", cp, "--length",
+                        "8192", "--chunk-size", "1024"}),
+              0);
+    const std::string out = testing::internal::GetCapturedStdout();
+    const size_t at = out.find("TP group of stage 0");
+    EXPECT_NE(at, std::string::npos) << out;
+    const size_t eq = out.find("= ", at);
+    return std::stod(out.substr(eq + 2));
+  };
+  const double one = ring_mib("1"), two = ring_mib("2");
+  EXPECT_GT(one, 0);
+  EXPECT_NEAR(two, one / 2, one * 1e-3);
+}
+
 TEST(SimulateCommand, RunsAndRejectsBadInput) {
   testing::internal::CaptureStdout();
   EXPECT_EQ(simulate({"--model-config", "synthetic:tiny", "--hardware", "cpu", "--pp", "2", "--length", "5000",
