@@ -15,7 +15,7 @@ import h5py
 import numpy as np
 
 import python_tool  # beside this file: the `error:` line and exit status 2 of every tool
-from python_tool import UserError
+from python_tool import ArgumentParser, UserError
 
 
 def chunk_rows(path, stage):
@@ -44,11 +44,6 @@ def chunk_rows(path, stage):
 def cv(values):
     values = np.asarray(values, dtype=float)
     return float(values.std() / values.mean()) if len(values) > 1 else 0.0
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UserError(f"{message} (see {os.path.basename(sys.argv[0])} --help)")
 
 
 def main():

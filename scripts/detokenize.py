@@ -34,7 +34,7 @@ import numpy as np  # noqa: E402
 
 from model_tokenizer import ModelTokenizer  # noqa: E402
 from prompt_file import PromptIndex, check_run_input, open_h5  # noqa: E402
-from python_tool import UserError  # noqa: E402
+from python_tool import ArgumentParser, UserError  # noqa: E402
 
 # The datasets of pipefill's files (docs/formats.md) that hold token ids or logits, and what they
 # must be. Chosen by name: by type alone, /completed or /offsets pass for ids, and /hidden_states
@@ -45,11 +45,6 @@ SHOWN = {"tokens": ("iu", 1, "integers [T]"), "topk_ids": ("iu", 2, "integers [T
 
 def help_text():
     return "\n\n".join(p for p in __doc__.strip().split("\n\n") if not p.startswith("usage:"))
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UserError(f"{message} (see {os.path.basename(sys.argv[0])} --help)")
 
 
 def parse_args():

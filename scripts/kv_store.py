@@ -18,7 +18,6 @@ refused by every run's own checks) or what a dead run left, and renames an entry
 store's names before deleting it, so a concurrent run never sees half of one. Needs the
 project's venv (numpy, torch, safetensors: scripts/setup_venv.sh).
 """
-import argparse
 import fcntl
 import json
 import os
@@ -39,7 +38,7 @@ python_tool.run_in_venv(__file__)
 import numpy as np  # noqa: E402
 
 from pipefill_kv import KvExportError, load_kv, read_index, tokens_fnv1a  # noqa: E402
-from python_tool import fnv1a  # noqa: E402
+from python_tool import ArgumentParser, fnv1a  # noqa: E402
 
 
 def fail(message):
@@ -283,9 +282,9 @@ def cmd_gc(store, dry_run):
 
 
 def main():
-    ap = argparse.ArgumentParser(description="Look after a pipefill KV store (pipefill run --kv-store DIR).",
-                                 epilog="ls, du and verify only read; gc removes damaged entries and what dead "
-                                        "runs on this host left (--dry-run: only say what).")
+    ap = ArgumentParser(description="Look after a pipefill KV store (pipefill run --kv-store DIR).",
+                        epilog="ls, du and verify only read; gc removes damaged entries and what dead "
+                               "runs on this host left (--dry-run: only say what).")
     sub = ap.add_subparsers(dest="command", required=True)
     for name, text in (("ls", "list the entries"), ("du", "bytes per model and layout"),
                        ("verify", "check every file against its checksums"), ("gc", "remove what no run can use")):
@@ -308,4 +307,4 @@ def main():
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(python_tool.main_with_user_errors(main))

@@ -30,7 +30,7 @@ import h5py  # noqa: E402
 import numpy as np  # noqa: E402
 
 from prompt_file import PromptIndex, check_run_input, open_h5, text_of  # noqa: E402
-from python_tool import UserError  # noqa: E402
+from python_tool import ArgumentParser, UserError  # noqa: E402
 
 CONTEXT_TOKENS = 8  # text shown before a surprising token
 
@@ -45,11 +45,6 @@ def check_same_input(out, args, prompts, logprobs, done, starts):
         scored = first + int(starts[p])
         if not np.isnan(logprobs[first:scored]).all() or np.isnan(logprobs[scored:end]).any():
             raise UserError(f"{args.input}: prompt {p}'s boundaries do not match {args.file}: not the run's input")
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UserError(f"{message} (see {os.path.basename(sys.argv[0])} --help)")
 
 
 def parse_args():

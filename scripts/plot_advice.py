@@ -11,13 +11,12 @@ goes through its fastest layout at each GPU count (the fastest family's points a
 with their layout and chunk); the families drawn are those with the fastest layouts overall. Left: time; right: strong-scaling
 efficiency against the smallest allocation that fits (advise's column).
 """
-import argparse
 import json
 import os
 from collections import defaultdict
 
 import python_tool  # beside this file: the `error:` line and exit status 2 of every tool
-from python_tool import UserError, check_output_path
+from python_tool import ArgumentParser, UserError, check_output_path
 
 import matplotlib
 
@@ -31,7 +30,7 @@ def family(row):
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("rows", help="advise --json output: one layout a line")
     ap.add_argument("--out", default=None)
     ap.add_argument("--families", type=int, default=5)

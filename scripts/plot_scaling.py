@@ -6,13 +6,12 @@ usage: scripts/plot_scaling.py scaling.csv [--out scaling.png]
 Left: strong-scaling efficiency T(1) / (P T(P)) against P; right: TTFT (one long prompt)
 or time to finish the batch against P. One line per workload and chunk policy.
 """
-import argparse
 import csv
 import os
 from collections import defaultdict
 
 import python_tool  # beside this file: the `error:` line and exit status 2 of every tool
-from python_tool import UserError, check_output_path
+from python_tool import ArgumentParser, UserError, check_output_path
 
 import matplotlib
 
@@ -21,7 +20,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 
 
 def main():
-    ap = argparse.ArgumentParser()
+    ap = ArgumentParser()
     ap.add_argument("csv")
     ap.add_argument("--out", default=None)
     args = ap.parse_args()

@@ -4,6 +4,7 @@ is one `error:` line with exit status 2, like the C++ binary's.
 
 Imported before anything outside the standard library: it picks the interpreter first.
 """
+import argparse
 import contextlib
 import os
 import sys
@@ -108,6 +109,14 @@ def write_text_atomically(out, text):
         f.write(text)
 
 
+class ArgumentParser(argparse.ArgumentParser):
+    """argparse whose usage mistakes are one `error:` line pointing at --help (exit status 2, via
+    main_with_user_errors), not a usage block. A subcommand's parser names its own --help."""
+
+    def error(self, message):
+        raise UserError(f"{message} (see {self.prog} --help)")
+
+
 def fail(message):
     sys.stdout.flush()
     print(f"error: {message}", file=sys.stderr)
@@ -115,13 +124,13 @@ def fail(message):
 
 
 def main_with_user_errors(main):
-    """Runs main(); a UserError becomes the `error:` line, Ctrl-C a quiet exit 130. Anything else
+    """Runs main() and returns what it returns; a UserError becomes the `error:` line, Ctrl-C a quiet exit 130. Anything else
     is a bug and keeps its traceback."""
     # A path typed in bytes that are not UTF-8 is printed back as those bytes, whatever the locale
     # (Python does so only under the C locale; elsewhere printing it would fail).
     sys.stdout.reconfigure(errors="surrogateescape")
     try:
-        main()
+        return main()
     except UserError as e:
         fail(str(e))
     except KeyboardInterrupt:

@@ -47,7 +47,7 @@ import json  # noqa: E402
 import time  # noqa: E402
 from dataclasses import dataclass  # noqa: E402
 
-from python_tool import UserError, check_output_path, require_unicode  # noqa: E402
+from python_tool import ArgumentParser, UserError, check_output_path, require_unicode  # noqa: E402
 
 EXTENSIONS = (".txt", ".jsonl")
 # Text handed to the tokenizer per call: ~2M tokens, a few seconds on one core, so that every core
@@ -71,13 +71,9 @@ def help_text():
     return "\n\n".join(p for p in __doc__.strip().split("\n\n") if not p.startswith("usage:"))
 
 
-class ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UserError(f"{message} (see scripts/tokenize.py --help)")
-
-
 def parse_args():
-    parser = ArgumentParser(prog="scripts/tokenize.py", description=help_text(), formatter_class=argparse.RawDescriptionHelpFormatter,
+    parser = ArgumentParser(prog="scripts/tokenize.py", description=help_text(),
+                            formatter_class=argparse.RawDescriptionHelpFormatter,
                             epilog="Each prompt's file and line are stored beside the ids (docs/formats.md).")
     parser.add_argument("--model", required=True, help="model directory holding tokenizer.json")
     parser.add_argument("--out", required=True, help="HDF5 file to write (pipefill run --input)")

@@ -27,12 +27,8 @@ import argparse  # noqa: E402
 import json  # noqa: E402
 
 from model_tokenizer import ModelTokenizer  # noqa: E402
-from python_tool import UserError, check_output_path, require_unicode, write_text_atomically  # noqa: E402
-
-
-class ArgumentParser(argparse.ArgumentParser):
-    def error(self, message):
-        raise UserError(f"{message} (see {os.path.basename(sys.argv[0])} --help)")
+from python_tool import (ArgumentParser, UserError, check_output_path, require_unicode,  # noqa: E402
+                         write_text_atomically)
 
 
 def parse_args():

@@ -183,6 +183,10 @@ def main():
 
     r = tool("ls", "/nonexistent-store")
     check(r.returncode == 2 and r.stderr.startswith("error: "), f"a missing store is one error line: {r.stderr}")
+    for args in ((), ("frob", store), ("ls",)):  # usage mistakes too: one line, no usage block
+        r = tool(*args)
+        check(r.returncode == 2 and r.stderr.startswith("error: ") and r.stderr.count("\n") == 1,
+              f"kv_store.py {' '.join(args)}: one error line: {r.stderr}")
     exit_if_failed()
 
 
