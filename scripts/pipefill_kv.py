@@ -155,7 +155,10 @@ def load_kv(directory, prompt_index, tokens=None):
     parts = ("latent",) if latent else ("key", "value")
     keys = [[None] * num_heads for _ in range(num_layers)]
     values = [[None] * num_heads for _ in range(num_layers)]
+    covered = [set() for _ in range(num_layers)]  # KV heads a file has given, per layer
     firsts = set()
+    if len(set(entry["files"])) != len(entry["files"]):
+        raise KvExportError(f"{directory}: its index lists a file of prompt {prompt_index} twice (an edited index)")
     for name in entry["files"]:
         path = os.path.join(directory, name)
         if not os.path.isfile(path):
@@ -194,6 +197,9 @@ def load_kv(directory, prompt_index, tokens=None):
                     raise KvExportError(f"{path}: layer {layer}'s latent rows differ from another TP rank's")
                 keys[layer][0] = rows
                 continue
+            if covered[layer] & set(range(first_head, end_head)):
+                raise KvExportError(f"{path}: layer {layer}'s KV heads {meta['kv_heads']} are also in another file")
+            covered[layer] |= set(range(first_head, end_head))
             keys[layer][first_head] = tensors[f"layers.{layer}.key"]
             values[layer][first_head] = tensors[f"layers.{layer}.value"]
     if len(firsts) != 1:

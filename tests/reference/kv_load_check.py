@@ -8,6 +8,7 @@ the layers and of the KV heads). Then:
     are the files' own, heads and layers in place;
   - a file with one value set to 1e30, and a file with two positions' rows swapped (the same
     bytes in other places), are refused with an error naming the file and its data_checksum;
+  - an index that lists a file twice, or two files holding the same layers' KV heads, is refused;
   - ids that only a cast would turn into the exported ones (the prompt as floats, as bools, an id
     plus 2**32, a negative id) are refused as not being token ids.
 
@@ -111,6 +112,20 @@ def main():
         check(path in message and "data_checksum" in message,
               f"{case}: refused naming the file and its data_checksum ({message!r})")
         check(refusal(damaged, 1, prompts[1]) is None, f"{case}: the other prompts still load")
+
+    # ---- an edited index: a file listed twice, or a copy of one listed beside it -----------
+    files = index["prompts"]["0"]["files"]
+    for number, (case, listed) in enumerate((("a file listed twice", files + files[:1]),
+                                             ("a copy of a file listed beside it", files + ["copy.safetensors"]))):
+        edited = os.path.join(work, f"edited_{number}")
+        shutil.copytree(kv, edited)
+        shutil.copy(os.path.join(kv, files[0]), os.path.join(edited, "copy.safetensors"))
+        changed = json.loads(json.dumps(index))
+        changed["prompts"]["0"]["files"] = listed
+        with open(os.path.join(edited, "index.json"), "w") as f:
+            json.dump(changed, f)
+        message = refusal(edited, 0, prompts[0]) or ""
+        check("twice" in message or "also in another file" in message, f"{case}: refused ({message!r})")
 
     # ---- ids that are not the exported int32 ids -------------------------------------------
     prompt = prompts[0].astype(np.int64)
