@@ -18,6 +18,7 @@ refused by every run's own checks) or what a dead run left, and renames an entry
 store's names before deleting it, so a concurrent run never sees half of one. Needs the
 project's venv (numpy, torch, safetensors: scripts/setup_venv.sh).
 """
+import errno
 import fcntl
 import json
 import os
@@ -265,8 +266,9 @@ def cmd_gc(store, dry_run):
             try:
                 lock = os.open(os.path.join(path, "in_use"), os.O_RDWR | os.O_CREAT, 0o644)
                 fcntl.lockf(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError:
-                print(f"  kept {name}: a run is using it")
+            except OSError as e:  # a held lock is EAGAIN or EACCES; anything else is the entry's own state
+                busy = e.errno in (errno.EAGAIN, errno.EACCES)
+                print(f"  kept {name}: " + ("a run is using it" if busy else f"cannot lock its in_use: {e.strerror}"))
                 if lock is not None:
                     os.close(lock)
                 continue

@@ -43,8 +43,9 @@ struct StageBackend {
 // time, so the longest decides) and, when the run profiles, room for the profile's prefix
 // plus chunk (as far as the budget allows; the prompts must fit).
 struct KvDemand {
-  std::vector<int64_t> prompt_lengths;
+  std::vector<int64_t> prompt_lengths;  // what this rank's pool holds of each prompt (--cp: its share)
   int64_t profile_room_tokens = 0;
+  std::vector<int64_t> whole_prompts;  // each prompt's tokens, for the message when one does not fit
 };
 
 // This rank's weights (its stage's layers, its TP shard), read when the factory is ready

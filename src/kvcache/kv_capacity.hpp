@@ -10,9 +10,12 @@
 
 namespace pf::kv {
 
-// Pages to allocate: what the longest prompt needs. Throws UserError naming the prompt,
-// the stage and the budget when it exceeds budget_mb.
-int pool_pages_for(const KvShape& shape, const std::vector<int64_t>& prompt_lengths, int64_t budget_mb, int stage);
+// Pages to allocate: what the longest prompt needs (`rank_tokens`: what this rank's pool holds of
+// each prompt). Throws UserError naming the prompt, the stage, its layers and the budget when it
+// exceeds budget_mb. `prompt_tokens` (--cp: the whole prompts, of which a rank holds its share)
+// lets the message say both.
+int pool_pages_for(const KvShape& shape, const std::vector<int64_t>& rank_tokens, int64_t budget_mb, int stage,
+                   const std::vector<int64_t>& prompt_tokens = {});
 
 // Pages for profiling: room for `wanted_tokens` (prefix + chunk), within the budget, never
 // fewer than `at_least` (what the run itself needs).

@@ -62,7 +62,7 @@ StageBackend make_stage_backend(const dist::Topology& topo, const RankModel& m, 
     if (!why.empty()) throw UserError(why);
   });
   const compute::KvDemand demand{kv_demand_tokens(lengths, request.cp_chunk, topo.cp, request.page_size),
-                                 request.profile_room_tokens};
+                                 request.profile_room_tokens, lengths};
   std::vector<model::BlockDigest> digests;  // kept from the loaded weights, which the backend consumes
   const compute::WeightsLoader load_weights = [&](const model::LayerSink& take_layer) {
     model::StageWeights weights = load_rank_weights(topo, m, take_layer);
@@ -107,7 +107,7 @@ void check_kv_capacity(compute::BackendKind backend, io::Dtype cpu_dtype, const 
     case compute::BackendKind::kCpu:
       for (int stage = 0; stage < topo.pp; ++stage)
         compute::cpu_kv_pages(m.kv_shape(stage, page_size, io::dtype_size(cpu_dtype)), stage,
-                              {kv_demand_tokens(lengths, cp_chunk, topo.cp, page_size), 0}, kv_memory_mb);
+                              {kv_demand_tokens(lengths, cp_chunk, topo.cp, page_size), 0, lengths}, kv_memory_mb);
       return;
     case compute::BackendKind::kCuda:     // at set-up: cuda::cuda_kv_pages
     case compute::BackendKind::kEmulate:  // no KV

@@ -17,8 +17,13 @@ args=(run --model "$data/tiny" --input "$work/long.h5" --chunk-size 512 --page-s
 
 status_of pipefill_mpi 1 "${args[@]}" --kv-memory-mb 8 --output "$work/one.h5" >"$work/one.log" 2>&1
 expect_status 2 "one rank with 8 MiB of KV"
-grep -q "^error: prompt 0 .* needs 12 MiB of KV cache per rank on stage 0 but --kv-memory-mb is 8" "$work/one.log" ||
+grep -q "^error: prompt 0 (3000 tokens) needs 12 MiB of KV cache per rank on stage 0 (its 8 layers) but --kv-memory-mb is 8; .*--cp" "$work/one.log" ||
   { cat "$work/one.log"; fail "one rank's refusal does not say what the prompt needs"; }
+# At cp 2 a budget below half still refuses, naming the whole prompt and a rank's share of it.
+status_of pipefill_mpi 2 "${args[@]}" --kv-memory-mb 4 --cp 2 --output "$work/cp2_small.h5" >"$work/cp2_small.log" 2>&1
+expect_status 2 "cp 2 with 4 MiB of KV a rank"
+grep -q "^error: prompt 0 (3000 tokens, 1[0-9]* of them in each CP rank's pool) needs 7 MiB" "$work/cp2_small.log" ||
+  { cat "$work/cp2_small.log"; fail "cp 2's refusal does not name the prompt and a rank's share"; }
 
 pipefill_mpi 2 "${args[@]}" --kv-memory-mb 8 --cp 2 --output "$work/cp2.h5" >"$work/cp2.log"
 peak=$(sed -n 's/^kv cache: \([0-9.]*\) MiB at its peak.*/\1/p' "$work/cp2.log")

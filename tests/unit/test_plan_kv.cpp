@@ -42,7 +42,8 @@ TEST(BatchPlan, ACachedPrefixIsNotComputed) {
   EXPECT_EQ(plan.micro_batches[4].start, 128);  // the chunk sees the cached 128 tokens as its prefix
   EXPECT_EQ(plan.micro_batches[4].length, 22);
   EXPECT_TRUE(plan.micro_batches[4].is_last);
-  EXPECT_THROW(sched::make_plan({100}, policy, {}, sched::PrefixPlan::from_outside({100})), std::logic_error);  // the last token is computed
+  EXPECT_THROW(sched::make_plan({100}, policy, {}, sched::PrefixPlan::from_outside({100})),
+               std::logic_error);  // the last token is computed
 }
 
 TEST(BatchPlan, SerializeRoundTrip) {
@@ -99,6 +100,14 @@ TEST(KvCapacity, LargestPromptSetsThePoolAndTooLargeIsAUserError) {
     FAIL();
   } catch (const UserError& e) {
     EXPECT_NE(std::string(e.what()).find("prompt 1"), std::string::npos);
-    EXPECT_NE(std::string(e.what()).find("stage 3"), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("stage 3 (its 4 layers)"), std::string::npos) << e.what();
+  }
+  try {  // --cp: the whole prompt and the share a rank holds
+    kv::pool_pages_for(shape, {100, 1025}, 2, 0, {150, 2040});
+    FAIL();
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("prompt 1 (2040 tokens, 1025 of them in each CP rank's pool)"),
+              std::string::npos)
+        << e.what();
   }
 }

@@ -19,7 +19,7 @@
 namespace pf::compute {
 
 int cpu_kv_pages(const kv::KvShape& shape, int stage, const KvDemand& demand, int64_t kv_memory_mb) {
-  int pages = kv::pool_pages_for(shape, demand.prompt_lengths, kv_memory_mb, stage);
+  int pages = kv::pool_pages_for(shape, demand.prompt_lengths, kv_memory_mb, stage, demand.whole_prompts);
   if (demand.profile_room_tokens > 0)
     pages = kv::profiling_pages(shape, demand.profile_room_tokens, kv_memory_mb, pages);
   return pages;

@@ -23,7 +23,7 @@ int cuda_kv_pages(const kv::KvShape& shape, int stage, const compute::KvDemand& 
   const int64_t budget_mb = static_cast<int64_t>(kv_memory_fraction * CudaStageCompute::free_device_bytes()) >> 20;
   int pages = 0;
   try {
-    pages = kv::pool_pages_for(shape, demand.prompt_lengths, budget_mb, stage);
+    pages = kv::pool_pages_for(shape, demand.prompt_lengths, budget_mb, stage, demand.whole_prompts);
   } catch (const UserError& e) {
     throw UserError(std::string(e.what()) + " (GPU " + std::to_string(device) +
                     ": --kv-memory-fraction of the memory left after weights and workspace)");
