@@ -16,7 +16,7 @@ import os
 from collections import defaultdict
 
 import python_tool  # beside this file: the `error:` line and exit status 2 of every tool
-from python_tool import ArgumentParser, UserError, check_output_path
+from python_tool import ArgumentParser, UserError, check_output_path, save_figure
 
 import matplotlib
 
@@ -86,9 +86,7 @@ def main():
     left.legend(fontsize=8)
     fig.suptitle(f"pipefill advise: {len(rows)} layouts ranked, the {len(ranked)} fastest families")
     fig.tight_layout()
-    partial = out + ".partial.png"  # never a half-written picture under the name asked for
-    fig.savefig(partial, dpi=110)
-    os.replace(partial, out)
+    save_figure(fig, out)  # never a half-written picture, nor another file touched
     print(f"wrote {out}")
 
 

@@ -13,10 +13,12 @@ out for an export in grey, waiting for a receive in light orange, blocking on a 
 in red, TP all-reduces as thin green ticks inside compute. Dashed lines mark the start of each
 prompt's first chunk on stage 0.
 """
-import argparse
 import json
 import os
 import sys
+
+import python_tool  # beside this file: the `error:` line and exit status 2 of every tool
+from python_tool import ArgumentParser, check_output_path, save_figure
 
 import matplotlib
 
@@ -97,7 +99,7 @@ def read_events(path):
 
 
 def main():
-    ap = argparse.ArgumentParser(
+    ap = ArgumentParser(
         description="Gantt chart of a pipefill timeline: one row per (stage, TP rank), each event a bar.",
         epilog="FILE is a run's output OUT.h5 (its /timeline), a `pipefill simulate --timeline` file, or the "
                "JSON trace `pipefill run --trace TRACE.json` writes.")
@@ -105,6 +107,8 @@ def main():
     ap.add_argument("--out", default=None, help="the PNG to write (default: FILE's name with _timeline.png)")
     ap.add_argument("--until", type=float, default=None, help="show only the first SECONDS")
     args = ap.parse_args()
+    out = args.out or args.file.rsplit(".", 1)[0] + "_timeline.png"
+    check_output_path(out, [args.file])
     events, attrs = read_events(args.file)
     if not events:
         fail(f"{args.file} holds no timeline events")
@@ -147,10 +151,9 @@ def main():
     ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.08), ncol=min(len(handles), 4),
               fontsize=8, frameon=False)
     fig.tight_layout()
-    out = args.out or args.file.rsplit(".", 1)[0] + "_timeline.png"
-    fig.savefig(out, dpi=110)
+    save_figure(fig, out)
     print(f"wrote {out}")
 
 
 if __name__ == "__main__":
-    main()
+    python_tool.main_with_user_errors(main)

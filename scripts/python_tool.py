@@ -104,6 +104,12 @@ def written_atomically(out):
             os.unlink(partial)
 
 
+def save_figure(fig, out, dpi=110):
+    """A matplotlib figure to the PNG `out`, written as written_atomically writes."""
+    with written_atomically(out) as partial:
+        fig.savefig(partial, dpi=dpi, format="png")
+
+
 def write_text_atomically(out, text):
     with written_atomically(out) as partial, open(partial, "w", encoding="utf-8") as f:
         f.write(text)

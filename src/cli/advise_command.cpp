@@ -248,7 +248,14 @@ int advise_command(int argc, char** argv) {
   request.page_size = o.page_size;
   request.lengths =
       o.input.empty() ? o.lengths : io::read_prompts_isolated(o.input, request.shape.vocab_size).lengths();
-  if (!o.plot.empty()) io::require_writable_file_path(o.plot, "--plot");
+  if (!o.plot.empty()) {
+    io::require_writable_file_path(o.plot, "--plot");
+    io::require_distinct_paths({{"--plot", o.plot},
+                                {"--input", o.input},
+                                {"--model-config", model::model_config_file(o.model_config)},
+                                {"--hardware", request.hardware.path},
+                                {"--cost-model", o.cost_model}});
+  }
 
   const auto t0 = std::chrono::steady_clock::now();
   const sim::Advice advice = sim::advise_layouts(request);

@@ -84,6 +84,14 @@ int simulate_command(int argc, char** argv) {
   const model::ModelShape shape = model::shape_of_model_config(o.model_config);
   model::validate_tensor_parallel(shape, o.tp);  // the TP sizes `run` and `advise` take, no others
   sim::HardwareSpec hw = sim::load_hardware(o.hardware);
+  if (!o.timeline.empty()) {  // before the simulation, and never over one of its inputs
+    io::require_writable_file_path(o.timeline, "--timeline");
+    io::require_distinct_paths(
+        {{"--timeline", o.timeline},
+         {"--model-config", model::model_config_file(o.model_config)},
+         {"--hardware", hw.path},
+         {"--cost-model", o.chunking.cost_source.profile_file() ? o.chunking.cost_source.value : ""}});
+  }
   if (o.matmul_efficiency > 0) hw.matmul_efficiency = o.matmul_efficiency;
   if (o.attention_efficiency > 0) hw.attention_efficiency = o.attention_efficiency;
   if (o.matmul_half_rows >= 0) hw.matmul_half_rows = o.matmul_half_rows;
@@ -153,7 +161,6 @@ int simulate_command(int argc, char** argv) {
       print_cp_ring(plan, costs, prompt_tokens, o.cp * o.tp <= hw.devices_per_node ? "within a node" : "across nodes");
   }
   if (!o.timeline.empty()) {
-    io::require_writable_file_path(o.timeline, "--timeline");
     io::OutputLayout layout;
     layout.num_prompts = plan.num_prompts();
     layout.vocab_size = shape.vocab_size;

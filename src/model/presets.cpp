@@ -3,6 +3,8 @@
 // `llama3-8b` is the real Llama-3-8B shape.
 #include "model/presets.hpp"
 
+#include <filesystem>
+
 #include "errors.hpp"
 
 namespace pf::model {
@@ -138,6 +140,12 @@ ModelConfig preset_config(const std::string& name) {
 ModelShape shape_of_model_config(const std::string& flag) {
   if (flag.rfind("synthetic:", 0) == 0) return shape_from_config(preset_config(flag.substr(10)));
   return load_model_shape(flag);
+}
+
+std::string model_config_file(const std::string& flag) {
+  if (flag.empty() || flag.rfind("synthetic:", 0) == 0) return "";
+  std::error_code error;
+  return std::filesystem::is_directory(flag, error) ? (std::filesystem::path(flag) / "config.json").string() : flag;
 }
 
 }  // namespace pf::model

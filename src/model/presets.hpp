@@ -14,6 +14,9 @@ ModelConfig preset_config(const std::string& name);
 // A --model-config flag of the study commands (simulate, advise): a config.json path, or
 // synthetic:PRESET. UserError on a bad file or an unknown preset.
 ModelShape shape_of_model_config(const std::string& flag);
+// The file such a flag reads ("" for a preset; a model directory's config.json): what a study
+// command's own output (--plot, --timeline) must not be.
+std::string model_config_file(const std::string& flag);
 std::vector<std::string> preset_names();
 
 }  // namespace pf::model

@@ -64,7 +64,11 @@ class Search {
     // kMaxChunks of them (a search of seconds, not hours, at any length).
     const int64_t shortest = (longest_ + kMaxChunks - 1) / kMaxChunks;
     for (int chunk : r.fixed_chunks)
-      if ((chunk <= longest_ && chunk >= shortest) || r.fixed_chunks.size() == 1) fixed_.push_back(chunk);
+      if ((chunk < longest_ && chunk >= shortest) || r.fixed_chunks.size() == 1) fixed_.push_back(chunk);
+    // And the longest prompt in one chunk (no chunking: what a short prompt, or one whose
+    // stages have no bubble to fill, runs best at).
+    if (r.fixed_chunks.size() != 1 && longest_ <= std::numeric_limits<int>::max())
+      fixed_.push_back(static_cast<int>(longest_));
     if (fixed_.empty())
       fixed_.push_back(round_to(static_cast<double>(std::min<int64_t>(longest_, std::max<int64_t>(shortest, 64))),
                                 std::max(r.page_size, 64)));

@@ -132,4 +132,13 @@ expect_error_of simulate "does not divide by --tp 7" "${smol[@]}" --tp 7
 expect_error_of simulate "a plan holds" "${smol[@]}" --length 100000000000 --chunk-size 1
 expect_error_of plan "a plan holds" --length 100000000000 --chunk-size 1
 [ ! -e "$work/no" ] || fail "a directory was made for --plot"
+# A study's picture or timeline never goes over one of its inputs (it once replaced --input).
+cp "$work/batch.h5" "$work/batch_copy.h5"
+expect_error "--plot ($work/batch_copy.h5) and --input ($work/batch_copy.h5) are the same file" "${deepseek[@]}" \
+  --input "$work/batch_copy.h5" --plot "$work/batch_copy.h5"
+cmp -s "$work/batch.h5" "$work/batch_copy.h5" || fail "advise --plot onto --input changed the input"
+cp "$repo/configs/deepseek-v3.1.json" "$work/config_copy.json"
+expect_error_of simulate "--timeline ($work/config_copy.json) and --model-config" --model-config "$work/config_copy.json" \
+  --hardware h100 --length 100 --timeline "$work/config_copy.json"
+cmp -s "$repo/configs/deepseek-v3.1.json" "$work/config_copy.json" || fail "simulate --timeline changed its model config"
 echo "advise: all checks passed"
