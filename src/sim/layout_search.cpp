@@ -46,6 +46,12 @@ std::vector<model::StageRange> remainder_first(int layers, int pp) {
   return partition;
 }
 
+int64_t batch_chunks(const std::vector<int64_t>& lengths, int64_t chunk) {
+  int64_t chunks = 0;
+  for (int64_t length : lengths) chunks += (length + chunk - 1) / chunk;
+  return chunks;
+}
+
 int round_to(double value, int multiple) {
   return std::max(multiple, static_cast<int>(std::lround(value / multiple)) * multiple);
 }
@@ -62,9 +68,12 @@ class Search {
     for (int64_t length : r.lengths) longest_ = std::max(longest_, length);
     // Chunks shorter than the prompt, and not so short that a prompt takes more than
     // kMaxChunks of them (a search of seconds, not hours, at any length).
+    // Nor so short that the batch takes more than kMaxBatchChunks.
     const int64_t shortest = (longest_ + kMaxChunks - 1) / kMaxChunks;
     for (int chunk : r.fixed_chunks)
-      if ((chunk < longest_ && chunk >= shortest) || r.fixed_chunks.size() == 1) fixed_.push_back(chunk);
+      if ((chunk < longest_ && chunk >= shortest && batch_chunks(r.lengths, chunk) <= kMaxBatchChunks) ||
+          r.fixed_chunks.size() == 1)
+        fixed_.push_back(chunk);
     // And the longest prompt in one chunk (no chunking: what a short prompt, or one whose
     // stages have no bubble to fill, runs best at).
     if (r.fixed_chunks.size() != 1 && longest_ <= std::numeric_limits<int>::max())
@@ -229,13 +238,17 @@ Advice advise_layouts(const AdviseRequest& request) {
     if (length < 1 || length > kMaxPromptTokens)
       throw UserError("a prompt of " + std::to_string(length) + " tokens: advise takes 1 to " +
                       std::to_string(kMaxPromptTokens) + " tokens a prompt");
+  if (static_cast<int64_t>(request.lengths.size()) > kMaxBatchChunks)
+    throw UserError("a batch of " + std::to_string(request.lengths.size()) + " prompts: advise simulates up to " +
+                    std::to_string(kMaxBatchChunks) +
+                    " chunks a run (give it a part of the batch with its mix of "
+                    "lengths: the ranking is per token)");
   if (request.fixed_chunks.size() == 1) {
     const int chunk = request.fixed_chunks[0];
-    int64_t chunks = 0;
-    for (int64_t length : request.lengths) chunks += chunk > 0 ? (length + chunk - 1) / chunk : 0;
-    if (chunk < 1 || chunks > 16 * kMaxChunks)
+    const int64_t chunks = chunk > 0 ? batch_chunks(request.lengths, chunk) : 0;
+    if (chunk < 1 || chunks > kMaxBatchChunks)
       throw UserError("--chunk-size " + std::to_string(chunk) + " cuts the batch into " + std::to_string(chunks) +
-                      " chunks: advise simulates up to " + std::to_string(16 * kMaxChunks) +
+                      " chunks: advise simulates up to " + std::to_string(kMaxBatchChunks) +
                       " (a larger chunk, or leave --chunk-size out to search)");
   }
   if (!request.hardware.cpu && !request.shape.mla() && !kernels::attention_head_dim_supported(request.shape.head_dim))

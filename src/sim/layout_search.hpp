@@ -26,6 +26,7 @@ constexpr int kMaxNodes = 4096;
 constexpr int kMaxDevicesPerNode = 64;
 constexpr int64_t kMaxPromptTokens = int64_t{1} << 34;  // 16G tokens
 constexpr int64_t kMaxChunks = 1024;                    // of the longest prompt, per searched fixed chunk
+constexpr int64_t kMaxBatchChunks = 16 * kMaxChunks;    // of the whole batch, per simulation
 
 struct AdviseRequest {
   model::ModelShape shape;

@@ -289,3 +289,15 @@ TEST(AdviseSearch, TriesThePromptInOneChunk) {
   ASSERT_NE(cp8, nullptr);
   EXPECT_EQ(cp8->chunking.chunk, 131072);  // no bubble to fill: one chunk is best
 }
+
+// A batch is simulated in chunks no finer than kMaxBatchChunks allows (10,000 prompts of 512
+// tokens once took 44 s at 64-token chunks), and a batch of more prompts than that is refused.
+TEST(AdviseSearch, BoundsTheBatchsChunks) {
+  AdviseRequest r = seeds_request("qwen3-235b-a22b-fp8.json", 1, 512);
+  r.lengths.assign(3000, 512);
+  const Advice advice = advise_layouts(r);
+  ASSERT_FALSE(advice.ranked.empty());
+  for (const LayoutAdvice& a : advice.ranked) EXPECT_GE(a.chunking.chunk * kMaxBatchChunks, 3000 * 512);
+  r.lengths.assign(kMaxBatchChunks + 1, 512);
+  EXPECT_THROW(advise_layouts(r), UserError);
+}
