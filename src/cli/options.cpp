@@ -428,7 +428,7 @@ OptionTable<ProfileOptions> profile_table() {
 // lengths and a chunk that would make more than this many are an error, not a bad_alloc.
 template <typename Options>
 void require_plannable(const Options& o) {
-  constexpr double kMaxMicroBatches = 1e7;
+  constexpr double kMaxMicroBatches = sched::kStudyStageChunks;
   double count = 0;
   for (int64_t length : o.lengths) count += std::ceil(static_cast<double>(length) / o.chunking.initial_chunk);
   if (count > kMaxMicroBatches)

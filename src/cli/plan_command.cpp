@@ -48,9 +48,11 @@ int plan_command(int argc, char** argv) {
   if (!parse_plan(argc, argv, options)) return 0;
   const auto policy = policy_for(options);
   nlohmann::json json = nlohmann::json::array();
+  int64_t room = sched::kStudyStageChunks;  // a dynamic policy cuts finer than its initial chunk
   for (size_t p = 0; p < options.lengths.size(); ++p) {
     const int64_t length = options.lengths[p];
-    const auto sizes = sched::chunk_sizes(length, *policy);
+    const auto sizes = sched::chunk_sizes(length, *policy, 0, room);
+    room -= static_cast<int64_t>(sizes.size());
     if (options.json) {
       json.push_back({{"length", length}, {"chunks", sizes}});
     } else {

@@ -4,6 +4,9 @@
 #include <algorithm>
 #include <cstring>
 #include <stdexcept>
+#include <string>
+
+#include "errors.hpp"
 
 namespace pf::sched {
 
@@ -47,9 +50,20 @@ int FixedChunkPolicy::next_chunk(int64_t, int64_t remaining) const {
   return static_cast<int>(std::min<int64_t>(chunk_size_, remaining));
 }
 
-std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy, int64_t first) {
+namespace {
+
+std::string too_many_chunks(int64_t limit) {
+  return "the chunk policy cuts the prompts into more than " + std::to_string(limit) +
+         " chunks, the most a plan holds here: a larger --chunk-size (or, with dynamic chunking, a smaller "
+         "--smooth-factor)";
+}
+
+}  // namespace
+
+std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy, int64_t first, int64_t max_chunks) {
   std::vector<int> sizes;
   for (int64_t done = first; done < prompt_length;) {
+    if (static_cast<int64_t>(sizes.size()) >= max_chunks) throw UserError(too_many_chunks(max_chunks));
     const int size = policy.next_chunk(done, prompt_length - done);
     if (size <= 0 || size > prompt_length - done) throw std::logic_error("chunk policy returned an invalid size");
     sizes.push_back(size);
@@ -59,7 +73,7 @@ std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy, i
 }
 
 BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolicy& policy,
-                    const std::vector<char>& skip, const PrefixPlan& prefixes) {
+                    const std::vector<char>& skip, const PrefixPlan& prefixes, int64_t max_micro_batches) {
   const int n = static_cast<int>(prompt_lengths.size());
   BatchPlan plan;
   plan.prompt_lengths = prompt_lengths;
@@ -83,7 +97,14 @@ BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolic
       throw std::logic_error("make_plan: a prompt reuses the prefix of a prompt that does not run before it");
     plan.reuse[p] = reuse;
     int64_t start = reuse.tokens;
-    const auto sizes = chunk_sizes(prompt_lengths[p], policy, start);
+    const int64_t room = max_micro_batches - static_cast<int64_t>(plan.micro_batches.size());
+    if (room <= 0) throw UserError(too_many_chunks(max_micro_batches));
+    std::vector<int> sizes;
+    try {
+      sizes = chunk_sizes(prompt_lengths[p], policy, start, room);
+    } catch (const UserError&) {  // the room, not the bound, ran out
+      throw UserError(too_many_chunks(max_micro_batches));
+    }
     for (size_t c = 0; c < sizes.size(); ++c) {
       plan.micro_batches.push_back(
           {static_cast<int>(plan.micro_batches.size()), p, start, sizes[c], c == 0, c + 1 == sizes.size()});

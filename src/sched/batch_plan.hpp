@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <vector>
 
 namespace pf::sched {
@@ -45,7 +46,7 @@ struct BatchPlan {
   int max_chunk() const;
   int64_t total_tokens() const;  // tokens this plan computes (skipped prompts excluded)
   int num_prompts() const { return static_cast<int>(prompt_lengths.size()); }
-  int scheduled_prompts() const;  // prompts with micro-batches in this plan
+  int scheduled_prompts() const;    // prompts with micro-batches in this plan
   int64_t reused_tokens() const;    // tokens of scheduled prompts taken from a cache, not computed
   int64_t restored_tokens() const;  // tokens of scheduled prompts restored from a checkpoint
   bool restored(int prompt) const { return prompt < static_cast<int>(reuse.size()) && reuse[prompt].restored; }
@@ -67,15 +68,25 @@ class FixedChunkPolicy final : public ChunkPolicy {
   int chunk_size_;
 };
 
+constexpr int64_t kUnboundedPlan = std::numeric_limits<int64_t>::max();
+// What the study commands (plan, simulate) hold in memory, tens to hundreds of bytes each:
+// micro-batches times the stages they pass through.
+constexpr int64_t kStudyStageChunks = 10'000'000;
+
 // Prompts in `prefixes.order` (default: input order), each cut by the policy; prompts follow
 // each other without a drain. Prompts with skip[p] != 0 (already done, on --resume) get no
 // micro-batches. A prompt whose first prefixes.reuse[p].tokens tokens are already in the KV
 // cache is cut from there: its first chunk starts at that length, which must be below its
 // length (its last token is computed), and its source must run before it.
+// More than `max_micro_batches` (the study commands' bound on memory and time: a dynamic
+// policy can cut far finer than its initial chunk) is a UserError.
 BatchPlan make_plan(const std::vector<int64_t>& prompt_lengths, const ChunkPolicy& policy,
-                    const std::vector<char>& skip = {}, const PrefixPlan& prefixes = {});
-// The chunks of a prompt from token `first` (0: the whole prompt) to its end.
-std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy, int64_t first = 0);
+                    const std::vector<char>& skip = {}, const PrefixPlan& prefixes = {},
+                    int64_t max_micro_batches = kUnboundedPlan);
+// The chunks of a prompt from token `first` (0: the whole prompt) to its end, at most
+// `max_chunks` of them (UserError beyond).
+std::vector<int> chunk_sizes(int64_t prompt_length, const ChunkPolicy& policy, int64_t first = 0,
+                             int64_t max_chunks = kUnboundedPlan);
 
 std::vector<char> serialize(const BatchPlan& plan);
 BatchPlan deserialize(const std::vector<char>& bytes);

@@ -1,6 +1,7 @@
 // One simulated run (see simulated_run.hpp).
 #include "sim/simulated_run.hpp"
 
+#include <algorithm>
 #include <memory>
 
 #include "compute/emulate/emulated_stage_compute.hpp"
@@ -40,7 +41,8 @@ sched::BatchPlan plan_for(const SimulatedRunSpec& spec, const std::vector<StageC
   if (!policy) policy = std::make_unique<sched::FixedChunkPolicy>(c.initial_chunk);
   const std::vector<int64_t> cached =
       spec.cached_tokens.empty() ? std::vector<int64_t>(spec.lengths.size(), 0) : spec.cached_tokens;
-  return sched::make_plan(spec.lengths, *policy, {}, sched::PrefixPlan::from_outside(cached));
+  return sched::make_plan(spec.lengths, *policy, {}, sched::PrefixPlan::from_outside(cached),
+                          sched::kStudyStageChunks / std::max(1, spec.pp));
 }
 
 }  // namespace

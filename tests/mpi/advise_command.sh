@@ -131,6 +131,11 @@ expect_error_of simulate "efficiencies must lie in (0, 1]" "${smol[@]}" --attent
 expect_error_of simulate "does not divide by --tp 7" "${smol[@]}" --tp 7
 expect_error_of simulate "a plan holds" "${smol[@]}" --length 100000000000 --chunk-size 1
 expect_error_of plan "a plan holds" --length 100000000000 --chunk-size 1
+# ... counted through the stages, and after a dynamic policy cut finer than its first chunk.
+expect_error_of simulate "the most a plan holds" --model-config "$repo/configs/llama3.1-405b.json" --hardware h100 \
+  --pp 126 --length 1000000000 --chunk-size 1024
+expect_error_of simulate "the most a plan holds" --model-config "$repo/configs/llama3.1-405b.json" --hardware h100 \
+  --tp 8 --pp 2 --length 2500000000 --chunk-size 256 --dynamic-chunking --smooth-factor 1
 [ ! -e "$work/no" ] || fail "a directory was made for --plot"
 # A study's picture or timeline never goes over one of its inputs (it once replaced --input).
 cp "$work/batch.h5" "$work/batch_copy.h5"
