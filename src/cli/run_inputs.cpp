@@ -29,6 +29,7 @@ void check_run_paths(const RunOptions& o) {
   // once the output is complete): no export may be that directory, lie inside it or hold it.
   const std::string checkpoints = o.output + ".checkpoint";
   const std::vector<io::PathRole> files = {{"--input", o.input},
+                                           {"--token-ids", o.token_ids},
                                            {"--output", o.output},
                                            {"the output's partial file", o.output + ".partial"},
                                            {"the output's checkpoint directory", checkpoints},
@@ -49,12 +50,21 @@ void check_run_paths(const RunOptions& o) {
   // What the KV directories already hold: each its own writer's files.
   if (!o.save_kv.empty()) kv::require_save_kv_directory(o.save_kv, /*replace_export=*/o.overwrite || o.resume);
   if (!o.kv_store.empty()) kv::require_kv_store_directory(o.kv_store);
-  // An earlier run's output can stand for hours of compute: replaced only when asked.
+  // The model's own files are read, never written: no output lands on one.
+  std::error_code error;
+  if (std::filesystem::is_directory(o.placement.model, error))
+    io::require_no_file_of(
+        {{"--output", o.output}, {"the output's partial file", o.output + ".partial"}, {"--trace", o.trace}},
+        {"--model", o.placement.model});
+  // An earlier run's output can stand for hours of compute: replaced only when asked. So can
+  // whatever file --trace names.
   std::error_code missing;
   if (!o.resume && !o.overwrite && std::filesystem::exists(o.output, missing))
     throw UserError("--output " + o.output +
                     " already exists (an earlier run's output?); add --overwrite to compute it again and replace it, "
                     "or --resume to keep the prompts it holds");
+  if (!o.trace.empty() && !o.resume && !o.overwrite && std::filesystem::exists(o.trace, missing))
+    throw UserError("--trace " + o.trace + " already exists; add --overwrite to replace it (and the output)");
 }
 
 std::vector<int32_t> read_token_set(const RunOptions& options, const pipeline::RankModel& rank_model) {

@@ -109,6 +109,21 @@ void require_outside_directory(const std::vector<PathRole>& roles, const PathRol
                       ", which the run writes into: choose paths outside it");
 }
 
+void require_no_file_of(const std::vector<PathRole>& roles, const PathRole& directory) {
+  std::error_code error;
+  const fs::path base = fs::weakly_canonical(fs::absolute(directory.path, error), error);
+  for (const auto& r : roles) {
+    if (r.path.empty() || !fs::exists(fs::symlink_status(r.path, error))) continue;
+    // The file's own name as given (a symlink in the directory is the directory's file), in its
+    // parent directory resolved.
+    const fs::path absolute = fs::absolute(r.path, error);
+    const fs::path parent = fs::weakly_canonical(absolute.parent_path(), error);
+    if (parent == base)
+      throw UserError(r.role + " " + r.path + " is a file of " + directory.role + " " + directory.path +
+                      ", which the run reads: give another path");
+  }
+}
+
 void require_distinct_paths(const std::vector<PathRole>& roles) {
   std::vector<Identity> ids;
   for (const auto& r : roles) ids.push_back(r.path.empty() ? Identity{} : identify(r.path));

@@ -29,6 +29,10 @@ struct PathRole {
 // a directory the run writes files into by names of its own (--save-kv).
 void require_outside_directory(const std::vector<PathRole>& roles, const PathRole& directory);
 
+// UserError naming the first role whose path names a file already in `directory` (the
+// directory's own symlinks included, whatever they point to): files a run reads, never writes.
+void require_no_file_of(const std::vector<PathRole>& roles, const PathRole& directory);
+
 // UserError naming the first two roles that are the same file: by device and inode where
 // both exist, by normalised absolute path (symlinks resolved) otherwise.
 void require_distinct_paths(const std::vector<PathRole>& roles);

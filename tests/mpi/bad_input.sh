@@ -118,6 +118,14 @@ case $case in
   trace_is_input) private_input; extra=(--pp 2 --trace "$input"); expect="--input ($input) and --trace ($input) are the same file" ;;
   trace_is_output) finished_output "$out"; extra=(--pp 2 --trace "$out"); expect="are the same file" ;;
   trace_is_partial) extra=(--pp 2 --trace "$out.partial"); expect="the output's partial file ($out.partial) and --trace" ;;
+  trace_is_token_ids) echo "3 5" >"$work/ids.txt"; extra=(--pp 2 --token-ids "$work/ids.txt" --trace "$work/ids.txt")
+    expect="--token-ids ($work/ids.txt) and --trace ($work/ids.txt) are the same file" ;;
+  trace_exists) echo "a file of the user's" >"$work/t.json"; extra=(--pp 2 --trace "$work/t.json")
+    expect="--trace $work/t.json already exists; add --overwrite" ;;
+  trace_is_model_file) copy_model; extra=(--pp 2 --overwrite --trace "$model/config.json")
+    expect="--trace $model/config.json is a file of --model $model, which the run reads" ;;
+  output_is_model_file) copy_model; out=$model/model.safetensors; extra=(--pp 2 --overwrite)
+    expect="--output $model/model.safetensors is a file of --model $model" ;;
   output_is_directory) mkdir "$work/dir"; out=$work/dir; expect="is a directory: give a file name" ;;
   output_ends_in_slash) out=$work/new/; expect="ends in '/'" ;;
   save_kv_is_file) touch "$work/kv"; extra=(--pp 2 --save-kv "$work/kv/sub")
