@@ -65,9 +65,10 @@ def utf8_name(name):
     return name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
-def check_output_path(out, inputs=()):
+def check_output_path(out, inputs=(), model=None):
     """--out names a file this user can create (its directory exists and is writable), not a
-    directory nor one of `inputs`: refused before any work, as a UserError."""
+    directory, one of `inputs` nor a file of the `model` directory (its tokenizer.json, config.json,
+    weights: read, never written): refused before any work, as a UserError."""
     if not out or out.endswith(os.sep):
         raise UserError(f"--out {out!r} is not a file name")
     if os.path.isdir(out):
@@ -79,6 +80,9 @@ def check_output_path(out, inputs=()):
         raise UserError(f"cannot write into {directory} (the directory of --out {out})")
     if any(os.path.exists(p) and os.path.exists(out) and os.path.samefile(p, out) for p in inputs):
         raise UserError(f"--out {out} is also an input file")
+    if model and os.path.lexists(out) and os.path.isdir(model) and \
+            os.path.realpath(directory) == os.path.realpath(model):
+        raise UserError(f"--out {out} is a file of --model {model}, which this tool reads: give another path")
 
 
 @contextlib.contextmanager

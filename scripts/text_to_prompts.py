@@ -151,20 +151,38 @@ def require_text(doc):
     return doc
 
 
+class NumberLiteral(str):
+    """A JSON number as the line wrote it: an id 1E2 stays "1E2" (not 100.0), 1e400 stays itself
+    (not inf), and two ids that differ in the file differ in the output."""
+
+
+def not_json_constant(name):
+    raise ValueError(f"{name} is not JSON")  # Python's json would take NaN and Infinity
+
+
+def parse_record(line):
+    return json.loads(line, parse_int=NumberLiteral, parse_float=NumberLiteral, parse_constant=not_json_constant)
+
+
 def json_type(value):
-    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null",
-            int: "a number", float: "a number"}.get(type(value), type(value).__name__)
+    if isinstance(value, NumberLiteral):
+        return "a number"
+    return {dict: "an object", list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), type(value).__name__)
 
 
-def field_of(record, label, field, option, kinds=(str,)):
+def field_of(record, label, field, option, numbers=False):
     if field not in record:
         fields = ", ".join(f'"{k}"' for k in list(record)[:8]) or "none"
         raise UserError(f"{label} has no field \"{field}\" (its fields: {fields}; choose one with {option})")
     value = record[field]
-    if not isinstance(value, kinds) or isinstance(value, bool):
-        want = "a string" if kinds == (str,) else "a string or a number"
+    if not isinstance(value, str) or (isinstance(value, NumberLiteral) and not numbers):
+        want = "a string or a number" if numbers else "a string"
         raise UserError(f"{label}: field \"{field}\" is {json_type(value)}, not {want}")
-    return require_unicode(value, f"{label}: field \"{field}\"") if isinstance(value, str) else str(value)
+    value = require_unicode(str(value), f"{label}: field \"{field}\"")
+    if numbers and "\0" in value:  # an id is stored as an HDF5 string, which ends at a NUL
+        raise UserError(f"{label}: field \"{field}\" holds a NUL character (\\u0000), which an id cannot")
+    return value
 
 
 def jsonl_documents(paths, index, text, args):
@@ -176,7 +194,7 @@ def jsonl_documents(paths, index, text, args):
             continue
         label = f"{paths[index]} line {number}"
         try:
-            record = json.loads(line)
+            record = parse_record(line)
         except ValueError as e:
             raise UserError(f"{label} is not JSON ({e})")
         if not isinstance(record, dict):
@@ -184,7 +202,7 @@ def jsonl_documents(paths, index, text, args):
         found += 1
         doc = Document(index, number, label, field_of(record, label, field, "--context-field" if args.pairs else "--field"))
         if args.id_field is not None:
-            doc.id = field_of(record, label, args.id_field, "--id-field", (str, int, float))
+            doc.id = field_of(record, label, args.id_field, "--id-field", numbers=True)
         if not args.pairs:
             yield require_text(doc)
             continue
@@ -333,7 +351,7 @@ def tokenize_all(args, model, prompts):
 
 def main():
     args = parse_args()
-    check_output_path(args.out, args.files)
+    check_output_path(args.out, args.files, model=args.model)
     check_inputs(args.files)
     # Loaded only now (~0.4 s), so that a mistyped argument or path is reported at once.
     import tokenizers

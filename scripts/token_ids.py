@@ -43,7 +43,7 @@ def parse_args():
 
 def main():
     args = parse_args()
-    check_output_path(args.out)
+    check_output_path(args.out, model=args.model)
     for text in args.texts:
         require_unicode(text, f"TEXT {python_tool.utf8_name(text)!r}")
     model = ModelTokenizer(args.model)

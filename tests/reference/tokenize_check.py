@@ -282,6 +282,15 @@ def check_pairs_ids_and_windows(model):
         check(prompt_ids(data, i) == want and int(data["score_start"][i]) == start,
               f"pair {i}: ids and score_start as lm-eval's hf model encodes it ({start})")
     check([text_attr(t) for t in data["ids"]] == ["7", "b", "c", "d"], "--id-field: /ids, a number as its text")
+    # ... as the line wrote it: 1E2 is not 100.0, and 1e400 and 2e400 are not both inf.
+    write(os.path.join(WORK, "number_ids.jsonl"),
+          "".join(f'{{"id": {n}, "ctx": "A", "cont": " b"}}\n' for n in ("1E2", "1e400", "2e400", "-0")))
+    result = run(TOKENIZE, "--model", "model", "--out", "number_ids.h5", "--context-field", "ctx",
+                 "--continuation-field", "cont", "--id-field", "id", "number_ids.jsonl")
+    check(result.returncode == 0, f"number ids: tokenize.py succeeds ({result.stderr.strip()})")
+    if result.returncode == 0:
+        ids = [text_attr(t) for t in read(os.path.join(WORK, "number_ids.h5"))[0]["ids"]]
+        check(ids == ["1E2", "1e400", "2e400", "-0"], f"number ids kept as written ({ids})")
     result = subprocess.run([PIPEFILL, "run", "--model", "synthetic:tiny", "--input", "pairs.h5", "--output",
                              "pairs_out.h5", "--quiet", "--logprobs", "--top-k", "1"], capture_output=True, text=True,
                             cwd=WORK)
@@ -419,6 +428,8 @@ def check_bad_inputs():
     write(os.path.join(WORK, "number_field.jsonl"), '{"text": 12}\n')
     write(os.path.join(WORK, "array_line.jsonl"), '["text"]\n')
     write(os.path.join(WORK, "blank.jsonl"), "\n  \n")
+    write(os.path.join(WORK, "nul_id.jsonl"), '{"text": "ok", "id": "a\\u0000b"}\n')
+    write(os.path.join(WORK, "nan_id.jsonl"), '{"text": "ok", "id": NaN}\n')
     write(os.path.join(WORK, "notes.md"), "# notes\n")
     write(os.path.join(WORK, "ok.txt"), "A fine prompt 12.")
     os.makedirs(os.path.join(WORK, "folder.txt"), exist_ok=True)
@@ -463,6 +474,8 @@ def check_bad_inputs():
          'no_field.jsonl line 1 has no field "text" (its fields: "body", "id"'),
         ("field not a string", ["model", "number_field.jsonl"], 'field "text" is a number, not a string'),
         ("line not an object", ["model", "array_line.jsonl"], "array_line.jsonl line 1 is an array, not a JSON object"),
+        ("NUL in an id", ["model", "--id-field", "id", "nul_id.jsonl"], 'field "id" holds a NUL character'),
+        ("NaN, which JSON has not", ["model", "--id-field", "id", "nan_id.jsonl"], "line 1 is not JSON (NaN is not"),
         ("only blank lines", ["model", "blank.jsonl"], "blank.jsonl holds no prompts"),
         ("unknown extension", ["model", "notes.md"], "notes.md: unknown kind of file"),
         ("no input files", ["model"], "no input files"),
@@ -490,6 +503,15 @@ def check_bad_inputs():
     expect_error("output in a missing directory", ["--model", "model", "--out", "nodir/x.h5", "ok.txt"],
                  "the directory of --out nodir/x.h5 does not exist", "nodir/x.h5")
     expect_error("output is a directory", ["--model", "model", "--out", "empty_dir", "ok.txt"], "is a directory", None)
+    tokenizer = os.path.join(WORK, "model", "tokenizer.json")
+    with open(tokenizer, "rb") as f:
+        before = f.read()
+    expect_error("output is the model's tokenizer", ["--model", "model", "--out", "model/tokenizer.json", "ok.txt"],
+                 "--out model/tokenizer.json is a file of --model model", None)
+    expect_tool_error("token_ids onto the model's config", TOKEN_IDS,
+                      ["--model", "model", "--out", "model/config.json", " the"], "is a file of --model model")
+    with open(tokenizer, "rb") as f:
+        check(f.read() == before, "the model's tokenizer.json is as it was")
     expect_error("no venv", ["--model", "model", "--out", "bad.h5", "ok.txt"], "run scripts/setup.sh", "bad.h5",
                  env={"PIPEFILL_VENV": os.path.join(WORK, "no_venv")})
 
