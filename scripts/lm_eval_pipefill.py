@@ -100,10 +100,20 @@ class PipefillLM(LM):
         if not os.access(self.pipefill, os.X_OK):
             raise UserError(f"{self.pipefill} is not an executable (build pipefill, or give pipefill=PATH)")
         self.workdir = os.path.abspath(str(workdir)) if workdir else None
-        try:
-            self.max_length = int(max_length) if max_length else (self.tokenizer.max_positions or 2048)
+        if self.workdir:  # checked now, not after lm-eval has built its tasks
+            try:
+                os.makedirs(self.workdir, exist_ok=True)
+            except OSError as e:
+                raise UserError(f"workdir={workdir}: cannot make that directory ({e.strerror})")
+            if not os.access(self.workdir, os.W_OK | os.X_OK):
+                raise UserError(f"workdir={workdir}: cannot write into that directory")
+        try:  # given (0 included) or the model's own context
+            self.max_length = int(max_length) if max_length not in (None, "") else \
+                (self.tokenizer.max_positions or 2048)
         except (TypeError, ValueError):
             raise UserError(f"max_length={max_length}: want a whole number of tokens")
+        if self.max_length < 1:
+            raise UserError(f"max_length={max_length}: want at least 1 token")
         self.calls = 0
         self.too_long = False
         skipped = sorted(k for k, v in ignored.items() if v is not None and k not in ("batch_size", "max_batch_size",
@@ -187,9 +197,9 @@ class PipefillLM(LM):
                   file=sys.stderr, flush=True)
             start = time.monotonic()
             finished = subprocess.run(command)  # from the user's directory: run_args paths as typed
-            if finished.returncode != 0:
-                raise UserError(f"pipefill failed (exit status {finished.returncode}); its input is {in_h5}"
-                                + ("" if self.workdir else " (give workdir=DIR to keep it)"))
+            if finished.returncode != 0:  # its own error line is above
+                raise UserError(f"pipefill failed (exit status {finished.returncode}); "
+                                + (f"its input is {in_h5}" if self.workdir else "give workdir=DIR to keep its input"))
             with h5py.File(out_h5, "r") as f:
                 nll, greedy = f["nll_sum"][:], f["is_greedy"][:]
             print(f"lm_eval_pipefill: scored in {time.monotonic() - start:.1f} s", file=sys.stderr, flush=True)

@@ -149,6 +149,14 @@ def main():
                       "pipefill_doc_generate", expect_failure=True)
     check(refused.returncode == 2 and "error: pipefill prefills prompts" in refused.stderr,
           f"generate_until is refused with an error: line (exit status {refused.returncode})")
+    not_a_directory = os.path.join(work, "a_file")
+    with open(not_a_directory, "w") as f:
+        f.write("a file, not a directory\n")
+    refused = lm_eval(work, tasks, "workdir", "pipefill",
+                      f"model={model_dir},pipefill={build}/pipefill,workdir={not_a_directory}", "pipefill_doc_mc",
+                      expect_failure=True)
+    check(refused.returncode == 2 and f"error: workdir={not_a_directory}: cannot make" in refused.stderr,
+          f"a workdir that is a file is refused with an error: line (exit status {refused.returncode})")
     exit_if_failed()
     print("Passed: lm-eval's requests through pipefill match its hf model")
     return 0
