@@ -167,7 +167,12 @@ OptionTable<PlacementOptions> placement_table() {
             [](const std::string& name) { return model::parse_expert_split(name); },
             [](const model::ExpertSplit& split) { return std::string(model::expert_split_name(split)); }})
       .echo_as("expert_split");  // in the placement identity of MoE models only (run_record.cpp)
-  t.add("kv-memory-mb", "KV-cache budget per rank in MiB", &P::kv_memory_mb).at_least_one().echo_as("kv_memory_mb");
+  t.add("kv-memory-mb", "KV-cache budget per rank in MiB", &P::kv_memory_mb)
+      .at_least_one()
+      .check([](const int64_t& mb) {  // bytes (mb << 20) stay exact in 64 bits
+        if (mb > (int64_t{1} << 30)) throw UserError("--kv-memory-mb " + std::to_string(mb) + ": at most 2^30 MiB");
+      })
+      .echo_as("kv_memory_mb");
   t.add("threads",
         "cpu: threads a rank for attention and GEMMs; 0 (default): the CPUs the launcher bound the rank to, or an "
         "even share of the node's CPUs among its ranks, and theirs while they wait. Ranks that share CPUs never use "
@@ -712,6 +717,13 @@ bool parse_simulate(int argc, char** argv, SimulateOptions& o) {
     return false;
   o.chunking.stages = o.pp;
   refuse_analytic_cost_model(o.chunking, "simulate");
+  // The devices `run` could be launched on (advise's allocations are as large), in 64 bits.
+  constexpr int64_t kMaxDevices = int64_t{1} << 18;
+  if (int64_t{o.pp} * o.cp * o.tp > kMaxDevices)
+    throw UserError("--pp " + std::to_string(o.pp) + " x --cp " + std::to_string(o.cp) + " x --tp " +
+                    std::to_string(o.tp) + " devices: simulate models up to " + std::to_string(kMaxDevices));
+  if (o.cp == 1 && o.cp_attention != "auto")  // as run refuses it
+    throw UserError("--cp-attention chooses how CP ranks attend: add --cp 2 or more");
   if (o.cached_tokens.size() == 1) o.cached_tokens.assign(o.lengths.size(), o.cached_tokens[0]);
   if (o.cached_tokens.empty()) o.cached_tokens.assign(o.lengths.size(), 0);
   if (o.cached_tokens.size() != o.lengths.size())

@@ -2,6 +2,7 @@
 // MPI_COMM_WORLD so their tags can never match control messages.
 #include "dist/topology.hpp"
 
+#include <cstdint>
 #include <string>
 
 #include "errors.hpp"
@@ -13,11 +14,13 @@ Topology make_topology(int pp, int tp, int cp) {
   MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &t.world_rank));
   MPI_CHECK(MPI_Comm_size(MPI_COMM_WORLD, &t.world_size));
   if (pp < 1 || tp < 1 || cp < 1) throw UserError("--pp, --tp and --cp must be at least 1");
-  if (t.world_size != pp * cp * tp) {
+  // In 64 bits: an int product wraps (--pp 3 --cp 1431655766 "needed" 2 ranks).
+  const int64_t needed = int64_t{pp} * cp * tp;
+  if (t.world_size != needed) {
     const std::string layout = "--pp " + std::to_string(pp) + (cp > 1 ? " x --cp " + std::to_string(cp) : "") +
                                " x --tp " + std::to_string(tp);
     throw UserError("world size is " + std::to_string(t.world_size) + " ranks but " + layout + " needs " +
-                    std::to_string(pp * cp * tp) + " (launch with mpirun -n " + std::to_string(pp * cp * tp) + ")");
+                    std::to_string(needed) + " (launch with mpirun -n " + std::to_string(needed) + ")");
   }
   t.pp = pp;
   t.tp = tp;

@@ -131,6 +131,8 @@ expect_error_of simulate "efficiencies must lie in (0, 1]" "${smol[@]}" --attent
 expect_error_of simulate "does not divide by --tp 7" "${smol[@]}" --tp 7
 expect_error_of simulate "a plan holds" "${smol[@]}" --length 100000000000 --chunk-size 1
 expect_error_of plan "a plan holds" --length 100000000000 --chunk-size 1
+expect_error_of simulate "devices: simulate models up to" "${smol[@]}" --pp 2 --cp 536870912
+expect_error_of simulate "add --cp 2 or more" "${smol[@]}" --cp-attention pass-q
 # ... counted through the stages, and after a dynamic policy cut finer than its first chunk.
 expect_error_of simulate "the most a plan holds" --model-config "$repo/configs/llama3.1-405b.json" --hardware h100 \
   --pp 126 --length 1000000000 --chunk-size 1024

@@ -305,6 +305,8 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   unknown_preset) model=synthetic:enormous; expect="unknown model preset" ;;
   zero_chunk_size) extra=(--pp 2 --chunk-size 0); expect="--chunk-size must be at least 1" ;;
   cp_world_size) extra=(--pp 1 --cp 3); expect="world size is 2 ranks but --pp 1 x --cp 3 x --tp 1 needs 3" ;;
+  cp_world_size_wraps) extra=(--pp 3 --cp 1431655766); expect="needs 4294967298" ;;  # 3 x cp = 2^32 + 2: once "2"
+  kv_memory_mb_huge) extra=(--pp 2 --kv-memory-mb 8796093022208); expect="--kv-memory-mb 8796093022208: at most 2^30 MiB" ;;
   cp_cuda_mla_wide) wide_latent_model 640; extra=(--cp 2 --backend cuda)
     expect="--cp on --backend cuda attends latent rows 656 wide with 640 value columns" ;;
   cp_emulate_profile) extra=(--cp 2 --backend emulate --cost-model "$data/cost_tiny_pp2.json" --pp 1 --dynamic-chunking)
