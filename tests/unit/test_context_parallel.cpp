@@ -285,5 +285,34 @@ TEST(ContextSplit, LoadedPiecesSplitEvenly) {
     }
 }
 
+// With a bf16 cache the sgemm path rounds Q and P as the kernel path and the single-rank
+// attention do (it once skipped both, so cp and one rank rounded differently there).
+TEST(RingAttention, TheSgemmPathRoundsLikeTheKernelsForBf16) {
+  const int heads = 4, kv_heads = 2, d = 16, n = 96, m = 40;
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> q(size_t(m) * heads * d), k(size_t(kv_heads) * n * d), v(k.size());
+  for (auto* x : {&q, &k, &v})
+    for (float& e : *x) e = normal(rng);
+  std::vector<int32_t> visible(static_cast<size_t>(m));
+  for (int i = 0; i < m; ++i) visible[size_t(i)] = 50 + i;
+  auto attend = [&](bool bf16, bool portable) {
+    std::vector<float> out(size_t(m) * heads * d), lse(size_t(m) * heads);
+    cpu::PartialWorkspace ws;
+    cpu::partial_attention(q.data(), heads * d, m, visible.data(), heads, k.data(), v.data(), n, kv_heads, d, 0.25f,
+                           out.data(), heads * d, lse.data(), ws, bf16, portable);
+    return out;
+  };
+  const std::vector<float> exact = attend(false, true), rounded = attend(true, true), kernel = attend(true, false);
+  double moved = 0, apart = 0;
+  for (size_t i = 0; i < exact.size(); ++i) {
+    moved = std::max(moved, double(std::abs(rounded[i] - exact[i])));
+    apart = std::max(apart, double(std::abs(rounded[i] - kernel[i])));
+  }
+  EXPECT_GT(moved, 1e-4);  // the rounding happened
+  EXPECT_LT(moved, 5e-2);  // at bf16's size
+  EXPECT_LT(apart, 2e-2);
+}
+
 }  // namespace
 }  // namespace pf

@@ -15,6 +15,7 @@
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/gemm.hpp"
 #include "compute/cpu/thread_pool.hpp"
+#include "io/bf16.hpp"
 
 namespace pf::cpu {
 namespace {
@@ -83,10 +84,11 @@ std::vector<int64_t> positions_of(const sched::CpShare& share) {
   return positions;
 }
 
-// partial_attention on sgemm.
+// partial_attention on sgemm. bf16: Q and P rounded where the single-rank path rounds them
+// (attention.cpp), so a cp run and one rank round alike on this path too.
 void partial_on_sgemm(const float* q, int64_t q_stride, int m, const int32_t* visible, int heads, const float* k,
                       const float* v, int n, int kv_heads, int head_dim, float scale, float* out, int64_t out_stride,
-                      float* lse, std::vector<PartialScratch>& scratch) {
+                      float* lse, std::vector<PartialScratch>& scratch, bool bf16) {
   const int d = head_dim, group = heads / kv_heads;
   const int block_tokens = std::max(1, kTargetQueryRows / group);
   const int blocks = (m + block_tokens - 1) / block_tokens;
@@ -107,7 +109,7 @@ void partial_on_sgemm(const float* q, int64_t q_stride, int m, const int32_t* vi
       for (int j = 0; j < group; ++j) {
         const float* src = q + (q0 + t) * q_stride + static_cast<int64_t>(kvh * group + j) * d;
         float* dst = ws.q_packed.data() + static_cast<int64_t>(t * group + j) * d;
-        for (int i = 0; i < d; ++i) dst[i] = src[i] * scale;
+        for (int i = 0; i < d; ++i) dst[i] = (bf16 ? bf16::round(src[i]) : src[i]) * scale;
       }
     const float* keys = k + static_cast<int64_t>(kvh) * n * d;
     const float* values = v + static_cast<int64_t>(kvh) * n * d;
@@ -127,6 +129,7 @@ void partial_on_sgemm(const float* q, int64_t q_stride, int m, const int32_t* vi
           for (int c = seen; c < nk; ++c) s[c] = kMaskedScore;
           online_softmax_step(s, nk, ws.row_max[static_cast<size_t>(r)], ws.row_sum[static_cast<size_t>(r)],
                               ws.acc.data() + static_cast<int64_t>(r) * d, d);
+          if (bf16) bf16::round_all(s, nk);
         }
       }
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, rows, d, nk, 1.0f, ws.scores.data(), kKeyBlock,
@@ -176,7 +179,7 @@ void partial_attention(const float* q, int64_t q_stride, int m, const int32_t* v
     }
   }
   partial_on_sgemm(q, q_stride, m, visible, heads, k, v, n, kv_heads, head_dim, scale, out, out_stride, lse,
-                   ws.portable);
+                   ws.portable, round_bf16);
 }
 
 void merge_partial(float* out, float* lse, const float* part, int64_t part_stride, const float* part_lse, int m,
