@@ -7,7 +7,7 @@ Reads either of the two files a run leaves:
 
 usage: scripts/plot_timeline.py FILE [--out timeline.png] [--until SECONDS]
 
-One row per (stage, TP rank). Compute in two alternating blues by prompt (so prompt
+One row per rank of each stage (its CP rank and TP rank). Compute in two alternating blues by prompt (so prompt
 boundaries show), LM head in purple, loading a prefix from the KV store in brown, copying K/V
 out for an export in grey, waiting for a receive in light orange, blocking on a send commit
 in red, TP all-reduces as thin green ticks inside compute. Dashed lines mark the start of each
@@ -59,9 +59,14 @@ def read_h5(path):
         names = f["timeline"].attrs.get("kind_names", ",".join(DEFAULT_KINDS))
         names = (names.decode() if isinstance(names, bytes) else str(names)).split(",")
         attrs = {k: (v.decode() if isinstance(v, bytes) else v) for k, v in f.attrs.items()}
-    events = [{"kind": names[int(e["kind"])], "stage": int(e["stage"]), "tp_rank": int(e["tp_rank"]),
+    # A row per rank of a stage: its place in the stage (cp rank, then tp rank, as ranks are laid out).
+    tp, cp = int(attrs.get("tp", 1) or 1), int(attrs.get("cp", 1) or 1)
+    events = [{"kind": names[int(e["kind"])], "stage": int(e["stage"]), "lane": int(e["rank"]) % (cp * tp),
                "prompt": int(e["prompt"]), "chunk_start": int(e["chunk_start"]),
                "start": float(e["t_start_s"]), "end": float(e["t_end_s"])} for e in t]
+    for e in events:
+        lane = e["lane"]
+        e["label"] = f"stage {e['stage']} / " + (f"cp {lane // tp} tp {lane % tp}" if cp > 1 else f"tp {lane}")
     return events, attrs
 
 
@@ -75,12 +80,17 @@ def read_trace(path):
     records = trace.get("traceEvents") if isinstance(trace, dict) else None
     if not isinstance(records, list):
         fail(f"{path} has no traceEvents: not a trace that `pipefill run --trace` wrote")
-    events = []
+    events, thread_names = [], {}
+    for e in records:
+        if e.get("ph") == "M" and e.get("name") == "thread_name":
+            thread_names[(e.get("pid"), e.get("tid"))] = str(e.get("args", {}).get("name", ""))
     for e in records:
         if e.get("ph") != "X":
             continue
         args = e.get("args", {})
-        events.append({"kind": e.get("cat", "compute"), "stage": int(e["pid"]), "tp_rank": int(e["tid"]),
+        stage, lane = int(e["pid"]), int(e["tid"])
+        name = thread_names.get((e["pid"], e["tid"]), f"tp {lane}").split(" (rank")[0]
+        events.append({"kind": e.get("cat", "compute"), "stage": stage, "lane": lane, "label": f"stage {stage} / {name}",
                        "prompt": int(args.get("prompt", 0)), "chunk_start": int(args.get("chunk_start", -1)),
                        "start": e["ts"] / 1e6, "end": (e["ts"] + e["dur"]) / 1e6})
     return events, {}
@@ -100,7 +110,7 @@ def read_events(path):
 
 def main():
     ap = ArgumentParser(
-        description="Gantt chart of a pipefill timeline: one row per (stage, TP rank), each event a bar.",
+        description="Gantt chart of a pipefill timeline: one row per rank of each stage, each event a bar.",
         epilog="FILE is a run's output OUT.h5 (its /timeline), a `pipefill simulate --timeline` file, or the "
                "JSON trace `pipefill run --trace TRACE.json` writes.")
     ap.add_argument("file", metavar="FILE", help="OUT.h5 or TRACE.json")
@@ -112,7 +122,8 @@ def main():
     events, attrs = read_events(args.file)
     if not events:
         fail(f"{args.file} holds no timeline events")
-    rows = sorted({(e["stage"], e["tp_rank"]) for e in events})
+    rows = sorted({(e["stage"], e["lane"]) for e in events})
+    label_of = {(e["stage"], e["lane"]): e["label"] for e in events}
     row_of = {key: i for i, key in enumerate(rows)}
     fig, ax = plt.subplots(figsize=(14, 1.6 + 0.45 * len(rows)))
     kinds_seen = set()
@@ -121,7 +132,7 @@ def main():
             continue
         kind = e["kind"]
         kinds_seen.add(kind)
-        y = row_of[(e["stage"], e["tp_rank"])]
+        y = row_of[(e["stage"], e["lane"])]
         start, width = e["start"], e["end"] - e["start"]
         if kind == "compute":
             ax.broken_barh([(start, width)], (y - 0.4, 0.8), facecolor=PROMPT_BLUES[e["prompt"] % 2],
@@ -134,21 +145,22 @@ def main():
         if e["kind"] == "compute" and e["stage"] == 0 and e["chunk_start"] == 0:
             ax.axvline(e["start"], color="gray", linestyle="--", linewidth=0.7)
     ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels([f"stage {s} / tp {r}" for s, r in rows])
+    ax.set_yticklabels([label_of[row] for row in rows])
     ax.invert_yaxis()
     ax.set_xlabel("seconds since the run's start (rank 0 clock)")
     if args.until is not None:
         ax.set_xlim(0, args.until)
     title = os.path.basename(args.file)
     if attrs:
-        title += f": pp {attrs.get('pp')} x tp {attrs.get('tp')}, chunk {attrs.get('chunk_size')}"
+        cp = f" x cp {attrs.get('cp')}" if int(attrs.get("cp", 1) or 1) > 1 else ""
+        title += f": pp {attrs.get('pp')}{cp} x tp {attrs.get('tp')}, chunk {attrs.get('chunk_size')}"
         if attrs.get("chunk_policy_used"):
             title += f" ({attrs.get('chunk_policy_used')})"
-    ax.set_title(title)
+    fig.suptitle(title)  # above the legend, which sits above the plot
     handles = [Patch(color=PROMPT_BLUES[0], label="compute (prompts alternate shades)")]
     handles += [Patch(color=COLORS[k], label=LABELS[k]) for k in COLORS if k in kinds_seen]
     # The legend goes above the plot, so it never covers the x axis's label.
-    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.08), ncol=min(len(handles), 4),
+    ax.legend(handles=handles, loc="lower center", bbox_to_anchor=(0.5, 1.02), ncol=min(len(handles), 4),
               fontsize=8, frameon=False)
     fig.tight_layout()
     save_figure(fig, out)
