@@ -10,7 +10,9 @@
 namespace pf::dist {
 namespace {
 
-constexpr int kNoticeTag = 9001;  // the control communicator carries nothing else
+// The control communicator's tags: these two, and control_reports.cpp's 9002.
+constexpr int kNoticeTag = 9001;       // rank 0's notices
+constexpr int kStopRequestTag = 9003;  // the other ranks' stop requests to rank 0
 constexpr long long kStop = 1, kCheckpoint = 2, kEnd = 3;
 
 int rank_in(MPI_Comm comm) {
@@ -29,6 +31,11 @@ ControlNotices::ControlNotices(MPI_Comm control_comm)
 }
 
 ControlNotices::~ControlNotices() {
+  if (announcer_) {  // requests that came too late to matter: received, so none is left unmatched
+    while (receive_stop_request()) {
+    }
+    return;
+  }
   if (listening_ == MPI_REQUEST_NULL) return;
   MPI_CHECK(MPI_Cancel(&listening_));  // nothing more came; a notice racing in completes it instead
   wait_polling(&listening_);
@@ -95,6 +102,30 @@ std::optional<CheckpointCall> ControlNotices::take_checkpoint() {
 std::optional<long long> ControlNotices::last_call() {
   receive_arrived();
   return last_call_;
+}
+
+void ControlNotices::request_stop() {
+  if (announcer_ || stop_asked_) return;
+  stop_asked_ = true;
+  long long ask = 1;
+  MPI_Request sent = MPI_REQUEST_NULL;
+  MPI_CHECK(MPI_Isend(&ask, 1, MPI_LONG_LONG, kAnnouncer, kStopRequestTag, comm_, &sent));
+  wait_polling(&sent);  // eager: done as soon as it is buffered
+}
+
+bool ControlNotices::receive_stop_request() {
+  int waiting = 0;
+  MPI_Status status;
+  MPI_CHECK(MPI_Iprobe(MPI_ANY_SOURCE, kStopRequestTag, comm_, &waiting, &status));
+  if (!waiting) return false;
+  long long ask = 0;
+  MPI_CHECK(MPI_Recv(&ask, 1, MPI_LONG_LONG, status.MPI_SOURCE, kStopRequestTag, comm_, MPI_STATUS_IGNORE));
+  return true;
+}
+
+bool ControlNotices::stop_requested_elsewhere() {
+  if (announcer_ && !stop_asked_) stop_asked_ = receive_stop_request();
+  return stop_asked_;
 }
 
 bool ControlNotices::raised() {

@@ -8,6 +8,9 @@
 // receive-wait (a WaitInterrupt), so no rank waits for a chunk that will never come. One
 // message stream from one sender: MPI keeps it in order, so a checkpoint call announced
 // before the stop is always seen before it. What the cutoffs mean is the stage loop's affair.
+// A stop signal that reaches another rank alone (a node's own agent, a kill aimed at one
+// process) is forwarded to rank 0 as a request (request_stop), which rank 0 polls beside its
+// own flag (stop_requested_elsewhere): the stop is still rank 0's to announce.
 #pragma once
 
 #include <mpi.h>
@@ -50,6 +53,10 @@ class ControlNotices final : public WaitInterrupt {
   // A listener: once the stop or the end has arrived, the sequence of the last call rank 0
   // announced (every call up to it has arrived too); nullopt before.
   std::optional<long long> last_call();
+  // A listener whose own stop signal came: asks rank 0 to stop (once; a tiny message).
+  void request_stop();
+  // The announcer: whether another rank has asked for the stop (polls; true from then on).
+  bool stop_requested_elsewhere();
   // The stop arrived and is not yet taken. A wait it interrupts leaves its receive posted;
   // the caller takes the cutoff and decides.
   bool raised() override;
@@ -57,7 +64,8 @@ class ControlNotices final : public WaitInterrupt {
  private:
   using Message = std::array<long long, 5>;  // kind, then its values
   void send_to_all(const Message& message);
-  void receive_arrived();  // moves every notice that has arrived into the fields below
+  void receive_arrived();       // moves every notice that has arrived into the fields below
+  bool receive_stop_request();  // the announcer: one request that has arrived, if any
 
   MPI_Comm comm_;
   bool announcer_;
@@ -66,6 +74,7 @@ class ControlNotices final : public WaitInterrupt {
   std::deque<CheckpointCall> calls_;
   std::optional<long long> stop_, last_call_;
   bool taken_ = false, announced_ = false, ended_ = false;
+  bool stop_asked_ = false;  // listener: sent its request; announcer: received one
 };
 
 }  // namespace pf::dist

@@ -287,7 +287,10 @@ void StageLoop::look_for_stop(long long i) {
       checkpoint->accept(*call);
       calls_accepted_ = call->sequence;
     }
-  if (topo_.is_writer() && ctx_.stop_requested && *ctx_.stop_requested && !notice_.announced()) {
+  // Another rank's own stop signal reaches rank 0 as a request; rank 0 announces the stop.
+  const bool signalled = ctx_.stop_requested && *ctx_.stop_requested;
+  if (!topo_.is_writer() && signalled) notice_.request_stop();
+  if (topo_.is_writer() && (signalled || notice_.stop_requested_elsewhere()) && !notice_.announced()) {
     long long cutoff = i;
     if (checkpoint && checkpoint->enabled() && i < count_) {  // the prompt in flight is checkpointed where it stands
       if (const std::optional<dist::CheckpointCall> call = checkpoint->final_call(i)) {

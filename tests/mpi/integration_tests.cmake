@@ -239,7 +239,7 @@ foreach(case hung_rank killed_rank)
 endforeach()
 
 # Kill a run mid-batch (a forwarded signal, and SIGKILL of one rank), resume, compare.
-foreach(case signal sigterm kill signal_tp2 signal_logprobs signal_shared_prefix signal_cp2)
+foreach(case signal sigterm sigterm_rank1 kill signal_tp2 signal_logprobs signal_shared_prefix signal_cp2)
   add_test(NAME mpi.resume_after_${case} COMMAND ${PF_MPI}/resume.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.resume_after_${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny
                        RUN_SERIAL TRUE)

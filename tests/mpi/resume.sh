@@ -2,7 +2,8 @@
 # Interrupted runs lose nothing and duplicate nothing. A batch is run uninterrupted for
 # reference; then the same batch is interrupted mid-way (CASE signal: SIGUSR1 to mpirun,
 # which forwards it, as Slurm's --signal=B:TERM reaches the job script; CASE kill: SIGKILL of
-# rank 1; CASE sigterm: SIGTERM to every rank, as srun delivers scancel; CASE signal_tp2:
+# rank 1; CASE sigterm: SIGTERM to every rank, as srun delivers scancel; CASE sigterm_rank1:
+# SIGTERM to rank 1 alone (a node's own agent), which asks rank 0 to stop; CASE signal_tp2:
 # SIGUSR1 with pp 2 x tp 2, where stage 0's TP ranks must agree on the cutoff; CASE
 # signal_logprobs: SIGUSR1 with --logprobs --top-k 3 at pp 2 x tp 2, whose token rows stream
 # to the output chunk by chunk; CASE signal_shared_prefix: the same, with --hidden-states mean,
@@ -46,6 +47,7 @@ stored=$(prompts_done "$work/first.log")
 case $case in
   signal|signal_tp2|signal_logprobs|signal_shared_prefix|signal_cp2) signal_run USR1 mpirun ;;  # mpirun forwards it to every rank
   sigterm) signal_run TERM ranks ;;
+  sigterm_rank1) signal_run TERM 1 ;;  # one rank's own signal: forwarded to rank 0, which stops the run
   kill) signal_run KILL 1 ;;
   *) fail "unknown case $case" ;;
 esac
