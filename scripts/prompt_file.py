@@ -26,6 +26,7 @@ class PromptSet:
         self.source_file = []
         self.source_line = []
         self.score_start = []  # per prompt: the first scored position (1: all)
+        self.scored_spans = False  # written with /score_start even where every context is one token
         self.ids = []  # per prompt: its --id-field value (None: none)
         self.tokens = 0
 
@@ -43,6 +44,7 @@ class PromptSet:
         self.source_file.extend(d.file_index for d in docs)
         self.source_line.extend(d.line for d in docs)
         self.score_start.extend(starts if starts is not None else [1] * len(docs))
+        self.scored_spans = self.scored_spans or starts is not None  # contexts and continuations
         self.ids.extend(getattr(d, "id", None) for d in docs)
         self.tokens += count
 
@@ -76,7 +78,7 @@ def write_prompt_file(out, prompts, attrs):
             f.create_dataset("source_file", data=np.asarray(prompts.source_file, dtype=np.int32), dtype="<i4")
             f.create_dataset("source_line", data=np.asarray(prompts.source_line, dtype=np.int64), dtype="<i8")
             # pipefill reads these two (docs/formats.md): written only when they say something.
-            if any(s != 1 for s in prompts.score_start):
+            if prompts.scored_spans or any(s != 1 for s in prompts.score_start):
                 f.create_dataset("score_start", data=np.asarray(prompts.score_start, dtype=np.int64), dtype="<i8")
             if any(i is not None for i in prompts.ids):
                 f.create_dataset("ids", data=[i if i is not None else "" for i in prompts.ids],

@@ -284,13 +284,16 @@ def check_pairs_ids_and_windows(model):
     check([text_attr(t) for t in data["ids"]] == ["7", "b", "c", "d"], "--id-field: /ids, a number as its text")
     # ... as the line wrote it: 1E2 is not 100.0, and 1e400 and 2e400 are not both inf.
     write(os.path.join(WORK, "number_ids.jsonl"),
-          "".join(f'{{"id": {n}, "ctx": "A", "cont": " b"}}\n' for n in ("1E2", "1e400", "2e400", "-0")))
+          "".join(f'{{"id": {n}, "ctx": "", "cont": "b c"}}\n' for n in ("1E2", "1e400", "2e400", "-0")))
     result = run(TOKENIZE, "--model", "model", "--out", "number_ids.h5", "--context-field", "ctx",
                  "--continuation-field", "cont", "--id-field", "id", "number_ids.jsonl")
     check(result.returncode == 0, f"number ids: tokenize.py succeeds ({result.stderr.strip()})")
     if result.returncode == 0:
-        ids = [text_attr(t) for t in read(os.path.join(WORK, "number_ids.h5"))[0]["ids"]]
+        numbered = read(os.path.join(WORK, "number_ids.h5"))[0]
+        ids = [text_attr(t) for t in numbered["ids"]]
         check(ids == ["1E2", "1e400", "2e400", "-0"], f"number ids kept as written ({ids})")
+        check("score_start" in numbered and (numbered["score_start"] == 1).all(),
+              "pairs: /score_start written even where every context is one token (here the BOS)")
     result = subprocess.run([PIPEFILL, "run", "--model", "synthetic:tiny", "--input", "pairs.h5", "--output",
                              "pairs_out.h5", "--quiet", "--logprobs", "--top-k", "1"], capture_output=True, text=True,
                             cwd=WORK)
