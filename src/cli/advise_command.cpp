@@ -112,7 +112,7 @@ void print_left_out(const sim::Advice& advice) {
 std::string job_model_dir(const AdviseOptions& o) {
   if (!o.model.empty()) return o.model;
   if (o.model_config.rfind("synthetic:", 0) == 0) return o.model_config;  // run takes it as --model
-  const std::filesystem::path config(o.model_config);
+  const std::filesystem::path config(model::model_config_file(o.model_config));
   if (config.filename() != "config.json") return "MODEL_DIR";
   return config.has_parent_path() ? config.parent_path().string() : ".";
 }
@@ -128,6 +128,19 @@ std::string shell_word(const std::string& word) {
 
 // The sbatch and srun lines that run the best layout with pipefill, and a note when advise
 // modelled another engine than the one the lines run.
+// Why `pipefill run` would refuse this model (the simulator reads any config's FLOPs; run
+// computes only what it implements), or "" when it takes it. A preset is one of run's own.
+std::string run_refusal(const AdviseOptions& o) {
+  const std::string file = model::model_config_file(o.model_config);
+  if (file.empty()) return "";
+  try {
+    model::load_config_file(file);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 void print_job_lines(const AdviseOptions& o, const sim::AdviseRequest& request, const sim::LayoutAdvice& best) {
   const sim::HardwareSpec& hw = request.hardware;
   const std::string model = shell_word(job_model_dir(o));
@@ -138,9 +151,22 @@ void print_job_lines(const AdviseOptions& o, const sim::AdviseRequest& request, 
   };
   if (o.page_size != sched::kDefaultPageSize) add("--page-size", o.page_size);
   if (o.ring_depth != kDefaultRingDepth) add("--ring-depth", o.ring_depth);
+  const int64_t longest = *std::max_element(request.lengths.begin(), request.lengths.end());
+  const int context = request.shape.max_position_embeddings;
+  if (context > 0 && longest > context) extra += (extra.empty() ? "" : " ") + std::string("--allow-long-prompts");
   const int per_node = std::min(request.devices_per_node, best.gpus());
   std::printf("\nbest: %s on %d node%s, %s: %.3f s\n", sim::layout_text(best.pp, best.cp, best.tp).c_str(), best.nodes,
               best.nodes == 1 ? "" : "s", chunking_text(best.chunking).c_str(), best.time_s);
+  const std::string refusal = run_refusal(o);
+  if (!refusal.empty()) {  // a study of another engine's model: no job line run would refuse
+    std::printf("note: no job line: `pipefill run` refuses this model (%s)\n", refusal.c_str());
+    return;
+  }
+  if (context > 0 && longest > context)
+    std::printf(
+        "note: the longest prompt (%lld tokens) is beyond the model's context (%d): the job line adds "
+        "--allow-long-prompts\n",
+        static_cast<long long>(longest), context);
   const bool bf16_wire = o.wire_bytes != dist::kActivationWireBytes;
   if (request.fp8_weights || bf16_wire)
     std::printf("note: modelled as an engine that %s%s%s; `pipefill run` %s%s%s, so its memory and time differ\n",

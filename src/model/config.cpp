@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <stdexcept>
 
@@ -233,7 +234,11 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   return c;
 }
 
-nlohmann::json read_config_json(const std::string& path) {
+nlohmann::json read_config_json(const std::string& given) {
+  // A model's directory stands for its config.json (an ifstream would open the directory).
+  std::error_code error;
+  const std::string path =
+      std::filesystem::is_directory(given, error) ? (std::filesystem::path(given) / "config.json").string() : given;
   std::ifstream in(path);
   if (!in) throw UserError("cannot read model config " + path);
   nlohmann::json json;

@@ -139,6 +139,27 @@ expect_error_of simulate "the most a plan holds" --model-config "$repo/configs/l
 expect_error_of simulate "the most a plan holds" --model-config "$repo/configs/llama3.1-405b.json" --hardware h100 \
   --tp 8 --pp 2 --length 2500000000 --chunk-size 256 --dynamic-chunking --smooth-factor 1
 [ ! -e "$work/no" ] || fail "a directory was made for --plot"
+# The job line is one `run` takes: none for a model run refuses (the table is still a study of
+# it), --allow-long-prompts for prompts beyond the model's context; a model directory names itself.
+/usr/bin/python3 - "$repo/configs/llama3.1-405b.json" "$work/gpt2.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["architectures"] = ["GPT2LMHeadModel"]
+json.dump(config, open(sys.argv[2], "w"))
+PY
+"$bin/pipefill" advise --model-config "$work/gpt2.json" --hardware h100 --nodes 2 --length 8192 >"$work/gpt2.txt"
+grep -q '^note: no job line: `pipefill run` refuses this model (.*unknown architecture "GPT2LMHeadModel"' "$work/gpt2.txt" &&
+  ! grep -q 'srun' "$work/gpt2.txt" || fail "advise printed a job line for a model run refuses: $(tail -3 "$work/gpt2.txt")"
+mkdir -p "$work/long_model"
+/usr/bin/python3 - "$repo/configs/llama3.1-405b.json" "$work/long_model/config.json" <<'PY'
+import json, sys
+config = json.load(open(sys.argv[1]))
+config["max_position_embeddings"] = 4096
+json.dump(config, open(sys.argv[2], "w"))
+PY
+"$bin/pipefill" advise --model-config "$work/long_model" --hardware h100 --nodes 2 --length 8192 >"$work/long.txt"
+grep -q "srun .*--model $work/long_model .*--allow-long-prompts" "$work/long.txt" ||
+  fail "a prompt beyond the context: the job line lacks --allow-long-prompts or the model: $(tail -2 "$work/long.txt")"
 # A study's picture or timeline never goes over one of its inputs (it once replaced --input).
 cp "$work/batch.h5" "$work/batch_copy.h5"
 expect_error "--plot ($work/batch_copy.h5) and --input ($work/batch_copy.h5) are the same file" "${deepseek[@]}" \
