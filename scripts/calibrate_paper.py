@@ -40,6 +40,7 @@ DYNAMIC_DEEPSEEK = ["--chunk-size", "12288", "--dynamic-chunking", "--smooth-fac
 
 def simulate(args, config, layout, chunking, lengths, mm, attn):
     command = [args.pipefill, "simulate", "--model-config", config, "--hardware", args.hardware, "--wire-bytes", "2",
+               "--fp8", "keep",  # SGLang runs the FP8 checkpoints in FP8
                "--matmul-efficiency", f"{mm:.6f}", "--attention-efficiency", f"{attn:.6f}", "--json"]
     command += layout + chunking
     for n in lengths:

@@ -9,7 +9,7 @@
 #
 # Environment (defaults in brackets): MODEL [configs/qwen3-235b-a22b-fp8.json], HARDWARE [h20],
 # TP [4], PPS ["1 2 4 8"], LENGTH [131072], BATCH [16], FIXED ["6144"], DYNAMIC ["18432"],
-# SMOOTH [0.75], OUT [outputs/scaling.csv]
+# SMOOTH [0.75], OUT [outputs/scaling.csv], FP8 [keep: an FP8 checkpoint's matmuls at the fp8 rate]
 set -euo pipefail
 cd "$(dirname "$0")/.."
 mode=${MODE:-simulate}
@@ -32,8 +32,10 @@ run_case() {
   if [ "$mode" = simulate ]; then
     local lengths=()
     for _ in $(seq "$count"); do lengths+=(--length "$length"); done
+    local fp8=()  # an FP8 checkpoint's matmuls at the fp8 rate, as the emulator's analytic costs run them
+    grep -q '"quant_method": *"fp8"' "$model" 2>/dev/null && fp8=(--fp8 "${FP8:-keep}")
     "$bin" simulate --model-config "$model" --hardware "$hardware" "${lengths[@]}" "${flags[@]}" \
-      --wire-bytes "${WIRE_BYTES:-4}" --json |
+      --wire-bytes "${WIRE_BYTES:-4}" ${fp8[@]+"${fp8[@]}"} --json |
       /usr/bin/python3 -c "import json,sys; d=json.load(sys.stdin); print(d['makespan_s'], d['tokens_per_s'], d['bubble'])"
   else
     "$bin" make-prompts --out "$work/in.h5" --num "$count" --min-len "$length" --max-len "$length" --vocab 1000 >/dev/null

@@ -12,6 +12,9 @@ bin=${PIPEFILL_BIN:-build/pipefill}
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 model=${MODEL:-configs/qwen3-235b-a22b-fp8.json} hardware=${HARDWARE:-h20} chunk=${CHUNK:-2048}
+# The emulator's analytic costs run an FP8 checkpoint's matmuls at the fp8 rate: simulate them so.
+fp8=()
+grep -q '"quant_method": *"fp8"' "$model" 2>/dev/null && fp8=(--fp8 keep)
 "$bin" make-prompts --out "$work/in.h5" --num 1 --min-len "$tokens" --max-len "$tokens" --vocab 128000 >/dev/null
 printf "%-4s %-9s %12s %12s %8s\n" P policy simulated_s emulated_s diff
 status=0
@@ -19,7 +22,7 @@ for pp in $pps; do
   for policy in fixed sglang; do
     flags=(--pp "$pp" --chunk-size "$chunk")
     [ "$policy" = fixed ] || flags+=(--dynamic-chunking)
-    sim=$("$bin" simulate --model-config "$model" --hardware "$hardware" --length "$tokens" "${flags[@]}" |
+    sim=$("$bin" simulate --model-config "$model" --hardware "$hardware" --length "$tokens" "${flags[@]}" ${fp8[@]+"${fp8[@]}"} |
           grep -oP 'ttft_s: \K[0-9.]+')
     emulate() {
       timeout 600 mpirun -n "$pp" "$bin" run --backend emulate --cost-model "analytic:$hardware" --model "$model" \

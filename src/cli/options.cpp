@@ -442,6 +442,18 @@ void require_plannable(const Options& o) {
                     std::to_string(static_cast<long long>(kMaxMicroBatches)) + " a plan holds: a larger --chunk-size");
 }
 
+// An FP8 checkpoint's matmuls in the study commands: as `run` computes them, or as SGLang does.
+template <typename Options>
+void add_fp8(OptionTable<Options>& t, std::string Options::*member) {
+  t.add("fp8",
+        "an FP8 checkpoint: dequantize (bf16 weights and matmuls, what `pipefill run` does) or keep (FP8 "
+        "weights, matmuls at the fp8 rate, as SGLang runs them)",
+        member)
+      .check([](const std::string& mode) {
+        if (mode != "dequantize" && mode != "keep") throw UserError("--fp8 must be dequantize or keep");
+      });
+}
+
 OptionTable<SimulateOptions> simulate_table() {
   using S = SimulateOptions;
   auto efficiency = [](const double& e) {
@@ -453,6 +465,7 @@ OptionTable<SimulateOptions> simulate_table() {
       .required();
   t.add("hardware", "hardware description: h20, h100, h200, cpu (hardware/NAME.json) or a JSON path", &S::hardware)
       .required();
+  add_fp8(t, &S::fp8);
   add_pp(t, &S::pp);
   add_tp(t, &S::tp);
   t.add("cp",
@@ -532,13 +545,7 @@ OptionTable<AdviseOptions> advise_table() {
       });
   t.add("length", "prompt length in tokens (repeat for a batch), or --input", &A::lengths).optional().at_least_one();
   t.add("input", "an HDF5 input (pipefill run --input): its prompts' lengths are the batch", &A::input);
-  t.add("fp8",
-        "an FP8 checkpoint: dequantize (bf16 weights and matmuls, what the cuda backend does) or keep (FP8 "
-        "weights, matmuls at the fp8 rate, as SGLang runs them)",
-        &A::fp8)
-      .check([](const std::string& mode) {
-        if (mode != "dequantize" && mode != "keep") throw UserError("--fp8 must be dequantize or keep");
-      });
+  add_fp8(t, &A::fp8);
   t.add("wire-bytes", "bytes per activation on the wire: 4 (pipefill, float32) or 2 (a bf16 sender, SGLang)",
         &A::wire_bytes)
       .check([](const int& bytes) {

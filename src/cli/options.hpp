@@ -96,8 +96,9 @@ struct ProfileOptions {
 };
 
 struct SimulateOptions {
-  std::string model_config;  // config.json path, or synthetic:PRESET
-  std::string hardware;      // hardware/NAME.json
+  std::string model_config;        // config.json path, or synthetic:PRESET
+  std::string hardware;            // hardware/NAME.json
+  std::string fp8 = "dequantize";  // an FP8 checkpoint: dequantize (what run does) | keep (FP8 matmuls)
   int pp = 1;
   int tp = 1;
   int cp = 1;                         // context parallelism: CP ranks a stage (sim/context_parallel.hpp)

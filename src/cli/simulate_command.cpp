@@ -102,9 +102,12 @@ int simulate_command(int argc, char** argv) {
       saved.profile_file() ? std::optional(sched::load_cost_profile(saved.value)) : std::nullopt;
   const auto partition = simulated_partition(o, shape, profile);
   const sim::CpRequest cp{o.cp, sim::parse_cp_attention(o.cp_attention)};
+  if (o.fp8 == "keep" && !shape.fp8)
+    throw UserError("--fp8 keep: " + o.model_config + " is not an FP8 checkpoint (no quantization_config fp8)");
+  const bool fp8_kept = shape.fp8 && o.fp8 == "keep";
   const std::vector<sim::StageCost> costs =
       profile ? sim::profiled_stage_costs(*profile, o.pp)
-              : sim::analytic_stage_costs(shape, hw, partition, o.tp, shape.fp8, o.wire_bytes, cp);
+              : sim::analytic_stage_costs(shape, hw, partition, o.tp, fp8_kept, o.wire_bytes, cp);
 
   sim::SimulatedRunSpec spec{
       o.pp, o.cp, o.tp, shape.hidden_size, o.chunking, o.lengths, o.cached_tokens, o.ring_depth, o.wire_bytes, {}};
@@ -146,9 +149,12 @@ int simulate_command(int argc, char** argv) {
     const std::string layout = "pp " + std::to_string(o.pp) + (o.cp > 1 ? " x cp " + std::to_string(o.cp) : "") +
                                " x tp " + std::to_string(o.tp);
     std::printf("simulate: %s (%.1fB active params%s) on %s | %s | layers %s | chunk %d (%s)%s%s\n", shape.name.c_str(),
-                shape.active_parameters() / 1e9, shape.fp8 ? ", fp8" : "", hw.name.c_str(), layout.c_str(),
-                model::partition_text(partition).c_str(), o.chunking.initial_chunk, policy_used.c_str(),
-                note.empty() ? "" : " | ", note.c_str());
+                shape.active_parameters() / 1e9,
+                fp8_kept    ? ", fp8 kept"
+                : shape.fp8 ? ", fp8 dequantized"
+                            : "",
+                hw.name.c_str(), layout.c_str(), model::partition_text(partition).c_str(), o.chunking.initial_chunk,
+                policy_used.c_str(), note.empty() ? "" : " | ", note.c_str());
     if (cached > 0)
       std::printf(
           "prefix reuse: %lld of %lld prompt tokens cached (their chunks are not computed; attention still "
