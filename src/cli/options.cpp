@@ -499,9 +499,8 @@ OptionTable<SimulateOptions> simulate_table() {
       .check_given(efficiency);
   t.add("matmul-half-rows", "override the hardware file's GEMM rows at half efficiency", &S::matmul_half_rows)
       .optional()
-      .check([](const double& rows) {
-        if (rows < 0 && rows != SimulateOptions::kFromHardware)
-          throw UserError("--matmul-half-rows must not be negative");
+      .check_given([](const double& rows) {  // (its untouched value, "the file's", is negative)
+        if (!(rows >= 0 && rows <= 1e6)) throw UserError("--matmul-half-rows must lie in [0, 1e6]");
       });
   t.add("wire-bytes",
         "bytes per activation on the wire (P2P and TP all-reduce): 4, what pipefill sends "

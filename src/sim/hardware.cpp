@@ -47,27 +47,50 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
     for (const auto& item : j["peak_tflops"].items())
       if (item.key() != "bf16" && item.key() != "fp8" && item.key() != "fp32")
         throw UserError(path + ": unknown key \"peak_tflops." + item.key() + "\" (known: bf16, fp8, fp32)");
+  for (const char* link : {"intra_node", "inter_node"})
+    if (j.contains(link) && j[link].is_object())
+      for (const auto& item : j[link].items())
+        if (item.key() != "bandwidth_GBps" && item.key() != "latency_us")
+          throw UserError(path + ": unknown key \"" + link + "." + item.key() +
+                          "\" (known: bandwidth_GBps, latency_us)");
+  // Each number within what a device or link of this century can be (so no time is inf, NaN or
+  // 200 digits long), its name in the error.
+  auto number = [&](const nlohmann::json& value, const std::string& key, double low, double high, bool low_open) {
+    if (!value.is_number()) throw UserError(path + ": " + key + " must be a number");
+    const double x = value.get<double>();
+    if (!(low_open ? x > low : x >= low) || !(x <= high))
+      throw UserError(path + ": " + key + " " + value.dump() + " lies outside " + (low_open ? "(" : "[") +
+                      nlohmann::json(low).dump() + ", " + nlohmann::json(high).dump() + "]");
+    return x;
+  };
   try {
     HardwareSpec h;
     h.path = path;
-    h.name = j.at("name").get<std::string>();
-    h.peak_bf16_flops = j.at("peak_tflops").at("bf16").get<double>() * 1e12;
-    h.peak_fp8_flops = j.at("peak_tflops").value("fp8", j.at("peak_tflops").at("bf16").get<double>()) * 1e12;
-    h.matmul_efficiency = j.at("matmul_efficiency").get<double>();
-    h.attention_efficiency = j.at("attention_efficiency").get<double>();
+    if (!j.contains("name") || !j["name"].is_string()) throw UserError(path + ": \"name\" must be a string");
+    h.name = j["name"].get<std::string>();
+    const nlohmann::json& peak = j.at("peak_tflops");
+    h.peak_bf16_flops = number(peak.at("bf16"), "peak_tflops.bf16", 1e-3, 1e6, false) * 1e12;
+    h.peak_fp8_flops =
+        number(peak.contains("fp8") ? peak["fp8"] : peak.at("bf16"), "peak_tflops.fp8", 1e-3, 1e6, false) * 1e12;
+    h.matmul_efficiency = number(j.at("matmul_efficiency"), "matmul_efficiency", 0, 1, true);
+    h.attention_efficiency = number(j.at("attention_efficiency"), "attention_efficiency", 0, 1, true);
     if (j.contains("gpus_per_node") && !j["gpus_per_node"].is_number_integer())
       throw UserError(path + ": gpus_per_node must be a whole number");
-    h.devices_per_node = j.value("gpus_per_node", 8);
+    h.devices_per_node = static_cast<int>(
+        number(j.value("gpus_per_node", nlohmann::json(8)), "gpus_per_node", 1, kMaxDevicesPerNode, false));
     // A device's "GB" as sold is a little under a GiB: nvidia-smi gives an 80 GB H100 81,559
     // MiB and a 141 GB H200 143,771 MiB, both 0.9957 of the GiB figure.
-    h.memory_bytes = j.value("memory_GB", 0.0) * 0.9957 * static_cast<double>(1ull << 30);
-    h.matmul_half_rows = j.value("matmul_half_rows", 0.0);
+    h.memory_bytes = number(j.value("memory_GB", nlohmann::json(0.0)), "memory_GB", 0, 1e6, false) * 0.9957 *
+                     static_cast<double>(1ull << 30);
+    h.matmul_half_rows = number(j.value("matmul_half_rows", nlohmann::json(0.0)), "matmul_half_rows", 0, 1e6, false);
+    if (j.contains("backend") && !j["backend"].is_string()) throw UserError(path + ": \"backend\" must be cuda or cpu");
     const std::string backend = j.value("backend", std::string("cuda"));
     if (backend != "cuda" && backend != "cpu") throw UserError(path + ": \"backend\" must be cuda or cpu");
     h.cpu = backend == "cpu";
     for (auto [key, link] : {std::pair{"intra_node", &h.intra_node}, {"inter_node", &h.inter_node}}) {
-      link->bandwidth_Bps = j.at(key).at("bandwidth_GBps").get<double>() * 1e9;
-      link->latency_s = j.at(key).at("latency_us").get<double>() * 1e-6;
+      link->bandwidth_Bps =
+          number(j.at(key).at("bandwidth_GBps"), std::string(key) + ".bandwidth_GBps", 1e-3, 1e6, false) * 1e9;
+      link->latency_s = number(j.at(key).at("latency_us"), std::string(key) + ".latency_us", 0, 1e6, false) * 1e-6;
     }
     if (h.devices_per_node < 1 || !(h.memory_bytes >= 0) || !(h.matmul_half_rows >= 0))
       throw UserError(path + ": gpus_per_node must be at least 1, memory_GB and matmul_half_rows not negative");

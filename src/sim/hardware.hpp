@@ -7,6 +7,8 @@
 
 namespace pf::sim {
 
+constexpr int kMaxDevicesPerNode = 64;  // a hardware file's, and advise's --gpus-per-node
+
 struct LinkSpec {
   double bandwidth_Bps = 1e10;
   double latency_s = 1e-5;

@@ -23,7 +23,6 @@ namespace pf::sim {
 
 // Bounds that keep a search to seconds and its arithmetic exact.
 constexpr int kMaxNodes = 4096;
-constexpr int kMaxDevicesPerNode = 64;
 constexpr int64_t kMaxPromptTokens = int64_t{1} << 34;  // 16G tokens
 constexpr int64_t kMaxChunks = 1024;                    // of the longest prompt, per searched fixed chunk
 constexpr int64_t kMaxBatchChunks = 16 * kMaxChunks;    // of the whole batch, per simulation

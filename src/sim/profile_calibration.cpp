@@ -1,6 +1,8 @@
 // A hardware description from a profile (see profile_calibration.hpp).
 #include "sim/profile_calibration.hpp"
 
+#include <cmath>
+
 #include "errors.hpp"
 #include "model/layer_partition.hpp"
 
@@ -60,6 +62,12 @@ HardwareSpec hardware_from_profile(const HardwareSpec& base, const model::ModelS
   hw.peak_fp8_flops = hw.peak_bf16_flops;  // the profile measured the backend's own arithmetic
   const double matmul_rate = hw.peak_bf16_flops * hw.matmul_efficiency;
   hw.matmul_half_rows = fixed_s * matmul_rate / tile_flops;
+  // A millionth of the peak is no machine either: a hand-edited or broken fit (every time in the
+  // ranking would be astronomical, or NaN).
+  if (!(hw.matmul_efficiency >= 1e-6 && hw.attention_efficiency >= 1e-6 && std::isfinite(hw.matmul_half_rows)))
+    throw UserError(path + " implies matmuls at " + std::to_string(hw.matmul_efficiency) + " and attention at " +
+                    std::to_string(hw.attention_efficiency) + " of " + base.path +
+                    "'s peak, less than a millionth: its fits are not a machine's (profile again)");
   if (hw.matmul_efficiency > 1 || hw.attention_efficiency > 1)
     throw UserError(path + " implies matmuls at " + std::to_string(hw.matmul_efficiency) + " and attention at " +
                     std::to_string(hw.attention_efficiency) + " of " + base.path +

@@ -133,6 +133,22 @@ expect_error_of simulate "a plan holds" "${smol[@]}" --length 100000000000 --chu
 expect_error_of plan "a plan holds" --length 100000000000 --chunk-size 1
 expect_error_of simulate "devices: simulate models up to" "${smol[@]}" --pp 2 --cp 536870912
 expect_error_of simulate "add --cp 2 or more" "${smol[@]}" --cp-attention pass-q
+# A hardware file's numbers are a machine's: beyond, each is named (once inf, NaN or 200-digit times).
+for change in 'peak_tflops.bf16=1e300' 'gpus_per_node=100000' 'inter_node.latency_us=1e308'; do
+  /usr/bin/python3 - "$repo/hardware/h100.json" "$work/odd_hw.json" "$change" <<'PY'
+import json, sys
+hw = json.load(open(sys.argv[1]))
+key, value = sys.argv[3].split("=")
+place = hw
+*outer, last = key.split(".")
+for k in outer:
+    place = place[k]
+place[last] = json.loads(value)
+json.dump(hw, open(sys.argv[2], "w"))
+PY
+  expect_error_of simulate "${change%%=*} " --model-config synthetic:small --hardware "$work/odd_hw.json" --length 100
+done
+expect_error_of simulate "--matmul-half-rows must lie in" "${smol[@]}" --matmul-half-rows -1
 # ... counted through the stages, and after a dynamic policy cut finer than its first chunk.
 expect_error_of simulate "the most a plan holds" --model-config "$repo/configs/llama3.1-405b.json" --hardware h100 \
   --pp 126 --length 1000000000 --chunk-size 1024

@@ -302,8 +302,13 @@ TEST(CostProfile, RefusesCoefficientsNoCostModelHas) {
   const std::string negative = write_json("negative_a.json", j.dump());
   EXPECT_EQ(user_error_of([&] { load_cost_profile(negative); }),
             negative +
-                ": stage 1's prefix fit has a = -3e-09: a cost model needs a > 0 and b, c, gamma >= 0 (all "
-                "finite)");
+                ": stage 1's prefix fit has a = -3e-09: a cost model needs a > 0 and b, c, gamma >= 0, each at "
+                "most 3600 seconds");
+  j["stages"][1]["prefix"]["a"] = 1e-9;
+  j["stages"][1]["prefix"]["b"] = 1e300;  // an hour a token is no machine's either
+  const std::string huge = write_json("huge_b.json", j.dump());
+  EXPECT_NE(user_error_of([&] { load_cost_profile(huge); }).find("has b = 1e+300"), std::string::npos);
+  j["stages"][1]["prefix"]["b"] = 1e-6;
 
   // A failed fit's coefficients are never used: no reason to refuse the file.
   j["stages"][1]["prefix"]["ok"] = false;
