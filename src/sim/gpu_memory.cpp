@@ -12,7 +12,7 @@ namespace pf::sim {
 DeviceStorage DeviceStorage::of(const HardwareSpec& hw, bool fp8_weights) {
   DeviceStorage s;
   if (hw.cpu) {  // float32 weights and cache (the cpu backend's default), the node's memory shared by its ranks
-    s.weight_bytes = 4;
+    s.weight_bytes = s.embedding_bytes = 4;
     s.kv_bytes = 4;
     s.memory_bytes = hw.memory_bytes / hw.devices_per_node;
   } else {
@@ -56,9 +56,9 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
       widest_mlp = std::max(widest_mlp, mlp);
     }
     const double embedding = h * shape.vocab_size;
-    if (s == 0) m.weights += storage.weight_bytes * embedding;
+    if (s == 0) m.weights += storage.embedding_bytes * embedding;
     if (s + 1 == partition.size() && !(partition.size() == 1 && shape.tie_word_embeddings))
-      m.weights += storage.weight_bytes * embedding / tp;
+      m.weights += storage.embedding_bytes * embedding / tp;
     // Hidden state, residual, normed input and attention output (h each), Q and this rank's
     // K and V, and the MLP's gate, up and product on this rank's width.
     const double per_token = 4.0 * h + heads * shape.head_dim + kv_values + 3.0 * widest_mlp / tp;

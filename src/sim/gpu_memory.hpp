@@ -24,10 +24,11 @@ struct DeviceMemory {
 
 // How a backend stores things, per device.
 struct DeviceStorage {
-  double weight_bytes = 2;   // a parameter: bf16 on cuda (FP8 checkpoints dequantized at load), 1 kept in FP8
-  double kv_bytes = 2;       // a cached value: bf16 on cuda, float32 on the cpu backend
-  double runtime_bytes = 0;  // outside the model: CUDA context, cuBLASLt workspace, NCCL buffers
-  double memory_bytes = 0;   // what one device (cpu: one rank's share of the node) has; 0: unknown
+  double weight_bytes = 2;     // a parameter: bf16 on cuda (FP8 checkpoints dequantized at load), 1 kept in FP8
+  double embedding_bytes = 2;  // the embedding and LM head: bf16 even in an FP8 checkpoint
+  double kv_bytes = 2;         // a cached value: bf16 on cuda, float32 on the cpu backend
+  double runtime_bytes = 0;    // outside the model: CUDA context, cuBLASLt workspace, NCCL buffers
+  double memory_bytes = 0;     // what one device (cpu: one rank's share of the node) has; 0: unknown
   static DeviceStorage of(const HardwareSpec& hw, bool fp8_weights);
 };
 
