@@ -188,8 +188,7 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
           ? sched::find_shared_prefixes(run.prompts.tokens, run.prompts.offsets, options.chunking.page_size, done,
                                         options.token_rows_wanted() ? run.prompts.score_start : std::vector<int64_t>{})
           : sched::PrefixPlan{};
-  if (writer && run.topo.cp > 1)
-    sched::align_reuse_to_chunks(prefixes, options.chunking.initial_chunk, options.chunking.dynamic());
+  // (With --cp, decide_plan aligns these reuses to the chunks of the policy it settles on.)
   const bool restores = run.checkpoint && run.checkpoint->restored();
   if (options.kv_store.empty()) {
     if (restores) restore_prompt(prefixes, *run.checkpoint->restored(), run);

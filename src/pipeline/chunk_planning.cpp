@@ -10,6 +10,7 @@
 #include "errors.hpp"
 #include "pipeline/progress.hpp"
 #include "pipeline/stage_profiler.hpp"
+#include "sched/context_split.hpp"
 #include "sched/dynamic_chunker.hpp"
 
 namespace pf::pipeline {
@@ -22,10 +23,11 @@ namespace {
 std::string keep_the_faster_plan(sched::BatchPlan& plan, const sched::ChunkingOptions& o,
                                  const std::vector<sched::StageCostFit>& fits,
                                  const std::vector<int64_t>& prompt_lengths, const std::vector<char>& done,
-                                 const sched::PrefixPlan& prefixes, std::string& policy_used) {
+                                 const sched::PrefixPlan& fixed_prefixes, std::string& policy_used) {
   const std::vector<sched::ChunkCostModel> models = stage_models(fits, o.stages);
   if (models.empty() || plan.micro_batches.empty()) return "";  // nothing to compare (a resume with all done)
-  sched::BatchPlan fixed = sched::make_plan(prompt_lengths, sched::FixedChunkPolicy(o.initial_chunk), done, prefixes);
+  sched::BatchPlan fixed =
+      sched::make_plan(prompt_lengths, sched::FixedChunkPolicy(o.initial_chunk), done, fixed_prefixes);
   const double dynamic_s = predicted_seconds(plan, models), fixed_s = predicted_seconds(fixed, models);
   char figures[200];
   std::snprintf(figures, sizeof figures,
@@ -125,10 +127,18 @@ PlanDecision decide_plan(const dist::Topology& topo, const sched::ChunkingOption
       policy = std::make_unique<sched::FixedChunkPolicy>(o.initial_chunk);
       decision.policy_used = "fixed";
     }
-    sched::BatchPlan plan = sched::make_plan(prompt_lengths, *policy, done, prefixes);
-    if (o.policy == sched::ChunkPolicyKind::kPipefill && decision.policy_used != "fixed") {
+    // With CP a reuse inside the batch starts on the source's chunk boundaries: those of the
+    // policy settled on (a dynamic policy that fell back to fixed chunks keeps its reuse).
+    const auto aligned = [&](bool dynamic) {
+      sched::PrefixPlan plan_prefixes = prefixes;
+      if (topo.cp > 1) sched::align_reuse_to_chunks(plan_prefixes, o.initial_chunk, dynamic);
+      return plan_prefixes;
+    };
+    const bool dynamic = decision.policy_used != "fixed";
+    sched::BatchPlan plan = sched::make_plan(prompt_lengths, *policy, done, aligned(dynamic));
+    if (o.policy == sched::ChunkPolicyKind::kPipefill && dynamic) {
       decision.note =
-          keep_the_faster_plan(plan, o, *decision.fits, prompt_lengths, done, prefixes, decision.policy_used);
+          keep_the_faster_plan(plan, o, *decision.fits, prompt_lengths, done, aligned(false), decision.policy_used);
       if (!decision.note.empty() && report_progress) std::fprintf(stderr, "note: %s\n", decision.note.c_str());
     }
     const std::vector<char> bytes = sched::serialize(plan);

@@ -51,3 +51,21 @@ pipefill_mpi 1 run --model "$data/tiny" --input "$work/in2.h5" --output "$work/r
 "$PYTHON" -c "import sys, h5py; r = h5py.File(sys.argv[1])['reused_tokens'][:]; assert list(r) == [2048, 2048], r; print('reused', list(r))" \
   "$work/cp2_store.h5"
 echo "Passed: a reuse from a loaded prompt falls back to the store's offer"
+
+# A dynamic policy reuses nothing in the batch with CP (its chunk boundaries are not known when
+# the pools are sized), but the reuse follows the plan's policy: with `--chunk-policy pipefill`
+# the fixed plan, which does reuse, wins here (B's 3072 reused tokens are a third of the work),
+# and keeps the reuse (it once lost it, aligned for the policy asked for).
+args=(run --model "$data/tiny" --input "$work/in.h5" --chunk-size 1024 --page-size 64 --quiet)
+pipefill_mpi 2 "${args[@]}" --cp 2 --chunk-policy pipefill --profile-points 9 --output "$work/cp2_pipefill.h5"
+"$PYTHON" - "$work/cp2_pipefill.h5" <<'PY'
+import sys, h5py
+with h5py.File(sys.argv[1]) as f:
+    reused, policy = list(f["reused_tokens"][:]), f.attrs["chunk_policy_used"]
+    policy = policy.decode() if isinstance(policy, bytes) else str(policy)
+print("policy", policy, "reused", reused)
+assert policy == "fixed" and reused == [0, 3072], (policy, reused)
+PY
+pipefill_mpi 1 "${args[@]}" --no-prefix-cache --output "$work/reference3.h5"
+"$bin/tests/compare_logits" "$work/cp2_pipefill.h5" "$work/reference3.h5" --rtol 1e-4
+echo "Passed: the reuse follows the policy the plan settled on"
