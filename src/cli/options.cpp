@@ -14,6 +14,7 @@
 #include "sched/context_split.hpp"
 #include "sched/cost_profile.hpp"
 #include "sched/dynamic_chunker.hpp"
+#include "sim/layout_search.hpp"
 
 namespace pf::cli {
 namespace {
@@ -442,6 +443,12 @@ void require_plannable(const Options& o) {
                     std::to_string(static_cast<long long>(kMaxMicroBatches)) + " a plan holds: a larger --chunk-size");
 }
 
+// --cp-attention without --cp, in run and simulate alike.
+void require_cp_for_cp_attention(int cp, const std::string& cp_attention) {
+  if (cp == 1 && cp_attention != "auto")
+    throw UserError("--cp-attention chooses how CP ranks attend: add --cp 2 or more");
+}
+
 // An FP8 checkpoint's matmuls in the study commands: as `run` computes them, or as SGLang does.
 template <typename Options>
 void add_fp8(OptionTable<Options>& t, std::string Options::*member) {
@@ -657,8 +664,7 @@ void check_backend_supports(const RunOptions& o) {
 // --cp-attention without --cp, refused before anything runs (what a backend cannot do with
 // --cp, its factory refuses: latent rows too wide for cuda's partial kernel).
 void check_context_parallel(const RunOptions& o) {
-  if (o.cp == 1 && o.cp_attention != "auto")
-    throw UserError("--cp-attention chooses how CP ranks attend: add --cp 2 or more");
+  require_cp_for_cp_attention(o.cp, o.cp_attention);
 }
 
 void check_token_rows_fit(const RunOptions& o, int set_size) {
@@ -723,13 +729,12 @@ bool parse_simulate(int argc, char** argv, SimulateOptions& o) {
     return false;
   o.chunking.stages = o.pp;
   refuse_analytic_cost_model(o.chunking, "simulate");
-  // The devices `run` could be launched on (advise's allocations are as large), in 64 bits.
-  constexpr int64_t kMaxDevices = int64_t{1} << 18;
+  // The devices of the largest allocation advise searches, in 64 bits.
+  constexpr int64_t kMaxDevices = int64_t{sim::kMaxNodes} * sim::kMaxDevicesPerNode;
   if (int64_t{o.pp} * o.cp * o.tp > kMaxDevices)
     throw UserError("--pp " + std::to_string(o.pp) + " x --cp " + std::to_string(o.cp) + " x --tp " +
                     std::to_string(o.tp) + " devices: simulate models up to " + std::to_string(kMaxDevices));
-  if (o.cp == 1 && o.cp_attention != "auto")  // as run refuses it
-    throw UserError("--cp-attention chooses how CP ranks attend: add --cp 2 or more");
+  require_cp_for_cp_attention(o.cp, o.cp_attention);  // as run refuses it
   if (o.cached_tokens.size() == 1) o.cached_tokens.assign(o.lengths.size(), o.cached_tokens[0]);
   if (o.cached_tokens.empty()) o.cached_tokens.assign(o.lengths.size(), 0);
   if (o.cached_tokens.size() != o.lengths.size())

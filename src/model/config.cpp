@@ -234,11 +234,13 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   return c;
 }
 
-nlohmann::json read_config_json(const std::string& given) {
-  // A model's directory stands for its config.json (an ifstream would open the directory).
+std::string config_json_path(const std::string& path) {
   std::error_code error;
-  const std::string path =
-      std::filesystem::is_directory(given, error) ? (std::filesystem::path(given) / "config.json").string() : given;
+  return std::filesystem::is_directory(path, error) ? (std::filesystem::path(path) / "config.json").string() : path;
+}
+
+nlohmann::json read_config_json(const std::string& given) {
+  const std::string path = config_json_path(given);  // (an ifstream would open a directory)
   std::ifstream in(path);
   if (!in) throw UserError("cannot read model config " + path);
   nlohmann::json json;

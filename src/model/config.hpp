@@ -107,7 +107,9 @@ struct ModelConfig {
 ModelConfig parse_config(const nlohmann::json& json, const std::string& origin);
 ModelConfig load_config_file(const std::string& path);
 // The JSON of a config.json, without interpreting it (UserError if unreadable or malformed).
-nlohmann::json read_config_json(const std::string& path);
+// A model directory's config.json, else the path as given (a config.json itself).
+std::string config_json_path(const std::string& path);
+nlohmann::json read_config_json(const std::string& path);  // a model directory reads its config.json
 // Written in the legacy layout (top-level rope_theta / rope_scaling), which both readers accept.
 nlohmann::json to_json(const ModelConfig& config);
 

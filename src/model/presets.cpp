@@ -3,8 +3,6 @@
 // `llama3-8b` is the real Llama-3-8B shape.
 #include "model/presets.hpp"
 
-#include <filesystem>
-
 #include "errors.hpp"
 
 namespace pf::model {
@@ -144,8 +142,7 @@ ModelShape shape_of_model_config(const std::string& flag) {
 
 std::string model_config_file(const std::string& flag) {
   if (flag.empty() || flag.rfind("synthetic:", 0) == 0) return "";
-  std::error_code error;
-  return std::filesystem::is_directory(flag, error) ? (std::filesystem::path(flag) / "config.json").string() : flag;
+  return config_json_path(flag);
 }
 
 }  // namespace pf::model

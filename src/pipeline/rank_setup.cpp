@@ -4,7 +4,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <stdexcept>
 
 #include "dist/checked_step.hpp"
@@ -71,9 +70,7 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
     } else if (model_flag.rfind("synthetic:", 0) == 0) {
       m.config_json = model::to_json(model::preset_config(model_flag.substr(10)));
     } else {  // a model directory, or (the emulator needs nothing else) a config.json itself
-      const std::string path = std::filesystem::is_directory(model_flag)
-                                   ? (std::filesystem::path(model_flag) / "config.json").string()
-                                   : model_flag;
+      const std::string path = model::config_json_path(model_flag);
       io::require_regular_file(path, "model config");
       m.config_json = model::read_config_json(path);
     }
