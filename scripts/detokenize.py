@@ -105,9 +105,18 @@ def print_texts(args, model, prompts, ids):
         print(model.decode(segment, skip_special_tokens=args.skip_special))
 
 
-def print_candidates(args, model, prompts, rows, describe):
-    """rows [T, K] (per position) or [n, K] (per prompt): describe(i) says what row i holds."""
+NOT_COMPUTED = "not computed (the run stopped before it finished this prompt; --resume finishes it)"
+
+
+def print_candidates(args, model, prompts, rows, describe, done):
+    """rows [T, K] (per position) or [n, K] (per prompt): describe(i) says what row i holds.
+    done: the output's /completed (None if it has none); a prompt not done has no rows to show."""
     n = prompts.count()
+    if done is not None and n is not None and len(done) != n:
+        raise UserError(f"{args.file}: /completed has {len(done)} entries but the prompts are {n}: give the "
+                        f"run's own --input")
+    if done is not None and n is None and not done.all():
+        raise UserError(f"{args.file} is not complete: give the run's input with --input to show the prompts done")
     if n is None:  # nothing says which rows belong to which prompt
         if args.prompt is not None:
             raise UserError(f"{args.file} has no /offsets: give the run's input with --input to pick a prompt")
@@ -116,7 +125,7 @@ def print_candidates(args, model, prompts, rows, describe):
         return
     if len(rows) == n:
         for prompt in chosen_prompts(args, n):
-            print(f"{prompts.name(prompt)}: {describe(prompt)}")
+            print(f"{prompts.name(prompt)}: {describe(prompt) if done is None or done[prompt] else NOT_COMPUTED}")
         return
     if len(rows) != prompts.offsets[-1]:
         raise UserError(f"/{args.dataset} has {len(rows)} rows: neither one per prompt ({n}) "
@@ -126,6 +135,9 @@ def print_candidates(args, model, prompts, rows, describe):
         start, end = int(prompts.offsets[prompt]), int(prompts.offsets[prompt + 1])
         if args.last is not None:
             start = max(start, end - args.last)
+        if done is not None and not done[prompt]:
+            print(f"--- {prompts.name(prompt)}: {NOT_COMPUTED}")
+            continue
         if len(chosen) > 1:
             print(f"--- {prompts.name(prompt)} ---")
         for position in range(start, end):
@@ -175,13 +187,15 @@ def main():
     kinds, ndim, what = SHOWN[args.dataset]
     if dataset.dtype.kind not in kinds or dataset.ndim != ndim:
         raise UserError(f"{args.file}: /{args.dataset} is {dataset.dtype} {list(dataset.shape)}, not {what}")
+    # A partial output (a stopped run's OUT.h5.partial) holds rows only for its /completed prompts.
+    done = data_file["completed"][:].astype(bool) if isinstance(data_file.get("completed"), h5py.Dataset) else None
     if args.dataset == "tokens":
         print_texts(args, model, prompts, dataset[:])
     elif args.dataset == "topk_ids":
         ids = dataset[:]
-        print_candidates(args, model, prompts, ids, candidates(args, model, data_file, ids))
+        print_candidates(args, model, prompts, ids, candidates(args, model, data_file, ids), done)
     else:
-        print_candidates(args, model, prompts, dataset, most_likely(args, model, dataset))
+        print_candidates(args, model, prompts, dataset, most_likely(args, model, dataset), done)
 
 
 if __name__ == "__main__":

@@ -45,9 +45,10 @@ void print_unfinished(const PreparedRun& run, const std::vector<int>& nonfinite_
 void print_scores(const io::ResultWriter& results) {
   if (results.scored_tokens() == 0) return;
   std::printf(
-      "log-probs: %lld tokens scored this run, perplexity %.4g (exp of their mean NLL; per prompt in "
-      "/perplexity)\n",
-      static_cast<long long>(results.scored_tokens()),
+      "log-probs: %lld tokens scored in the %d prompt%s finished this run, perplexity %.4g (exp of their mean NLL; "
+      "per prompt in /perplexity)\n",
+      static_cast<long long>(results.scored_tokens()), results.written_this_run(),
+      results.written_this_run() == 1 ? "" : "s",
       std::exp(results.scored_nll_sum() / static_cast<double>(results.scored_tokens())));
 }
 
@@ -69,6 +70,8 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
   const RunOptions& options = run.options;
   const model::ModelShape& shape = run.rank_model.shape;
   const sched::BatchPlan& plan = run.decision.plan;
+  // What this run computed: the plan up to where a stop cut it.
+  const sched::BatchPlan ran = plan.first_micro_batches(static_cast<size_t>(loop.result.micro_batches_run));
   const dist::Topology& topo = run.topo;
   const bool writer = topo.is_writer(), emulate = options.placement.backend == compute::BackendKind::kEmulate;
   const std::vector<int> nonfinite_prompts = writer ? loop.stored->nonfinite_prompts() : std::vector<int>();
@@ -93,7 +96,7 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, kv_peak, 2, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD));
   if (writer) {
     const trace::RunSummary summary =
-        trace::summarize(plan, events, topo.pp, topo.cp * topo.tp, loop.wall_s, sched::plan_flops(shape, plan));
+        trace::summarize(ran, events, topo.pp, topo.cp * topo.tp, loop.wall_s, sched::plan_flops(shape, ran));
     // The trace first: a trace that cannot be written then fails the run before its output
     // replaces an existing one.
     if (!options.trace.empty()) trace::write_chrome_trace(options.trace, events, topo.pp, topo.tp, topo.cp);
@@ -102,7 +105,7 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
     if (!options.quiet) {
       trace::print_summary(summary, stdout);
       trace::print_partition_advice(summary, run.rank_model.partition, stdout);
-      trace::print_chunk_advice(summary, plan, run.decision.policy_used, stdout);
+      trace::print_chunk_advice(summary, ran, run.decision.policy_used, stdout);
       trace::print_traffic(traffic, stdout);
       trace::print_expert_load(expert_load, stdout);
       trace::print_op_times(op_times, stdout);

@@ -51,6 +51,8 @@ class ResultWriter {
 
   // With token_logprobs, over the prompts stored by this run: their tokens that have a
   // log-prob (all but each prompt's first) and the sum of their NLL (the run's perplexity).
+  // Of the prompts finished by this run (a resumed prompt's rows before its checkpoint included).
+  int written_this_run() const { return written_this_run_; }
   int64_t scored_tokens() const { return scored_tokens_; }
   double scored_nll_sum() const { return scored_nll_sum_; }
 

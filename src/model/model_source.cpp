@@ -19,7 +19,12 @@ ModelSource open_model(const std::string& model_flag, uint64_t seed) {
     source.synthetic = true;
     return source;
   }
-  if (!std::filesystem::is_directory(model_flag))
+  std::error_code error;
+  if (std::filesystem::exists(model_flag, error) && !std::filesystem::is_directory(model_flag, error))
+    throw UserError("--model " + model_flag +
+                    " is a file, not a model directory (config.json and *.safetensors; only --backend emulate takes "
+                    "a config.json by itself)");
+  if (!std::filesystem::is_directory(model_flag, error))
     throw UserError("model directory " + model_flag + " does not exist (or use --model synthetic:PRESET)");
   const std::string config_path = (std::filesystem::path(model_flag) / "config.json").string();
   io::require_regular_file(config_path, "model config");  // a FIFO would block the read

@@ -75,6 +75,7 @@ class StageLoop {
     for (long long i = 0; i < count_; ++i)
       if (!steady_state(i)) break;
     drain();
+    result_.micro_batches_run = count_;
     return result_;
   }
 

@@ -60,7 +60,8 @@ struct StageLoopContext {
 
 struct LoopResult {
   trace::TrafficCounters traffic;
-  bool stopped = false;  // a graceful stop cut the plan short
+  bool stopped = false;             // a graceful stop cut the plan short
+  long long micro_batches_run = 0;  // the plan's first micro-batches this run ran: all but a stop's cut
 };
 
 LoopResult run_stage_loop(StageLoopContext& context);

@@ -22,6 +22,12 @@ int64_t BatchPlan::total_tokens() const {
   return total;
 }
 
+BatchPlan BatchPlan::first_micro_batches(size_t count) const {
+  BatchPlan cut = *this;
+  if (count < cut.micro_batches.size()) cut.micro_batches.resize(count);
+  return cut;
+}
+
 int BatchPlan::scheduled_prompts() const {
   int count = 0;
   for (const auto& mb : micro_batches) count += mb.is_last ? 1 : 0;

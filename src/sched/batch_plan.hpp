@@ -3,6 +3,7 @@
 // policy and broadcasts it, so every rank walks the same schedule.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <limits>
 #include <vector>
@@ -46,6 +47,8 @@ struct BatchPlan {
   int max_chunk() const;
   int64_t total_tokens() const;  // tokens this plan computes (skipped prompts excluded)
   int num_prompts() const { return static_cast<int>(prompt_lengths.size()); }
+  // The plan's first `count` micro-batches: what a run stopped there computed.
+  BatchPlan first_micro_batches(size_t count) const;
   int scheduled_prompts() const;    // prompts with micro-batches in this plan
   int64_t reused_tokens() const;    // tokens of scheduled prompts taken from a cache, not computed
   int64_t restored_tokens() const;  // tokens of scheduled prompts restored from a checkpoint

@@ -36,6 +36,17 @@ RunSummary summarize(const sched::BatchPlan& plan, const std::vector<TimelineEve
     if (kind == EventKind::kLmHead && e.stage == pp - 1 && e.tp_rank == 0)
       s.ttft_s[e.prompt] = std::isnan(s.ttft_s[e.prompt]) ? e.t_end_s : std::max(s.ttft_s[e.prompt], e.t_end_s);
   }
+  // A prompt a stop cut inside has LM-head spans (--logprobs) but no TTFT: only the prompts
+  // this plan finishes have one.
+  std::vector<char> started(static_cast<size_t>(s.num_prompts), 0), finished(started);
+  for (const auto& mb : plan.micro_batches) {
+    started[mb.prompt] = 1;
+    if (mb.is_last) finished[mb.prompt] = 1;
+  }
+  for (size_t p = 0; p < started.size(); ++p) {
+    if (!finished[p]) s.ttft_s[p] = NAN;
+    if (started[p] && !finished[p]) ++s.partial_prompts;
+  }
   const int m = s.num_micro_batches;
   s.bubble_ideal = m > 0 ? static_cast<double>(pp - 1) / (pp - 1 + m) : 0;
   double idle_sum = 0;
@@ -114,8 +125,12 @@ void print_chunk_advice(const RunSummary& s, const sched::BatchPlan& plan, const
 
 void print_summary(const RunSummary& s, std::FILE* out, size_t max_prompts) {
   std::fprintf(out, "\n== pipefill summary ==\n");
-  std::fprintf(out, "prompts %d (%d run now), tokens %lld, micro-batches %d\n", s.num_prompts, s.scheduled_prompts,
-               static_cast<long long>(s.num_tokens), s.num_micro_batches);
+  // What this run computed: a stop's cut leaves the rest of the plan, and a resume's earlier
+  // runs did the prompts not run now.
+  std::string partial;
+  if (s.partial_prompts > 0) partial = ", " + std::to_string(s.partial_prompts) + " in part";
+  std::fprintf(out, "prompts %d (%d run now%s), tokens %lld, micro-batches %d\n", s.num_prompts, s.scheduled_prompts,
+               partial.c_str(), static_cast<long long>(s.num_tokens), s.num_micro_batches);
   std::fprintf(out, "wall %.3f s, %.1f tokens/s, %s achieved (%.3g model FLOPs)\n", s.wall_s, s.tokens_per_s,
                flop_rate_text(s.wall_s > 0 ? s.model_flops / s.wall_s : 0.0).c_str(), s.model_flops);
   size_t shown = 0, hidden = 0;

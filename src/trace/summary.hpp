@@ -14,7 +14,8 @@ namespace pf::trace {
 
 struct RunSummary {
   int num_prompts = 0;
-  int scheduled_prompts = 0;  // run now (the rest were done by an earlier run)
+  int scheduled_prompts = 0;  // finished now (the rest were done by an earlier run, or cut off by a stop)
+  int partial_prompts = 0;    // started now and cut off by a stop (checkpointed, or to run again)
   int64_t num_tokens = 0;
   int num_micro_batches = 0;
   int pp = 1;

@@ -268,6 +268,11 @@ del c["rope_theta"], c["rope_scaling"]
 c["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 10000.0, "factor": 4.0}'
     expect='field "rope_parameters.rope_type"' ;;
   missing_model) model=$work/nope; expect="model directory" ;;
+  model_is_file) copy_model; model=$work/model/config.json; expect="is a file, not a model directory" ;;
+  # profile writes its --out before minutes of profiling: never onto the model's own files.
+  profile_out_is_model_file) copy_model
+    launch=(-n 1 "$bin/pipefill" profile --model "$model" --chunk-size 64 --max-prefix 128 --out "$model/config.json")
+    expect="--out $model/config.json is a file of --model" ;;
   missing_weights_file) copy_model; rm "$model/model.safetensors"; expect="no weights in" ;;
   bad_config_json) copy_model; echo '{"hidden_size": ' >"$model/config.json"; expect="malformed JSON" ;;
   missing_input) input=$work/nope.h5; expect="cannot read input file" ;;

@@ -179,7 +179,7 @@ pf_shared_case(tiny.shared_prefix_pp2_cp3 tiny 6 1120 --pp 2 --cp 3 --chunk-size
 
 # Bad inputs: one `error:` line from rank 0, exit status 2, no output file, no hang.
 set(PF_BAD_CASES
-  missing_model missing_weights_file bad_config_json missing_input input_is_directory missing_tokens float_tokens offsets_not_zero
+  missing_model model_is_file profile_out_is_model_file missing_weights_file bad_config_json missing_input input_is_directory missing_tokens float_tokens offsets_not_zero
   offsets_decreasing offsets_past_end token_outside_vocab empty_prompt
   truncated_safetensors header_length_past_end bad_header_json tensor_range_outside_file
   shape_mismatch unknown_architecture missing_tensor world_size_mismatch more_stages_than_layers

@@ -59,6 +59,15 @@ expect_failed "the interrupted run"
 [ -e "$work/out.h5.partial" ] || fail "no partial file to resume"
 expect_interrupted_mid_run "$work/out.h5.partial" "$stored" $num "the interruption"
 done_before=$partial_prompts
+# The stopped run's summary tells what it computed: the prompts it finished, a TTFT only for
+# them (not for the prompt the stop cut, whose LM head ran with --logprobs), not the whole plan.
+if [ "$case" != kill ]; then
+  summary=$(grep -E '^prompts [0-9]+ \(' "$work/first.log" || true)
+  [[ $summary =~ \(([0-9]+)\ run\ now ]] && [ "${BASH_REMATCH[1]}" -eq "$done_before" ] ||
+    fail "the stopped run's summary says \"$summary\", but $done_before prompts are in the partial file"
+  ttfts=$(grep -cE '^  prompt [0-9]+ ttft_s:' "$work/first.log" || true)
+  [ "$ttfts" -le "$done_before" ] || fail "the stopped run's summary gives $ttfts TTFTs for $done_before prompts done"
+fi
 
 # Resuming with another configuration is refused, and leaves the partial file as it was.
 MPI_TIMEOUT=60 status_of pipefill_mpi $ranks "${args[@]}" --quiet --chunk-size 32 --output "$work/out.h5" --resume \

@@ -362,6 +362,15 @@ def check_run_outputs(data, piece, vocab):
     check(result.returncode == 0 and result.stdout.splitlines() == want,
           f"the run's topk ids, each with its log-prob: {result.stdout.splitlines()} vs {want} ({result.stderr})")
 
+    # A stopped run's partial file: its rows of a prompt not /completed were never written.
+    shutil.copy(os.path.join(WORK, "out.h5"), os.path.join(WORK, "partial.h5"))
+    with h5py.File(os.path.join(WORK, "partial.h5"), "r+") as f:
+        f["completed"][3] = 0
+    for dataset in ("topk_ids", "logits"):
+        result = run(DETOKENIZE, "--model", "model", "partial.h5", "--dataset", dataset, "--input", "in.h5")
+        lines = [line for line in result.stdout.splitlines() if "prompt 3" in line or "not computed" in line]
+        check(result.returncode == 0 and len(lines) == 1 and "not computed" in lines[0],
+              f"a prompt not done in a partial output is shown as not computed ({dataset}: {lines}, {result.stderr})")
     shown = "(out.h5 has: logits, topk_ids)"
     for dataset in ("hidden_states", "completed", "topk_logprobs", "token_logprobs", "row_checksum"):
         expect_tool_error(f"detokenize --dataset {dataset}", DETOKENIZE,

@@ -37,6 +37,10 @@ for bad in PP=abc PP=2x "PP=2 3" TP=0 CP=-1 CHUNK_SIZE=1k; do
   bad_setting prefill.sbatch "${bad%%=*}=" "$bad"
 done
 bad_setting prefill_cpu.sbatch "set PP" PP=
+for bad in RESUME=yes RESUME=true RESUME=2; do  # not 1 must not mean --overwrite
+  bad_setting prefill_cpu.sbatch "RESUME=" "$bad"
+  bad_setting prefill.sbatch "RESUME=" "$bad"
+done
 bad_setting strong_scaling.sbatch "PPS=" PPS="1 x"
 bad_setting strong_scaling.sbatch "TP=" TP=two
 
@@ -118,7 +122,10 @@ submit gpu_n OUTPUT="$out/gpu_n.h5" PP=2 TP=1 BACKEND=cpu LAUNCHER=mpirun PIPEFI
 # srun with PIPEFILL_SRUN_MPI; `module` defined by $MODULESHOME/init/bash.
 submit gpu_srun OUTPUT="$out/gpu_srun.h5" PP=2 TP=2 BACKEND=cpu PIPEFILL_SRUN_MPI=pmix MODULESHOME="$site" \
   PIPEFILL_MODULES=pipefill/test -- -N 1 --ntasks-per-node=4 -c 1 --gpus-per-node=0 "$fake/jobs/slurm/prefill.sbatch"
-# Misconfigurations: no binary anywhere; modules asked for but no `module`.
+# -N with --ntasks-per-node for 2 ranks: the CPU script sets no task count of its own to override it.
+submit cpu_N2 OUTPUT="$out/cpu_N2.h5" PP=2 TP=1 -- -N 1 --ntasks-per-node=2 "$fake/jobs/slurm/prefill_cpu.sbatch"
+# Misconfigurations: no binary anywhere; modules asked for but no `module`; a plugin srun lacks.
+submit bad_mpi OUTPUT="$out/bad_mpi.h5" PP=2 TP=2 PIPEFILL_SRUN_MPI=pmi3 -- -n 4 "$fake/jobs/slurm/prefill_cpu.sbatch"
 submit no_bin OUTPUT="$out/no_bin.h5" PP=2 TP=2 -- -n 4 "$work/loose/prefill_cpu.sbatch"
 submit no_module OUTPUT="$out/no_module.h5" PP=2 TP=2 PIPEFILL_MODULES=gcc/12 -- -n 4 "$fake/jobs/slurm/prefill_cpu.sbatch"
 # The strong-scaling sweep with SLURM_MPI_TYPE, and no Python on its nodes: python3 on PATH
@@ -156,8 +163,11 @@ expect_job gpu_n 0 "pipefill: $bin/pipefill (from PIPEFILL_BIN)" "mpirun -n 2 --
 expect_job gpu_srun 0 "pipefill: $site/bin/pipefill (from PATH)" "srun --mpi=pmix (from PIPEFILL_SRUN_MPI)"
 expect_job no_bin 2 "error: no pipefill binary" "set PIPEFILL_BIN="
 expect_job no_module 2 "error: PIPEFILL_MODULES is set but there is no module command"
+expect_job bad_mpi 2 "error: PIPEFILL_SRUN_MPI=pmi3: srun --mpi=list offers"
+[ ! -e "$out/bad_mpi.h5" ] || fail "bad_mpi: an output from a job that refused to start"
+expect_job cpu_N2 0 "pipefill job"
 for name in cpu_n cpu_N gpu_srun; do "$bin/tests/compare_logits" "$out/$name.h5" "$work/direct_tp2.h5" --rtol 1e-6; done
-for name in gpu_N gpu_n; do "$bin/tests/compare_logits" "$out/$name.h5" "$work/direct_tp1.h5" --rtol 1e-6; done
+for name in gpu_N gpu_n cpu_N2; do "$bin/tests/compare_logits" "$out/$name.h5" "$work/direct_tp1.h5" --rtol 1e-6; done
 
 echo "--- strong scaling: $(job_field "$array" JobState), collect $(job_field "$collect" JobState)"
 cat "$work"/elsewhere/pipefill-scaling-*.out
@@ -167,7 +177,9 @@ grep -qF "srun --mpi=pmix (from SLURM_MPI_TYPE)" "$work"/elsewhere/pipefill-scal
 csv=$work/elsewhere/scaling/scaling.csv
 rows=$(grep -c '^slurm,' "$csv" || true)
 [ "$rows" -eq 2 ] || fail "scaling.csv has $rows rows, expected 2"
-grep -q "^no plot: " "$work"/elsewhere/pipefill-scaling-"$collect"*.out || fail "the collect step did not say why there is no plot"
+grep -q "^no plot: " "$work/elsewhere/pipefill-scaling-collect-$collect.out" ||
+  fail "the collect step did not say why there is no plot (in its own log)"
+grep -q '^slurm,tiny,,input,2,1,[a-z]*,64,' "$csv" || fail "scaling.csv lacks the model's name or the chunk size"
 [ ! -e "$work/elsewhere/scaling/scaling.png" ] || fail "a plot without Python?"
 "$bin/tests/compare_logits" "$work/elsewhere/scaling/pp2.h5" "$work/direct_tp1.h5" --rtol 1e-6
 # The CSV's times (from the logs) against the outputs' own wall_s, where this side has h5py.
