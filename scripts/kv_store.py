@@ -204,11 +204,14 @@ def cmd_du(store):
         groups[key] = (count + 1, size + r["bytes"])
         total += r["bytes"]
     incoming = sum(size_of(os.path.join(store, d)) for d in os.listdir(store) if d.startswith(".incoming-"))
+    aside = sum(size_of(os.path.join(store, d)) for d in moved_aside(store))
     for (model, layout), (count, size) in sorted(groups.items()):
         print(f"{human(size):>10}  {count:>5} entries  {model}  {layout}")
     if incoming:
         print(f"{human(incoming):>10}  in .incoming directories (runs writing now, or killed)")
-    print(f"{human(total + incoming):>10}  in all ({store})")
+    if aside:
+        print(f"{human(aside):>10}  in entries moved aside for removal (a removal a kill cut short: gc removes them)")
+    print(f"{human(total + incoming + aside):>10}  in all ({store})")
     return 0
 
 
@@ -244,9 +247,19 @@ def dead_incoming(store):
             pass
 
 
+ASIDE = (".evicting-", ".replaced-", ".deleting-")  # entries moved aside to be removed
+
+
+def moved_aside(store):
+    """Entries moved out of the store's names by a removal (pipefill's eviction, a replaced damaged
+    entry, this gc) that a kill interrupted: garbage, whoever left them."""
+    return [name for name in sorted(os.listdir(store)) if name.startswith(ASIDE)]
+
+
 def cmd_gc(store, dry_run):
     names = entries_of(store)  # first: it refuses a directory that is not a store
     doomed = [(name, "left by a run that is gone") for name in dead_incoming(store)]
+    doomed += [(name, "moved aside by a removal that did not finish") for name in moved_aside(store)]
     for name in names:
         problem = check(store, name)
         if problem is not None:
@@ -272,11 +285,16 @@ def cmd_gc(store, dry_run):
                 if lock is not None:
                     os.close(lock)
                 continue
-        trash = os.path.join(store, f".deleting-{name.lstrip('.')}-{os.getpid()}")
-        os.rename(path, trash)
-        if lock is not None:
-            os.close(lock)
-        shutil.rmtree(trash)
+        trash = path if name.startswith(ASIDE) else os.path.join(store, f".deleting-{name.lstrip('.')}-{os.getpid()}")
+        try:
+            if trash != path:
+                os.rename(path, trash)
+        except FileNotFoundError:  # removed meanwhile (a run's own clean-up)
+            continue
+        finally:
+            if lock is not None:
+                os.close(lock)
+        shutil.rmtree(trash, ignore_errors=name.startswith(ASIDE))
         freed += size
         removed += 1
     print(f"{len(doomed)} would be removed" if dry_run else f"{removed} removed, {human(freed)} freed")

@@ -197,8 +197,11 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
   }
   // Token scores and final-norm rows are lent with the prefix (kvcache/entry_scores.hpp).
   const bool load = !options.no_prefix_cache;
-  const kv::ScoresLayout scores{options.logprobs, options.top_k,
-                                options.hidden_states == compute::HiddenStatesKind::kMean, options.token_set};
+  const kv::ScoresLayout scores{options.logprobs,
+                                options.top_k,
+                                options.hidden_states == compute::HiddenStatesKind::kMean,
+                                options.token_set,
+                                {}};
   run.kv_store = std::make_unique<pipeline::KvStoreRun>(
       run.topo, run.rank_model, options.kv_store, run.prompts, run.lengths, done, options.chunking.page_size, load,
       options.placement.backend, options.placement.dtype, scores, options.kv_store_limit_bytes);

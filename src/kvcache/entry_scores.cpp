@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
@@ -91,7 +92,7 @@ std::optional<ScoresLayout> entry_scores(const std::string& prompt_dir, int64_t 
       !about["logprobs"].is_boolean() || !about.contains("top_k") || !about["top_k"].is_number_integer() ||
       !about.contains("fnv1a") || !about["fnv1a"].is_string())
     return std::nullopt;
-  ScoresLayout layout{about["logprobs"].get<bool>(), about["top_k"].get<int>(), false, {}};
+  ScoresLayout layout{about["logprobs"].get<bool>(), about["top_k"].get<int>(), false, {}, {}};
   if (layout.top_k < 0 || layout.top_k > 1 << 20) return std::nullopt;
   if (about.contains("token_set")) {
     const nlohmann::json& set = about["token_set"];
@@ -106,25 +107,62 @@ std::optional<ScoresLayout> entry_scores(const std::string& prompt_dir, int64_t 
   const int fd = ::open(data_path(prompt_dir).c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) return std::nullopt;
   io::Fnv1a hash;
-  std::vector<char> block(size_t{1} << 22);
+  std::vector<char> block(kScoresCheckBytes);
   bool whole = ::lseek(fd, 0, SEEK_END) == static_cast<off_t>(o.end);
   for (uint64_t at = 0; whole && at < o.end; at += block.size()) {
     const size_t bytes = static_cast<size_t>(std::min<uint64_t>(block.size(), o.end - at));
     whole = io::read_at(fd, block.data(), bytes, at);
     hash.add(block.data(), bytes);
+    layout.block_fnv1a.push_back(io::Fnv1a().add(block.data(), bytes).value);
   }
   ::close(fd);
   if (!whole || hash.hex() != about["fnv1a"].get<std::string>()) return std::nullopt;
   return layout;
 }
 
+namespace {
+
+// read_at, each piece of the file it reads held to the checksum the check found (`blocks`
+// empty: unchecked). Reads whole pieces: a row's bytes are checked with their neighbours'.
+bool read_checked(int fd, const std::vector<uint64_t>& blocks, uint64_t end, void* out, size_t size, uint64_t offset,
+                  const std::string& path) {
+  if (blocks.empty()) return io::read_at(fd, out, size, offset);
+  if (size == 0) return true;
+  std::vector<char> piece(kScoresCheckBytes);
+  char* to = static_cast<char*>(out);
+  for (uint64_t b = offset / kScoresCheckBytes; b * kScoresCheckBytes < offset + size; ++b) {
+    if (b >= blocks.size()) return false;
+    const uint64_t start = b * kScoresCheckBytes;
+    if (start >= end) return false;
+    const size_t bytes = static_cast<size_t>(std::min<uint64_t>(kScoresCheckBytes, end - start));  // the last is short
+    if (!io::read_at(fd, piece.data(), bytes, start)) return false;
+    if (io::Fnv1a().add(piece.data(), bytes).value != blocks[b])
+      throw std::runtime_error(path + ": bytes " + std::to_string(start) + ".." + std::to_string(start + bytes) +
+                               " changed after they were checked (written to by something else during this run)");
+    const uint64_t from = std::max(offset, start), until = std::min(offset + size, start + bytes);
+    if (until <= from) return false;
+    std::memcpy(to + (from - offset), piece.data() + (from - start), until - from);
+  }
+  return true;
+}
+
+}  // namespace
+
 void read_entry_scores(const std::string& prompt_dir, int64_t tokens, const ScoresLayout& stored, int64_t at, int count,
                        const io::TokenRowShape& wanted, const io::TokenRowsOut& rows) {
   const Offsets o = offsets_of(tokens, stored);
-  const int fd = ::open(data_path(prompt_dir).c_str(), O_RDONLY | O_CLOEXEC);
+  const std::string path = data_path(prompt_dir);
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  const std::unique_ptr<int, void (*)(int*)> closing(fd >= 0 ? new int(fd) : nullptr, [](int* f) {
+    ::close(*f);
+    delete f;
+  });
   bool ok = fd >= 0;
+  auto read_at = [&](void* out, size_t size, uint64_t offset) {
+    return read_checked(fd, stored.block_fnv1a, o.end, out, size, offset, path);
+  };
   if (ok && rows.logprobs)
-    ok = stored.logprobs && io::read_at(fd, rows.logprobs, 4 * static_cast<size_t>(count), o.logprobs + 4 * at);
+    ok = stored.logprobs && read_at(rows.logprobs, 4 * static_cast<size_t>(count), o.logprobs + 4 * at);
   const int top_k = wanted.top_k;
   if (ok && top_k > 0 && (rows.topk_logprobs || rows.topk_ids)) {
     // Each row's first top_k of the stored K (most likely first, ties to the smaller id: the
@@ -132,8 +170,8 @@ void read_entry_scores(const std::string& prompt_dir, int64_t tokens, const Scor
     const size_t k = static_cast<size_t>(stored.top_k);
     std::vector<float> values(count * k);
     std::vector<int32_t> ids(count * k);
-    ok = top_k <= stored.top_k && io::read_at(fd, values.data(), 4 * values.size(), o.topk_logprobs + 4 * at * k) &&
-         io::read_at(fd, ids.data(), 4 * ids.size(), o.topk_ids + 4 * at * k);
+    ok = top_k <= stored.top_k && read_at(values.data(), 4 * values.size(), o.topk_logprobs + 4 * at * k) &&
+         read_at(ids.data(), 4 * ids.size(), o.topk_ids + 4 * at * k);
     for (int r = 0; ok && r < count; ++r)
       for (int j = 0; j < top_k; ++j) {
         if (rows.topk_logprobs) rows.topk_logprobs[static_cast<size_t>(r) * top_k + j] = values[r * k + j];
@@ -143,9 +181,8 @@ void read_entry_scores(const std::string& prompt_dir, int64_t tokens, const Scor
   if (ok && rows.set_logprobs) {  // the same set (ScoresLayout::serves): its rows as stored
     const size_t set = stored.token_set.size();
     ok = static_cast<int>(set) == wanted.set_size &&
-         io::read_at(fd, rows.set_logprobs, 4 * set * count, o.set_logprobs + 4 * at * set);
+         read_at(rows.set_logprobs, 4 * set * count, o.set_logprobs + 4 * at * set);
   }
-  if (fd >= 0) ::close(fd);
   if (!ok) throw std::runtime_error("cannot read the token scores of " + prompt_dir);
 }
 

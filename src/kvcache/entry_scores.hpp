@@ -41,6 +41,10 @@ struct ScoresLayout {
   int top_k = 0;
   bool hidden_rows = false;        // the final-norm rows (--hidden-states mean)
   std::vector<int32_t> token_set;  // --token-ids (empty: none)
+  // entry_scores(verify) only: scores.bin's checksum per kScoresCheckBytes, which
+  // read_entry_scores then holds each read to (a file changed after the check is no silent
+  // wrong row).
+  std::vector<uint64_t> block_fnv1a;
   // Whether these rows serve a run asking for `wanted` (its log-probs, at least its K, its
   // rows, the very same token set).
   bool serves(const ScoresLayout& wanted) const {
@@ -62,6 +66,7 @@ void write_entry_scores(const std::string& prompt_dir, int64_t tokens, const Sco
 // with `verify`, whose data are all there and match their checksum: reads them whole);
 // nullopt otherwise.
 std::optional<ScoresLayout> entry_scores(const std::string& prompt_dir, int64_t tokens, bool verify);
+constexpr uint64_t kScoresCheckBytes = uint64_t{1} << 16;  // the pieces of block_fnv1a
 
 // Rows [at, at + count) of `prompt_dir`'s scores (of `stored` layout, `tokens` positions) in
 // the `wanted` shape (the first `wanted.top_k` of each row's top-k); throws

@@ -186,8 +186,17 @@ void remove_abandoned_incoming(const std::string& dir) {
   ::gethostname(host, sizeof host - 1);
   std::error_code error;
   for (const fs::directory_entry& item : fs::directory_iterator(dir, error)) {
-    // .incoming-<host>-<pid>-<ms>: the host may hold dashes, the last two fields do not.
     const std::string name = item.path().filename().string();
+    // Entries moved aside to be removed (an eviction, a replaced damaged entry, kv_store.py's
+    // gc) are out of the store's names for good: whoever moved one was removing it, and a kill
+    // can leave it half done. (Removed twice at once, each removal ignores what the other took.)
+    bool aside = false;
+    for (const char* prefix : {".evicting-", ".replaced-", ".deleting-"}) aside = aside || name.rfind(prefix, 0) == 0;
+    if (aside) {
+      fs::remove_all(item.path(), error);
+      continue;
+    }
+    // .incoming-<host>-<pid>-<ms>: the host may hold dashes, the last two fields do not.
     const std::string prefix = ".incoming-" + std::string(host) + "-";
     if (name.rfind(prefix, 0) != 0) continue;
     const std::string rest = name.substr(prefix.size());
@@ -218,6 +227,20 @@ double modified_s(const fs::path& path) {
 }
 
 }  // namespace
+
+std::string parent_holding(const std::string& dir, std::string parent, int64_t c) {
+  for (int depth = 0; depth < 1000 && !parent.empty(); ++depth) {  // (a chain that loops ends here)
+    std::ifstream file(dir + "/" + parent + "/index.json");
+    const nlohmann::json index = nlohmann::json::parse(file, nullptr, /*allow_exceptions=*/false);
+    if (!file || index.is_discarded() || !index.is_object()) return "";
+    if (!index.contains("parent")) return parent;  // holds every row from position 0
+    if (!index["parent"].is_string() || !index.contains("parent_tokens") || !index["parent_tokens"].is_number_integer())
+      return "";
+    if (index["parent_tokens"].get<int64_t>() < c) return parent;
+    parent = index["parent"].get<std::string>();
+  }
+  return "";
+}
 
 std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& key, int prompt,
                                 const std::vector<int32_t>& ids, uint64_t tokens_hash, const std::string& index_json,

@@ -80,7 +80,8 @@ std::map<std::string, int> entries_passed_over(const std::string& dir, const std
 std::string store_entry_name(const std::string& key, uint64_t tokens_hash, int64_t tokens);
 
 // Removes the .incoming directories of runs on this host whose process is gone (killed before
-// they could clean up); those of other hosts are left to them.
+// they could clean up; those of other hosts are left to them), and any entry left moved aside
+// for removal (.evicting-, .replaced-, .deleting-: a removal a kill interrupted).
 void remove_abandoned_incoming(const std::string& dir);
 
 // Moves `incoming`/prompt-NNNNNN (every rank's complete files) into a new entry with
@@ -89,6 +90,12 @@ void remove_abandoned_incoming(const std::string& dir);
 // run found damaged: moved aside and removed, under their exclusive lock, so not while another
 // run uses one). Returns the entry's name, or throws
 // std::runtime_error naming what could not be written.
+// The entry to name as the parent of a prompt that takes its first `c` tokens from `parent`:
+// `parent` itself, or, where the store's copy of it holds its own rows only from c or later
+// (another run's, kept when both published it), the nearest entry up its chain that begins
+// before c. Empty if the chain breaks (a missing or unreadable index.json).
+std::string parent_holding(const std::string& dir, std::string parent, int64_t c);
+
 std::string publish_store_entry(const std::string& dir, const std::string& incoming, const std::string& key, int prompt,
                                 const std::vector<int32_t>& ids, uint64_t tokens_hash, const std::string& index_json,
                                 const std::set<std::string>& replace);

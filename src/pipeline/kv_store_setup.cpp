@@ -350,8 +350,17 @@ void KvStoreRun::read_prefix(int entry, int64_t pos0, int count, float* keys, fl
 
 void KvStoreRun::read_scores(int entry, int64_t at, int count, const io::TokenRowsOut& rows) const {
   const kv::StoreEntry& e = entries_.at(entry);
-  kv::read_entry_scores(e.dir + "/" + kv::kv_prompt_dir_name(e.prompt), e.tokens, e.lends, at, count,
-                        scores_.row_shape(), rows);
+  const std::string dir = e.dir + "/" + kv::kv_prompt_dir_name(e.prompt);
+  auto verified = verified_scores_.find(entry);
+  if (verified == verified_scores_.end()) {
+    std::optional<kv::ScoresLayout> checked = kv::entry_scores(dir, e.tokens, /*verify=*/true);
+    if (!checked)
+      throw std::runtime_error(dir +
+                               ": its token scores (scores.bin) changed after they were checked (written to by "
+                               "something else during this run)");
+    verified = verified_scores_.emplace(entry, std::move(*checked)).first;
+  }
+  kv::read_entry_scores(dir, e.tokens, verified->second, at, count, scores_.row_shape(), rows);
 }
 
 std::vector<kv::HiddenRowsPart> KvStoreRun::hidden_chain(const std::vector<kv::KvSourceFiles>& segments) {
@@ -424,7 +433,7 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts, cons
         published = false;
         for (auto it = waiting.begin(); it != waiting.end();) {
           const int p = *it;
-          const std::string& parent = parents_.at(p);
+          std::string parent = parents_.at(p);
           std::error_code missing;
           if (!parent.empty() && !std::filesystem::is_directory(dir_ + "/" + parent, missing)) {
             ++it;
@@ -432,6 +441,17 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts, cons
           }
           const int32_t* ids = prompts.tokens.data() + prompts.offsets[p];
           const std::vector<int32_t> copy(ids, ids + (prompts.offsets[p + 1] - prompts.offsets[p]));
+          // The store's copy of the parent may be another run's, kept over ours, that holds its
+          // own rows only from c on: the child then names the entry up the chain that holds
+          // them. A prompt that took its prefix from a copy of itself (the batch's duplicate)
+          // adds nothing: its entry is the other's.
+          if (!parent.empty()) parent = kv::parent_holding(dir_, parent, firsts_.at(p));
+          if (!parents_.at(p).empty() &&
+              (parent.empty() ||
+               parent == kv::store_entry_name(key_, exporter_->tokens_hash(p), static_cast<int64_t>(copy.size())))) {
+            it = waiting.erase(it);
+            continue;
+          }
           // A scoring run's entries keep the prompt's token rows, for scoring runs to come;
           // not those of a prompt scored from a later position (/score_start): they lack rows.
           if (results && scores_.row_shape().any() && results->completed().at(p) && prompts.first_scored(p) == 1)
@@ -448,6 +468,7 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts, cons
           const std::string name = kv::publish_store_entry(dir_, incoming_, key_, p, copy, exporter_->tokens_hash(p),
                                                            index.dump(1) + "\n", damaged_);
           ours.insert(name);
+          damaged_.erase(name);  // (replaced now: a duplicate of this prompt later must keep it)
           // Held until the run ends: its children, published next, must find it there.
           if (!uses_.count(dir_ + "/" + name))
             if (std::optional<kv::EntryUse> use = kv::EntryUse::take(dir_ + "/" + name))

@@ -42,6 +42,13 @@
 #   limit         B with --kv-store-limit 1K: every entry it neither loaded nor added is removed
 #                 (A's unrelated prompt among them), a note says how many, a warning that its own
 #                 keep the store over the limit; B's results are right and the store still serves
+#   kept_parents  publishing against a store others wrote: a batch with a duplicate prompt
+#                 replaces a damaged entry once (the duplicate, whose prefix is a copy of itself,
+#                 adds nothing: no entry names itself as parent); an entry another run stored
+#                 holding its own rows only from position 40 is kept, and a child taking 40
+#                 tokens from it names the entry up the chain that holds them. Every entry
+#                 verifies (scripts/kv_store.py) and a later run uses them without a warning;
+#                 entries a killed removal left moved aside are removed by the next run
 # usage: kv_store.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
@@ -137,6 +144,55 @@ PY
     ! grep -q "^warning" "$work/b2.log" || fail "the damaged entries were not replaced"
     grep -q "loaded from --kv-store" "$work/b2.log" || fail "nothing was loaded after the replacement"
     [ -z "$(find "$store" -maxdepth 1 -name '.replaced-*')" ] || fail "a replaced entry was left aside" ;;
+  kept_parents)
+    "$PYTHON" - "$work" <<'PY'
+import sys, zlib, h5py, numpy as np
+def seq(name, n):  # the same tokens for the same name in every file
+    return np.random.default_rng(zlib.crc32(name.encode())).integers(0, 512, n)
+def write(name, prompts):
+    ps = [np.concatenate([seq(n, k) for n, k in p]) for p in prompts]
+    with h5py.File(f"{sys.argv[1]}/{name}.h5", "w") as f:
+        f["tokens"] = np.concatenate(ps).astype(np.int32)
+        f["offsets"] = np.cumsum([0] + [len(p) for p in ps]).astype(np.int64)
+ax = [("a", 37), ("x", 5)]
+write("one", [ax])
+write("two", [ax, ax])
+write("q", [ax + [("t", 3)]])
+write("y", [ax, ax + [("u", 9)]])
+write("z", [ax + [("u", 9), ("r", 3)]])
+PY
+    small=(run --model "$model" --chunk-size 16 --page-size 8 --quiet --overwrite)
+    # Duplicates over a damaged entry.
+    pipefill_mpi 1 "${small[@]}" --input "$work/one.h5" --output "$work/o1.h5" --kv-store "$store"
+    "$PYTHON" - "$(find "$store" -name 'stage00_tp00.safetensors')" <<'PY'
+import sys
+with open(sys.argv[1], "r+b") as f:
+    f.seek(-100, 2)
+    byte = f.read(1)
+    f.seek(-100, 2)
+    f.write(bytes([byte[0] ^ 1]))
+PY
+    pipefill_mpi 1 "${small[@]}" --input "$work/two.h5" --output "$work/o2.h5" --kv-store "$store" 2>"$work/two.err" ||
+      { cat "$work/two.err"; fail "the batch with a duplicate failed"; }
+    for index in "$store"/*/index.json; do
+      ! grep -q "\"parent\": \"$(basename "$(dirname "$index")")\"" "$index" || fail "$index names itself as parent"
+    done
+    "$PYTHON" "$here/../../scripts/kv_store.py" verify "$store" || fail "an entry fails verify after the duplicate"
+    rm -rf "$store" && mkdir "$store"
+    # A parent kept from another run, which holds its own rows from position 40 only.
+    for input in q one; do pipefill_mpi 1 "${small[@]}" --input "$work/$input.h5" --output "$work/o.h5" --kv-store "$store"; done
+    pipefill_mpi 1 "${small[@]}" --input "$work/y.h5" --output "$work/o.h5" --kv-store "$store" --logprobs 2>/dev/null
+    child=$(find "$store" -maxdepth 1 -name '*-51')
+    grep -q '"parent": ".*-45"' "$child/index.json" || { cat "$child/index.json"; fail "the child does not name the entry holding its rows"; }
+    "$PYTHON" "$here/../../scripts/kv_store.py" verify "$store" || fail "an entry fails verify"
+    # Leftovers of removals a kill cut short, then a run that uses the chain.
+    mkdir -p "$store/.evicting-99999-x/prompt-000000" "$store/.replaced-x-99999" "$store/.deleting-x-99999"
+    pipefill_mpi 1 "${small[@]}" --input "$work/z.h5" --output "$work/o4.h5" --kv-store "$store" 2>"$work/z.err"
+    ! grep -q "^warning" "$work/z.err" || { cat "$work/z.err"; fail "a warning about the kept chain"; }
+    [ "$("$PYTHON" -c "import h5py,sys; print(h5py.File(sys.argv[1])['reused_tokens'][0])" "$work/o4.h5")" -gt 0 ] ||
+      fail "the chain lent nothing"
+    [ -z "$(find "$store" -maxdepth 1 -name '.evicting-*' -o -maxdepth 1 -name '.replaced-*' -o -maxdepth 1 -name '.deleting-*')" ] ||
+      fail "entries moved aside for removal were left" ;;
   edited_ids)
     run_a a
     # The 70-token entry's ids changed; the two document entries' ids and index swapped (each

@@ -489,3 +489,56 @@ TEST_F(KvExport, StoreChainsMustBeginBeforeTheirChildren) {
 
 }  // namespace
 }  // namespace pf::kv
+
+#include "kvcache/entry_scores.hpp"
+
+namespace pf::kv {
+namespace {
+
+// A stored prompt's token rows are checked when read, not only when the entry is chosen: a
+// scores.bin changed in between (in place, during a run) is an error, never a copied wrong row.
+TEST_F(KvExport, StoredScoresChangedAfterTheCheckAreRefusedWhenRead) {
+  const int64_t tokens = 40000;  // scores.bin over several checked pieces (kScoresCheckBytes)
+  const ScoresLayout layout{true, 2, false, {}, {}};
+  const std::string prompt_dir = (dir_ / "prompt-000000").string();
+  fs::create_directories(prompt_dir);
+  write_entry_scores(prompt_dir, tokens, layout, [](int64_t at, int count, const io::TokenRowsOut& rows) {
+    for (int r = 0; r < count; ++r) {
+      rows.logprobs[r] = -0.001f * static_cast<float>(at + r);
+      for (int j = 0; j < 2; ++j) {
+        rows.topk_logprobs[2 * r + j] = -1.0f - j;
+        rows.topk_ids[2 * r + j] = static_cast<int32_t>((at + r + j) % 97);
+      }
+    }
+  });
+  const std::optional<ScoresLayout> checked = entry_scores(prompt_dir, tokens, /*verify=*/true);
+  ASSERT_TRUE(checked.has_value());
+  EXPECT_GT(checked->block_fnv1a.size(), 2u);
+  io::TokenRowBuffer buffer;
+  const io::TokenRowShape shape{true, 1, 0};
+  const io::TokenRowsOut rows = buffer.resize(shape, 100);
+  read_entry_scores(prompt_dir, tokens, *checked, 30000, 100, shape, rows);
+  EXPECT_FLOAT_EQ(rows.logprobs[5], -0.001f * 30005);
+  EXPECT_EQ(rows.topk_ids[5], (30005 % 97));
+  // One log-prob changed in place (row 30005's), after the check.
+  {
+    std::fstream file(prompt_dir + "/scores.bin", std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(4 * 30005);
+    const float changed = 1.0f;
+    file.write(reinterpret_cast<const char*>(&changed), sizeof changed);
+  }
+  try {
+    read_entry_scores(prompt_dir, tokens, *checked, 30000, 100, shape, rows);
+    FAIL() << "a changed row was read";
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find("changed after they were checked"), std::string::npos) << e.what();
+  }
+  // Rows in pieces the change did not touch still read.
+  read_entry_scores(prompt_dir, tokens, *checked, 0, 100, shape, rows);
+  EXPECT_FLOAT_EQ(rows.logprobs[7], -0.007f);
+  // And a check now finds the file no longer matches its checksum.
+  EXPECT_FALSE(entry_scores(prompt_dir, tokens, /*verify=*/true).has_value());
+}
+
+}  // namespace
+}  // namespace pf::kv
