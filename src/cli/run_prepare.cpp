@@ -153,8 +153,10 @@ void decide_resume_state(PreparedRun& run) {
 
 // The restored prompt runs first (the output continues its token rows), from its checkpoint.
 // A prompt that would take a prefix from it no longer than the restored part computes that
-// prefix instead with --hidden-states mean: the sum over it was the interrupted run's.
-void restore_prompt(sched::PrefixPlan& prefixes, const pipeline::RestoredPrompt& restored, const PreparedRun& run) {
+// prefix instead with --hidden-states mean: the sum over it was the interrupted run's (or
+// loads the store's offer, `outside`, where it has one: prefer_longer_outside kept the batch's).
+void restore_prompt(sched::PrefixPlan& prefixes, const pipeline::RestoredPrompt& restored, const PreparedRun& run,
+                    const std::vector<sched::PrefixReuse>& outside = {}) {
   if (!run.topo.is_writer()) return;
   const int n = static_cast<int>(run.lengths.size()), p = restored.prompt;
   if (prefixes.order.empty())
@@ -172,7 +174,11 @@ void restore_prompt(sched::PrefixPlan& prefixes, const pipeline::RestoredPrompt&
     const int64_t c = reuse.tokens;
     int s = reuse.source;
     while (s >= 0 && s != p && c <= prefixes.reuse[s].tokens) s = prefixes.reuse[s].source;
-    if (s == p && c <= restored.tokens) reuse = {};
+    if (s == p && c <= restored.tokens) {
+      const bool offered =
+          static_cast<size_t>(q) < outside.size() && outside[q].tokens > 0 && outside[q].store_entry >= 0;
+      reuse = offered ? outside[q] : sched::PrefixReuse{};
+    }
   }
 }
 
@@ -206,7 +212,9 @@ sched::PrefixPlan share_prefixes(PreparedRun& run) {
       run.topo, run.rank_model, options.kv_store, run.prompts, run.lengths, done, options.chunking.page_size, load,
       options.placement.backend, options.placement.dtype, scores, options.kv_store_limit_bytes);
   if (writer) sched::prefer_longer_outside(prefixes, run.kv_store->offers());
-  if (restores) restore_prompt(prefixes, *run.checkpoint->restored(), run);
+  if (restores)
+    restore_prompt(prefixes, *run.checkpoint->restored(), run,
+                   writer ? run.kv_store->offers() : std::vector<sched::PrefixReuse>{});
   if (writer && run.topo.cp > 1) sched::drop_reuse_from_loaded(prefixes, run.kv_store->offers());
   return prefixes;
 }

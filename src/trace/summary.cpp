@@ -152,7 +152,7 @@ void print_summary(const RunSummary& s, std::FILE* out, size_t max_prompts) {
         out,
         "prefix reuse: %d of %d prompts started after a shared prefix; %lld tokens reused%s, %lld computed "
         "(%.1f%% of these prompts' tokens not computed; per prompt in /reused_tokens)\n",
-        s.reusing_prompts, s.scheduled_prompts, static_cast<long long>(s.reused_tokens),
+        s.reusing_prompts, s.scheduled_prompts + s.partial_prompts, static_cast<long long>(s.reused_tokens),
         s.loaded_tokens > 0 ? (" (" + std::to_string(s.loaded_tokens) + " loaded from --kv-store)").c_str() : "",
         static_cast<long long>(s.num_tokens),
         100.0 * static_cast<double>(s.reused_tokens) / static_cast<double>(s.reused_tokens + s.num_tokens));

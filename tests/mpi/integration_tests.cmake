@@ -278,7 +278,7 @@ foreach(case resume new_layout missing_file damaged_file killed_litter concurren
 endforeach()
 set_tests_properties(mpi.kv_export.resume mpi.kv_export.killed_litter mpi.kv_export.concurrent PROPERTIES RUN_SERIAL TRUE)
 # --kv-store: prefixes of earlier runs, damaged and foreign entries, concurrent publishers, the size limit.
-foreach(case reuse mla_reuse damaged kept_parents edited_ids other_layout shared rerun concurrent scores hidden_mean full limit
+foreach(case reuse mla_reuse damaged kept_parents resume_hidden_mean edited_ids other_layout shared rerun concurrent scores hidden_mean full limit
              context_parallel mla_context_parallel)
   add_test(NAME mpi.kv_store.${case} COMMAND ${PF_MPI}/kv_store.sh ${PF_BIN} ${PF_DATA} ${case})
   set_tests_properties(mpi.kv_store.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)

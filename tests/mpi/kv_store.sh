@@ -49,6 +49,10 @@
 #                 tokens from it names the entry up the chain that holds them. Every entry
 #                 verifies (scripts/kv_store.py) and a later run uses them without a warning;
 #                 entries a killed removal left moved aside are removed by the next run
+#   resume_hidden_mean  a run with --hidden-states mean stopped inside its first prompt, which
+#                 shares a stored document with the second: resumed, the second still loads the
+#                 document from the store (the batch's copy of it was the interrupted run's sum)
+#                 and its mean hidden state equals a full computation's
 # usage: kv_store.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
@@ -144,6 +148,39 @@ PY
     ! grep -q "^warning" "$work/b2.log" || fail "the damaged entries were not replaced"
     grep -q "loaded from --kv-store" "$work/b2.log" || fail "nothing was loaded after the replacement"
     [ -z "$(find "$store" -maxdepth 1 -name '.replaced-*')" ] || fail "a replaced entry was left aside" ;;
+  resume_hidden_mean)
+    "$PYTHON" - "$work" <<'PY'
+import sys, h5py, numpy as np
+rng = np.random.default_rng(9)
+doc = list(rng.integers(0, 512, 600))
+for name, prompts in (("d", [doc]), ("r", [doc + list(rng.integers(0, 512, 2400)), doc + list(rng.integers(0, 512, 40))])):
+    with h5py.File(f"{sys.argv[1]}/{name}.h5", "w") as f:
+        f["tokens"] = np.concatenate([np.array(p, np.int32) for p in prompts])
+        f["offsets"] = np.cumsum([0] + [len(p) for p in prompts]).astype(np.int64)
+PY
+    mean=(run --model "$model" --chunk-size 16 --page-size 16 --hidden-states mean)
+    pipefill_mpi 1 "${mean[@]}" --input "$work/d.h5" --output "$work/d_out.h5" --kv-store "$store" --quiet
+    # (Slowed to 10 ms a micro-batch, so that the stop lands inside the first prompt.)
+    PIPEFILL_TEST_MICRO_BATCH_DELAY_MS=10 start_run "$work/first.log" 1 "${mean[@]}" --progress-interval 0.05 \
+      --input "$work/r.h5" --output "$work/out_r.h5" --kv-store "$store"
+    wait_until 120 "a first progress line" grep -q '^progress:' "$work/first.log"
+    signal_run USR1 mpirun
+    finish_run
+    expect_status 75 "a stop inside the first prompt"
+    pipefill_mpi 1 "${mean[@]}" --input "$work/r.h5" --output "$work/out_r.h5" --kv-store "$store" --resume \
+      >"$work/resumed.log" 2>&1 || { cat "$work/resumed.log"; fail "the resume failed"; }
+    grep -E "^(resuming|prefix reuse)" "$work/resumed.log"
+    [ "$("$PYTHON" -c "import h5py,sys; print(h5py.File(sys.argv[1])['reused_tokens'][1])" "$work/out_r.h5")" -eq 592 ] ||
+      fail "the second prompt did not load the document from the store after the resume"
+    pipefill_mpi 1 "${mean[@]}" --input "$work/r.h5" --output "$work/full.h5" --no-prefix-cache --quiet
+    "$PYTHON" - "$work/out_r.h5" "$work/full.h5" <<'PY'
+import sys, h5py, numpy as np
+a, b = h5py.File(sys.argv[1], "r"), h5py.File(sys.argv[2], "r")
+d = np.abs(a["hidden_states"][:] - b["hidden_states"][:]).max()
+assert d < 1e-4, f"mean hidden states differ by {d}"
+print(f"mean hidden states within {d:.2g} of the full computation")
+PY
+    ;;
   kept_parents)
     "$PYTHON" - "$work" <<'PY'
 import sys, zlib, h5py, numpy as np
