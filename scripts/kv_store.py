@@ -256,6 +256,12 @@ def moved_aside(store):
     return [name for name in sorted(os.listdir(store)) if name.startswith(ASIDE)]
 
 
+def ignore_missing(function, path, error):
+    """shutil.rmtree's onerror: a file already gone is no error, anything else is."""
+    if not issubclass(error[0], FileNotFoundError):
+        raise error[1]
+
+
 def cmd_gc(store, dry_run):
     names = entries_of(store)  # first: it refuses a directory that is not a store
     doomed = [(name, "left by a run that is gone") for name in dead_incoming(store)]
@@ -294,7 +300,9 @@ def cmd_gc(store, dry_run):
         finally:
             if lock is not None:
                 os.close(lock)
-        shutil.rmtree(trash, ignore_errors=name.startswith(ASIDE))
+        # (A pipefill run opening the store removes moved-aside entries too: whatever it took first
+        # is gone, not an error.)
+        shutil.rmtree(trash, onerror=ignore_missing)
         freed += size
         removed += 1
     print(f"{len(doomed)} would be removed" if dry_run else f"{removed} removed, {human(freed)} freed")

@@ -12,6 +12,7 @@
 #include "io/token_ids_file.hpp"
 #include "kvcache/kv_directories.hpp"
 #include "pipeline/backend_setup.hpp"
+#include "pipeline/checkpoint_run.hpp"
 #include "sched/dynamic_chunker.hpp"
 
 namespace pf::cli {
@@ -45,8 +46,18 @@ void check_run_paths(const RunOptions& o) {
   io::require_outside_directory(files, {"--kv-store", o.kv_store});
   io::require_outside_directory({{"--save-kv", o.save_kv}}, {"--kv-store", o.kv_store});
   io::require_outside_directory({{"--kv-store", o.kv_store}}, {"--save-kv", o.save_kv});
-  io::require_outside_directory({{"--save-kv", o.save_kv}, {"--kv-store", o.kv_store}},
+  // Nor anything the run reads (removed with it), and the directory holds only checkpoints.
+  std::error_code not_directory;
+  const bool model_dir = std::filesystem::is_directory(o.placement.model, not_directory);
+  io::require_outside_directory({{"--save-kv", o.save_kv},
+                                 {"--kv-store", o.kv_store},
+                                 {"--input", o.input},
+                                 {"--token-ids", o.token_ids},
+                                 {"--trace", o.trace},
+                                 {"--cost-model", cost_file ? cost_path : ""},
+                                 {"--model", model_dir ? o.placement.model : ""}},
                                 {"the output's checkpoint directory", checkpoints});
+  pipeline::require_checkpoint_directory(checkpoints);
   // What the KV directories already hold: each its own writer's files.
   if (!o.save_kv.empty()) kv::require_save_kv_directory(o.save_kv, /*replace_export=*/o.overwrite || o.resume);
   if (!o.kv_store.empty()) kv::require_kv_store_directory(o.kv_store);
@@ -128,7 +139,12 @@ std::unique_ptr<io::ResultWriter> open_output(const RunOptions& o, const pipelin
   }
   layout.ids = prompts.ids;
   const nlohmann::json identity = run_identity(o, m, prompts);
-  if (o.resume && io::verified_complete_output(o.output, layout, identity, o.watchdog_timeout_s)) return nullptr;
+  // --resume continues OUTPUT.partial where there is one, even beside a complete OUTPUT: that
+  // partial is a later run's (an --overwrite stopped), which replaces OUTPUT when it completes.
+  std::error_code no_partial;
+  const bool partial = std::filesystem::file_size(o.output + ".partial", no_partial) > 0 && !no_partial;
+  if (o.resume && !partial && io::verified_complete_output(o.output, layout, identity, o.watchdog_timeout_s))
+    return nullptr;
   auto results = std::make_unique<io::ResultWriter>(o.output, layout, identity, o.resume, o.watchdog_timeout_s);
   if (!results->stale_rows().empty())
     std::fprintf(stderr,

@@ -3,6 +3,7 @@
 #include "compute/backend_capabilities.hpp"
 #include "dist/collectives.hpp"
 #include "dist/wait.hpp"
+#include "errors.hpp"
 #include "pipeline/kv_export_setup.hpp"
 #include "pipeline/progress.hpp"
 
@@ -23,10 +24,17 @@ std::unique_ptr<FinishedLoop> run_loop(PreparedRun& run, volatile int* stop_requ
   const int hidden_width = options.hidden_states == compute::HiddenStatesKind::kNone ? 0 : shape.hidden_size;
   if (writer) loop->stored.emplace(*run.results, shape.vocab_size, hidden_width, plan);
   if (writer && run.kv_store)
-    loop->stored->set_store_rows(
-        [store = run.kv_store.get()](int entry, int64_t at, int count, const io::TokenRowsOut& rows) {
-          store->read_scores(entry, at, count, rows);
-        });
+    loop->stored->set_store_rows([store = run.kv_store.get()](int entry, int64_t at, int count,
+                                                              const io::TokenRowsOut& rows) {
+      // Checked before the plan; failing now (a file changed in place, a disk error), the
+      // rows cannot come from anywhere else: the job ends naming it, here, before an
+      // exception would unwind through receives MPI still writes into.
+      try {
+        store->read_scores(entry, at, count, rows);
+      } catch (const std::exception& e) {
+        fail_library_call("pipefill", "copying a prefix's token rows from --kv-store", e.what(), __FILE__, __LINE__);
+      }
+    });
   if (writer && run.checkpoint && run.checkpoint->restored()) {
     const pipeline::RestoredPrompt& restored = *run.checkpoint->restored();
     loop->stored->set_restored(restored.prompt, restored.next_logprob, restored.rows_finite);

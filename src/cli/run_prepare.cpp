@@ -122,7 +122,15 @@ void open_checkpoints(PreparedRun& run) {
   settings.resume = options.resume;
   settings.quiet = options.quiet;
   const bool writer = run.topo.is_writer();
-  const std::string identity = writer ? run_identity(options, run.rank_model, run.prompts).dump() : "";
+  // The manifest's identity: the output's, less the paths as typed (their contents' fingerprints
+  // stay), as the output's own check compares them (io::identity_difference).
+  std::string identity;
+  if (writer) {
+    nlohmann::json manifest_identity = run_identity(options, run.rank_model, run.prompts);
+    manifest_identity.erase("input");
+    manifest_identity.erase("model");
+    identity = manifest_identity.dump();
+  }
   if (writer && !run.results->resumed()) {  // a new output: what an earlier run left is not its
     std::error_code error;
     std::filesystem::remove_all(settings.dir, error);

@@ -81,7 +81,7 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
   // Timeline, traffic, expert load and op times gathered to rank 0.
   const auto events = trace::gather_timeline(*loop.timeline, MPI_COMM_WORLD);
   trace::TrafficReport traffic =
-      trace::gather_traffic(topo, plan, shape.hidden_size, shape.hidden_size * dist::kActivationWireBytes,
+      trace::gather_traffic(topo, ran, shape.hidden_size, shape.hidden_size * dist::kActivationWireBytes,
                             run.rank_model.partition, loop.result.traffic, cp_traffic_shape(run));
   traffic.allreduce_modelled = emulate;
   const trace::ExpertLoad expert_load =

@@ -128,6 +128,7 @@ bool read_checked(int fd, const std::vector<uint64_t>& blocks, uint64_t end, voi
                   const std::string& path) {
   if (blocks.empty()) return io::read_at(fd, out, size, offset);
   if (size == 0) return true;
+  if (offset + size > end) return false;  // (past the checked end: as read_at past the file's)
   std::vector<char> piece(kScoresCheckBytes);
   char* to = static_cast<char*>(out);
   for (uint64_t b = offset / kScoresCheckBytes; b * kScoresCheckBytes < offset + size; ++b) {

@@ -18,6 +18,7 @@
 #include "dist/collectives.hpp"
 #include "dist/root_decision.hpp"
 #include "dist/wait.hpp"
+#include "errors.hpp"
 #include "io/durable_file.hpp"
 #include "io/fnv1a.hpp"
 #include "kvcache/kv_source.hpp"
@@ -107,6 +108,24 @@ io::TokenRowsDigest json_digest(const json& j) {
 }
 
 }  // namespace
+
+void require_checkpoint_directory(const std::string& dir) {
+  std::error_code error;
+  const fs::file_status status = fs::symlink_status(dir, error);
+  if (!fs::exists(status)) return;
+  if (!fs::is_directory(status))
+    throw UserError(dir + " exists and is not a checkpoint directory (the run keeps its checkpoints there and " +
+                    "removes it when the output is complete): move it aside");
+  static const std::regex ours("checkpoint-[0-9]{6,}\\.json(\\.tmp)?|pp[0-9]+_tp[0-9]+_layers[0-9.]+");
+  for (const fs::directory_entry& item : fs::directory_iterator(dir, error)) {
+    const std::string name = item.path().filename().string();
+    if (!std::regex_match(name, ours))
+      throw UserError(dir + " holds " + name +
+                      ", which no run's checkpoint does (the run removes the directory whole when the output is "
+                      "complete): move it aside");
+  }
+  if (error) throw UserError("cannot read " + dir + ": " + error.message());
+}
 
 double young_daly_interval(double cost_s, double mtbf_s) {
   return std::sqrt(2.0 * std::max(cost_s, 1e-3) * mtbf_s);

@@ -63,6 +63,11 @@ struct CheckpointSettings {
   bool quiet = false;
 };
 
+// A run removes OUTPUT.checkpoint whole (a new output, or a complete one): UserError unless
+// `dir` is absent or a directory of nothing but a run's checkpoint files (manifests, their
+// temporaries, layout directories), so that nothing else there is ever removed with it.
+void require_checkpoint_directory(const std::string& dir);
+
 // Young/Daly: the interval that minimizes the expected time lost to checkpoints and failures,
 // sqrt(2 x cost x MTBF), for a checkpoint that costs `cost_s` to the run.
 double young_daly_interval(double cost_s, double mtbf_s);

@@ -354,7 +354,7 @@ void KvStoreRun::read_scores(int entry, int64_t at, int count, const io::TokenRo
   auto verified = verified_scores_.find(entry);
   if (verified == verified_scores_.end()) {
     std::optional<kv::ScoresLayout> checked = kv::entry_scores(dir, e.tokens, /*verify=*/true);
-    if (!checked)
+    if (!checked || !checked->serves(scores_))
       throw std::runtime_error(dir +
                                ": its token scores (scores.bin) changed after they were checked (written to by "
                                "something else during this run)");
@@ -435,7 +435,9 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts, cons
           const int p = *it;
           std::string parent = parents_.at(p);
           std::error_code missing;
-          if (!parent.empty() && !std::filesystem::is_directory(dir_ + "/" + parent, missing)) {
+          // (A parent this run found damaged waits for this run's copy to replace it.)
+          if (!parent.empty() &&
+              (!std::filesystem::is_directory(dir_ + "/" + parent, missing) || damaged_.count(parent))) {
             ++it;
             continue;
           }
@@ -446,6 +448,11 @@ std::optional<std::string> KvStoreRun::finish(const io::PromptSet& prompts, cons
           // them. A prompt that took its prefix from a copy of itself (the batch's duplicate)
           // adds nothing: its entry is the other's.
           if (!parent.empty()) parent = kv::parent_holding(dir_, parent, firsts_.at(p));
+          if (!parents_.at(p).empty() && parent.empty())
+            std::printf(
+                "note: --kv-store: prompt %d is not stored: the chain of entries holding its first %lld tokens "
+                "(from %s) breaks (an index.json missing or unreadable)\n",
+                p, static_cast<long long>(firsts_.at(p)), parents_.at(p).c_str());
           if (!parents_.at(p).empty() &&
               (parent.empty() ||
                parent == kv::store_entry_name(key_, exporter_->tokens_hash(p), static_cast<int64_t>(copy.size())))) {

@@ -268,6 +268,12 @@ del c["rope_theta"], c["rope_scaling"]
 c["rope_parameters"] = {"rope_type": "longrope", "rope_theta": 10000.0, "factor": 4.0}'
     expect='field "rope_parameters.rope_type"' ;;
   missing_model) model=$work/nope; expect="model directory" ;;
+  # OUTPUT.checkpoint is removed whole once the output completes: only a run's checkpoints there.
+  checkpoint_dir_is_file) echo notes >"$out.checkpoint"; expect="exists and is not a checkpoint directory" ;;
+  checkpoint_dir_foreign) mkdir "$out.checkpoint"; echo notes >"$out.checkpoint/notes.txt"
+    expect="holds notes.txt, which no run's checkpoint does" ;;
+  input_inside_checkpoint_dir) mkdir "$out.checkpoint"; cp "$input" "$out.checkpoint/in.h5"; input=$out.checkpoint/in.h5
+    expect="lies inside the output's checkpoint directory" ;;
   model_is_file) copy_model; model=$work/model/config.json; expect="is a file, not a model directory" ;;
   # profile writes its --out before minutes of profiling: never onto the model's own files.
   profile_out_is_model_file) copy_model

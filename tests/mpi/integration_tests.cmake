@@ -179,7 +179,7 @@ pf_shared_case(tiny.shared_prefix_pp2_cp3 tiny 6 1120 --pp 2 --cp 3 --chunk-size
 
 # Bad inputs: one `error:` line from rank 0, exit status 2, no output file, no hang.
 set(PF_BAD_CASES
-  missing_model model_is_file profile_out_is_model_file missing_weights_file bad_config_json missing_input input_is_directory missing_tokens float_tokens offsets_not_zero
+  missing_model model_is_file profile_out_is_model_file checkpoint_dir_is_file checkpoint_dir_foreign input_inside_checkpoint_dir missing_weights_file bad_config_json missing_input input_is_directory missing_tokens float_tokens offsets_not_zero
   offsets_decreasing offsets_past_end token_outside_vocab empty_prompt
   truncated_safetensors header_length_past_end bad_header_json tensor_range_outside_file
   shape_mismatch unknown_architecture missing_tensor world_size_mismatch more_stages_than_layers
@@ -247,7 +247,7 @@ endforeach()
 
 # What a crash can leave in a partial output, and SIGTERM to mpirun; each resumed output
 # must equal an uninterrupted run's.
-foreach(case torn_row torn_hidden torn_token_rows empty_partial stale_partial mpirun_sigterm stop_inside_prompt
+foreach(case torn_row torn_hidden torn_token_rows overwrite_stopped empty_partial stale_partial mpirun_sigterm stop_inside_prompt
              stop_inside_span stop_inside_prompt_new_layout stop_inside_prompt_cp checkpoint_disk_full
              stop_during_start_up)
   add_test(NAME mpi.resume_integrity.${case} COMMAND ${PF_MPI}/resume_integrity.sh ${PF_BIN} ${PF_DATA} ${case})

@@ -170,7 +170,9 @@ PY
     pipefill_mpi 1 "${mean[@]}" --input "$work/r.h5" --output "$work/out_r.h5" --kv-store "$store" --resume \
       >"$work/resumed.log" 2>&1 || { cat "$work/resumed.log"; fail "the resume failed"; }
     grep -E "^(resuming|prefix reuse)" "$work/resumed.log"
-    [ "$("$PYTHON" -c "import h5py,sys; print(h5py.File(sys.argv[1])['reused_tokens'][1])" "$work/out_r.h5")" -eq 592 ] ||
+    grep -q "^resuming prompt 0 at token" "$work/resumed.log" || fail "the stop did not land inside the first prompt"
+    grep -q "(592 loaded from --kv-store)" "$work/resumed.log" &&
+      [ "$("$PYTHON" -c "import h5py,sys; print(h5py.File(sys.argv[1])['reused_tokens'][1])" "$work/out_r.h5")" -eq 592 ] ||
       fail "the second prompt did not load the document from the store after the resume"
     pipefill_mpi 1 "${mean[@]}" --input "$work/r.h5" --output "$work/full.h5" --no-prefix-cache --quiet
     "$PYTHON" - "$work/out_r.h5" "$work/full.h5" <<'PY'
@@ -228,7 +230,7 @@ PY
     ! grep -q "^warning" "$work/z.err" || { cat "$work/z.err"; fail "a warning about the kept chain"; }
     [ "$("$PYTHON" -c "import h5py,sys; print(h5py.File(sys.argv[1])['reused_tokens'][0])" "$work/o4.h5")" -gt 0 ] ||
       fail "the chain lent nothing"
-    [ -z "$(find "$store" -maxdepth 1 -name '.evicting-*' -o -maxdepth 1 -name '.replaced-*' -o -maxdepth 1 -name '.deleting-*')" ] ||
+    [ -z "$(find "$store" -maxdepth 1 \( -name '.evicting-*' -o -name '.replaced-*' -o -name '.deleting-*' \))" ] ||
       fail "entries moved aside for removal were left" ;;
   edited_ids)
     run_a a

@@ -65,8 +65,8 @@ if [ "$case" != kill ]; then
   summary=$(grep -E '^prompts [0-9]+ \(' "$work/first.log" || true)
   [[ $summary =~ \(([0-9]+)\ run\ now ]] && [ "${BASH_REMATCH[1]}" -eq "$done_before" ] ||
     fail "the stopped run's summary says \"$summary\", but $done_before prompts are in the partial file"
-  ttfts=$(grep -cE '^  prompt [0-9]+ ttft_s:' "$work/first.log" || true)
-  [ "$ttfts" -le "$done_before" ] || fail "the stopped run's summary gives $ttfts TTFTs for $done_before prompts done"
+  ttfts=$(sed -nE 's/^ttft mean .* over ([0-9]+) prompts?$/\1/p' "$work/first.log")
+  [ "${ttfts:-0}" -eq "$done_before" ] || fail "the stopped run's summary gives ${ttfts:-no} TTFTs for $done_before prompts done"
 fi
 
 # Resuming with another configuration is refused, and leaves the partial file as it was.

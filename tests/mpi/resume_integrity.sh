@@ -14,6 +14,10 @@
 #                   of their rows intact), and every token dataset equals an uninterrupted run's
 #   stop_during_start_up  SIGUSR1 to the ranks while they start (MPI_Init): exit 75 with
 #                   nothing computed, and --resume then computes every prompt
+#   overwrite_stopped  a complete output computed again with --overwrite, stopped inside its
+#                   prompt: --resume (the input's path spelt another way) continues that partial
+#                   and its checkpoint (not "already complete"), and the output it completes is
+#                   the uninterrupted run's
 #   empty_partial   a 0-byte partial (a kill before the first write): a note, a fresh start
 #   stale_partial   a partial left by an earlier run, run again *without* --resume: a
 #                   warning says it is replaced
@@ -264,6 +268,23 @@ PY
       "$work/stderr" || fail "no warning naming the rank and the reason"
     [ "$(grep -c '^warning:' "$work/stderr")" -eq 1 ] || fail "more than one warning"
     mv "$work/small/out.h5" "$work/out.h5" ;;
+  overwrite_stopped)
+    "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 9 >/dev/null
+    args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16)
+    run --input "$work/in.h5" --output "$work/reference.h5" --overwrite
+    cp "$work/reference.h5" "$work/out.h5"
+    PIPEFILL_TEST_MICRO_BATCH_DELAY_MS=5 start_run "$work/first.log" 2 "${args[@]}" --progress-interval 0.05 \
+      --input "$work/in.h5" --output "$work/out.h5" --overwrite
+    wait_until 120 "a first progress line" grep -q '^progress:' "$work/first.log"
+    signal_run USR1 mpirun
+    finish_run
+    expect_status 75 "a stop inside the prompt of an --overwrite run"
+    # (The input spelt another way: the contents, not the path as typed, are what must match.)
+    pipefill_mpi 2 "${args[@]}" --input "$work/./in.h5" --output "$work/out.h5" --resume >"$work/resumed.log"
+    grep -q "^resuming prompt 0 at token" "$work/resumed.log" ||
+      { cat "$work/resumed.log"; fail "--resume did not continue the stopped --overwrite run's partial"; }
+    [ ! -e "$work/out.h5.partial" ] && [ ! -e "$work/out.h5.checkpoint" ] || fail "the partial or its checkpoint was left"
+    "$bin/tests/compare_logits" "$work/out.h5" "$work/reference.h5" --rtol 0 ;;
   stop_inside_prompt)
     "$bin/pipefill" make-prompts --out "$work/in.h5" --num 1 --min-len 3000 --max-len 3000 --vocab 512 --seed 9 >/dev/null
     args=(run --model "$data/tiny" --pp 2 --chunk-size 16 --page-size 16)

@@ -520,6 +520,12 @@ TEST_F(KvExport, StoredScoresChangedAfterTheCheckAreRefusedWhenRead) {
   read_entry_scores(prompt_dir, tokens, *checked, 30000, 100, shape, rows);
   EXPECT_FLOAT_EQ(rows.logprobs[5], -0.001f * 30005);
   EXPECT_EQ(rows.topk_ids[5], (30005 % 97));
+  // Rows across a piece's end (bytes 65520..65552 of the log-probs), and the file's last rows
+  // (the top-k ids end the file, in its short last piece).
+  read_entry_scores(prompt_dir, tokens, *checked, 16380, 8, shape, rows);
+  for (int r = 0; r < 8; ++r) EXPECT_FLOAT_EQ(rows.logprobs[r], -0.001f * (16380 + r));
+  read_entry_scores(prompt_dir, tokens, *checked, tokens - 100, 100, shape, rows);
+  for (int r = 0; r < 100; ++r) EXPECT_EQ(rows.topk_ids[r], (tokens - 100 + r) % 97);
   // One log-prob changed in place (row 30005's), after the check.
   {
     std::fstream file(prompt_dir + "/scores.bin", std::ios::in | std::ios::out | std::ios::binary);
