@@ -354,7 +354,9 @@ void KvStoreRun::read_scores(int entry, int64_t at, int count, const io::TokenRo
   auto verified = verified_scores_.find(entry);
   if (verified == verified_scores_.end()) {
     std::optional<kv::ScoresLayout> checked = kv::entry_scores(dir, e.tokens, /*verify=*/true);
-    if (!checked || !checked->serves(scores_))
+    kv::ScoresLayout rows_wanted = scores_;
+    rows_wanted.hidden_rows = false;  // (the final-norm rows are files of their own, not scores.bin's)
+    if (!checked || !checked->serves(rows_wanted))
       throw std::runtime_error(dir +
                                ": its token scores (scores.bin) changed after they were checked (written to by "
                                "something else during this run)");
