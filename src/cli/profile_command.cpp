@@ -3,7 +3,6 @@
 // chunks, and rank 0 saves them with the configuration they belong to. Run under mpirun
 // with the same pp x tp (and partition) as the runs that will reuse it.
 #include <cstdio>
-#include <filesystem>
 
 #include "cli/backend_request.hpp"
 #include "cli/commands.hpp"
@@ -26,9 +25,7 @@ int profile_command(int argc, char** argv) {
   if (!parse_profile(argc, argv, options)) return 0;
   io::require_writable_file_path(options.out, "--out");  // before the minutes of profiling, not after
   // The model's own files are read, never written.
-  std::error_code error;
-  if (std::filesystem::is_directory(options.placement.model, error))
-    io::require_no_file_of({{"--out", options.out}}, {"--model", options.placement.model});
+  io::require_no_file_of({{"--out", options.out}}, {"--model", options.placement.model});
   const auto& place = options.placement;
   if (!compute::supports(place.backend, compute::Product::kProfile))
     throw UserError(compute::refusal(place.backend, compute::Product::kProfile, "profile"));

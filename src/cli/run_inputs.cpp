@@ -62,11 +62,9 @@ void check_run_paths(const RunOptions& o) {
   if (!o.save_kv.empty()) kv::require_save_kv_directory(o.save_kv, /*replace_export=*/o.overwrite || o.resume);
   if (!o.kv_store.empty()) kv::require_kv_store_directory(o.kv_store);
   // The model's own files are read, never written: no output lands on one.
-  std::error_code error;
-  if (std::filesystem::is_directory(o.placement.model, error))
-    io::require_no_file_of(
-        {{"--output", o.output}, {"the output's partial file", o.output + ".partial"}, {"--trace", o.trace}},
-        {"--model", o.placement.model});
+  io::require_no_file_of(
+      {{"--output", o.output}, {"the output's partial file", o.output + ".partial"}, {"--trace", o.trace}},
+      {"--model", o.placement.model});
   // An earlier run's output can stand for hours of compute: replaced only when asked. So can
   // whatever file --trace names.
   std::error_code missing;

@@ -11,6 +11,7 @@
 #include "dist/checked_step.hpp"
 #include "dist/collectives.hpp"
 #include "dist/same_everywhere.hpp"
+#include "io/stored_output.hpp"
 #include "pipeline/kv_export_setup.hpp"
 #include "pipeline/stage_profiler.hpp"
 #include "sched/cost_profile.hpp"
@@ -122,15 +123,9 @@ void open_checkpoints(PreparedRun& run) {
   settings.resume = options.resume;
   settings.quiet = options.quiet;
   const bool writer = run.topo.is_writer();
-  // The manifest's identity: the output's, less the paths as typed (their contents' fingerprints
-  // stay), as the output's own check compares them (io::identity_difference).
-  std::string identity;
-  if (writer) {
-    nlohmann::json manifest_identity = run_identity(options, run.rank_model, run.prompts);
-    manifest_identity.erase("input");
-    manifest_identity.erase("model");
-    identity = manifest_identity.dump();
-  }
+  // The manifest's identity: the output's, as its own check compares it (paths by content).
+  const std::string identity =
+      writer ? io::compared_identity(run_identity(options, run.rank_model, run.prompts)).dump() : "";
   if (writer && !run.results->resumed()) {  // a new output: what an earlier run left is not its
     std::error_code error;
     std::filesystem::remove_all(settings.dir, error);
@@ -182,11 +177,7 @@ void restore_prompt(sched::PrefixPlan& prefixes, const pipeline::RestoredPrompt&
     const int64_t c = reuse.tokens;
     int s = reuse.source;
     while (s >= 0 && s != p && c <= prefixes.reuse[s].tokens) s = prefixes.reuse[s].source;
-    if (s == p && c <= restored.tokens) {
-      const bool offered =
-          static_cast<size_t>(q) < outside.size() && outside[q].tokens > 0 && outside[q].store_entry >= 0;
-      reuse = offered ? outside[q] : sched::PrefixReuse{};
-    }
+    if (s == p && c <= restored.tokens) reuse = sched::store_offer(outside, q);
   }
 }
 

@@ -111,6 +111,7 @@ void require_outside_directory(const std::vector<PathRole>& roles, const PathRol
 
 void require_no_file_of(const std::vector<PathRole>& roles, const PathRole& directory) {
   std::error_code error;
+  if (!fs::is_directory(directory.path, error)) return;  // (synthetic:PRESET, a config.json): no files
   const fs::path base = fs::weakly_canonical(fs::absolute(directory.path, error), error);
   for (const auto& r : roles) {
     if (r.path.empty() || !fs::exists(fs::symlink_status(r.path, error))) continue;

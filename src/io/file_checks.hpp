@@ -31,6 +31,7 @@ void require_outside_directory(const std::vector<PathRole>& roles, const PathRol
 
 // UserError naming the first role whose path names a file already in `directory` (the
 // directory's own symlinks included, whatever they point to): files a run reads, never writes.
+// A `directory` that is not one (synthetic:PRESET, a config.json) holds none.
 void require_no_file_of(const std::vector<PathRole>& roles, const PathRole& directory);
 
 // UserError naming the first two roles that are the same file: by device and inode where

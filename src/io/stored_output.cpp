@@ -179,15 +179,18 @@ StoredOutput inspect_output(const std::string& path, const OutputLayout& layout,
   return stored;
 }
 
-std::optional<std::string> identity_difference(const nlohmann::json& stored, const nlohmann::json& current) {
-  // The input's and the model's paths as typed ("in.h5", "./in.h5", a moved file) do not
-  // matter where both identities hold the contents' fingerprints, which do.
-  const auto by_content = [&](const std::string& key) {
-    const char* fingerprint = key == "input" ? "input_fingerprint" : key == "model" ? "weights_fingerprint" : nullptr;
-    return fingerprint && stored.is_object() && stored.contains(fingerprint) && current.contains(fingerprint);
-  };
+nlohmann::json compared_identity(nlohmann::json identity) {
+  if (!identity.is_object()) return identity;
+  if (identity.contains("input_fingerprint")) identity.erase("input");
+  if (identity.contains("weights_fingerprint")) identity.erase("model");
+  return identity;
+}
+
+std::optional<std::string> identity_difference(const nlohmann::json& stored_identity,
+                                               const nlohmann::json& current_identity) {
+  const nlohmann::json stored = compared_identity(stored_identity), current = compared_identity(current_identity);
   for (auto& [key, value] : current.items())
-    if (!by_content(key) && (!stored.is_object() || !stored.contains(key) || stored[key] != value))
+    if (!stored.is_object() || !stored.contains(key) || stored[key] != value)
       return key + " (" + (stored.is_object() && stored.contains(key) ? stored[key].dump() : std::string("none")) +
              ", this run: " + value.dump() + ")";
   // A key only the stored identity has: an option that enters the identity only when given

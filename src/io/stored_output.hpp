@@ -33,6 +33,9 @@ StoredOutput inspect_output(const std::string& path, const OutputLayout& layout,
 // that `current` lacks, described for an error message ("chunk_size (64, this run: 32)");
 // nullopt when they match.
 std::optional<std::string> identity_difference(const nlohmann::json& stored, const nlohmann::json& current);
+// An identity as resumes compare it: the input's and the model's paths as typed ("in.h5",
+// "./in.h5", a moved file) left out where it holds their contents' fingerprints, which decide.
+nlohmann::json compared_identity(nlohmann::json identity);
 
 // A prompt's token rows (--logprobs, --top-k), reduced for its row checksum: a hash of each
 // dataset's slice of the prompt, streamed in position order (so chunk boundaries do not

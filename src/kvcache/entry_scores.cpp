@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <memory>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
@@ -141,7 +140,6 @@ bool read_checked(int fd, const std::vector<uint64_t>& blocks, uint64_t end, voi
       throw std::runtime_error(path + ": bytes " + std::to_string(start) + ".." + std::to_string(start + bytes) +
                                " changed after they were checked (written to by something else during this run)");
     const uint64_t from = std::max(offset, start), until = std::min(offset + size, start + bytes);
-    if (until <= from) return false;
     std::memcpy(to + (from - offset), piece.data() + (from - start), until - from);
   }
   return true;
@@ -154,10 +152,12 @@ void read_entry_scores(const std::string& prompt_dir, int64_t tokens, const Scor
   const Offsets o = offsets_of(tokens, stored);
   const std::string path = data_path(prompt_dir);
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  const std::unique_ptr<int, void (*)(int*)> closing(fd >= 0 ? new int(fd) : nullptr, [](int* f) {
-    ::close(*f);
-    delete f;
-  });
+  struct Closing {
+    int fd;
+    ~Closing() {
+      if (fd >= 0) ::close(fd);
+    }
+  } closing{fd};  // (read_checked throws on a changed piece)
   bool ok = fd >= 0;
   auto read_at = [&](void* out, size_t size, uint64_t offset) {
     return read_checked(fd, stored.block_fnv1a, o.end, out, size, offset, path);

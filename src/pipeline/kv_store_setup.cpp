@@ -282,12 +282,18 @@ dist::RootOnly<std::map<int, std::string>> KvStoreRun::check_files(
         problem = e.what();
       }
     }
-    // Rank 0 copies the entry's token rows: they must be whole.
-    if (source && topo_.is_writer() && scores_.row_shape().any() &&
-        !kv::entry_scores(entry["segments"].back()["prompt_dir"].get<std::string>(),
-                          entry["segments"].back()["tokens"].get<int64_t>(), true)) {
-      source.reset();
-      problem = "its token scores (scores.json, scores.bin) are incomplete or do not match their checksum";
+    // Rank 0 copies the entry's token rows: they must be whole, and each read is held to the
+    // checksums of this check (read_scores).
+    if (source && topo_.is_writer() && scores_.row_shape().any()) {
+      const std::string prompt_dir = entry["segments"].back()["prompt_dir"].get<std::string>();
+      std::optional<kv::ScoresLayout> rows =
+          kv::entry_scores(prompt_dir, entry["segments"].back()["tokens"].get<int64_t>(), /*verify=*/true);
+      if (rows) {
+        verified_scores_[prompt_dir] = std::move(*rows);
+      } else {
+        source.reset();
+        problem = "its token scores (scores.json, scores.bin) are incomplete or do not match their checksum";
+      }
     }
     if (source) {
       for (auto& [dir, use] : uses) uses_.emplace(dir, std::move(use));
@@ -351,17 +357,9 @@ void KvStoreRun::read_prefix(int entry, int64_t pos0, int count, float* keys, fl
 void KvStoreRun::read_scores(int entry, int64_t at, int count, const io::TokenRowsOut& rows) const {
   const kv::StoreEntry& e = entries_.at(entry);
   const std::string dir = e.dir + "/" + kv::kv_prompt_dir_name(e.prompt);
-  auto verified = verified_scores_.find(entry);
-  if (verified == verified_scores_.end()) {
-    std::optional<kv::ScoresLayout> checked = kv::entry_scores(dir, e.tokens, /*verify=*/true);
-    kv::ScoresLayout rows_wanted = scores_;
-    rows_wanted.hidden_rows = false;  // (the final-norm rows are files of their own, not scores.bin's)
-    if (!checked || !checked->serves(rows_wanted))
-      throw std::runtime_error(dir +
-                               ": its token scores (scores.bin) changed after they were checked (written to by "
-                               "something else during this run)");
-    verified = verified_scores_.emplace(entry, std::move(*checked)).first;
-  }
+  const auto verified = verified_scores_.find(dir);
+  if (verified == verified_scores_.end())  // (check_files checks every entry a plan loads)
+    throw std::logic_error(dir + ": token rows read from an entry whose scores were not checked");
   kv::read_entry_scores(dir, e.tokens, verified->second, at, count, scores_.row_shape(), rows);
 }
 

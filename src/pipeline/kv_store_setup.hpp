@@ -101,9 +101,9 @@ class KvStoreRun {
   kv::ScoresLayout scores_;
   std::map<int, std::unique_ptr<kv::HiddenRowsWriter>> hidden_writers_;  // the last stage's TP rank 0
   std::optional<std::string> hidden_error_;
-  // Each entry's token rows checked again when first read, their pieces' checksums kept for
-  // every read after (kv::read_entry_scores).
-  mutable std::map<int, kv::ScoresLayout> verified_scores_;
+  // Rank 0: each checked entry's token rows (by prompt directory) with the checksums of their
+  // pieces, which every read of them is held to (kv::read_entry_scores).
+  std::map<std::string, kv::ScoresLayout> verified_scores_;
   uint64_t limit_bytes_ = 0;
 };
 

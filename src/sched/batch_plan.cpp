@@ -46,6 +46,12 @@ int64_t BatchPlan::restored_tokens() const {
   return total;
 }
 
+PrefixReuse store_offer(const std::vector<PrefixReuse>& outside, int p) {
+  const bool offered = static_cast<size_t>(p) < outside.size() && outside[static_cast<size_t>(p)].tokens > 0 &&
+                       outside[static_cast<size_t>(p)].store_entry >= 0;
+  return offered ? outside[static_cast<size_t>(p)] : PrefixReuse{};
+}
+
 PrefixPlan PrefixPlan::from_outside(const std::vector<int64_t>& cached) {
   PrefixPlan prefixes;
   for (int64_t tokens : cached) prefixes.reuse.push_back({tokens, -1});

@@ -40,6 +40,10 @@ struct PrefixPlan {
   static PrefixPlan from_outside(const std::vector<int64_t>& cached);
 };
 
+// Prompt p's offer from the KV store in `outside` (per prompt), or none: what a prompt loads
+// when the batch's longer reuse it was passed over for is dropped.
+PrefixReuse store_offer(const std::vector<PrefixReuse>& outside, int p);
+
 struct BatchPlan {
   std::vector<int64_t> prompt_lengths;
   std::vector<PrefixReuse> reuse;  // per prompt (all zero without prefix reuse)

@@ -96,9 +96,7 @@ void drop_reuse_from_loaded(PrefixPlan& plan, const std::vector<PrefixReuse>& ou
     if (reuse.source >= 0 && loaded[static_cast<size_t>(reuse.source)]) {
       // The store's own offer for this prompt, if it has one (it was no longer than the
       // batch's, so the batch's was kept): loaded in pieces, it needs no source.
-      const bool offered = static_cast<size_t>(p) < outside.size() && outside[static_cast<size_t>(p)].tokens > 0 &&
-                           outside[static_cast<size_t>(p)].store_entry >= 0;
-      reuse = offered ? outside[static_cast<size_t>(p)] : PrefixReuse{};
+      reuse = store_offer(outside, p);
     }
     loaded[static_cast<size_t>(p)] = reuse.store_entry >= 0 || reuse.restored;
   }
