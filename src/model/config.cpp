@@ -44,22 +44,62 @@ enum class Biases {
   kNone,             // Mixtral: never
 };
 
+// Which sliding-window fields a family's transformers code reads.
+enum class Window {
+  kNone,       // Llama, DeepSeek-V3: full attention whatever sliding_window says
+  kAlways,     // Mixtral: sliding_window applies whenever it is not null
+  kWhenAsked,  // the Qwen families: only with use_sliding_window (default false); 4096 if unsaid
+};
+
+// Each family's transformers configuration class: its names and the defaults of the fields a
+// config.json may leave out (a default read differently is a silently different model).
 struct ArchitectureInfo {
   Architecture architecture;
   const char* name;
   const char* model_type;
   Biases biases;
   bool qk_norm;
+  Window window;
+  double rms_norm_eps;
+  double rope_theta;
 };
 constexpr ArchitectureInfo kArchitectures[] = {
-    {Architecture::kLlama, "LlamaForCausalLM", "llama", Biases::kEveryProjection, false},
-    {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2", Biases::kQkvAlways, false},
-    {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3", Biases::kEveryProjection, true},
-    {Architecture::kMixtral, "MixtralForCausalLM", "mixtral", Biases::kNone, false},
-    {Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe", Biases::kQkvKey, false},
-    {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", Biases::kEveryProjection, true},
-    {Architecture::kDeepseekV3, "DeepseekV3ForCausalLM", "deepseek_v3", Biases::kEveryProjection, false},
+    {Architecture::kLlama, "LlamaForCausalLM", "llama", Biases::kEveryProjection, false, Window::kNone, 1e-6, 1e4},
+    {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2", Biases::kQkvAlways, false, Window::kWhenAsked, 1e-6, 1e4},
+    {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3", Biases::kEveryProjection, true, Window::kWhenAsked, 1e-6, 1e4},
+    {Architecture::kMixtral, "MixtralForCausalLM", "mixtral", Biases::kNone, false, Window::kAlways, 1e-5, 1e6},
+    {Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe", Biases::kQkvKey, false, Window::kWhenAsked, 1e-6,
+     1e4},
+    {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", Biases::kEveryProjection, true, Window::kWhenAsked,
+     1e-6, 1e4},
+    {Architecture::kDeepseekV3, "DeepseekV3ForCausalLM", "deepseek_v3", Biases::kEveryProjection, false, Window::kNone,
+     1e-6, 1e4},
 };
+
+// A sliding window changes which keys a query sees; pipefill attends to the whole prompt, so
+// a window the family's transformers code would apply is refused.
+void refuse_sliding_window(const field::Reader& config, const ArchitectureInfo& info) {
+  switch (info.window) {
+    case Window::kNone:
+      return;
+    case Window::kAlways:
+      if (config.has("sliding_window"))
+        config.fail("sliding_window",
+                    std::string("must be null: ") + info.name +
+                        " applies it whatever use_sliding_window says, and "
+                        "pipefill computes full attention",
+                    *config.raw("sliding_window"));
+      return;
+    case Window::kWhenAsked:
+      if (config.boolean_or("use_sliding_window", false) &&
+          (config.has("sliding_window") || !config.present("sliding_window")))
+        config.fail("use_sliding_window",
+                    "must be false (or sliding_window null): pipefill computes full attention (an absent "
+                    "sliding_window is transformers' 4096)",
+                    true);
+      return;
+  }
+}
 
 // q/k/v biases, by the family's rule; biases pipefill does not compute (o_proj's, DeepSeek's
 // LoRA projections', Llama's MLP's) are refused rather than left out of the sum.
@@ -147,9 +187,10 @@ MoeConfig read_moe(const field::Reader& config, const ModelConfig& c) {
       config.fail(kSharedExperts.key, "times moe_intermediate_size must be at most " + std::to_string(kMaxWidth),
                   config.integer_or(kSharedExperts, 0));
     moe.shared_intermediate = static_cast<int>(shared);
-    moe.routed_scaling_factor = config.number_or("routed_scaling_factor", 1.0, 0.0);
-    moe.groups = config.integer_or(kGroups, 1);
-    moe.topk_groups = config.integer_or(kTopkGroups, 1);
+    // DeepseekV3Config's defaults (those of DeepSeek-V3 itself).
+    moe.routed_scaling_factor = config.number_or("routed_scaling_factor", 2.5, 0.0);
+    moe.groups = config.integer_or(kGroups, 8);
+    moe.topk_groups = config.integer_or(kTopkGroups, 4);
     if (moe.experts % moe.groups != 0)
       config.fail(kGroups.key, "must divide the " + std::to_string(moe.experts) + " routed experts", moe.groups);
     if (moe.experts / moe.groups < 2)  // a group scores by its best two experts
@@ -194,6 +235,13 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   c.architecture_name = architectures[0].get<std::string>();
   const ArchitectureInfo& info = info_named(c.architecture_name, origin);
   c.architecture = info.architecture;
+  // transformers builds the model model_type names, whatever architectures says.
+  const std::string model_type = config.string_or("model_type", info.model_type);
+  if (model_type != info.model_type)
+    config.fail("model_type",
+                std::string("must be \"") + info.model_type + "\" for " + info.name +
+                    " (transformers builds the model model_type names; the two must agree)",
+                model_type);
   c.hidden_size = config.integer(kHiddenSize);
   c.intermediate_size = config.integer(kIntermediateSize);
   c.num_layers = config.integer(kNumLayers);
@@ -201,18 +249,15 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   c.num_kv_heads = config.integer_or(kNumKvHeads, c.num_heads);
   c.vocab_size = config.integer(kVocabSize);
   c.max_position_embeddings = config.integer_or(kMaxPositions, 1 << 30);
-  c.rms_norm_eps = config.number_or("rms_norm_eps", 1e-6, 0.0, 1.0);
-  const Rope rope = read_rope(config, RopeTypes::kSupported);
+  c.rms_norm_eps = config.number_or("rms_norm_eps", info.rms_norm_eps, 0.0, 1.0);
+  const Rope rope = read_rope(config, RopeTypes::kSupported, info.rope_theta);
   c.rope_theta = rope.theta;
   c.rope_scaling = rope.scaling;
   c.tie_word_embeddings = config.boolean_or("tie_word_embeddings", false);
   c.attention_bias = read_attention_bias(config, info);
   c.qk_norm = info.qk_norm;
   require_value_or_absent(config, "hidden_act", "silu", "pipefill's feed-forward is SwiGLU");
-  // A sliding window changes which keys a query sees; pipefill attends to the whole prompt.
-  if (config.has("sliding_window") && config.boolean_or("use_sliding_window", true))
-    config.fail("sliding_window", "must be null (or use_sliding_window false): pipefill computes full attention",
-                *config.raw("sliding_window"));
+  refuse_sliding_window(config, info);
   if (c.architecture == Architecture::kDeepseekV3) {
     // transformers scales MLA's softmax by mscale_all_dim for any rope type but default;
     // pipefill reads that correction with YaRN's fields only.

@@ -158,7 +158,8 @@ inline constexpr IntField kVHeadDim{"v_head_dim", 1, kMaxWidth};
 class Reader {
  public:
   Reader(const nlohmann::json& object, std::string origin, std::string prefix = "");
-  bool has(const char* key) const;  // present and not null (null reads as absent)
+  bool has(const char* key) const;      // present and not null (null reads as absent)
+  bool present(const char* key) const;  // present, null included
   // integer() and number() require the field; the _or forms return the fallback when absent.
   int integer(const IntField& f) const;
   int integer_or(const IntField& f, int fallback) const;
@@ -203,7 +204,9 @@ struct Rope {
 enum class RopeTypes { kSupported, kAny };
 // YaRN's magnitude correction 0.1 m ln(scale) + 1 (1 when scale <= 1).
 double yarn_mscale(double scale, double mscale);
-Rope read_rope(const Reader& config, RopeTypes accept);
+// default_theta: the family's own when neither layout gives one (transformers' class default:
+// 10000, Mixtral's 1e6).
+Rope read_rope(const Reader& config, RopeTypes accept, double default_theta = 10000.0);
 
 }  // namespace field
 }  // namespace pf::model

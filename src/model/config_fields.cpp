@@ -24,14 +24,24 @@ std::string bound_text(double bound) {
   return text;
 }
 
-void read_llama3(const Reader& scaling, RopeScaling& s) {
+// The pretraining length llama3 and yarn scale from, as transformers' standardize_rope_params
+// settles it: a top-level original_max_position_embeddings wins over the rope object's (Phi-3
+// writes it there), and without either it is max_position_embeddings.
+double original_length(const Reader& scaling, const Reader& config) {
+  if (config.has("original_max_position_embeddings")) return config.number("original_max_position_embeddings", 0.0);
+  if (scaling.has("original_max_position_embeddings")) return scaling.number("original_max_position_embeddings", 0.0);
+  if (config.has("max_position_embeddings")) return config.number("max_position_embeddings", 0.0);
+  throw UserError(config.origin() + ": missing field \"" + scaling.name("original_max_position_embeddings") + "\"");
+}
+
+void read_llama3(const Reader& scaling, const Reader& config, RopeScaling& s) {
   s.llama3 = true;
   s.factor = scaling.number("factor", 0.0);
   s.low_freq_factor = scaling.number("low_freq_factor", 0.0);
   // The smoothing between the two wavelength bands divides by (high - low).
   s.high_freq_factor = scaling.number("high_freq_factor", s.low_freq_factor, HUGE_VAL,
                                       "low_freq_factor (" + bound_text(s.low_freq_factor) + ")");
-  s.original_max_position_embeddings = scaling.number("original_max_position_embeddings", 0.0);
+  s.original_max_position_embeddings = original_length(scaling, config);
 }
 
 // YaRN as transformers' _compute_yarn_parameters reads it (DeepSeek-V3, Qwen long context).
@@ -43,9 +53,13 @@ double yarn_mscale(double scale, double mscale) {
 
 namespace {
 
-void read_yarn(const Reader& scaling, double max_positions, RopeScaling& s) {
+void read_yarn(const Reader& scaling, const Reader& config, double max_positions, RopeScaling& s) {
   s.yarn = true;
-  s.original_max_position_embeddings = scaling.number("original_max_position_embeddings", 0.0);
+  s.original_max_position_embeddings = original_length(scaling, config);
+  // A null factor is max_position_embeddings over the pretraining length (DeepSeek-V3 writes
+  // it so); no factor at all is a config transformers refuses (a required key).
+  if (!scaling.present("factor"))
+    throw UserError(config.origin() + ": missing field \"" + scaling.name("factor") + "\"");
   s.factor = scaling.has("factor") ? scaling.number("factor", 0.0) : max_positions / s.original_max_position_embeddings;
   // transformers reads `or 32` / `or 1`: a 0 or null means the default.
   s.beta_fast = scaling.number_or("beta_fast", 32.0, -HUGE_VAL);
@@ -63,12 +77,21 @@ void read_yarn(const Reader& scaling, double max_positions, RopeScaling& s) {
     s.attention_factor = yarn_mscale(s.factor, 1.0);
 }
 
-// The type-specific part of a rope object; `type_key` is where its type was written.
-void read_scaling(const Reader& scaling, const char* type_key, double max_positions, Rope& rope, RopeTypes accept) {
+// The type-specific part of a rope object: its type under "rope_type", or the older "type"
+// (transformers reads either, in both layouts).
+void read_scaling(const Reader& scaling, const Reader& config, double max_positions, Rope& rope, RopeTypes accept) {
+  const char* type_key = scaling.has("rope_type") ? "rope_type" : "type";
   rope.type = scaling.string_or(type_key, "default");
-  if (rope.type == "default") return;
-  if (rope.type == "llama3") return read_llama3(scaling, rope.scaling);
-  if (rope.type == "yarn") return read_yarn(scaling, max_positions, rope.scaling);
+  if (rope.type == "default") return;  // (these families' default rope ignores partial_rotary_factor)
+  // transformers' scaled types rotate head_dim x partial_rotary_factor dimensions, which these
+  // families' attention cannot apply (it fails); pipefill rotates them all.
+  for (const Reader* where : {&scaling, &config})
+    if (where->has("partial_rotary_factor") && where->number("partial_rotary_factor", 0.0) != 1.0)
+      where->fail(where->name("partial_rotary_factor"),
+                  "must be 1 with rope type \"" + rope.type + "\": pipefill rotates every dimension of a head",
+                  *where->raw("partial_rotary_factor"));
+  if (rope.type == "llama3") return read_llama3(scaling, config, rope.scaling);
+  if (rope.type == "yarn") return read_yarn(scaling, config, max_positions, rope.scaling);
   if (accept == RopeTypes::kSupported)
     scaling.fail(scaling.name(type_key),
                  "must be \"default\", \"llama3\" or \"yarn\", the rope types pipefill computes", rope.type);
@@ -81,6 +104,10 @@ Reader::Reader(const nlohmann::json& object, std::string origin, std::string pre
 
 bool Reader::has(const char* key) const {
   return object_.contains(key) && !object_[key].is_null();
+}
+
+bool Reader::present(const char* key) const {
+  return object_.contains(key);
 }
 
 void Reader::fail(const std::string& name, const std::string& requirement, const nlohmann::json& got) const {
@@ -180,21 +207,18 @@ bool same_scaling(const Rope& a, const Rope& b) {
 }
 
 // The legacy layout: rope_theta and rope_scaling at the top level (transformers 4).
-Rope read_legacy_rope(const Reader& config, double max_positions, RopeTypes accept) {
+Rope read_legacy_rope(const Reader& config, double max_positions, RopeTypes accept, double default_theta) {
   Rope rope;
-  rope.theta = config.number_or("rope_theta", 10000.0, 0.0);
-  if (config.object("rope_scaling")) {
-    const Reader scaling = config.nested("rope_scaling");
-    read_scaling(scaling, scaling.has("rope_type") ? "rope_type" : "type", max_positions, rope, accept);
-  }
+  rope.theta = config.number_or("rope_theta", default_theta, 0.0);
+  if (config.object("rope_scaling")) read_scaling(config.nested("rope_scaling"), config, max_positions, rope, accept);
   return rope;
 }
 
 }  // namespace
 
-Rope read_rope(const Reader& config, RopeTypes accept) {
+Rope read_rope(const Reader& config, RopeTypes accept, double default_theta) {
   const double max_positions = config.number_or(kMaxPositions.key, 0.0, -HUGE_VAL);
-  if (!config.object("rope_parameters")) return read_legacy_rope(config, max_positions, accept);
+  if (!config.object("rope_parameters")) return read_legacy_rope(config, max_positions, accept, default_theta);
   // transformers 5: everything in one object.
   Rope rope;
   const Reader parameters = config.nested("rope_parameters");
@@ -204,12 +228,12 @@ Rope read_rope(const Reader& config, RopeTypes accept) {
       parameters.fail(parameters.name(key.c_str()), "is a per-layer-type rope object, which pipefill does not read",
                       value);
   rope.theta = parameters.has("rope_theta") ? parameters.number("rope_theta", 0.0)
-                                            : config.number_or("rope_theta", 10000.0, 0.0);
-  read_scaling(parameters, "rope_type", max_positions, rope, accept);
+                                            : config.number_or("rope_theta", default_theta, 0.0);
+  read_scaling(parameters, config, max_positions, rope, accept);
   // Both layouts in one file: transformers' precedence between them depends on which legacy
   // fields are present (5.24 takes rope_parameters' theta over a lone rope_theta, but the
   // legacy pair when rope_scaling is there too), so a contradiction is refused, not guessed.
-  const Rope legacy = read_legacy_rope(config, max_positions, accept);
+  const Rope legacy = read_legacy_rope(config, max_positions, accept, default_theta);
   // (With rope_scaling present transformers drops rope_parameters, its theta included, and
   // takes the top-level rope_theta or its own default: a theta only rope_parameters gives is
   // a contradiction then too.)

@@ -8,17 +8,22 @@ of each prompt's last position are compared with transformers' forward. The same
 under a wrong rope (theta 10000, or llama3 scaling dropped) must give logits far from
 pipefill's, so the test cannot pass by ignoring the rope fields. And a tied checkpoint that
 also holds an lm_head.weight of its own is read as transformers reads it (that head, untied).
+Then config.json edits transformers honours (a key spelt the older way, a family's own
+defaults, a length given twice) are read as transformers reads them, and configs it cannot
+compute as transformers does are refused naming the field.
 
 usage: transformers_check.py BUILD_DIR WORK_DIR   (run with scripts/setup_venv.sh's python)
 """
 import json
 import os
+import subprocess
 import sys
 
 import numpy as np
 import torch
 import transformers
-from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
+from transformers import (AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, LlamaConfig,
+                          LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen3Config, Qwen3ForCausalLM)
 
 from pipefill_runs import run_pipefill
 from score_checks import make_prompts
@@ -140,6 +145,94 @@ def check_tied_with_own_head(build, work):
     return ok
 
 
+# config.json edits that transformers honours, each read as transformers reads it: the field
+# spelt another way, a default left to the family's configuration class, a value given twice.
+# (name, config class, model class, extra config, edit of the written config.json, and the
+# config a reader that missed the edit's meaning would compute: the test must tell them apart)
+YARN = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 4.0, "original_max_position_embeddings": 32}
+DEEPSEEK = dict(n_routed_experts=16, num_experts_per_tok=2, moe_intermediate_size=32, n_shared_experts=1,
+                first_k_dense_replace=1, kv_lora_rank=16, q_lora_rank=24, qk_nope_head_dim=8, qk_rope_head_dim=8,
+                v_head_dim=16)
+EDITS = [
+    # rope_parameters' type under the older key "type" (transformers: setdefault("rope_type", type))
+    ("llama_yarn_under_type", LlamaConfig, LlamaForCausalLM, dict(rope_parameters=dict(YARN)),
+     lambda c: c["rope_parameters"].update({"type": c["rope_parameters"].pop("rope_type")}),
+     dict(rope_parameters=DEFAULT_THETA)),
+    # a top-level original_max_position_embeddings wins over the rope object's (Phi-3's layout)
+    ("llama3_top_level_original_length", LlamaConfig, LlamaForCausalLM, dict(rope_parameters=dict(LLAMA3)),
+     lambda c: c.update(original_max_position_embeddings=512), dict(rope_parameters=dict(LLAMA3))),
+    # Mixtral's own defaults: rms_norm_eps 1e-5 and rope_theta 1e6
+    ("mixtral_class_defaults", MixtralConfig, MixtralForCausalLM,
+     dict(num_local_experts=4, num_experts_per_tok=2, rms_norm_eps=1e-5,
+          rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
+     lambda c: [c.pop("rms_norm_eps"), c.pop("rope_parameters"), c.pop("rope_theta", None)],
+     dict(rms_norm_eps=1e-6, rope_parameters=DEFAULT_THETA)),
+    # DeepseekV3Config's routing defaults: routed_scaling_factor 2.5, n_group 8, topk_group 4
+    ("deepseek_v3_routing_defaults", DeepseekV3Config, DeepseekV3ForCausalLM,
+     dict(DEEPSEEK, routed_scaling_factor=2.5, n_group=8, topk_group=4),
+     lambda c: [c.pop(k) for k in ("routed_scaling_factor", "n_group", "topk_group")],
+     dict(routed_scaling_factor=1.0, n_group=1, topk_group=1)),
+]
+# Configs pipefill cannot compute as transformers does (or that transformers refuses): an
+# `error:` naming the field, exit status 2. (name, config class, model class, extra, edit, words)
+REFUSED = [
+    ("mixtral_window_despite_flag", MixtralConfig, MixtralForCausalLM, dict(num_local_experts=4, num_experts_per_tok=2),
+     lambda c: c.update(sliding_window=16, use_sliding_window=False), '"sliding_window"'),
+    ("yarn_partial_rotary", LlamaConfig, LlamaForCausalLM, dict(rope_parameters=dict(YARN)),
+     lambda c: c["rope_parameters"].update(partial_rotary_factor=0.5), '"rope_parameters.partial_rotary_factor"'),
+    ("yarn_without_factor", LlamaConfig, LlamaForCausalLM, dict(rope_parameters=dict(YARN)),
+     lambda c: c["rope_parameters"].pop("factor"), '"rope_parameters.factor"'),
+    ("qwen3_named_llama", Qwen3Config, Qwen3ForCausalLM, dict(head_dim=16), lambda c: c.update(model_type="llama"),
+     '"model_type"'),
+    ("qwen3_window_asked_for", Qwen3Config, Qwen3ForCausalLM, dict(head_dim=16),
+     lambda c: [c.update(use_sliding_window=True), c.pop("sliding_window", None)], '"use_sliding_window"'),
+]
+
+
+def saved_with_edit(work, name, config_class, model_class, extra, edit):
+    """A model saved by transformers, its config.json then edited; returns the directory and the
+    unedited model."""
+    torch.manual_seed(99)
+    model = model_class(config_class(**{**SIZES, **extra})).eval()
+    model_dir = os.path.join(work, name)
+    model.save_pretrained(model_dir, safe_serialization=True)
+    path = os.path.join(model_dir, "config.json")
+    with open(path) as f:
+        config = json.load(f)
+    edit(config)
+    with open(path, "w") as f:
+        json.dump(config, f)
+    return model_dir, model
+
+
+def check_config_edits(build, work):
+    ok = True
+    prompts_h5 = os.path.join(work, "prompts.h5")
+    prompts = make_prompts(prompts_h5, PROMPT_LENGTHS, SIZES["vocab_size"], seed=11)
+    for name, config_class, model_class, extra, edit, misread in EDITS:
+        model_dir, model = saved_with_edit(work, name, config_class, model_class, extra, edit)
+        expected = last_logits(AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32).eval(), prompts)
+        got, _, _ = run_pipefill(build, model_dir, prompts_h5, os.path.join(work, name + ".h5"), 1,
+                                 "--chunk-size 64 --page-size 16")
+        scale = max(1.0, float(np.abs(expected).max()))
+        error = float(np.abs(got - expected).max())
+        wrong = model_class(config_class(**{**SIZES, **extra, **misread})).eval()
+        wrong.load_state_dict(model.state_dict())
+        distance = float(np.abs(got - last_logits(wrong, prompts)).max())
+        print(f"{name}: max abs error {error:.3e} (bound {RTOL * scale:.1e}); vs the config misread: "
+              f"{distance:.3e} (must exceed {WRONG_FACTOR * RTOL * scale:.1e})")
+        ok = ok and error <= RTOL * scale and distance > WRONG_FACTOR * RTOL * scale
+    for name, config_class, model_class, extra, edit, words in REFUSED:
+        model_dir, _ = saved_with_edit(work, name, config_class, model_class, extra, edit)
+        run = subprocess.run([os.path.join(build, "pipefill"), "run", "--model", model_dir, "--input", prompts_h5,
+                              "--output", os.path.join(work, name + ".h5"), "--quiet"],
+                             capture_output=True, text=True, timeout=120)
+        refused = run.returncode == 2 and run.stderr.startswith("error: ") and words in run.stderr
+        print(f"{name}: {'refused' if refused else 'NOT REFUSED'} (exit {run.returncode}): {run.stderr.strip()}")
+        ok = ok and refused
+    return ok
+
+
 def main():
     build, work = sys.argv[1], sys.argv[2]
     os.makedirs(work, exist_ok=True)
@@ -148,6 +241,8 @@ def main():
     failed = [case[0] for case in CASES if not check_case(build, work, *case)]
     if not check_tied_with_own_head(build, work):
         failed.append("qwen3_tied_with_own_lm_head")
+    if not check_config_edits(build, work):
+        failed.append("config.json edits")
     if failed:
         print("FAILED:", ", ".join(failed))
         return 1

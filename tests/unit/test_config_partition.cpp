@@ -71,7 +71,7 @@ TEST(Config, Errors) {
   bad["num_key_value_heads"] = 3;  // 4 heads do not group into 3
   EXPECT_THROW(parse_config(bad, "cfg"), UserError);
   bad = j;
-  bad["rope_scaling"] = {{"rope_type", "yarn"}, {"factor", 4.0}};
+  bad["rope_scaling"] = {{"rope_type", "yarn"}, {"original_max_position_embeddings", 64}};  // no factor
   EXPECT_THROW(parse_config(bad, "cfg"), UserError);
   bad = j;
   bad["hidden_size"] = "wide";

@@ -217,6 +217,52 @@ TEST(ConfigValidation, RopeParametersOfTransformers5AreRead) {
                       "rope_parameters.full_attention");
 }
 
+// What transformers settles that a config.json leaves out or says twice: the pretraining length
+// of llama3 / yarn (a top-level original_max_position_embeddings first, then the rope object's,
+// then max_position_embeddings), the older "type" key, each family's own defaults, and which
+// sliding-window fields each family reads (transformers_check.py checks the numbers).
+TEST(ConfigValidation, WhatTransformersSettlesIsReadTheSameWay) {
+  nlohmann::json rope = {{"rope_type", "llama3"},  {"rope_theta", 5e5},       {"factor", 8.0},
+                         {"low_freq_factor", 1.0}, {"high_freq_factor", 4.0}, {"original_max_position_embeddings", 64}};
+  nlohmann::json j = transformers5_json(rope);
+  EXPECT_EQ(parse_config(j, "cfg.json").rope_scaling.original_max_position_embeddings, 64.0);
+  j["original_max_position_embeddings"] = 512;
+  EXPECT_EQ(parse_config(j, "cfg.json").rope_scaling.original_max_position_embeddings, 512.0);
+  j.erase("original_max_position_embeddings");
+  j["rope_parameters"].erase("original_max_position_embeddings");
+  EXPECT_EQ(parse_config(j, "cfg.json").rope_scaling.original_max_position_embeddings,
+            static_cast<double>(j["max_position_embeddings"].get<int>()));
+  j["rope_parameters"]["type"] = j["rope_parameters"]["rope_type"];
+  j["rope_parameters"].erase("rope_type");
+  EXPECT_TRUE(parse_config(j, "cfg.json").rope_scaling.llama3);
+  j["rope_parameters"]["partial_rotary_factor"] = 0.5;
+  expect_config_error(j, "rope_parameters.partial_rotary_factor", "must be 1");
+
+  nlohmann::json mixtral = tiny_json();  // (no preset is a Mixtral)
+  mixtral["architectures"] = {"MixtralForCausalLM"};
+  mixtral["model_type"] = "mixtral";
+  mixtral["attention_bias"] = false;
+  mixtral["num_local_experts"] = 4;
+  mixtral["num_experts_per_tok"] = 2;
+  mixtral.erase("rope_scaling");
+  mixtral.erase("rms_norm_eps");
+  mixtral.erase("rope_theta");
+  EXPECT_EQ(parse_config(mixtral, "cfg.json").rms_norm_eps, 1e-5);
+  EXPECT_EQ(parse_config(mixtral, "cfg.json").rope_theta, 1e6);
+  expect_config_error(with(with(mixtral, "sliding_window", 16), "use_sliding_window", false), "sliding_window");
+  expect_config_error(with(mixtral, "model_type", "llama"), "model_type", "must be \"mixtral\"");
+
+  nlohmann::json llama = tiny_json();
+  EXPECT_EQ(parse_config(with(llama, "sliding_window", 16), "cfg.json").hidden_size, 128);  // Llama reads none
+  nlohmann::json qwen = to_json(preset_config("tiny-qwen2"));
+  EXPECT_EQ(parse_config(with(qwen, "sliding_window", 16), "cfg.json").hidden_size, qwen["hidden_size"]);
+  expect_config_error(with(qwen, "use_sliding_window", true), "use_sliding_window");  // 4096 when unsaid
+  expect_config_error(with(with(qwen, "use_sliding_window", true), "sliding_window", 16), "use_sliding_window");
+  EXPECT_EQ(
+      parse_config(with(with(qwen, "use_sliding_window", true), "sliding_window", nullptr), "cfg.json").hidden_size,
+      qwen["hidden_size"]);
+}
+
 // Both layouts in one config.json: transformers 5.24 takes rope_parameters' theta over a lone
 // top-level rope_theta, but the top-level pair when rope_scaling is there too, so pipefill
 // refuses any contradiction between them (naming both) and reads them when they agree.
@@ -288,9 +334,10 @@ TEST(ConfigValidation, CostModelReaderSharesTheRules) {
   nlohmann::json longrope = with(j, "rope_scaling", {{"type", "longrope"}, {"factor", 40}});
   EXPECT_EQ(shape_from_json(longrope, "cfg.json").hidden_size, 128);
   EXPECT_THROW(parse_config(longrope, "cfg.json"), UserError);
-  nlohmann::json yarn = with(j, "rope_scaling", {{"type", "yarn"}, {"factor", 40}, {"beta_fast", 32}});
-  shape_error(yarn, "rope_scaling.original_max_position_embeddings");
-  yarn["rope_scaling"]["original_max_position_embeddings"] = 4096;
+  nlohmann::json yarn = with(j, "rope_scaling", {{"type", "yarn"}, {"original_max_position_embeddings", 4096}});
+  shape_error(yarn, "rope_scaling.factor");  // required, as transformers requires it (null: max / original)
+  yarn["rope_scaling"]["factor"] = 40;
+  yarn["rope_scaling"]["beta_fast"] = 32;
   EXPECT_EQ(shape_from_json(yarn, "cfg.json").hidden_size, 128);
   EXPECT_TRUE(parse_config(yarn, "cfg.json").rope_scaling.yarn);
   // MoE fields follow the same integer rules.
