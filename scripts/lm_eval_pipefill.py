@@ -96,6 +96,16 @@ class PipefillLM(LM):
         if launcher not in LAUNCHERS:
             raise UserError(f"launcher={launcher}: want one of {', '.join(LAUNCHERS)}")
         self.launcher, self.launcher_args, self.run_args = launcher, str(launcher_args), str(run_args)
+        try:
+            given = [w.split("=")[0] for w in shlex.split(self.run_args)]
+        except ValueError as e:
+            raise UserError(f"run_args={run_args}: {e}")
+        # pipefill refuses a flag given twice: say here which ones the adapter sets itself.
+        own = [f for f in ("--model", "--input", "--output", "--pp", "--tp", "--logprobs", "--top-k", "--quiet",
+                           "--overwrite", "--resume") if f in given]
+        if own:
+            raise UserError(f"run_args gives {', '.join(own)}, which the adapter sets itself "
+                            "(the model, pp and tp are model_args of their own)")
         self.pipefill = os.path.abspath(pipefill) if pipefill else os.path.join(REPO, "build", "pipefill")
         if not os.access(self.pipefill, os.X_OK):
             raise UserError(f"{self.pipefill} is not an executable (build pipefill, or give pipefill=PATH)")
@@ -213,7 +223,7 @@ class PipefillLM(LM):
         run = [self.pipefill, "run", "--model", self.model_dir, "--input", in_h5, "--output", out_h5,
                "--pp", str(self.pp), "--tp", str(self.tp), "--logprobs", "--top-k", "1", "--quiet", "--overwrite",
                *shlex.split(self.run_args)]
-        if self.too_long:
+        if self.too_long and "--allow-long-prompts" not in run:
             # lm-eval's hf model feeds max_length tokens and scores one more: that last token is
             # input here too (its row predicts past the prompt, and nothing read depends on it).
             run.append("--allow-long-prompts")

@@ -42,18 +42,24 @@ static int run_command(int argc, char** argv) {
 }
 
 int main(int argc, char** argv) {
-  // Before anything else (MPI, threads): OpenBLAS's kernels by this CPU's features, not its model.
-  pf::cpu::choose_blas_kernels(argv);
   const char* command = argc > 1 ? argv[1] : "";
+  if (std::strcmp(command, "run") == 0) {
+    // First thing: a stop that arrives during start-up (choosing the kernels, MPI_Init, loading
+    // the weights) is remembered, and the run ends with nothing computed (exit 75) instead of
+    // dying of the signal's default action.
+    std::signal(SIGTERM, request_stop);
+    std::signal(SIGUSR1, request_stop);
+    sigset_t stops;  // (blocked across choose_blas_kernels' re-execution: delivered now)
+    sigemptyset(&stops);
+    sigaddset(&stops, SIGTERM);
+    sigaddset(&stops, SIGUSR1);
+    sigprocmask(SIG_UNBLOCK, &stops, nullptr);
+  }
+  // Before MPI and threads: OpenBLAS's kernels by this CPU's features, not its model.
+  pf::cpu::choose_blas_kernels(argv);
   // run and profile are SPMD (MPI); the other commands are single-process tools.
   const bool is_run = std::strcmp(command, "run") == 0 || std::strcmp(command, "profile") == 0;
   int rank = 0;
-  if (std::strcmp(command, "run") == 0) {
-    // First thing: a stop that arrives during start-up (MPI_Init, loading the weights) is
-    // remembered, and the run ends with nothing computed (exit 75) instead of dying.
-    std::signal(SIGTERM, request_stop);
-    std::signal(SIGUSR1, request_stop);
-  }
   if (is_run) {
     MPI_CHECK(MPI_Init(&argc, &argv));
     MPI_CHECK(MPI_Comm_rank(MPI_COMM_WORLD, &rank));

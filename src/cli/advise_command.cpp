@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -151,6 +152,11 @@ void print_job_lines(const AdviseOptions& o, const sim::AdviseRequest& request, 
   };
   if (o.page_size != sched::kDefaultPageSize) add("--page-size", o.page_size);
   if (o.ring_depth != kDefaultRingDepth) add("--ring-depth", o.ring_depth);
+  // A cpu rank's KV pool is --kv-memory-mb (8192 by default), not the node's memory: a layout
+  // that needs more says so, or run refuses the line (KV modelled per page: 2 % room).
+  const double kv_mib = best.memory.kv / double(1 << 20);
+  if (hw.cpu && kv_mib > static_cast<double>(RunOptions{}.placement.kv_memory_mb))
+    add("--kv-memory-mb", static_cast<int>(std::ceil(kv_mib * 1.02)));
   const int64_t longest = *std::max_element(request.lengths.begin(), request.lengths.end());
   const int context = request.shape.max_position_embeddings;
   if (context > 0 && longest > context) extra += (extra.empty() ? "" : " ") + std::string("--allow-long-prompts");

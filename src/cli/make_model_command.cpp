@@ -1,5 +1,7 @@
 // `pipefill make-model`: a seeded random model in Hugging Face layout. Tensors are
 // generated one shard at a time, so even llama3-8b needs only one shard in memory.
+#include <unistd.h>
+
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -15,26 +17,79 @@
 
 namespace pf::cli {
 
+namespace {
+
+namespace fs = std::filesystem;
+
+// The names make-model writes: a directory holding only these is one of its own.
+bool made_here(const std::string& name) {
+  static const std::regex kOwn(R"(config\.json|model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json)");
+  return std::regex_match(name, kOwn);
+}
+
+// --out absent, an empty directory, or (with --overwrite) a directory of make-model's own
+// files: anything else may be someone's checkpoint (its tokenizer, its weights) and is refused.
+void check_out(const MakeModelOptions& options) {
+  std::error_code error;
+  const fs::file_status status = fs::symlink_status(options.out, error);
+  if (!fs::exists(status)) return;
+  if (!fs::is_directory(fs::status(options.out, error)))
+    throw UserError("--out " + options.out + " exists and is not a directory");
+  std::string held, foreign;
+  for (const auto& entry : fs::directory_iterator(options.out, error)) {
+    const std::string name = entry.path().filename().string();
+    (made_here(name) && entry.is_regular_file() ? held : foreign) = name;
+  }
+  if (error) throw UserError("cannot read --out " + options.out + ": " + error.message());
+  if (!foreign.empty())
+    throw UserError("--out " + options.out + " holds " + foreign +
+                    ", which make-model does not write: give a new or empty directory (this one may be a real "
+                    "checkpoint)");
+  if (!held.empty() && !options.overwrite)
+    throw UserError("--out " + options.out + " already holds a model (" + held +
+                    "); give --overwrite to replace it, or another --out");
+}
+
+void write_text(const fs::path& path, const std::string& text) {
+  std::ofstream out(path);
+  out << text;
+  out.close();
+  if (!out) throw UserError("cannot write " + path.string());
+}
+
+// Beside --out (same file system, so the renames are atomic), removed unless kept.
+struct Staging {
+  fs::path dir;
+  bool keep = false;
+  ~Staging() {
+    std::error_code error;
+    if (!keep) fs::remove_all(dir, error);
+  }
+};
+
+}  // namespace
+
 int make_model_command(int argc, char** argv) {
   MakeModelOptions options;
   if (!parse_make_model(argc, argv, options)) return 0;
   const model::ModelConfig config = model::preset_config(options.preset);
   const io::Dtype dtype = options.dtype == "bf16" ? io::Dtype::kBF16 : io::Dtype::kF32;
-  namespace fs = std::filesystem;
+  check_out(options);
+  // Written whole into a directory of its own, then renamed into place: a failed write (a
+  // full disk) leaves --out as it was, and a model made before never mixes with this one.
+  const fs::path out = fs::path(options.out).lexically_normal();
+  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
   std::error_code error;
-  fs::create_directories(options.out, error);
-  if (error) throw UserError("cannot create " + options.out + ": " + error.message());
-  // A model made here before may have had other shards: its weight files go first, so that
-  // the directory holds this model's alone (an old index beside a new model.safetensors was
-  // read as the old model). Other files in the directory are left as they are.
-  const std::regex weight_file(R"(model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json)");
-  for (const auto& entry : fs::directory_iterator(options.out, error))
-    if (entry.is_regular_file() && std::regex_match(entry.path().filename().string(), weight_file))
-      fs::remove(entry.path(), error);
+  fs::create_directories(parent, error);
+  if (error) throw UserError("cannot create " + parent.string() + ": " + error.message());
+  Staging staging{parent / (out.filename().string() + ".make-model-" + std::to_string(::getpid()))};
+  fs::remove_all(staging.dir, error);
+  if (!fs::create_directory(staging.dir, error) || error)
+    throw UserError("cannot create a directory beside --out in " + parent.string() + ": " + error.message());
 
   nlohmann::json config_json = model::to_json(config);
   config_json["torch_dtype"] = dtype == io::Dtype::kBF16 ? "bfloat16" : "float32";
-  std::ofstream(fs::path(options.out) / "config.json") << config_json.dump(2) << '\n';
+  write_text(staging.dir / "config.json", config_json.dump(2) + "\n");
 
   // Group tensors into shards of at most max_shard_mb (a tensor larger than that gets its own).
   const auto specs = model::expected_tensors(config);
@@ -68,13 +123,30 @@ int make_model_command(int argc, char** argv) {
     }
     for (size_t t = 0; t < shards[s].size(); ++t)
       tensors.push_back({shards[s][t].name, shards[s][t].shape, data[t].data()});
-    io::write_safetensors((fs::path(options.out) / file).string(), tensors, dtype);
+    io::write_safetensors((staging.dir / file).string(), tensors, dtype);
   }
   if (shards.size() > 1)
-    std::ofstream(fs::path(options.out) / "model.safetensors.index.json")
-        << nlohmann::json{{"metadata", {{"total_parameters", config.total_parameters()}}}, {"weight_map", weight_map}}
-               .dump(2)
-        << '\n';
+    write_text(
+        staging.dir / "model.safetensors.index.json",
+        nlohmann::json{{"metadata", {{"total_parameters", config.total_parameters()}}}, {"weight_map", weight_map}}
+                .dump(2) +
+            "\n");
+
+  // The old model (checked above to be make-model's own) out of the way, the new one in.
+  const fs::path old = parent / (out.filename().string() + ".replaced-" + std::to_string(::getpid()));
+  const bool replacing = fs::exists(out, error);
+  if (replacing) {
+    fs::rename(out, old, error);
+    if (error) throw UserError("cannot replace " + out.string() + ": " + error.message());
+  }
+  fs::rename(staging.dir, out, error);
+  if (error) {
+    std::error_code ignored;
+    if (replacing) fs::rename(old, out, ignored);  // the old model back where it was
+    throw UserError("cannot write " + out.string() + ": " + error.message());
+  }
+  staging.keep = true;
+  if (replacing) fs::remove_all(old, error);
   std::printf("wrote %s: preset %s, %.1fM parameters, %s, %zu file(s)\n", options.out.c_str(), options.preset.c_str(),
               config.total_parameters() / 1e6, options.dtype.c_str(), shards.size());
   return 0;

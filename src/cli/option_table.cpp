@@ -3,6 +3,8 @@
 #include "cli/option_table.hpp"
 
 #include <iostream>
+#include <map>
+#include <set>
 #include <sstream>
 
 namespace pf::cli {
@@ -53,6 +55,18 @@ std::string flag_given(cxxopts::Options& table, int argc, char** argv, const std
 }
 
 }  // namespace
+
+void refuse_repeated(const cxxopts::ParseResult& result, const std::set<std::string>& lists) {
+  std::map<std::string, std::string> first;
+  for (const auto& given : result.arguments()) {
+    const auto [seen, added] = first.emplace(given.key(), given.value());
+    if (added || lists.count(given.key())) continue;
+    const bool flag = given.value() == "true" && seen->second == "true";
+    throw UserError("--" + given.key() + " given twice" +
+                    (flag ? "" : " (\"" + seen->second + "\" and \"" + given.value() + "\")") +
+                    ": give it once (see --help)");
+  }
+}
 
 std::optional<cxxopts::ParseResult> parse_command_line(cxxopts::Options& table, int argc, char** argv) {
   table.add_options()("h,help", "show this help");

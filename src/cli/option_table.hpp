@@ -9,6 +9,7 @@
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -42,6 +43,10 @@ struct Spelling {
 // Parses argv with `table` (to which it adds -h/--help), turning cxxopts' exceptions into
 // UserError naming the flag; prints the help and returns nullopt when --help was asked for.
 std::optional<cxxopts::ParseResult> parse_command_line(cxxopts::Options& table, int argc, char** argv);
+// A flag given twice (`--pp 2 ... --pp 4`, often a job script's default and the user's own):
+// cxxopts keeps the last silently, so a run could go ahead on the value the user did not
+// mean. UserError naming both values, except for the flags in `lists`, given once an element.
+void refuse_repeated(const cxxopts::ParseResult& result, const std::set<std::string>& lists);
 
 // A number as a user would write it ("-1", "0.5"), for messages.
 std::string shortest(double value);
@@ -283,6 +288,10 @@ class OptionTable {
       table.add_options(option->group())(option->flag(), option->help(), option->value());
     const auto result = parse_command_line(table, argc, argv);
     if (!result) return false;
+    std::set<std::string> lists;  // flags given once per element (--length 5000 --length 5100)
+    for (const auto& option : options_)
+      if (option->value()->is_container()) lists.insert(option->flag());
+    refuse_repeated(*result, lists);
     for (const auto& option : options_) option->read(*result, options);
     return true;
   }

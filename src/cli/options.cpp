@@ -14,6 +14,7 @@
 #include "sched/context_split.hpp"
 #include "sched/cost_profile.hpp"
 #include "sched/dynamic_chunker.hpp"
+#include "sim/hardware.hpp"
 #include "sim/layout_search.hpp"
 
 namespace pf::cli {
@@ -132,7 +133,10 @@ MemberOption<O, int, int>& add_ring_depth(OptionTable<O>& t, int O::*member) {
 }
 template <typename O>
 MemberOption<O, int, int>& add_chunk_size(OptionTable<O>& t, int O::*member, const char* help) {
-  return t.add("chunk-size", help, member).at_least_one();
+  // At most 2^30: 1.25 C0 (what dynamic chunking profiles) stays an int, and no prompt is longer.
+  return t.add("chunk-size", help, member).at_least_one().check([](const int& chunk) {
+    if (chunk > (1 << 30)) throw UserError("--chunk-size must be at most 1073741824 tokens");
+  });
 }
 template <typename O>
 MemberOption<O, int, int>& add_page_size(OptionTable<O>& t, int O::*member) {
@@ -418,6 +422,7 @@ OptionTable<ProfileOptions> profile_table() {
         &P::max_prefix)
       .check([](const int64_t& prefix) {
         if (prefix < 0) throw UserError("--max-prefix must not be negative");
+        if (prefix > (int64_t{1} << 40)) throw UserError("--max-prefix must be at most 2^40 tokens");
       })
       .then([](P& o) {
         if (o.max_prefix == 0) o.max_prefix = 4ll * o.chunk_size;
@@ -463,8 +468,13 @@ void add_fp8(OptionTable<Options>& t, std::string Options::*member) {
 
 OptionTable<SimulateOptions> simulate_table() {
   using S = SimulateOptions;
-  auto efficiency = [](const double& e) {
-    if (!(e > 0 && e <= 1)) throw UserError("efficiencies must lie in (0, 1]");
+  // As the hardware file's (sim/hardware.cpp): so that no prediction is inf or 300 digits long.
+  auto efficiency = [](const char* flag) {
+    return [flag](const double& e) {
+      if (!(e >= sim::kMinEfficiency && e <= 1))
+        throw UserError(std::string("--") + flag + " must lie in [" + shortest(sim::kMinEfficiency) + ", 1] (got " +
+                        shortest(e) + ")");
+    };
   };
   OptionTable<S> t;
   t.include(chunking_table(), &S::chunking);
@@ -500,10 +510,10 @@ OptionTable<SimulateOptions> simulate_table() {
   // Given, 0 is refused like any value out of range (untouched, it means "the hardware file's").
   t.add("matmul-efficiency", "override the hardware file's matmul efficiency", &S::matmul_efficiency)
       .optional()
-      .check_given(efficiency);
+      .check_given(efficiency("matmul-efficiency"));
   t.add("attention-efficiency", "override the hardware file's attention efficiency", &S::attention_efficiency)
       .optional()
-      .check_given(efficiency);
+      .check_given(efficiency("attention-efficiency"));
   t.add("matmul-half-rows", "override the hardware file's GEMM rows at half efficiency", &S::matmul_half_rows)
       .optional()
       .check_given([](const double& rows) {  // (its untouched value, "the file's", is negative)
@@ -577,7 +587,11 @@ OptionTable<MakeModelOptions> make_model_table() {
     if (dtype != "f32" && dtype != "bf16") throw UserError("--dtype must be f32 or bf16");
   });
   t.add("max-shard-mb", "largest safetensors file in MiB; bigger models are sharded with an index", &M::max_shard_mb)
-      .at_least_one();
+      .at_least_one()
+      .check([](const int64_t& mb) {
+        if (mb > (int64_t{1} << 30)) throw UserError("--max-shard-mb must be at most 1073741824 (1 PiB)");
+      });
+  t.add("overwrite", "replace the model --out already holds (a directory of make-model's files only)", &M::overwrite);
   return t;
 }
 
@@ -770,6 +784,11 @@ bool parse_make_prompts(int argc, char** argv, MakePromptsOptions& o) {
   if (!make_prompts_table().parse("pipefill make-prompts", "Write an HDF5 input of random prompts.", argc, argv, o))
     return false;
   if (o.max_len < o.min_len) throw UserError("--max-len must be at least --min-len");
+  // Made in memory (4 bytes a token, 8 an offset): at most 2^32 tokens and offsets together.
+  if (static_cast<double>(o.num) * (static_cast<double>(o.max_len) + 2) > 4294967296.0)
+    throw UserError(
+        "--num x --max-len may be at most 4294967296 tokens (16 GiB in memory): write the prompts "
+        "in several files");
   return true;
 }
 

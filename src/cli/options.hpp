@@ -145,6 +145,7 @@ struct MakeModelOptions {
   uint64_t seed = 0;
   std::string dtype = "f32";
   int64_t max_shard_mb = 4096;
+  bool overwrite = false;
 };
 
 struct MakePromptsOptions {

@@ -96,6 +96,19 @@ void check_kv_capacity(const RunOptions& o, const dist::Topology& topo, const pi
                               o.placement.kv_memory_mb, prompts.lengths(), sched::shortest_chunk(o.chunking));
 }
 
+void check_forward_memory(const RunOptions& o, const dist::Topology& topo, const pipeline::RankModel& m,
+                          const io::PromptSet& prompts, bool profiles, int node_ranks) {
+  int64_t longest = 0;
+  for (int64_t length : prompts.lengths()) longest = std::max(longest, length);
+  const int64_t chunk = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
+  int64_t tokens = std::min(chunk, longest);  // no chunk is longer than its prompt
+  // ... but dynamic chunking's own profile times forwards up to 1.25 C0 whatever the prompts.
+  if (o.chunking.dynamic() && profiles)
+    tokens = std::max<int64_t>(tokens, o.chunking.initial_chunk + sched::chunk_floor(o.chunking.initial_chunk));
+  tokens = (tokens + topo.cp - 1) / topo.cp;  // a CP rank's share
+  pipeline::check_forward_memory(o.placement.backend, m, tokens, o.token_rows_wanted(), node_ranks);
+}
+
 std::vector<int64_t> scored_positions(const RunOptions& o, const io::PromptSet& prompts) {
   std::vector<int64_t> scored(static_cast<size_t>(prompts.num_prompts()), 0);
   if (!o.token_rows_wanted()) return scored;

@@ -29,6 +29,7 @@ namespace {
 std::optional<sched::CostProfile> read_inputs(PreparedRun& run) {
   const RunOptions& options = run.options;
   std::optional<sched::CostProfile> saved_costs;
+  const int node_ranks = pipeline::ranks_on_this_node();
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!run.topo.is_writer()) return;
     check_run_paths(options);
@@ -39,6 +40,7 @@ std::optional<sched::CostProfile> read_inputs(PreparedRun& run) {
                                                        scored_positions(run.options, run.prompts),
                                                        profile ? profile->layer_partition() : std::string());
     check_kv_capacity(options, run.topo, run.rank_model, run.prompts);
+    check_forward_memory(options, run.topo, run.rank_model, run.prompts, /*profiles=*/!profile, node_ranks);
     if (profile && options.chunking.dynamic()) {  // fixed chunks have no use for it (the emulator's costs aside)
       match_saved_costs(options, *profile, placement_identity(options.placement, run.topo, run.rank_model));
       saved_costs = profile;

@@ -1,6 +1,7 @@
 // report_run: gathers, rank 0's output, trace and summary, the exit status (see run_steps.hpp).
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 
 #include "cli/run_record.hpp"
 #include "cli/run_steps.hpp"
@@ -35,11 +36,16 @@ void print_unfinished(const PreparedRun& run, const std::vector<int>& nonfinite_
   const size_t count = nonfinite_prompts.size();
   std::string which;
   for (size_t i = 0; i < count && i < 8; ++i) which += (i ? ", " : "") + std::to_string(nonfinite_prompts[i]);
+  // Where the finished prompts are: the partial output, unless none was stored (then no file
+  // was left, and an earlier OUTPUT is as it was).
+  std::error_code error;
+  const std::string kept = std::filesystem::exists(output + ".partial", error)
+                               ? std::to_string(results.completed_count()) + " prompt(s) are in " + output + ".partial"
+                               : "no output was written";
   std::fprintf(stderr,
                "error: the results of %zu prompt(s) are not finite (NaN or Inf): prompt %s%s; they were not "
-               "stored (do the weights or the config make NaN? see the warnings above). %d prompt(s) are in "
-               "%s.partial\n",
-               count, which.c_str(), count > 8 ? ", ..." : "", results.completed_count(), output.c_str());
+               "stored (do the weights or the config overflow float32?). %s\n",
+               count, which.c_str(), count > 8 ? ", ..." : "", kept.c_str());
 }
 
 void print_scores(const io::ResultWriter& results) {

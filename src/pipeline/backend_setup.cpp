@@ -1,10 +1,16 @@
 // Backend construction (see backend_setup.hpp).
 #include "pipeline/backend_setup.hpp"
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
 #include <stdexcept>
 
 #include "compute/backend_capabilities.hpp"
 #include "compute/cpu/cpu_backend.hpp"
+#include "compute/decoder_layer.hpp"
 #include "compute/emulate/emulated_backend.hpp"
 #include "dist/checked_step.hpp"
 #include "errors.hpp"
@@ -113,6 +119,44 @@ void check_kv_capacity(compute::BackendKind backend, io::Dtype cpu_dtype, const 
     case compute::BackendKind::kEmulate:  // no KV
       return;
   }
+}
+
+void check_forward_memory(compute::BackendKind backend, const RankModel& m, int64_t tokens, bool scoring,
+                          int node_ranks) {
+  if (backend != compute::BackendKind::kCpu || tokens <= 0) return;
+  using compute::Buffer;
+  const compute::LayerShape shape(m.config(), m.shard);
+  double floats = 2.0 * shape.hidden;  // the hidden states in and out
+  for (Buffer b :
+       {Buffer::kNormed, Buffer::kQkv, Buffer::kAttention, Buffer::kPartial, Buffer::kGateUp, Buffer::kActivation})
+    floats += shape.width(b);
+  if (scoring) floats += m.shard.vocab_count + shape.hidden;  // the head's normed rows and logits
+  double kv_bytes = 0;  // the forward's own K and V rows, on the stage with the most layers
+  for (int stage = 0; stage < static_cast<int>(m.partition.size()); ++stage) {
+    const kv::KvShape kv = m.kv_shape(stage, 1);
+    kv_bytes = std::max(kv_bytes, static_cast<double>(kv.bytes_per_page()));
+  }
+  const double need = static_cast<double>(tokens) * (floats * sizeof(float) + kv_bytes);
+  const double node = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  const double share = node / std::max(1, node_ranks);
+  if (node <= 0 || need <= share) return;
+  char text[320];
+  std::snprintf(text, sizeof text,
+                "a forward of %lld tokens on one rank needs about %.1f GiB (the layers' buffers%s and its KV "
+                "rows), more than "
+                "the %.1f GiB of this node's memory a rank has (%.1f GiB over %d rank(s)): lower --chunk-size",
+                static_cast<long long>(tokens), need / std::pow(2.0, 30), scoring ? ", the LM head's" : "",
+                share / std::pow(2.0, 30), node / std::pow(2.0, 30), node_ranks);
+  throw UserError(text);
+}
+
+int ranks_on_this_node() {
+  MPI_Comm node;
+  MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  int ranks = 1;
+  MPI_CHECK(MPI_Comm_size(node, &ranks));
+  MPI_CHECK(MPI_Comm_free(&node));
+  return ranks;
 }
 
 }  // namespace pf::pipeline

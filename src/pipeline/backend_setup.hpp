@@ -52,6 +52,17 @@ void check_kv_capacity(compute::BackendKind backend, io::Dtype cpu_dtype, const 
                        const RankModel& rank_model, int page_size, int64_t kv_memory_mb,
                        const std::vector<int64_t>& prompt_lengths, int cp_chunk);
 
+// Rank 0, before a cpu run or profile reads weights: UserError when the buffers of its largest
+// forward (`tokens` on one rank: the layers' widths, and the LM head's rows over the
+// vocabulary slice when the last stage scores every position) would not fit this node's
+// memory shared by its `node_ranks` ranks (a chunk of millions of tokens would otherwise grow
+// until the OOM killer stops it). Other backends: no check here.
+void check_forward_memory(compute::BackendKind backend, const RankModel& rank_model, int64_t tokens, bool scoring,
+                          int node_ranks);
+
+// The ranks on this node (collective over MPI_COMM_WORLD).
+int ranks_on_this_node();
+
 // Per-stage costs from analytic:HARDWARE or a profile (its identity must match, the backend
 // it was measured on aside). UserError when unusable.
 // With CP (analytic costs only), each rank's share of a chunk and the ring attending by `cp_mode`.

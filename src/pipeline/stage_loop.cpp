@@ -299,7 +299,11 @@ void StageLoop::look_for_stop(long long i) {
         checkpoint->accept(*call);
         calls_accepted_ = call->sequence;
       }
-      if (mbs_[i].is_first)
+      const auto& restored = checkpoint->restored();
+      if (mbs_[i].is_first && restored && restored->prompt == mbs_[i].prompt)  // not yet run on: its checkpoint stays
+        std::fprintf(stderr, "stopping: prompt %d keeps its checkpoint at token %lld, saving\n", mbs_[i].prompt,
+                     static_cast<long long>(mbs_[i].start));
+      else if (mbs_[i].is_first)
         std::fprintf(stderr, "stopping: no prompt in flight, saving\n");
       else
         std::fprintf(stderr, "stopping: checkpointing prompt %d at token %lld, then saving\n", mbs_[i].prompt,

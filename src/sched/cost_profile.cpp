@@ -6,12 +6,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
 
 #include "errors.hpp"
 #include "io/durable_file.hpp"
+#include "io/file_checks.hpp"
 
 namespace pf::sched {
 namespace {
@@ -151,6 +153,8 @@ void check_profile(const CostProfile& p, const std::string& path) {
 }  // namespace
 
 CostProfile load_cost_profile(const std::string& path) {
+  std::error_code error;  // a directory would read as an I/O fault, not a user's mistake
+  if (std::filesystem::exists(path, error)) io::require_regular_file(path, "--cost-model");
   std::ifstream in(path);
   if (!in) throw UserError("cannot read cost model " + path);
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);

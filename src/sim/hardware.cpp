@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
+#include "io/file_checks.hpp"
 
 namespace pf::sim {
 
@@ -19,6 +20,9 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
     const char* dir = std::getenv("PIPEFILL_HARDWARE_DIR");
     path = (fs::path(dir ? dir : PIPEFILL_HARDWARE_DIR) / (name_or_path + ".json")).string();
   }
+  std::error_code error;
+  if (fs::exists(path, error))
+    io::require_regular_file(path, "hardware description");  // (a directory reads as an I/O fault)
   std::ifstream in(path);
   if (!in) throw UserError("no hardware description " + path + " (known: h20, h100, h200, cpu in hardware/)");
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
@@ -72,15 +76,18 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
     h.peak_bf16_flops = number(peak.at("bf16"), "peak_tflops.bf16", 1e-3, 1e6, false) * 1e12;
     h.peak_fp8_flops =
         number(peak.contains("fp8") ? peak["fp8"] : peak.at("bf16"), "peak_tflops.fp8", 1e-3, 1e6, false) * 1e12;
-    h.matmul_efficiency = number(j.at("matmul_efficiency"), "matmul_efficiency", 0, 1, true);
-    h.attention_efficiency = number(j.at("attention_efficiency"), "attention_efficiency", 0, 1, true);
+    h.matmul_efficiency = number(j.at("matmul_efficiency"), "matmul_efficiency", kMinEfficiency, 1, false);
+    h.attention_efficiency = number(j.at("attention_efficiency"), "attention_efficiency", kMinEfficiency, 1, false);
     if (j.contains("gpus_per_node") && !j["gpus_per_node"].is_number_integer())
       throw UserError(path + ": gpus_per_node must be a whole number");
     h.devices_per_node = static_cast<int>(
         number(j.value("gpus_per_node", nlohmann::json(8)), "gpus_per_node", 1, kMaxDevicesPerNode, false));
     // A device's "GB" as sold is a little under a GiB: nvidia-smi gives an 80 GB H100 81,559
     // MiB and a 141 GB H200 143,771 MiB, both 0.9957 of the GiB figure.
-    h.memory_bytes = number(j.value("memory_GB", nlohmann::json(0.0)), "memory_GB", 0, 1e6, false) * 0.9957 *
+    // Required: without it no layout could be checked against the device's memory.
+    if (!j.contains("memory_GB"))
+      throw UserError(path + ": \"memory_GB\" is missing (each device's memory, as sold: 80 for an H100)");
+    h.memory_bytes = number(j["memory_GB"], "memory_GB", 1e-3, 1e6, false) * 0.9957 *
                      static_cast<double>(1ull << 30);
     h.matmul_half_rows = number(j.value("matmul_half_rows", nlohmann::json(0.0)), "matmul_half_rows", 0, 1e6, false);
     if (j.contains("backend") && !j["backend"].is_string()) throw UserError(path + ": \"backend\" must be cuda or cpu");

@@ -15,6 +15,10 @@ struct LinkSpec {
   double transfer_s(double bytes) const { return latency_s + bytes / bandwidth_Bps; }
 };
 
+// The lowest efficiency a hardware file or an override may give: below a thousandth of the peak
+// no device is meant, and a prediction would run to hundreds of digits.
+constexpr double kMinEfficiency = 1e-3;
+
 struct HardwareSpec {
   std::string name;
   std::string path;

@@ -34,6 +34,24 @@ grep -q '^note: modelled as an engine that keeps FP8 weights and sends bf16' "$w
 grep -q '^  MODEL=synthetic:small ' "$work/cpu.txt" && grep -q '^    sbatch -n 2 jobs/slurm/prefill_cpu.sbatch' "$work/cpu.txt" ||
   fail "cpu sbatch line"
 grep -q -- '--backend cpu' "$work/cpu.txt" || fail "cpu srun line"
+# A cpu rank's KV pool is --kv-memory-mb (8192 by default): a layout that needs more carries the
+# budget in its job line, at least what run's own KV rule asks for (run, given too little,
+# names it).
+"$bin/pipefill" advise --model-config synthetic:small --hardware cpu --nodes 1 --length 400000 >"$work/cpu_long.txt"
+budget=$(grep -oE -- '--kv-memory-mb [0-9]+' "$work/cpu_long.txt" | head -1 | cut -d' ' -f2 || true)
+[ -n "$budget" ] || fail "a 400K-token cpu layout's job line gives no --kv-memory-mb"
+IFS=, read -r pp cp tp < <(sed -nE 's/^best: pp ([0-9]+)( x cp ([0-9]+))? x tp ([0-9]+) on 1 node.*/\1,\3,\4/p' "$work/cpu_long.txt")
+"$bin/pipefill" make-prompts --out "$work/long.h5" --num 1 --min-len 400000 --max-len 400000 --vocab 512 >/dev/null
+source "$repo/tests/mpi/mpi_env.sh"
+chunk=$(sed -nE 's/.*CHUNK_SIZE=([0-9]+).*/\1/p' "$work/cpu_long.txt" | head -1)
+set +e
+timeout 120 mpirun -n $((pp * ${cp:-1} * tp)) "$bin/pipefill" run --model synthetic:small --input "$work/long.h5" \
+  --output "$work/long_out.h5" --pp "$pp" --cp "${cp:-1}" --tp "$tp" --chunk-size "$chunk" --allow-long-prompts \
+  --kv-memory-mb 64 2>"$work/kv.err" >/dev/null
+set -e
+needed=$(grep -oE 'needs [0-9]+ MiB of KV cache' "$work/kv.err" | head -1 | cut -d' ' -f2 || true)
+[ -n "$needed" ] && [ "$budget" -ge "$needed" ] || fail "advise's --kv-memory-mb $budget is below run's ${needed:-?} MiB"
+echo "ok: the cpu job line's --kv-memory-mb $budget covers run's $needed MiB"
 
 # --json: one layout a line, ranked by time, every one on 1, 2 or 4 nodes of 8.
 "$bin/pipefill" advise "${deepseek[@]}" --nodes 4 --length 131072 --json >"$work/rows.jsonl"
@@ -98,7 +116,8 @@ expect_error "must be at least 1" "${deepseek[@]}" --gpus-per-node 0 --length 10
 expect_error "no hardware description" --model-config synthetic:small --hardware h900 --length 100
 expect_error "fits this model and batch" --model-config "$repo/configs/deepseek-v3.1.json" --hardware h20 --nodes 1 --length 1048576
 expect_error "--plot" "${deepseek[@]}" --nodes 1 --length 100 --plot "$work/no/such/dir/a.png"
-expect_error "--fp8 must be" "${deepseek[@]}" --length 100 --fp8 maybe
+expect_error "--fp8 must be" --model-config "$repo/configs/deepseek-v3.1.json" --hardware h20 --length 100 --fp8 maybe
+expect_error '--fp8 given twice ("keep" and "dequantize")' "${deepseek[@]}" --length 100 --fp8 dequantize
 expect_error "--nodes must be 1-4096" "${deepseek[@]}" --nodes 100000 --length 100
 expect_error "needs a multiple of 64" "${deepseek[@]}" --length 100 --page-size 100
 cat >"$work/head96.json" <<'JSON'
@@ -126,8 +145,8 @@ expect_error "does not say which model it measured" --cost-model "$work/no_model
 # and it takes the TP sizes run and advise take.
 smol=(--model-config "$repo/models/smollm2-135m/config.json" --hardware h100 --length 100)
 [ -e "$repo/models/smollm2-135m/config.json" ] || smol=(--model-config synthetic:small --hardware h100 --length 100)
-expect_error_of simulate "efficiencies must lie in (0, 1]" "${smol[@]}" --matmul-efficiency 0
-expect_error_of simulate "efficiencies must lie in (0, 1]" "${smol[@]}" --attention-efficiency 0
+expect_error_of simulate "--matmul-efficiency must lie in .0.001, 1. (got 0)" "${smol[@]}" --matmul-efficiency 0
+expect_error_of simulate "--attention-efficiency must lie in .0.001, 1." "${smol[@]}" --attention-efficiency 1e-300
 expect_error_of simulate "does not divide by --tp 7" "${smol[@]}" --tp 7
 expect_error_of simulate "a plan holds" "${smol[@]}" --length 100000000000 --chunk-size 1
 expect_error_of plan "a plan holds" --length 100000000000 --chunk-size 1

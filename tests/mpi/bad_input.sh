@@ -201,7 +201,7 @@ open(path, "wb").write(raw)
 PY
     expect="model.layers.2.mlp.gate.e_score_correction_bias holds $([ "$case" = router_bias_nan ] && echo 1 || echo 8) NaN/Inf value(s): the router" ;;
   resume_complete_rebuilt_weights) copy_model; finished_output "$out"
-    "$bin/pipefill" make-model --preset tiny --seed 5 --out "$model" >/dev/null  # rebuilt in place
+    "$bin/pipefill" make-model --preset tiny --seed 5 --out "$model" --overwrite >/dev/null  # rebuilt in place
     extra=(--pp 2 --resume); expect="was written with another weights_fingerprint" ;;
   resume_complete_other_chunking) finished_output "$out"; extra=(--pp 2 --resume --chunk-size 32); expect="another chunk_size" ;;
   resume_over_garbage) echo "not an output" >"$out"; extra=(--pp 2 --resume); expect="is not an HDF5 file" ;;
@@ -341,6 +341,28 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
     extra=(--pp 2 --dynamic-chunking --cost-model "$cost"); expect="stage" ;;
   flag_value_not_a_number) extra=(--pp 2 --chunk-size abc); expect='--chunk-size: "abc" is not a valid integer' ;;
   cost_model_missing) extra=(--pp 2 --dynamic-chunking --cost-model "$work/none.json"); expect="cannot read --cost-model" ;;
+  # A forward that cannot fit the node's memory (dynamic chunking profiles 1.25 C0 whatever the
+  # prompts): refused before any weights, not grown until the OOM killer ends it.
+  forward_exceeds_memory) extra=(--pp 2 --chunk-size 30000000 --dynamic-chunking)
+    expect="a forward of 37500000 tokens on one rank needs about" ;;
+  profile_forward_exceeds_memory) launch=(-n 1 "$bin/pipefill" profile --model "$model" --out "$work/p.json" --chunk-size 30000000)
+    expect="a forward of 37500000 tokens on one rank needs about" ;;
+  make_prompts_too_many) launch=(-n 1 "$bin/pipefill" make-prompts --out "$work/p.h5" --num 2147483647 --min-len 1 --max-len 1 --vocab 9)
+    expect="--num x --max-len may be at most 4294967296 tokens" ;;
+  # make-model never replaces a model without --overwrite, nor ever a directory of files it
+  # does not write (a real checkpoint's tokenizer).
+  make_model_over_model) copy_model
+    launch=(-n 1 "$bin/pipefill" make-model --preset tiny-qwen2 --out "$model")
+    expect="--out $model already holds a model" ;;
+  make_model_over_checkpoint) copy_model; echo '{}' >"$model/tokenizer.json"
+    launch=(-n 1 "$bin/pipefill" make-model --preset tiny --out "$model" --overwrite)
+    expect="holds tokenizer.json, which make-model does not write" ;;
+  # A directory where a cost model or hardware file is read: a user's error, not an I/O fault.
+  cost_model_directory) mkdir "$work/d"
+    launch=(-n 1 "$bin/pipefill" plan --length 1000 --dynamic-chunking --cost-model "$work/d")
+    expect="--cost-model $work/d is a directory, not a file" ;;
+  hardware_directory) mkdir "$work/d"; extra=(--pp 2 --backend emulate --cost-model "analytic:$work/d")
+    expect="hardware description $work/d is a directory, not a file" ;;
   emulate_without_cost_model) extra=(--pp 2 --backend emulate); expect="--backend emulate needs --cost-model" ;;
   hidden_states_unknown) extra=(--pp 2 --hidden-states foo); expect='--hidden-states must be none, last or mean (got "foo")' ;;
   hidden_states_emulate) extra=(--pp 2 --backend emulate --cost-model analytic:h20 --hidden-states last)

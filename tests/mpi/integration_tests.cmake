@@ -10,9 +10,9 @@ add_test(NAME setup.data COMMAND ${CMAKE_COMMAND} -E make_directory ${PF_DATA})
 set_tests_properties(setup.data PROPERTIES FIXTURES_SETUP data LABELS mpi)
 
 # Models: tiny (single f32 file), tiny-qwen2 (sharded bf16), tiny-qwen3 (bf16).
-add_test(NAME setup.model.tiny COMMAND pipefill make-model --preset tiny --out ${PF_DATA}/tiny)
-add_test(NAME setup.model.qwen2 COMMAND pipefill make-model --preset tiny-qwen2 --out ${PF_DATA}/qwen2 --dtype bf16 --max-shard-mb 1 --seed 7)
-add_test(NAME setup.model.qwen3 COMMAND pipefill make-model --preset tiny-qwen3 --out ${PF_DATA}/qwen3 --dtype bf16 --seed 9)
+add_test(NAME setup.model.tiny COMMAND pipefill make-model --preset tiny --out ${PF_DATA}/tiny --overwrite)
+add_test(NAME setup.model.qwen2 COMMAND pipefill make-model --preset tiny-qwen2 --out ${PF_DATA}/qwen2 --dtype bf16 --max-shard-mb 1 --seed 7 --overwrite)
+add_test(NAME setup.model.qwen3 COMMAND pipefill make-model --preset tiny-qwen3 --out ${PF_DATA}/qwen3 --dtype bf16 --seed 9 --overwrite)
 add_test(NAME setup.prompts COMMAND pipefill make-prompts --out ${PF_DATA}/prompts.h5 --num 4 --min-len 20 --max-len 300 --vocab 512 --seed 3)
 foreach(name model.tiny model.qwen2 model.qwen3 prompts)
   set_tests_properties(setup.${name} PROPERTIES FIXTURES_SETUP ${name} FIXTURES_REQUIRED data LABELS mpi)
@@ -187,7 +187,9 @@ set(PF_BAD_CASES
   output_directory_missing unknown_flag unknown_preset zero_chunk_size
   cp_world_size cp_world_size_wraps kv_memory_mb_huge cp_emulate_profile cp_profile_without_cp cp_attention_without_cp cp_attention_unknown cp_cuda_mla_wide
   smooth_factor_out_of_range smooth_factor_env_not_a_number bf16_gemm_env_unknown f32_gemm_env_unknown cost_model_without_dynamic
-  cost_model_other_partition cost_model_missing
+  cost_model_other_partition cost_model_missing cost_model_directory hardware_directory
+  make_model_over_model make_model_over_checkpoint forward_exceeds_memory profile_forward_exceeds_memory
+  make_prompts_too_many
   emulate_without_cost_model analytic_without_emulate hidden_states_unknown hidden_states_emulate logprobs_emulate
   top_k_negative top_k_over_vocab token_ids_missing token_ids_not_a_number token_ids_repeated token_ids_empty
   token_ids_over_vocab kv_dtype_without_save_kv kv_dtype_unknown dtype_unknown dtype_bf16_emulate

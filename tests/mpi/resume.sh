@@ -32,16 +32,17 @@ else
 fi
 chunk=16
 [ "$case" = signal_cp2 ] && chunk=48  # (fewer ring exchanges, still many micro-batches a prompt)
-args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --chunk-size $chunk --page-size 16)
+args=(run --model "$data/tiny" --input "$work/in.h5" --pp 2 --page-size 16)
+chunking=(--chunk-size $chunk)  # apart: one resume below gives another (a flag given twice is refused)
 ranks=2
 if [ "$case" = signal_cp2 ]; then ranks=4; args+=(--cp 2); fi
 if [ "$case" = signal_tp2 ]; then ranks=4; args+=(--tp 2); fi
 if [ "$case" = signal_logprobs ]; then ranks=4; args+=(--tp 2 --logprobs --top-k 3); fi
 if [ "$case" = signal_shared_prefix ]; then ranks=4; args+=(--tp 2 --logprobs --top-k 3 --hidden-states mean); fi
-pipefill_mpi $ranks "${args[@]}" --quiet --output "$work/reference.h5"
+pipefill_mpi $ranks "${args[@]}" "${chunking[@]}" --quiet --output "$work/reference.h5"
 
 # Progress lines are not part of the run's identity: the resumed runs may be --quiet.
-start_run "$work/first.log" $ranks "${args[@]}" --progress-interval 0.05 --output "$work/out.h5"
+start_run "$work/first.log" $ranks "${args[@]}" "${chunking[@]}" --progress-interval 0.05 --output "$work/out.h5"
 wait_for_prompts 1
 stored=$(prompts_done "$work/first.log")
 case $case in
@@ -76,7 +77,7 @@ MPI_TIMEOUT=60 status_of pipefill_mpi $ranks "${args[@]}" --quiet --chunk-size 3
   { cat "$work/mismatch.err"; fail "a resume with another chunk size was not refused (status $status)"; }
 [ -e "$work/out.h5.partial" ] || fail "the refused resume removed the partial file"
 
-pipefill_mpi $ranks "${args[@]}" --quiet --output "$work/out.h5" --resume
+pipefill_mpi $ranks "${args[@]}" "${chunking[@]}" --quiet --output "$work/out.h5" --resume
 [ -e "$work/out.h5" ] && [ ! -e "$work/out.h5.partial" ] || fail "resume did not complete the file"
 rtol=1e-6
 [ "$case" = signal_cp2 ] && rtol=1e-5
@@ -107,5 +108,5 @@ with h5py.File(sys.argv[1]) as f, h5py.File(sys.argv[3]) as ref:
         assert reused.sum() > 0 and ref_reused.sum() > 0
 PY
 # A second --resume has nothing left to do.
-MPI_TIMEOUT=60 pipefill_mpi $ranks "${args[@]}" --quiet --output "$work/out.h5" --resume | grep -q "already complete"
+MPI_TIMEOUT=60 pipefill_mpi $ranks "${args[@]}" "${chunking[@]}" --quiet --output "$work/out.h5" --resume | grep -q "already complete"
 echo "Passed: $case (the first run finished $done_before prompts, --resume the rest)"

@@ -150,8 +150,8 @@ case $case in
     done
     [ "$(grep -c 'failed its checksum' "$work/stderr")" -eq 2 ] || fail "intact rows were called torn" ;;
   torn_hidden)
-    args+=(--hidden-states mean)
-    run --input "$work/in.h5" --output "$work/reference.h5" --overwrite  # this case's own reference
+    # (each run names its own --hidden-states: a flag given twice is refused)
+    run --input "$work/in.h5" --output "$work/reference.h5" --overwrite --hidden-states mean  # this case's reference
     forge 'f["hidden_states"][2, 5] += 1.0; f["completed"][4] = 0'
     before=$(md5sum <"$work/out.h5.partial")
     status_of run --input "$work/in.h5" --output "$work/out.h5" --resume --hidden-states last 2>"$work/stderr"
@@ -165,7 +165,7 @@ case $case in
     grep -q "^error: .*another hidden_states (\"mean\", this run: none)" "$work/stderr" ||
       fail "the refusal does not name --hidden-states"
     [ "$(md5sum <"$work/out.h5.partial")" = "$before" ] || fail "the refused resume changed the partial"
-    run --input "$work/in.h5" --output "$work/out.h5" --resume 2>"$work/stderr"
+    run --input "$work/in.h5" --output "$work/out.h5" --resume --hidden-states mean 2>"$work/stderr"
     cat "$work/stderr"
     grep -q "^warning: prompt 2 in .*failed its checksum" "$work/stderr" || fail "torn hidden state of prompt 2 not named"
     [ "$(grep -c 'failed its checksum' "$work/stderr")" -eq 1 ] || fail "intact rows were called torn"

@@ -12,13 +12,13 @@ source "$here/mpi_env.sh"
 bin=$1 data=$2 case=$3
 temp_dir work
 "$bin/pipefill" make-prompts --out "$work/in.h5" --num 40 --min-len 2000 --max-len 3000 --vocab 512 --seed 4 >/dev/null
-args=(run --model "$data/tiny" --input "$work/in.h5" --output "$work/out.h5" --pp 2 --chunk-size 64 --page-size 16)
+args=(run --model "$data/tiny" --input "$work/in.h5" --output "$work/out.h5" --pp 2 --page-size 16)
 MPI_TIMEOUT=90
 start=$SECONDS
 case $case in
   hung_rank)
     PIPEFILL_TEST_HANG_RANK=1 PIPEFILL_TEST_HANG_MICRO_BATCH=2 status_of pipefill_mpi 2 "${args[@]}" \
-      --watchdog-timeout 3 >"$work/stdout" 2>"$work/stderr" ;;
+      --chunk-size 64 --watchdog-timeout 3 >"$work/stdout" 2>"$work/stderr" ;;
   killed_rank)
     start_run "$work/stderr" 2 "${args[@]}" --chunk-size 16 --progress-interval 0.05
     wait_for_prompts 1

@@ -43,6 +43,12 @@ for bad in RESUME=yes RESUME=true RESUME=2; do  # not 1 must not mean --overwrit
 done
 bad_setting strong_scaling.sbatch "PPS=" PPS="1 x"
 bad_setting strong_scaling.sbatch "TP=" TP=two
+# EXTRA_ARGS repeating a flag the script sets (pipefill refuses a flag given twice): the variable to set.
+bad_setting prefill_cpu.sbatch "EXTRA_ARGS gives --chunk-size, which this script sets from CHUNK_SIZE" \
+  EXTRA_ARGS="--logprobs --chunk-size=512"
+bad_setting prefill.sbatch "EXTRA_ARGS gives --pp, which this script sets from PP" EXTRA_ARGS="--pp 4"
+bad_setting strong_scaling.sbatch "EXTRA_ARGS gives --overwrite, which this script sets from OUT_DIR" \
+  EXTRA_ARGS="--overwrite"
 
 # A checkout as a user has it, away from this one: the job scripts and build/pipefill (a link
 # to the binary under test). Jobs are submitted from $work/elsewhere, which has no build/.

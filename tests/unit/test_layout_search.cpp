@@ -263,12 +263,18 @@ TEST(Hardware, ImpossibleValuesAreRefused) {
                                                            {"/inter_node/latency_us", -3.0},
                                                            {"/peak_tflops/fp8", 0.0},
                                                            {"/matmul_efficiency", 1.5},
+                                                           {"/attention_efficiency", 4.9e-324},
+                                                           {"/memory_GB", 0.0},
                                                            {"/gpus_per_node", 3.5}}) {
     nlohmann::json edited = h100;
     edited[nlohmann::json::json_pointer(pointer)] = value;
     std::ofstream(path) << edited.dump();
     EXPECT_THROW(load_hardware(path), UserError) << pointer;
   }
+  nlohmann::json no_memory = h100;  // without it no layout could be held to the device's memory
+  no_memory.erase("memory_GB");
+  std::ofstream(path) << no_memory.dump();
+  EXPECT_THROW(load_hardware(path), UserError);
 }
 
 // A prompt shorter than the smallest chunk tried is tried whole, and so is a long one: a

@@ -124,6 +124,22 @@ TEST(RunOptions, TokenScoresNeedTheCpuBackend) {
   EXPECT_THROW(try_parse_run("--backend emulate --cost-model analytic:h20 --top-k 2", unused), UserError);
 }
 
+// A job script's default and the user's own value for the same flag: refused with both, never
+// the last taken silently (cxxopts' own rule); aliases of one setting are separate flags.
+TEST(RunOptions, AFlagGivenTwiceIsRefusedWithBothValues) {
+  cli::RunOptions unused;
+  try {
+    try_parse_run("--chunk-size 4096 --pp 2 --chunk-size=8192", unused);
+    FAIL() << "a repeated --chunk-size was accepted";
+  } catch (const UserError& e) {
+    EXPECT_STREQ(e.what(), "--chunk-size given twice (\"4096\" and \"8192\"): give it once (see --help)");
+  }
+  EXPECT_THROW(try_parse_run("--model other", unused), UserError);  // try_parse_run gives --model already
+  EXPECT_THROW(try_parse_run("--logprobs --logprobs", unused), UserError);
+  EXPECT_THROW(try_parse_run("--pp 2 --pp 2", unused), UserError);  // even the same value: a script's mistake
+  EXPECT_TRUE(try_parse_run("--dynamic-chunking --enable-dynamic-chunking", unused));
+}
+
 TEST(RunOptions, HiddenStatesAreParsedOnceAndNeedRealCompute) {
   EXPECT_EQ(parse_run("").hidden_states, compute::HiddenStatesKind::kNone);
   EXPECT_EQ(parse_run("--hidden-states last").hidden_states, compute::HiddenStatesKind::kLast);

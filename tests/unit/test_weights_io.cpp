@@ -57,19 +57,27 @@ TEST(Synthetic, DeterministicAndSeeded) {
     for (int col = 0; col < 7; ++col) EXPECT_EQ(part[r * 7 + col], whole[(10 + r) * 128 + 20 + col]);
 }
 
-// make-model again into the same directory with fewer shards: the old shards and index go, so
-// the directory is the new model's (the old index was read instead of the new file); a file
-// of the user's stays. A directory with both a single file and an index is refused.
+// make-model again into the same directory with fewer shards: refused without --overwrite;
+// with it the old shards and index go, so the directory is the new model's (an old index was
+// once read instead of the new file). A directory holding a file make-model does not write
+// (a real checkpoint's tokenizer, a user's notes) is never replaced. A directory with both a
+// single file and an index is refused by the reader.
 TEST(Checkpoint, MakeModelAgainLeavesOnlyTheNewModel) {
   const fs::path dir = temp_dir("again");
   ASSERT_EQ(make_model({"--preset", "tiny", "--out", dir.string(), "--seed", "1", "--max-shard-mb", "1"}), 0);
   ASSERT_TRUE(fs::exists(dir / "model.safetensors.index.json"));
+  EXPECT_THROW(make_model({"--preset", "tiny", "--out", dir.string(), "--seed", "2"}), UserError);
   std::ofstream(dir / "notes.txt") << "mine\n";
-  ASSERT_EQ(make_model({"--preset", "tiny", "--out", dir.string(), "--seed", "2"}), 0);
+  EXPECT_THROW(make_model({"--preset", "tiny", "--out", dir.string(), "--seed", "2", "--overwrite"}), UserError);
+  EXPECT_TRUE(fs::exists(dir / "model.safetensors.index.json"));  // the refusals left it as it was
+  fs::remove(dir / "notes.txt");
+  ASSERT_EQ(make_model({"--preset", "tiny", "--out", dir.string(), "--seed", "2", "--overwrite"}), 0);
   int files = 0;
   for (const auto& entry : fs::directory_iterator(dir)) files += entry.is_regular_file();
-  EXPECT_EQ(files, 3);  // config.json, model.safetensors, notes.txt
+  EXPECT_EQ(files, 2);  // config.json, model.safetensors
   EXPECT_FALSE(fs::exists(dir / "model.safetensors.index.json"));
+  for (const auto& entry : fs::directory_iterator(dir.parent_path()))  // no staging or old copy left beside it
+    EXPECT_EQ(entry.path().filename().string().find(dir.filename().string() + "."), std::string::npos) << entry.path();
   const auto again = model::open_model(dir.string(), 0), seed2 = model::open_model("synthetic:tiny", 2);
   std::vector<float> a(128), b(128);
   again.tensors->read_block("model.layers.0.mlp.up_proj.weight", 0, 1, 0, 128, a.data());

@@ -4,6 +4,7 @@
 #include <cblas.h>
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 
@@ -58,7 +59,16 @@ void choose_blas_kernels(char** argv) {
   if (!wanted || level_of_core(original) >= cpu) return;
   const std::string choice = std::string(wanted) + ":" + original;
   if (::setenv("OPENBLAS_CORETYPE", wanted, 1) != 0 || ::setenv(kChoiceVariable, choice.c_str(), 1) != 0) return;
+  // A stop signal (SIGTERM, SIGUSR1) arriving while the program is replaced would find the
+  // signal's default action (death) there: blocked here, it stays pending across execv until
+  // the new process has its handlers and unblocks it (main).
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGUSR1);
+  sigprocmask(SIG_BLOCK, &stops, nullptr);
   ::execv("/proc/self/exe", argv);  // returns only on failure: go on with OpenBLAS's choice
+  sigprocmask(SIG_UNBLOCK, &stops, nullptr);
   ::unsetenv("OPENBLAS_CORETYPE");
 }
 
