@@ -102,10 +102,14 @@ class PipefillLM(LM):
             raise UserError(f"run_args={run_args}: {e}")
         # pipefill refuses a flag given twice: say here which ones the adapter sets itself.
         own = [f for f in ("--model", "--input", "--output", "--pp", "--tp", "--logprobs", "--top-k", "--quiet",
-                           "--overwrite", "--resume") if f in given]
+                           "--overwrite") if f in given]
         if own:
             raise UserError(f"run_args gives {', '.join(own)}, which the adapter sets itself "
                             "(the model, pp and tp are model_args of their own)")
+        if "--resume" in given:
+            raise UserError("run_args gives --resume: each request batch is a new run the adapter writes with "
+                            "--overwrite")
+        self.allows_long = "--allow-long-prompts" in given
         self.pipefill = os.path.abspath(pipefill) if pipefill else os.path.join(REPO, "build", "pipefill")
         if not os.access(self.pipefill, os.X_OK):
             raise UserError(f"{self.pipefill} is not an executable (build pipefill, or give pipefill=PATH)")
@@ -223,7 +227,7 @@ class PipefillLM(LM):
         run = [self.pipefill, "run", "--model", self.model_dir, "--input", in_h5, "--output", out_h5,
                "--pp", str(self.pp), "--tp", str(self.tp), "--logprobs", "--top-k", "1", "--quiet", "--overwrite",
                *shlex.split(self.run_args)]
-        if self.too_long and "--allow-long-prompts" not in run:
+        if self.too_long and not self.allows_long:
             # lm-eval's hf model feeds max_length tokens and scores one more: that last token is
             # input here too (its row predicts past the prompt, and nothing read depends on it).
             run.append("--allow-long-prompts")

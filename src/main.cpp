@@ -49,12 +49,14 @@ int main(int argc, char** argv) {
     // dying of the signal's default action.
     std::signal(SIGTERM, request_stop);
     std::signal(SIGUSR1, request_stop);
-    sigset_t stops;  // (blocked across choose_blas_kernels' re-execution: delivered now)
-    sigemptyset(&stops);
-    sigaddset(&stops, SIGTERM);
-    sigaddset(&stops, SIGUSR1);
-    sigprocmask(SIG_UNBLOCK, &stops, nullptr);
   }
+  // Blocked across choose_blas_kernels' re-execution: delivered now, to run's handlers or, for
+  // the other commands, with their default action (every command must stay stoppable).
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGUSR1);
+  sigprocmask(SIG_UNBLOCK, &stops, nullptr);
   // Before MPI and threads: OpenBLAS's kernels by this CPU's features, not its model.
   pf::cpu::choose_blas_kernels(argv);
   // run and profile are SPMD (MPI); the other commands are single-process tools.

@@ -2,7 +2,10 @@
 // generated one shard at a time, so even llama3-8b needs only one shard in memory.
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -21,23 +24,28 @@ namespace {
 
 namespace fs = std::filesystem;
 
+constexpr const char* kStagingPrefix = ".make-model-";
+
 // The names make-model writes: a directory holding only these is one of its own.
 bool made_here(const std::string& name) {
   static const std::regex kOwn(R"(config\.json|model(-\d{5}-of-\d{5})?\.safetensors|model\.safetensors\.index\.json)");
   return std::regex_match(name, kOwn);
 }
+bool staging_left(const std::string& name) {  // by a make-model that was killed
+  return name.rfind(kStagingPrefix, 0) == 0;
+}
 
 // --out absent, an empty directory, or (with --overwrite) a directory of make-model's own
 // files: anything else may be someone's checkpoint (its tokenizer, its weights) and is refused.
-void check_out(const MakeModelOptions& options) {
+// True when --out already holds a model.
+bool check_out(const MakeModelOptions& options) {
   std::error_code error;
-  const fs::file_status status = fs::symlink_status(options.out, error);
-  if (!fs::exists(status)) return;
-  if (!fs::is_directory(fs::status(options.out, error)))
-    throw UserError("--out " + options.out + " exists and is not a directory");
+  if (!fs::exists(options.out, error)) return false;
+  if (!fs::is_directory(options.out, error)) throw UserError("--out " + options.out + " exists and is not a directory");
   std::string held, foreign;
   for (const auto& entry : fs::directory_iterator(options.out, error)) {
     const std::string name = entry.path().filename().string();
+    if (staging_left(name)) continue;
     (made_here(name) && entry.is_regular_file() ? held : foreign) = name;
   }
   if (error) throw UserError("cannot read --out " + options.out + ": " + error.message());
@@ -48,6 +56,7 @@ void check_out(const MakeModelOptions& options) {
   if (!held.empty() && !options.overwrite)
     throw UserError("--out " + options.out + " already holds a model (" + held +
                     "); give --overwrite to replace it, or another --out");
+  return !held.empty();
 }
 
 void write_text(const fs::path& path, const std::string& text) {
@@ -57,13 +66,13 @@ void write_text(const fs::path& path, const std::string& text) {
   if (!out) throw UserError("cannot write " + path.string());
 }
 
-// Beside --out (same file system, so the renames are atomic), removed unless kept.
+// Inside --out (the same file system whatever --out is: a link, ".", a mount point), removed
+// unless its files were moved out.
 struct Staging {
   fs::path dir;
-  bool keep = false;
   ~Staging() {
     std::error_code error;
-    if (!keep) fs::remove_all(dir, error);
+    if (!dir.empty()) fs::remove_all(dir, error);
   }
 };
 
@@ -74,18 +83,26 @@ int make_model_command(int argc, char** argv) {
   if (!parse_make_model(argc, argv, options)) return 0;
   const model::ModelConfig config = model::preset_config(options.preset);
   const io::Dtype dtype = options.dtype == "bf16" ? io::Dtype::kBF16 : io::Dtype::kF32;
-  check_out(options);
-  // Written whole into a directory of its own, then renamed into place: a failed write (a
-  // full disk) leaves --out as it was, and a model made before never mixes with this one.
-  const fs::path out = fs::path(options.out).lexically_normal();
-  const fs::path parent = out.has_parent_path() ? out.parent_path() : fs::path(".");
+  const bool replacing = check_out(options);
+  // Every file is written whole into a directory of its own inside --out first: a failed write
+  // (a full disk) leaves --out as it was, and a model made before never mixes with this one.
+  // Only renames follow, which need no space.
+  const fs::path out(options.out);
   std::error_code error;
-  fs::create_directories(parent, error);
-  if (error) throw UserError("cannot create " + parent.string() + ": " + error.message());
-  Staging staging{parent / (out.filename().string() + ".make-model-" + std::to_string(::getpid()))};
-  fs::remove_all(staging.dir, error);
-  if (!fs::create_directory(staging.dir, error) || error)
-    throw UserError("cannot create a directory beside --out in " + parent.string() + ": " + error.message());
+  struct Made {  // --out, when this run made it: removed again (if still empty) unless it succeeds
+    fs::path dir;
+    ~Made() {
+      std::error_code ignored;
+      if (!dir.empty()) fs::remove(dir, ignored);
+    }
+  } made{fs::exists(out, error) ? fs::path() : out};
+  fs::create_directories(out, error);
+  if (error) throw UserError("cannot create " + options.out + ": " + error.message());
+  for (const auto& entry : fs::directory_iterator(out, error))  // a killed make-model's leftovers
+    if (staging_left(entry.path().filename().string())) fs::remove_all(entry.path(), error);
+  std::string pattern = (out / (std::string(kStagingPrefix) + "XXXXXX")).string();
+  if (!::mkdtemp(pattern.data())) throw UserError("cannot write into " + options.out + ": " + std::strerror(errno));
+  Staging staging{pattern};
 
   nlohmann::json config_json = model::to_json(config);
   config_json["torch_dtype"] = dtype == io::Dtype::kBF16 ? "bfloat16" : "float32";
@@ -132,21 +149,16 @@ int make_model_command(int argc, char** argv) {
                 .dump(2) +
             "\n");
 
-  // The old model (checked above to be make-model's own) out of the way, the new one in.
-  const fs::path old = parent / (out.filename().string() + ".replaced-" + std::to_string(::getpid()));
-  const bool replacing = fs::exists(out, error);
-  if (replacing) {
-    fs::rename(out, old, error);
-    if (error) throw UserError("cannot replace " + out.string() + ": " + error.message());
+  // The old model's files (checked above to be make-model's own) out, the new ones in.
+  if (replacing)
+    for (const auto& entry : fs::directory_iterator(out, error))
+      if (made_here(entry.path().filename().string())) fs::remove(entry.path(), error);
+  for (const auto& entry : fs::directory_iterator(staging.dir, error)) {
+    fs::rename(entry.path(), out / entry.path().filename(), error);
+    if (error)
+      throw UserError("cannot move " + entry.path().string() + " into " + options.out + ": " + error.message());
   }
-  fs::rename(staging.dir, out, error);
-  if (error) {
-    std::error_code ignored;
-    if (replacing) fs::rename(old, out, ignored);  // the old model back where it was
-    throw UserError("cannot write " + out.string() + ": " + error.message());
-  }
-  staging.keep = true;
-  if (replacing) fs::remove_all(old, error);
+  made.dir.clear();
   std::printf("wrote %s: preset %s, %.1fM parameters, %s, %zu file(s)\n", options.out.c_str(), options.preset.c_str(),
               config.total_parameters() / 1e6, options.dtype.c_str(), shards.size());
   return 0;

@@ -787,8 +787,8 @@ bool parse_make_prompts(int argc, char** argv, MakePromptsOptions& o) {
   // Made in memory (4 bytes a token, 8 an offset): at most 2^32 tokens and offsets together.
   if (static_cast<double>(o.num) * (static_cast<double>(o.max_len) + 2) > 4294967296.0)
     throw UserError(
-        "--num x --max-len may be at most 4294967296 tokens (16 GiB in memory): write the prompts "
-        "in several files");
+        "--num x (--max-len + 2) may be at most 4294967296 (the tokens and offsets are made in "
+        "memory, 16 GiB and more): make fewer or shorter prompts");
   return true;
 }
 

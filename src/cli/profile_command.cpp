@@ -33,16 +33,13 @@ int profile_command(int argc, char** argv) {
   pipeline::RankModel rank_model =
       pipeline::open_rank_model(topo, place.model, place.seed, place.layer_partition, place.expert_split);
   const int longest_profiled = options.chunk_size + sched::chunk_floor(options.chunk_size);  // 1.25 C0
-  const int node_ranks = pipeline::ranks_on_this_node();
-  dist::checked_step(MPI_COMM_WORLD, [&] {
-    pipeline::check_forward_memory(place.backend, rank_model, longest_profiled, options.logprobs, node_ranks);
-  });
   // --logprobs: the layers of runs that score every token of prompts as long as the range
   // profiled (what such a run given this profile will use).
   const int64_t prompt = options.max_prefix + options.chunk_size;
   pipeline::settle_partition(
       topo, rank_model,
       pipeline::run_partition(rank_model, topo.pp, {prompt}, {options.logprobs ? prompt : 0}, /*profiled=*/""));
+  pipeline::check_forward_memory(place.backend, topo, rank_model, longest_profiled, options.logprobs, "");
   pipeline::BackendRequest request =
       backend_request(place, options.page_size, sched::longest_chunk(options.chunk_size, options.page_size));
   request.profile_room_tokens = options.max_prefix + longest_profiled;

@@ -97,16 +97,25 @@ void check_kv_capacity(const RunOptions& o, const dist::Topology& topo, const pi
 }
 
 void check_forward_memory(const RunOptions& o, const dist::Topology& topo, const pipeline::RankModel& m,
-                          const io::PromptSet& prompts, bool profiles, int node_ranks) {
+                          const std::vector<int64_t>& lengths, bool profiles) {
   int64_t longest = 0;
-  for (int64_t length : prompts.lengths()) longest = std::max(longest, length);
-  const int64_t chunk = sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size);
-  int64_t tokens = std::min(chunk, longest);  // no chunk is longer than its prompt
-  // ... but dynamic chunking's own profile times forwards up to 1.25 C0 whatever the prompts.
-  if (o.chunking.dynamic() && profiles)
-    tokens = std::max<int64_t>(tokens, o.chunking.initial_chunk + sched::chunk_floor(o.chunking.initial_chunk));
+  for (int64_t length : lengths) longest = std::max(longest, length);
+  // Fixed chunks are at most C0, dynamic ones (sched::longest_chunk) a little more; neither is
+  // longer than its prompt.
+  const int64_t chunk = o.chunking.dynamic() ? sched::longest_chunk(o.chunking.initial_chunk, o.chunking.page_size)
+                                             : o.chunking.initial_chunk;
+  int64_t tokens = std::min(chunk, longest);
+  std::string hint;
+  if (profiles) {  // dynamic chunking's own profile times forwards up to 1.25 C0, whatever the prompts
+    const int64_t profiled = o.chunking.initial_chunk + sched::chunk_floor(o.chunking.initial_chunk);
+    if (profiled > tokens)
+      hint =
+          " (dynamic chunking profiles forwards of 1.25 x --chunk-size, longer than the prompts: a saved "
+          "--cost-model skips that)";
+    tokens = std::max(tokens, profiled);
+  }
   tokens = (tokens + topo.cp - 1) / topo.cp;  // a CP rank's share
-  pipeline::check_forward_memory(o.placement.backend, m, tokens, o.token_rows_wanted(), node_ranks);
+  pipeline::check_forward_memory(o.placement.backend, topo, m, tokens, o.token_rows_wanted(), hint);
 }
 
 std::vector<int64_t> scored_positions(const RunOptions& o, const io::PromptSet& prompts) {

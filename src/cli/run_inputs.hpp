@@ -32,11 +32,10 @@ std::vector<int32_t> read_token_set(const RunOptions& options, const pipeline::R
 void check_kv_capacity(const RunOptions& options, const dist::Topology& topology, const pipeline::RankModel& rank_model,
                        const io::PromptSet& prompts);
 
-// A rank's largest forward (a chunk, or dynamic chunking's profile of 1.25 C0 when `profiles`)
-// fits its share of the node's memory (pipeline::check_forward_memory).
+// Collective: the ranks' largest forwards (a chunk, or dynamic chunking's profile of 1.25 C0
+// when `profiles`) fit their node's memory (pipeline::check_forward_memory).
 void check_forward_memory(const RunOptions& options, const dist::Topology& topology,
-                          const pipeline::RankModel& rank_model, const io::PromptSet& prompts, bool profiles,
-                          int node_ranks);
+                          const pipeline::RankModel& rank_model, const std::vector<int64_t>& lengths, bool profiles);
 
 // How many positions of each prompt run the LM head on the last stage: from the one before
 // its first scored token to its end with --logprobs, --top-k or --token-ids; none without

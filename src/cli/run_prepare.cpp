@@ -29,7 +29,6 @@ namespace {
 std::optional<sched::CostProfile> read_inputs(PreparedRun& run) {
   const RunOptions& options = run.options;
   std::optional<sched::CostProfile> saved_costs;
-  const int node_ranks = pipeline::ranks_on_this_node();
   dist::checked_step(MPI_COMM_WORLD, [&] {
     if (!run.topo.is_writer()) return;
     check_run_paths(options);
@@ -40,7 +39,6 @@ std::optional<sched::CostProfile> read_inputs(PreparedRun& run) {
                                                        scored_positions(run.options, run.prompts),
                                                        profile ? profile->layer_partition() : std::string());
     check_kv_capacity(options, run.topo, run.rank_model, run.prompts);
-    check_forward_memory(options, run.topo, run.rank_model, run.prompts, /*profiles=*/!profile, node_ranks);
     if (profile && options.chunking.dynamic()) {  // fixed chunks have no use for it (the emulator's costs aside)
       match_saved_costs(options, *profile, placement_identity(options.placement, run.topo, run.rank_model));
       saved_costs = profile;
@@ -277,7 +275,11 @@ std::unique_ptr<PreparedRun> prepare_run(const RunOptions& options) {
   run->rank_model = pipeline::open_rank_model(run->topo, place.model, place.seed, place.layer_partition,
                                               place.expert_split, /*with_weights=*/!emulate);
   const std::optional<sched::CostProfile> saved_costs = read_inputs(*run);
-  make_backend(*run, options.chunking.dynamic() && !saved_costs);
+  // Dynamic chunking without a saved cost model profiles its stages (rank 0 loaded any).
+  int profiles = options.chunking.dynamic() && !saved_costs ? 1 : 0;
+  dist::broadcast_int(profiles, 0, MPI_COMM_WORLD);
+  check_forward_memory(run->options, run->topo, run->rank_model, run->lengths, profiles != 0);
+  make_backend(*run, profiles != 0);
   if (!open_outputs(*run)) {
     dist::free_topology(run->topo);
     return nullptr;

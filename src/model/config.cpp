@@ -191,10 +191,13 @@ MoeConfig read_moe(const field::Reader& config, const ModelConfig& c) {
     moe.routed_scaling_factor = config.number_or("routed_scaling_factor", 2.5, 0.0);
     moe.groups = config.integer_or(kGroups, 8);
     moe.topk_groups = config.integer_or(kTopkGroups, 4);
+    // A refusal of a value the file does not give says where it came from.
+    const std::string groups_from = config.has(kGroups.key) ? "" : " (absent: transformers' default 8)";
     if (moe.experts % moe.groups != 0)
-      config.fail(kGroups.key, "must divide the " + std::to_string(moe.experts) + " routed experts", moe.groups);
+      config.fail(kGroups.key, "must divide the " + std::to_string(moe.experts) + " routed experts" + groups_from,
+                  moe.groups);
     if (moe.experts / moe.groups < 2)  // a group scores by its best two experts
-      config.fail(kGroups.key, "must leave at least 2 experts per group", moe.groups);
+      config.fail(kGroups.key, "must leave at least 2 experts per group" + groups_from, moe.groups);
     if (moe.topk_groups > moe.groups)
       config.fail(kTopkGroups.key, "must be at most n_group (" + std::to_string(moe.groups) + ")", moe.topk_groups);
     if (moe.experts_per_token > moe.topk_groups * (moe.experts / moe.groups))

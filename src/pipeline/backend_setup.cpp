@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <fstream>
 #include <stdexcept>
 
 #include "compute/backend_capabilities.hpp"
@@ -121,42 +122,59 @@ void check_kv_capacity(compute::BackendKind backend, io::Dtype cpu_dtype, const 
   }
 }
 
-void check_forward_memory(compute::BackendKind backend, const RankModel& m, int64_t tokens, bool scoring,
-                          int node_ranks) {
-  if (backend != compute::BackendKind::kCpu || tokens <= 0) return;
+namespace {
+
+// This node's memory: the physical memory, or the job's cgroup limit (Slurm's --mem) if lower.
+double node_memory_bytes(bool& cgroup_limited) {
+  double bytes = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
+  cgroup_limited = false;
+  for (const char* path : {"/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"}) {
+    std::ifstream in(path);
+    double limit = 0;
+    if (in >> limit && limit > 0 && limit < bytes) {  // ("max" reads as no number: no limit)
+      bytes = limit;
+      cgroup_limited = true;
+    }
+  }
+  return bytes;
+}
+
+}  // namespace
+
+void check_forward_memory(compute::BackendKind backend, const dist::Topology& topo, const RankModel& m, int64_t tokens,
+                          bool scores, const std::string& hint) {
+  if (backend != compute::BackendKind::kCpu) return;
+  // This rank's need: its stage's layers, and the head where it runs.
   using compute::Buffer;
   const compute::LayerShape shape(m.config(), m.shard);
   double floats = 2.0 * shape.hidden;  // the hidden states in and out
   for (Buffer b :
        {Buffer::kNormed, Buffer::kQkv, Buffer::kAttention, Buffer::kPartial, Buffer::kGateUp, Buffer::kActivation})
     floats += shape.width(b);
-  if (scoring) floats += m.shard.vocab_count + shape.hidden;  // the head's normed rows and logits
-  double kv_bytes = 0;  // the forward's own K and V rows, on the stage with the most layers
-  for (int stage = 0; stage < static_cast<int>(m.partition.size()); ++stage) {
-    const kv::KvShape kv = m.kv_shape(stage, 1);
-    kv_bytes = std::max(kv_bytes, static_cast<double>(kv.bytes_per_page()));
-  }
-  const double need = static_cast<double>(tokens) * (floats * sizeof(float) + kv_bytes);
-  const double node = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGE_SIZE));
-  const double share = node / std::max(1, node_ranks);
-  if (node <= 0 || need <= share) return;
-  char text[320];
-  std::snprintf(text, sizeof text,
-                "a forward of %lld tokens on one rank needs about %.1f GiB (the layers' buffers%s and its KV "
-                "rows), more than "
-                "the %.1f GiB of this node's memory a rank has (%.1f GiB over %d rank(s)): lower --chunk-size",
-                static_cast<long long>(tokens), need / std::pow(2.0, 30), scoring ? ", the LM head's" : "",
-                share / std::pow(2.0, 30), node / std::pow(2.0, 30), node_ranks);
-  throw UserError(text);
-}
-
-int ranks_on_this_node() {
+  const bool head = scores && topo.last_stage();
+  if (head) floats += m.shard.vocab_count + shape.hidden;  // the head's normed rows and logits
+  const double kv_bytes = static_cast<double>(m.kv_shape(topo.stage, 1).bytes_per_page());  // a token's rows
+  const double mine = static_cast<double>(std::max<int64_t>(tokens, 0)) * (floats * sizeof(float) + kv_bytes);
   MPI_Comm node;
   MPI_CHECK(MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, 0, MPI_INFO_NULL, &node));
+  double need = 0;
   int ranks = 1;
+  MPI_CHECK(MPI_Allreduce(&mine, &need, 1, MPI_DOUBLE, MPI_SUM, node));
   MPI_CHECK(MPI_Comm_size(node, &ranks));
   MPI_CHECK(MPI_Comm_free(&node));
-  return ranks;
+  dist::checked_step(MPI_COMM_WORLD, [&] {
+    bool cgroup = false;
+    const double have = node_memory_bytes(cgroup);
+    if (have <= 0 || need <= have) return;
+    char text[400];
+    std::snprintf(text, sizeof text,
+                  "the %d rank(s) on %s's node need about %.1f GiB for their largest forwards (%lld tokens a rank: "
+                  "the layers' buffers and KV rows%s), more than its %.1f GiB of memory%s: lower --chunk-size%s",
+                  ranks, topo.world_rank == 0 ? "rank 0" : ("rank " + std::to_string(topo.world_rank)).c_str(),
+                  need / std::pow(2.0, 30), static_cast<long long>(tokens), scores ? ", the LM head's rows" : "",
+                  have / std::pow(2.0, 30), cgroup ? " (the job's cgroup limit)" : "", hint.c_str());
+    throw UserError(text);
+  });
 }
 
 }  // namespace pf::pipeline

@@ -52,16 +52,14 @@ void check_kv_capacity(compute::BackendKind backend, io::Dtype cpu_dtype, const 
                        const RankModel& rank_model, int page_size, int64_t kv_memory_mb,
                        const std::vector<int64_t>& prompt_lengths, int cp_chunk);
 
-// Rank 0, before a cpu run or profile reads weights: UserError when the buffers of its largest
-// forward (`tokens` on one rank: the layers' widths, and the LM head's rows over the
-// vocabulary slice when the last stage scores every position) would not fit this node's
-// memory shared by its `node_ranks` ranks (a chunk of millions of tokens would otherwise grow
-// until the OOM killer stops it). Other backends: no check here.
-void check_forward_memory(compute::BackendKind backend, const RankModel& rank_model, int64_t tokens, bool scoring,
-                          int node_ranks);
-
-// The ranks on this node (collective over MPI_COMM_WORLD).
-int ranks_on_this_node();
+// Collective, before a cpu run or profile reads weights: UserError on every rank when the
+// largest forwards of the ranks sharing a node (`tokens` on each: the layers' buffers and KV
+// rows, and the LM head's rows over the vocabulary slice on a last stage that `scores` every
+// position) would not fit that node's memory (its cgroup limit where lower). A chunk of
+// millions of tokens would otherwise grow until the OOM killer ends it. `hint` ends the
+// message. Other backends: no check here.
+void check_forward_memory(compute::BackendKind backend, const dist::Topology& topology, const RankModel& rank_model,
+                          int64_t tokens, bool scores, const std::string& hint);
 
 // Per-stage costs from analytic:HARDWARE or a profile (its identity must match, the backend
 // it was measured on aside). UserError when unusable.

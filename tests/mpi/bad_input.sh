@@ -344,11 +344,11 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   # A forward that cannot fit the node's memory (dynamic chunking profiles 1.25 C0 whatever the
   # prompts): refused before any weights, not grown until the OOM killer ends it.
   forward_exceeds_memory) extra=(--pp 2 --chunk-size 30000000 --dynamic-chunking)
-    expect="a forward of 37500000 tokens on one rank needs about" ;;
+    expect="for their largest forwards (37500000 tokens a rank" ;;
   profile_forward_exceeds_memory) launch=(-n 1 "$bin/pipefill" profile --model "$model" --out "$work/p.json" --chunk-size 30000000)
-    expect="a forward of 37500000 tokens on one rank needs about" ;;
+    expect="for their largest forwards (37500000 tokens a rank" ;;
   make_prompts_too_many) launch=(-n 1 "$bin/pipefill" make-prompts --out "$work/p.h5" --num 2147483647 --min-len 1 --max-len 1 --vocab 9)
-    expect="--num x --max-len may be at most 4294967296 tokens" ;;
+    expect="--num x (--max-len + 2) may be at most 4294967296" ;;
   # make-model never replaces a model without --overwrite, nor ever a directory of files it
   # does not write (a real checkpoint's tokenizer).
   make_model_over_model) copy_model

@@ -72,12 +72,19 @@ TEST(Checkpoint, MakeModelAgainLeavesOnlyTheNewModel) {
   EXPECT_TRUE(fs::exists(dir / "model.safetensors.index.json"));  // the refusals left it as it was
   fs::remove(dir / "notes.txt");
   ASSERT_EQ(make_model({"--preset", "tiny", "--out", dir.string(), "--seed", "2", "--overwrite"}), 0);
-  int files = 0;
-  for (const auto& entry : fs::directory_iterator(dir)) files += entry.is_regular_file();
-  EXPECT_EQ(files, 2);  // config.json, model.safetensors
+  EXPECT_EQ(std::distance(fs::directory_iterator(dir), fs::directory_iterator()),
+            2);  // config.json, model.safetensors: no old shard, no staging directory left
   EXPECT_FALSE(fs::exists(dir / "model.safetensors.index.json"));
-  for (const auto& entry : fs::directory_iterator(dir.parent_path()))  // no staging or old copy left beside it
-    EXPECT_EQ(entry.path().filename().string().find(dir.filename().string() + "."), std::string::npos) << entry.path();
+  // --out as people write it: with a trailing '/', through a link (the target is written), ".".
+  ASSERT_EQ(make_model({"--preset", "tiny", "--out", dir.string() + "/", "--seed", "2", "--overwrite"}), 0);
+  fs::create_directory_symlink(dir, dir.string() + "_link");
+  ASSERT_EQ(make_model({"--preset", "tiny", "--out", dir.string() + "_link", "--seed", "2", "--overwrite"}), 0);
+  EXPECT_TRUE(fs::is_symlink(dir.string() + "_link"));
+  fs::remove(dir.string() + "_link");
+  const fs::path here = fs::current_path();
+  fs::current_path(dir);
+  EXPECT_EQ(make_model({"--preset", "tiny", "--out", ".", "--seed", "2", "--overwrite"}), 0);
+  fs::current_path(here);
   const auto again = model::open_model(dir.string(), 0), seed2 = model::open_model("synthetic:tiny", 2);
   std::vector<float> a(128), b(128);
   again.tensors->read_block("model.layers.0.mlp.up_proj.weight", 0, 1, 0, 128, a.data());
