@@ -166,7 +166,7 @@ void check_forward_memory(compute::BackendKind backend, const dist::Topology& to
     bool cgroup = false;
     const double have = node_memory_bytes(cgroup);
     if (have <= 0 || need <= have) return;
-    char text[400];
+    char text[768];
     std::snprintf(text, sizeof text,
                   "the %d rank(s) on %s's node need about %.1f GiB for their largest forwards (%lld tokens a rank: "
                   "the layers' buffers and KV rows%s), more than its %.1f GiB of memory%s: lower --chunk-size%s",
