@@ -50,14 +50,8 @@ int main(int argc, char** argv) {
     std::signal(SIGTERM, request_stop);
     std::signal(SIGUSR1, request_stop);
   }
-  // Blocked across choose_blas_kernels' re-execution: delivered now, to run's handlers or, for
-  // the other commands, with their default action (every command must stay stoppable).
-  sigset_t stops;
-  sigemptyset(&stops);
-  sigaddset(&stops, SIGTERM);
-  sigaddset(&stops, SIGUSR1);
-  sigprocmask(SIG_UNBLOCK, &stops, nullptr);
-  // Before MPI and threads: OpenBLAS's kernels by this CPU's features, not its model.
+  // Before MPI and threads: OpenBLAS's kernels by this CPU's features, not its model. (A stop
+  // signal held across its re-execution is delivered there, to the handlers above.)
   pf::cpu::choose_blas_kernels(argv);
   // run and profile are SPMD (MPI); the other commands are single-process tools.
   const bool is_run = std::strcmp(command, "run") == 0 || std::strcmp(command, "profile") == 0;

@@ -284,13 +284,14 @@ class OptionTable {
   bool parse(const std::string& program, const std::string& description, int argc, char** argv,
              Options& options) const {
     cxxopts::Options table(program, description);
-    for (const auto& option : options_)
-      table.add_options(option->group())(option->flag(), option->help(), option->value());
+    std::set<std::string> lists;  // flags given once per element (--length 5000 --length 5100)
+    for (const auto& option : options_) {
+      const std::shared_ptr<cxxopts::Value> value = option->value();
+      if (value->is_container()) lists.insert(option->flag());
+      table.add_options(option->group())(option->flag(), option->help(), value);
+    }
     const auto result = parse_command_line(table, argc, argv);
     if (!result) return false;
-    std::set<std::string> lists;  // flags given once per element (--length 5000 --length 5100)
-    for (const auto& option : options_)
-      if (option->value()->is_container()) lists.insert(option->flag());
     refuse_repeated(*result, lists);
     for (const auto& option : options_) option->read(*result, options);
     return true;

@@ -23,6 +23,11 @@ void require_regular_file(const std::string& path, const std::string& role) {
     throw UserError(role + " " + path + " is not a regular file (a FIFO, socket or device would block the run)");
 }
 
+void require_regular_if_present(const std::string& path, const std::string& role) {
+  struct stat info {};
+  if (!path.empty() && ::stat(path.c_str(), &info) == 0) require_regular_file(path, role);
+}
+
 void require_writable_file_path(const std::string& path, const std::string& role) {
   if (path.empty()) throw UserError(role + " is empty: give a file name");
   if (path.back() == '/') throw UserError(role + " " + path + " ends in '/': give a file name, not a directory");

@@ -10,6 +10,8 @@ namespace pf::io {
 
 // UserError unless `path` is an existing regular file (symlinks to one are fine).
 void require_regular_file(const std::string& path, const std::string& role);
+// The same for a path that exists; an absent one is left to the reader's own message.
+void require_regular_if_present(const std::string& path, const std::string& role);
 
 // UserError unless `path` can be created or replaced as a file: not empty, not ending in
 // '/', not a directory or other non-regular file, in an existing directory that takes a new

@@ -6,7 +6,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <filesystem>
 #include <fstream>
 #include <sstream>
 #include <thread>
@@ -153,8 +152,7 @@ void check_profile(const CostProfile& p, const std::string& path) {
 }  // namespace
 
 CostProfile load_cost_profile(const std::string& path) {
-  std::error_code error;  // a directory would read as an I/O fault, not a user's mistake
-  if (std::filesystem::exists(path, error)) io::require_regular_file(path, "--cost-model");
+  io::require_regular_if_present(path, "--cost-model");  // a directory would read as an I/O fault
   std::ifstream in(path);
   if (!in) throw UserError("cannot read cost model " + path);
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);

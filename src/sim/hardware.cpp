@@ -20,9 +20,7 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
     const char* dir = std::getenv("PIPEFILL_HARDWARE_DIR");
     path = (fs::path(dir ? dir : PIPEFILL_HARDWARE_DIR) / (name_or_path + ".json")).string();
   }
-  std::error_code error;
-  if (fs::exists(path, error))
-    io::require_regular_file(path, "hardware description");  // (a directory reads as an I/O fault)
+  io::require_regular_if_present(path, "hardware description");  // a directory would read as an I/O fault
   std::ifstream in(path);
   if (!in) throw UserError("no hardware description " + path + " (known: h20, h100, h200, cpu in hardware/)");
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
@@ -87,8 +85,7 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
     // Required: without it no layout could be checked against the device's memory.
     if (!j.contains("memory_GB"))
       throw UserError(path + ": \"memory_GB\" is missing (each device's memory, as sold: 80 for an H100)");
-    h.memory_bytes = number(j["memory_GB"], "memory_GB", 1e-3, 1e6, false) * 0.9957 *
-                     static_cast<double>(1ull << 30);
+    h.memory_bytes = number(j["memory_GB"], "memory_GB", 1e-3, 1e6, false) * 0.9957 * static_cast<double>(1ull << 30);
     h.matmul_half_rows = number(j.value("matmul_half_rows", nlohmann::json(0.0)), "matmul_half_rows", 0, 1e6, false);
     if (j.contains("backend") && !j["backend"].is_string()) throw UserError(path + ": \"backend\" must be cuda or cpu");
     const std::string backend = j.value("backend", std::string("cuda"));

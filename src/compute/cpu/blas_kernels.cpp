@@ -49,9 +49,21 @@ const char* level_name(Level level) {
 // had picked by itself). Also stops a second re-execution.
 constexpr const char* kChoiceVariable = "PIPEFILL_BLAS_CHOICE";
 
+// The signals that stop a run: a stop arriving while the program is replaced would find the
+// signal's default action (death) there, so they are held back across the execv.
+sigset_t stop_signals() {
+  sigset_t stops;
+  sigemptyset(&stops);
+  sigaddset(&stops, SIGTERM);
+  sigaddset(&stops, SIGUSR1);
+  return stops;
+}
+
 }  // namespace
 
 void choose_blas_kernels(char** argv) {
+  const sigset_t stops = stop_signals();
+  sigprocmask(SIG_UNBLOCK, &stops, nullptr);  // held back by the process this one replaced
   if (std::getenv("OPENBLAS_CORETYPE") || std::getenv(kChoiceVariable)) return;  // the user's, or done
   const std::string original = openblas_get_corename();
   const Level cpu = level_of_cpu();
@@ -59,15 +71,8 @@ void choose_blas_kernels(char** argv) {
   if (!wanted || level_of_core(original) >= cpu) return;
   const std::string choice = std::string(wanted) + ":" + original;
   if (::setenv("OPENBLAS_CORETYPE", wanted, 1) != 0 || ::setenv(kChoiceVariable, choice.c_str(), 1) != 0) return;
-  // A stop signal (SIGTERM, SIGUSR1) arriving while the program is replaced would find the
-  // signal's default action (death) there: blocked here, it stays pending across execv until
-  // the new process has its handlers and unblocks it (main).
-  sigset_t stops;
-  sigemptyset(&stops);
-  sigaddset(&stops, SIGTERM);
-  sigaddset(&stops, SIGUSR1);
-  sigprocmask(SIG_BLOCK, &stops, nullptr);
-  ::execv("/proc/self/exe", argv);  // returns only on failure: go on with OpenBLAS's choice
+  sigprocmask(SIG_BLOCK, &stops, nullptr);  // pending across execv until the new process unblocks it
+  ::execv("/proc/self/exe", argv);          // returns only on failure: go on with OpenBLAS's choice
   sigprocmask(SIG_UNBLOCK, &stops, nullptr);
   ::unsetenv("OPENBLAS_CORETYPE");
 }

@@ -17,7 +17,9 @@ namespace pf::cpu {
 // First thing in main, before MPI_Init and before any thread of ours: re-executes the program
 // (same pid, arguments and environment, plus OPENBLAS_CORETYPE) when OpenBLAS chose kernels
 // for an older ISA than this CPU runs and nobody set OPENBLAS_CORETYPE. Returns when no
-// re-execution is needed, or when it failed (the warning says so later).
+// re-execution is needed, or when it failed (the warning says so later). The stop signals
+// (SIGTERM, SIGUSR1) are blocked across the re-execution and unblocked on entry, in every
+// command: install their handlers before calling.
 void choose_blas_kernels(char** argv);
 
 // For the run's header: "OpenBLAS SkylakeX GEMMs (chosen from the CPU's features; OpenBLAS took
