@@ -53,8 +53,8 @@ class TileScratch {
   std::vector<int32_t> positions_;
 };
 
-// Whether a kernel takes this head size: the value columns it accumulates per register pass
-// must divide head_dim.
+// Whether a kernel takes this head size: AVX-512's 8 value columns a register pass must divide
+// it; AVX2's passes of 6 end with one of 2 or 4, so any even head size.
 bool avx512_attention_fits(int head_dim);
 bool avx2_attention_fits(int head_dim);
 void attend_query_block_avx512(const QueryBlock& block, TileScratch& scratch);

@@ -80,38 +80,60 @@ struct KeyRuns {
 
 // O^T[c0..c0+kC)[tile] = O^T * correction + sum_j V[j][c] P^T[j] over the first n keys of the
 // runs: registers kC x 2 vectors.
+template <class V, int kC>
+inline void accumulate_columns(const float* pt, int n, const KeyRuns& kv, int d, int c0, float* ot, int rows,
+                               typename V::reg corr0, typename V::reg corr1) {
+  constexpr int W = V::kLanes;
+  typename V::reg acc[kC][2];
+#pragma GCC unroll 16
+  for (int c = 0; c < kC; ++c) {
+    float* o = ot + static_cast<int64_t>(c0 + c) * rows;
+    acc[c][0] = V::mul(V::load(o), corr0);
+    acc[c][1] = V::mul(V::load(o + W), corr1);
+  }
+  for (int r = 0; r < kv.runs && kv.begin[r] < n; ++r) {
+    const int first = kv.begin[r], last = std::min(n, kv.begin[r + 1]);
+    for (int j = first; j < last; ++j) {
+      auto p0 = V::load(pt + j * 2 * W), p1 = V::load(pt + j * 2 * W + W);
+      // Held in registers: GCC would fold the two loads into each column's FMAs instead (2 kC
+      // loads a key where 2 do), which on AVX2 left this loop load-bound (Zen 3: 57 % of the
+      // FMA peak).
+      asm("" : "+v"(p0), "+v"(p1));
+      const float* v = kv.values[r] + static_cast<int64_t>(j - first) * d + c0;
+#pragma GCC unroll 16
+      for (int c = 0; c < kC; ++c) {
+        const auto b = V::set1(v[c]);
+        acc[c][0] = V::fma(b, p0, acc[c][0]);
+        acc[c][1] = V::fma(b, p1, acc[c][1]);
+      }
+    }
+  }
+#pragma GCC unroll 16
+  for (int c = 0; c < kC; ++c) {
+    float* o = ot + static_cast<int64_t>(c0 + c) * rows;
+    V::store(o, acc[c][0]);
+    V::store(o + W, acc[c][1]);
+  }
+}
+
+// The columns left after the whole groups of V::kValueColumns (fewer than it; an even count).
+template <class V, int kC>
+inline void accumulate_tail(const float* pt, int n, const KeyRuns& kv, int d, int c0, float* ot, int rows,
+                            typename V::reg corr0, typename V::reg corr1) {
+  if constexpr (kC > 0) {
+    if (d - c0 == kC) return accumulate_columns<V, kC>(pt, n, kv, d, c0, ot, rows, corr0, corr1);
+    accumulate_tail<V, kC - 2>(pt, n, kv, d, c0, ot, rows, corr0, corr1);
+  }
+}
+
+// O^T = O^T * correction + P^T V over every column, V::kValueColumns at a time.
 template <class V>
 inline void accumulate_values(const float* pt, int n, const KeyRuns& kv, int d, float* ot, int rows,
                               typename V::reg corr0, typename V::reg corr1) {
-  constexpr int W = V::kLanes, kC = V::kValueColumns;
-  for (int c0 = 0; c0 < d; c0 += kC) {
-    typename V::reg acc[kC][2];
-#pragma GCC unroll 16
-    for (int c = 0; c < kC; ++c) {
-      float* o = ot + static_cast<int64_t>(c0 + c) * rows;
-      acc[c][0] = V::mul(V::load(o), corr0);
-      acc[c][1] = V::mul(V::load(o + W), corr1);
-    }
-    for (int r = 0; r < kv.runs && kv.begin[r] < n; ++r) {
-      const int first = kv.begin[r], last = std::min(n, kv.begin[r + 1]);
-      for (int j = first; j < last; ++j) {
-        const auto p0 = V::load(pt + j * 2 * W), p1 = V::load(pt + j * 2 * W + W);
-        const float* v = kv.values[r] + static_cast<int64_t>(j - first) * d + c0;
-#pragma GCC unroll 16
-        for (int c = 0; c < kC; ++c) {
-          const auto b = V::set1(v[c]);
-          acc[c][0] = V::fma(b, p0, acc[c][0]);
-          acc[c][1] = V::fma(b, p1, acc[c][1]);
-        }
-      }
-    }
-#pragma GCC unroll 16
-    for (int c = 0; c < kC; ++c) {
-      float* o = ot + static_cast<int64_t>(c0 + c) * rows;
-      V::store(o, acc[c][0]);
-      V::store(o + W, acc[c][1]);
-    }
-  }
+  constexpr int kC = V::kValueColumns;
+  int c0 = 0;
+  for (; c0 + kC <= d; c0 += kC) accumulate_columns<V, kC>(pt, n, kv, d, c0, ot, rows, corr0, corr1);
+  if (c0 < d) accumulate_tail<V, (kC - 1) / 2 * 2>(pt, n, kv, d, c0, ot, rows, corr0, corr1);
 }
 
 // Online softmax over n keys of one tile's S^T (two vectors of rows) whose maxima are
