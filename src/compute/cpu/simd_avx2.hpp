@@ -11,8 +11,9 @@ namespace pf::cpu {
 struct Avx2 {
   using reg = __m256;
   static constexpr int kLanes = 8;
-  static constexpr int kKeys = 6;          // S^T registers: 6 keys x 2 vectors (+ 2 Q + 1 K of 16)
-  static constexpr int kValueColumns = 6;  // O^T registers: 6 columns x 2 vectors
+  static constexpr int kKeys = 6;                    // S^T registers: 6 keys x 2 vectors (+ 2 Q + 1 K of 16)
+  static constexpr int kValueColumns = 6;            // O^T registers: 6 columns x 2 vectors
+  static constexpr int kScoreStepsPerIteration = 2;  // Q.K's loop runs two head-dim steps an iteration
 
   static reg zero() { return _mm256_setzero_ps(); }
   static reg load(const float* p) { return _mm256_loadu_ps(p); }

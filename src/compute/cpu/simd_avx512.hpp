@@ -11,8 +11,9 @@ namespace pf::cpu {
 struct Avx512 {
   using reg = __m512;
   static constexpr int kLanes = 16;
-  static constexpr int kKeys = 8;          // S^T registers: 8 keys x 2 vectors (measured best of 6-14)
-  static constexpr int kValueColumns = 8;  // O^T registers: 8 columns x 2 vectors
+  static constexpr int kKeys = 8;                    // S^T registers: 8 keys x 2 vectors (measured best of 6-14)
+  static constexpr int kValueColumns = 8;            // O^T registers: 8 columns x 2 vectors
+  static constexpr int kScoreStepsPerIteration = 1;  // Q.K's loop runs one head-dim step an iteration
 
   static reg zero() { return _mm512_setzero_ps(); }
   static reg load(const float* p) { return _mm512_loadu_ps(p); }
