@@ -21,6 +21,7 @@
 
 #include "compute/cpu/blas_kernels.hpp"
 #include "compute/cpu/gemm_bf16_dot.hpp"  // the FMA and vdpbf16ps loops pipefill itself times
+#include "compute/cpu/gemm_f32_avx2.hpp"
 #include "compute/cpu/gemm_f32_avx512.hpp"
 
 namespace {
@@ -85,11 +86,19 @@ int main(int argc, char** argv) {
   const double flops = 2.0 * n * n * n;
   std::string how_gemm = "one core, 2048^3, " + pf::cpu::blas_kernels_description();
   double best = flops / gemm / 1e9;
-  if (pf::cpu::f32_gemm_available()) {
-    const double own =
-        flops / seconds_of([&] { pf::cpu::linear_f32_avx512(a.data(), n, n, b.data(), 0, n, n, c.data()); }) / 1e9;
+  // pipefill's own GEMM for this CPU (the one gemm.cpp runs: AVX-512's where it has it).
+  const bool avx512 = pf::cpu::f32_gemm_available(), avx2 = !avx512 && pf::cpu::f32_avx2_gemm_available();
+  if (avx512 || avx2) {
+    const double own = flops / seconds_of([&] {
+                         if (avx512)
+                           pf::cpu::linear_f32_avx512(a.data(), n, n, b.data(), 0, n, n, c.data());
+                         else
+                           pf::cpu::linear_f32_avx2(a.data(), n, n, b.data(), 0, n, n, c.data());
+                       }) /
+                       1e9;
     char rates[96];
-    std::snprintf(rates, sizeof rates, " %.1f, pipefill's AVX-512 GEMM %.1f: the better", best, own);
+    std::snprintf(rates, sizeof rates, " %.1f, pipefill's %s GEMM %.1f: the better", best, avx512 ? "AVX-512" : "AVX2",
+                  own);
     how_gemm += rates;
     best = std::max(best, own);
   }

@@ -5,8 +5,8 @@
 #                   or AVX-512 (never OpenBLAS's generic ones, which it picks for CPUs newer
 #                   than itself), and the run is the same as one with those kernels asked for
 #   forced_generic  OPENBLAS_CORETYPE=Prescott (the user's choice, kept): where pipefill's own
-#                   AVX-512 GEMMs run the projections, no warning (OpenBLAS then runs only GEMMs
-#                   of under 4 rows); where OpenBLAS runs them (no AVX-512, or
+#                   AVX-512 or AVX2 GEMMs run the projections, no warning (OpenBLAS then runs
+#                   only GEMMs of under 4 rows); where OpenBLAS runs them (no AVX2, or
 #                   PIPEFILL_F32_GEMM=blas), on a CPU with AVX2 a `warning:` says what it costs
 #                   and how to fix it; the runs succeed
 # usage: blas_kernels.sh BIN_DIR DATA_DIR CASE
@@ -42,7 +42,7 @@ case $case in
     [ "$(core_of generic)" = Prescott ] || fail "OPENBLAS_CORETYPE=Prescott was not kept ($(core_of generic))"
     warned() { grep -q "^warning: OpenBLAS runs its Prescott GEMM kernels (SSE) on this CPU, which has AVX.*unset it, or set it to" \
       "$work/$1.log"; }
-    if grep -q '^cpu: .*own AVX-512 GEMMs' "$work/generic.log"; then
+    if grep -qE '^cpu: .*own (AVX-512|AVX2) GEMMs' "$work/generic.log"; then
       ! warned generic || fail "a warning about OpenBLAS's kernels where pipefill's own GEMMs run the projections"
       PIPEFILL_F32_GEMM=blas OPENBLAS_CORETYPE=Prescott run blas
       grep '^cpu:' "$work/blas.log"

@@ -9,6 +9,7 @@
 #include "compute/cpu/attention.hpp"
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
+#include "compute/cpu/gemm_f32_avx2.hpp"
 #include "compute/cpu/gemm_f32_avx512.hpp"
 #include "compute/cpu/thread_pool.hpp"
 #include "io/bf16.hpp"
@@ -289,6 +290,26 @@ TEST(Kernels, LinearF32Avx512IsTheFloat32Gemm) {
   cpu::linear_f32_avx512(x.data(), rows, in, w.data(), 80, 141, out, y.data());
   cpu::linear_f32_avx512(x.data(), rows, in, w.data(), 141, out, out, y.data());
   EXPECT_LT(worst_against_double(y, x, w, rows, in, out), 2e-5);
+}
+
+// The float32 AVX2 GEMM (where the CPU has AVX2 and FMA): the same cases against its 8 x 8
+// packing transposes, 6-row tiles (a tail of 1 row) and 48-column blocks of 16-column panels
+// (slices ending mid-panel and mid-vector), and every row count of its tail.
+TEST(Kernels, LinearF32Avx2IsTheFloat32Gemm) {
+  if (!cpu::f32_avx2_gemm_available()) GTEST_SKIP() << "this CPU has no AVX2 with FMA";
+  const int rows = 37, in = 97, out = 150;
+  const auto x = random_vector(size_t(rows) * in, 8, 2.0f);
+  const auto w = random_vector(size_t(out) * in, 9);
+  std::vector<float> y(size_t(rows) * out, std::nanf(""));
+  cpu::linear_f32_avx2(x.data(), rows, in, w.data(), 0, 80, out, y.data());
+  cpu::linear_f32_avx2(x.data(), rows, in, w.data(), 80, 141, out, y.data());
+  cpu::linear_f32_avx2(x.data(), rows, in, w.data(), 141, out, out, y.data());
+  EXPECT_LT(worst_against_double(y, x, w, rows, in, out), 2e-5);
+  for (int few = 1; few <= 7; ++few) {
+    std::vector<float> z(size_t(few) * out, std::nanf(""));
+    cpu::linear_f32_avx2(x.data(), few, in, w.data(), 0, out, out, z.data());
+    EXPECT_LT(worst_against_double(z, x, w, few, in, out), 2e-5) << few << " rows";
+  }
 }
 
 // linear() takes whichever GEMM is in force for every row count (ours from 4 rows, OpenBLAS

@@ -1,5 +1,5 @@
-// Projections: float32 through our AVX-512 GEMM or OpenBLAS sgemm, bf16 through vdpbf16ps or
-// widened to sgemm; the [out, in] weight is used as stored.
+// Projections: float32 through our AVX-512 or AVX2 GEMM or OpenBLAS sgemm, bf16 through
+// vdpbf16ps or widened to float32; the [out, in] weight is used as stored.
 #include "compute/cpu/gemm.hpp"
 
 #include <cblas.h>
@@ -16,6 +16,7 @@
 #include "compute/cpu/blas_kernels.hpp"
 #include "compute/cpu/cpu_features.hpp"
 #include "compute/cpu/gemm_bf16_dot.hpp"
+#include "compute/cpu/gemm_f32_avx2.hpp"
 #include "compute/cpu/gemm_f32_avx512.hpp"
 #include "compute/cpu/thread_pool.hpp"
 #include "io/bf16.hpp"
@@ -65,10 +66,12 @@ std::string forced_gemm(const char* variable, const char* ours, const char* othe
 }  // namespace
 
 F32GemmKernels decide_f32_gemm() {
-  // PIPEFILL_CPU_ISA=avx2|portable narrows every hand-written kernel, this one included.
-  const bool available = f32_gemm_available() && kernel_isa() == Isa::kAvx512;
-  const std::string wanted = forced_gemm("PIPEFILL_F32_GEMM", "own", "blas", available, "AVX-512");
+  // PIPEFILL_CPU_ISA=avx2|portable narrows every hand-written kernel, these included.
   F32GemmKernels kernels;
+  kernels.isa = kernel_isa();
+  const bool available =
+      (kernels.isa == Isa::kAvx512 && f32_gemm_available()) || (kernels.isa == Isa::kAvx2 && f32_avx2_gemm_available());
+  const std::string wanted = forced_gemm("PIPEFILL_F32_GEMM", "own", "blas", available, "AVX2 and AVX-512");
   kernels.forced = !wanted.empty();
   kernels.own = kernels.forced ? wanted == "own" : available;
   return kernels;
@@ -82,14 +85,24 @@ const F32GemmKernels& f32_gemm_kernels() {
 std::string f32_gemm_description() {
   const F32GemmKernels& k = f32_gemm_kernels();
   const std::string forced = k.forced ? " (PIPEFILL_F32_GEMM)" : "";
-  return k.own ? "own AVX-512 GEMMs" + forced + " (" + blas_kernels_description() + " below " +
-                     std::to_string(kOwnGemmMinRows) + " rows)"
+  return k.own ? std::string(k.isa == Isa::kAvx512 ? "own AVX-512" : "own AVX2") + " GEMMs" + forced + " (" +
+                     blas_kernels_description() + " below " + std::to_string(kOwnGemmMinRows) + " rows)"
                : blas_kernels_description() + forced;
 }
 
+namespace {
+// Our GEMM for this ISA (f32_gemm_kernels().own), on columns [begin, end) of y.
+void own_linear(const float* x, int rows, int in, const float* weight, int begin, int end, int out, float* y) {
+  if (f32_gemm_kernels().isa == Isa::kAvx512)
+    linear_f32_avx512(x, rows, in, weight, begin, end, out, y);
+  else
+    linear_f32_avx2(x, rows, in, weight, begin, end, out, y);
+}
+}  // namespace
+
 void linear(const float* x, int rows, int in, const float* weight, int out, float* y) {
   if (rows >= kOwnGemmMinRows && f32_gemm_kernels().own) {
-    for_each_column_slice(out, [&](int begin, int end) { linear_f32_avx512(x, rows, in, weight, begin, end, out, y); });
+    for_each_column_slice(out, [&](int begin, int end) { own_linear(x, rows, in, weight, begin, end, out, y); });
   } else {
     for_each_column_slice(out, [&](int begin, int end) {
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, end - begin, in, 1.0f, x, in,
@@ -182,7 +195,7 @@ void linear_bf16(const float* x, int rows, int in, const uint16_t* weight, int o
       const int b1 = std::min(end, b0 + kWidenRows);
       bf16::widen(weight + int64_t(b0) * in, int64_t(b1 - b0) * in, w.data());
       if (rows >= kOwnGemmMinRows && f32_gemm_kernels().own)
-        linear_f32_avx512(xs, rows, in, w.data(), 0, b1 - b0, out, y + b0);
+        own_linear(xs, rows, in, w.data(), 0, b1 - b0, out, y + b0);
       else
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, rows, b1 - b0, in, 1.0f, xs, in, w.data(), in, 0.0f,
                     y + b0, out);

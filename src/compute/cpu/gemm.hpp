@@ -4,23 +4,26 @@
 #include <cstdint>
 #include <string>
 
+#include "compute/cpu/cpu_features.hpp"
 #include "compute/cpu/gemm_bf16_dot.hpp"
 
 namespace pf::cpu {
 
 // y[rows, out] = x[rows, in] . W^T, W stored [out, in] as Hugging Face does. Split by output
 // columns over the rank's threads (thread_pool.hpp), one single-threaded GEMM each: ours on
-// AVX-512 (gemm_f32_avx512.hpp) from kOwnGemmMinRows rows, else OpenBLAS's sgemm (its gemv
-// is 3x ours on one row: the LM head of a prompt's last position).
+// AVX-512 or AVX2 (gemm_f32_avx512.hpp, gemm_f32_avx2.hpp) from kOwnGemmMinRows rows, else
+// OpenBLAS's sgemm (its gemv is 3x ours on one row: the LM head of a prompt's last position).
 void linear(const float* x, int rows, int in, const float* weight, int out, float* y);
 constexpr int kOwnGemmMinRows = 4;
 
-// Which float32 GEMM runs: ours wherever the CPU and PIPEFILL_CPU_ISA allow AVX-512 (decided
-// by features, so every run on a machine sums in the same order), PIPEFILL_F32_GEMM=own|blas
-// forces one (tests, comparisons; std::runtime_error on a bad value or `own` without AVX-512).
+// Which float32 GEMM runs: ours wherever the CPU and PIPEFILL_CPU_ISA allow AVX-512 or AVX2
+// (decided by features, so every run on a machine sums in the same order), PIPEFILL_F32_GEMM=
+// own|blas forces one (tests, comparisons; std::runtime_error on a bad value or `own` without
+// either).
 struct F32GemmKernels {
   bool own = false;
   bool forced = false;
+  Isa isa = Isa::kPortable;  // kernel_isa(): which of ours (AVX-512's or AVX2's)
 };
 F32GemmKernels decide_f32_gemm();
 const F32GemmKernels& f32_gemm_kernels();  // decided on first use
