@@ -155,7 +155,8 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{600, 4, 1, 32, 200, 250},  // pages wider than a block
                       AttentionCase{500, 6, 2, 64, 48, 130},   // blocks across page edges
                       AttentionCase{400, 6, 2, 64, 33, 150},   // up to 5 page runs a block, odd edges
-                      AttentionCase{200, 6, 2, 12, 16, 50}));  // d 12: AVX2's kernel, not AVX-512's
+                      AttentionCase{200, 6, 2, 12, 16, 50},    // d 12: AVX2's kernel, not AVX-512's
+                      AttentionCase{150, 4, 2, 10, 16, 40}));  // d 10: AVX2's 6 value columns, then 4
 
 TEST(Kernels, AttentionFlopCount) {
   // 3 tokens after a prefix of 2: keys seen 3 + 4 + 5 = 12.
