@@ -2,8 +2,9 @@
 //   fma_peak   float32 FMAs of one core: 16 independent vector accumulators, no memory traffic
 //              (AVX-512 where the CPU has it, else AVX2);
 //   bf16_peak  vdpbf16ps (AVX512-BF16) the same way, where the CPU has it: 2 products a lane;
-//   sgemm      the best single-threaded float32 GEMM at 2048^3 a run can get: OpenBLAS's sgemm or,
-//              on AVX-512, pipefill's own (gemm_f32_avx512.hpp), the line naming both rates;
+//   sgemm      the best single-threaded float32 GEMM at 2048^3 a run can get: OpenBLAS's sgemm or
+//              pipefill's own where it runs (gemm_f32_avx512.hpp, gemm_f32_avx2.hpp; gemm.cpp's
+//              choice), the line naming both rates;
 //   bandwidth  a STREAM-style triad a[i] = b[i] + s c[i] over 3 x 128 MiB, on THREADS threads.
 // Each is the best of several trials (a shared machine only ever slows a trial down). Prints
 // one `name value unit` line each; a ceiling the CPU cannot run prints nothing.
@@ -20,6 +21,7 @@
 #include <vector>
 
 #include "compute/cpu/blas_kernels.hpp"
+#include "compute/cpu/gemm.hpp"
 #include "compute/cpu/gemm_bf16_dot.hpp"  // the FMA and vdpbf16ps loops pipefill itself times
 #include "compute/cpu/gemm_f32_avx2.hpp"
 #include "compute/cpu/gemm_f32_avx512.hpp"
@@ -86,9 +88,10 @@ int main(int argc, char** argv) {
   const double flops = 2.0 * n * n * n;
   std::string how_gemm = "one core, 2048^3, " + pf::cpu::blas_kernels_description();
   double best = flops / gemm / 1e9;
-  // pipefill's own GEMM for this CPU (the one gemm.cpp runs: AVX-512's where it has it).
-  const bool avx512 = pf::cpu::f32_gemm_available(), avx2 = !avx512 && pf::cpu::f32_avx2_gemm_available();
-  if (avx512 || avx2) {
+  // pipefill's own GEMM where gemm.cpp runs it (AVX-512's or AVX2's, as PIPEFILL_CPU_ISA allows).
+  const pf::cpu::F32GemmKernels& kernels = pf::cpu::f32_gemm_kernels();
+  const bool avx512 = kernels.own && kernels.isa == pf::cpu::Isa::kAvx512;
+  if (kernels.own) {
     const double own = flops / seconds_of([&] {
                          if (avx512)
                            pf::cpu::linear_f32_avx512(a.data(), n, n, b.data(), 0, n, n, c.data());

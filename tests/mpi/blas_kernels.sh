@@ -9,6 +9,10 @@
 #                   only GEMMs of under 4 rows); where OpenBLAS runs them (no AVX2, or
 #                   PIPEFILL_F32_GEMM=blas), on a CPU with AVX2 a `warning:` says what it costs
 #                   and how to fix it; the runs succeed
+#   own_avx2        on a CPU with AVX2 and FMA, PIPEFILL_CPU_ISA=avx2 (what an AVX2-only CPU
+#                   runs, on any CPU): the header names our AVX2 GEMMs, and float32 logits
+#                   equal the float64 reference's; bf16 ones are within bf16's error of it
+#                   and of OpenBLAS's widened GEMMs
 # usage: blas_kernels.sh BIN_DIR DATA_DIR CASE
 set -euo pipefail
 here=$(dirname "$0")
@@ -18,7 +22,7 @@ temp_dir work
 fast=0  # does this CPU run AVX2 with FMA (the least of the kernels pipefill asks for)?
 grep -qw avx2 /proc/cpuinfo && grep -qw fma /proc/cpuinfo && fast=1
 run() { pipefill_mpi 1 run --model "$data/tiny" --input "$data/prompts.h5" --output "$work/$1.h5" --chunk-size 64 \
-  >"$work/$1.log" 2>&1 || { cat "$work/$1.log"; fail "run $1 failed"; }; }
+  "${@:2}" >"$work/$1.log" 2>&1 || { cat "$work/$1.log"; fail "run $1 failed"; }; }
 core_of() { sed -nE 's/^cpu: .*OpenBLAS ([A-Za-z0-9]+) GEMMs.*/\1/p' "$work/$1.log"; }
 case $case in
   features)
@@ -50,6 +54,21 @@ case $case in
     elif [ "$fast" = 1 ]; then
       warned generic || fail "no warning about the generic kernels"
     fi ;;
+  own_avx2)
+    [ "$fast" = 1 ] || { echo "Passed: $case (skipped: no AVX2 with FMA)"; exit 0; }
+    export PIPEFILL_CPU_ISA=avx2
+    run avx2
+    grep '^cpu:' "$work/avx2.log"
+    grep -q '^cpu: avx2 attention, own AVX2 GEMMs' "$work/avx2.log" || fail "our AVX2 GEMMs do not run"
+    "$bin/tests/compare_logits" "$work/avx2.h5" "$data/ref_tiny.h5" --rtol 1e-4
+    # bf16: weights widened to float32 for our GEMM or OpenBLAS's. Where their float32 sums
+    # differ in the last bit, a later bf16 rounding can land the other side of a boundary, so
+    # the two differ by bf16's own error (measured 4.4e-3), and each is 2.1-2.2e-2 from float64.
+    run avx2_bf16 --dtype bf16
+    PIPEFILL_F32_GEMM=blas run blas_bf16 --dtype bf16
+    ! grep -q '^cpu: .*own AVX2' "$work/blas_bf16.log" || fail "PIPEFILL_F32_GEMM=blas ran our GEMMs"
+    "$bin/tests/compare_logits" "$work/avx2_bf16.h5" "$data/ref_tiny.h5" --rtol 5e-2
+    "$bin/tests/compare_logits" "$work/avx2_bf16.h5" "$work/blas_bf16.h5" --rtol 2e-2 ;;
   *) fail "unknown case $case" ;;
 esac
 echo "Passed: $case"

@@ -309,9 +309,11 @@ foreach(case shared bound)
 endforeach()
 
 # OpenBLAS's kernels chosen by the CPU's features, not its model; generic ones warned about.
-foreach(case features forced_generic)
+# own_avx2: our AVX2 GEMMs (PIPEFILL_CPU_ISA=avx2) against the float64 reference.
+foreach(case features forced_generic own_avx2)
   add_test(NAME mpi.blas_kernels.${case} COMMAND ${PF_MPI}/blas_kernels.sh ${PF_BIN} ${PF_DATA} ${case})
-  set_tests_properties(mpi.blas_kernels.${case} PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED "model.tiny;prompts")
+  set_tests_properties(mpi.blas_kernels.${case} PROPERTIES LABELS mpi TIMEOUT 300
+                       FIXTURES_REQUIRED "model.tiny;prompts;reference.tiny")
 endforeach()
 
 # `pipefill advise`: the table, the job line, --json, --input, --plot and its bad inputs.

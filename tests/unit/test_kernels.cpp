@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "compute/cpu/attention.hpp"
+#include "compute/cpu/attention_kernels.hpp"
 #include "compute/cpu/elementwise.hpp"
 #include "compute/cpu/gemm.hpp"
 #include "compute/cpu/gemm_f32_avx2.hpp"
@@ -104,6 +105,12 @@ TEST_P(ChunkAttention, EveryPathMatchesNaiveCausalAttention) {
     EXPECT_EQ(attend(isa, 3), out) << cpu::isa_name(isa) << " on 3 threads";
   }
   EXPECT_GE(paths, 1);
+#if defined(__x86_64__)
+  // The head sizes these cases rely on reaching the AVX2 kernel do (any even one).
+  if (c.d % 2 == 0) {
+    EXPECT_TRUE(cpu::avx2_attention_fits(c.d)) << c.d;
+  }
+#endif
 }
 
 // A bf16 cache: every path against the double formula on Q, K and V rounded to bf16. The
@@ -295,16 +302,29 @@ TEST(Kernels, LinearF32Avx512IsTheFloat32Gemm) {
 
 // The float32 AVX2 GEMM (where the CPU has AVX2 and FMA): the same cases against its 8 x 8
 // packing transposes, 6-row tiles (a tail of 1 row) and 48-column blocks of 16-column panels
-// (slices ending mid-panel and mid-vector), and every row count of its tail.
+// (slices ending in each panel, mid-vector or not), and every row count of its tail. Each
+// slice is written into a poisoned output of its own: no column outside it may change.
 TEST(Kernels, LinearF32Avx2IsTheFloat32Gemm) {
   if (!cpu::f32_avx2_gemm_available()) GTEST_SKIP() << "this CPU has no AVX2 with FMA";
   const int rows = 37, in = 97, out = 150;
   const auto x = random_vector(size_t(rows) * in, 8, 2.0f);
   const auto w = random_vector(size_t(out) * in, 9);
   std::vector<float> y(size_t(rows) * out, std::nanf(""));
-  cpu::linear_f32_avx2(x.data(), rows, in, w.data(), 0, 80, out, y.data());
-  cpu::linear_f32_avx2(x.data(), rows, in, w.data(), 80, 141, out, y.data());
-  cpu::linear_f32_avx2(x.data(), rows, in, w.data(), 141, out, out, y.data());
+  for (const auto& [begin, end] : {std::pair{0, 80}, std::pair{80, 141}, std::pair{141, out}, std::pair{0, 40},
+                                   std::pair{3, 94}, std::pair{16, 48}}) {
+    std::vector<float> slice(size_t(rows) * out, std::nanf(""));
+    cpu::linear_f32_avx2(x.data(), rows, in, w.data(), begin, end, out, slice.data());
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < out; ++c) {
+        const float v = slice[size_t(r) * out + c];
+        if (c < begin || c >= end) {
+          ASSERT_TRUE(std::isnan(v)) << "column " << c << " outside [" << begin << ", " << end << ") written";
+        } else {
+          ASSERT_FALSE(std::isnan(v)) << "column " << c << " of [" << begin << ", " << end << ") not written";
+          y[size_t(r) * out + c] = v;
+        }
+      }
+  }
   EXPECT_LT(worst_against_double(y, x, w, rows, in, out), 2e-5);
   for (int few = 1; few <= 7; ++few) {
     std::vector<float> z(size_t(few) * out, std::nanf(""));

@@ -5,8 +5,8 @@
 // panel of 16 output columns, k-major ([in][16]), and a tile of 6 rows x 16 columns keeps 12
 // accumulators (2 loads and 6 broadcasts per 12 FMAs; the 2 FMA ports' 4-5 cycle latency
 // needs 8-10 independent ones). A block is 3 panels (48 columns, in x 192 bytes: 288 KiB at in
-// = 1,536, in L2): each tile of rows runs all three while its rows of x are in L1, so x is
-// read from memory once per 48 columns rather than per 16.
+// = 1,536, in L2): each tile of rows runs all three while its rows of x are in cache (L1 up to
+// in = 1,365), so x is read from memory once per 48 columns rather than per 16.
 #include "compute/cpu/gemm_f32_avx2.hpp"
 
 #include <algorithm>
