@@ -7,7 +7,8 @@
 // pair step is 4 loads, 4 broadcasts and 16 vdpbf16ps. The packing (one pass over the weight
 // per call, one store a pair) costs ~16/rows of the GEMM's instructions (1.6 % at chunks of
 // 1,024); a block's packed panel (in_even x 128 bytes: 192 KiB for SmolLM2's 1,536) stays in
-// L2 while every row of the chunk passes over it.
+// L2 while every row of the chunk passes over it (gemm_blocks.hpp: the block loop, shared with
+// the float32 GEMMs).
 #include "compute/cpu/gemm_bf16_dot.hpp"
 
 #include <algorithm>
@@ -16,7 +17,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "compute/cpu/prefetch_ahead.hpp"
+#include "compute/cpu/gemm_blocks.hpp"
 
 #if defined(PIPEFILL_X86_KERNELS)
 #include <immintrin.h>
@@ -80,6 +81,24 @@ __attribute__((target("avx512f,avx512bf16"))) void tile(const uint16_t* x, int i
     }
 }
 
+// x's rows are in_even long (padded to whole pairs); W's are `in`.
+struct Bf16DotBlocks {
+  using Element = uint16_t;
+  static constexpr int kBlockColumns = pf::cpu::kBlockColumns, kTileRows = pf::cpu::kTileRows;
+  int in, pairs;
+  int64_t x_stride;
+  void pack_block(const uint16_t* weight, int begin, int count) {
+    pf::cpu::pack_block(weight, in, begin, count, pairs);
+  }
+  void full_tile(const uint16_t* x, float* y, int out, int columns) {
+    tile<kTileRows>(x, static_cast<int>(x_stride), pairs, y, out, columns);
+  }
+  void last_rows(const uint16_t* x, int rows, float* y, int out, int columns) {
+    for (int r = 0; r < rows; ++r)
+      tile<1>(x + r * x_stride, static_cast<int>(x_stride), pairs, y + static_cast<int64_t>(r) * out, out, columns);
+  }
+};
+
 template <typename Body>
 double best_seconds(Body&& body) {
   double best = 1e9;
@@ -134,23 +153,9 @@ Bf16DotRates measure_bf16_dot_rates() {
 
 void linear_bf16_dot(const uint16_t* x, int rows, int in, const uint16_t* weight, int begin, int end, int out,
                      float* y) {
-  const int in_even = (in + 1) / 2 * 2, pairs = in_even / 2;
-  for (int b0 = begin; b0 < end; b0 += kBlockColumns) {
-    const int columns = std::min(kBlockColumns, end - b0);
-    pack_block(weight, in, b0, columns, pairs);
-    const int next = std::min(kBlockColumns, end - b0 - columns);
-    PrefetchAhead ahead(weight + static_cast<int64_t>(b0 + columns) * in, int64_t{2} * std::max(0, next) * in,
-                        rows / kTileRows);  // the next block's rows, as the float32 GEMM does
-    int r = 0;
-    for (; r + kTileRows <= rows; r += kTileRows) {
-      ahead.step();
-      tile<kTileRows>(x + static_cast<int64_t>(r) * in_even, in_even, pairs, y + static_cast<int64_t>(r) * out + b0,
-                      out, columns);
-    }
-    for (; r < rows; ++r)
-      tile<1>(x + static_cast<int64_t>(r) * in_even, in_even, pairs, y + static_cast<int64_t>(r) * out + b0, out,
-              columns);
-  }
+  const int in_even = (in + 1) / 2 * 2;
+  Bf16DotBlocks kernel{in, in_even / 2, in_even};
+  linear_by_blocks(kernel, x, rows, in, weight, begin, end, out, y);
 }
 
 #else  // no x86 kernels in this build

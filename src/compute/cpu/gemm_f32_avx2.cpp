@@ -6,7 +6,8 @@
 // accumulators (2 loads and 6 broadcasts per 12 FMAs; the 2 FMA ports' 4-5 cycle latency
 // needs 8-10 independent ones). A block is 3 panels (48 columns, in x 192 bytes: 288 KiB at in
 // = 1,536, in L2): each tile of rows runs all three while its rows of x are in cache (L1 up to
-// in = 1,365), so x is read from memory once per 48 columns rather than per 16.
+// in = 1,365), so x is read from memory once per 48 columns rather than per 16
+// (gemm_blocks.hpp: the block loop, shared with the other GEMMs).
 #include "compute/cpu/gemm_f32_avx2.hpp"
 
 #include <algorithm>
@@ -14,7 +15,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "compute/cpu/prefetch_ahead.hpp"
+#include "compute/cpu/gemm_blocks.hpp"
 
 #if defined(PIPEFILL_X86_KERNELS)
 #include <immintrin.h>
@@ -128,6 +129,18 @@ void rows_tail(const float* x, int rows, int in, float* y, int out, int columns)
   }
 }
 
+struct Avx2Blocks {
+  using Element = float;
+  static constexpr int kBlockColumns = pf::cpu::kBlockColumns, kTileRows = pf::cpu::kTileRows;
+  int in;
+  int64_t x_stride;
+  void pack_block(const float* weight, int begin, int count) { pf::cpu::pack_block(weight, in, begin, count); }
+  void full_tile(const float* x, float* y, int out, int columns) { rows_by_block<kTileRows>(x, in, y, out, columns); }
+  void last_rows(const float* x, int rows, float* y, int out, int columns) {
+    rows_tail<kTileRows - 1>(x, rows, in, y, out, columns);
+  }
+};
+
 }  // namespace
 
 bool f32_avx2_gemm_available() {
@@ -135,23 +148,8 @@ bool f32_avx2_gemm_available() {
 }
 
 void linear_f32_avx2(const float* x, int rows, int in, const float* weight, int begin, int end, int out, float* y) {
-  for (int b0 = begin; b0 < end; b0 += kBlockColumns) {
-    const int columns = std::min(kBlockColumns, end - b0);
-    pack_block(weight, in, b0, columns);
-    // The next block's weight rows into L2 under this block's tiles (as the AVX-512 kernel).
-    const int next = std::min(kBlockColumns, end - b0 - columns);
-    PrefetchAhead ahead(weight + static_cast<int64_t>(b0 + columns) * in, int64_t{4} * std::max(0, next) * in,
-                        rows / kTileRows);
-    int r = 0;
-    for (; r + kTileRows <= rows; r += kTileRows) {
-      ahead.step();
-      rows_by_block<kTileRows>(x + static_cast<int64_t>(r) * in, in, y + static_cast<int64_t>(r) * out + b0, out,
-                               columns);
-    }
-    if (r < rows)
-      rows_tail<kTileRows - 1>(x + static_cast<int64_t>(r) * in, rows - r, in, y + static_cast<int64_t>(r) * out + b0,
-                               out, columns);
-  }
+  Avx2Blocks kernel{in, in};
+  linear_by_blocks(kernel, x, rows, in, weight, begin, end, out, y);
 }
 
 #else  // no x86 kernels in this build

@@ -8,7 +8,8 @@
 // 5x64 tiles: 4x64 was the best or within noise of it on every projection shape. The packing
 // transposes 16 x 16 blocks in registers (one pass over the block's weight rows, ~1 % of the
 // GEMM at 1,024 rows; a scalar transposing pack cost 5 %), and the block's panel (in x 256
-// bytes: 384 KiB at in = 1,536) stays in L2 while every row of the chunk passes over it.
+// bytes: 384 KiB at in = 1,536) stays in L2 while every row of the chunk passes over it
+// (gemm_blocks.hpp: the block loop, shared with the other GEMMs).
 #include "compute/cpu/gemm_f32_avx512.hpp"
 
 #include <algorithm>
@@ -16,7 +17,7 @@
 #include <stdexcept>
 #include <vector>
 
-#include "compute/cpu/prefetch_ahead.hpp"
+#include "compute/cpu/gemm_blocks.hpp"
 
 #if defined(PIPEFILL_X86_KERNELS)
 #include <immintrin.h>
@@ -114,6 +115,18 @@ __attribute__((target("avx512f"))) void tile(const float* x, int in, float* y, i
     }
 }
 
+struct Avx512Blocks {
+  using Element = float;
+  static constexpr int kBlockColumns = pf::cpu::kBlockColumns, kTileRows = pf::cpu::kTileRows;
+  int in;
+  int64_t x_stride;
+  void pack_block(const float* weight, int begin, int count) { pf::cpu::pack_block(weight, in, begin, count); }
+  void full_tile(const float* x, float* y, int out, int columns) { tile<kTileRows>(x, in, y, out, columns); }
+  void last_rows(const float* x, int rows, float* y, int out, int columns) {
+    for (int r = 0; r < rows; ++r) tile<1>(x + r * x_stride, in, y + static_cast<int64_t>(r) * out, out, columns);
+  }
+};
+
 }  // namespace
 
 bool f32_gemm_available() {
@@ -121,24 +134,8 @@ bool f32_gemm_available() {
 }
 
 void linear_f32_avx512(const float* x, int rows, int in, const float* weight, int begin, int end, int out, float* y) {
-  for (int b0 = begin; b0 < end; b0 += kBlockColumns) {
-    const int columns = std::min(kBlockColumns, end - b0);
-    pack_block(weight, in, b0, columns);
-    // The next block's weight rows (one contiguous range) are fetched into L2 under this
-    // block's tiles (Zen 4, SmolLM2 4K, one core, five runs each alternating: pack_block 3.7
-    // -> 2.1 % of the run in `perf`, projections 105.0 -> 106.9 GFLOP/s at chunks of 256 rows;
-    // at 1,024 rows 110.0 and 109.6, within the noise).
-    const int next = std::min(kBlockColumns, end - b0 - columns);
-    PrefetchAhead ahead(weight + static_cast<int64_t>(b0 + columns) * in, int64_t{4} * std::max(0, next) * in,
-                        rows / kTileRows);
-    int r = 0;
-    for (; r + kTileRows <= rows; r += kTileRows) {
-      ahead.step();
-      tile<kTileRows>(x + static_cast<int64_t>(r) * in, in, y + static_cast<int64_t>(r) * out + b0, out, columns);
-    }
-    for (; r < rows; ++r)
-      tile<1>(x + static_cast<int64_t>(r) * in, in, y + static_cast<int64_t>(r) * out + b0, out, columns);
-  }
+  Avx512Blocks kernel{in, in};
+  linear_by_blocks(kernel, x, rows, in, weight, begin, end, out, y);
 }
 
 #else  // no x86 kernels in this build

@@ -1,7 +1,7 @@
-// The GEMMs' weights do not fit any cache: each block of 64 output columns is packed from
-// DRAM. Fetching the next block's weight rows into L2 a slice at a time, under the current
-// block's tiles, lets its packing read L2 instead of waiting on DRAM (gemm_f32_avx512.cpp has
-// the measurement).
+// The GEMMs' weights do not fit any cache: each block of output columns is packed from DRAM.
+// Fetching the next block's weight rows into L2 a slice at a time, under the current block's
+// tiles, lets its packing read L2 instead of waiting on DRAM (gemm_f32_blocks.hpp has the
+// measurement).
 #pragma once
 
 #include <algorithm>
