@@ -8,8 +8,10 @@
 // checks what it timed): a wrong result prints `error:` and the exit status is 1.
 //
 // usage: pipefill_cuda_bench [--quick] [--chunk N] [--lengths 32768,131072] [--prefixes 8192,65536,262144]
-//                            [--no-prefill] [--gemm N] [--copy-mib N]
-// (--gemm and --copy-mib shrink the ceilings' problems: the simulated-device test runs it small.)
+//                            [--no-prefill] [--gemm N] [--copy-mib N] [--reps N] [--model PRESET]
+// (--gemm and --copy-mib shrink the ceilings' problems, --reps the timed runs of each kernel,
+// --model the GEMMs' and prefill's shapes, llama3-8b by default: the simulated-device test runs
+// it small, where filling a Llama-3-8B weight takes seconds.)
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -23,6 +25,7 @@
 
 #include "compute/cuda/cuda_stage_compute.hpp"
 #include "compute/cuda/lt_gemm.hpp"
+#include "errors.hpp"
 #include "model/model_shape.hpp"
 #include "model/presets.hpp"
 
@@ -111,8 +114,8 @@ double gemm_tflops(cuda::LtGemm& gemm, int rows, int in, int out, int reps) {
   cuda::DeviceArray<float> y(size_t(rows) * out);
   kernels::fill_uniform_bf16(x.data(), x.size(), 1, 1.0f, nullptr);  // random, never zeros
   kernels::fill_uniform_bf16(w.data(), w.size(), 2, 0.05f, nullptr);
-  const double s =
-      time_on(nullptr, 2, reps, [&] { gemm.linear(x.data(), rows, in, w.data(), out, y.data(), nullptr); });
+  const double s = time_on(nullptr, std::min(2, reps), reps,
+                           [&] { gemm.linear(x.data(), rows, in, w.data(), out, y.data(), nullptr); });
   // 64 sampled entries of y = x W^T against their dot products in double, each bounded by
   // float32 accumulation of its terms' magnitudes.
   const auto hx = download(x.data(), x.size()), hw = download(w.data(), w.size());
@@ -257,8 +260,8 @@ PrefillResult prefill(cuda::CudaStageCompute& gpu, const model::ModelConfig& con
 }
 
 // End to end: all layers of `config` on this GPU, one prompt of each length in chunks of `chunk`.
-void prefill_rows_for(const model::ModelConfig& config, const std::vector<int64_t>& lengths, int chunk,
-                      double ceiling) {
+void prefill_rows_for(const std::string& preset, const model::ModelConfig& config, const std::vector<int64_t>& lengths,
+                      int chunk, double ceiling) {
   const model::ShardSpec shard = model::make_shard_spec(config, 1, 0);
   cuda::CudaStageCompute gpu(config, shard,
                              cuda::DeviceWeights::random(config, shard, config.num_layers, true, true, 1), 64, chunk);
@@ -271,7 +274,7 @@ void prefill_rows_for(const model::ModelConfig& config, const std::vector<int64_
   for (const int64_t length : lengths) {
     const PrefillResult r = prefill(gpu, config, length, chunk, prompt++);
     const double tflops = r.flops / r.seconds / 1e12;
-    add_row("prefill llama3-8b " + std::to_string(length / 1024) + "K tokens, chunk " + std::to_string(chunk),
+    add_row("prefill " + preset + " " + std::to_string(length / 1024) + "K tokens, chunk " + std::to_string(chunk),
             fmt("%.0f tok/s", length / r.seconds),
             fmt("%.1f s, ", r.seconds) + fmt("%.0f TFLOP/s, ", tflops) +
                 fmt("MFU %.1f%% (989 peak), ", 100 * tflops / kDatasheetBf16Tflops) +
@@ -289,8 +292,9 @@ void prefill_rows_for(const model::ModelConfig& config, const std::vector<int64_
 
 int main(int argc, char** argv) {
   bool quick = false, prefill_rows = true;
-  int chunk = 8192, gemm_size = 8192;
+  int chunk = 8192, gemm_size = 8192, reps_option = 0;
   size_t copy_mib = 4096;
+  std::string preset = "llama3-8b";
   std::vector<int64_t> lengths = {32768, 131072};
   std::vector<int64_t> prefixes = {8192, 65536, 262144};
   for (int i = 1; i < argc; ++i) {
@@ -306,15 +310,26 @@ int main(int argc, char** argv) {
       gemm_size = std::atoi(argv[++i]);
     } else if (!std::strcmp(argv[i], "--copy-mib") && i + 1 < argc) {
       copy_mib = std::atoll(argv[++i]);
+    } else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
+      preset = argv[++i];
+    } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
+      reps_option = std::max(1, std::atoi(argv[++i]));
     } else if (!std::strcmp(argv[i], "--no-prefill")) {
       prefill_rows = false;  // the GPU check times prefill through `pipefill run` instead
     } else {
       std::fprintf(stderr,
                    "usage: %s [--quick] [--chunk N] [--lengths 32768,131072] [--prefixes 8192,65536,262144] "
-                   "[--no-prefill] [--gemm N] [--copy-mib N]\n",
+                   "[--no-prefill] [--gemm N] [--copy-mib N] [--reps N] [--model PRESET]\n",
                    argv[0]);
       return 2;
     }
+  }
+  model::ModelConfig config;
+  try {
+    config = model::preset_config(preset);
+  } catch (const UserError& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
   }
   int devices = 0;
   if (cudaGetDeviceCount(&devices) != cudaSuccess || devices == 0) {
@@ -325,7 +340,7 @@ int main(int argc, char** argv) {
   CUDA_CHECK(cudaGetDeviceProperties(&prop, 0));
   std::printf("pipefill GPU benchmark on %s (%d SMs, %.1f GiB)%s\n", prop.name, prop.multiProcessorCount,
               prop.totalGlobalMem / 1073741824.0, quick ? " [quick]" : "");
-  const int reps = quick ? 3 : 10;
+  const int reps = reps_option > 0 ? reps_option : quick ? 3 : 10;
 
   const double bandwidth = copy_bandwidth(copy_mib);
   add_row("device copy bandwidth (read + write)", fmt("%.2f TB/s", bandwidth / 1e12));
@@ -336,7 +351,6 @@ int main(int argc, char** argv) {
           fmt("%.0f TFLOP/s", ceiling), fmt("%.0f%% of datasheet 989", 100 * ceiling / kDatasheetBf16Tflops));
   add_metric("gemm_ceiling_tflops", ceiling);
 
-  const model::ModelConfig config = model::preset_config("llama3-8b");
   const int h = config.hidden_size, inter = config.intermediate_size;
   const int qkv = (config.num_heads + 2 * config.num_kv_heads) * config.head_dim;
   struct Shape {
@@ -346,22 +360,22 @@ int main(int argc, char** argv) {
       {"qkv", h, qkv}, {"o", config.num_heads * config.head_dim, h}, {"gate_up", h, 2 * inter}, {"down", inter, h}};
   for (const auto& s : shapes) {
     const double t = gemm_tflops(gemm, chunk, s.in, s.out, reps);
-    add_row(std::string("GEMM llama3-8b ") + s.name + " (" + std::to_string(chunk) + " x " + std::to_string(s.in) +
-                " x " + std::to_string(s.out) + ")",
+    add_row("GEMM " + preset + " " + s.name + " (" + std::to_string(chunk) + " x " + std::to_string(s.in) + " x " +
+                std::to_string(s.out) + ")",
             fmt("%.0f TFLOP/s", t), fmt("%.0f%% of the ceiling", 100 * t / ceiling));
     add_metric(std::string("gemm_") + s.name + "_tflops", t);
   }
 
   const int attn_chunk = std::min(4096, chunk);
   for (const int64_t prefix : prefixes) {
-    const double t = attention_tflops(prefix, attn_chunk, quick ? 2 : 5);
+    const double t = attention_tflops(prefix, attn_chunk, reps_option > 0 ? reps_option : quick ? 2 : 5);
     const std::string at =
         prefix % 1024 == 0 && prefix > 0 ? std::to_string(prefix / 1024) + "K" : std::to_string(prefix);
     add_row("attention d128 GQA 32/8, " + std::to_string(attn_chunk) + " queries at prefix " + at,
             fmt("%.0f TFLOP/s", t), fmt("%.0f%% of the ceiling", 100 * t / ceiling));
     add_metric("attention_prefix_" + std::to_string(prefix) + "_tflops", t);
   }
-  if (prefill_rows) prefill_rows_for(config, lengths, chunk, ceiling);
+  if (prefill_rows) prefill_rows_for(preset, config, lengths, chunk, ceiling);
 
   std::printf("\n| figure | value | against |\n|---|---|---|\n");
   for (const auto& row : g_rows)
