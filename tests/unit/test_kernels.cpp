@@ -165,6 +165,18 @@ INSTANTIATE_TEST_SUITE_P(
                       AttentionCase{200, 6, 2, 12, 16, 50},    // d 12: AVX2's kernel, not AVX-512's
                       AttentionCase{150, 4, 2, 10, 16, 40}));  // d 10: AVX2's 6 value columns, then 4
 
+// The run's header names the attention kernel that runs for the model's head size.
+TEST(Kernels, AttentionKernelNameSaysWhatRuns) {
+  if (cpu::kernel_isa() == cpu::Isa::kPortable) {
+    EXPECT_EQ(cpu::attention_kernel_name(64, false), "portable (sgemm)");
+    return;
+  }
+  EXPECT_EQ(cpu::attention_kernel_name(7, false), "portable (sgemm: no kernel for head size 7)");  // odd: no tile
+  EXPECT_EQ(cpu::attention_kernel_name(64, false), cpu::isa_name(cpu::kernel_isa()));
+  // An even head size AVX-512's value tile does not divide runs on the AVX2 kernel there too.
+  EXPECT_EQ(cpu::attention_kernel_name(10, false), "avx2");
+}
+
 TEST(Kernels, AttentionFlopCount) {
   // 3 tokens after a prefix of 2: keys seen 3 + 4 + 5 = 12.
   EXPECT_DOUBLE_EQ(cpu::chunk_attention_flops(3, 2, 1, 8), 4.0 * 8 * 12);

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "compute/cpu/attention_kernels.hpp"
 #include "compute/cpu/cpu_features.hpp"
@@ -35,7 +36,10 @@ BlockKernel block_kernel(Isa isa, int head_dim, bool bf16_dot) {
   if (bf16_dot && isa == Isa::kAvx512 && bf16_dot_attention_fits(head_dim)) return attend_query_block_bf16_dot;
   switch (isa) {
     case Isa::kAvx512:
-      return avx512_attention_fits(head_dim) ? attend_query_block_avx512 : nullptr;
+      if (avx512_attention_fits(head_dim)) return attend_query_block_avx512;
+      // A head size AVX-512's value tile does not divide (even, not a multiple of 8) on the
+      // AVX2 kernel, rather than the portable path: AVX-512 CPUs have AVX2 and FMA.
+      return isa_available(Isa::kAvx2) && avx2_attention_fits(head_dim) ? attend_query_block_avx2 : nullptr;
     case Isa::kAvx2:
       return avx2_attention_fits(head_dim) ? attend_query_block_avx2 : nullptr;
     case Isa::kPortable:
@@ -134,6 +138,19 @@ double chunk_attention_flops(int tokens, int pos0, int heads, int head_dim) {
   // Query at position p sees p + 1 keys; 4 * head_dim FLOPs per (query, key, head).
   const double keys = static_cast<double>(tokens) * pos0 + 0.5 * tokens * (tokens + 1.0);
   return 4.0 * head_dim * heads * keys;
+}
+
+std::string attention_kernel_name(int head_dim, bool bf16_pool) {
+  const bool on_dot = bf16_pool && bf16_gemm_kernels().dot && bf16_dot_available();
+  const BlockKernel kernel = block_kernel(kernel_isa(), head_dim, on_dot);
+#if defined(PIPEFILL_X86_KERNELS)
+  if (kernel == attend_query_block_bf16_dot) return "avx512-bf16 (vdpbf16ps)";
+  if (kernel == attend_query_block_avx512) return "avx512";
+  if (kernel == attend_query_block_avx2) return "avx2";
+#endif
+  (void)kernel;
+  if (kernel_isa() == Isa::kPortable) return "portable (sgemm)";
+  return "portable (sgemm: no kernel for head size " + std::to_string(head_dim) + ")";
 }
 
 void chunk_attention(const float* q, int64_t q_stride, int tokens, int pos0, const kv::KvLayerView& kv, int heads,

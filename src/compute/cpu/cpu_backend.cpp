@@ -3,6 +3,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "compute/cpu/attention.hpp"
 #include "compute/cpu/blas_kernels.hpp"
 #include "compute/cpu/cpu_features.hpp"
 #include "compute/cpu/cpu_stage_compute.hpp"
@@ -67,11 +68,13 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
     return std::make_unique<dist::HostTransport>(floats, topo.prev_rank, topo.next_rank, topo.pipeline_comm);
   };
   backend.description = kv_shape.element_bytes == 2 ? "cpu (bf16)" : "cpu";
-  backend.detail = std::string(kv_shape.element_bytes == 2
-                                   ? "bf16 weights and KV cache (float32 sums), " + cpu::bf16_gemm_description() + ", "
-                                   : "") +
-                   cpu::isa_name(cpu::kernel_isa()) + " attention, " + cpu::f32_gemm_description() + ", " +
-                   describe(rank_threads);
+  backend.detail =
+      std::string(kv_shape.element_bytes == 2
+                      ? "bf16 weights and KV cache (float32 sums), " + cpu::bf16_gemm_description() + ", "
+                      : "") +
+      (config.is_mla() ? std::string("latent (MLA) attention on sgemm")
+                       : cpu::attention_kernel_name(config.head_dim, kv_shape.element_bytes == 2) + " attention") +
+      ", " + cpu::f32_gemm_description() + ", " + describe(rank_threads);
   // OpenBLAS's kernels matter where the projections run on it (not where ours run them).
   if (const std::string warning = cpu::f32_gemm_kernels().own ? "" : cpu::blas_kernels_warning();
       !warning.empty() && topo.is_writer())
