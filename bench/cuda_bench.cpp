@@ -9,7 +9,8 @@
 //
 // usage: pipefill_cuda_bench [--quick] [--chunk N] [--lengths 32768,131072] [--prefixes 8192,65536,262144]
 //                            [--no-prefill] [--gemm N] [--copy-mib N] [--reps N] [--model PRESET]
-// (--gemm and --copy-mib shrink the ceilings' problems, --reps the timed runs of each kernel,
+// (--gemm and --copy-mib shrink the ceilings' problems, --reps the timed runs of each GEMM and attention case (the
+// copy's stay 5),
 // --model the GEMMs' and prefill's shapes, llama3-8b by default: the simulated-device test runs
 // it small, where filling a Llama-3-8B weight takes seconds.)
 #include <cuda_runtime.h>
@@ -313,7 +314,11 @@ int main(int argc, char** argv) {
     } else if (!std::strcmp(argv[i], "--model") && i + 1 < argc) {
       preset = argv[++i];
     } else if (!std::strcmp(argv[i], "--reps") && i + 1 < argc) {
-      reps_option = std::max(1, std::atoi(argv[++i]));
+      reps_option = std::atoi(argv[++i]);
+      if (reps_option < 1) {
+        std::fprintf(stderr, "error: --reps %s: expected a whole number of at least 1\n", argv[i]);
+        return 2;
+      }
     } else if (!std::strcmp(argv[i], "--no-prefill")) {
       prefill_rows = false;  // the GPU check times prefill through `pipefill run` instead
     } else {
@@ -329,6 +334,11 @@ int main(int argc, char** argv) {
     config = model::preset_config(preset);
   } catch (const UserError& e) {
     std::fprintf(stderr, "error: %s\n", e.what());
+    return 2;
+  }
+  if (config.is_mla() || config.is_moe()) {  // the GEMM shapes and the prefill below are a dense model's
+    std::fprintf(stderr, "error: --model %s: a dense preset (tiny, small, llama3-8b, ...), not MoE or MLA\n",
+                 preset.c_str());
     return 2;
   }
   int devices = 0;

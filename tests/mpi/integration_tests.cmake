@@ -262,8 +262,8 @@ add_test(NAME slow.kill_and_resume_soak COMMAND ${PF_MPI}/kill_soak.sh ${PF_BIN}
 set_tests_properties(slow.kill_and_resume_soak PROPERTIES LABELS "slow;mpi" TIMEOUT 900 RUN_SERIAL TRUE
                      FIXTURES_REQUIRED model.tiny)
 # Checkpoints inside one long prompt: SIGKILL of a random rank at random instants, resumed
-# each time from the newest checkpoint, bit-identical at the end (2 kills, and 4 more in the slow
-# one, on a 16K-token prompt; checkpoint_soak.sh BIN DATA 24 24576 for a longer soak).
+# each time from the newest checkpoint, bit-identical at the end (2 kills, 4 in the slow one, on a
+# 16K-token prompt; checkpoint_soak.sh BIN DATA 24 24576 for a longer soak).
 add_test(NAME mpi.checkpoint_kill_and_resume COMMAND ${PF_MPI}/checkpoint_soak.sh ${PF_BIN} ${PF_DATA} 2 16384 1s)
 add_test(NAME slow.checkpoint_soak COMMAND ${PF_MPI}/checkpoint_soak.sh ${PF_BIN} ${PF_DATA} 4 16384 1s)
 set_tests_properties(mpi.checkpoint_kill_and_resume PROPERTIES LABELS mpi TIMEOUT 300 RUN_SERIAL TRUE

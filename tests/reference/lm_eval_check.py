@@ -8,7 +8,9 @@
                         (max_length 1024: two windows, the second with its context)
 
 Both models run through lm-eval's own command line (`--log_samples`); every request's
-log-likelihood must be within 1e-4 of hf's (a rolling one, a sum over ~1200 tokens: within
+log-likelihood must be within 3e-4 of hf's (a sum over a 1-3 token choice, each token's log-prob
+float32 rounding through 30 layers on both sides: measured 2.8e-5 to 1.1e-4 as pipefill's
+kernels changed, against the issue's 1e-3 a token; a rolling one, a sum over ~1200 tokens: within
 0.06, 5e-5 a token), every
 is_greedy equal, and the accuracy the same, on pp 2 and tp 3. A generate_until request is refused
 with an error: line.
@@ -140,7 +142,7 @@ def main():
                 continue
             errors = [abs(a[0] - b[0]) for w, h in zip(want, have) for a, b in zip(w, h)]
             greedy = all(a[1] == b[1] for w, h in zip(want, have) for a, b in zip(w, h))
-            bound = 1e-4 if task == "pipefill_doc_mc" else 1e-4 * 600
+            bound = 3e-4 if task == "pipefill_doc_mc" else 1e-4 * 600
             check(max(errors) <= bound, f"{layout} {task}: log-likelihoods within {bound:g} of hf's "
                                         f"(largest difference {max(errors):.2e} over {len(errors)} requests)")
             check(greedy, f"{layout} {task}: every is_greedy as hf's")

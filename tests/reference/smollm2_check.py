@@ -7,7 +7,7 @@ one prompt built with the model's chat template -- is tokenized with the model's
 (`tokenizers` itself), prefilled by pipefill on several layouts (pp, tp, pp x tp; chunks that
 cut the prompts; fixed and dynamic chunking), and the logits of each prompt's last position are
 compared with transformers' float32 forward on the same directory. With --logprobs --top-k 5 and
---hidden-states last or mean (pp1, pp2, tp3, both on pp2 x cp2; and the dynamic plan), every position's log-prob and
+--hidden-states last or mean (pp1, pp2, tp3, both on pp2 x cp2; the dynamic plan without), every position's log-prob and
 top 5 and /hidden_states are compared with transformers' (score_checks.py: log-softmax of every
 position's logits; last_hidden_state, the final norm's output, at the last position and averaged
 over the prompt), and /perplexity of the GPL excerpt with transformers' own.
@@ -153,9 +153,10 @@ def main():
         logits_of[name] = got
         ok = compare(name, got, expected, truth, time.monotonic() - start) and ok
 
-    # Scores and hidden states on pp1, pp2, tp3 and pp2_cp2 (their chunks cut the prompts), each mode
-    # on two layouts and both on CP (whose last row is on one CP rank, whose mean is summed over
-    # all); the logits must not change by a bit when they are asked for.
+    # Scores and hidden states on pp1, pp2, tp3 and pp2_cp2 (their chunks cut the prompts): mean on
+    # pp1 and tp3, last on pp2, both on CP (whose last row is on one CP rank, whose mean is summed
+    # over all; scores_check.py has last on tp); the logits must not change by a bit when they are
+    # asked for.
     ref = reference_scores(model, prompts, 5)
     scored = {}  # a scored run's attributes: its default partition lightens the last stage
     print("scores and hidden states vs transformers (max abs error of log-probs, top-5 log-probs; "

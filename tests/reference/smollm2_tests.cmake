@@ -35,9 +35,9 @@ pf_venv_test(transformers.kv_store_layouts kv_layouts_check.py ${PF_BIN} ${CMAKE
 set_tests_properties(transformers.kv_store_layouts PROPERTIES FIXTURES_REQUIRED "venv;smollm2"
                      LABELS "mpi;reference" TIMEOUT 600 PROCESSORS 2)
 
-# lm-evaluation-harness drives pipefill (scripts/lm_eval_pipefill.py): a long document with 16
+# lm-evaluation-harness drives pipefill (scripts/lm_eval_pipefill.py): a long document with 8
 # four-choice questions and rolling log-likelihoods through lm-eval's own command line, every
-# request within 1e-4 of lm-eval's hf model and the same accuracy, on pp 2 and tp 3. lm-eval is
+# request within 3e-4 of lm-eval's hf model (5e-5 a token for the rolling ones) and the same accuracy, on pp 2 and tp 3. lm-eval is
 # installed into the venv on first use (scripts/setup_venv.sh --lm-eval, ~45 s cold).
 add_test(NAME setup.lm_eval COMMAND ${CMAKE_SOURCE_DIR}/scripts/setup_venv.sh --lm-eval)
 set_tests_properties(setup.lm_eval PROPERTIES FIXTURES_SETUP lm_eval FIXTURES_REQUIRED venv

@@ -168,13 +168,16 @@ INSTANTIATE_TEST_SUITE_P(
 // The run's header names the attention kernel that runs for the model's head size.
 TEST(Kernels, AttentionKernelNameSaysWhatRuns) {
   if (cpu::kernel_isa() == cpu::Isa::kPortable) {
-    EXPECT_EQ(cpu::attention_kernel_name(64, false), "portable (sgemm)");
+    EXPECT_EQ(cpu::attention_kernel_name(64, false, false), "portable (sgemm)");
     return;
   }
-  EXPECT_EQ(cpu::attention_kernel_name(7, false), "portable (sgemm: no kernel for head size 7)");  // odd: no tile
-  EXPECT_EQ(cpu::attention_kernel_name(64, false), cpu::isa_name(cpu::kernel_isa()));
+  EXPECT_EQ(cpu::attention_kernel_name(7, false, false),
+            "portable (sgemm: no kernel for head size 7)");  // odd: no tile
+  EXPECT_EQ(cpu::attention_kernel_name(64, false, false), cpu::isa_name(cpu::kernel_isa()));
   // An even head size AVX-512's value tile does not divide runs on the AVX2 kernel there too.
-  EXPECT_EQ(cpu::attention_kernel_name(10, false), "avx2");
+  EXPECT_EQ(cpu::attention_kernel_name(10, false, false), "avx2");
+  // The CP ring's shards never take the vdpbf16ps kernel: the float one of the same ISA.
+  EXPECT_EQ(cpu::attention_kernel_name(64, true, true), cpu::isa_name(cpu::kernel_isa()));
 }
 
 TEST(Kernels, AttentionFlopCount) {

@@ -140,8 +140,9 @@ double chunk_attention_flops(int tokens, int pos0, int heads, int head_dim) {
   return 4.0 * head_dim * heads * keys;
 }
 
-std::string attention_kernel_name(int head_dim, bool bf16_pool) {
-  const bool on_dot = bf16_pool && bf16_gemm_kernels().dot && bf16_dot_available();
+std::string attention_kernel_name(int head_dim, bool bf16_pool, bool context_parallel) {
+  // As chunk_attention_on decides; the CP ring's attend_packed_shard runs the float kernels.
+  const bool on_dot = bf16_pool && !context_parallel && bf16_gemm_kernels().dot && bf16_dot_available();
   const BlockKernel kernel = block_kernel(kernel_isa(), head_dim, on_dot);
 #if defined(PIPEFILL_X86_KERNELS)
   if (kernel == attend_query_block_bf16_dot) return "avx512-bf16 (vdpbf16ps)";

@@ -59,10 +59,11 @@ constexpr float kMaskedScore = -1e30f;
 // accumulator `acc` [width] are rescaled to that max. The caller then adds P . V to `acc`.
 void online_softmax_step(float* scores, int n, float& row_max, float& row_sum, float* acc, int width);
 
-// The kernel chunk_attention runs for this head size on this CPU (kernel_isa(), and with a bf16
-// pool where the bf16 GEMMs run on vdpbf16ps), for the run's header: "avx512", "avx2",
+// The kernel attention runs for this head size on this CPU (kernel_isa(), and with a bf16 pool
+// where the bf16 GEMMs run on vdpbf16ps, except on the context-parallel ring, whose shards take
+// the float kernels: ring_attention.cpp), for the run's header: "avx512", "avx2",
 // "avx512-bf16 (vdpbf16ps)", "portable (sgemm)" or "portable (sgemm: no kernel for head size d)".
-std::string attention_kernel_name(int head_dim, bool bf16_pool);
+std::string attention_kernel_name(int head_dim, bool bf16_pool, bool context_parallel);
 
 // FLOPs of chunk_attention (QK^T and PV, 2 each per multiply-add) for FLOP-rate reports.
 double chunk_attention_flops(int tokens, int pos0, int heads, int head_dim);

@@ -72,8 +72,9 @@ StageBackend make_cpu_backend(const dist::Topology& topo, const model::ModelConf
       std::string(kv_shape.element_bytes == 2
                       ? "bf16 weights and KV cache (float32 sums), " + cpu::bf16_gemm_description() + ", "
                       : "") +
-      (config.is_mla() ? std::string("latent (MLA) attention on sgemm")
-                       : cpu::attention_kernel_name(config.head_dim, kv_shape.element_bytes == 2) + " attention") +
+      (config.is_mla()
+           ? std::string("latent (MLA) attention on sgemm")
+           : cpu::attention_kernel_name(config.head_dim, kv_shape.element_bytes == 2, topo.cp > 1) + " attention") +
       ", " + cpu::f32_gemm_description() + ", " + describe(rank_threads);
   // OpenBLAS's kernels matter where the projections run on it (not where ours run them).
   if (const std::string warning = cpu::f32_gemm_kernels().own ? "" : cpu::blas_kernels_warning();

@@ -156,7 +156,7 @@ std::string bf16_gemm_description() {
   if (k.rates.dot > 0)
     std::snprintf(rates, sizeof rates, " (vdpbf16ps %.0f GFLOP/s against %.0f for float32 FMAs)", k.rates.dot,
                   k.rates.fma);
-  return std::string(k.dot ? "bf16 GEMMs and attention on vdpbf16ps" : "bf16 GEMMs widened to sgemm") +
+  return std::string(k.dot ? "bf16 GEMMs on vdpbf16ps" : "bf16 GEMMs widened to sgemm") +
          (k.forced ? " (PIPEFILL_BF16_GEMM)" : rates);
 }
 

@@ -1,6 +1,6 @@
 // The GEMMs' weights do not fit any cache: each block of output columns is packed from DRAM.
 // Fetching the next block's weight rows into L2 a slice at a time, under the current block's
-// tiles, lets its packing read L2 instead of waiting on DRAM (gemm_f32_blocks.hpp has the
+// tiles, lets its packing read L2 instead of waiting on DRAM (gemm_blocks.hpp has the
 // measurement).
 #pragma once
 
