@@ -30,6 +30,11 @@ constexpr int kKernelBlockRows = 192;  // query rows per task of the kernels: Q^
 
 using BlockKernel = void (*)(const QueryBlock&, TileScratch&);
 
+// Whether a bf16 pool attends on vdpbf16ps unless told otherwise: where the bf16 GEMMs do.
+bool bf16_dot_by_default() {
+  return bf16_gemm_kernels().dot && bf16_dot_available();
+}
+
 // The kernel for this head size on this CPU, or nullptr for the portable path.
 BlockKernel block_kernel(Isa isa, int head_dim, bool bf16_dot) {
 #if defined(PIPEFILL_X86_KERNELS)
@@ -142,7 +147,7 @@ double chunk_attention_flops(int tokens, int pos0, int heads, int head_dim) {
 
 std::string attention_kernel_name(int head_dim, bool bf16_pool, bool context_parallel) {
   // As chunk_attention_on decides; the CP ring's attend_packed_shard runs the float kernels.
-  const bool on_dot = bf16_pool && !context_parallel && bf16_gemm_kernels().dot && bf16_dot_available();
+  const bool on_dot = bf16_pool && !context_parallel && bf16_dot_by_default();
   const BlockKernel kernel = block_kernel(kernel_isa(), head_dim, on_dot);
 #if defined(PIPEFILL_X86_KERNELS)
   if (kernel == attend_query_block_bf16_dot) return "avx512-bf16 (vdpbf16ps)";
@@ -171,7 +176,7 @@ void chunk_attention_on(Isa isa, const float* q, int64_t q_stride, int tokens, i
   // The causal work, as FLOP rates are quoted: the masked part of the diagonal blocks is
   // computed but not counted.
   count_gemm_flops(chunk_attention_flops(tokens, pos0, heads, kv.pool->shape().head_dim));
-  const bool on_dot = kv.pool->bf16() && bf16_dot.value_or(bf16_gemm_kernels().dot) && bf16_dot_available();
+  const bool on_dot = kv.pool->bf16() && (bf16_dot ? *bf16_dot && bf16_dot_available() : bf16_dot_by_default());
   if (BlockKernel kernel = block_kernel(isa, kv.pool->shape().head_dim, on_dot))
     return attend_with_kernel(kernel, q, q_stride, tokens, pos0, &kv, heads, kv.pool->shape().kv_heads,
                               kv.pool->shape().head_dim, scale, kv.pool->bf16(), out, out_stride, ws);
