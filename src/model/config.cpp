@@ -44,13 +44,17 @@ enum class Biases {
   kNone,             // Mixtral: never
 };
 
-// Which sliding-window fields a family's transformers code reads.
+// Which sliding-window fields a family's transformers code reads. The Qwen families apply a
+// window only with use_sliding_window (default false; sliding_window 4096 if unsaid, none if
+// null), and Qwen2, Qwen3 and Qwen2-MoE only on the layers their layer_types marks
+// "sliding_attention": the config's own list, or one derived from max_window_layers (default 28).
 enum class Window {
-  kNone,       // Llama, DeepSeek-V3: full attention whatever sliding_window says
-  kAlways,     // Mixtral: sliding_window applies whenever it is not null
-  kWhenAsked,  // the Qwen families: only with use_sliding_window (default false); 4096 if unsaid
+  kNone,                 // Llama, DeepSeek-V3: full attention whatever sliding_window says
+  kAlways,               // Mixtral: sliding_window applies whenever it is not null
+  kAskedEveryLayer,      // Qwen3-MoE: every layer when asked
+  kAskedFromMaxWindow,   // Qwen2, Qwen3: layers i >= max_window_layers when asked
+  kAskedAlternateBelow,  // Qwen2-MoE: even-numbered layers i < max_window_layers when asked
 };
-
 // Each family's transformers configuration class: its names and the defaults of the fields a
 // config.json may leave out (a default read differently is a silently different model).
 struct ArchitectureInfo {
@@ -65,20 +69,45 @@ struct ArchitectureInfo {
 };
 constexpr ArchitectureInfo kArchitectures[] = {
     {Architecture::kLlama, "LlamaForCausalLM", "llama", Biases::kEveryProjection, false, Window::kNone, 1e-6, 1e4},
-    {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2", Biases::kQkvAlways, false, Window::kWhenAsked, 1e-6, 1e4},
-    {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3", Biases::kEveryProjection, true, Window::kWhenAsked, 1e-6, 1e4},
-    {Architecture::kMixtral, "MixtralForCausalLM", "mixtral", Biases::kNone, false, Window::kAlways, 1e-5, 1e6},
-    {Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe", Biases::kQkvKey, false, Window::kWhenAsked, 1e-6,
+    {Architecture::kQwen2, "Qwen2ForCausalLM", "qwen2", Biases::kQkvAlways, false, Window::kAskedFromMaxWindow, 1e-6,
      1e4},
-    {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", Biases::kEveryProjection, true, Window::kWhenAsked,
+    {Architecture::kQwen3, "Qwen3ForCausalLM", "qwen3", Biases::kEveryProjection, true, Window::kAskedFromMaxWindow,
      1e-6, 1e4},
+    {Architecture::kMixtral, "MixtralForCausalLM", "mixtral", Biases::kNone, false, Window::kAlways, 1e-5, 1e6},
+    {Architecture::kQwen2Moe, "Qwen2MoeForCausalLM", "qwen2_moe", Biases::kQkvKey, false, Window::kAskedAlternateBelow,
+     1e-6, 1e4},
+    {Architecture::kQwen3Moe, "Qwen3MoeForCausalLM", "qwen3_moe", Biases::kEveryProjection, true,
+     Window::kAskedEveryLayer, 1e-6, 1e4},
     {Architecture::kDeepseekV3, "DeepseekV3ForCausalLM", "deepseek_v3", Biases::kEveryProjection, false, Window::kNone,
      1e-6, 1e4},
 };
 
+// The first layer a Qwen config windows (-1: none), by its layer_types or, absent, the family's
+// derivation from max_window_layers.
+int first_windowed_layer(const field::Reader& config, Window window, int num_layers) {
+  if (window == Window::kAskedEveryLayer) return 0;
+  if (const nlohmann::json* types = config.raw("layer_types")) {
+    if (!types->is_array() || static_cast<int>(types->size()) != num_layers)
+      config.fail("layer_types", "must list one type for each of the " + std::to_string(num_layers) + " layers",
+                  *types);
+    for (int i = 0; i < num_layers; ++i) {
+      const nlohmann::json& type = (*types)[i];
+      if (type == "sliding_attention") return i;
+      if (type != "full_attention")
+        config.fail("layer_types",
+                    "must hold \"full_attention\" or \"sliding_attention\" (layer " + std::to_string(i) + ")", type);
+    }
+    return -1;
+  }
+  const int max_window_layers = config.integer_or(field::IntField{"max_window_layers", 0, 1 << 30}, 28);
+  if (window == Window::kAskedFromMaxWindow) return max_window_layers < num_layers ? max_window_layers : -1;
+  return max_window_layers > 0 && num_layers > 0 ? 0 : -1;  // kAskedAlternateBelow: layers 0, 2, 4, ...
+}
+
 // A sliding window changes which keys a query sees; pipefill attends to the whole prompt, so
-// a window the family's transformers code would apply is refused.
-void refuse_sliding_window(const field::Reader& config, const ArchitectureInfo& info) {
+// a window the family's transformers code would apply is refused, and one it would not is read
+// as the full attention it is (a Qwen config asking for a window on no layer, say).
+void refuse_sliding_window(const field::Reader& config, const ArchitectureInfo& info, int num_layers) {
   switch (info.window) {
     case Window::kNone:
       return;
@@ -90,14 +119,34 @@ void refuse_sliding_window(const field::Reader& config, const ArchitectureInfo& 
                         "pipefill computes full attention",
                     *config.raw("sliding_window"));
       return;
-    case Window::kWhenAsked:
-      if (config.boolean_or("use_sliding_window", false) &&
-          (config.has("sliding_window") || !config.present("sliding_window")))
-        config.fail("use_sliding_window",
-                    "must be false (or sliding_window null): pipefill computes full attention (an absent "
-                    "sliding_window is transformers' 4096)",
-                    true);
-      return;
+    case Window::kAskedEveryLayer:
+    case Window::kAskedFromMaxWindow:
+    case Window::kAskedAlternateBelow: {
+      if (!config.boolean_or("use_sliding_window", false)) {
+        // A layer_types that marks a layer sliding anyway has no window size to take: Qwen2-MoE
+        // then windows it at 0 keys, Qwen2 and Qwen3 fail to build it. Neither is full attention.
+        if (info.window != Window::kAskedEveryLayer && config.has("layer_types")) {
+          const int layer = first_windowed_layer(config, info.window, num_layers);
+          if (layer >= 0)
+            config.fail("layer_types",
+                        "must not mark a layer \"sliding_attention\" while use_sliding_window is false (layer " +
+                            std::to_string(layer) + "): " + info.name + " has no window for it",
+                        *config.raw("layer_types"));
+        }
+        return;
+      }
+      if (config.present("sliding_window") && !config.has("sliding_window")) return;  // null: no window
+      const int layer = first_windowed_layer(config, info.window, num_layers);
+      if (layer < 0) return;  // asked, but on no layer: full attention throughout
+      const char* why = info.window == Window::kAskedEveryLayer ? "every layer"
+                        : config.has("layer_types")             ? "layer_types"
+                                                                : "max_window_layers";
+      config.fail("use_sliding_window",
+                  "must be false (or sliding_window null): pipefill computes full attention, and " +
+                      std::string(info.name) + " would window layer " + std::to_string(layer) + " (" + why +
+                      (config.present("sliding_window") ? ")" : "; an absent sliding_window is transformers' 4096)"),
+                  true);
+    }
   }
 }
 
@@ -260,7 +309,7 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   c.attention_bias = read_attention_bias(config, info);
   c.qk_norm = info.qk_norm;
   require_value_or_absent(config, "hidden_act", "silu", "pipefill's feed-forward is SwiGLU");
-  refuse_sliding_window(config, info);
+  refuse_sliding_window(config, info, c.num_layers);
   if (c.architecture == Architecture::kDeepseekV3) {
     // transformers scales MLA's softmax by mscale_all_dim for any rope type but default;
     // pipefill reads that correction with YaRN's fields only.

@@ -23,7 +23,8 @@ import numpy as np
 import torch
 import transformers
 from transformers import (AutoModelForCausalLM, DeepseekV3Config, DeepseekV3ForCausalLM, LlamaConfig,
-                          LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen3Config, Qwen3ForCausalLM)
+                          LlamaForCausalLM, MixtralConfig, MixtralForCausalLM, Qwen2Config, Qwen2ForCausalLM,
+                          Qwen3Config, Qwen3ForCausalLM)
 
 from pipefill_runs import run_pipefill
 from score_checks import make_prompts
@@ -167,6 +168,15 @@ EDITS = [
           rope_parameters={"rope_type": "default", "rope_theta": 1e6}),
      lambda c: [c.pop("rms_norm_eps"), c.pop("rope_parameters"), c.pop("rope_theta", None)],
      dict(rms_norm_eps=1e-6, rope_parameters=DEFAULT_THETA)),
+    # A window asked for (use_sliding_window) on no layer: Qwen3 windows only the layers its
+    # layer_types marks sliding (save_pretrained lists them all "full_attention")...
+    ("qwen3_window_on_no_listed_layer", Qwen3Config, Qwen3ForCausalLM, dict(head_dim=16),
+     lambda c: c.update(use_sliding_window=True, sliding_window=16),
+     dict(use_sliding_window=True, sliding_window=16, max_window_layers=0)),
+    # ... and, without the list, Qwen2 those from max_window_layers on (none of 3 here)
+    ("qwen2_window_from_max_window_layers", Qwen2Config, Qwen2ForCausalLM, dict(),
+     lambda c: [c.pop("layer_types", None), c.update(use_sliding_window=True, sliding_window=16, max_window_layers=3)],
+     dict(use_sliding_window=True, sliding_window=16, max_window_layers=0)),
     # DeepseekV3Config's routing defaults: routed_scaling_factor 2.5, n_group 8, topk_group 4
     ("deepseek_v3_routing_defaults", DeepseekV3Config, DeepseekV3ForCausalLM,
      dict(DEEPSEEK, routed_scaling_factor=2.5, n_group=8, topk_group=4),
@@ -185,7 +195,11 @@ REFUSED = [
     ("qwen3_named_llama", Qwen3Config, Qwen3ForCausalLM, dict(head_dim=16), lambda c: c.update(model_type="llama"),
      '"model_type"'),
     ("qwen3_window_asked_for", Qwen3Config, Qwen3ForCausalLM, dict(head_dim=16),
-     lambda c: [c.update(use_sliding_window=True), c.pop("sliding_window", None)], '"use_sliding_window"'),
+     lambda c: [c.update(use_sliding_window=True, max_window_layers=1), c.pop("sliding_window", None),
+                c.pop("layer_types", None)], '"use_sliding_window"'),
+    # a layer typed sliding without use_sliding_window: transformers has no window size for it
+    ("qwen3_sliding_layer_not_asked", Qwen3Config, Qwen3ForCausalLM, dict(head_dim=16),
+     lambda c: c.update(layer_types=["full_attention", "full_attention", "sliding_attention"]), '"layer_types"'),
 ]
 
 

@@ -256,11 +256,53 @@ TEST(ConfigValidation, WhatTransformersSettlesIsReadTheSameWay) {
   EXPECT_EQ(parse_config(with(llama, "sliding_window", 16), "cfg.json").hidden_size, 128);  // Llama reads none
   nlohmann::json qwen = to_json(preset_config("tiny-qwen2"));
   EXPECT_EQ(parse_config(with(qwen, "sliding_window", 16), "cfg.json").hidden_size, qwen["hidden_size"]);
-  expect_config_error(with(qwen, "use_sliding_window", true), "use_sliding_window");  // 4096 when unsaid
-  expect_config_error(with(with(qwen, "use_sliding_window", true), "sliding_window", 16), "use_sliding_window");
+  const nlohmann::json first_layer_windowed = with(qwen, "max_window_layers", 0);
+  expect_config_error(with(first_layer_windowed, "use_sliding_window", true), "use_sliding_window",
+                      "4096");  // when unsaid
+  expect_config_error(with(with(first_layer_windowed, "use_sliding_window", true), "sliding_window", 16),
+                      "use_sliding_window");
   EXPECT_EQ(
       parse_config(with(with(qwen, "use_sliding_window", true), "sliding_window", nullptr), "cfg.json").hidden_size,
       qwen["hidden_size"]);
+
+  // Asked for, but on no layer: Qwen2 and Qwen3 window only the layers from max_window_layers
+  // (default 28) on, or those their own layer_types marks; that is full attention.
+  const int layers = qwen["num_hidden_layers"];
+  const nlohmann::json asked = with(with(qwen, "use_sliding_window", true), "sliding_window", 16);
+  EXPECT_EQ(parse_config(asked, "cfg.json").num_layers, layers);  // tiny-qwen2 has fewer than 28 layers
+  EXPECT_EQ(parse_config(with(asked, "max_window_layers", layers), "cfg.json").num_layers, layers);
+  expect_config_error(with(asked, "max_window_layers", layers - 1), "use_sliding_window", "max_window_layers");
+  const std::vector<std::string> full(layers, "full_attention");
+  EXPECT_EQ(parse_config(with(with(asked, "max_window_layers", 0), "layer_types", full), "cfg.json").num_layers,
+            layers);  // the list wins over max_window_layers
+  std::vector<std::string> last_sliding = full;
+  last_sliding.back() = "sliding_attention";
+  expect_config_error(with(asked, "layer_types", last_sliding), "use_sliding_window", "layer_types");
+  // A sliding layer listed without use_sliding_window: no window size (transformers fails or
+  // windows it at 0 keys).
+  expect_config_error(with(qwen, "layer_types", last_sliding), "layer_types", "use_sliding_window is false");
+  expect_config_error(with(asked, "layer_types", std::vector<std::string>(layers + 1, "full_attention")), "layer_types",
+                      "one type for each");
+  expect_config_error(with(asked, "layer_types", std::vector<std::string>(layers, "chunked_attention")), "layer_types",
+                      "full_attention");
+
+  // Qwen2-MoE windows the even layers below max_window_layers; Qwen3-MoE every layer.
+  nlohmann::json qwen2_moe = to_json(preset_config("tiny-moe"));
+  qwen2_moe["architectures"] = {"Qwen2MoeForCausalLM"};
+  qwen2_moe["model_type"] = "qwen2_moe";
+  qwen2_moe["shared_expert_intermediate_size"] = 0;
+  const nlohmann::json moe_asked = with(with(qwen2_moe, "use_sliding_window", true), "sliding_window", 16);
+  expect_config_error(moe_asked, "use_sliding_window", "layer 0 (max_window_layers)");
+  EXPECT_EQ(parse_config(with(moe_asked, "max_window_layers", 0), "cfg.json").num_layers,
+            qwen2_moe["num_hidden_layers"].get<int>());
+  expect_config_error(with(qwen2_moe, "layer_types",
+                           std::vector<std::string>(qwen2_moe["num_hidden_layers"].get<int>(), "sliding_attention")),
+                      "layer_types", "use_sliding_window is false");
+  nlohmann::json qwen3_moe = qwen2_moe;
+  qwen3_moe["architectures"] = {"Qwen3MoeForCausalLM"};
+  qwen3_moe["model_type"] = "qwen3_moe";
+  expect_config_error(with(with(qwen3_moe, "use_sliding_window", true), "max_window_layers", 0), "use_sliding_window",
+                      "every layer");
 }
 
 // Both layouts in one config.json: transformers 5.24 takes rope_parameters' theta over a lone
