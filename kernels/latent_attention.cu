@@ -75,38 +75,9 @@ __global__ void __launch_bounds__(kThreads) latent_attention_kernel(LatentAttent
       const int64_t query_pos = a.pos0 + m0 + row;
       if (row >= block_rows || key0 > query_pos) continue;  // the same for every lane of the warp
       const int visible = static_cast<int>(min(static_cast<int64_t>(kKeyTile), query_pos - key0 + 1));
-      const float* q_row = q_s + row * width;
-      float s[kKeyTile];
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int key = 0; key < kKeyTile; ++key) {
-        float score = -INFINITY;
-        if (key < visible) {
-          const bf16* k_row = k_s + key * width;
-          float part = 0.0f;
-          for (int c = lane; c < width; c += 32) part += q_row[c] * __bfloat162float(k_row[c]);
-          score = detail::warp_sum(part);
-        }
-        s[key] = score;
-        tile_max = fmaxf(tile_max, score);
-      }
-      // Key key0 is visible to this row, so the new maximum is finite.
-      const float new_max = fmaxf(row_max[r], tile_max);
-      const float alpha = exp2f(row_max[r] - new_max);
-      float tile_sum = 0.0f;
-#pragma unroll
-      for (int key = 0; key < kKeyTile; ++key) {
-        s[key] = exp2f(s[key] - new_max);
-        tile_sum += s[key];
-      }
-      row_sum[r] = row_sum[r] * alpha + tile_sum;
-      row_max[r] = new_max;
-      float* acc_row = acc_s + row * value_width;
-      for (int c = lane; c < value_width; c += 32) {
-        float acc = acc_row[c] * alpha;
-        for (int key = 0; key < visible; ++key) acc += s[key] * __bfloat162float(k_s[key * width + c]);
-        acc_row[c] = acc;
-      }
+      detail::attend_row_to_key_tile<kKeyTile>(q_s + row * width, k_s, width, /*v_tile=*/k_s, value_width,
+                                               /*value_stride=*/width, visible, lane, row_max[r], row_sum[r],
+                                               acc_s + row * value_width);
     }
   }
 

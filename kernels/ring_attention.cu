@@ -78,38 +78,8 @@ __global__ void __launch_bounds__(kThreads) partial_attention_kernel(PartialAtte
       if (row >= block_rows) continue;
       const int visible = min(min(a.visible[m0 + row], a.n) - key0, kKeyTile);
       if (visible <= 0) continue;  // the same for every lane of the warp
-      const float* q_row = q_s + row * kw;
-      float s[kKeyTile];
-      float tile_max = -INFINITY;
-#pragma unroll
-      for (int key = 0; key < kKeyTile; ++key) {
-        float score = -INFINITY;
-        if (key < visible) {
-          const bf16* k_row = k_s + key * kw;
-          float part = 0.0f;
-          for (int c = lane; c < kw; c += 32) part += q_row[c] * __bfloat162float(k_row[c]);
-          score = detail::warp_sum(part);
-        }
-        s[key] = score;
-        tile_max = fmaxf(tile_max, score);
-      }
-      // Key key0 is visible to this row, so the new maximum is finite.
-      const float new_max = fmaxf(row_max[r], tile_max);
-      const float alpha = exp2f(row_max[r] - new_max);
-      float tile_sum = 0.0f;
-#pragma unroll
-      for (int key = 0; key < kKeyTile; ++key) {
-        s[key] = exp2f(s[key] - new_max);
-        tile_sum += s[key];
-      }
-      row_sum[r] = row_sum[r] * alpha + tile_sum;
-      row_max[r] = new_max;
-      float* acc_row = acc_s + row * vw;
-      for (int c = lane; c < vw; c += 32) {
-        float acc = acc_row[c] * alpha;
-        for (int key = 0; key < visible; ++key) acc += s[key] * __bfloat162float(v_s[key * vw + c]);
-        acc_row[c] = acc;
-      }
+      detail::attend_row_to_key_tile<kKeyTile>(q_s + row * kw, k_s, kw, v_s, vw, /*value_stride=*/vw, visible, lane,
+                                               row_max[r], row_sum[r], acc_s + row * vw);
     }
   }
 
