@@ -224,9 +224,23 @@ SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
       ranges.emplace_back(begin, end);
       tensors_.emplace(name, std::move(info));
     }
+    // The format's own rule (and the safetensors library's check): the tensors' ranges tile the
+    // data section, from its first byte to its last, without overlap or gap. A gap is bytes no
+    // tensor owns: a header naming a tensor twice (JSON keeps one of them), or a truncated or
+    // appended write.
     std::sort(ranges.begin(), ranges.end());
-    for (size_t i = 1; i < ranges.size(); ++i)
-      if (ranges[i].first < ranges[i - 1].second) throw UserError(path + ": tensors' byte ranges overlap");
+    uint64_t covered = 0;
+    for (const auto& [begin, end] : ranges) {
+      if (begin < covered) throw UserError(path + ": tensors' byte ranges overlap");
+      if (begin > covered)
+        throw UserError(path + ": bytes [" + std::to_string(covered) + ", " + std::to_string(begin) +
+                        ") of the data section belong to no tensor (a tensor named twice in the header?)");
+      covered = end;
+    }
+    if (covered != data_size)
+      throw UserError(path + ": the data section holds " + std::to_string(data_size) +
+                      " bytes but its tensors end at " + std::to_string(covered) +
+                      " (bytes appended, or a tensor named twice in the header?)");
   } catch (...) {
     ::close(fd_);
     fd_ = -1;

@@ -1,5 +1,6 @@
 // The checkpoint-directory tensor source: config.json's neighbours model.safetensors or the
-// shards model.safetensors.index.json lists, opened lazily so a rank touches only its own.
+// shards model.safetensors.index.json lists (every shard's header read once, to check the index
+// against them; the weights of each read only by the ranks that need them).
 // Block-quantized FP8 weights are dequantized here, slice by slice, into the float32 the
 // backends compute in: the loader above never sees a stored dtype or a scale.
 #include <algorithm>
@@ -52,6 +53,7 @@ class CheckpointSource final : public TensorSource {
         if (!file.is_string()) throw UserError(index_path.string() + ": weight_map values must be file names");
         file_of_[name] = (fs::path(directory) / file.get<std::string>()).string();
       }
+      check_shards_match_index(index_path.string());
     } else if (fs::exists(single_path)) {
       auto& file = open(single_path.string());
       for (auto& [name, info] : file.tensors()) file_of_[name] = single_path.string();
@@ -138,6 +140,31 @@ class CheckpointSource final : public TensorSource {
         const int64_t run_end = std::min(cols, (block + 1) * block_cols - col0);
         const float factor = scale_row[block - grid_col0];
         for (; c < run_end; ++c) row[c] *= factor;
+      }
+    }
+  }
+
+  // Every shard the index names holds exactly the tensors the index puts there. A tensor in a
+  // shard but listed elsewhere or not at all (in two shards, say) is one transformers would
+  // load from the shard, and this reader from where the index says: a different model. Reads
+  // every shard's header (bytes, not weights).
+  void check_shards_match_index(const std::string& index_path) const {
+    std::map<std::string, std::string> listed;  // shard -> a tensor the index puts there (for messages)
+    for (const auto& [name, file] : file_of_) listed.emplace(file, name);
+    for (const auto& [shard, example] : listed) {
+      std::error_code missing;
+      if (!fs::exists(shard, missing))
+        throw UserError(index_path + " puts " + example + " in " + shard + ", which does not exist");
+    }
+    for (const auto& [shard, example] : listed) {
+      for (const auto& [name, info] : open(shard).tensors()) {
+        const auto it = file_of_.find(name);
+        if (it == file_of_.end())
+          throw UserError(shard + " holds tensor " + name + ", which " + index_path +
+                          " does not list: the index does not describe these shards");
+        if (it->second != shard)
+          throw UserError(shard + " holds tensor " + name + ", which " + index_path + " puts in " + it->second +
+                          " (a tensor in two shards, or a stale index)");
       }
     }
   }

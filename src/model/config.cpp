@@ -282,6 +282,9 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   const Reader config(json, origin);
   ModelConfig c;
   auto architectures = json.value("architectures", nlohmann::json::array());
+  if (architectures.is_string())
+    throw UserError(origin + ": field \"architectures\" must be a list of names, e.g. [" + architectures.dump() +
+                    "] (got the string " + architectures.dump() + ")");
   if (!architectures.is_array() || architectures.empty() || !architectures[0].is_string())
     throw UserError(origin + ": missing \"architectures\" (e.g. [\"LlamaForCausalLM\"])");
   c.architecture_name = architectures[0].get<std::string>();
@@ -342,7 +345,10 @@ nlohmann::json read_config_json(const std::string& given) {
   if (!in) throw UserError("cannot read model config " + path);
   nlohmann::json json;
   try {
-    in >> json;
+    // parse() and not `in >> json`: the stream operator stops after the first value, so a
+    // config.json with anything after it (two objects, a stray brace) would read as the first,
+    // where Python's json (transformers) refuses it.
+    json = nlohmann::json::parse(in);
   } catch (const nlohmann::json::exception& e) {
     throw UserError(path + ": malformed JSON (" + std::string(e.what()) + ")");
   }

@@ -47,7 +47,9 @@ float synthetic_value(uint64_t seed, const std::string& name, int64_t rows_cols_
 
 // Checks that every expected tensor is present with the expected shape, and that no layer
 // holds a tensor pipefill would not read (a bias its layer does not add would otherwise be
-// left out of the sum silently); headers only.
-void validate_tensors(const ModelConfig& config, const TensorSource& source, const std::string& origin);
+// left out of the sum silently); headers only. Returns, for a warning, what the checkpoint
+// holds that pipefill skips as transformers does (layers past num_hidden_layers, tensors
+// outside the layers and head); "" when nothing.
+std::string validate_tensors(const ModelConfig& config, const TensorSource& source, const std::string& origin);
 
 }  // namespace pf::model

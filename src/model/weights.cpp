@@ -85,20 +85,16 @@ bool ends_with(const std::string& text, const std::string& suffix) {
   return text.size() >= suffix.size() && text.compare(text.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-// A tensor of one of the model's layers that pipefill does not read, and that is not one it
-// may safely skip: an FP8 weight's scale (read with its weight), an old checkpoint's rotary
-// inv_freq buffer (recomputed). Layers past num_hidden_layers (DeepSeek's multi-token
-// prediction layer) are not the model's and are skipped, as transformers skips them.
-bool unread_layer_tensor(const std::string& name, int num_layers, const std::set<std::string>& expected) {
-  int layer = -1;
-  if (std::sscanf(name.c_str(), "model.layers.%d.", &layer) != 1 || layer < 0 || layer >= num_layers) return false;
-  if (expected.count(name) || ends_with(name, "rotary_emb.inv_freq")) return false;
-  return !(ends_with(name, "_scale_inv") && expected.count(name.substr(0, name.size() - 10)));
+// What pipefill may leave unread: an FP8 weight's scale (read with its weight), an old
+// checkpoint's rotary inv_freq buffer (recomputed).
+bool skipped_silently(const std::string& name, const std::set<std::string>& expected) {
+  if (expected.count(name) || ends_with(name, "rotary_emb.inv_freq")) return true;
+  return ends_with(name, "_scale_inv") && expected.count(name.substr(0, name.size() - 10));
 }
 
 }  // namespace
 
-void validate_tensors(const ModelConfig& config, const TensorSource& source, const std::string& origin) {
+std::string validate_tensors(const ModelConfig& config, const TensorSource& source, const std::string& origin) {
   std::set<std::string> expected;
   for (const auto& spec : expected_tensors(config)) {
     if (!source.has(spec.name)) throw UserError(origin + ": tensor " + spec.name + " is missing");
@@ -108,11 +104,44 @@ void validate_tensors(const ModelConfig& config, const TensorSource& source, con
                       " but config.json implies " + shape_text(spec.shape));
     expected.insert(spec.name);
   }
-  for (const auto& name : source.names())
-    if (unread_layer_tensor(name, config.num_layers, expected))
-      throw UserError(origin + ": tensor " + name + " is in the checkpoint but not in the " + config.architecture_name +
-                      " layer pipefill computes from this config.json (a bias or a projection it would leave out); "
-                      "check the config (attention_bias, mlp_bias, ...) against the weights");
+  // A tensor of one of the model's layers that pipefill does not read is refused: a bias or a
+  // projection the config leaves out of the layer changes its output. Layers past
+  // num_hidden_layers (DeepSeek's multi-token prediction layer) are not the model's, and
+  // tensors outside the layers (an lm_head.bias) none of its families has: transformers skips
+  // both, and so does pipefill, saying so.
+  std::vector<std::string> outside;
+  int past_first = -1, past_last = -1;
+  long long past_tensors = 0;
+  for (const auto& name : source.names()) {
+    if (skipped_silently(name, expected)) continue;
+    int layer = -1;
+    if (std::sscanf(name.c_str(), "model.layers.%d.", &layer) == 1 && layer >= 0) {
+      if (layer < config.num_layers)
+        throw UserError(origin + ": tensor " + name + " is in the checkpoint but not in the " +
+                        config.architecture_name +
+                        " layer pipefill computes from this config.json (a bias or a projection it would leave out); "
+                        "check the config (attention_bias, mlp_bias, ...) against the weights");
+      past_first = past_first < 0 ? layer : std::min(past_first, layer);
+      past_last = std::max(past_last, layer);
+      ++past_tensors;
+      continue;
+    }
+    outside.push_back(name);
+  }
+  std::string note;
+  if (past_tensors > 0)
+    note += std::to_string(past_tensors) + " tensor(s) of layer(s) " + std::to_string(past_first) +
+            (past_last > past_first ? "-" + std::to_string(past_last) : "") + " past num_hidden_layers " +
+            std::to_string(config.num_layers) + " (DeepSeek's multi-token prediction layer is one such)";
+  if (!outside.empty()) {
+    note += std::string(note.empty() ? "" : "; ") + std::to_string(outside.size()) +
+            " outside the model's layers and head: ";
+    for (size_t i = 0; i < std::min<size_t>(outside.size(), 4); ++i) note += (i ? ", " : "") + outside[i];
+    if (outside.size() > 4) note += ", ...";
+  }
+  if (note.empty()) return note;
+  return origin + " holds tensors pipefill does not read, as transformers does not: " + note +
+         "; if config.json should describe them, the results are not that model's";
 }
 
 namespace {

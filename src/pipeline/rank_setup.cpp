@@ -77,8 +77,10 @@ RankModel open_rank_model(const dist::Topology& topo, const std::string& model_f
     m.shape = model::shape_from_json(m.config_json, model_flag);
     // The layout first (the emulator's too: it models only layouts that run), then the tensors.
     model::validate_tensor_parallel(m.shape, topo.tp, expert_split);
-    if (m.source && topo.is_writer() && !m.source->synthetic)
-      model::validate_tensors(m.config(), *m.source->tensors, model_flag);
+    if (m.source && topo.is_writer() && !m.source->synthetic) {
+      const std::string unread = model::validate_tensors(m.config(), *m.source->tensors, model_flag);
+      if (!unread.empty()) std::fprintf(stderr, "warning: %s\n", unread.c_str());
+    }
     const int layers = m.shape.num_layers;
     m.partition_given = !partition_text.empty();
     m.partition = m.partition_given ? model::parse_partition(partition_text, layers, topo.pp)

@@ -3,6 +3,8 @@
 // the cost model's reader (model::shape_from_json) holds the fields it shares to the same rules.
 #include <gtest/gtest.h>
 
+#include <filesystem>
+#include <fstream>
 #include <limits>
 
 #include "errors.hpp"
@@ -303,6 +305,30 @@ TEST(ConfigValidation, WhatTransformersSettlesIsReadTheSameWay) {
   qwen3_moe["model_type"] = "qwen3_moe";
   expect_config_error(with(with(qwen3_moe, "use_sliding_window", true), "max_window_layers", 0), "use_sliding_window",
                       "every layer");
+}
+
+// config.json as Python's json reads it: one value and nothing after it but whitespace (the
+// stream operator would stop at the first object and ignore the rest); architectures a list.
+TEST(ConfigValidation, AConfigFileIsOneJsonValue) {
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("pf_cfg_" + std::to_string(::getpid()) + ".json")).string();
+  auto read_back = [&](const std::string& text) {
+    std::ofstream(path) << text;
+    return load_config_file(path);
+  };
+  const std::string config = tiny_json().dump();
+  EXPECT_EQ(read_back(config + "\n\n").hidden_size, 128);
+  for (const std::string& tail : {std::string("garbage"), std::string(R"({"hidden_size": 32})"), std::string("}")}) {
+    try {
+      read_back(config + tail);
+      ADD_FAILURE() << "accepted config.json followed by " << tail;
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find("malformed JSON"), std::string::npos) << e.what();
+    }
+  }
+  std::filesystem::remove(path);
+  expect_config_error(with(tiny_json(), "architectures", "LlamaForCausalLM"), "architectures",
+                      R"(must be a list of names, e.g. ["LlamaForCausalLM"])");
 }
 
 // Both layouts in one config.json: transformers 5.24 takes rope_parameters' theta over a lone

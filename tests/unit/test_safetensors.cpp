@@ -146,6 +146,32 @@ TEST(SafetensorsMalformed, OverlappingTensors) {
                     "overlap");
 }
 
+// The ranges must tile the data section: bytes no tensor owns mean a header naming a tensor
+// twice (JSON keeps one entry: the safetensors library refuses such a file) or an append.
+TEST(SafetensorsMalformed, BytesNoTensorOwns) {
+  expect_user_error(write_raw("twice.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                              R"("a":{"dtype":"F32","shape":[2],"data_offsets":[8,16]}})",
+                              16),
+                    "bytes [0, 8) of the data section belong to no tensor");
+  expect_user_error(write_raw("appended.safetensors", R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 72),
+                    "holds 72 bytes but its tensors end at 8");
+  expect_user_error(write_raw("gap.safetensors",
+                              R"({"a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]},)"
+                              R"("b":{"dtype":"F32","shape":[1],"data_offsets":[8,12]}})",
+                              12),
+                    "bytes [4, 8)");
+  // Empty tensors take no bytes; an empty file none at all.
+  EXPECT_EQ(SafetensorsFile(write_raw("empty_tensor.safetensors",
+                                      R"({"e":{"dtype":"F32","shape":[0],"data_offsets":[0,0]},)"
+                                      R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}})",
+                                      4))
+                .tensors()
+                .size(),
+            2u);
+  EXPECT_TRUE(SafetensorsFile(write_raw("no_tensors.safetensors", "{}", 0)).tensors().empty());
+}
+
 TEST(SafetensorsMalformed, UnknownDtype) {
   expect_user_error(write_raw("dtype.safetensors", R"({"a":{"dtype":"I8","shape":[2],"data_offsets":[0,2]}})", 2),
                     "unsupported dtype");

@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 
 #include "cli/commands.hpp"
 #include "compute/cpu/thread_pool.hpp"
@@ -116,6 +117,43 @@ TEST(Checkpoint, MakeModelShardedEqualsSynthetic) {
     synthetic.tensors->read_block(spec.name, 0, rows, 0, cols, b.data());
     ASSERT_EQ(a, b) << spec.name;
   }
+  fs::remove_all(dir);
+}
+
+// The index must describe its shards: a tensor a shard holds but the index does not list (a
+// tied head whose lm_head.weight was left out of the index) or puts in another shard (a tensor
+// in two shards) would be read from where the index says, and transformers reads the shard's.
+TEST(Checkpoint, AnIndexThatDoesNotDescribeItsShardsIsRefused) {
+  const fs::path dir = temp_dir("stale_index");
+  ASSERT_EQ(make_model({"--preset", "tiny-qwen2", "--out", dir.string(), "--max-shard-mb", "1"}), 0);
+  const fs::path index_path = dir / "model.safetensors.index.json";
+  const nlohmann::json index = nlohmann::json::parse(std::ifstream(index_path));
+  std::set<std::string> shards;
+  for (const auto& [name, file] : index["weight_map"].items()) shards.insert(file.get<std::string>());
+  ASSERT_GE(shards.size(), 2u);
+  const std::string moved = index["weight_map"].begin().key();
+  const std::string home = index["weight_map"].begin().value(),
+                    other = *shards.rbegin() == home ? *shards.begin() : *shards.rbegin();
+  auto refused = [&](nlohmann::json edited, const std::string& words) {
+    std::ofstream(index_path) << edited.dump();
+    try {
+      model::open_model(dir.string(), 0);
+      ADD_FAILURE() << "no error for " << edited.dump();
+    } catch (const UserError& e) {
+      EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
+    }
+  };
+  nlohmann::json unlisted = index;
+  unlisted["weight_map"].erase(moved);
+  refused(unlisted, "holds tensor " + moved + ", which " + index_path.string() + " does not list");
+  nlohmann::json elsewhere = index;
+  elsewhere["weight_map"][moved] = other;
+  refused(elsewhere, "holds tensor " + moved + ", which " + index_path.string() + " puts in " + (dir / other).string());
+  nlohmann::json gone = index;
+  gone["weight_map"][moved] = "model-00009-of-00009.safetensors";
+  refused(gone, "which does not exist");
+  std::ofstream(index_path) << index.dump();
+  EXPECT_NO_THROW(model::open_model(dir.string(), 0));
   fs::remove_all(dir);
 }
 
