@@ -131,12 +131,13 @@ template <typename O>
 MemberOption<O, int, int>& add_ring_depth(OptionTable<O>& t, int O::*member) {
   return t.add("ring-depth", "receives posted ahead / sends in flight per rank", member).at_least_one();
 }
+void check_chunk_bound(const int& chunk) {
+  if (chunk > sched::kMaxChunkTokens)
+    throw UserError("--chunk-size must be at most " + std::to_string(sched::kMaxChunkTokens) + " tokens");
+}
 template <typename O>
 MemberOption<O, int, int>& add_chunk_size(OptionTable<O>& t, int O::*member, const char* help) {
-  // At most 2^30: 1.25 C0 (what dynamic chunking profiles) stays an int, and no prompt is longer.
-  return t.add("chunk-size", help, member).at_least_one().check([](const int& chunk) {
-    if (chunk > (1 << 30)) throw UserError("--chunk-size must be at most 1073741824 tokens");
-  });
+  return t.add("chunk-size", help, member).at_least_one().check(check_chunk_bound);
 }
 template <typename O>
 MemberOption<O, int, int>& add_page_size(OptionTable<O>& t, int O::*member) {
@@ -552,6 +553,7 @@ OptionTable<AdviseOptions> advise_table() {
       .optional()
       .check_given([](const int& chunk) {  // untouched, 0 means "searched"
         if (chunk < 1) throw UserError("--chunk-size must be at least 1 (or left out: searched)");
+        check_chunk_bound(chunk);  // the job line must be one `run` takes
       });
   t.add("nodes", "nodes in the allocation (layouts on 1, 2, 4, ... of them are ranked too)", &A::nodes).at_least_one();
   t.add("gpus-per-node", "devices a node (default: the hardware file's gpus_per_node)", &A::gpus_per_node)

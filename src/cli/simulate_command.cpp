@@ -2,6 +2,7 @@
 // stage costs from an analytic model of the hardware (or a saved profile), the same plan
 // code and the same dynamic-chunking profile procedure (read from the model instead of
 // timed, exactly as the emulate backend does).
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <optional>
@@ -17,6 +18,7 @@
 #include "model/presets.hpp"
 #include "sched/cost_profile.hpp"
 #include "sched/plan_flops.hpp"
+#include "sim/gpu_memory.hpp"
 #include "sim/simulated_run.hpp"
 #include "trace/summary.hpp"
 #include "trace/traffic.hpp"
@@ -64,6 +66,13 @@ std::vector<model::StageRange> simulated_partition(const SimulateOptions& o, con
   if (!profile) return given(o.layer_partition);
   const std::string& path = o.chunking.cost_source.value;
   sched::check_profile_stages(*profile, o.pp, path);
+  // Its stages' times are the profiled TP group's: another --tp would be timed as that one.
+  const auto tp = profile->identity.find("tp");
+  const int profiled_tp = tp != profile->identity.end() && tp->is_number_integer() ? tp->get<int>() : 1;
+  if (profiled_tp != o.tp)
+    throw UserError(path + " was profiled at tp " + std::to_string(profiled_tp) + " and times its stages as that, " +
+                    "not --tp " + std::to_string(o.tp) + ": profile at this tp, or leave out --cost-model for the " +
+                    "analytic costs (`pipefill advise --cost-model` scales a one-rank profile to other layouts)");
   const auto config = profile->identity.find("model_config");
   if (config != profile->identity.end() && !model::same_costs(model::shape_from_json(*config, path), shape))
     throw UserError(path + " was profiled on another model than --model-config " + o.model_config +
@@ -100,6 +109,17 @@ int simulate_command(int argc, char** argv) {
     throw UserError("--cp models the CP ring analytically: it cannot use a measured --cost-model profile");
   const std::optional<sched::CostProfile> profile =
       saved.profile_file() ? std::optional(sched::load_cost_profile(saved.value)) : std::nullopt;
+  // With a profile only the links between stages come from --hardware: they must be the
+  // profiled machine's kind.
+  if (profile) {
+    const auto backend = profile->identity.find("backend");
+    const std::string profiled =
+        backend != profile->identity.end() && backend->is_string() ? backend->get<std::string>() : "cpu";
+    if ((profiled == "cpu") != hw.cpu)
+      throw UserError(saved.value + " was profiled on the " + profiled + " backend, and " + hw.path + " describes " +
+                      (hw.cpu ? "cpu ranks" : "GPUs") +
+                      ": give the hardware file of the machine it measured (its links join the stages)");
+  }
   const auto partition = simulated_partition(o, shape, profile);
   const sim::CpRequest cp{o.cp, sim::parse_cp_attention(o.cp_attention)};
   if (o.fp8 == "keep" && !shape.fp8)
@@ -123,10 +143,25 @@ int simulate_command(int argc, char** argv) {
   traffic.boundary_bytes = result.boundary_bytes;
   traffic.allreduce_modelled = true;
 
-  int64_t cached = 0, prompt_tokens = 0;
+  int64_t cached = 0, prompt_tokens = 0, longest = 0;
   for (size_t p = 0; p < o.lengths.size(); ++p) {
     cached += o.cached_tokens[p];
     prompt_tokens += o.lengths[p];
+    longest = std::max(longest, o.lengths[p]);
+  }
+  // A layout whose devices cannot hold it still gets its time (a study may want it), but not
+  // silently: advise leaves such layouts out, and `run` would fail to place it.
+  if (!profile) {
+    const sim::DeviceStorage storage = sim::DeviceStorage::of(hw, fp8_kept);
+    const sim::DeviceMemory need = sim::busiest_device(shape, partition, o.tp, o.cp, o.chunking.initial_chunk,
+                                                       o.chunking.page_size, longest, storage);
+    if (!sim::fits_device(need, storage))
+      std::fprintf(stderr,
+                   "warning: this layout does not fit %s: stage %d's devices need %.1f GiB of weights, %.1f GiB of KV "
+                   "and %.1f GiB of workspace, and one has %.1f GiB (the times below are of a machine that could "
+                   "hold it; `pipefill advise` ranks the layouts that fit)\n",
+                   hw.name.c_str(), need.stage, need.weights / sim::kGiB, need.kv / sim::kGiB,
+                   need.workspace / sim::kGiB, storage.memory_bytes / sim::kGiB);
   }
   if (o.json) {
     nlohmann::json j = {{"model", shape.name},

@@ -9,6 +9,7 @@
 #include <stdexcept>
 
 #include "errors.hpp"
+#include "io/file_checks.hpp"
 #include "model/tensor_source.hpp"
 
 namespace pf::model {
@@ -340,7 +341,8 @@ std::string config_json_path(const std::string& path) {
 }
 
 nlohmann::json read_config_json(const std::string& given) {
-  const std::string path = config_json_path(given);  // (an ifstream would open a directory)
+  const std::string path = config_json_path(given);
+  io::require_regular_file(path, "model config");  // a directory would read as empty, a FIFO block
   std::ifstream in(path);
   if (!in) throw UserError("cannot read model config " + path);
   nlohmann::json json;

@@ -120,10 +120,23 @@ ModelShape shape_from_json(const nlohmann::json& j, const std::string& origin) {
   } else {
     s.head_dim = read_head_dim(config, s.hidden_size, s.num_heads);
     s.v_head_dim = s.head_dim;
+    // Costs of a model no engine can build are not a prediction (`run` refuses it too).
+    if (s.num_heads % s.num_kv_heads != 0)
+      config.fail(kNumKvHeads.key, "must divide num_attention_heads (" + std::to_string(s.num_heads) + ")",
+                  s.num_kv_heads);
   }
   s.experts = config.integer_or(kNumExperts, config.integer_or(kLocalExperts, config.integer_or(kRoutedExperts, 0)));
+  const bool moe_family = s.name == "MixtralForCausalLM" || s.name == "Qwen2MoeForCausalLM" ||
+                          s.name == "Qwen3MoeForCausalLM" || s.name == "DeepseekV3ForCausalLM";
+  if (moe_family && !s.moe())
+    throw UserError(origin + ": " + s.name +
+                    " is a mixture of experts: it needs at least one routed expert (num_experts, num_local_experts "
+                    "or n_routed_experts)");
   if (s.moe()) {
     s.experts_per_token = config.integer(kExpertsPerToken);
+    if (s.experts_per_token > s.experts)
+      config.fail(kExpertsPerToken.key, "must be at most the " + std::to_string(s.experts) + " routed experts",
+                  s.experts_per_token);
     // Mixtral's experts are intermediate_size wide; the others name their width.
     s.moe_intermediate_size =
         config.has(kMoeIntermediateSize.key) ? config.integer(kMoeIntermediateSize) : config.integer(kIntermediateSize);

@@ -17,6 +17,9 @@ enum class ChunkPolicyKind {
 // Defaults every command that chunks or pages shares (run, simulate, plan, profile).
 constexpr int kDefaultChunkSize = 4096;
 constexpr int kDefaultPageSize = 64;
+// The longest chunk any command takes: 1.25 C0 (what dynamic chunking profiles) stays an int,
+// and no prompt is longer.
+constexpr int kMaxChunkTokens = 1 << 30;
 
 struct ChunkingOptions {
   ChunkPolicyKind policy = ChunkPolicyKind::kFixed;

@@ -29,6 +29,12 @@ CpShare cp_share(int64_t start, int length, int ranks, int rank) {
   return share;
 }
 
+int cp_most_rows(int length, int ranks) {
+  int most = 0;
+  for (int rank = 0; rank < ranks; ++rank) most = std::max(most, cp_share(0, length, ranks, rank).rows());
+  return most;
+}
+
 int64_t rows_in(const std::vector<RowRun>& runs) {
   int64_t n = 0;
   for (const RowRun& run : runs) n += run.count;

@@ -37,6 +37,9 @@ struct CpShare {
 
 // The rows CP rank `rank` of `ranks` computes of the chunk [start, start + length).
 CpShare cp_share(int64_t start, int length, int ranks, int rank);
+// The most rows any rank computes of a chunk of `length` tokens (rank 0's: the first of the
+// uneven pieces go to the first ranks): what a CP rank's per-chunk buffers must hold.
+int cp_most_rows(int length, int ranks);
 
 // A rank's rows of a prompt as runs of positions (its shares of each chunk, in order): how
 // many, and each rank's (runs.size() of them) with the chunk [start, start + length) added.

@@ -9,6 +9,7 @@
 #include "errors.hpp"
 #include "kernels/attention_shapes.hpp"
 #include "model/weights.hpp"
+#include "sched/chunking_options.hpp"
 #include "sim/simulated_run.hpp"
 #include "sim/stage_costs.hpp"
 
@@ -52,8 +53,12 @@ int64_t batch_chunks(const std::vector<int64_t>& lengths, int64_t chunk) {
   return chunks;
 }
 
+// The nearest multiple of `multiple`, at least one, within the chunk bound `run` takes (in 64
+// bits: 3 C* of a long prompt passes an int).
 int round_to(double value, int multiple) {
-  return std::max(multiple, static_cast<int>(std::lround(value / multiple)) * multiple);
+  const int64_t rounded = std::llround(value / multiple) * static_cast<int64_t>(multiple);
+  const int64_t bound = sched::kMaxChunkTokens / multiple * multiple;
+  return static_cast<int>(std::clamp<int64_t>(rounded, multiple, bound));
 }
 
 std::string gibibytes(double bytes) {
@@ -70,14 +75,16 @@ class Search {
     // kMaxChunks of them (a search of seconds, not hours, at any length).
     // Nor so short that the batch takes more than kMaxBatchChunks.
     const int64_t shortest = (longest_ + kMaxChunks - 1) / kMaxChunks;
-    for (int chunk : r.fixed_chunks)
-      if ((chunk < longest_ && chunk >= shortest && batch_chunks(r.lengths, chunk) <= kMaxBatchChunks) ||
-          r.fixed_chunks.size() == 1)
+    for (int chunk : r.fixed_chunks) {
+      const bool searched = chunk < longest_ && chunk >= shortest;
+      if ((searched && batch_chunks(r.lengths, chunk) <= kMaxBatchChunks) || r.fixed_chunks.size() == 1)
         fixed_.push_back(chunk);
+      else if (searched)
+        batch_cut_ = chunk;  // the largest chunk the batch's size ruled out
+    }
     // And the longest prompt in one chunk (no chunking: what a short prompt, or one whose
-    // stages have no bubble to fill, runs best at).
-    if (r.fixed_chunks.size() != 1 && longest_ <= std::numeric_limits<int>::max())
-      fixed_.push_back(static_cast<int>(longest_));
+    // stages have no bubble to fill, runs best at), where `run` takes such a chunk.
+    if (r.fixed_chunks.size() != 1 && longest_ <= sched::kMaxChunkTokens) fixed_.push_back(static_cast<int>(longest_));
     if (fixed_.empty())
       fixed_.push_back(round_to(static_cast<double>(std::min<int64_t>(longest_, std::max<int64_t>(shortest, 64))),
                                 std::max(r.page_size, 64)));
@@ -88,7 +95,7 @@ class Search {
     const std::string name = layout_text(shape.pp, shape.cp, shape.tp) + " on " + std::to_string(shape.nodes) +
                              (shape.nodes == 1 ? " node" : " nodes");
     if (shape.cp > 1 &&
-        2 * shape.cp > std::max(fixed_.back(), static_cast<int>(std::min<int64_t>(longest_, 1 << 30)))) {
+        2 * shape.cp > std::max(fixed_.back(), static_cast<int>(std::min<int64_t>(longest_, sched::kMaxChunkTokens)))) {
       advice.left_out.push_back({name, "more CP ranks than a chunk has tokens for (2 a rank)", ""});
       return;
     }
@@ -98,7 +105,15 @@ class Search {
     const DeviceMemory least =
         busiest_device(r_.shape, partitions[0], shape.tp, shape.cp, fixed_.front(), r_.page_size, longest_, storage_);
     if (!fits_device(least, storage_)) {
-      advice.left_out.push_back({name, "more than a device's memory",
+      // When the batch's size ruled out the smaller chunks, those might have fit: say so
+      // rather than blame the memory alone.
+      const std::string cut = batch_cut_ > 0
+                                  ? " at the chunks this batch's size lets the search simulate (" +
+                                        std::to_string(fixed_.front()) + " and up: at " + std::to_string(batch_cut_) +
+                                        " tokens it would take more than " + std::to_string(kMaxBatchChunks) +
+                                        " chunks; advise a part of the batch with its mix of lengths)"
+                                  : "";
+      advice.left_out.push_back({name, "more than a device's memory" + cut,
                                  gibibytes(least.weights) + " of weights, " + gibibytes(least.kv) + " of KV and " +
                                      gibibytes(least.workspace) + " of workspace on stage " +
                                      std::to_string(least.stage) + "'s devices, " + gibibytes(storage_.memory_bytes) +
@@ -220,6 +235,7 @@ class Search {
   const DeviceStorage storage_;
   int64_t longest_ = 0;
   std::vector<int> fixed_;
+  int batch_cut_ = 0;  // the largest searched chunk left out for the batch's chunk count (0: none)
 };
 
 }  // namespace

@@ -71,7 +71,10 @@ HardwareSpec hardware_from_profile(const HardwareSpec& base, const model::ModelS
   if (hw.matmul_efficiency > 1 || hw.attention_efficiency > 1)
     throw UserError(path + " implies matmuls at " + std::to_string(hw.matmul_efficiency) + " and attention at " +
                     std::to_string(hw.attention_efficiency) + " of " + base.path +
-                    "'s peak, more than the peak: the profile or the file is not of this machine");
+                    "'s peak, more than the peak: the profile or the file is not of this machine" +
+                    (base.cpu ? std::string(" (the file's peak is one core's: profile one thread a rank, "
+                                            "`pipefill profile --threads 1`)")
+                              : std::string()));
   return hw;
 }
 

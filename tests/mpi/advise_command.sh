@@ -204,4 +204,57 @@ cp "$repo/configs/deepseek-v3.1.json" "$work/config_copy.json"
 expect_error_of simulate "--timeline ($work/config_copy.json) and --model-config" --model-config "$work/config_copy.json" \
   --hardware h100 --length 100 --timeline "$work/config_copy.json"
 cmp -s "$repo/configs/deepseek-v3.1.json" "$work/config_copy.json" || fail "simulate --timeline changed its model config"
+# A FIFO as the model's config would block forever: refused like every other input path.
+mkfifo "$work/fifo.json"
+expect_error "is not a regular file" --model-config "$work/fifo.json" --hardware h100 --length 100
+expect_error_of simulate "is not a regular file" --model-config "$work/fifo.json" --hardware h100 --length 100
+# The job line's chunk is one `run` takes, and 3 C* of a prompt near 2^30 tokens does not wrap
+# an int into a negative C0 (it once refused 715M-2G-token prompts for "more than 1250000 chunks").
+expect_error "--chunk-size must be at most 1073741824" --model-config synthetic:tiny --hardware h100 --length 4096 \
+  --chunk-size 2000000000
+/usr/bin/python3 -c 'import json, sys; h = json.load(open(sys.argv[1])); h["memory_GB"] = 1e6; json.dump(h, open(sys.argv[2], "w"))' \
+  "$repo/hardware/h100.json" "$work/h100_big_memory.json"
+for length in 800000000 1500000000; do
+  "$bin/pipefill" advise --model-config synthetic:tiny --hardware "$work/h100_big_memory.json" --length $length \
+    --top 3 >"$work/long_prompt.txt" || fail "advise --length $length failed"
+  chunk=$(sed -n 's/.*srun .*--chunk-size \([0-9]*\).*/\1/p' "$work/long_prompt.txt")
+  [ -n "$chunk" ] && [ "$chunk" -ge 1 ] && [ "$chunk" -le 1073741824 ] ||
+    fail "advise --length $length: the job line's --chunk-size '$chunk' is not one run takes"
+done
+# A batch whose size rules out the chunks that would fit says so, instead of blaming memory.
+lengths=()
+for i in $(seq 16384); do lengths+=(--length 65536); done
+expect_error "at the chunks this batch's size lets the search simulate" \
+  --model-config "$repo/configs/llama3.1-405b.json" --hardware h100 --nodes 2 "${lengths[@]}"
+# Models no engine can build are not ranked (run refuses them too).
+/usr/bin/python3 - "$repo/configs/qwen3-235b-a22b-fp8.json" "$work" <<'PY'
+import json, os, sys
+base = json.load(open(sys.argv[1]))
+for name, edit in (("topk", {"num_experts_per_tok": 200}), ("kv7", {"num_key_value_heads": 7}),
+                   ("no_experts", {"num_experts": 0})):
+    json.dump({**base, **edit}, open(os.path.join(sys.argv[2], f"qwen_{name}.json"), "w"))
+PY
+expect_error "must be at most the 128 routed experts" --model-config "$work/qwen_topk.json" --hardware h100 --length 100
+expect_error_of simulate "must divide num_attention_heads" --model-config "$work/qwen_kv7.json" --hardware h100 \
+  --length 100
+expect_error "is a mixture of experts: it needs at least one routed expert" --model-config "$work/qwen_no_experts.json" \
+  --hardware h100 --length 100
+# simulate with a saved profile times its stages as the profiled layout: another --tp, or GPUs
+# for a cpu profile, is refused (the time printed was the profile's whatever they said).
+cat >"$work/tiny_model.json" <<'JSON'
+{"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 256,
+ "num_hidden_layers": 2, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 512}
+JSON
+cat >"$work/tiny_profile.json" <<JSON
+{"identity": {"backend": "cpu", "pp": 1, "tp": 1, "model_config": $(cat "$work/tiny_model.json")},
+ "initial_chunk": 1024,
+ "stages": [{"stage": 0, "sglang": {"form": "sglang", "ok": true, "a": 1e-9, "b": 1e-6, "c": 1e-3, "gamma": 0},
+             "prefix": {"form": "prefix", "ok": true, "a": 1e-9, "b": 1e-6, "c": 1e-3, "gamma": 0}}]}
+JSON
+expect_error_of simulate "was profiled at tp 1 and times its stages as that, not --tp 2" \
+  --model-config "$work/tiny_model.json" --cost-model "$work/tiny_profile.json" --hardware cpu --length 4096 --tp 2
+expect_error_of simulate "was profiled on the cpu backend, and .* describes GPUs" \
+  --model-config "$work/tiny_model.json" --cost-model "$work/tiny_profile.json" --hardware h100 --length 4096
+"$bin/pipefill" simulate --model-config "$work/tiny_model.json" --cost-model "$work/tiny_profile.json" --hardware cpu \
+  --length 4096 >/dev/null || fail "simulate with the profile's own layout failed"
 echo "advise: all checks passed"

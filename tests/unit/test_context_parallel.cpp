@@ -44,6 +44,7 @@ TEST(ContextSplit, SharesTileEveryChunkOnceWithRowsWithinOne) {
       }
       for (int count : seen) EXPECT_EQ(count, 1) << "ranks " << ranks << ", length " << length;
       EXPECT_LE(most - fewest, 1) << "ranks " << ranks << ", length " << length;
+      EXPECT_EQ(sched::cp_most_rows(length, ranks), most) << "ranks " << ranks << ", length " << length;
     }
 }
 

@@ -76,7 +76,7 @@ TEST(GpuMemory, BusiestDeviceSplitsWeightsAndKv) {
   // KV: 32 layers x 8 KV heads x 128 x (K and V) x 2 bytes = 128 KiB a token.
   EXPECT_DOUBLE_EQ(whole.kv, 131072.0 * 32 * 8 * 128 * 2 * 2);
   // Workspace: the runtime's, and float32 activations of the longest chunk a plan of C0 4096
-  // holds (sched::longest_chunk: 4096 + 1024 + 64), whatever the CP split.
+  // holds (sched::longest_chunk: 4096 + 1024 + 64); with CP, of a rank's share of it (below).
   const double per_token = 4.0 * 4096 + 4096 + 2 * 1024 + 3.0 * 14336;
   EXPECT_DOUBLE_EQ(whole.workspace, h100.runtime_bytes + 4.0 * (4096 + 1024 + 64) * per_token);
   // pp 2 x cp 2 x tp 2: each device a quarter of the layers' weights by TP and PP, about an
@@ -85,6 +85,11 @@ TEST(GpuMemory, BusiestDeviceSplitsWeightsAndKv) {
   EXPECT_GE(split.kv, whole.kv / 8);
   EXPECT_LE(split.kv, whole.kv / 8 * (1 + 2.0 * 34 / 65536));
   EXPECT_LT(split.weights, whole.weights / 3.5);
+  // A CP rank's layer buffers hold its share of a chunk, as the cuda backend reserves them: at
+  // cp 8 the activations shrink 8-fold while the ring's buffers grow with the prompt's rows.
+  const auto cp8 = busiest_device(llama, model::default_partition(32, 1), 1, 8, 65536, 64, 65536, h100);
+  const auto cp1 = busiest_device(llama, model::default_partition(32, 1), 1, 1, 65536, 64, 65536, h100);
+  EXPECT_LT(cp8.workspace - h100.runtime_bytes, (cp1.workspace - h100.runtime_bytes) / 2);
   EXPECT_TRUE(fits_device(whole, h100));
   EXPECT_FALSE(fits_device(busiest_device(llama, model::default_partition(32, 1), 1, 1, 4096, 64, 1 << 20, h100),
                            h100));  // 128 GiB of KV at 1M tokens

@@ -61,7 +61,8 @@ CudaStageCompute::CudaStageCompute(const model::ModelConfig& config, const model
   CUDA_CHECK(cudaEventCreateWithFlags(&copied_, cudaEventDisableTiming));
   CUDA_CHECK(cudaEventCreateWithFlags(&drained_, cudaEventDisableTiming));
   inv_freq_.upload(model::rope_inv_freq(config_));
-  ensure_workspace(max_chunk_tokens);
+  // A CP rank computes its share of each chunk only (forward() grows it should a chunk need more).
+  ensure_workspace(cp_ring_ ? sched::cp_most_rows(max_chunk_tokens, cp_ring_->ranks()) : max_chunk_tokens);
   if (shard_.vocab_count > 0) {
     logits_.ensure(shard_.vocab_count);
     CUDA_CHECK(cudaMallocHost(reinterpret_cast<void**>(&logits_host_), sizeof(float) * shard_.vocab_count));
