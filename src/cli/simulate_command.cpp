@@ -66,9 +66,19 @@ std::vector<model::StageRange> simulated_partition(const SimulateOptions& o, con
   if (!profile) return given(o.layer_partition);
   const std::string& path = o.chunking.cost_source.value;
   sched::check_profile_stages(*profile, o.pp, path);
-  // Its stages' times are the profiled TP group's: another --tp would be timed as that one.
-  const auto tp = profile->identity.find("tp");
-  const int profiled_tp = tp != profile->identity.end() && tp->is_number_integer() ? tp->get<int>() : 1;
+  // Its stages' times are the profiled TP group's and CP ring's: another --tp would be timed
+  // as that one, and a ring's steps as if there were one.
+  const auto whole = [&](const char* key) {
+    const auto found = profile->identity.find(key);
+    if (found == profile->identity.end()) return 1;
+    if (!found->is_number_integer()) throw UserError(path + ": its identity's " + key + " is not a whole number");
+    return found->get<int>();
+  };
+  if (whole("cp") != 1)
+    throw UserError(path + " was profiled at cp " + std::to_string(whole("cp")) +
+                    ": its stages' times include that ring's steps; simulate models CP analytically (leave out "
+                    "--cost-model, give --cp)");
+  const int profiled_tp = whole("tp");
   if (profiled_tp != o.tp)
     throw UserError(path + " was profiled at tp " + std::to_string(profiled_tp) + " and times its stages as that, " +
                     "not --tp " + std::to_string(o.tp) + ": profile at this tp, or leave out --cost-model for the " +

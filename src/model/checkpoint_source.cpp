@@ -1,6 +1,6 @@
 // The checkpoint-directory tensor source: config.json's neighbours model.safetensors or the
-// shards model.safetensors.index.json lists (every shard's header read once, to check the index
-// against them; the weights of each read only by the ranks that need them).
+// shards model.safetensors.index.json lists, opened lazily so a rank touches only its own
+// (check_storage reads every shard's header once, on the rank that validates the checkpoint).
 // Block-quantized FP8 weights are dequantized here, slice by slice, into the float32 the
 // backends compute in: the loader above never sees a stored dtype or a scale.
 #include <algorithm>
@@ -53,7 +53,7 @@ class CheckpointSource final : public TensorSource {
         if (!file.is_string()) throw UserError(index_path.string() + ": weight_map values must be file names");
         file_of_[name] = (fs::path(directory) / file.get<std::string>()).string();
       }
-      check_shards_match_index(index_path.string());
+      index_path_ = index_path.string();
     } else if (fs::exists(single_path)) {
       auto& file = open(single_path.string());
       for (auto& [name, info] : file.tensors()) file_of_[name] = single_path.string();
@@ -81,6 +81,10 @@ class CheckpointSource final : public TensorSource {
     if (checked_info(name).dtype != io::Dtype::kF8E4M3) return stored;
     const std::string scale = scale_name(name);
     return io::Fnv1a().add_value(stored).add_value(file_for(scale).content_fingerprint(scale)).value;
+  }
+
+  void check_storage() const override {
+    if (!index_path_.empty()) check_shards_match_index(index_path_);
   }
 
  private:
@@ -146,8 +150,8 @@ class CheckpointSource final : public TensorSource {
 
   // Every shard the index names holds exactly the tensors the index puts there. A tensor in a
   // shard but listed elsewhere or not at all (in two shards, say) is one transformers would
-  // load from the shard, and this reader from where the index says: a different model. Reads
-  // every shard's header (bytes, not weights).
+  // load from the shard, and this reader from where the index says (or not at all): a
+  // different model. Reads every shard's header (bytes, not weights), each closed again.
   void check_shards_match_index(const std::string& index_path) const {
     std::map<std::string, std::string> listed;  // shard -> a tensor the index puts there (for messages)
     for (const auto& [name, file] : file_of_) listed.emplace(file, name);
@@ -157,7 +161,8 @@ class CheckpointSource final : public TensorSource {
         throw UserError(index_path + " puts " + example + " in " + shard + ", which does not exist");
     }
     for (const auto& [shard, example] : listed) {
-      for (const auto& [name, info] : open(shard).tensors()) {
+      const io::SafetensorsFile header(shard);
+      for (const auto& [name, info] : header.tensors()) {
         const auto it = file_of_.find(name);
         if (it == file_of_.end())
           throw UserError(shard + " holds tensor " + name + ", which " + index_path +
@@ -182,6 +187,7 @@ class CheckpointSource final : public TensorSource {
   const io::TensorInfo& info(const std::string& name) const { return file_for(name).info(name); }
 
   std::string directory_;
+  std::string index_path_;  // a sharded checkpoint's index ("" for one model.safetensors)
   Quantization quantization_;
   std::map<std::string, std::string> file_of_;
   mutable std::map<std::string, std::unique_ptr<io::SafetensorsFile>> files_;

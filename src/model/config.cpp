@@ -94,7 +94,7 @@ int first_windowed_layer(const field::Reader& config, Window window, int num_lay
     for (int i = 0; i < num_layers; ++i) {
       const nlohmann::json& type = (*types)[i];
       if (type == "sliding_attention") return i;
-      if (type != "full_attention")
+      if (type != "full_attention" && type != "attention")  // (transformers reads the older name as full)
         config.fail("layer_types",
                     "must hold \"full_attention\" or \"sliding_attention\" (layer " + std::to_string(i) + ")", type);
     }
@@ -136,7 +136,24 @@ void refuse_sliding_window(const field::Reader& config, const ArchitectureInfo& 
         }
         return;
       }
-      if (config.present("sliding_window") && !config.has("sliding_window")) return;  // null: no window
+      if (config.present("sliding_window") && !config.has("sliding_window")) {  // null: no window, unless...
+        // ... Qwen2-MoE, which builds a window mask whatever its layers, or a layer_types that
+        // still marks a layer sliding: transformers has no window size for them and fails.
+        if (info.window == Window::kAskedAlternateBelow)
+          config.fail("sliding_window",
+                      "must not be null with use_sliding_window true: " + std::string(info.name) +
+                          " builds a window mask for it (transformers fails); set use_sliding_window false",
+                      nullptr);
+        const int layer = info.window == Window::kAskedFromMaxWindow && config.has("layer_types")
+                              ? first_windowed_layer(config, info.window, num_layers)
+                              : -1;
+        if (layer >= 0)
+          config.fail("layer_types",
+                      "must not mark a layer \"sliding_attention\" while sliding_window is null (layer " +
+                          std::to_string(layer) + "): " + info.name + " has no window for it",
+                      *config.raw("layer_types"));
+        return;
+      }
       const int layer = first_windowed_layer(config, info.window, num_layers);
       if (layer < 0) return;  // asked, but on no layer: full attention throughout
       const char* why = info.window == Window::kAskedEveryLayer ? "every layer"

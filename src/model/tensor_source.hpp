@@ -31,11 +31,15 @@ class TensorSource {
   // Identifies the tensor's values (a checkpoint: a hash of its stored bytes, sampled when
   // large; synthetic: the seed). Ranks compare these to be sure they read the same model.
   virtual uint64_t fingerprint(const std::string& name) const = 0;
+  // Checks that the source's own description of its tensors is what it stores (a sharded
+  // checkpoint's index against every shard's header); one rank's job (validate_tensors).
+  virtual void check_storage() const {}
 };
 
 // A directory with config.json and model.safetensors, or shards listed by
 // model.safetensors.index.json. Shard files are opened on first use, so a rank only ever
-// touches the shards that hold its own tensors. With FP8 `quantization` (config.json's
+// touches the shards that hold its own tensors (check_storage, on one rank, reads every
+// shard's header and closes it again). With FP8 `quantization` (config.json's
 // quantization_config), F8_E4M3 weights read back dequantized by their `_scale_inv` blocks.
 struct Quantization;  // model/quantization.hpp
 std::unique_ptr<TensorSource> open_checkpoint(const std::string& directory, const Quantization& quantization);
@@ -47,9 +51,9 @@ float synthetic_value(uint64_t seed, const std::string& name, int64_t rows_cols_
 
 // Checks that every expected tensor is present with the expected shape, and that no layer
 // holds a tensor pipefill would not read (a bias its layer does not add would otherwise be
-// left out of the sum silently); headers only. Returns, for a warning, what the checkpoint
-// holds that pipefill skips as transformers does (layers past num_hidden_layers, tensors
-// outside the layers and head); "" when nothing.
+// left out of the sum silently), after the source's check_storage; headers only. Returns, for a warning, what the
+// checkpoint holds that pipefill skips as transformers does (layers past num_hidden_layers, tensors outside the layers
+// and head); "" when nothing.
 std::string validate_tensors(const ModelConfig& config, const TensorSource& source, const std::string& origin);
 
 }  // namespace pf::model

@@ -95,6 +95,7 @@ bool skipped_silently(const std::string& name, const std::set<std::string>& expe
 }  // namespace
 
 std::string validate_tensors(const ModelConfig& config, const TensorSource& source, const std::string& origin) {
+  source.check_storage();
   std::set<std::string> expected;
   for (const auto& spec : expected_tensors(config)) {
     if (!source.has(spec.name)) throw UserError(origin + ": tensor " + spec.name + " is missing");

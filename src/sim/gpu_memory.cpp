@@ -31,7 +31,9 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
   const double h = shape.hidden_size, heads = static_cast<double>(shape.num_heads) / tp;
   const double kv_values = shape.mla() ? shape.cached_values_per_token() : shape.cached_values_per_token() / tp;
   const double chunk = sched::longest_chunk(initial_chunk, page_size);
-  // A CP rank's layer buffers hold its share of a chunk (the cuda backend reserves that much).
+  // A CP rank's layer buffers hold its share of a chunk (the cuda backend reserves that much);
+  // the hidden state's slot between stages is sized for the whole chunk, and with CP the last
+  // stage gathers the chunk's rows into a buffer of that size too.
   const double chunk_rows = cp > 1 ? sched::cp_most_rows(static_cast<int>(chunk), cp) : chunk;
   // (Search offers CP only with chunks of at least 2 cp tokens, where this is cp_shard_lengths.)
   const double rows = static_cast<double>(sched::cp_shard_bound(longest_prompt, initial_chunk, cp));
@@ -61,10 +63,12 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
     if (s == 0) m.weights += storage.embedding_bytes * embedding;
     if (s + 1 == partition.size() && !(partition.size() == 1 && shape.tie_word_embeddings))
       m.weights += storage.embedding_bytes * embedding / tp;
-    // Hidden state, residual, normed input and attention output (h each), Q and this rank's
-    // K and V, and the MLP's gate, up and product on this rank's width.
-    const double per_token = 4.0 * h + heads * shape.head_dim + kv_values + 3.0 * widest_mlp / tp;
-    m.workspace = storage.runtime_bytes + kActivationBytes * chunk_rows * per_token + ring;
+    // The hidden state (its slot: the whole chunk), then per row computed: the residual, the
+    // normed input and the attention output (h each), Q and this rank's K and V, and the MLP's
+    // gate, up and product on this rank's width.
+    const double per_row = 3.0 * h + heads * shape.head_dim + kv_values + 3.0 * widest_mlp / tp;
+    const double gathered = cp > 1 && s + 1 == partition.size() ? chunk * h : 0;
+    m.workspace = storage.runtime_bytes + kActivationBytes * (chunk * h + chunk_rows * per_row + gathered) + ring;
     if (m.total() > busiest.total()) busiest = m;
   }
   return busiest;

@@ -255,6 +255,9 @@ expect_error_of simulate "was profiled at tp 1 and times its stages as that, not
   --model-config "$work/tiny_model.json" --cost-model "$work/tiny_profile.json" --hardware cpu --length 4096 --tp 2
 expect_error_of simulate "was profiled on the cpu backend, and .* describes GPUs" \
   --model-config "$work/tiny_model.json" --cost-model "$work/tiny_profile.json" --hardware h100 --length 4096
+sed 's/"tp": 1,/"tp": 1, "cp": 2,/' "$work/tiny_profile.json" >"$work/tiny_profile_cp2.json"
+expect_error_of simulate "was profiled at cp 2: its stages' times include that ring" \
+  --model-config "$work/tiny_model.json" --cost-model "$work/tiny_profile_cp2.json" --hardware cpu --length 4096
 "$bin/pipefill" simulate --model-config "$work/tiny_model.json" --cost-model "$work/tiny_profile.json" --hardware cpu \
   --length 4096 >/dev/null || fail "simulate with the profile's own layout failed"
 echo "advise: all checks passed"

@@ -2,6 +2,7 @@
 // and the field; transformers 5 `rope_parameters` is read and wins over the top-level keys;
 // the cost model's reader (model::shape_from_json) holds the fields it shares to the same rules.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -287,6 +288,13 @@ TEST(ConfigValidation, WhatTransformersSettlesIsReadTheSameWay) {
                       "one type for each");
   expect_config_error(with(asked, "layer_types", std::vector<std::string>(layers, "chunked_attention")), "layer_types",
                       "full_attention");
+  std::vector<std::string> legacy = full;
+  legacy.front() = "attention";  // transformers' older name for full attention
+  EXPECT_EQ(parse_config(with(asked, "layer_types", legacy), "cfg.json").num_layers, layers);
+  // A null window is none, unless a listed layer is still sliding (transformers fails there).
+  const nlohmann::json asked_null = with(asked, "sliding_window", nullptr);
+  EXPECT_EQ(parse_config(with(asked_null, "max_window_layers", 0), "cfg.json").num_layers, layers);
+  expect_config_error(with(asked_null, "layer_types", last_sliding), "layer_types", "sliding_window is null");
 
   // Qwen2-MoE windows the even layers below max_window_layers; Qwen3-MoE every layer.
   nlohmann::json qwen2_moe = to_json(preset_config("tiny-moe"));
@@ -295,6 +303,7 @@ TEST(ConfigValidation, WhatTransformersSettlesIsReadTheSameWay) {
   qwen2_moe["shared_expert_intermediate_size"] = 0;
   const nlohmann::json moe_asked = with(with(qwen2_moe, "use_sliding_window", true), "sliding_window", 16);
   expect_config_error(moe_asked, "use_sliding_window", "layer 0 (max_window_layers)");
+  expect_config_error(with(moe_asked, "sliding_window", nullptr), "sliding_window", "builds a window mask");
   EXPECT_EQ(parse_config(with(moe_asked, "max_window_layers", 0), "cfg.json").num_layers,
             qwen2_moe["num_hidden_layers"].get<int>());
   expect_config_error(with(qwen2_moe, "layer_types",

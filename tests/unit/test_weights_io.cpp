@@ -137,7 +137,8 @@ TEST(Checkpoint, AnIndexThatDoesNotDescribeItsShardsIsRefused) {
   auto refused = [&](nlohmann::json edited, const std::string& words) {
     std::ofstream(index_path) << edited.dump();
     try {
-      model::open_model(dir.string(), 0);
+      const auto source = model::open_model(dir.string(), 0);
+      model::validate_tensors(source.config, *source.tensors, dir.string());
       ADD_FAILURE() << "no error for " << edited.dump();
     } catch (const UserError& e) {
       EXPECT_NE(std::string(e.what()).find(words), std::string::npos) << e.what();
@@ -153,7 +154,8 @@ TEST(Checkpoint, AnIndexThatDoesNotDescribeItsShardsIsRefused) {
   gone["weight_map"][moved] = "model-00009-of-00009.safetensors";
   refused(gone, "which does not exist");
   std::ofstream(index_path) << index.dump();
-  EXPECT_NO_THROW(model::open_model(dir.string(), 0));
+  const auto source = model::open_model(dir.string(), 0);
+  EXPECT_EQ(model::validate_tensors(source.config, *source.tensors, dir.string()), "");
   fs::remove_all(dir);
 }
 

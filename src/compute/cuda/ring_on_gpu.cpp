@@ -43,8 +43,7 @@ void RingOnGpu::begin_chunk(const cpu::RingChunk& chunk) {
 
 void RingOnGpu::reserve(int64_t shard_rows, int max_chunk, const kv::KvShape& kv, int heads, int value_width) {
   const int ranks = ring_.ranks();
-  int rows = 0;  // the most query rows a rank takes of a chunk
-  for (int r = 0; r < ranks; ++r) rows = std::max(rows, sched::cp_share(0, max_chunk, ranks, r).rows());
+  const int rows = sched::cp_most_rows(max_chunk, ranks);  // the most query rows a rank takes of a chunk
   const int64_t width = static_cast<int64_t>(heads) * value_width, q_width = static_cast<int64_t>(heads) * kv.head_dim,
                 shard = (kv.latent ? 1 : 2) * static_cast<int64_t>(kv.kv_heads) * shard_rows * kv.head_dim;
   shard_.ensure(std::max<int64_t>(shard, 1));
