@@ -19,6 +19,7 @@
 #include "sched/cost_profile.hpp"
 #include "sched/plan_flops.hpp"
 #include "sim/gpu_memory.hpp"
+#include "sim/profile_calibration.hpp"
 #include "sim/simulated_run.hpp"
 #include "trace/summary.hpp"
 #include "trace/traffic.hpp"
@@ -68,17 +69,11 @@ std::vector<model::StageRange> simulated_partition(const SimulateOptions& o, con
   sched::check_profile_stages(*profile, o.pp, path);
   // Its stages' times are the profiled TP group's and CP ring's: another --tp would be timed
   // as that one, and a ring's steps as if there were one.
-  const auto whole = [&](const char* key) {
-    const auto found = profile->identity.find(key);
-    if (found == profile->identity.end()) return 1;
-    if (!found->is_number_integer()) throw UserError(path + ": its identity's " + key + " is not a whole number");
-    return found->get<int>();
-  };
-  if (whole("cp") != 1)
-    throw UserError(path + " was profiled at cp " + std::to_string(whole("cp")) +
+  if (const int cp = sim::profiled_count(*profile, "cp", path); cp != 1)
+    throw UserError(path + " was profiled at cp " + std::to_string(cp) +
                     ": its stages' times include that ring's steps; simulate models CP analytically (leave out "
                     "--cost-model, give --cp)");
-  const int profiled_tp = whole("tp");
+  const int profiled_tp = sim::profiled_count(*profile, "tp", path);
   if (profiled_tp != o.tp)
     throw UserError(path + " was profiled at tp " + std::to_string(profiled_tp) + " and times its stages as that, " +
                     "not --tp " + std::to_string(o.tp) + ": profile at this tp, or leave out --cost-model for the " +
@@ -121,15 +116,7 @@ int simulate_command(int argc, char** argv) {
       saved.profile_file() ? std::optional(sched::load_cost_profile(saved.value)) : std::nullopt;
   // With a profile only the links between stages come from --hardware: they must be the
   // profiled machine's kind.
-  if (profile) {
-    const auto backend = profile->identity.find("backend");
-    const std::string profiled =
-        backend != profile->identity.end() && backend->is_string() ? backend->get<std::string>() : "cpu";
-    if ((profiled == "cpu") != hw.cpu)
-      throw UserError(saved.value + " was profiled on the " + profiled + " backend, and " + hw.path + " describes " +
-                      (hw.cpu ? "cpu ranks" : "GPUs") +
-                      ": give the hardware file of the machine it measured (its links join the stages)");
-  }
+  if (profile) sim::require_profiled_machine(*profile, hw, saved.value);
   const auto partition = simulated_partition(o, shape, profile);
   const sim::CpRequest cp{o.cp, sim::parse_cp_attention(o.cp_attention)};
   if (o.fp8 == "keep" && !shape.fp8)

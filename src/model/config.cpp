@@ -299,10 +299,8 @@ ModelConfig parse_config(const nlohmann::json& json, const std::string& origin) 
   if (!json.is_object()) throw UserError(origin + ": not a JSON object");
   const Reader config(json, origin);
   ModelConfig c;
+  field::refuse_architectures_string(json, origin);
   auto architectures = json.value("architectures", nlohmann::json::array());
-  if (architectures.is_string())
-    throw UserError(origin + ": field \"architectures\" must be a list of names, e.g. [" + architectures.dump() +
-                    "] (got the string " + architectures.dump() + ")");
   if (!architectures.is_array() || architectures.empty() || !architectures[0].is_string())
     throw UserError(origin + ": missing \"architectures\" (e.g. [\"LlamaForCausalLM\"])");
   c.architecture_name = architectures[0].get<std::string>();

@@ -187,6 +187,10 @@ class Reader {
 // heads * head_dim is capped like a width.
 int read_head_dim(const Reader& config, int hidden_size, int num_heads);
 
+// "architectures" written as one name instead of a list of them: refused, naming the fix (both
+// readers of config.json, the strict one and the cost models', then read the list their way).
+void refuse_architectures_string(const nlohmann::json& config, const std::string& origin);
+
 // The dense layers of an MoE model, by each family's own rule: Qwen's mlp_only_layers and
 // decoder_sparse_step, DeepSeek's first_k_dense_replace, Mixtral none. `family` is the
 // architecture name ("Qwen3MoeForCausalLM"); true marks an MoE layer.

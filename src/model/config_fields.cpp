@@ -176,6 +176,13 @@ Reader Reader::nested(const char* key) const {
   return Reader(*object(key), origin_, name(key) + ".");
 }
 
+void refuse_architectures_string(const nlohmann::json& config, const std::string& origin) {
+  const auto it = config.find("architectures");
+  if (it != config.end() && it->is_string())
+    throw UserError(origin + ": field \"architectures\" must be a list of names, e.g. [" + it->dump() +
+                    "] (got the string " + it->dump() + ")");
+}
+
 int read_head_dim(const Reader& config, int hidden_size, int num_heads) {
   int head_dim;
   if (config.has(kHeadDim.key)) {

@@ -90,9 +90,7 @@ ModelShape shape_from_json(const nlohmann::json& j, const std::string& origin) {
   if (!j.is_object()) throw UserError(origin + ": not a JSON object");
   const Reader config(j, origin);
   ModelShape s;
-  if (j.contains("architectures") && j["architectures"].is_string())
-    throw UserError(origin + ": field \"architectures\" must be a list of names, e.g. [" + j["architectures"].dump() +
-                    "]");
+  refuse_architectures_string(j, origin);
   try {
     s.name = j.contains("architectures") && j["architectures"].is_array() && !j["architectures"].empty()
                  ? j["architectures"][0].get<std::string>()

@@ -8,25 +8,34 @@
 
 namespace pf::sim {
 
+int profiled_count(const sched::CostProfile& profile, const char* key, const std::string& path) {
+  const auto found = profile.identity.find(key);
+  if (found == profile.identity.end()) return 1;
+  if (!found->is_number_integer()) throw UserError(path + ": its identity's " + key + " is not a whole number");
+  return found->get<int>();
+}
+
+void require_profiled_machine(const sched::CostProfile& profile, const HardwareSpec& hw, const std::string& path) {
+  const nlohmann::json& id = profile.identity;
+  if (id.contains("backend") && !id["backend"].is_string())
+    throw UserError(path + ": its identity's backend is not text");
+  const std::string backend = id.value("backend", std::string("cpu"));
+  if ((backend == "cpu") != hw.cpu)
+    throw UserError(path + " was profiled on the " + backend + " backend, and " + hw.path + " describes " +
+                    (hw.cpu ? "cpu ranks" : "GPUs") + ": give the hardware file of the machine it measured");
+}
+
 HardwareSpec hardware_from_profile(const HardwareSpec& base, const model::ModelShape& shape,
                                    const sched::CostProfile& profile, const std::string& path) {
   const nlohmann::json& id = profile.identity;
-  const auto whole = [&](const char* key) {  // a hand-edited identity is an error, not a crash
-    const auto found = id.find(key);
-    if (found == id.end()) return 1;
-    if (!found->is_number_integer()) throw UserError(path + ": its identity's " + key + " is not a whole number");
-    return found->get<int>();
-  };
-  const int pp = whole("pp"), tp = whole("tp"), cp = whole("cp");
-  for (const char* key : {"backend", "layer_partition"})
-    if (id.contains(key) && !id[key].is_string()) throw UserError(path + ": its identity's " + key + " is not text");
+  const int pp = profiled_count(profile, "pp", path), tp = profiled_count(profile, "tp", path),
+            cp = profiled_count(profile, "cp", path);
+  if (id.contains("layer_partition") && !id["layer_partition"].is_string())
+    throw UserError(path + ": its identity's layer_partition is not text");
   if (tp != 1 || cp != 1)
     throw UserError(path + " was profiled at tp " + std::to_string(tp) + ", cp " + std::to_string(cp) +
                     ": a profile that calibrates the model must be of one rank a stage (pipefill profile --tp 1)");
-  const std::string backend = id.value("backend", std::string("cpu"));
-  if ((backend == "cpu") != base.cpu)
-    throw UserError(path + " was profiled on the " + backend + " backend, and " + base.path + " describes " +
-                    (base.cpu ? "cpu ranks" : "GPUs") + ": give the hardware file of the machine it measured");
+  require_profiled_machine(profile, base, path);
   const std::vector<model::StageRange> partition = sched::profiled_partition(profile, shape.num_layers, pp, path);
   // Pooled over stages: seconds of each term against the FLOPs (or rows) they pay for.
   double attention_coefficient = 0, attention_s = 0, matmul_flops = 0, matmul_s = 0, tile_flops = 0, fixed_s = 0;

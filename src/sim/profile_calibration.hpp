@@ -22,4 +22,10 @@ namespace pf::sim {
 HardwareSpec hardware_from_profile(const HardwareSpec& base, const model::ModelShape& shape,
                                    const sched::CostProfile& profile, const std::string& path);
 
+// What a profile's identity says of the layout and machine it measured, as advise and simulate
+// read it (a hand-edited identity is an error, not a crash): a whole-number key such as "tp"
+// (absent: 1); and that `hw` describes the same kind of machine (cpu ranks or GPUs).
+int profiled_count(const sched::CostProfile& profile, const char* key, const std::string& path);
+void require_profiled_machine(const sched::CostProfile& profile, const HardwareSpec& hw, const std::string& path);
+
 }  // namespace pf::sim
