@@ -23,21 +23,24 @@ void residual_projection(LayerOps& ops, const LayerRecipe& recipe, Buffer in, Pr
 }
 
 // Attention over the paged KV cache: kNormed -> kAttention. Grouped-query attention, or
-// MLA, whose cache holds one latent row per token for every head.
-void attention_mixer(LayerOps& ops, const LayerRecipe& recipe) {
+// MLA, whose cache holds one latent row per token for every head. `output`: the rows read
+// after this layer; false when none are (the layer ends once the K/V are in the cache).
+bool attention_mixer(LayerOps& ops, const LayerRecipe& recipe, const OutputRows& output) {
   if (recipe.latent_attention) {
     ops.latent_projections();
     ops.latent_rope();
     ops.append_latent();
     ops.latent_attention();
-    return;
+    return true;
   }
   ops.project(Buffer::kNormed, Projection::kQkv, Buffer::kQkv);
   if (recipe.qkv_bias) ops.add_qkv_bias();
   if (recipe.qk_norm) ops.qk_norm();
   ops.rope();
   ops.append_kv();
+  if (!output.all() && ops.keep_rows_from(output.first) && output.first >= output.rows) return false;
   ops.attention();
+  return true;
 }
 
 // Dense SwiGLU MLP: kNormed -> the residual stream.
@@ -57,9 +60,9 @@ void moe_feed_forward(LayerOps& ops, const LayerRecipe& recipe) {
   ops.add_to_residual(Buffer::kPartial);
 }
 
-void decoder_layer(LayerOps& ops, const LayerRecipe& recipe, int layer) {
+void decoder_layer(LayerOps& ops, const LayerRecipe& recipe, int layer, const OutputRows& output) {
   ops.rms_norm(Norm::kInput);
-  attention_mixer(ops, recipe);
+  if (!attention_mixer(ops, recipe, output)) return;
   residual_projection(ops, recipe, Buffer::kAttention, Projection::kO);
 
   ops.rms_norm(Norm::kPost);
@@ -147,10 +150,10 @@ int LayerShape::out_width(Projection projection) const {
   throw std::logic_error("LayerShape::out_width: unknown projection");
 }
 
-void forward_layers(LayerOps& ops, int num_layers, const LayerRecipe& recipe) {
+void forward_layers(LayerOps& ops, int num_layers, const LayerRecipe& recipe, OutputRows output) {
   for (int layer = 0; layer < num_layers; ++layer) {
     ops.select_layer(layer);
-    decoder_layer(ops, recipe, layer);
+    decoder_layer(ops, recipe, layer, layer == num_layers - 1 ? output : OutputRows{});
   }
 }
 

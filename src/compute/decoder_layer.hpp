@@ -149,6 +149,11 @@ class LayerOps {
   // kPartial += [sigmoid gate *] shared_expert(kNormed): this rank's slice.
   virtual void shared_expert() { unsupported("mixture of experts"); }
 
+  // Only rows [first, chunk's rows) are read after this layer: the ops that follow run on
+  // them alone (the recipe calls it after every row's K/V are appended). False where the
+  // backend computes every row anyway, which is as correct.
+  virtual bool keep_rows_from(int /*first*/) { return false; }
+
   // Sums `buffer` in place across the TP group (only when the recipe is tensor parallel).
   virtual void all_reduce(Buffer buffer) = 0;
   // kHidden += `buffer`.
@@ -159,7 +164,18 @@ class LayerOps {
   [[noreturn]] static void unsupported(const char* what);
 };
 
-// Every layer in turn on the backend's current chunk.
-void forward_layers(LayerOps& ops, int num_layers, const LayerRecipe& recipe);
+// The rows of a chunk whose hidden states anyone reads after the stage's last layer:
+// [first, rows). All of them but on the last stage, where without per-token products only
+// the prompt's last row is read (its logits), on its last chunk, and no row on the others.
+struct OutputRows {
+  int first = 0, rows = 0;
+  bool all() const { return first <= 0; }
+};
+
+// Every layer in turn on the backend's current chunk. The last layer attends and runs its
+// feed-forward only for `output`'s rows where the backend can (LayerOps::keep_rows_from),
+// once every row's K/V are in the cache: the others' results would never be read (what
+// llama.cpp does with its output ids; ~1/layers of the stage's work).
+void forward_layers(LayerOps& ops, int num_layers, const LayerRecipe& recipe, OutputRows output = {});
 
 }  // namespace pf::compute

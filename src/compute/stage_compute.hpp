@@ -22,6 +22,9 @@ struct ChunkContext {
   int64_t pos0 = 0;  // prefix already in the cache = position of the chunk's first token
   int tokens = 0;
   long long micro_batch = -1;  // for device-timed backends' timeline spans
+  // Rows [first_output_row, tokens) of the hidden states are read after forward(); the
+  // backend may leave the others' last layer undone (compute::OutputRows). 0: all of them.
+  int first_output_row = 0;
 };
 
 // What a backend's context-parallel ring did so far: chunk-layers attended by each variant,

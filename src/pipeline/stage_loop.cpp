@@ -108,6 +108,7 @@ class StageLoop {
   }
   int rows(const sched::MicroBatch& mb) const { return share(mb).rows(); }
   void gather_cp_rows(const sched::MicroBatch& mb, float* state);
+  int first_output_row(const sched::MicroBatch& mb) const;
   void finish_prompt(const sched::MicroBatch& mb);
   void finish_micro_batch(const sched::MicroBatch& mb);
 
@@ -383,12 +384,21 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
     if (!device_timed_) span.emplace(ctx_.timeline, EventKind::kCompute, mb);
     // Names the micro-batch for the watchdog, should a TP all-reduce inside never complete.
     dist::WaitLabel label(stage_name_ + " computing " + describe(mb) + (topo_.tp > 1 ? " (TP all-reduces)" : ""));
-    const compute::ChunkContext chunk{mb.prompt, mb.start, mb.length, mb.index};
+    const compute::ChunkContext chunk{mb.prompt, mb.start, mb.length, mb.index, first_output_row(mb)};
     ctx_.compute.forward(chunk, state.data());
   }
   record_all_reduces(mb);
   if (ctx_.kv_export || ctx_.kv_store || feeds_checkpoint(mb)) export_kv(mb);
   if (mb.is_last) finish_prompt(mb);
+}
+
+// The rows of `mb` that anything reads after this stage's forward (compute::OutputRows):
+// every row but on the last stage, where without per-token products (scores, hidden
+// states) only the prompt's last row is read, for its logits. (With CP each rank holds its
+// own rows of the chunk: all are gathered.) The TP ranks of a stage decide alike.
+int StageLoop::first_output_row(const sched::MicroBatch& mb) const {
+  if (!topo_.last_stage() || topo_.cp > 1 || ctx_.token_rows.any() || hidden_width_ > 0) return 0;
+  return mb.is_last ? mb.length - 1 : mb.length;
 }
 
 // The prompt's last chunk has passed this stage: the prompts that reuse its prefix take over

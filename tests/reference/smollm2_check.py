@@ -46,6 +46,10 @@ RTOL = 2e-5
 # Scores and hidden states: the bounds of score_checks.py. Hidden states measured (same versions
 # as above): max abs 5.8e-6 to 2.5e-5 with max|h| 38.75, at most 8.8e-7 relative (bound 1e-4).
 SCORES = "--logprobs --top-k 5"
+# Asking for scores or hidden states runs the last layer on every row, not only each prompt's
+# last: its logits may move by float32 rounding through one layer (measured: 2.0e-5 to 2.4e-5
+# with max|logit| 31.7, below 7.6e-7 of it; the bound leaves 5x room).
+ROUNDING = 4e-6
 # Top-1 ids must agree wherever the reference's top-1 margin is above this.
 MARGIN = 1e-3
 # SmolLM2 on the GPL's opening 300 tokens: measured 20.9. The same weights with the q/k rows left
@@ -155,8 +159,9 @@ def main():
 
     # Scores and hidden states on pp1, pp2, tp3 and pp2_cp2 (their chunks cut the prompts): mean on
     # pp1 and tp3, last on pp2, both on CP (whose last row is on one CP rank, whose mean is summed
-    # over all; scores_check.py has last on tp); the logits must not change by a bit when they are
-    # asked for.
+    # over all; scores_check.py has last on tp); the logits may change by float32 rounding only when
+    # they are asked for (without them the last layer computes only each prompt's last row:
+    # compute::OutputRows).
     ref = reference_scores(model, prompts, 5)
     scored = {}  # a scored run's attributes: its default partition lightens the last stage
     print("scores and hidden states vs transformers (max abs error of log-probs, top-5 log-probs; "
@@ -169,8 +174,10 @@ def main():
             got, scored[name], _ = run_pipefill(build, model_dir, prompts_h5, out_h5, ranks,
                                                 f"{options} {SCORES} --hidden-states {mode}")
             ok = compare(f"{name}+{mode}", got, expected, truth, time.monotonic() - start) and ok
-            if not np.array_equal(got, logits_of[name]):
-                print(f"FAILED: {name}: {SCORES} --hidden-states {mode} changed the logits")
+            moved = float(np.abs(got - logits_of[name]).max())
+            print(f"  {name}+{mode}: logits moved {moved:.2e} (bound {ROUNDING * scale:.1e})")
+            if moved > ROUNDING * scale:
+                print(f"FAILED: {name}: {SCORES} --hidden-states {mode} changed the logits beyond float32 rounding")
                 ok = False
             ok = compare_scores(f"{name}+{mode}", out_h5, ref) and ok
             with h5py.File(out_h5, "r") as f:

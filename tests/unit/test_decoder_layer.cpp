@@ -77,6 +77,11 @@ class RecordingOps final : public compute::LayerOps {
   void swiglu() override { ops.push_back("swiglu"); }
   void all_reduce(Buffer b) override { ops.push_back(std::string("all-reduce ") + name(b)); }
   void add_to_residual(Buffer b) override { ops.push_back(std::string("hidden += ") + name(b)); }
+  bool keep_rows_from(int first) override {
+    ops.push_back("keep rows from " + std::to_string(first));
+    return narrows;
+  }
+  bool narrows = true;  // false: a backend that computes every row anyway
 };
 
 std::vector<std::string> run(bool qkv_bias, bool qk_norm, bool tensor_parallel) {
@@ -161,6 +166,33 @@ TEST(DecoderLayer, EveryLayerInTurn) {
   EXPECT_EQ(ops.ops[0], "layer 0");
   EXPECT_EQ(ops.ops[11], "layer 1");
   EXPECT_EQ(ops.ops[22], "layer 2");
+}
+
+// Only the last layer narrows to the rows read, once every row's K/V are appended; with no
+// row read it ends there; a backend that does not narrow runs the whole layer.
+TEST(DecoderLayer, TheLastLayerRunsOnlyTheRowsReadAfterAppendingEveryRowsKv) {
+  compute::LayerRecipe recipe;
+  RecordingOps ops;
+  compute::forward_layers(ops, 2, recipe, {9, 10});
+  ASSERT_EQ(ops.ops.size(), 23u);
+  EXPECT_EQ(std::vector<std::string>(ops.ops.begin() + 11, ops.ops.begin() + 18),
+            (std::vector<std::string>{"layer 1", "norm input", "project normed W_qkv -> qkv", "rope", "append kv",
+                                      "keep rows from 9", "attention"}));
+
+  RecordingOps none;
+  compute::forward_layers(none, 2, recipe, {10, 10});
+  EXPECT_EQ(none.ops.size(), 17u);
+  EXPECT_EQ(none.ops.back(), "keep rows from 10");
+
+  RecordingOps whole;
+  whole.narrows = false;
+  compute::forward_layers(whole, 2, recipe, {10, 10});
+  EXPECT_EQ(whole.ops.size(), 23u);
+  EXPECT_EQ(whole.ops.back(), "project activation W_down onto hidden");
+
+  RecordingOps all;
+  compute::forward_layers(all, 2, recipe, {0, 10});
+  EXPECT_EQ(all.ops.size(), 22u);  // (no narrowing asked)
 }
 
 TEST(DecoderLayer, ShapeWidthsOfOneTensorParallelRank) {

@@ -101,8 +101,9 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   void rms_norm(Norm norm) override {
     const int h = shape_.hidden;
     const float* weight = weight_of(*w_, norm).data();
+    float *hidden = buffer(Buffer::kHidden), *normed = buffer(Buffer::kNormed);
     cpu::parallel_rows(t_, [&](int r0, int r1) {
-      cpu::rms_norm(hidden_ + int64_t(r0) * h, r1 - r0, h, h, weight, eps_, s_.normed_.data() + int64_t(r0) * h, h);
+      cpu::rms_norm(hidden + int64_t(r0) * h, r1 - r0, h, h, weight, eps_, normed + int64_t(r0) * h, h);
     });
   }
 
@@ -158,6 +159,17 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
     s_.kv_pool_.write(layer_, chunk_.prompt, local0_, t_, k, stride, k + shape_.kv_width(), stride);
   }
 
+  // The rows before `first` are not read after this layer: the row-wise ops that follow
+  // start at `first` (the cache holds every row's K/V by now, which attention reads).
+  bool keep_rows_from(int first) override {
+    if (ring_ || shape_.latent) return false;
+    first = std::min(first, t_);
+    row0_ += first;
+    t_ -= first;
+    pos0_ += first;
+    return true;
+  }
+
   void attention() override {
     timed(AttentionOps, [&] {
       const kv::KvLayerView view{&s_.kv_pool_, layer_, &s_.kv_pool_.pages(chunk_.prompt)};
@@ -167,8 +179,8 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
         return cpu::ring_attention(s_.qkv_.data(), shape_.qkv_width(), *ring_, keys, local0_ + t_, *s_.cp_ring_,
                                    s_.attn_.data(), shape_.q_width(), s_.ring_ws_);
       }
-      cpu::chunk_attention(s_.qkv_.data(), shape_.qkv_width(), t_, pos0_, view, shape_.heads, s_.attn_.data(),
-                           shape_.q_width(), s_.attention_ws_);
+      cpu::chunk_attention(buffer(Buffer::kQkv), shape_.qkv_width(), t_, pos0_, view, shape_.heads,
+                           buffer(Buffer::kAttention), shape_.q_width(), s_.attention_ws_);
     });
   }
 
@@ -205,7 +217,7 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   }
 
   void route() override {
-    cpu::route_tokens(s_.normed_.data(), t_, shape_.hidden, *w_, s_.config_.moe, s_.moe_ws_);
+    cpu::route_tokens(buffer(Buffer::kNormed), t_, shape_.hidden, *w_, s_.config_.moe, s_.moe_ws_);
     const int experts = s_.config_.moe.experts;
     s_.expert_rows_.resize(s_.weights_.layers.size() * experts);
     for (int e = 0; e < experts; ++e)
@@ -215,22 +227,24 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
 
   void routed_experts() override {
     timed(GemmOps, [&] {
-      cpu::routed_experts(s_.normed_.data(), t_, shape_.hidden, s_.shard_.expert_intermediate, s_.shard_.expert_begin,
-                          *w_, s_.moe_ws_, s_.proj_.data());
+      cpu::routed_experts(buffer(Buffer::kNormed), t_, shape_.hidden, s_.shard_.expert_intermediate,
+                          s_.shard_.expert_begin, *w_, s_.moe_ws_, buffer(Buffer::kPartial));
     });
   }
 
   void shared_expert() override {
     timed(GemmOps, [&] {
-      cpu::shared_expert(s_.normed_.data(), t_, shape_.hidden, s_.shard_.shared_intermediate, *w_, s_.moe_ws_,
-                         s_.proj_.data());
+      cpu::shared_expert(buffer(Buffer::kNormed), t_, shape_.hidden, s_.shard_.shared_intermediate, *w_, s_.moe_ws_,
+                         buffer(Buffer::kPartial));
     });
   }
 
   void swiglu() override {
     const int64_t width = shape_.intermediate;
+    const float* gate_up = buffer(Buffer::kGateUp);
+    float* act = buffer(Buffer::kActivation);
     cpu::parallel_rows(t_, [&](int r0, int r1) {
-      cpu::swiglu(s_.gate_up_.data() + 2 * width * r0, r1 - r0, shape_.intermediate, s_.act_.data() + width * r0);
+      cpu::swiglu(gate_up + 2 * width * r0, r1 - r0, shape_.intermediate, act + width * r0);
     });
   }
 
@@ -239,8 +253,9 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   void add_to_residual(Buffer role) override {
     const int64_t width = shape_.width(role);
     const float* y = buffer(role);
+    float* hidden = buffer(Buffer::kHidden);
     cpu::parallel_rows(
-        t_, [&](int r0, int r1) { cpu::add_inplace(hidden_ + width * r0, y + width * r0, width * (r1 - r0)); });
+        t_, [&](int r0, int r1) { cpu::add_inplace(hidden + width * r0, y + width * r0, width * (r1 - r0)); });
   }
 
  private:
@@ -272,7 +287,9 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
     (kind == AttentionOps ? times.attention_flops : times.gemm_flops) += flops;
   }
 
-  float* buffer(Buffer role) {
+  // `role`'s rows from the first one computed (row0_) on.
+  float* buffer(Buffer role) { return base(role) + static_cast<int64_t>(row0_) * shape_.width(role); }
+  float* base(Buffer role) {
     switch (role) {
       case Buffer::kHidden:
         return hidden_;
@@ -296,7 +313,9 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   const LayerShape& shape_;
   const ChunkContext& chunk_;
   const cpu::RingChunk* const ring_;
-  const int t_, pos0_, local0_;
+  int t_, pos0_;  // rows computed (from row0_ on) and the position of the first
+  int row0_ = 0;
+  const int local0_;
   float* const hidden_;
   const float eps_;
   int layer_ = 0;
@@ -334,7 +353,7 @@ void CpuStageCompute::forward(const ChunkContext& chunk, float* hidden) {
   const auto t0 = std::chrono::steady_clock::now();
   const double lent0 = cpu::ThreadPool::instance().lent_seconds();
   LayerOnCpu ops(*this, chunk, hidden, ring ? &*ring : nullptr, local0);
-  forward_layers(ops, static_cast<int>(weights_.layers.size()), recipe_);
+  forward_layers(ops, static_cast<int>(weights_.layers.size()), recipe_, {chunk.first_output_row, chunk.tokens});
   if (cp_ring_) cp_counts_.bytes_sent = cp_ring_->bytes_sent();
   op_times_.forward_s += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   op_times_.lent_s += cpu::ThreadPool::instance().lent_seconds() - lent0;

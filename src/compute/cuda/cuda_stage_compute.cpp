@@ -229,8 +229,8 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
 
   void rms_norm(compute::Norm norm) override {
     const int h = shape_.hidden;
-    kernels::rms_norm_rows(hidden_, t_, h, h, compute::weight_of(*w_, norm).data(), eps_, g_.normed_.data(), h,
-                           stream_);
+    kernels::rms_norm_rows(float_buffer(compute::Buffer::kHidden), t_, h, h, compute::weight_of(*w_, norm).data(), eps_,
+                           gemm_input(compute::Buffer::kNormed), h, stream_);
   }
 
   void project(compute::Buffer in, compute::Projection projection, compute::Buffer out) override {
@@ -241,7 +241,7 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
   // The GEMM adds into the residual stream itself (beta = 1).
   void project_onto_residual(compute::Buffer in, compute::Projection projection) override {
     g_.gemm_.linear(gemm_input(in), t_, shape_.in_width(projection), compute::weight_of(*w_, projection).data(),
-                    shape_.out_width(projection), hidden_, stream_, /*beta=*/1.0f);
+                    shape_.out_width(projection), float_buffer(compute::Buffer::kHidden), stream_, /*beta=*/1.0f);
   }
 
   void add_qkv_bias() override {
@@ -274,6 +274,16 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
     kernels::kv_append(kv_, layer_, local0_, t_, k, k + shape_.kv_width(), shape_.qkv_width(), stream_);
   }
 
+  // The rows before `first` are not read after this layer: the row-wise ops that follow
+  // start at `first` (the cache holds every row's K/V by now, which attention reads).
+  bool keep_rows_from(int first) override {
+    if (ring_ || shape_.latent) return false;
+    first = std::min(first, t_);
+    row0_ += first;
+    t_ -= first;
+    return true;
+  }
+
   void attention() override {
     if (ring_) {
       const float scale = 1.0f / std::sqrt(static_cast<float>(shape_.head_dim));
@@ -284,20 +294,23 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
       return;
     }
     kernels::AttentionArgs args;
-    args.q = g_.qkv_.data();
+    args.q = float_buffer(compute::Buffer::kQkv);
     args.q_stride = shape_.qkv_width();
-    args.tokens = chunk_.tokens;
-    args.pos0 = chunk_.pos0;
+    args.tokens = t_;
+    args.pos0 = chunk_.pos0 + row0_;
     args.heads = shape_.heads;
     args.kv = kv_;
     args.layer = layer_;
-    args.out = g_.attn_.data();
+    args.out = gemm_input(compute::Buffer::kAttention);
     args.out_stride = shape_.q_width();
     kernels::chunk_attention(args, stream_);
     CUDA_CHECK_LAUNCH();
   }
 
-  void swiglu() override { kernels::swiglu(g_.gate_up_.data(), t_, shape_.intermediate, g_.act_.data(), stream_); }
+  void swiglu() override {
+    kernels::swiglu(float_buffer(compute::Buffer::kGateUp), t_, shape_.intermediate,
+                    gemm_input(compute::Buffer::kActivation), stream_);
+  }
 
   // The query heads into kQkv, the latent rows kept by LatentOnGpu.
   void latent_projections() override {
@@ -322,27 +335,36 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
                           ring_ ? g_.ring_.get() : nullptr, local0_ + t_);
   }
 
-  void route() override { g_.moe_->route(g_.normed_.data(), t_, *w_, stream_); }
+  void route() override { g_.moe_->route(gemm_input(compute::Buffer::kNormed), t_, *w_, stream_); }
 
   void routed_experts() override {
     const size_t experts = static_cast<size_t>(g_.config_.moe.experts);
     g_.expert_rows_.resize(g_.weights_.layers.size() * experts);
-    g_.moe_->routed_experts(g_.normed_.data(), t_, *w_, g_.gemm_, g_.proj_.data(),
-                            g_.expert_rows_.data() + layer_ * experts, stream_);
+    g_.moe_->routed_experts(gemm_input(compute::Buffer::kNormed), t_, *w_, g_.gemm_,
+                            float_buffer(compute::Buffer::kPartial), g_.expert_rows_.data() + layer_ * experts,
+                            stream_);
   }
 
   void shared_expert() override {
-    g_.moe_->shared_expert(g_.normed_.data(), t_, *w_, g_.gemm_, g_.proj_.data(), stream_);
+    g_.moe_->shared_expert(gemm_input(compute::Buffer::kNormed), t_, *w_, g_.gemm_,
+                           float_buffer(compute::Buffer::kPartial), stream_);
   }
 
   void all_reduce(compute::Buffer role) override { g_.all_reduce_->sum(float_buffer(role), t_ * shape_.width(role)); }
 
   void add_to_residual(compute::Buffer role) override {
-    kernels::residual_add(hidden_, float_buffer(role), static_cast<int64_t>(t_) * shape_.width(role), stream_);
+    kernels::residual_add(float_buffer(compute::Buffer::kHidden), float_buffer(role),
+                          static_cast<int64_t>(t_) * shape_.width(role), stream_);
   }
 
  private:
-  bf16* gemm_input(compute::Buffer role) {
+  // `role`'s rows from the first one computed (row0_) on.
+  bf16* gemm_input(compute::Buffer role) { return bf16_base(role) + static_cast<int64_t>(row0_) * shape_.width(role); }
+  float* float_buffer(compute::Buffer role) {
+    return float_base(role) + static_cast<int64_t>(row0_) * shape_.width(role);
+  }
+
+  bf16* bf16_base(compute::Buffer role) {
     switch (role) {
       case compute::Buffer::kNormed:
         return g_.normed_.data();
@@ -355,7 +377,7 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
     }
   }
 
-  float* float_buffer(compute::Buffer role) {
+  float* float_base(compute::Buffer role) {
     switch (role) {
       case compute::Buffer::kHidden:
         return hidden_;
@@ -373,7 +395,8 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
   CudaStageCompute& g_;
   const compute::LayerShape& shape_;
   const compute::ChunkContext& chunk_;
-  const int t_;                 // rows computed here
+  int t_;  // rows computed here (from row0_ on)
+  int row0_ = 0;
   const int64_t local0_;        // the cache row of the first
   const cpu::RingChunk* ring_;  // CP: this rank's share, every rank's rows
   float* const hidden_;
@@ -407,7 +430,8 @@ void CudaStageCompute::forward(const compute::ChunkContext& chunk, float* hidden
     CUDA_CHECK(cudaEventRecord(span.start, forward_stream_));
   }
   LayerOnGpu ops(*this, chunk, hidden, rows, local0, ring ? &*ring : nullptr);
-  compute::forward_layers(ops, static_cast<int>(weights_.layers.size()), recipe_);
+  compute::forward_layers(ops, static_cast<int>(weights_.layers.size()), recipe_,
+                          {chunk.first_output_row, chunk.tokens});
   CUDA_CHECK_LAUNCH();
   if (cp_ring_) cp_counts_.bytes_sent = cp_ring_->bytes_sent();
   if (timed) {
