@@ -108,6 +108,7 @@ class StageLoop {
   }
   int rows(const sched::MicroBatch& mb) const { return share(mb).rows(); }
   void gather_cp_rows(const sched::MicroBatch& mb, float* state);
+  int rows_read(const sched::MicroBatch& mb) const;
   int first_output_row(const sched::MicroBatch& mb) const;
   void finish_prompt(const sched::MicroBatch& mb);
   void finish_micro_batch(const sched::MicroBatch& mb);
@@ -230,7 +231,8 @@ bool StageLoop::steady_state(long long i) {
     ctx_.checkpoint->reach(i);
   }
   compute(mb, *state);
-  if (topo_.last_stage() && topo_.cp > 1 && ctx_.results_computed) gather_cp_rows(mb, state->data());
+  if (topo_.last_stage() && topo_.cp > 1 && ctx_.results_computed && rows_read(mb) > 0)
+    gather_cp_rows(mb, state->data());
   if (topo_.emits_results())
     emit_results(mb, std::move(*state));
   else if (topo_.last_stage())
@@ -392,13 +394,19 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
   if (mb.is_last) finish_prompt(mb);
 }
 
-// The rows of `mb` that anything reads after this stage's forward (compute::OutputRows):
-// every row but on the last stage, where without per-token products (scores, hidden
-// states) only the prompt's last row is read, for its logits. (With CP each rank holds its
-// own rows of the chunk: all are gathered.) The TP ranks of a stage decide alike.
+// How many of `mb`'s rows, the last ones, anything reads after this stage's forward:
+// every row but on the last stage, where without per-token products (scores, hidden states)
+// only the prompt's last row is read, for its logits, on its last chunk. The TP and CP
+// ranks of a stage decide alike.
+int StageLoop::rows_read(const sched::MicroBatch& mb) const {
+  if (!topo_.last_stage() || ctx_.token_rows.any() || hidden_width_ > 0) return mb.length;
+  return mb.is_last ? 1 : 0;
+}
+
+// The first row the backend must finish (compute::OutputRows). With CP each rank holds its
+// own rows of the chunk, whose attention is a collective of the group: all of them.
 int StageLoop::first_output_row(const sched::MicroBatch& mb) const {
-  if (!topo_.last_stage() || topo_.cp > 1 || ctx_.token_rows.any() || hidden_width_ > 0) return 0;
-  return mb.is_last ? mb.length - 1 : mb.length;
+  return topo_.cp > 1 ? 0 : mb.length - rows_read(mb);
 }
 
 // The prompt's last chunk has passed this stage: the prompts that reuse its prefix take over
@@ -514,7 +522,8 @@ void StageLoop::emit_results(const sched::MicroBatch& mb, dist::ReadySlot state)
 
 // Each CP rank's rows (its two pieces) go to CP rank 0, which puts them back in position
 // order in its slot (sized for a whole chunk): the results are then computed as without CP.
-// (One gather of the chunk's hidden states a micro-batch, the size of one pipeline hop.)
+// (One gather of the chunk's hidden states a micro-batch, the size of one pipeline hop; none
+// for a chunk whose rows nobody reads: rows_read.)
 void StageLoop::gather_cp_rows(const sched::MicroBatch& mb, float* state) {
   trace::Timeline::Scope span(ctx_.timeline, EventKind::kCpGather, mb);
   dist::WaitLabel label(stage_name_ + " gathering the CP ranks' rows of " + describe(mb));

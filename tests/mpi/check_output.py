@@ -16,6 +16,9 @@ with h5py.File(path, "r") as f:
     logits, ttft, timeline = f["logits"][:], f["ttft_s"][:], f["timeline"][:]
     reused = f["reused_tokens"][:]
     attrs = dict(f.attrs)
+    # Datasets beyond these are per-token products (scores, hidden states), which read every row.
+    per_token = set(f.keys()) - {"completed", "logits", "restored_tokens", "reused_tokens", "row_checksum",
+                                 "timeline", "ttft_s"}
 n = logits.shape[0]
 assert np.isfinite(logits).all(), "non-finite logits"
 assert ttft.shape == (n,) and (ttft > 0).all(), f"bad ttft {ttft}"
@@ -32,6 +35,12 @@ if int(attrs.get("top_k", 0)) > 0 or int(attrs.get("logprobs", 0)):
     assert len(last_stage_heads) == len(micro_batches), "one LM-head event per micro-batch when scoring tokens"
 else:
     assert len(last_stage_heads) == n, "one LM-head event per prompt"
+if cp > 1:  # the last stage gathers a chunk's rows to CP rank 0 only where they are read
+    computed = timeline[(timeline["kind"] == 0) & (timeline["rank"] == 0)]
+    gathered = {int(m) for m in timeline[(timeline["kind"] == 7) & (timeline["tp_rank"] == 0)]["micro_batch"]}
+    last_chunks = {int(computed["micro_batch"][computed["prompt"] == p].max()) for p in set(computed["prompt"])}
+    expected = {int(m) for m in computed["micro_batch"]} if per_token else last_chunks
+    assert gathered == expected, f"CP gathers for micro-batches {sorted(gathered)}, expected {sorted(expected)}"
 assert reused.shape == (n,) and (reused >= 0).all(), f"bad /reused_tokens {reused}"
 if "EXPECT_REUSED" in os.environ:
     assert reused.sum() == int(os.environ["EXPECT_REUSED"]), f"reused {reused.sum()} tokens ({reused}), expected {os.environ['EXPECT_REUSED']}"
