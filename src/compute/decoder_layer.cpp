@@ -4,6 +4,7 @@
 //   -> o projection [-> all-reduce] -> residual
 //   rmsnorm -> gate_up projection -> SwiGLU -> down projection [-> all-reduce] -> residual
 //     (MoE: route -> routed experts [+ shared expert] [-> all-reduce] -> residual)
+// The stage's last layer narrows to the rows read once the K/V are appended (OutputRows).
 #include "compute/decoder_layer.hpp"
 
 #include <stdexcept>

@@ -395,11 +395,12 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
 }
 
 // How many of `mb`'s rows, the last ones, anything reads after this stage's forward:
-// every row but on the last stage, where without per-token products (scores, hidden states)
-// only the prompt's last row is read, for its logits, on its last chunk. The TP and CP
-// ranks of a stage decide alike.
+// every row but on the last stage, where without token scores or mean hidden states only
+// the prompt's last row is read (its logits, its last hidden state), on its last chunk. The
+// TP and CP ranks of a stage decide alike.
 int StageLoop::rows_read(const sched::MicroBatch& mb) const {
-  if (!topo_.last_stage() || ctx_.token_rows.any() || hidden_width_ > 0) return mb.length;
+  const bool every_row = ctx_.token_rows.any() || ctx_.hidden_states == compute::HiddenStatesKind::kMean;
+  if (!topo_.last_stage() || every_row) return mb.length;
   return mb.is_last ? 1 : 0;
 }
 

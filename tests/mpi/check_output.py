@@ -16,9 +16,11 @@ with h5py.File(path, "r") as f:
     logits, ttft, timeline = f["logits"][:], f["ttft_s"][:], f["timeline"][:]
     reused = f["reused_tokens"][:]
     attrs = dict(f.attrs)
-    # Datasets beyond these are per-token products (scores, hidden states), which read every row.
-    per_token = set(f.keys()) - {"completed", "logits", "restored_tokens", "reused_tokens", "row_checksum",
-                                 "timeline", "ttft_s"}
+def text(value):
+    return value.decode() if isinstance(value, bytes) else str(value)
+# Scores and mean hidden states read every row of a prompt; logits and its last hidden state the last.
+per_token = (int(attrs.get("logprobs", 0)) or int(attrs.get("top_k", 0)) > 0 or text(attrs.get("token_ids", ""))
+             or text(attrs.get("hidden_states", "none")) == "mean")
 n = logits.shape[0]
 assert np.isfinite(logits).all(), "non-finite logits"
 assert ttft.shape == (n,) and (ttft > 0).all(), f"bad ttft {ttft}"

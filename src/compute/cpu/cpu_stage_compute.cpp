@@ -140,16 +140,25 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
     });
   }
 
+  // The angles of the chunk's rows are computed once for all its layers (rope_angles).
   void rope() override {
     float* q = s_.qkv_.data();
-    const int stride = shape_.qkv_width();
-    cpu::parallel_rows(t_, [&](int r0, int r1) {
-      for_position_runs(r0, r1, [&](int row, int count, int pos) {
-        float* rows = q + int64_t(row) * stride;
-        cpu::apply_rope(rows, count, stride, shape_.heads, shape_.head_dim, pos, s_.inv_freq_, s_.rope_scale_);
-        cpu::apply_rope(rows + shape_.q_width(), count, stride, shape_.kv_heads, shape_.head_dim, pos, s_.inv_freq_,
-                        s_.rope_scale_);
+    const int stride = shape_.qkv_width(), half = shape_.head_dim / 2;
+    if (layer_ == 0) {
+      s_.rope_cos_.resize(static_cast<size_t>(t_) * half);
+      s_.rope_sin_.resize(static_cast<size_t>(t_) * half);
+      cpu::parallel_rows(t_, [&](int r0, int r1) {
+        for_position_runs(r0, r1, [&](int row, int count, int pos) {
+          cpu::rope_angles(pos, count, shape_.head_dim, s_.inv_freq_, s_.rope_scale_, s_.rope_cos_.data() + row * half,
+                           s_.rope_sin_.data() + row * half);
+        });
       });
+    }
+    cpu::parallel_rows(t_, [&](int r0, int r1) {
+      float* rows = q + int64_t(r0) * stride;
+      const float *cos = s_.rope_cos_.data() + int64_t(r0) * half, *sin = s_.rope_sin_.data() + int64_t(r0) * half;
+      cpu::apply_rope_angles(rows, r1 - r0, stride, shape_.heads, shape_.head_dim, cos, sin);
+      cpu::apply_rope_angles(rows + shape_.q_width(), r1 - r0, stride, shape_.kv_heads, shape_.head_dim, cos, sin);
     });
   }
 
@@ -220,6 +229,7 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
     cpu::route_tokens(buffer(Buffer::kNormed), t_, shape_.hidden, *w_, s_.config_.moe, s_.moe_ws_);
     const int experts = s_.config_.moe.experts;
     s_.expert_rows_.resize(s_.weights_.layers.size() * experts);
+    if (row0_ > 0) return;  // a narrowed layer's few rows would read as a skewed layer: not counted
     for (int e = 0; e < experts; ++e)
       s_.expert_rows_[static_cast<size_t>(layer_) * experts + e] +=
           s_.moe_ws_.first_slot[e + 1] - s_.moe_ws_.first_slot[e];

@@ -90,6 +90,7 @@ class CpuStageCompute final : public StageCompute {
   float rope_scale_;
   // Workspace, grown to the largest chunk seen.
   std::vector<float> normed_, qkv_, attn_, proj_, gate_up_, act_;
+  std::vector<float> rope_cos_, rope_sin_;        // the chunk's rows' RoPE angles, shared by its layers
   std::vector<float> head_normed_, head_logits_;  // summarize_vocab_rows' final-norm rows and logits
   cpu::AttentionWorkspace attention_ws_;
   cpu::LatentWorkspace latent_ws_;  // MLA models

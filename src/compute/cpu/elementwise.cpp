@@ -49,27 +49,46 @@ void rms_norm(const float* x, int rows, int width, int row_stride, const float* 
   }
 }
 
-void apply_rope(float* x, int rows, int row_stride, int heads, int head_dim, int pos0,
-                const std::vector<double>& inv_freq, float scale) {
-  const int half = head_dim / 2;
-  std::vector<float> cos_v(half), sin_v(half);
-  for (int r = 0; r < rows; ++r) {
+void rope_angles(int64_t pos0, int count, int head_dim, const std::vector<double>& inv_freq, float scale, float* cos,
+                 float* sin) {
+  const int64_t half = head_dim / 2;
+  for (int r = 0; r < count; ++r) {
     // Angles in double: at positions near 1M a float32 product loses ~0.06 rad.
     const double pos = static_cast<double>(pos0 + r);
-    for (int i = 0; i < half; ++i) {
+    for (int64_t i = 0; i < half; ++i) {
       const double angle = pos * inv_freq[i];
-      cos_v[i] = static_cast<float>(std::cos(angle)) * scale;
-      sin_v[i] = static_cast<float>(std::sin(angle)) * scale;
+      cos[r * half + i] = static_cast<float>(std::cos(angle)) * scale;
+      sin[r * half + i] = static_cast<float>(std::sin(angle)) * scale;
     }
+  }
+}
+
+void apply_rope_angles(float* x, int rows, int row_stride, int heads, int head_dim, const float* cos,
+                       const float* sin) {
+  const int half = head_dim / 2;
+  for (int r = 0; r < rows; ++r) {
+    const float* c = cos + static_cast<int64_t>(r) * half;
+    const float* s = sin + static_cast<int64_t>(r) * half;
     float* row = x + static_cast<int64_t>(r) * row_stride;
     for (int h = 0; h < heads; ++h) {
       float* v = row + h * head_dim;
       for (int i = 0; i < half; ++i) {
         const float a = v[i], b = v[i + half];
-        v[i] = a * cos_v[i] - b * sin_v[i];
-        v[i + half] = b * cos_v[i] + a * sin_v[i];
+        v[i] = a * c[i] - b * s[i];
+        v[i + half] = b * c[i] + a * s[i];
       }
     }
+  }
+}
+
+void apply_rope(float* x, int rows, int row_stride, int heads, int head_dim, int pos0,
+                const std::vector<double>& inv_freq, float scale) {
+  const int half = head_dim / 2;
+  std::vector<float> cos_v(half), sin_v(half);
+  for (int r = 0; r < rows; ++r) {
+    rope_angles(pos0 + r, 1, head_dim, inv_freq, scale, cos_v.data(), sin_v.data());
+    apply_rope_angles(x + static_cast<int64_t>(r) * row_stride, 1, row_stride, heads, head_dim, cos_v.data(),
+                      sin_v.data());
   }
 }
 

@@ -20,6 +20,12 @@ void rms_norm(const float* x, int rows, int width, int row_stride, const float* 
 // cos and sin times `scale`.
 void apply_rope(float* x, int rows, int row_stride, int heads, int head_dim, int pos0,
                 const std::vector<double>& inv_freq, float scale = 1.0f);
+// The same in two steps, for the layers that share a chunk's positions: each position's cos
+// and sin (times `scale`; angles in double), [count][head_dim / 2] each, computed once;
+// then the rotation of `rows` tokens with their rows of those tables.
+void rope_angles(int64_t pos0, int count, int head_dim, const std::vector<double>& inv_freq, float scale, float* cos,
+                 float* sin);
+void apply_rope_angles(float* x, int rows, int row_stride, int heads, int head_dim, const float* cos, const float* sin);
 
 // out[t, i] = silu(gate_up[t, i]) * gate_up[t, width + i]
 void swiglu(const float* gate_up, int rows, int width, float* out);

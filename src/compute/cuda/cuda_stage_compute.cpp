@@ -340,9 +340,11 @@ class CudaStageCompute::LayerOnGpu final : public compute::LayerOps {
   void routed_experts() override {
     const size_t experts = static_cast<size_t>(g_.config_.moe.experts);
     g_.expert_rows_.resize(g_.weights_.layers.size() * experts);
+    // A narrowed layer's few rows would read as a skewed layer: counted aside, not kept.
+    std::vector<int64_t> narrowed(row0_ > 0 ? experts : 0);
     g_.moe_->routed_experts(gemm_input(compute::Buffer::kNormed), t_, *w_, g_.gemm_,
-                            float_buffer(compute::Buffer::kPartial), g_.expert_rows_.data() + layer_ * experts,
-                            stream_);
+                            float_buffer(compute::Buffer::kPartial),
+                            row0_ > 0 ? narrowed.data() : g_.expert_rows_.data() + layer_ * experts, stream_);
   }
 
   void shared_expert() override {
