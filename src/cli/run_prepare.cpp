@@ -16,6 +16,7 @@
 #include "pipeline/stage_profiler.hpp"
 #include "sched/cost_profile.hpp"
 #include "sched/dynamic_chunker.hpp"
+#include "sched/hidden_slots.hpp"
 #include "sched/prefix_sharing.hpp"
 
 namespace pf::cli {
@@ -301,9 +302,11 @@ std::unique_ptr<PreparedRun> prepare_run(const RunOptions& options) {
         "--cost-model keeps the chunks the same)\n",
         run->checkpoint->restored()->prompt);
 
-  // Transport of hidden states between stages (host MPI, or device buffers over NCCL).
-  run->transport = run->backend.make_transport(static_cast<size_t>(run->decision.plan.max_chunk()) *
-                                               run->rank_model.shape.hidden_size);
+  // Transport of hidden states between stages (host MPI, or device buffers over NCCL): its
+  // slots hold this rank's rows of a micro-batch (sched/hidden_slots.hpp).
+  const int slot_rows = sched::hidden_slot_rows(run->decision.plan.max_chunk(), run->topo.cp,
+                                                run->topo.last_stage() && run->topo.cp_rank == 0);
+  run->transport = run->backend.make_transport(static_cast<size_t>(slot_rows) * run->rank_model.shape.hidden_size);
   return run;
 }
 

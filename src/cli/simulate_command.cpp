@@ -151,7 +151,7 @@ int simulate_command(int argc, char** argv) {
   if (!profile) {
     const sim::DeviceStorage storage = sim::DeviceStorage::of(hw, fp8_kept);
     const sim::DeviceMemory need = sim::busiest_device(shape, partition, o.tp, o.cp, o.chunking.initial_chunk,
-                                                       o.chunking.page_size, longest, storage);
+                                                       o.chunking.page_size, longest, storage, o.ring_depth);
     if (!sim::fits_device(need, storage))
       std::fprintf(stderr,
                    "warning: this layout does not fit %s: stage %d's devices need %.1f GiB of weights, %.1f GiB of KV "

@@ -6,6 +6,7 @@
 #include "sched/context_split.hpp"
 #include "sched/cp_ring_widths.hpp"
 #include "sched/dynamic_chunker.hpp"
+#include "sched/hidden_slots.hpp"
 
 namespace pf::sim {
 
@@ -26,14 +27,14 @@ DeviceStorage DeviceStorage::of(const HardwareSpec& hw, bool fp8_weights) {
 
 DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<model::StageRange>& partition, int tp,
                             int cp, int initial_chunk, int page_size, int64_t longest_prompt,
-                            const DeviceStorage& storage) {
+                            const DeviceStorage& storage, int ring_depth) {
   constexpr double kActivationBytes = 4, kRingBytes = 2;  // float32 activations; the cuda ring moves bf16 shards
   const double h = shape.hidden_size, heads = static_cast<double>(shape.num_heads) / tp;
   const double kv_values = shape.mla() ? shape.cached_values_per_token() : shape.cached_values_per_token() / tp;
   const double chunk = sched::longest_chunk(initial_chunk, page_size);
-  // A CP rank's layer buffers hold its share of a chunk (the cuda backend reserves that much);
-  // the hidden state's slot between stages is sized for the whole chunk, and with CP the last
-  // stage gathers the chunk's rows into a buffer of that size too.
+  // A CP rank's layer buffers hold its share of a chunk (the cuda backend reserves that much),
+  // and so do its hidden-state slots but on the last stage's CP rank 0, which gathers the
+  // chunk's rows into them and then into a buffer of that size again.
   const double chunk_rows = cp > 1 ? sched::cp_most_rows(static_cast<int>(chunk), cp) : chunk;
   // (Search offers CP only with chunks of at least 2 cp tokens, where this is cp_shard_lengths.)
   const double rows = static_cast<double>(sched::cp_shard_bound(longest_prompt, initial_chunk, cp));
@@ -63,12 +64,16 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
     if (s == 0) m.weights += storage.embedding_bytes * embedding;
     if (s + 1 == partition.size() && !(partition.size() == 1 && shape.tie_word_embeddings))
       m.weights += storage.embedding_bytes * embedding / tp;
-    // The hidden state (its slot: the whole chunk), then per row computed: the residual, the
-    // normed input and the attention output (h each), Q and this rank's K and V, and the MLP's
-    // gate, up and product on this rank's width.
+    // The hidden-state slots the stage holds at once (on the last stage, CP rank 0's: the
+    // busiest), then per row computed: the residual, the normed input and the attention
+    // output (h each), Q and this rank's K and V, and the MLP's gate, up and product on this
+    // rank's width.
+    const bool first = s == 0, last = s + 1 == partition.size();
+    const double slots = static_cast<double>(sched::hidden_slots_held(ring_depth, first, last)) *
+                         sched::hidden_slot_rows(static_cast<int>(chunk), cp, last) * h;
     const double per_row = 3.0 * h + heads * shape.head_dim + kv_values + 3.0 * widest_mlp / tp;
-    const double gathered = cp > 1 && s + 1 == partition.size() ? chunk * h : 0;
-    m.workspace = storage.runtime_bytes + kActivationBytes * (chunk * h + chunk_rows * per_row + gathered) + ring;
+    const double gathered = cp > 1 && last ? chunk * h : 0;
+    m.workspace = storage.runtime_bytes + kActivationBytes * (slots + chunk_rows * per_row + gathered) + ring;
     if (m.total() > busiest.total()) busiest = m;
   }
   return busiest;

@@ -40,11 +40,12 @@ struct DeviceStorage {
 //    sizes its pool for, sched::cp_shard_lengths, when a chunk has at least 2 cp tokens), the
 //    latent whole on every TP rank, K and V split by head otherwise;
 //  - workspace: float32 activations of the longest chunk a plan can hold
-//    (sched::longest_chunk, every CP rank's buffers are that size), and with CP the ring's
-//    two shards of a layer and pass-Q's gathered queries and partials.
+//    (sched::longest_chunk, every CP rank's buffers are that size), the hidden-state slots
+//    the stage's loop holds at once with `ring_depth` (sched/hidden_slots.hpp), and with CP
+//    the ring's two shards of a layer and pass-Q's gathered queries and partials.
 DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<model::StageRange>& partition, int tp,
                             int cp, int initial_chunk, int page_size, int64_t longest_prompt,
-                            const DeviceStorage& storage);
+                            const DeviceStorage& storage, int ring_depth);
 
 // Whether it fits, as the cuda backend would place it: the KV pool gets --kv-memory-fraction
 // (0.85 by default) of what weights and workspace leave. Always true when memory is unknown.

@@ -102,8 +102,8 @@ class Search {
     std::vector<std::vector<model::StageRange>> partitions = {model::default_partition(r_.shape.num_layers, shape.pp)};
     if (r_.shape.num_layers % shape.pp != 0) partitions.push_back(remainder_first(r_.shape.num_layers, shape.pp));
     // The smallest chunk tried must fit, else nothing of this layout does.
-    const DeviceMemory least =
-        busiest_device(r_.shape, partitions[0], shape.tp, shape.cp, fixed_.front(), r_.page_size, longest_, storage_);
+    const DeviceMemory least = busiest_device(r_.shape, partitions[0], shape.tp, shape.cp, fixed_.front(), r_.page_size,
+                                              longest_, storage_, r_.ring_depth);
     if (!fits_device(least, storage_)) {
       // When the batch's size ruled out the smaller chunks, those might have fit: say so
       // rather than blame the memory alone.
@@ -162,8 +162,8 @@ class Search {
     // A zigzag piece for every CP rank (run takes shorter chunks, leaving ranks idle: not a
     // layout to advise). Without CP any chunk of a token or more.
     if (shape.cp > 1 && chunking.chunk < 2 * shape.cp) return false;
-    const DeviceMemory memory =
-        busiest_device(r_.shape, partition, shape.tp, shape.cp, chunking.chunk, r_.page_size, longest_, storage_);
+    const DeviceMemory memory = busiest_device(r_.shape, partition, shape.tp, shape.cp, chunking.chunk, r_.page_size,
+                                               longest_, storage_, r_.ring_depth);
     if (!fits_device(memory, storage_)) return false;
     SimulatedRunSpec spec;
     spec.pp = shape.pp;

@@ -1,0 +1,28 @@
+// Hidden-state slots between stages (dist::Transport): how many a stage's loop holds at
+// once and how many rows each holds. What `run` allocates (cli/run_prepare.cpp) and what the
+// memory model counts (sim/gpu_memory.cpp), decided here once.
+#pragma once
+
+#include "sched/context_split.hpp"
+
+namespace pf::sched {
+
+// The most slots a stage holds at once with `depth` receives posted ahead and `depth` sends
+// in flight (pipeline/stage_loop.cpp): stage 0 the one it fills and its sends, the last
+// stage its posted receives (the one it computes among them), a middle stage both; a stage
+// that is the whole pipeline, one.
+inline int hidden_slots_held(int depth, bool first_stage, bool last_stage) {
+  if (first_stage && last_stage) return 1;
+  if (first_stage) return depth + 1;
+  if (last_stage) return depth;
+  return 2 * depth;
+}
+
+// Rows a slot holds on a rank, for chunks up to `longest_chunk`: its CP share of them, but
+// the whole chunk where the CP ranks' rows are gathered into it (the last stage's CP rank 0,
+// StageLoop::gather_cp_rows).
+inline int hidden_slot_rows(int longest_chunk, int cp, bool gathers_chunk) {
+  return cp > 1 && !gathers_chunk ? cp_most_rows(longest_chunk, cp) : longest_chunk;
+}
+
+}  // namespace pf::sched
