@@ -9,16 +9,16 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
-#include "compute/cpu/cpu_stage_compute.hpp"
 #include "compute/cpu/gemm.hpp"
 #include "compute/cuda/cuda_stage_compute.hpp"
 #include "compute/cuda/lt_gemm.hpp"
+#include "compute/cpu/cpu_stage_compute.hpp"
 #include "device_memory.hpp"
+#include "support/test_data.hpp"
 #include "io/safetensors.hpp"
 #include "model/model_source.hpp"
 #include "model/tensor_source.hpp"
 #include "model/weights.hpp"
-#include "support/test_data.hpp"
 
 using namespace pf;
 
@@ -30,12 +30,8 @@ namespace {
     if (!reason.empty()) GTEST_SKIP() << "skipped: " << reason; \
   } while (0)
 
-void round_all(std::vector<float>& v) {
-  v = test::rounded(std::move(v));
-}
-std::vector<float> random_bf16_vector(size_t n, uint32_t seed) {
-  return test::rounded(test::random_vector(n, seed));
-}
+void round_all(std::vector<float>& v) { v = test::rounded(std::move(v)); }
+std::vector<float> random_bf16_vector(size_t n, uint32_t seed) { return test::rounded(test::random_vector(n, seed)); }
 using test::relative_error;
 
 TEST(LtGemm, MatchesCpuLinear) {
@@ -134,53 +130,26 @@ INSTANTIATE_TEST_SUITE_P(Presets, CudaStage, ::testing::Values("tiny", "tiny-qwe
 // Mixture-of-experts and latent-attention families, as config.json files of small shapes
 // (head_dim 32 where the attention is grouped-query: the dense attention kernel's sizes).
 nlohmann::json family_config(const std::string& family) {
-  nlohmann::json j = {{"hidden_size", 128},       {"num_hidden_layers", 3}, {"num_attention_heads", 4},
-                      {"num_key_value_heads", 2}, {"vocab_size", 97},       {"intermediate_size", 96},
-                      {"num_experts_per_tok", 2}, {"hidden_act", "silu"},   {"max_position_embeddings", 4096}};
+  nlohmann::json j = {{"hidden_size", 128},         {"num_hidden_layers", 3}, {"num_attention_heads", 4},
+                      {"num_key_value_heads", 2},   {"vocab_size", 97},       {"intermediate_size", 96},
+                      {"num_experts_per_tok", 2},   {"hidden_act", "silu"},   {"max_position_embeddings", 4096}};
   if (family == "qwen3_moe")  // qk norm, renormalised softmax top-k, one dense layer
-    j.update({{"architectures", {"Qwen3MoeForCausalLM"}},
-              {"num_experts", 8},
-              {"moe_intermediate_size", 32},
-              {"norm_topk_prob", true},
-              {"head_dim", 32},
-              {"mlp_only_layers", {1}},
-              {"decoder_sparse_step", 1}});
+    j.update({{"architectures", {"Qwen3MoeForCausalLM"}}, {"num_experts", 8}, {"moe_intermediate_size", 32},
+              {"norm_topk_prob", true}, {"head_dim", 32}, {"mlp_only_layers", {1}}, {"decoder_sparse_step", 1}});
   else if (family == "qwen2_moe")  // q/k/v biases, a sigmoid-gated shared expert on every second layer
-    j.update({{"architectures", {"Qwen2MoeForCausalLM"}},
-              {"num_experts", 8},
-              {"moe_intermediate_size", 32},
-              {"shared_expert_intermediate_size", 48},
-              {"decoder_sparse_step", 2},
-              {"qkv_bias", true}});
+    j.update({{"architectures", {"Qwen2MoeForCausalLM"}}, {"num_experts", 8}, {"moe_intermediate_size", 32},
+              {"shared_expert_intermediate_size", 48}, {"decoder_sparse_step", 2}, {"qkv_bias", true}});
   else if (family == "mixtral")  // every layer MoE, experts as wide as the dense MLP
-    j.update({{"architectures", {"MixtralForCausalLM"}},
-              {"num_local_experts", 8},
-              {"intermediate_size", 32},
+    j.update({{"architectures", {"MixtralForCausalLM"}}, {"num_local_experts", 8}, {"intermediate_size", 32},
               {"sliding_window", nullptr}});
   else  // deepseek_v3: MLA (YaRN), sigmoid group-limited routing with bias and scaling, shared expert
-    j.update({{"architectures", {"DeepseekV3ForCausalLM"}},
-              {"hidden_size", 64},
-              {"num_key_value_heads", 4},
-              {"n_routed_experts", 8},
-              {"moe_intermediate_size", 32},
-              {"n_shared_experts", 1},
-              {"first_k_dense_replace", 1},
-              {"n_group", 4},
-              {"topk_group", 2},
-              {"routed_scaling_factor", 2.5},
-              {"q_lora_rank", 32},
-              {"kv_lora_rank", 16},
-              {"qk_nope_head_dim", 16},
-              {"qk_rope_head_dim", 8},
+    j.update({{"architectures", {"DeepseekV3ForCausalLM"}}, {"hidden_size", 64}, {"num_key_value_heads", 4},
+              {"n_routed_experts", 8}, {"moe_intermediate_size", 32}, {"n_shared_experts", 1},
+              {"first_k_dense_replace", 1}, {"n_group", 4}, {"topk_group", 2}, {"routed_scaling_factor", 2.5},
+              {"q_lora_rank", 32}, {"kv_lora_rank", 16}, {"qk_nope_head_dim", 16}, {"qk_rope_head_dim", 8},
               {"v_head_dim", 16},
-              {"rope_scaling",
-               {{"type", "yarn"},
-                {"factor", 40.0},
-                {"original_max_position_embeddings", 4096},
-                {"beta_fast", 32},
-                {"beta_slow", 1},
-                {"mscale", 1.0},
-                {"mscale_all_dim", 1.0}}}});
+              {"rope_scaling", {{"type", "yarn"}, {"factor", 40.0}, {"original_max_position_embeddings", 4096},
+                                {"beta_fast", 32}, {"beta_slow", 1}, {"mscale", 1.0}, {"mscale_all_dim", 1.0}}}});
   return j;
 }
 
@@ -203,8 +172,7 @@ TEST_P(CudaStageFamily, PrefillInChunksMatchesCpuBackend) {
   j["num_experts_per_tok"] = experts;
   if (j.contains("topk_group")) j["topk_group"] = j["n_group"];
   const model::ModelConfig every = model::parse_config(j, GetParam());
-  expect_prefill_matches_cpu(every, *model::make_synthetic_source(every, 5),
-                             std::string(GetParam()) + ", every expert");
+  expect_prefill_matches_cpu(every, *model::make_synthetic_source(every, 5), std::string(GetParam()) + ", every expert");
 }
 
 INSTANTIATE_TEST_SUITE_P(MoeAndMla, CudaStageFamily,
@@ -228,7 +196,8 @@ TEST(LtGemm, BatchedSlicesMatchCpuLinear) {
         for (int i = 0; i < in; ++i) x_head[size_t(r) * in + i] = x[size_t(r) * x_ld + head * in + i];
       for (int o = 0; o < out; ++o)  // as [out, in] for cpu::linear
         for (int i = 0; i < in; ++i)
-          w_head[size_t(o) * in + i] = w[head * w_stride + (w_in_out ? size_t(i) * out + o : size_t(o) * in + i)];
+          w_head[size_t(o) * in + i] =
+              w[head * w_stride + (w_in_out ? size_t(i) * out + o : size_t(o) * in + i)];
       cpu::linear(x_head.data(), rows, in, w_head.data(), out, y_head.data());
       for (int r = 0; r < rows; ++r)
         for (int o = 0; o < out; ++o) want[size_t(r) * y_ld + head * out + o] = y_head[size_t(r) * out + o];
@@ -276,8 +245,8 @@ TEST(DeviceWeights, RandomFillsEveryTensorOfADenseStage) {
     };
     for (float x : widened(w.layers[0].qkv)) ASSERT_LE(std::abs(x), std::sqrt(3.0f / h) * 1.01f);
     for (float x : widened(w.final_norm)) ASSERT_NEAR(x, 1.0f, 0.101f);
-    cuda::CudaStageCompute gpu(config, shard,
-                               cuda::DeviceWeights::random(config, shard, config.num_layers, true, true, 3), 64, 64);
+    cuda::CudaStageCompute gpu(config, shard, cuda::DeviceWeights::random(config, shard, config.num_layers, true, true, 3),
+                               64, 64);
     gpu.allocate_kv(gpu.kv_shape().pages_for(64));
     const std::vector<int32_t> tokens = {1, 7, 3, 9, 4, 2, 8, 5};
     test::DeviceMemory<float> hidden(std::vector<float>(tokens.size() * h, 0.0f));
