@@ -481,7 +481,8 @@ OptionTable<SimulateOptions> simulate_table() {
   t.include(chunking_table(), &S::chunking);
   t.add("model-config", "the model's config.json (dense, MoE or MLA), or synthetic:PRESET", &S::model_config)
       .required();
-  t.add("hardware", "hardware description: h20, h100, h200, cpu (hardware/NAME.json) or a JSON path", &S::hardware)
+  t.add("hardware", "hardware description: a file of hardware/ by name (h20, h100, h200, cpu, ...) or a JSON path",
+        &S::hardware)
       .required();
   add_fp8(t, &S::fp8);
   add_pp(t, &S::pp);
@@ -540,7 +541,8 @@ OptionTable<AdviseOptions> advise_table() {
         "the model's config.json (dense, MoE or MLA), or synthetic:PRESET (default with --cost-model: the "
         "profile's model)",
         &A::model_config);
-  t.add("hardware", "hardware description: h20, h100, h200, cpu (hardware/NAME.json) or a JSON path", &A::hardware)
+  t.add("hardware", "hardware description: a file of hardware/ by name (h20, h100, h200, cpu, ...) or a JSON path",
+        &A::hardware)
       .required();
   t.add("cost-model",
         "a `pipefill profile --tp 1` of this model on this machine: its measured rates replace the hardware file's "

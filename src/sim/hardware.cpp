@@ -13,16 +13,38 @@
 
 namespace pf::sim {
 
+namespace {
+
+std::string hardware_dir() {
+  const char* dir = std::getenv("PIPEFILL_HARDWARE_DIR");
+  return dir ? dir : PIPEFILL_HARDWARE_DIR;
+}
+
+}  // namespace
+
+std::vector<std::string> known_hardware() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(hardware_dir(), ec))
+    if (entry.path().extension() == ".json") names.push_back(entry.path().stem().string());
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
 HardwareSpec load_hardware(const std::string& name_or_path) {
   namespace fs = std::filesystem;
   std::string path = name_or_path;
-  if (name_or_path.find('/') == std::string::npos && name_or_path.find(".json") == std::string::npos) {
-    const char* dir = std::getenv("PIPEFILL_HARDWARE_DIR");
-    path = (fs::path(dir ? dir : PIPEFILL_HARDWARE_DIR) / (name_or_path + ".json")).string();
-  }
+  if (name_or_path.find('/') == std::string::npos && name_or_path.find(".json") == std::string::npos)
+    path = (fs::path(hardware_dir()) / (name_or_path + ".json")).string();
   io::require_regular_if_present(path, "hardware description");  // a directory would read as an I/O fault
   std::ifstream in(path);
-  if (!in) throw UserError("no hardware description " + path + " (known: h20, h100, h200, cpu in hardware/)");
+  if (!in) {
+    std::string known;
+    for (const std::string& name : known_hardware()) known += (known.empty() ? "" : ", ") + name;
+    throw UserError("no hardware description " + path + " (known: " + (known.empty() ? "none" : known) + " in " +
+                    hardware_dir() + ")");
+  }
   const nlohmann::json j = nlohmann::json::parse(in, nullptr, false);
   if (j.is_discarded()) throw UserError(path + ": malformed JSON");
   if (!j.is_object()) throw UserError(path + ": not a JSON object");

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace pf::sim {
 
@@ -39,5 +40,8 @@ struct HardwareSpec {
 // NAME (a file hardware/NAME.json, looked up in $PIPEFILL_HARDWARE_DIR, then the source
 // tree's hardware/) or a path to a JSON file. UserError when missing or malformed.
 HardwareSpec load_hardware(const std::string& name_or_path);
+
+// The names load_hardware finds by name (the .json files of that directory), sorted.
+std::vector<std::string> known_hardware();
 
 }  // namespace pf::sim

@@ -2,6 +2,7 @@
 // hardware files, and the pipeline simulator against hand-computed schedules.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <fstream>
 
@@ -77,7 +78,10 @@ TEST(ModelShape, MixtureOfExpertsAndLatentAttention) {
 }
 
 TEST(Hardware, FilesLoadAndNameTheirSources) {
-  for (const char* name : {"h20", "h100", "h200", "cpu"}) {
+  const std::vector<std::string> names = known_hardware();
+  for (const char* name : {"h20", "h100", "h100-power-limited", "h200", "cpu"})
+    EXPECT_NE(std::find(names.begin(), names.end(), name), names.end()) << name;
+  for (const std::string& name : names) {
     const HardwareSpec hw = load_hardware(name);
     EXPECT_GT(hw.peak_bf16_flops, 0) << name;
     EXPECT_GT(hw.inter_node.bandwidth_Bps, 0) << name;
@@ -85,7 +89,12 @@ TEST(Hardware, FilesLoadAndNameTheirSources) {
     const auto json = nlohmann::json::parse(in);
     EXPECT_FALSE(json.at("sources").empty()) << name;
   }
-  EXPECT_THROW(load_hardware("tpu9000"), UserError);
+  try {  // a name not there lists those that are
+    load_hardware("tpu9000");
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu, h100, h100-power-limited, h20, h200"), std::string::npos) << e.what();
+  }
 }
 
 // A key the loader does not read (a typo, or one an older version read) is refused by name.
