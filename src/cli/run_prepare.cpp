@@ -304,8 +304,11 @@ std::unique_ptr<PreparedRun> prepare_run(const RunOptions& options) {
 
   // Transport of hidden states between stages (host MPI, or device buffers over NCCL): its
   // slots hold this rank's rows of a micro-batch (sched/hidden_slots.hpp).
-  const int slot_rows = sched::hidden_slot_rows(run->decision.plan.max_chunk(), run->topo.cp,
-                                                run->topo.last_stage() && run->topo.cp_rank == 0);
+  const bool gathers_chunk =
+      run->topo.last_stage() && run->topo.cp_rank == 0 &&
+      sched::last_stage_reads_every_row(options.token_rows_wanted(),
+                                        options.hidden_states == compute::HiddenStatesKind::kMean);
+  const int slot_rows = sched::hidden_slot_rows(run->decision.plan.max_chunk(), run->topo.cp, gathers_chunk);
   run->transport = run->backend.make_transport(static_cast<size_t>(slot_rows) * run->rank_model.shape.hidden_size);
   return run;
 }

@@ -97,10 +97,11 @@ class StageCompute {
   virtual std::vector<int64_t> expert_rows() const { return {}; }
   // Context parallelism: what the ring did so far (all zero without CP).
   virtual CpCounts cp_counts() const { return {}; }
-  // Context parallelism, the last stage: every CP rank's rows of the chunk [start, start +
-  // length) (each rank's `state` holds its share, sched::cp_share) into CP rank 0's `state`
-  // at their positions, for its results. Collective over the CP group.
-  virtual void gather_cp_rows(float* /*state*/, int64_t /*start*/, int /*length*/) {
+  // Context parallelism, the last stage: the chunk [start, start + length)'s last `rows`
+  // rows, the ones its results read (each rank's `state` holds its share, sched::cp_share),
+  // gathered from the CP ranks that hold them into the front of CP rank 0's `state`, in
+  // position order. Collective over the CP group.
+  virtual void gather_cp_rows(float* /*state*/, int64_t /*start*/, int /*length*/, int /*rows*/) {
     throw std::logic_error("gather_cp_rows: this backend does not run --cp");
   }
   // Where forward()'s time went so far, by kind of op; all zero where not measured (only the

@@ -48,12 +48,14 @@ HiddenStateRows::HiddenStateRows(compute::StageCompute& compute, compute::Hidden
   for (auto& lengths : save_at_) std::sort(lengths.begin(), lengths.end());
 }
 
-void HiddenStateRows::take(const sched::MicroBatch& mb, const float* hidden) {
+void HiddenStateRows::take(const sched::MicroBatch& mb, const float* rows, int count) {
   if (kind_ == compute::HiddenStatesKind::kLast) {
-    if (mb.is_last) compute_.final_norm(hidden + static_cast<int64_t>(mb.length - 1) * h_, 1, row_.data());
+    if (mb.is_last) compute_.final_norm(rows + static_cast<int64_t>(count - 1) * h_, 1, row_.data());
     return;
   }
   if (kind_ != compute::HiddenStatesKind::kMean) return;
+  if (count != mb.length) throw std::logic_error("--hidden-states mean: handed some of a chunk's rows, not all");
+  const float* hidden = rows;
   normed_.resize(static_cast<size_t>(mb.length) * h_);
   compute_.final_norm(hidden, mb.length, normed_.data());
   if (mb.is_first) {

@@ -39,8 +39,9 @@ class HiddenStateRows {
   };
   HiddenStateRows(compute::StageCompute& compute, compute::HiddenStatesKind kind, int hidden_size,
                   const sched::BatchPlan& plan, Store store = {});
-  // Takes micro-batch `mb`'s hidden rows [mb.length, H] (host memory).
-  void take(const sched::MicroBatch& mb, const float* hidden);
+  // Takes micro-batch `mb`'s last `count` hidden rows [count, H] (the stage's memory): the
+  // prompt's last row on its last chunk for `last`, every row for `mean`.
+  void take(const sched::MicroBatch& mb, const float* rows, int count);
   // The prompt's result row [H], valid after take() of its last chunk.
   const float* row() const { return row_.data(); }
   // `mean`: the open prompt's running sum over the positions taken so far (what a checkpoint

@@ -35,6 +35,7 @@
 #include "pipeline/hidden_state_rows.hpp"
 #include "pipeline/token_scorer.hpp"
 #include "sched/context_split.hpp"
+#include "sched/hidden_slots.hpp"
 
 namespace pf::pipeline {
 
@@ -108,6 +109,7 @@ class StageLoop {
   }
   int rows(const sched::MicroBatch& mb) const { return share(mb).rows(); }
   void gather_cp_rows(const sched::MicroBatch& mb, float* state);
+  const float* rows_read_in(const sched::MicroBatch& mb, const float* state) const;
   int rows_read(const sched::MicroBatch& mb) const;
   int first_output_row(const sched::MicroBatch& mb) const;
   void finish_prompt(const sched::MicroBatch& mb);
@@ -399,9 +401,17 @@ void StageLoop::compute(const sched::MicroBatch& mb, dist::ReadySlot& state) {
 // the prompt's last row is read (its logits, its last hidden state), on its last chunk. The
 // TP and CP ranks of a stage decide alike.
 int StageLoop::rows_read(const sched::MicroBatch& mb) const {
-  const bool every_row = ctx_.token_rows.any() || ctx_.hidden_states == compute::HiddenStatesKind::kMean;
+  const bool every_row =
+      sched::last_stage_reads_every_row(ctx_.token_rows.any(), ctx_.hidden_states == compute::HiddenStatesKind::kMean);
   if (!topo_.last_stage() || every_row) return mb.length;
   return mb.is_last ? 1 : 0;
+}
+
+// Where the rows read are in a slot after the forward (and the CP gather): at their
+// positions, but with CP at the front, where the gather put them (gather_cp_rows).
+const float* StageLoop::rows_read_in(const sched::MicroBatch& mb, const float* state) const {
+  const int64_t skipped = topo_.cp > 1 ? 0 : mb.length - rows_read(mb);
+  return state + skipped * ctx_.hidden_size;
 }
 
 // The first row the backend must finish (compute::OutputRows). With CP each rank holds its
@@ -506,29 +516,31 @@ void StageLoop::send_forward(long long i, dist::ReadySlot state) {
 // chunk, the LM head on its last position, gathered and sent to rank 0. The slot goes back
 // to the pool either way.
 void StageLoop::emit_results(const sched::MicroBatch& mb, dist::ReadySlot state) {
-  if (hidden_rows_) hidden_rows_->take(mb, state.data());
+  const float* rows = rows_read_in(mb, state.data());  // the last rows_read(mb) of the chunk
+  if (hidden_rows_) hidden_rows_->take(mb, rows, rows_read(mb));
   if (!mb.is_last && !scorer_) {
     transport_.release(std::move(state));
     return;
   }
   trace::Timeline::Scope head(ctx_.timeline, EventKind::kLmHead, mb);
   dist::WaitLabel label(stage_name_ + " computing and sending the results of " + describe(mb));
-  const float* token_part = scorer_ ? scorer_->score(mb, state.data(), ctx_.hidden_size).data() : nullptr;
+  const float* token_part = scorer_ ? scorer_->score(mb, rows, ctx_.hidden_size).data() : nullptr;  // (every row)
   if (mb.is_last)
-    ctx_.compute.lm_head(state.data() + static_cast<int64_t>(mb.length - 1) * ctx_.hidden_size, logits_shard_.data());
+    ctx_.compute.lm_head(rows + static_cast<int64_t>(rows_read(mb) - 1) * ctx_.hidden_size, logits_shard_.data());
   sender_->send(mb, token_part, logits_shard_, hidden_rows_ ? hidden_rows_->row() : nullptr,
                 [&] { return ctx_.timeline.now(); });
   transport_.release(std::move(state));
 }
 
-// Each CP rank's rows (its two pieces) go to CP rank 0, which puts them back in position
-// order in its slot (sized for a whole chunk): the results are then computed as without CP.
-// (One gather of the chunk's hidden states a micro-batch, the size of one pipeline hop; none
-// for a chunk whose rows nobody reads: rows_read.)
+// The rows read (rows_read: every row with token scores or mean hidden states, else a
+// prompt's last row on its last chunk) go from the CP ranks that hold them (of their two
+// pieces) to CP rank 0, which puts them in position order at the front of its slot (sized
+// for a whole chunk only where every row is read): the results are then computed as
+// without CP. None for a chunk whose rows nobody reads.
 void StageLoop::gather_cp_rows(const sched::MicroBatch& mb, float* state) {
   trace::Timeline::Scope span(ctx_.timeline, EventKind::kCpGather, mb);
   dist::WaitLabel label(stage_name_ + " gathering the CP ranks' rows of " + describe(mb));
-  ctx_.compute.gather_cp_rows(state, mb.start, mb.length);  // (host or device memory: the backend's)
+  ctx_.compute.gather_cp_rows(state, mb.start, mb.length, rows_read(mb));  // (host or device memory: the backend's)
 }
 
 void StageLoop::finish_micro_batch(const sched::MicroBatch& mb) {

@@ -13,6 +13,7 @@
 // order, so its share of a prompt's KV cache is sorted by position.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -33,6 +34,14 @@ struct CpShare {
   int rows() const { return first.count + second.count; }
   // Position of the rank's i-th row (0 <= i < rows()).
   int64_t position(int i) const { return i < first.count ? first.pos + i : second.pos + (i - first.count); }
+  // The rank's rows at or after position `pos`: the last of its rows, as they are in position order.
+  CpShare from(int64_t pos) const { return {from(first, pos), from(second, pos)}; }
+
+ private:
+  static RowRun from(RowRun run, int64_t pos) {
+    const int64_t drop = std::min<int64_t>(run.count, std::max<int64_t>(0, pos - run.pos));
+    return {run.pos + drop, run.count - static_cast<int>(drop)};
+  }
 };
 
 // The rows CP rank `rank` of `ranks` computes of the chunk [start, start + length).

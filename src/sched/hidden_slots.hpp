@@ -18,9 +18,15 @@ inline int hidden_slots_held(int depth, bool first_stage, bool last_stage) {
   return 2 * depth;
 }
 
+// Whether the last stage reads every row of a chunk (per-token scores, or the mean of the
+// hidden states) or only a prompt's last row, on its last chunk (StageLoop::rows_read).
+inline bool last_stage_reads_every_row(bool token_scores, bool hidden_mean) {
+  return token_scores || hidden_mean;
+}
+
 // Rows a slot holds on a rank, for chunks up to `longest_chunk`: its CP share of them, but
-// the whole chunk where the CP ranks' rows are gathered into it (the last stage's CP rank 0,
-// StageLoop::gather_cp_rows).
+// the whole chunk where the CP ranks' rows are all gathered into it (the last stage's CP
+// rank 0 when it reads every row: StageLoop::gather_cp_rows).
 inline int hidden_slot_rows(int longest_chunk, int cp, bool gathers_chunk) {
   return cp > 1 && !gathers_chunk ? cp_most_rows(longest_chunk, cp) : longest_chunk;
 }

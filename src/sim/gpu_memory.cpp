@@ -33,8 +33,9 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
   const double kv_values = shape.mla() ? shape.cached_values_per_token() : shape.cached_values_per_token() / tp;
   const double chunk = sched::longest_chunk(initial_chunk, page_size);
   // A CP rank's layer buffers hold its share of a chunk (the cuda backend reserves that much),
-  // and so do its hidden-state slots but on the last stage's CP rank 0, which gathers the
-  // chunk's rows into them and then into a buffer of that size again.
+  // and so do its hidden-state slots but on the last stage's CP rank 0, which with per-token
+  // scores gathers the chunk's rows into them and then into a buffer of that size again
+  // (counted so: without them it gathers a prompt's last row only).
   const double chunk_rows = cp > 1 ? sched::cp_most_rows(static_cast<int>(chunk), cp) : chunk;
   // (Search offers CP only with chunks of at least 2 cp tokens, where this is cp_shard_lengths.)
   const double rows = static_cast<double>(sched::cp_shard_bound(longest_prompt, initial_chunk, cp));

@@ -61,6 +61,31 @@ TEST(ContextSplit, ZigzagGivesEachRankAnEarlyAndALatePiece) {
   EXPECT_EQ(sched::cp_share(7, 1, 3, 2).rows(), 0);
 }
 
+// The last rows of a chunk, the ones the last stage reads, are a suffix of each rank's share
+// (its rows are in position order): from(pos) keeps exactly the rank's rows at or after pos.
+TEST(ContextSplit, TheRowsFromAPositionAreTheLastOfEachShare) {
+  for (int ranks : {2, 3})
+    for (int length : {1, 2, 3, 5, 16, 37}) {
+      const int64_t start = 100;
+      for (int read : {1, 2, length}) {
+        if (read > length) continue;
+        const int64_t first = start + length - read;
+        int total = 0;
+        for (int r = 0; r < ranks; ++r) {
+          const CpShare all = sched::cp_share(start, length, ranks, r), tail = all.from(first);
+          total += tail.rows();
+          for (int i = 0; i < all.rows(); ++i)  // the suffix: rows before it lie before `first`
+            EXPECT_EQ(all.position(i) >= first, i >= all.rows() - tail.rows()) << ranks << " " << length << " " << r;
+          for (int i = 0; i < tail.rows(); ++i) EXPECT_EQ(tail.position(i), all.position(all.rows() - tail.rows() + i));
+        }
+        EXPECT_EQ(total, read) << ranks << " ranks, " << length << " tokens";
+      }
+    }
+  // A 2-token chunk over 2 ranks: its last row is rank 1's (piece 1), not rank 0's.
+  EXPECT_EQ(sched::cp_share(0, 2, 2, 1).from(1).rows(), 1);
+  EXPECT_EQ(sched::cp_share(0, 2, 2, 0).from(1).rows(), 0);
+}
+
 TEST(ContextSplit, ShardsAddUpToThePromptAndHoldAboutOneCpth) {
   for (int ranks : {2, 3, 4})
     for (int64_t length : {1, 37, 1000, 4097, 65536}) {

@@ -492,19 +492,21 @@ void CpuStageCompute::write_kv_share(int prompt, int64_t pos0, int count, const 
                  });
 }
 
-void CpuStageCompute::gather_cp_rows(float* state, int64_t start, int length) {
+void CpuStageCompute::gather_cp_rows(float* state, int64_t start, int length, int rows) {
   const int ranks = cp_ring_->ranks(), me = cp_ring_->rank();
-  const int64_t h = config_.hidden_size;
+  const int64_t h = config_.hidden_size, first = start + length - rows;
   std::vector<int64_t> counts(static_cast<size_t>(ranks));
-  for (int j = 0; j < ranks; ++j) counts[static_cast<size_t>(j)] = sched::cp_share(start, length, ranks, j).rows() * h;
-  std::vector<float> all(me == 0 ? static_cast<size_t>(length * h) : 0);
-  cp_ring_->gather_to_first(state, counts, all.data());  // (the slot is only read before rank 0 writes it)
-  if (me != 0) return;
+  for (int j = 0; j < ranks; ++j)
+    counts[static_cast<size_t>(j)] = sched::cp_share(start, length, ranks, j).from(first).rows() * h;
+  const int64_t mine = sched::cp_share(start, length, ranks, me).rows() * h;  // the last counts[me] of them
+  std::vector<float> all(me == 0 ? static_cast<size_t>(rows * h) : 0);
+  cp_ring_->gather_to_first(state + (mine - counts[static_cast<size_t>(me)]), counts, all.data());
+  if (me != 0) return;  // (rank 0's slot is only read above, before it is written below)
   const float* from = all.data();
-  for (int j = 0; j < ranks; ++j) {  // rank j's rows, its two pieces, into their positions
-    const sched::CpShare theirs = sched::cp_share(start, length, ranks, j);
+  for (int j = 0; j < ranks; ++j) {  // rank j's rows read, of its two pieces, into their places
+    const sched::CpShare theirs = sched::cp_share(start, length, ranks, j).from(first);
     for (const sched::RowRun& run : {theirs.first, theirs.second}) {
-      std::copy(from, from + run.count * h, state + (run.pos - start) * h);
+      std::copy(from, from + run.count * h, state + (run.pos - first) * h);
       from += run.count * h;
     }
   }

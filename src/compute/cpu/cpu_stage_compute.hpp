@@ -54,7 +54,7 @@ class CpuStageCompute final : public StageCompute {
     cp_rows_.erase(prompt);
   }
   CpCounts cp_counts() const override { return cp_counts_; }
-  void gather_cp_rows(float* state, int64_t start, int length) override;
+  void gather_cp_rows(float* state, int64_t start, int length, int rows) override;
   std::vector<int64_t> expert_rows() const override { return expert_rows_; }
   OpTimes op_times() const override { return op_times_; }
   // Fills the prefix's K/V with random values: attention's cost does not depend on them.

@@ -580,21 +580,23 @@ void CudaStageCompute::share_prefix(int source, int dest, int64_t tokens) {
   pages_->share(source, dest, (rows + page_size_ - 1) / page_size_ * page_size_);
 }
 
-// The last stage's CP ranks' rows to CP rank 0, into their positions in its slot (device).
-void CudaStageCompute::gather_cp_rows(float* state, int64_t start, int length) {
+// The last stage's CP ranks' rows read to CP rank 0, into the front of its slot (device).
+void CudaStageCompute::gather_cp_rows(float* state, int64_t start, int length, int rows) {
   const int ranks = cp_ring_->ranks(), me = cp_ring_->rank();
-  const int64_t h = config_.hidden_size;
+  const int64_t h = config_.hidden_size, first = start + length - rows;
   std::vector<int64_t> counts(static_cast<size_t>(ranks));
-  for (int j = 0; j < ranks; ++j) counts[static_cast<size_t>(j)] = sched::cp_share(start, length, ranks, j).rows() * h;
-  cp_gathered_.ensure(me == 0 ? std::max<int64_t>(length * h, 1) : 1);
-  cp_ring_->gather_to_first(state, counts, cp_gathered_.data());
+  for (int j = 0; j < ranks; ++j)
+    counts[static_cast<size_t>(j)] = sched::cp_share(start, length, ranks, j).from(first).rows() * h;
+  const int64_t mine = sched::cp_share(start, length, ranks, me).rows() * h;  // the last counts[me] of them
+  cp_gathered_.ensure(me == 0 ? std::max<int64_t>(rows * h, 1) : 1);
+  cp_ring_->gather_to_first(state + (mine - counts[static_cast<size_t>(me)]), counts, cp_gathered_.data());
   if (me != 0) return;
   int64_t from = 0;
   for (int j = 0; j < ranks; ++j) {
-    const sched::CpShare theirs = sched::cp_share(start, length, ranks, j);
+    const sched::CpShare theirs = sched::cp_share(start, length, ranks, j).from(first);
     for (const sched::RowRun& run : {theirs.first, theirs.second}) {
       if (run.count > 0)
-        CUDA_CHECK(cudaMemcpyAsync(state + (run.pos - start) * h, cp_gathered_.data() + from,
+        CUDA_CHECK(cudaMemcpyAsync(state + (run.pos - first) * h, cp_gathered_.data() + from,
                                    sizeof(float) * run.count * h, cudaMemcpyDeviceToDevice, forward_stream_));
       from += run.count * h;
     }

@@ -84,7 +84,7 @@ class CudaStageCompute final : public compute::StageCompute {
                             std::byte* records) override;
   int vocab_shard_size() const override { return shard_.vocab_count; }
   void share_prefix(int source, int dest, int64_t tokens) override;
-  void gather_cp_rows(float* state, int64_t start, int length) override;
+  void gather_cp_rows(float* state, int64_t start, int length, int rows) override;
   compute::CpCounts cp_counts() const override { return cp_counts_; }
   // --save-kv, --kv-store: rows of the bf16 cache to and from host floats (exact both ways
   // for values the cache holds), in read_kv's [layers][kv_heads][count][head_dim] layout.
@@ -144,7 +144,7 @@ class CudaStageCompute final : public compute::StageCompute {
   std::unordered_map<int, std::vector<std::vector<sched::RowRun>>> cp_rows_;
   std::unique_ptr<RingOnGpu> ring_;
   compute::CpCounts cp_counts_;
-  DeviceArray<float> cp_gathered_;  // gather_cp_rows: every rank's rows, in rank order
+  DeviceArray<float> cp_gathered_;  // gather_cp_rows: the rows read, in rank order
 
   // Workspace for one chunk.
   int workspace_tokens_ = 0;
