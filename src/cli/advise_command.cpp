@@ -150,6 +150,7 @@ void print_job_lines(const AdviseOptions& o, const sim::AdviseRequest& request, 
   auto add = [&extra](const std::string& flag, int value) {
     extra += (extra.empty() ? "" : " ") + flag + " " + std::to_string(value);
   };
+  if (o.logprobs) extra += (extra.empty() ? "" : " ") + std::string("--logprobs");
   if (o.page_size != sched::kDefaultPageSize) add("--page-size", o.page_size);
   if (o.ring_depth != kDefaultRingDepth) add("--ring-depth", o.ring_depth);
   // A cpu rank's KV pool is --kv-memory-mb (8192 by default), not the node's memory: a layout
@@ -276,6 +277,7 @@ int advise_command(int argc, char** argv) {
                     " is not an FP8 checkpoint (no quantization_config fp8)");
   request.fp8_weights = request.shape.fp8 && o.fp8 == "keep";
   request.wire_bytes = o.wire_bytes;
+  request.scores = o.logprobs;
   request.ring_depth = o.ring_depth;
   request.page_size = o.page_size;
   request.lengths =

@@ -467,6 +467,12 @@ void add_fp8(OptionTable<Options>& t, std::string Options::*member) {
       });
 }
 
+// simulate and advise: a run with per-token scores costs more on the last stage.
+constexpr const char* kModelScoresHelp =
+    "model a run that scores every token (--logprobs, --top-k, --token-ids, spans): the LM head on every token of "
+    "the last stage (from the hardware file's rates; a --cost-model carries what its profile ran), and with --cp "
+    "every row gathered to the last stage's CP rank 0";
+
 OptionTable<SimulateOptions> simulate_table() {
   using S = SimulateOptions;
   // As the hardware file's (sim/hardware.cpp): so that no prediction is inf or 300 digits long.
@@ -528,6 +534,7 @@ OptionTable<SimulateOptions> simulate_table() {
       .check([](const int& bytes) {
         if (bytes != 2 && bytes != 4) throw UserError("--wire-bytes must be 2 (bf16) or 4 (float32)");
       });
+  t.add("logprobs", kModelScoresHelp, &S::logprobs);
   t.add("timeline", "write the simulated timeline (the output file's format, no logits) to this HDF5 file",
         &S::timeline);
   t.add("json", "print the results as JSON", &S::json);
@@ -571,6 +578,7 @@ OptionTable<AdviseOptions> advise_table() {
       .check([](const int& bytes) {
         if (bytes != 2 && bytes != 4) throw UserError("--wire-bytes must be 2 (bf16) or 4 (float32)");
       });
+  t.add("logprobs", std::string(kModelScoresHelp) + "; the job line asks for --logprobs", &A::logprobs);
   add_ring_depth(t, &A::ring_depth);
   add_page_size(t, &A::page_size);
   t.add("top", "layouts in the table", &A::top).at_least_one();

@@ -115,6 +115,7 @@ struct SimulateOptions {
   static constexpr double kFromHardware = -1;
   double matmul_half_rows = kFromHardware;      // or the hardware file's
   int wire_bytes = dist::kActivationWireBytes;  // 2: model a bf16 sender (SGLang)
+  bool logprobs = false;                        // model per-token scores (SimSetup::scores)
   std::string timeline;                         // write the timeline format to this HDF5 file
   bool json = false;
 };
@@ -131,6 +132,7 @@ struct AdviseOptions {
   int chunk_size = 0;              // 0: searched; else fixed chunks of this size only
   std::string fp8 = "dequantize";  // dequantize (what the cuda backend does) | keep (FP8 matmuls)
   int wire_bytes = dist::kActivationWireBytes;
+  bool logprobs = false;  // model per-token scores (SimSetup::scores); the job line asks for them
   int ring_depth = kDefaultRingDepth;
   int page_size = sched::kDefaultPageSize;
   int top = 12;

@@ -127,7 +127,8 @@ int simulate_command(int argc, char** argv) {
               : sim::analytic_stage_costs(shape, hw, partition, o.tp, fp8_kept, o.wire_bytes, cp);
 
   sim::SimulatedRunSpec spec{
-      o.pp, o.cp, o.tp, shape.hidden_size, o.chunking, o.lengths, o.cached_tokens, o.ring_depth, o.wire_bytes, {}};
+      o.pp,         o.cp,         o.tp, shape.hidden_size, o.chunking, o.lengths, o.cached_tokens,
+      o.ring_depth, o.wire_bytes, {},   o.logprobs};
   for (int s = 0; s + 1 < o.pp; ++s) spec.links.push_back(sim::stage_link(hw, s, o.tp, o.cp));
   sim::SimulatedRun run = sim::simulate_run(spec, costs);
   const sched::BatchPlan& plan = run.plan;
@@ -150,8 +151,9 @@ int simulate_command(int argc, char** argv) {
   // silently: advise leaves such layouts out, and `run` would fail to place it.
   if (!profile) {
     const sim::DeviceStorage storage = sim::DeviceStorage::of(hw, fp8_kept);
-    const sim::DeviceMemory need = sim::busiest_device(shape, partition, o.tp, o.cp, o.chunking.initial_chunk,
-                                                       o.chunking.page_size, longest, storage, o.ring_depth);
+    const sim::DeviceMemory need =
+        sim::busiest_device(shape, partition, o.tp, o.cp, o.chunking.initial_chunk, o.chunking.page_size, longest,
+                            storage, o.ring_depth, o.logprobs);
     if (!sim::fits_device(need, storage))
       std::fprintf(stderr,
                    "warning: this layout does not fit %s: stage %d's devices need %.1f GiB of weights, %.1f GiB of KV "

@@ -27,7 +27,7 @@ DeviceStorage DeviceStorage::of(const HardwareSpec& hw, bool fp8_weights) {
 
 DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<model::StageRange>& partition, int tp,
                             int cp, int initial_chunk, int page_size, int64_t longest_prompt,
-                            const DeviceStorage& storage, int ring_depth) {
+                            const DeviceStorage& storage, int ring_depth, bool scores) {
   constexpr double kActivationBytes = 4, kRingBytes = 2;  // float32 activations; the cuda ring moves bf16 shards
   const double h = shape.hidden_size, heads = static_cast<double>(shape.num_heads) / tp;
   const double kv_values = shape.mla() ? shape.cached_values_per_token() : shape.cached_values_per_token() / tp;
@@ -35,7 +35,7 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
   // A CP rank's layer buffers hold its share of a chunk (the cuda backend reserves that much),
   // and so do its hidden-state slots but on the last stage's CP rank 0, which with per-token
   // scores gathers the chunk's rows into them and then into a buffer of that size again
-  // (counted so: without them it gathers a prompt's last row only).
+  // (without them a prompt's last row).
   const double chunk_rows = cp > 1 ? sched::cp_most_rows(static_cast<int>(chunk), cp) : chunk;
   // (Search offers CP only with chunks of at least 2 cp tokens, where this is cp_shard_lengths.)
   const double rows = static_cast<double>(sched::cp_shard_bound(longest_prompt, initial_chunk, cp));
@@ -70,10 +70,11 @@ DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<mo
     // output (h each), Q and this rank's K and V, and the MLP's gate, up and product on this
     // rank's width.
     const bool first = s == 0, last = s + 1 == partition.size();
+    const bool gathers_chunk = last && sched::last_stage_reads_every_row(scores, false);
     const double slots = static_cast<double>(sched::hidden_slots_held(ring_depth, first, last)) *
-                         sched::hidden_slot_rows(static_cast<int>(chunk), cp, last) * h;
+                         sched::hidden_slot_rows(static_cast<int>(chunk), cp, gathers_chunk) * h;
     const double per_row = 3.0 * h + heads * shape.head_dim + kv_values + 3.0 * widest_mlp / tp;
-    const double gathered = cp > 1 && last ? chunk * h : 0;
+    const double gathered = cp > 1 && last ? (gathers_chunk ? chunk : 1.0) * h : 0;
     m.workspace = storage.runtime_bytes + kActivationBytes * (slots + chunk_rows * per_row + gathered) + ring;
     if (m.total() > busiest.total()) busiest = m;
   }

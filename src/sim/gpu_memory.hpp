@@ -43,9 +43,11 @@ struct DeviceStorage {
 //    (sched::longest_chunk, every CP rank's buffers are that size), the hidden-state slots
 //    the stage's loop holds at once with `ring_depth` (sched/hidden_slots.hpp), and with CP
 //    the ring's two shards of a layer and pass-Q's gathered queries and partials.
+// With CP the last stage's CP rank 0 gathers a whole chunk for per-token `scores` (twice:
+// into its slot and a buffer), else a prompt's last row (sched/hidden_slots.hpp).
 DeviceMemory busiest_device(const model::ModelShape& shape, const std::vector<model::StageRange>& partition, int tp,
                             int cp, int initial_chunk, int page_size, int64_t longest_prompt,
-                            const DeviceStorage& storage, int ring_depth);
+                            const DeviceStorage& storage, int ring_depth, bool scores);
 
 // Whether it fits, as the cuda backend would place it: the KV pool gets --kv-memory-fraction
 // (0.85 by default) of what weights and workspace leave. Always true when memory is unknown.

@@ -103,7 +103,7 @@ class Search {
     if (r_.shape.num_layers % shape.pp != 0) partitions.push_back(remainder_first(r_.shape.num_layers, shape.pp));
     // The smallest chunk tried must fit, else nothing of this layout does.
     const DeviceMemory least = busiest_device(r_.shape, partitions[0], shape.tp, shape.cp, fixed_.front(), r_.page_size,
-                                              longest_, storage_, r_.ring_depth);
+                                              longest_, storage_, r_.ring_depth, r_.scores);
     if (!fits_device(least, storage_)) {
       // When the batch's size ruled out the smaller chunks, those might have fit: say so
       // rather than blame the memory alone.
@@ -163,7 +163,7 @@ class Search {
     // layout to advise). Without CP any chunk of a token or more.
     if (shape.cp > 1 && chunking.chunk < 2 * shape.cp) return false;
     const DeviceMemory memory = busiest_device(r_.shape, partition, shape.tp, shape.cp, chunking.chunk, r_.page_size,
-                                               longest_, storage_, r_.ring_depth);
+                                               longest_, storage_, r_.ring_depth, r_.scores);
     if (!fits_device(memory, storage_)) return false;
     SimulatedRunSpec spec;
     spec.pp = shape.pp;
@@ -177,6 +177,7 @@ class Search {
     spec.lengths = r_.lengths;
     spec.ring_depth = r_.ring_depth;
     spec.wire_bytes = r_.wire_bytes;
+    spec.scores = r_.scores;
     for (int s = 0; s + 1 < shape.pp; ++s) spec.links.push_back(stage_link(r_.hardware, s, shape.tp, shape.cp));
     const SimulatedRun run = simulate_run(spec, costs);
     ++advice.simulations;

@@ -59,10 +59,10 @@ SimResult simulate_pipeline(const sched::BatchPlan& plan, const std::vector<Stag
       const double compute_end = ready + stages[s].chunk_seconds(static_cast<double>(mb.start), mb.length);
       emit(s, EventKind::kCompute, mb, ready, compute_end);
       double end = compute_end;
-      if (s == pp - 1 && mb.is_last) {
-        end = compute_end + stages[s].lm_head_s;
+      if (s == pp - 1 && (mb.is_last || setup.scores)) {
+        end = compute_end + stages[s].lm_head_s * (setup.scores ? mb.length : 1);
         emit(s, EventKind::kLmHead, mb, compute_end, end);
-        result.ttft_s[mb.prompt] = end;
+        if (mb.is_last) result.ttft_s[mb.prompt] = end;
       }
       if (s < pp - 1) {
         send_issue[s][i] = compute_end;

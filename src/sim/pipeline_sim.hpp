@@ -22,6 +22,9 @@ struct SimSetup {
   int hidden_size = 0;
   int activation_bytes = dist::kActivationWireBytes;
   std::vector<LinkSpec> links;  // links[s]: stage s -> s + 1
+  // Per-token scores (run --logprobs, --top-k, --token-ids, spans): the last stage runs the
+  // LM head on every row of every micro-batch, not on a prompt's last row only.
+  bool scores = false;
 };
 
 struct SimResult {

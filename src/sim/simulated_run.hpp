@@ -24,6 +24,7 @@ struct SimulatedRunSpec {
   int ring_depth = 4;
   int wire_bytes = 4;
   std::vector<LinkSpec> links;  // links[s]: stage s -> s + 1
+  bool scores = false;          // per-token scores (SimSetup::scores)
 };
 
 struct SimulatedRun {

@@ -32,7 +32,7 @@ struct CpStageCost {
 
 struct StageCost {
   sched::ChunkCostModel chunk;
-  double lm_head_s = 0;  // last stage only
+  double lm_head_s = 0;  // last stage only: one row's (a profile's: 0, its chunks carry what it measured)
   CpStageCost cp;        // used when cp.ring.ranks > 1
   double chunk_seconds(double prefix, double tokens) const {
     return cp.ring.ranks > 1 ? cp.chunk_seconds(prefix, tokens) : chunk.chunk_time(prefix, tokens);

@@ -72,7 +72,7 @@ TEST(GpuMemory, ParameterCountsMatchThePublishedSizes) {
 TEST(GpuMemory, BusiestDeviceSplitsWeightsAndKv) {
   const model::ModelShape llama = model::shape_from_config(model::preset_config("llama3-8b"));
   const DeviceStorage h100 = DeviceStorage::of(load_hardware("h100"), false);
-  const auto whole = busiest_device(llama, model::default_partition(32, 1), 1, 1, 4096, 64, 131072, h100, 4);
+  const auto whole = busiest_device(llama, model::default_partition(32, 1), 1, 1, 4096, 64, 131072, h100, 4, false);
   EXPECT_NEAR(whole.weights / 2.0 / 8.030261248e9, 1.0, 1e-3);  // bf16
   // KV: 32 layers x 8 KV heads x 128 x (K and V) x 2 bytes = 128 KiB a token.
   EXPECT_DOUBLE_EQ(whole.kv, 131072.0 * 32 * 8 * 128 * 2 * 2);
@@ -82,23 +82,23 @@ TEST(GpuMemory, BusiestDeviceSplitsWeightsAndKv) {
   EXPECT_DOUBLE_EQ(whole.workspace, h100.runtime_bytes + 4.0 * (4096 + 1024 + 64) * per_token);
   // pp 2 x cp 2 x tp 2: each device a quarter of the layers' weights by TP and PP, about an
   // eighth of the KV (a CP rank's rows: half the prompt and at most two rows a chunk more).
-  const auto split = busiest_device(llama, model::default_partition(32, 2), 2, 2, 4096, 64, 131072, h100, 4);
+  const auto split = busiest_device(llama, model::default_partition(32, 2), 2, 2, 4096, 64, 131072, h100, 4, false);
   EXPECT_GE(split.kv, whole.kv / 8);
   EXPECT_LE(split.kv, whole.kv / 8 * (1 + 2.0 * 34 / 65536));
   EXPECT_LT(split.weights, whole.weights / 3.5);
   // A CP rank's layer buffers hold its share of a chunk, as the cuda backend reserves them: at
   // cp 8 the activations shrink 8-fold while the ring's buffers grow with the prompt's rows.
-  const auto cp8 = busiest_device(llama, model::default_partition(32, 1), 1, 8, 65536, 64, 65536, h100, 4);
-  const auto cp1 = busiest_device(llama, model::default_partition(32, 1), 1, 1, 65536, 64, 65536, h100, 4);
+  const auto cp8 = busiest_device(llama, model::default_partition(32, 1), 1, 8, 65536, 64, 65536, h100, 4, false);
+  const auto cp1 = busiest_device(llama, model::default_partition(32, 1), 1, 1, 65536, 64, 65536, h100, 4, false);
   EXPECT_LT(cp8.workspace - h100.runtime_bytes, (cp1.workspace - h100.runtime_bytes) / 2);
   EXPECT_TRUE(fits_device(whole, h100));
-  EXPECT_FALSE(fits_device(busiest_device(llama, model::default_partition(32, 1), 1, 1, 4096, 64, 1 << 20, h100, 4),
+  EXPECT_FALSE(fits_device(busiest_device(llama, model::default_partition(32, 1), 1, 1, 4096, 64, 1 << 20, h100, 4, false),
                            h100));  // 128 GiB of KV at 1M tokens
   // The cpu backend: float32 weights and cache, the node's memory shared by its ranks.
   const DeviceStorage cpu = DeviceStorage::of(load_hardware("cpu"), false);
   EXPECT_DOUBLE_EQ(cpu.weight_bytes, 4.0);
   EXPECT_DOUBLE_EQ(cpu.memory_bytes, load_hardware("cpu").memory_bytes / 2);
-  EXPECT_FALSE(fits_device(busiest_device(llama, model::default_partition(32, 1), 1, 2, 4096, 64, 8192, cpu, 4), cpu));
+  EXPECT_FALSE(fits_device(busiest_device(llama, model::default_partition(32, 1), 1, 2, 4096, 64, 8192, cpu, 4, false), cpu));
 }
 
 // The hidden-state slots: as many as the stage loop holds at once (receives posted ahead,
@@ -117,22 +117,30 @@ TEST(GpuMemory, HiddenSlotsAreTheStageLoopsAndHoldARanksRows) {
   // two: three slots of the longest chunk (5,184 rows of 4,096 floats) apart.
   const model::ModelShape llama = model::shape_from_config(model::preset_config("llama3-8b"));
   const DeviceStorage h100 = DeviceStorage::of(load_hardware("h100"), false);
-  const auto deep = busiest_device(llama, model::default_partition(32, 4), 1, 1, 4096, 64, 131072, h100, 4);
-  const auto shallow = busiest_device(llama, model::default_partition(32, 4), 1, 1, 4096, 64, 131072, h100, 1);
+  const auto deep = busiest_device(llama, model::default_partition(32, 4), 1, 1, 4096, 64, 131072, h100, 4, false);
+  const auto shallow = busiest_device(llama, model::default_partition(32, 4), 1, 1, 4096, 64, 131072, h100, 1, false);
   EXPECT_EQ(deep.stage, 0);
   EXPECT_DOUBLE_EQ(deep.workspace - shallow.workspace, 3 * 4.0 * 5184 * 4096);
   // With CP 2 the last stage's CP rank 0 gathers whole chunks into its slots (and then into a
   // buffer of its own), the busiest device of an even partition; stage 0's slots hold a rank's
   // half of the chunk (three more layers there make it the busiest).
-  const auto gathers = busiest_device(llama, model::default_partition(32, 4), 1, 2, 4096, 64, 131072, h100, 4);
-  const auto gathers1 = busiest_device(llama, model::default_partition(32, 4), 1, 2, 4096, 64, 131072, h100, 1);
+  const auto gathers = busiest_device(llama, model::default_partition(32, 4), 1, 2, 4096, 64, 131072, h100, 4, true);
+  const auto gathers1 = busiest_device(llama, model::default_partition(32, 4), 1, 2, 4096, 64, 131072, h100, 1, true);
   EXPECT_EQ(gathers.stage, 3);
   EXPECT_DOUBLE_EQ(gathers.workspace - gathers1.workspace, 3 * 4.0 * 5184 * 4096);
   const std::vector<model::StageRange> heavy_first = {{0, 11}, {11, 7}, {18, 7}, {25, 7}};
-  const auto halves = busiest_device(llama, heavy_first, 1, 2, 4096, 64, 131072, h100, 4);
-  const auto halves1 = busiest_device(llama, heavy_first, 1, 2, 4096, 64, 131072, h100, 1);
+  const auto halves = busiest_device(llama, heavy_first, 1, 2, 4096, 64, 131072, h100, 4, false);
+  const auto halves1 = busiest_device(llama, heavy_first, 1, 2, 4096, 64, 131072, h100, 1, false);
   EXPECT_EQ(halves.stage, 0);
   EXPECT_DOUBLE_EQ(halves.workspace - halves1.workspace, 3 * 4.0 * 2592 * 4096);
+  // Without per-token scores that CP rank 0 gathers a prompt's last row only: its 4 slots hold
+  // its half of a chunk, and its gather buffer one row.
+  const std::vector<model::StageRange> heavy_last = {{0, 7}, {7, 7}, {14, 7}, {21, 11}};
+  const auto scores = busiest_device(llama, heavy_last, 1, 2, 4096, 64, 131072, h100, 4, true);
+  const auto last_row = busiest_device(llama, heavy_last, 1, 2, 4096, 64, 131072, h100, 4, false);
+  EXPECT_EQ(scores.stage, 3);
+  EXPECT_EQ(last_row.stage, 3);
+  EXPECT_DOUBLE_EQ(scores.workspace - last_row.workspace, 4.0 * 4096 * (4 * (5184 - 2592) + (5184 - 1)));
 }
 
 TEST(LayoutSearch, EveryLayoutRunsOnTheAllocationAndFits) {

@@ -181,6 +181,22 @@ TEST(PipelineSim, OneStageIsSequential) {
   EXPECT_NEAR(result.makespan_s, 4.0, 1e-12);
 }
 
+// Per-token scores: the last stage runs the LM head on every row, one row's time each; without
+// them on a prompt's last row only.
+TEST(PipelineSim, ScoresRunTheLmHeadOnEveryRow) {
+  const auto plan = sched::make_plan({300, 100}, sched::FixedChunkPolicy(100));
+  StageCost cost = constant_cost(0.01);
+  cost.lm_head_s = 0.001;
+  SimSetup setup = free_links(1);
+  const auto first_tokens = simulate_pipeline(plan, {cost}, setup);
+  EXPECT_NEAR(first_tokens.ttft_s[0], 3.0 + 0.001, 1e-12);
+  EXPECT_NEAR(first_tokens.makespan_s, 4.0 + 2 * 0.001, 1e-12);
+  setup.scores = true;
+  const auto scored = simulate_pipeline(plan, {cost}, setup);
+  EXPECT_NEAR(scored.ttft_s[0], 3.0 + 0.3, 1e-12);
+  EXPECT_NEAR(scored.makespan_s, 4.0 + 0.4, 1e-12);
+}
+
 TEST(PipelineSim, ACachedPrefixSkipsItsChunks) {
   // A shared 200-token prefix: the second prompt computes only its last 100 tokens.
   const auto fresh = sched::make_plan({300, 300}, sched::FixedChunkPolicy(100));
