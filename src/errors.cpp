@@ -4,6 +4,7 @@
 #include <mpi.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 
@@ -17,17 +18,23 @@ std::string mpi_error_string(int code) {
 }
 
 void fail_library_call(const char* lib, const char* statement, const std::string& detail, const char* file, int line) {
-  int rank = -1, initialized = 0;
+  const bool full_disk = errno == ENOSPC;  // (before anything below sets errno)
+  int rank = -1, initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
+  MPI_Finalized(&finalized);
   if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   char host[256] = "?";
   gethostname(host, sizeof host);
-  std::fprintf(stderr, "fatal: %s call `%s` failed (%s) at %s:%d on rank %d (%s)\n", lib, statement, detail.c_str(),
-               file, line, rank, host);
+  char text[2048];
+  std::snprintf(text, sizeof text, "fatal: %s call `%s` failed (%s%s) at %s:%d on rank %d (%s)", lib, statement,
+                detail.c_str(), full_disk ? "; no space left on the device" : "", file, line, rank, host);
+  // The commands without MPI (plan, simulate, advise, make-*): unwound, so that the files
+  // they were writing are removed; main prints it and exits with status 3 as a run would
+  // (docs/formats.md).
+  if (!initialized || finalized) throw LibraryFailure(text);
+  std::fprintf(stderr, "%s\n", text);
   std::fflush(stderr);
-  if (initialized) MPI_Abort(MPI_COMM_WORLD, 3);
-  // The commands without MPI (plan, simulate, make-*): the same exit status 3 as a run's
-  // (docs/formats.md), not abort()'s SIGABRT.
+  MPI_Abort(MPI_COMM_WORLD, 3);
   std::_Exit(3);
 }
 

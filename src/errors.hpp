@@ -12,13 +12,22 @@
 namespace pf {
 
 constexpr int kExitUserError = 2;
+constexpr int kExitLibraryFailure = 3;  // a failed library call or a bug (docs/formats.md)
 
 struct UserError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A failing library call in a command without MPI (plan, simulate, advise, make-*): thrown
+// with its "fatal: ..." line, so that the files being written are removed on the way out;
+// main prints it and exits with status 3.
+struct LibraryFailure : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
 // Prints "fatal: <lib> call `stmt` failed (<detail>) at file:line on rank R (host)" and
-// calls MPI_Abort so that no peer is left waiting. Never returns.
+// calls MPI_Abort so that no peer is left waiting; without MPI, throws it as a LibraryFailure.
+// Never returns.
 [[noreturn]] void fail_library_call(const char* lib, const char* statement, const std::string& detail, const char* file,
                                     int line);
 
@@ -29,11 +38,10 @@ std::string mpi_error_string(int code);
 // One template for every library's check macro: evaluate, test, report with context
 // through `fail` (lib, statement, detail, file, line). MPI-free code (the CUDA backend)
 // passes its own `fail`; the rest reports through fail_library_call.
-#define PF_CHECK_WITH(fail, lib, stmt, is_ok, detail_of)                     \
-  do {                                                                       \
-    auto pf_check_result_ = (stmt);                                          \
-    if (!(is_ok(pf_check_result_)))                                          \
-      fail(lib, #stmt, detail_of(pf_check_result_), __FILE__, __LINE__);     \
+#define PF_CHECK_WITH(fail, lib, stmt, is_ok, detail_of)                                               \
+  do {                                                                                                 \
+    auto pf_check_result_ = (stmt);                                                                    \
+    if (!(is_ok(pf_check_result_))) fail(lib, #stmt, detail_of(pf_check_result_), __FILE__, __LINE__); \
   } while (0)
 #define PF_CHECK_TEMPLATE(lib, stmt, is_ok, detail_of) \
   PF_CHECK_WITH(::pf::fail_library_call, lib, stmt, is_ok, detail_of)

@@ -86,8 +86,16 @@ int main(int argc, char** argv) {
   } catch (const UserError& e) {
     if (rank == 0) std::fprintf(stderr, "error: %s\n", e.what());
     status = kExitUserError;
+  } catch (const LibraryFailure& e) {  // a command without MPI, its partial files removed
+    std::fprintf(stderr, "%s\n", e.what());
+    status = kExitLibraryFailure;
   } catch (const std::exception& e) {  // a bug or a system fault: say where, take the job down
-    fail_library_call("pipefill", command, e.what(), __FILE__, __LINE__);
+    if (!is_run) {
+      std::fprintf(stderr, "fatal: pipefill %s failed (%s)\n", command, e.what());
+      status = kExitLibraryFailure;
+    } else {
+      fail_library_call("pipefill", command, e.what(), __FILE__, __LINE__);
+    }
   }
   if (is_run) MPI_Finalize();
   return status;

@@ -18,6 +18,7 @@
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/prompts_h5.hpp"
+#include "io/replaceable_file.hpp"
 #include "model/presets.hpp"
 #include "sched/cost_profile.hpp"
 #include "sim/layout_search.hpp"
@@ -289,6 +290,7 @@ int advise_command(int argc, char** argv) {
                                 {"--model-config", model::model_config_file(o.model_config)},
                                 {"--hardware", request.hardware.path},
                                 {"--cost-model", o.cost_model}});
+    io::require_replaceable(o.plot, "advise --plot", io::StudyFile::kPng);
   }
 
   const auto t0 = std::chrono::steady_clock::now();

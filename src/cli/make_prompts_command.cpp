@@ -6,6 +6,7 @@
 #include "cli/options.hpp"
 #include "io/file_checks.hpp"
 #include "io/prompts_h5.hpp"
+#include "io/replaceable_file.hpp"
 
 namespace pf::cli {
 
@@ -13,6 +14,7 @@ int make_prompts_command(int argc, char** argv) {
   MakePromptsOptions options;
   if (!parse_make_prompts(argc, argv, options)) return 0;
   io::require_writable_file_path(options.out, "--out");  // before the prompts are made, not after
+  io::require_replaceable(options.out, "make-prompts", io::StudyFile::kPromptFile);
   std::mt19937_64 rng(options.seed);
   std::uniform_int_distribution<int64_t> length(options.min_len, options.max_len);
   std::uniform_int_distribution<int32_t> token(0, options.vocab - 1);

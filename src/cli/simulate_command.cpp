@@ -12,6 +12,7 @@
 #include "dist/activation_wire.hpp"
 #include "errors.hpp"
 #include "io/file_checks.hpp"
+#include "io/replaceable_file.hpp"
 #include "io/results_h5.hpp"
 #include "model/layer_partition.hpp"
 #include "model/model_shape.hpp"
@@ -105,6 +106,7 @@ int simulate_command(int argc, char** argv) {
          {"--model-config", model::model_config_file(o.model_config)},
          {"--hardware", hw.path},
          {"--cost-model", o.chunking.cost_source.profile_file() ? o.chunking.cost_source.value : ""}});
+    io::require_replaceable(o.timeline, "simulate --timeline", io::StudyFile::kSimulatedTimeline);
   }
   if (o.matmul_efficiency > 0) hw.matmul_efficiency = o.matmul_efficiency;
   if (o.attention_efficiency > 0) hw.attention_efficiency = o.attention_efficiency;
@@ -206,6 +208,7 @@ int simulate_command(int argc, char** argv) {
     layout.vocab_size = shape.vocab_size;
     layout.with_logits = false;
     io::ResultWriter writer(o.timeline, layout, {{"simulated", true}}, /*resume=*/false, /*timeout_s=*/0);
+    writer.discard_unless_finished();  // a failed write (a full disk) leaves no partial file
     for (int p = 0; p < plan.num_prompts(); ++p)
       writer.write_prompt(p, nullptr, nullptr, summary.ttft_s[p], plan.reuse[p].tokens);
     writer.finish(result.events, {{"version", PIPEFILL_VERSION},

@@ -13,13 +13,18 @@
 
 namespace pf::io {
 
+hid_t unlocked_h5_file_access() {
+  const hid_t access = H5Pcreate(H5P_FILE_ACCESS);
+  H5_CHECK(H5Pset_file_locking(access, false, true));
+  return access;
+}
+
 OutputLock::OutputLock(const std::string& partial_path, const std::string& output_path) : path_(partial_path) {
   struct stat info {};
   existed_ = ::stat(partial_path.c_str(), &info) == 0;
   size_before_ = existed_ ? static_cast<long long>(info.st_size) : 0;
   fd_ = ::open(partial_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0666);
-  if (fd_ < 0)
-    throw UserError("cannot open " + partial_path + " for writing (" + std::strerror(errno) + ")");
+  if (fd_ < 0) throw UserError("cannot open " + partial_path + " for writing (" + std::strerror(errno) + ")");
   if (::flock(fd_, LOCK_EX | LOCK_NB) != 0) {
     const int error = errno;
     ::close(fd_);
@@ -27,7 +32,7 @@ OutputLock::OutputLock(const std::string& partial_path, const std::string& outpu
     path_.clear();  // not ours to remove
     if (error == EWOULDBLOCK)
       throw UserError("another pipefill run is writing " + output_path + " (it holds " + partial_path +
-                      "); wait for it to end, or choose another --output");
+                      "); wait for it to end, or write elsewhere");
     throw UserError("cannot lock " + partial_path + " (" + std::strerror(error) + ")");
   }
 }

@@ -13,6 +13,7 @@
 #include "io/fnv1a.hpp"
 #include "io/h5_handle.hpp"
 #include "io/isolated_call.hpp"
+#include "io/output_lock.hpp"
 
 namespace pf::io {
 namespace {
@@ -243,7 +244,8 @@ void check_prompt_lengths(const PromptSet& prompts, int max_position_embeddings,
 }
 
 static void write_prompts_file(const std::string& path, const PromptSet& prompts) {
-  H5Handle file{H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose};
+  H5Handle access{unlocked_h5_file_access(), H5Pclose};
+  H5Handle file{H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.id), H5Fclose};
   if (file.id < 0) throw UserError("cannot create " + path + " (does its directory exist?)");
   auto write = [&](const char* name, hid_t file_type, hid_t memory_type, const void* data, hsize_t count) {
     H5Handle space{H5Screate_simple(1, &count, nullptr), H5Sclose};
@@ -261,13 +263,26 @@ static void write_prompts_file(const std::string& path, const PromptSet& prompts
 void write_prompts(const std::string& path, const PromptSet& prompts) {
   quiet_hdf5_errors();
   // Written beside the path and renamed over it once closed: a killed or failed write leaves
-  // the file that was there (or none), never a torn one.
+  // the file that was there (or none), never a torn one. The partial file is a run's output
+  // protocol (io/output_lock.hpp): a run writing the same path keeps it, and a stopped run's
+  // resumable partial is replaced only with a warning.
   const std::string partial = path + ".partial";
-  write_prompts_file(partial, prompts);
+  OutputLock lock(partial, path);
+  if (lock.existed() && lock.size_before() > 0)
+    std::fprintf(stderr, "warning: replacing %s, left by an earlier run\n", partial.c_str());
+  try {
+    write_prompts_file(partial, prompts);
+  } catch (...) {  // (a full disk: no half-written file stays behind)
+    std::remove(partial.c_str());
+    lock.forget_path();
+    throw;
+  }
   if (std::rename(partial.c_str(), path.c_str()) != 0) {
     std::remove(partial.c_str());
+    lock.forget_path();
     throw UserError("cannot write " + path + " (renaming " + partial + " over it failed)");
   }
+  lock.forget_path();
 }
 
 void write_strings(hid_t file, const char* name, const std::vector<std::string>& strings) {

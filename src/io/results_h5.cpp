@@ -87,14 +87,6 @@ H5Handle create_dataset(hid_t file, const DatasetSpec& spec, const OutputLayout&
   return dataset;
 }
 
-// Our own flock (io/output_lock.hpp) guards the file; HDF5's own lock on a second
-// descriptor of it would conflict with ours.
-hid_t unlocked_file_access() {
-  const hid_t access = H5Pcreate(H5P_FILE_ACCESS);
-  H5_CHECK(H5Pset_file_locking(access, false, true));
-  return access;
-}
-
 // Rows [first, first + rows) of a dataset [N] (width 0) or [N, width]: the file's selection
 // and the matching memory space.
 struct RowSelection {
@@ -236,7 +228,7 @@ ResultWriter::ResultWriter(const std::string& path, const OutputLayout& layout, 
 }
 
 void ResultWriter::reopen() {
-  H5Handle access{unlocked_file_access(), H5Pclose};
+  H5Handle access{unlocked_h5_file_access(), H5Pclose};
   file_ = H5Handle{H5Fopen(temporary_path_.c_str(), H5F_ACC_RDWR, access.id), H5Fclose};
   if (file_.id < 0) throw UserError("cannot reopen " + temporary_path_ + " for writing");
   for (const DatasetSpec& spec : output_datasets()) {
@@ -259,7 +251,7 @@ void ResultWriter::reopen() {
 }
 
 void ResultWriter::create(const nlohmann::json& identity) {
-  H5Handle access{unlocked_file_access(), H5Pclose};
+  H5Handle access{unlocked_h5_file_access(), H5Pclose};
   file_ = H5Handle{H5Fcreate(temporary_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.id), H5Fclose};
   if (file_.id < 0) throw UserError("cannot create output file " + temporary_path_);
   for (const DatasetSpec& spec : output_datasets())
@@ -277,7 +269,7 @@ ResultWriter::~ResultWriter() {
   for (H5Handle& dataset : sets_) dataset.reset();
   if (file_.id < 0) return;
   file_.reset();
-  if (completed_count() == 0 && !keep_partial_) {  // nothing worth resuming
+  if ((completed_count() == 0 || discard_unfinished_) && !keep_partial_) {  // nothing worth resuming
     std::remove(temporary_path_.c_str());
     lock_->forget_path();
   }

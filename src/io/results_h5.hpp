@@ -99,6 +99,9 @@ class ResultWriter {
   // The partial file is kept when the run ends even if no prompt is complete: a checkpoint
   // needs its token rows.
   void keep_partial() { keep_partial_ = true; }
+  // A study's file (simulate --timeline): its partial file is removed if the writer ends
+  // before finish() (a failed write), whatever rows it holds: nothing resumes it.
+  void discard_unless_finished() { discard_unfinished_ = true; }
   // If every prompt is complete: writes /timeline (this run's events) and the root
   // attributes, closes and renames into place, returns true. Otherwise (a stopped run) the
   // partial file stays as its rows left it, for --resume, and it returns false.
@@ -126,6 +129,7 @@ class ResultWriter {
     std::map<int64_t, TokenRowsDigest> at_boundary;  // the digest each time its rows ended at a position
   } open_;
   bool keep_partial_ = false;
+  bool discard_unfinished_ = false;
   std::vector<char> completed_;
   std::vector<int> torn_rows_;  // stale rows included
   std::vector<int> stale_rows_;

@@ -349,6 +349,26 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
     expect="for their largest forwards (37500000 tokens a rank" ;;
   make_prompts_too_many) launch=(-n 1 "$bin/pipefill" make-prompts --out "$work/p.h5" --num 2147483647 --min-len 1 --max-len 1 --vocab 9)
     expect="--num x (--max-len + 2) may be at most 4294967296" ;;
+  # A study's output replaces only its own kind of file (io/replaceable_file.hpp), and never
+  # a file a run is writing (its .partial's lock, io/output_lock.hpp).
+  make_prompts_over_run_output) finished_output "$work/r.h5"
+    launch=(-n 1 "$bin/pipefill" make-prompts --out "$work/r.h5" --num 2 --min-len 3 --max-len 4 --vocab 9)
+    expect="$work/r.h5 is a pipefill run's output: make-prompts does not replace it" ;;
+  make_prompts_over_model_file) copy_model
+    launch=(-n 1 "$bin/pipefill" make-prompts --out "$model/config.json" --num 2 --min-len 3 --max-len 4 --vocab 9)
+    expect="$model/config.json exists and is not an HDF5 file" ;;
+  make_prompts_while_a_run_writes) touch "$work/w.h5.partial"
+    flock "$work/w.h5.partial" sleep 60 >/dev/null 2>&1 &
+    on_exit "kill $! 2>/dev/null"
+    for _ in $(seq 50); do flock -n "$work/w.h5.partial" true || break; sleep 0.1; done
+    launch=(-n 1 "$bin/pipefill" make-prompts --out "$work/w.h5" --num 2 --min-len 3 --max-len 4 --vocab 9)
+    expect="another pipefill run is writing $work/w.h5" ;;
+  simulate_timeline_over_run_output) finished_output "$work/r.h5"
+    launch=(-n 1 "$bin/pipefill" simulate --model-config "$model/config.json" --hardware h100 --length 500 --timeline "$work/r.h5")
+    expect="$work/r.h5 is a pipefill run's output: simulate --timeline does not replace it" ;;
+  advise_plot_over_model_file) copy_model
+    launch=(-n 1 "$bin/pipefill" advise --model-config "$model/config.json" --hardware h100 --length 500 --plot "$model/model.safetensors")
+    expect="$model/model.safetensors exists and is not a PNG image" ;;
   # make-model never replaces a model without --overwrite, nor ever a directory of files it
   # does not write (a real checkpoint's tokenizer).
   make_model_over_model) copy_model
