@@ -116,9 +116,10 @@ def read_index(directory):
     return index
 
 
-def _parent_rows(directory, index, first):
+def _parent_rows(directory, index, first, chain):
     """The first `first` positions of a store entry's KV, from the entry its index names as
-    holding them ("parent", beside it in the store), that entry's own parent first."""
+    holding them ("parent", beside it in the store), that entry's own parent first. `chain`:
+    the entries on the way here, which no parent may be again (an edited index's loop)."""
     name = index.get("parent")
     if not name or index.get("parent_tokens") != first:
         raise KvExportError(f"{directory}: its files begin at position {first}, but its index names no entry "
@@ -126,15 +127,18 @@ def _parent_rows(directory, index, first):
     parent = os.path.join(os.path.dirname(os.path.abspath(directory)), name)
     if not os.path.isdir(parent):
         raise KvExportError(f"{directory}: the entry holding its first {first} tokens, {name}, is missing")
+    if os.path.realpath(parent) in chain:
+        raise KvExportError(f"{directory}: its parent {name} leads back to it (a loop of parent entries: "
+                            f"an edited index)")
     mine = np.fromfile(os.path.join(directory, "tokens.i32"), dtype="<i4")
     theirs = np.fromfile(os.path.join(parent, "tokens.i32"), dtype="<i4")
     if len(theirs) < first or not np.array_equal(mine[:first], theirs[:first]):
         raise KvExportError(f"{directory}: its parent {name} does not hold its first {first} tokens")
     parent_prompt = int(next(iter(read_index(parent)["prompts"])))
-    return [(k[:, :, :first], v[:, :, :first]) for k, v in load_kv(parent, parent_prompt, theirs)]
+    return [(k[:, :, :first], v[:, :, :first]) for k, v in load_kv(parent, parent_prompt, theirs, _chain=chain)]
 
 
-def load_kv(directory, prompt_index, tokens=None):
+def load_kv(directory, prompt_index, tokens=None, *, _chain=()):
     """[(key, value)] per layer in order, each [1, num_kv_heads, T, head_dim], as stored (float32,
     or bfloat16 with --kv-dtype bf16). An MLA export (index "cache": "latent") holds one latent
     row per token, the same in every TP rank's file; each layer comes back as transformers'
@@ -228,7 +232,8 @@ def load_kv(directory, prompt_index, tokens=None):
         layers.append((key[None], value[None]))
     if first > 0:
         layers = [(torch.cat([pk, k], dim=2), torch.cat([pv, v], dim=2))
-                  for (pk, pv), (k, v) in zip(_parent_rows(directory, index, first), layers)]
+                  for (pk, pv), (k, v) in zip(_parent_rows(directory, index, first,
+                                                            _chain + (os.path.realpath(directory),)), layers)]
     return layers
 
 

@@ -106,6 +106,8 @@ def parse_args():
         if args.window < 2 or not 1 <= args.stride < args.window:
             raise UserError(f"--window {args.window} --stride {args.stride}: want 1 <= S < N (each window keeps "
                             f"N - S tokens of context, at least one)")
+        if args.window > 2**31 - 1:  # a prompt's length, as pipefill reads it (int32 token positions)
+            raise UserError(f"--window {args.window}: at most {2**31 - 1} tokens")
     if args.pairs or args.id_field is not None:
         for path in args.files:
             if not path.lower().endswith(".jsonl"):

@@ -95,7 +95,7 @@ int make_model_command(int argc, char** argv) {
       std::error_code ignored;
       if (!dir.empty()) fs::remove(dir, ignored);
     }
-  } made{fs::exists(out, error) ? fs::path() : out};
+  } made{fs::exists(fs::symlink_status(out, error)) ? fs::path() : out};  // (a dangling link is not ours)
   fs::create_directories(out, error);
   if (error) throw UserError("cannot create " + options.out + ": " + error.message());
   for (const auto& entry : fs::directory_iterator(out, error))  // a killed make-model's leftovers

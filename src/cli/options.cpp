@@ -233,9 +233,13 @@ OptionTable<ChunkingOptions> chunking_table() {
         &C::policy, policy_spelling())
       .optional()
       .echo_as("chunk_policy", kRunIdentity);
-  // SGLang's switches for its policy; an explicit --chunk-policy wins over them.
+  // SGLang's switches for its policy; an explicit dynamic --chunk-policy wins over them, and
+  // --chunk-policy fixed contradicts them.
   const auto sglang_unless_policy_given = [](const cxxopts::ParseResult& r, const std::string& flag, C& c) {
-    if (!r.count("chunk-policy") && r[flag].as<bool>()) c.policy = ChunkPolicyKind::kSglang;
+    if (!r[flag].as<bool>()) return;
+    if (!r.count("chunk-policy")) c.policy = ChunkPolicyKind::kSglang;
+    if (c.policy == ChunkPolicyKind::kFixed)
+      throw UserError("--" + flag + " asks for dynamic chunks and --chunk-policy fixed for fixed ones: give one");
   };
   t.add_alias("dynamic-chunking", "same as --chunk-policy sglang", std::make_shared<CheckedValue<bool>>(),
               sglang_unless_policy_given);
@@ -445,8 +449,9 @@ void require_plannable(const Options& o) {
   for (int64_t length : o.lengths) count += std::ceil(static_cast<double>(length) / o.chunking.initial_chunk);
   if (count > kMaxMicroBatches)
     throw UserError("--length and --chunk-size " + std::to_string(o.chunking.initial_chunk) + " make " +
-                    std::to_string(static_cast<long long>(count)) + " chunks, more than the " +
-                    std::to_string(static_cast<long long>(kMaxMicroBatches)) + " a plan holds: a larger --chunk-size");
+                    (count < 1e15 ? std::to_string(static_cast<long long>(count)) : shortest(count)) +
+                    " chunks, more than the " + std::to_string(static_cast<long long>(kMaxMicroBatches)) +
+                    " a plan holds: a larger --chunk-size");
 }
 
 // --cp-attention without --cp, in run and simulate alike.

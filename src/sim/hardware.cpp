@@ -87,17 +87,25 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
                       nlohmann::json(low).dump() + ", " + nlohmann::json(high).dump() + "]");
     return x;
   };
+  // A required key, by its dotted name in the error.
+  auto field = [&](const nlohmann::json& object, const char* key, const std::string& name) -> const nlohmann::json& {
+    if (!object.is_object()) throw UserError(path + ": " + name.substr(0, name.rfind('.')) + " must be an object");
+    if (!object.contains(key)) throw UserError(path + ": \"" + name + "\" is missing");
+    return object[key];
+  };
   try {
     HardwareSpec h;
     h.path = path;
     if (!j.contains("name") || !j["name"].is_string()) throw UserError(path + ": \"name\" must be a string");
     h.name = j["name"].get<std::string>();
-    const nlohmann::json& peak = j.at("peak_tflops");
-    h.peak_bf16_flops = number(peak.at("bf16"), "peak_tflops.bf16", 1e-3, 1e6, false) * 1e12;
-    h.peak_fp8_flops =
-        number(peak.contains("fp8") ? peak["fp8"] : peak.at("bf16"), "peak_tflops.fp8", 1e-3, 1e6, false) * 1e12;
-    h.matmul_efficiency = number(j.at("matmul_efficiency"), "matmul_efficiency", kMinEfficiency, 1, false);
-    h.attention_efficiency = number(j.at("attention_efficiency"), "attention_efficiency", kMinEfficiency, 1, false);
+    const nlohmann::json& peak = field(j, "peak_tflops", "peak_tflops");
+    const nlohmann::json& bf16 = field(peak, "bf16", "peak_tflops.bf16");
+    h.peak_bf16_flops = number(bf16, "peak_tflops.bf16", 1e-3, 1e6, false) * 1e12;
+    h.peak_fp8_flops = number(peak.contains("fp8") ? peak["fp8"] : bf16, "peak_tflops.fp8", 1e-3, 1e6, false) * 1e12;
+    h.matmul_efficiency =
+        number(field(j, "matmul_efficiency", "matmul_efficiency"), "matmul_efficiency", kMinEfficiency, 1, false);
+    h.attention_efficiency = number(field(j, "attention_efficiency", "attention_efficiency"), "attention_efficiency",
+                                    kMinEfficiency, 1, false);
     if (j.contains("gpus_per_node") && !j["gpus_per_node"].is_number_integer())
       throw UserError(path + ": gpus_per_node must be a whole number");
     h.devices_per_node = static_cast<int>(
@@ -114,9 +122,10 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
     if (backend != "cuda" && backend != "cpu") throw UserError(path + ": \"backend\" must be cuda or cpu");
     h.cpu = backend == "cpu";
     for (auto [key, link] : {std::pair{"intra_node", &h.intra_node}, {"inter_node", &h.inter_node}}) {
-      link->bandwidth_Bps =
-          number(j.at(key).at("bandwidth_GBps"), std::string(key) + ".bandwidth_GBps", 1e-3, 1e6, false) * 1e9;
-      link->latency_s = number(j.at(key).at("latency_us"), std::string(key) + ".latency_us", 0, 1e6, false) * 1e-6;
+      const nlohmann::json& spec = field(j, key, key);
+      const std::string bandwidth = std::string(key) + ".bandwidth_GBps", latency = std::string(key) + ".latency_us";
+      link->bandwidth_Bps = number(field(spec, "bandwidth_GBps", bandwidth), bandwidth, 1e-3, 1e6, false) * 1e9;
+      link->latency_s = number(field(spec, "latency_us", latency), latency, 0, 1e6, false) * 1e-6;
     }
     if (h.devices_per_node < 1 || !(h.memory_bytes >= 0) || !(h.matmul_half_rows >= 0))
       throw UserError(path + ": gpus_per_node must be at least 1, memory_GB and matmul_half_rows not negative");

@@ -162,8 +162,14 @@ TEST(RunOptions, PolicyDecidesTheDefaultsItDoesNotOverride) {
   EXPECT_EQ(o.chunking.cost_form, sched::CostForm::kFreshQuadratic);
   EXPECT_FALSE(o.chunking.fold_tail);
   EXPECT_EQ(o.chunking.stages, 3);
-  o = parse_run("--dynamic-chunking --chunk-policy fixed");
-  EXPECT_EQ(o.chunking.policy, sched::ChunkPolicyKind::kFixed);  // the explicit policy wins
+  o = parse_run("--dynamic-chunking --chunk-policy pipefill");
+  EXPECT_EQ(o.chunking.policy, sched::ChunkPolicyKind::kPipefill);  // an explicit dynamic policy wins
+  try {                                                             // and fixed contradicts it
+    parse_run("--dynamic-chunking --chunk-policy fixed");
+    ADD_FAILURE() << "no error";
+  } catch (const UserError& e) {
+    EXPECT_NE(std::string(e.what()).find("--chunk-policy fixed for fixed ones: give one"), std::string::npos);
+  }
 }
 
 TEST(RunOptions, BackendAndCostModelAreParsedOnce) {
