@@ -149,6 +149,17 @@ def main():
     check(len(joined) == len(exported) and all(torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
                                                for a, b in zip(joined, exported)),
           "load_kv joins a question's entry with its document's into the run's own export of it")
+    # Two children edited to name each other as parent: a loop, named, not a RecursionError.
+    looped = os.path.join(work, "looped_store")
+    shutil.copytree(shared_store, looped)
+    for me, them in ((children[0], children[1]), (children[1], children[0])):
+        path = os.path.join(looped, me["name"], "index.json")
+        index = json.load(open(path))
+        index["parent"] = them["name"]
+        json.dump(index, open(path, "w"))
+    r = tool("verify", looped)
+    check(r.returncode == 1 and "2 of 4 entries verify" in r.stdout and "a loop of parent entries" in r.stdout,
+          f"verify names the loop: {r.stdout[-400:]} {r.stderr[-400:]}")
     shutil.rmtree(os.path.join(shared_store, root[0]["name"]))
     r = tool("verify", shared_store)
     check(r.returncode == 1 and "0 of 3 entries verify" in r.stdout and "is missing" in r.stdout,
