@@ -129,20 +129,8 @@ std::string shell_word(const std::string& word) {
 }
 
 // The sbatch and srun lines that run the best layout with pipefill, and a note when advise
-// modelled another engine than the one the lines run.
-// Why `pipefill run` would refuse this model (the simulator reads any config's FLOPs; run
-// computes only what it implements), or "" when it takes it. A preset is one of run's own.
-std::string run_refusal(const AdviseOptions& o) {
-  const std::string file = model::model_config_file(o.model_config);
-  if (file.empty()) return "";
-  try {
-    model::load_config_file(file);
-  } catch (const UserError& e) {
-    return e.what();
-  }
-  return "";
-}
-
+// modelled another engine than the one the lines run (or a model run refuses: the simulator
+// reads any config's FLOPs; run computes only what it implements).
 void print_job_lines(const AdviseOptions& o, const sim::AdviseRequest& request, const sim::LayoutAdvice& best) {
   const sim::HardwareSpec& hw = request.hardware;
   const std::string model = shell_word(job_model_dir(o));
@@ -165,7 +153,7 @@ void print_job_lines(const AdviseOptions& o, const sim::AdviseRequest& request, 
   const int per_node = std::min(request.devices_per_node, best.gpus());
   std::printf("\nbest: %s on %d node%s, %s: %.3f s\n", sim::layout_text(best.pp, best.cp, best.tp).c_str(), best.nodes,
               best.nodes == 1 ? "" : "s", chunking_text(best.chunking).c_str(), best.time_s);
-  const std::string refusal = run_refusal(o);
+  const std::string refusal = model::run_refusal(o.model_config);
   if (!refusal.empty()) {  // a study of another engine's model: no job line run would refuse
     std::printf("note: no job line: `pipefill run` refuses this model (%s)\n", refusal.c_str());
     return;

@@ -32,6 +32,10 @@ std::unique_ptr<sched::ChunkPolicy> policy_for(const PlanOptions& options) {
     return policy;
   }
   fits = sched::load_cost_profile(c.cost_source.value).stages;
+  if (static_cast<int>(fits.size()) != c.stages)  // (a profile's stages are 0..N-1, N its pp)
+    throw UserError(c.cost_source.value + " was profiled with --pp " + std::to_string(fits.size()) +
+                    ": plan its chunks with --pp " + std::to_string(fits.size()) + " (given " +
+                    std::to_string(c.stages) + ")");
   std::string problem;
   auto policy = sched::make_dynamic_policy(c, fits, problem);
   if (policy) return policy;

@@ -128,6 +128,9 @@ int simulate_command(int argc, char** argv) {
       profile ? sim::profiled_stage_costs(*profile, o.pp)
               : sim::analytic_stage_costs(shape, hw, partition, o.tp, fp8_kept, o.wire_bytes, cp);
 
+  const std::string refusal = model::run_refusal(o.model_config);
+  if (!refusal.empty())  // a study of another engine's model, from its shape alone
+    std::fprintf(stderr, "note: `pipefill run` refuses this model (%s); simulated from its shape\n", refusal.c_str());
   sim::SimulatedRunSpec spec{
       o.pp,         o.cp,         o.tp, shape.hidden_size, o.chunking, o.lengths, o.cached_tokens,
       o.ring_depth, o.wire_bytes, {},   o.logprobs};

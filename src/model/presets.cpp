@@ -145,4 +145,15 @@ std::string model_config_file(const std::string& flag) {
   return config_json_path(flag);
 }
 
+std::string run_refusal(const std::string& flag) {
+  const std::string file = model_config_file(flag);
+  if (file.empty()) return "";
+  try {
+    load_config_file(file);
+  } catch (const UserError& e) {
+    return e.what();
+  }
+  return "";
+}
+
 }  // namespace pf::model

@@ -17,6 +17,9 @@ ModelShape shape_of_model_config(const std::string& flag);
 // The file such a flag reads ("" for a preset; a model directory's config.json): what a study
 // command's own output (--plot, --timeline) must not be.
 std::string model_config_file(const std::string& flag);
+// Why `pipefill run` would refuse such a flag's model (its config reader's error), or "": a
+// study may model another engine's model from its shape alone, and says so.
+std::string run_refusal(const std::string& flag);
 std::vector<std::string> preset_names();
 
 }  // namespace pf::model

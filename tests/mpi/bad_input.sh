@@ -381,6 +381,10 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   cost_model_directory) mkdir "$work/d"
     launch=(-n 1 "$bin/pipefill" plan --length 1000 --dynamic-chunking --cost-model "$work/d")
     expect="--cost-model $work/d is a directory, not a file" ;;
+  # plan reads a profile at its own pp, as simulate and run do.
+  plan_profile_of_other_pp) pipefill_mpi 2 profile --model "$model" --pp 2 --out "$work/p2.json" --chunk-size 64 >/dev/null
+    launch=(-n 1 "$bin/pipefill" plan --length 1000 --dynamic-chunking --cost-model "$work/p2.json" --pp 3)
+    expect="$work/p2.json was profiled with --pp 2: plan its chunks with --pp 2 (given 3)" ;;
   hardware_directory) mkdir "$work/d"; extra=(--pp 2 --backend emulate --cost-model "analytic:$work/d")
     expect="hardware description $work/d is a directory, not a file" ;;
   emulate_without_cost_model) extra=(--pp 2 --backend emulate); expect="--backend emulate needs --cost-model" ;;
