@@ -102,6 +102,7 @@ HardwareSpec load_hardware(const std::string& name_or_path) {
     const nlohmann::json& bf16 = field(peak, "bf16", "peak_tflops.bf16");
     h.peak_bf16_flops = number(bf16, "peak_tflops.bf16", 1e-3, 1e6, false) * 1e12;
     h.peak_fp8_flops = number(peak.contains("fp8") ? peak["fp8"] : bf16, "peak_tflops.fp8", 1e-3, 1e6, false) * 1e12;
+    h.fp8_rate_given = peak.contains("fp8");
     h.matmul_efficiency =
         number(field(j, "matmul_efficiency", "matmul_efficiency"), "matmul_efficiency", kMinEfficiency, 1, false);
     h.attention_efficiency = number(field(j, "attention_efficiency", "attention_efficiency"), "attention_efficiency",

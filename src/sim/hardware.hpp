@@ -24,7 +24,8 @@ struct HardwareSpec {
   std::string name;
   std::string path;
   double peak_bf16_flops = 0;  // dense, per device
-  double peak_fp8_flops = 0;
+  double peak_fp8_flops = 0;   // the bf16 peak where the file gives no fp8 rate
+  bool fp8_rate_given = false;
   double matmul_efficiency = 0.6;
   double attention_efficiency = 0.5;
   // Rows at which a GEMM runs at half its efficiency: one with m rows runs at m / (m + half)
