@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <vector>
 
 #include "compute/cpu/gemm.hpp"
@@ -46,6 +47,13 @@ RankThreads decide_rank_threads(int requested, MPI_Comm world) {
   constexpr int kMostLent = 4;
   t.most_threads = t.requested ? requested : t.lending ? std::min(t.cpus, kMostLent * fair) : fair;
   t.threads = t.lending ? std::min(t.most_threads, fair) : t.most_threads;
+  int world_rank = 0;
+  MPI_Comm_rank(world, &world_rank);
+  if (t.requested && requested > t.cpus && world_rank == 0)  // (rank 0 speaks for the others)
+    std::fprintf(stderr,
+                 "warning: --threads %d is more than the %d CPU(s) rank 0 may run on: the threads beyond them take "
+                 "turns on those CPUs and slow every kernel (0 chooses for you)\n",
+                 requested, t.cpus);
   return t;
 }
 
