@@ -58,9 +58,11 @@ def main():
         if ids[0] in seen:
             raise UserError(f"{json.dumps(text)} and {json.dumps(seen[ids[0]])} are the same token ({ids[0]})")
         seen[ids[0]] = text
-        # The comment names the token taken: with --first, the first piece of a longer text.
-        taken = text if len(ids) == 1 else f"{pieces[0]} (the first of {json.dumps(text)})"
-        lines.append(f"{ids[0]}  # {json.dumps(taken) if len(ids) == 1 else taken}")
+        # The comment names the token taken: with --first, the first of a longer text's (JSON
+        # strings, so that no text can break the line).
+        taken = json.dumps(text) if len(ids) == 1 else \
+            f"{json.dumps(model.tokenizer.decode([ids[0]]))} (the first of {json.dumps(text)})"
+        lines.append(f"{ids[0]}  # {taken}")
     write_text_atomically(args.out, "\n".join(lines) + "\n")
     print(f"wrote {args.out}: {len(lines)} token ids")
 

@@ -7,8 +7,18 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <exception>
+#include <string>
 
 namespace pf {
+
+namespace {
+bool g_unwind = false;  // set once by main, before any other thread exists
+}  // namespace
+
+void unwind_library_failures() {
+  g_unwind = true;
+}
 
 std::string mpi_error_string(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -22,20 +32,21 @@ void fail_library_call(const char* lib, const char* statement, const std::string
   int rank = -1, initialized = 0, finalized = 0;
   MPI_Initialized(&initialized);
   MPI_Finalized(&finalized);
-  if (initialized) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  const bool mpi = initialized && !finalized;
+  if (mpi) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   char host[256] = "?";
   gethostname(host, sizeof host);
-  char text[2048];
-  std::snprintf(text, sizeof text, "fatal: %s call `%s` failed (%s%s) at %s:%d on rank %d (%s)", lib, statement,
-                detail.c_str(), full_disk ? "; no space left on the device" : "", file, line, rank, host);
-  // The commands without MPI (plan, simulate, advise, make-*): unwound, so that the files
-  // they were writing are removed; main prints it and exits with status 3 as a run would
-  // (docs/formats.md).
-  if (!initialized || finalized) throw LibraryFailure(text);
-  std::fprintf(stderr, "%s\n", text);
+  const std::string text = std::string("fatal: ") + lib + " call `" + statement + "` failed (" + detail +
+                           (full_disk ? "; no space left on the device" : "") + ") at " + file + ":" +
+                           std::to_string(line) + " on rank " + std::to_string(rank) + " (" + host + ")";
+  // The commands without MPI: unwound, so that the files they were writing are removed; main
+  // prints it and exits with status 3 as a run would (docs/formats.md). Never from a failure
+  // met while unwinding (a destructor's), which would end in std::terminate.
+  if (g_unwind && !mpi && std::uncaught_exceptions() == 0) throw LibraryFailure(text);
+  std::fprintf(stderr, "%s\n", text.c_str());
   std::fflush(stderr);
-  MPI_Abort(MPI_COMM_WORLD, 3);
-  std::_Exit(3);
+  if (mpi) MPI_Abort(MPI_COMM_WORLD, 3);
+  std::_Exit(3);  // (not abort()'s SIGABRT)
 }
 
 }  // namespace pf

@@ -6,6 +6,7 @@
 // Library code throws; only the driver (main.cpp) decides to exit.
 #pragma once
 
+#include <cerrno>
 #include <stdexcept>
 #include <string>
 
@@ -18,15 +19,17 @@ struct UserError : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-// A failing library call in a command without MPI (plan, simulate, advise, make-*): thrown
-// with its "fatal: ..." line, so that the files being written are removed on the way out;
-// main prints it and exits with status 3.
+// A failing library call in a command without MPI (plan, simulate, advise, make-*), once
+// main has said so (unwind_library_failures): thrown with its "fatal: ..." line, so that the
+// files being written are removed on the way out; main prints it and exits with status 3.
 struct LibraryFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
+void unwind_library_failures();
 
 // Prints "fatal: <lib> call `stmt` failed (<detail>) at file:line on rank R (host)" and
-// calls MPI_Abort so that no peer is left waiting; without MPI, throws it as a LibraryFailure.
+// calls MPI_Abort so that no peer is left waiting (without MPI: exits with status 3), or, in
+// a command that unwinds (above) and is not already unwinding, throws it as a LibraryFailure.
 // Never returns.
 [[noreturn]] void fail_library_call(const char* lib, const char* statement, const std::string& detail, const char* file,
                                     int line);
@@ -38,8 +41,10 @@ std::string mpi_error_string(int code);
 // One template for every library's check macro: evaluate, test, report with context
 // through `fail` (lib, statement, detail, file, line). MPI-free code (the CUDA backend)
 // passes its own `fail`; the rest reports through fail_library_call.
+// (errno is cleared first, so that a failure's "no space left" is this call's, not older.)
 #define PF_CHECK_WITH(fail, lib, stmt, is_ok, detail_of)                                               \
   do {                                                                                                 \
+    errno = 0;                                                                                         \
     auto pf_check_result_ = (stmt);                                                                    \
     if (!(is_ok(pf_check_result_))) fail(lib, #stmt, detail_of(pf_check_result_), __FILE__, __LINE__); \
   } while (0)

@@ -55,6 +55,7 @@ int main(int argc, char** argv) {
   pf::cpu::choose_blas_kernels(argv);
   // run and profile are SPMD (MPI); the other commands are single-process tools.
   const bool is_run = std::strcmp(command, "run") == 0 || std::strcmp(command, "profile") == 0;
+  if (!is_run) unwind_library_failures();  // one process: its partial files go on a failure
   int rank = 0;
   if (is_run) {
     MPI_CHECK(MPI_Init(&argc, &argv));

@@ -476,7 +476,7 @@ void add_fp8(OptionTable<Options>& t, std::string Options::*member) {
 constexpr const char* kModelScoresHelp =
     "model a run that scores every token (--logprobs, --top-k, --token-ids, spans): the LM head on every token of "
     "the last stage (from the hardware file's rates; a --cost-model carries what its profile ran), and with --cp "
-    "every row gathered to the last stage's CP rank 0";
+    "the memory of every row gathered to the last stage's CP rank 0";
 
 OptionTable<SimulateOptions> simulate_table() {
   using S = SimulateOptions;

@@ -213,8 +213,8 @@ int simulate_command(int argc, char** argv) {
     layout.num_prompts = plan.num_prompts();
     layout.vocab_size = shape.vocab_size;
     layout.with_logits = false;
-    io::ResultWriter writer(o.timeline, layout, {{"simulated", true}}, /*resume=*/false, /*timeout_s=*/0);
-    writer.discard_unless_finished();  // a failed write (a full disk) leaves no partial file
+    io::ResultWriter writer(o.timeline, layout, {{io::kSimulatedKey, true}}, /*resume=*/false, /*timeout_s=*/0,
+                            /*disposable=*/true);
     for (int p = 0; p < plan.num_prompts(); ++p)
       writer.write_prompt(p, nullptr, nullptr, summary.ttft_s[p], plan.reuse[p].tokens);
     writer.finish(result.events, {{"version", PIPEFILL_VERSION},

@@ -34,4 +34,12 @@ struct H5Handle {
   }
 };
 
+// File access for a file one of our own flocks guards (io/output_lock.hpp): HDF5's own lock
+// on a second descriptor of it would conflict with ours.
+inline H5Handle unlocked_file_access() {
+  H5Handle access{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
+  if (access.id >= 0) H5Pset_file_locking(access.id, false, true);
+  return access;
+}
+
 }  // namespace pf::io

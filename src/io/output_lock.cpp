@@ -13,12 +13,6 @@
 
 namespace pf::io {
 
-hid_t unlocked_h5_file_access() {
-  const hid_t access = H5Pcreate(H5P_FILE_ACCESS);
-  H5_CHECK(H5Pset_file_locking(access, false, true));
-  return access;
-}
-
 OutputLock::OutputLock(const std::string& partial_path, const std::string& output_path) : path_(partial_path) {
   struct stat info {};
   existed_ = ::stat(partial_path.c_str(), &info) == 0;

@@ -5,15 +5,9 @@
 // before it touches the first run's file.
 #pragma once
 
-#include <hdf5.h>
-
 #include <string>
 
 namespace pf::io {
-
-// HDF5's file access for a file an OutputLock guards: HDF5's own lock on a second descriptor
-// of it would conflict with ours. The caller closes it (H5Pclose).
-hid_t unlocked_h5_file_access();
 
 class OutputLock {
  public:

@@ -40,6 +40,12 @@ void write_prompts(const std::string& path, const PromptSet& prompts);
 // A 1-D dataset of variable-length UTF-8 strings (/ids of an input and of an output).
 void write_strings(hid_t file, const char* name, const std::vector<std::string>& strings);
 
+// The root attribute that names the program which wrote a prompt file (scripts/tokenize.py
+// writes it too): make-prompts replaces only its own, and files that name none (written
+// before it did), never a tokenized corpus (io/replaceable_file.hpp).
+constexpr const char* kGeneratorAttribute = "created_by";
+constexpr const char* kMakePromptsGenerator = "pipefill make-prompts";
+
 // FNV-1a over the token ids and offsets (then the score starts and the ids, when the input
 // has them): identifies an input for --resume.
 uint64_t fingerprint(const PromptSet& prompts);

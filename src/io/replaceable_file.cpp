@@ -15,29 +15,43 @@
 namespace pf::io {
 namespace {
 
+// A string attribute of `object` (fixed-length, or variable-length as h5py writes them), or
+// "" (absent or of another type).
+std::string string_attribute(hid_t object, const char* name) {
+  if (H5Aexists(object, name) <= 0) return "";
+  const H5Handle attribute{H5Aopen(object, name, H5P_DEFAULT), H5Aclose};
+  const H5Handle type{H5Aget_type(attribute.id), H5Tclose};
+  const H5Handle space{H5Aget_space(attribute.id), H5Sclose};
+  if (H5Tget_class(type.id) != H5T_STRING || H5Sget_simple_extent_npoints(space.id) != 1) return "";
+  if (H5Tis_variable_str(type.id) > 0) {
+    char* text = nullptr;
+    if (H5Aread(attribute.id, type.id, &text) < 0 || !text) return "";
+    const std::string value = text;
+    H5free_memory(text);
+    return value;
+  }
+  std::string text(H5Tget_size(type.id), '\0');
+  if (H5Aread(attribute.id, type.id, text.data()) < 0) return "";
+  return text.c_str();  // (up to a NUL the fixed size may hold)
+}
+
 // In the child: "not-hdf5", "damaged", "simulated" (simulate's timeline), "run" (a run's
-// output, complete or partial), "prompts" (tokens and offsets) or "other".
+// output, complete or partial), "make-prompts" (a prompt file it wrote), "prompts" (another's:
+// a tokenized corpus) or "other".
 std::string hdf5_kind(const std::string& path) {
   quiet_hdf5_errors();
   if (H5Fis_hdf5(path.c_str()) <= 0) return "not-hdf5";
-  H5Handle access{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
-  H5Pset_file_locking(access.id, false, true);
-  H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.id), H5Fclose};
+  const H5Handle access = unlocked_file_access();
+  const H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.id), H5Fclose};
   if (file.id < 0) return "damaged";
   if (H5Aexists(file.id, "resume_identity") > 0) {
-    H5Handle attr{H5Aopen(file.id, "resume_identity", H5P_DEFAULT), H5Aclose};
-    H5Handle type{H5Aget_type(attr.id), H5Tclose};
-    std::string text;
-    if (H5Tget_class(type.id) == H5T_STRING && H5Tis_variable_str(type.id) <= 0) {
-      text.assign(H5Tget_size(type.id), '\0');
-      if (H5Aread(attr.id, type.id, text.data()) < 0) text.clear();
-    }
-    const nlohmann::json identity = nlohmann::json::parse(text.c_str(), nullptr, false);
-    const bool simulated = identity.is_object() && identity.value("simulated", false) == true;
+    const nlohmann::json identity = nlohmann::json::parse(string_attribute(file.id, "resume_identity"), nullptr, false);
+    const bool simulated = identity.is_object() && identity.value(kSimulatedKey, false) == true;
     return simulated ? "simulated" : "run";
   }
-  const bool prompts = H5Lexists(file.id, "tokens", H5P_DEFAULT) > 0 && H5Lexists(file.id, "offsets", H5P_DEFAULT) > 0;
-  return prompts ? "prompts" : "other";
+  if (H5Lexists(file.id, "tokens", H5P_DEFAULT) <= 0 || H5Lexists(file.id, "offsets", H5P_DEFAULT) <= 0) return "other";
+  const std::string generator = string_attribute(file.id, kGeneratorAttribute);
+  return generator.empty() || generator == kMakePromptsGenerator ? "make-prompts" : "prompts";
 }
 
 bool is_png(const std::string& path) {
@@ -51,22 +65,33 @@ bool is_png(const std::string& path) {
 
 void require_replaceable(const std::string& path, const std::string& role, StudyFile kind) {
   std::error_code error;
-  if (!std::filesystem::is_regular_file(path, error)) return;  // absent (or refused elsewhere)
   const std::string keep = ": " + role + " does not replace it (move it aside, or choose another path)";
   if (kind == StudyFile::kPng) {
-    if (!is_png(path)) throw UserError(path + " exists and is not a PNG image" + keep);
+    if (std::filesystem::is_regular_file(path, error) && !is_png(path))
+      throw UserError(path + " exists and is not a PNG image" + keep);
     return;
   }
-  const std::string found = run_isolated("the file at " + role + " " + path, 30, [&] { return hdf5_kind(path); });
-  const std::string wanted = kind == StudyFile::kPromptFile ? "prompts" : "simulated";
+  const std::string wanted = kind == StudyFile::kPromptFile ? "make-prompts" : "simulated";
+  auto kind_of = [&](const std::string& file) {
+    return run_isolated("the file at " + role + " " + file, 30, [&] { return hdf5_kind(file); });
+  };
+  // The partial file first: a stopped run's, resumable, is worth more than a finished output.
+  const std::string partial = path + ".partial";
+  if (std::filesystem::is_regular_file(partial, error) && std::filesystem::file_size(partial, error) > 0) {
+    const std::string found = kind_of(partial);
+    if (found == "run") throw UserError(partial + " is a stopped pipefill run's output (--resume continues it)" + keep);
+  }
+  if (!std::filesystem::is_regular_file(path, error)) return;  // absent (or refused elsewhere)
+  const std::string found = kind_of(path);
   if (found == wanted) return;
   if (found == "run") throw UserError(path + " is a pipefill run's output" + keep);
   if (found == "not-hdf5") throw UserError(path + " exists and is not an HDF5 file" + keep);
   throw UserError(path + " exists and is " +
-                  (found == "damaged"     ? "a damaged HDF5 file"
-                   : found == "prompts"   ? "a prompt file"
-                   : found == "simulated" ? "a simulated timeline"
-                                          : "an HDF5 file of another kind") +
+                  (found == "damaged"        ? "a damaged HDF5 file"
+                   : found == "make-prompts" ? "a prompt file of make-prompts"
+                   : found == "prompts"      ? "a prompt file another program wrote (a tokenized corpus)"
+                   : found == "simulated"    ? "a simulated timeline"
+                                             : "an HDF5 file of another kind") +
                   keep);
 }
 

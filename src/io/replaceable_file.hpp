@@ -8,13 +8,17 @@
 namespace pf::io {
 
 enum class StudyFile {
-  kPromptFile,         // make-prompts: an HDF5 input (tokens, offsets), not a run's output
-  kSimulatedTimeline,  // simulate --timeline: an output file written by simulate
+  kPromptFile,         // make-prompts: a prompt file no other program wrote (kGeneratorAttribute)
+  kSimulatedTimeline,  // simulate --timeline: an output file whose identity is kSimulatedKey
   kPng,                // advise --plot
 };
 
-// UserError when `path` exists and is not of `kind` (checked in a child process: a damaged
-// HDF5 file can crash libhdf5, io/isolated_call.hpp). An absent path passes.
+// The key of simulate's timelines' resume_identity that tells them from a run's outputs.
+constexpr const char* kSimulatedKey = "simulated";
+
+// UserError when `path` exists and is not of `kind`, or when `path`.partial is a stopped
+// run's resumable output (hours of rows; the study would truncate it). Checked in a child
+// process: a damaged HDF5 file can crash libhdf5 (io/isolated_call.hpp). An absent path passes.
 void require_replaceable(const std::string& path, const std::string& role, StudyFile kind);
 
 }  // namespace pf::io

@@ -197,8 +197,12 @@ bool verified_complete_output(const std::string& path, const OutputLayout& layou
 }
 
 ResultWriter::ResultWriter(const std::string& path, const OutputLayout& layout, const nlohmann::json& identity,
-                           bool resume, double timeout_s)
-    : path_(path), temporary_path_(path + ".partial"), layout_(layout), completed_(layout.num_prompts, 0) {
+                           bool resume, double timeout_s, bool disposable)
+    : path_(path),
+      temporary_path_(path + ".partial"),
+      layout_(layout),
+      disposable_(disposable),
+      completed_(layout.num_prompts, 0) {
   quiet_hdf5_errors();
   lock_ = std::make_unique<OutputLock>(temporary_path_, path_);
   const bool has_content = lock_->existed() && lock_->size_before() > 0;
@@ -224,11 +228,19 @@ ResultWriter::ResultWriter(const std::string& path, const OutputLayout& layout, 
   if (!resume && has_content)
     std::fprintf(stderr, "warning: replacing %s, left by an earlier run (--resume would have continued it)\n",
                  temporary_path_.c_str());
-  create(identity);
+  try {
+    create(identity);
+  } catch (...) {  // (a study's partial file is this writer's from here: the lock is held)
+    if (disposable_) {
+      std::remove(temporary_path_.c_str());
+      lock_->forget_path();
+    }
+    throw;
+  }
 }
 
 void ResultWriter::reopen() {
-  H5Handle access{unlocked_h5_file_access(), H5Pclose};
+  const H5Handle access = unlocked_file_access();
   file_ = H5Handle{H5Fopen(temporary_path_.c_str(), H5F_ACC_RDWR, access.id), H5Fclose};
   if (file_.id < 0) throw UserError("cannot reopen " + temporary_path_ + " for writing");
   for (const DatasetSpec& spec : output_datasets()) {
@@ -251,7 +263,7 @@ void ResultWriter::reopen() {
 }
 
 void ResultWriter::create(const nlohmann::json& identity) {
-  H5Handle access{unlocked_h5_file_access(), H5Pclose};
+  const H5Handle access = unlocked_file_access();
   file_ = H5Handle{H5Fcreate(temporary_path_.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.id), H5Fclose};
   if (file_.id < 0) throw UserError("cannot create output file " + temporary_path_);
   for (const DatasetSpec& spec : output_datasets())
@@ -267,9 +279,15 @@ void ResultWriter::close_datasets() {
 
 ResultWriter::~ResultWriter() {
   for (H5Handle& dataset : sets_) dataset.reset();
+  if (disposable_ && !finished_) {  // (whether or not its file is still open: a failed close too)
+    file_.reset();
+    std::remove(temporary_path_.c_str());
+    lock_->forget_path();
+    return;
+  }
   if (file_.id < 0) return;
   file_.reset();
-  if ((completed_count() == 0 || discard_unfinished_) && !keep_partial_) {  // nothing worth resuming
+  if (completed_count() == 0 && !keep_partial_) {  // nothing worth resuming
     std::remove(temporary_path_.c_str());
     lock_->forget_path();
   }
@@ -419,6 +437,7 @@ bool ResultWriter::finish(const std::vector<trace::TimelineEvent>& timeline, con
   // Renamed while still locked: no other run can slip in between.
   std::filesystem::rename(temporary_path_, path_);
   lock_->forget_path();
+  finished_ = true;
   return true;
 }
 

@@ -37,8 +37,10 @@ class ResultWriter {
   // written), or, with `resume` and a non-empty partial file, reopens it after checking its
   // layout, `identity` (UserError naming the first difference) and every completed row's
   // checksum (rows that fail are recomputed). `timeout_s` bounds the inspection (0: none).
+  // `disposable`: a study's file (simulate --timeline), whose partial file is removed unless
+  // finish() renamed it (a failed write, a full disk): nothing resumes it.
   ResultWriter(const std::string& path, const OutputLayout& layout, const nlohmann::json& identity, bool resume,
-               double timeout_s);
+               double timeout_s, bool disposable = false);
   // A partial file that holds finished prompts is kept (for --resume); an empty one is removed.
   ~ResultWriter();
   ResultWriter(const ResultWriter&) = delete;
@@ -99,9 +101,6 @@ class ResultWriter {
   // The partial file is kept when the run ends even if no prompt is complete: a checkpoint
   // needs its token rows.
   void keep_partial() { keep_partial_ = true; }
-  // A study's file (simulate --timeline): its partial file is removed if the writer ends
-  // before finish() (a failed write), whatever rows it holds: nothing resumes it.
-  void discard_unless_finished() { discard_unfinished_ = true; }
   // If every prompt is complete: writes /timeline (this run's events) and the root
   // attributes, closes and renames into place, returns true. Otherwise (a stopped run) the
   // partial file stays as its rows left it, for --resume, and it returns false.
@@ -129,7 +128,8 @@ class ResultWriter {
     std::map<int64_t, TokenRowsDigest> at_boundary;  // the digest each time its rows ended at a position
   } open_;
   bool keep_partial_ = false;
-  bool discard_unfinished_ = false;
+  bool disposable_ = false;
+  bool finished_ = false;  // renamed into place
   std::vector<char> completed_;
   std::vector<int> torn_rows_;  // stale rows included
   std::vector<int> stale_rows_;

@@ -102,8 +102,7 @@ TokenRowsDigest digest_token_rows(const OpenDatasets& sets, const OutputLayout& 
 std::string inspect_in_child(const std::string& path, const OutputLayout& layout, const nlohmann::json& expected) {
   quiet_hdf5_errors();
   if (H5Fis_hdf5(path.c_str()) <= 0) throw UserError(path + " is not an HDF5 file");
-  H5Handle access{H5Pcreate(H5P_FILE_ACCESS), H5Pclose};
-  H5Pset_file_locking(access.id, false, true);  // the parent holds our own flock on it
+  const H5Handle access = unlocked_file_access();  // the parent holds our own flock on it
   H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.id), H5Fclose};
   if (file.id < 0) throw UserError(path + " cannot be opened as HDF5 (damaged?)");
   if (H5Aexists(file.id, "resume_identity") <= 0)

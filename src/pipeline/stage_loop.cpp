@@ -102,7 +102,7 @@ class StageLoop {
   void load_prefix(const sched::MicroBatch& mb);
   void emit_results(const sched::MicroBatch& mb, dist::ReadySlot state);  // the last stage
   // Context parallelism: the rows of micro-batch `mb` this rank computes (all of them without
-  // CP), and on the last stage every CP rank's rows gathered into CP rank 0's `state`.
+  // CP), and on the last stage the rows read gathered into CP rank 0's `state`.
   sched::CpShare share(const sched::MicroBatch& mb) const {
     return topo_.cp > 1 ? sched::cp_share(mb.start, mb.length, topo_.cp, topo_.cp_rank)
                         : sched::CpShare{{mb.start, mb.length}, {}};

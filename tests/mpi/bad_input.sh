@@ -357,9 +357,15 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
   make_prompts_over_model_file) copy_model
     launch=(-n 1 "$bin/pipefill" make-prompts --out "$model/config.json" --num 2 --min-len 3 --max-len 4 --vocab 9)
     expect="$model/config.json exists and is not an HDF5 file" ;;
+  make_prompts_over_stopped_run) finished_output "$work/r.h5"; mv "$work/r.h5" "$work/s.h5.partial"
+    launch=(-n 1 "$bin/pipefill" make-prompts --out "$work/s.h5" --num 2 --min-len 3 --max-len 4 --vocab 9)
+    expect="$work/s.h5.partial is a stopped pipefill run's output (--resume continues it)" ;;
+  make_prompts_over_corpus) make_input corpus 'f["tokens"] = np.arange(6, dtype="<i4"); f["offsets"] = np.array([0, 6], dtype="<i8"); f.attrs["created_by"] = "scripts/tokenize.py (pipefill)"'
+    launch=(-n 1 "$bin/pipefill" make-prompts --out "$input" --num 2 --min-len 3 --max-len 4 --vocab 9)
+    expect="a prompt file another program wrote (a tokenized corpus)" ;;
   make_prompts_while_a_run_writes) touch "$work/w.h5.partial"
-    flock "$work/w.h5.partial" sleep 60 >/dev/null 2>&1 &
-    on_exit "kill $! 2>/dev/null"
+    setsid flock "$work/w.h5.partial" sleep 60 >/dev/null 2>&1 &  # (its own group: both ended below)
+    on_exit "kill -- -$! 2>/dev/null"
     for _ in $(seq 50); do flock -n "$work/w.h5.partial" true || break; sleep 0.1; done
     launch=(-n 1 "$bin/pipefill" make-prompts --out "$work/w.h5" --num 2 --min-len 3 --max-len 4 --vocab 9)
     expect="another pipefill run is writing $work/w.h5" ;;

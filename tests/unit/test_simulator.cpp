@@ -93,7 +93,8 @@ TEST(Hardware, FilesLoadAndNameTheirSources) {
     load_hardware("tpu9000");
     ADD_FAILURE() << "no error";
   } catch (const UserError& e) {
-    EXPECT_NE(std::string(e.what()).find("cpu, h100, h100-power-limited, h20, h200"), std::string::npos) << e.what();
+    for (const char* name : {"cpu, ", "h100, ", "h100-power-limited, ", "h20, ", "h200"})
+      EXPECT_NE(std::string(e.what()).find(name), std::string::npos) << e.what();
   }
 }
 
