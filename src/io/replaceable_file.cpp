@@ -79,7 +79,9 @@ void require_replaceable(const std::string& path, const std::string& role, Study
   const std::string partial = path + ".partial";
   if (std::filesystem::is_regular_file(partial, error) && std::filesystem::file_size(partial, error) > 0) {
     const std::string found = kind_of(partial);
-    if (found == "run") throw UserError(partial + " is a stopped pipefill run's output (--resume continues it)" + keep);
+    if (found == "run")
+      throw UserError(partial + " is a pipefill run's partial output (a running run's, or a stopped one's that " +
+                      "--resume continues)" + keep);
   }
   if (!std::filesystem::is_regular_file(path, error)) return;  // absent (or refused elsewhere)
   const std::string found = kind_of(path);

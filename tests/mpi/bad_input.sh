@@ -359,7 +359,7 @@ text = json.dumps(header).encode(); raw = struct.pack("<Q", len(text)) + text + 
     expect="$model/config.json exists and is not an HDF5 file" ;;
   make_prompts_over_stopped_run) finished_output "$work/r.h5"; mv "$work/r.h5" "$work/s.h5.partial"
     launch=(-n 1 "$bin/pipefill" make-prompts --out "$work/s.h5" --num 2 --min-len 3 --max-len 4 --vocab 9)
-    expect="$work/s.h5.partial is a stopped pipefill run's output (--resume continues it)" ;;
+    expect="$work/s.h5.partial is a pipefill run's partial output (a running run's, or a stopped one's that --resume continues)" ;;
   make_prompts_over_corpus) make_input corpus 'f["tokens"] = np.arange(6, dtype="<i4"); f["offsets"] = np.array([0, 6], dtype="<i8"); f.attrs["created_by"] = "scripts/tokenize.py (pipefill)"'
     launch=(-n 1 "$bin/pipefill" make-prompts --out "$input" --num 2 --min-len 3 --max-len 4 --vocab 9)
     expect="a prompt file another program wrote (a tokenized corpus)" ;;
