@@ -265,9 +265,7 @@ int advise_command(int argc, char** argv) {
     throw UserError("--fp8 keep: " + (o.model_config.empty() ? o.cost_model + "'s model" : o.model_config) +
                     " is not an FP8 checkpoint (no quantization_config fp8)");
   request.fp8_weights = request.shape.fp8 && o.fp8 == "keep";
-  if (request.fp8_weights && !request.hardware.fp8_rate_given)
-    std::fprintf(stderr, "warning: %s gives no peak_tflops.fp8: --fp8 keep models FP8 matmuls at the bf16 rate\n",
-                 request.hardware.path.c_str());
+  if (request.fp8_weights) sim::warn_if_no_fp8_rate(request.hardware);
   request.wire_bytes = o.wire_bytes;
   request.scores = o.logprobs;
   request.ring_depth = o.ring_depth;

@@ -124,9 +124,7 @@ int simulate_command(int argc, char** argv) {
   if (o.fp8 == "keep" && !shape.fp8)
     throw UserError("--fp8 keep: " + o.model_config + " is not an FP8 checkpoint (no quantization_config fp8)");
   const bool fp8_kept = shape.fp8 && o.fp8 == "keep";
-  if (fp8_kept && !hw.fp8_rate_given && !profile)
-    std::fprintf(stderr, "warning: %s gives no peak_tflops.fp8: --fp8 keep models FP8 matmuls at the bf16 rate\n",
-                 hw.path.c_str());
+  if (fp8_kept && !profile) sim::warn_if_no_fp8_rate(hw);
   const std::vector<sim::StageCost> costs =
       profile ? sim::profiled_stage_costs(*profile, o.pp)
               : sim::analytic_stage_costs(shape, hw, partition, o.tp, fp8_kept, o.wire_bytes, cp);

@@ -29,6 +29,12 @@ CpShare cp_share(int64_t start, int length, int ranks, int rank) {
   return share;
 }
 
+std::vector<int64_t> cp_rows_from(int64_t start, int length, int ranks, int64_t first) {
+  std::vector<int64_t> rows(static_cast<size_t>(ranks));
+  for (int r = 0; r < ranks; ++r) rows[static_cast<size_t>(r)] = cp_share(start, length, ranks, r).from(first).rows();
+  return rows;
+}
+
 int cp_most_rows(int length, int ranks) {
   int most = 0;
   for (int rank = 0; rank < ranks; ++rank) most = std::max(most, cp_share(0, length, ranks, rank).rows());

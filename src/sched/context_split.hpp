@@ -46,6 +46,9 @@ struct CpShare {
 
 // The rows CP rank `rank` of `ranks` computes of the chunk [start, start + length).
 CpShare cp_share(int64_t start, int length, int ranks, int rank);
+// What each of `ranks` CP ranks sends when the chunk's rows from position `first` on are
+// gathered (the last of each rank's rows: CpShare::from), in rows.
+std::vector<int64_t> cp_rows_from(int64_t start, int length, int ranks, int64_t first);
 // The most rows any rank computes of a chunk of `length` tokens (rank 0's: the first of the
 // uneven pieces go to the first ranks): what a CP rank's per-chunk buffers must hold.
 int cp_most_rows(int length, int ranks);

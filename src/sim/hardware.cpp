@@ -2,6 +2,7 @@
 #include "sim/hardware.hpp"
 
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -21,6 +22,12 @@ std::string hardware_dir() {
 }
 
 }  // namespace
+
+void warn_if_no_fp8_rate(const HardwareSpec& hw) {
+  if (!hw.fp8_rate_given)
+    std::fprintf(stderr, "warning: %s gives no peak_tflops.fp8: --fp8 keep models FP8 matmuls at the bf16 rate\n",
+                 hw.path.c_str());
+}
 
 std::vector<std::string> known_hardware() {
   namespace fs = std::filesystem;

@@ -42,6 +42,9 @@ struct HardwareSpec {
 // tree's hardware/) or a path to a JSON file. UserError when missing or malformed.
 HardwareSpec load_hardware(const std::string& name_or_path);
 
+// The warning of a study that keeps FP8 matmuls (--fp8 keep) on a file without their rate.
+void warn_if_no_fp8_rate(const HardwareSpec& hw);
+
 // The names load_hardware finds by name (the .json files of that directory), sorted.
 std::vector<std::string> known_hardware();
 

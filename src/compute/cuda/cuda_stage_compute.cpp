@@ -584,9 +584,8 @@ void CudaStageCompute::share_prefix(int source, int dest, int64_t tokens) {
 void CudaStageCompute::gather_cp_rows(float* state, int64_t start, int length, int rows) {
   const int ranks = cp_ring_->ranks(), me = cp_ring_->rank();
   const int64_t h = config_.hidden_size, first = start + length - rows;
-  std::vector<int64_t> counts(static_cast<size_t>(ranks));
-  for (int j = 0; j < ranks; ++j)
-    counts[static_cast<size_t>(j)] = sched::cp_share(start, length, ranks, j).from(first).rows() * h;
+  std::vector<int64_t> counts = sched::cp_rows_from(start, length, ranks, first);
+  for (int64_t& count : counts) count *= h;                                   // (in floats)
   const int64_t mine = sched::cp_share(start, length, ranks, me).rows() * h;  // the last counts[me] of them
   cp_gathered_.ensure(me == 0 ? std::max<int64_t>(rows * h, 1) : 1);
   cp_ring_->gather_to_first(state + (mine - counts[static_cast<size_t>(me)]), counts, cp_gathered_.data());
