@@ -11,6 +11,7 @@
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/fnv1a.hpp"
+#include "io/h5_attributes.hpp"
 #include "io/h5_handle.hpp"
 #include "io/isolated_call.hpp"
 #include "io/output_lock.hpp"
@@ -243,17 +244,6 @@ void check_prompt_lengths(const PromptSet& prompts, int max_position_embeddings,
                       std::to_string(max_position_embeddings) + "); pass --allow-long-prompts to run it anyway");
 }
 
-static void write_generator(hid_t file) {
-  const std::string value = kMakePromptsGenerator;
-  const H5Handle type{H5Tcopy(H5T_C_S1), H5Tclose};
-  H5_CHECK(H5Tset_size(type.id, value.size()));
-  const H5Handle space{H5Screate(H5S_SCALAR), H5Sclose};
-  const H5Handle attribute{H5Acreate2(file, kGeneratorAttribute, type.id, space.id, H5P_DEFAULT, H5P_DEFAULT),
-                           H5Aclose};
-  H5_CHECK(attribute.id);
-  H5_CHECK(H5Awrite(attribute.id, type.id, value.data()));
-}
-
 static void write_prompts_file(const std::string& path, const PromptSet& prompts) {
   const H5Handle access = unlocked_file_access();
   H5Handle file{H5Fcreate(path.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, access.id), H5Fclose};
@@ -269,7 +259,7 @@ static void write_prompts_file(const std::string& path, const PromptSet& prompts
   if (!prompts.score_start.empty())
     write("score_start", H5T_STD_I64LE, H5T_NATIVE_INT64, prompts.score_start.data(), prompts.score_start.size());
   if (!prompts.ids.empty()) write_strings(file.id, "ids", prompts.ids);
-  write_generator(file.id);
+  write_string_attribute(file.id, kGeneratorAttribute, kMakePromptsGenerator);
   // The last of the data reach the disk at the flush and close: a full disk fails here.
   H5_CHECK(H5Fflush(file.id, H5F_SCOPE_GLOBAL));
   H5_CHECK(file.reset());

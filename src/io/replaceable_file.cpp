@@ -8,32 +8,13 @@
 #include <nlohmann/json.hpp>
 
 #include "errors.hpp"
+#include "io/h5_attributes.hpp"
 #include "io/h5_handle.hpp"
 #include "io/isolated_call.hpp"
 #include "io/prompts_h5.hpp"
 
 namespace pf::io {
 namespace {
-
-// A string attribute of `object` (fixed-length, or variable-length as h5py writes them), or
-// "" (absent or of another type).
-std::string string_attribute(hid_t object, const char* name) {
-  if (H5Aexists(object, name) <= 0) return "";
-  const H5Handle attribute{H5Aopen(object, name, H5P_DEFAULT), H5Aclose};
-  const H5Handle type{H5Aget_type(attribute.id), H5Tclose};
-  const H5Handle space{H5Aget_space(attribute.id), H5Sclose};
-  if (H5Tget_class(type.id) != H5T_STRING || H5Sget_simple_extent_npoints(space.id) != 1) return "";
-  if (H5Tis_variable_str(type.id) > 0) {
-    char* text = nullptr;
-    if (H5Aread(attribute.id, type.id, &text) < 0 || !text) return "";
-    const std::string value = text;
-    H5free_memory(text);
-    return value;
-  }
-  std::string text(H5Tget_size(type.id), '\0');
-  if (H5Aread(attribute.id, type.id, text.data()) < 0) return "";
-  return text.c_str();  // (up to a NUL the fixed size may hold)
-}
 
 // In the child: "not-hdf5", "damaged", "simulated" (simulate's timeline), "run" (a run's
 // output, complete or partial), "make-prompts" (a prompt file it wrote), "prompts" (another's:
@@ -45,12 +26,13 @@ std::string hdf5_kind(const std::string& path) {
   const H5Handle file{H5Fopen(path.c_str(), H5F_ACC_RDONLY, access.id), H5Fclose};
   if (file.id < 0) return "damaged";
   if (H5Aexists(file.id, "resume_identity") > 0) {
-    const nlohmann::json identity = nlohmann::json::parse(string_attribute(file.id, "resume_identity"), nullptr, false);
+    const nlohmann::json identity =
+        nlohmann::json::parse(read_string_attribute(file.id, "resume_identity").value_or(""), nullptr, false);
     const bool simulated = identity.is_object() && identity.value(kSimulatedKey, false) == true;
     return simulated ? "simulated" : "run";
   }
   if (H5Lexists(file.id, "tokens", H5P_DEFAULT) <= 0 || H5Lexists(file.id, "offsets", H5P_DEFAULT) <= 0) return "other";
-  const std::string generator = string_attribute(file.id, kGeneratorAttribute);
+  const std::string generator = read_string_attribute(file.id, kGeneratorAttribute).value_or("");
   return generator.empty() || generator == kMakePromptsGenerator ? "make-prompts" : "prompts";
 }
 

@@ -13,6 +13,7 @@
 #include <string>
 
 #include "errors.hpp"
+#include "io/h5_attributes.hpp"
 #include "io/h5_handle.hpp"
 #include "io/prompts_h5.hpp"
 #include "io/stored_output.hpp"
@@ -32,11 +33,7 @@ void write_attribute(hid_t object, const std::string& name, const nlohmann::json
     H5Handle attr{H5Acreate2(object, name.c_str(), H5T_IEEE_F64LE, scalar.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
     H5_CHECK(H5Awrite(attr.id, H5T_NATIVE_DOUBLE, &v));
   } else {
-    const std::string text = value.is_string() ? value.get<std::string>() : value.dump();
-    H5Handle type{H5Tcopy(H5T_C_S1), H5Tclose};
-    H5_CHECK(H5Tset_size(type.id, text.empty() ? 1 : text.size()));
-    H5Handle attr{H5Acreate2(object, name.c_str(), type.id, scalar.id, H5P_DEFAULT, H5P_DEFAULT), H5Aclose};
-    H5_CHECK(H5Awrite(attr.id, type.id, text.c_str()));
+    write_string_attribute(object, name.c_str(), value.is_string() ? value.get<std::string>() : value.dump());
   }
 }
 

@@ -5,10 +5,12 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "errors.hpp"
 #include "io/file_checks.hpp"
 #include "io/fnv1a.hpp"
+#include "io/h5_attributes.hpp"
 #include "io/h5_handle.hpp"
 #include "io/isolated_call.hpp"
 #include "io/output_format.hpp"
@@ -107,18 +109,9 @@ std::string inspect_in_child(const std::string& path, const OutputLayout& layout
   if (file.id < 0) throw UserError(path + " cannot be opened as HDF5 (damaged?)");
   if (H5Aexists(file.id, "resume_identity") <= 0)
     throw UserError(path + " has no resume_identity: not a pipefill output");
-  std::string identity_text;
-  {
-    H5Handle attr{H5Aopen(file.id, "resume_identity", H5P_DEFAULT), H5Aclose};
-    H5Handle type{H5Aget_type(attr.id), H5Tclose};
-    if (H5Tget_class(type.id) != H5T_STRING || H5Tis_variable_str(type.id) > 0)
-      throw UserError(path + ": resume_identity is not a fixed-length string");
-    identity_text.assign(H5Tget_size(type.id), '\0');
-    H5Handle memory{H5Tcopy(H5T_C_S1), H5Tclose};
-    H5Tset_size(memory.id, identity_text.size());
-    if (H5Aread(attr.id, memory.id, identity_text.data()) < 0) throw UserError(path + ": resume_identity unreadable");
-  }
-  const nlohmann::json identity = nlohmann::json::parse(identity_text.c_str(), nullptr, false);
+  const std::optional<std::string> identity_text = read_string_attribute(file.id, "resume_identity");
+  if (!identity_text) throw UserError(path + ": resume_identity is not a readable string");
+  const nlohmann::json identity = nlohmann::json::parse(*identity_text, nullptr, false);
   if (identity.is_discarded() || !identity.is_object()) throw UserError(path + ": resume_identity is not JSON");
   // The identity first: "another input" says more than the shape that follows from it.
   if (auto difference = identity_difference(identity, expected))

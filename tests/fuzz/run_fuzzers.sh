@@ -16,14 +16,14 @@ flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recov
 hdf5=(-L/usr/lib/x86_64-linux-gnu/hdf5/openmpi -lhdf5 -Wl,-rpath,/usr/lib/x86_64-linux-gnu/hdf5/openmpi)
 mpicxx "${flags[@]}" "$src/tests/fuzz/fuzz_safetensors.cpp" "$src/src/io/safetensors.cpp" "$src/src/io/positioned_io.cpp" "$src/src/io/file_checks.cpp" "$src/src/errors.cpp" \
   -o "$work/fuzz_safetensors"
-mpicxx "${flags[@]}" "$src/tests/fuzz/fuzz_prompts_h5.cpp" "$src/src/io/prompts_h5.cpp" "$src/src/io/file_checks.cpp" "$src/src/io/isolated_call.cpp" "$src/src/io/output_lock.cpp" "$src/src/errors.cpp" \
+mpicxx "${flags[@]}" "$src/tests/fuzz/fuzz_prompts_h5.cpp" "$src/src/io/prompts_h5.cpp" "$src/src/io/h5_attributes.cpp" "$src/src/io/file_checks.cpp" "$src/src/io/isolated_call.cpp" "$src/src/io/output_lock.cpp" "$src/src/errors.cpp" \
   "${hdf5[@]}" -o "$work/fuzz_prompts_h5"
 # The HDF5 target reads in a forked child; when libhdf5 crashes there, the child's libFuzzer
 # still writes an artifact. The replay build (no libFuzzer) tells those apart from real
 # failures: the parent must survive every artifact.
 replay_flags=("${flags[@]/-fsanitize=fuzzer,address,undefined/-fsanitize=address,undefined}")
 mpicxx "${replay_flags[@]}" "$src/tests/fuzz/replay_main.cpp" "$src/tests/fuzz/fuzz_prompts_h5.cpp" \
-  "$src/src/io/prompts_h5.cpp" "$src/src/io/file_checks.cpp" "$src/src/io/isolated_call.cpp" "$src/src/io/output_lock.cpp" "$src/src/errors.cpp" "${hdf5[@]}" -o "$work/replay_prompts_h5"
+  "$src/src/io/prompts_h5.cpp" "$src/src/io/h5_attributes.cpp" "$src/src/io/file_checks.cpp" "$src/src/io/isolated_call.cpp" "$src/src/io/output_lock.cpp" "$src/src/errors.cpp" "${hdf5[@]}" -o "$work/replay_prompts_h5"
 for name in safetensors prompts_h5; do
   cp -r "$src/tests/fuzz/corpus/$name" "$work/corpus_$name"
   echo "== fuzz_$name for ${seconds}s"
