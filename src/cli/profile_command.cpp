@@ -2,6 +2,9 @@
 // and on chunks after prefixes (pipefill's), fits both cost models, scores both on held-out
 // chunks, and rank 0 saves them with the configuration they belong to. Run under mpirun
 // with the same pp x tp (and partition) as the runs that will reuse it.
+#include <mpi.h>
+
+#include <algorithm>
 #include <cstdio>
 
 #include "cli/backend_request.hpp"
@@ -46,6 +49,16 @@ int profile_command(int argc, char** argv) {
   // The backend's KV rule checks that the pool holds a chunk of 1.25 C0 (the rest of the
   // prefix range is optional), collectively, before any weights are read.
   pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, {longest_profiled});
+  // Prefixes are profiled up to what the smallest stage's pool holds: said when that cuts the
+  // asked range short (a run's chunks past it are priced by extrapolating the fit).
+  long long capacity = backend.compute->capacity_tokens();
+  MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &capacity, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD));
+  if (topo.is_writer() && capacity < request.profile_room_tokens)
+    std::fprintf(stderr,
+                 "warning: --max-prefix %lld: the KV pool holds %lld tokens a stage, so prefixes up to %lld are "
+                 "profiled (raise --kv-memory-mb for the whole range)\n",
+                 static_cast<long long>(options.max_prefix), capacity,
+                 std::max(0ll, capacity - static_cast<long long>(longest_profiled)));
 
   const auto fits = pipeline::profile_stages(topo, *backend.compute, rank_model.shape.hidden_size, options.chunk_size,
                                              options.points, /*all_stages=*/true, /*fresh=*/true, /*prefixed=*/true,

@@ -300,6 +300,10 @@ add_test(NAME mpi.perplexity_tool COMMAND ${PF_MPI}/perplexity_tool.sh ${PF_BIN}
 set_tests_properties(mpi.perplexity_tool PROPERTIES LABELS "mpi;reference" TIMEOUT 300
                      FIXTURES_REQUIRED "model.tiny;prompts;venv")
 
+# profile --max-prefix past the KV pool: capped, with a warning.
+add_test(NAME mpi.profile_range_capped COMMAND ${PF_MPI}/profile_range.sh ${PF_BIN} ${PF_DATA})
+set_tests_properties(mpi.profile_range_capped PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
+
 # Weights holding NaN load with a warning naming the tensor (the run itself completes).
 add_test(NAME mpi.nan_weights_warn COMMAND ${PF_MPI}/nan_weights.sh ${PF_BIN} ${PF_DATA})
 set_tests_properties(mpi.nan_weights_warn PROPERTIES LABELS mpi TIMEOUT 120 FIXTURES_REQUIRED "model.tiny;prompts")
