@@ -229,7 +229,8 @@ OptionTable<ChunkingOptions> chunking_table() {
   add_chunk_size(t, &C::initial_chunk, "tokens per chunk; with dynamic chunking the initial chunk C0")
       .echo_as("chunk_size", kRunIdentity);
   add_page_size(t, &C::page_size).echo_as("page_size", kRunIdentity);
-  t.add("chunk-policy", "fixed | sglang (SGLang dynamic chunking) | pipefill (prefix-aware, every stage, no tiny tail)",
+  t.add("chunk-policy",
+        "fixed (the default) | sglang (SGLang dynamic chunking) | pipefill (prefix-aware, every stage, no tiny tail)",
         &C::policy, policy_spelling())
       .optional()
       .echo_as("chunk_policy", kRunIdentity);
@@ -261,12 +262,11 @@ OptionTable<ChunkingOptions> chunking_table() {
       .echo_as("smooth_factor", kRunIdentity);
   t.add("cost-form", "cost model: sglang (fresh-prompt quadratic) or prefix (chunk after a prefix); default per policy",
         &C::cost_form, cost_form_spelling())
-      .otherwise(
-          [](C& c) { c.cost_form = is_pipefill(c) ? sched::CostForm::kPrefixAware : sched::CostForm::kFreshQuadratic; })
+      .otherwise([](C& c) { c.cost_form = sched::default_cost_form(c.policy); })
       .echo_as("cost_form");
   t.add("profile-stages", "first (stage 0, as SGLang) or all (the slowest stage sets the beat); default per policy",
         &C::all_stages, profile_stages_spelling())
-      .otherwise([](C& c) { c.all_stages = is_pipefill(c); })
+      .otherwise([](C& c) { c.all_stages = sched::default_all_stages(c.policy); })
       .echo_as("profile_stages");
   t.add("fold-tail",
         "fold a remainder smaller than C0/4 into the chunk before it when the cost model says the drain gets "
@@ -709,7 +709,7 @@ void check_token_rows_fit(const RunOptions& o, int set_size) {
 }
 
 bool parse_run(int argc, char** argv, RunOptions& o) {
-  if (!run_table().parse("pipefill run", "Prefill every prompt of an HDF5 input through a pp x tp pipeline.", argc,
+  if (!run_table().parse("pipefill run", "Prefill every prompt of an HDF5 input through a pp x cp x tp pipeline.", argc,
                          argv, o))
     return false;
   o.chunking.stages = o.placement.pp;

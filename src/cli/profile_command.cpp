@@ -84,12 +84,12 @@ int profile_command(int argc, char** argv) {
                     fit->ok ? "" : fit->problem.c_str());
       }
     std::printf("wrote %s (held-out: mean relative error on prefixed chunks neither fit saw)\n", options.out.c_str());
-    // What `run` and `plan` will do with it, said now, once per policy that cannot use it.
-    for (const auto& [form, policy] : {std::pair{sched::CostForm::kPrefixAware, "--chunk-policy pipefill"},
-                                       std::pair{sched::CostForm::kFreshQuadratic, "--dynamic-chunking"}}) {
+    // What `run` and `plan` will do with it, said now, once per policy that cannot use it
+    // (the same decision as theirs: sched::make_dynamic_policy on the policy's own fits).
+    for (const auto& [kind, policy] : {std::pair{sched::ChunkPolicyKind::kPipefill, "--chunk-policy pipefill"},
+                                       std::pair{sched::ChunkPolicyKind::kSglang, "--dynamic-chunking"}}) {
       std::string problem;
-      for (const auto& f : *fits)
-        if (!f.fit(form).ok) problem = "stage " + std::to_string(f.stage) + ": " + f.fit(form).problem;
+      sched::make_dynamic_policy(sched::policy_defaults(kind, options.chunk_size, options.page_size), *fits, problem);
       if (!problem.empty())
         std::fprintf(stderr, "warning: with this profile, %s falls back to fixed chunks (%s)\n", policy,
                      problem.c_str());

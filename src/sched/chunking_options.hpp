@@ -37,5 +37,11 @@ struct ChunkingOptions {
 };
 
 const char* policy_name(ChunkPolicyKind kind);
+// What a policy profiles and fits unless told otherwise (--cost-form, --profile-stages):
+// SGLang's, the fresh-prompt quadratic of stage 0; pipefill's, the prefix-aware fit of every stage.
+CostForm default_cost_form(ChunkPolicyKind kind);
+bool default_all_stages(ChunkPolicyKind kind);
+// A policy's options at those defaults (what `profile` checks its fits against).
+ChunkingOptions policy_defaults(ChunkPolicyKind kind, int initial_chunk, int page_size);
 
 }  // namespace pf::sched

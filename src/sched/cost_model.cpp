@@ -21,6 +21,24 @@ const char* policy_name(ChunkPolicyKind kind) {
   return "?";
 }
 
+CostForm default_cost_form(ChunkPolicyKind kind) {
+  return kind == ChunkPolicyKind::kPipefill ? CostForm::kPrefixAware : CostForm::kFreshQuadratic;
+}
+
+bool default_all_stages(ChunkPolicyKind kind) {
+  return kind == ChunkPolicyKind::kPipefill;
+}
+
+ChunkingOptions policy_defaults(ChunkPolicyKind kind, int initial_chunk, int page_size) {
+  ChunkingOptions options;
+  options.policy = kind;
+  options.initial_chunk = initial_chunk;
+  options.page_size = page_size;
+  options.cost_form = default_cost_form(kind);
+  options.all_stages = default_all_stages(kind);
+  return options;
+}
+
 const char* cost_form_name(CostForm form) {
   return form == CostForm::kFreshQuadratic ? "sglang" : "prefix";
 }
