@@ -51,14 +51,14 @@ std::string chunking_text(const sim::ChunkChoice& c) {
 }
 
 // The run options the layout takes beyond --pp/--cp/--tp/--chunk-size.
-std::string extra_run_args(const sim::LayoutAdvice& a, int layers) {
+std::string extra_run_args(const sim::LayoutAdvice& a, const sim::AdviseRequest& request) {
   std::string args;
   if (a.chunking.dynamic) {
     char smooth[48];
     std::snprintf(smooth, sizeof smooth, "--dynamic-chunking --smooth-factor %.2f", a.chunking.smooth);
     args += smooth;
   }
-  if (model::partition_text(a.partition) != model::partition_text(model::default_partition(layers, a.pp)))
+  if (model::partition_text(a.partition) != model::partition_text(sim::run_default_partition(request, a.pp)))
     args += (args.empty() ? "" : " ") + std::string("--layer-partition ") + model::partition_text(a.partition);
   return args;
 }
@@ -135,7 +135,7 @@ void print_job_lines(const AdviseOptions& o, const sim::AdviseRequest& request, 
   const sim::HardwareSpec& hw = request.hardware;
   const std::string model = shell_word(job_model_dir(o));
   const std::string input = shell_word(o.input.empty() ? "INPUT.h5" : o.input);
-  std::string extra = extra_run_args(best, request.shape.num_layers);
+  std::string extra = extra_run_args(best, request);
   auto add = [&extra](const std::string& flag, int value) {
     extra += (extra.empty() ? "" : " ") + flag + " " + std::to_string(value);
   };

@@ -62,8 +62,9 @@ void print_cp_ring(const sched::BatchPlan& plan, const std::vector<sim::StageCos
 std::vector<model::StageRange> simulated_partition(const SimulateOptions& o, const model::ModelShape& shape,
                                                    const std::optional<sched::CostProfile>& profile) {
   const auto given = [&](const std::string& text) {
-    return text.empty() ? model::default_partition(shape.num_layers, o.pp)
-                        : model::parse_partition(text, shape.num_layers, o.pp);
+    return text.empty()
+               ? model::run_default_partition(shape, o.pp, o.lengths, o.logprobs ? o.lengths : std::vector<int64_t>{})
+               : model::parse_partition(text, shape.num_layers, o.pp);
   };
   if (!profile) return given(o.layer_partition);
   const std::string& path = o.chunking.cost_source.value;

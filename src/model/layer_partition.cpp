@@ -70,6 +70,11 @@ double lm_head_in_layers(const ModelShape& shape, const std::vector<int64_t>& le
   return layer > 0 ? head / layer : 0.0;
 }
 
+std::vector<StageRange> run_default_partition(const ModelShape& shape, int num_stages,
+                                              const std::vector<int64_t>& lengths, const std::vector<int64_t>& scored) {
+  return balanced_partition(shape.num_layers, num_stages, lm_head_in_layers(shape, lengths, scored));
+}
+
 std::vector<StageRange> suggested_partition(const std::vector<StageRange>& used, const std::vector<double>& busy_s) {
   const int stages = static_cast<int>(used.size());
   if (stages < 2 || static_cast<int>(busy_s.size()) != stages) return {};

@@ -31,6 +31,12 @@ struct ModelShape;
 double lm_head_in_layers(const ModelShape& shape, const std::vector<int64_t>& lengths,
                          const std::vector<int64_t>& scored);
 
+// The partition `run` takes when none is given or profiled, and what simulate and advise
+// model for it: balanced for the LM head on the scored positions (scored[i] of prompt i's;
+// empty or zeros: default_partition).
+std::vector<StageRange> run_default_partition(const ModelShape& shape, int num_stages,
+                                              const std::vector<int64_t>& lengths, const std::vector<int64_t>& scored);
+
 // "15,15,15,16": one positive count per stage summing to num_layers, else UserError.
 std::vector<StageRange> parse_partition(const std::string& text, int num_layers, int num_stages);
 

@@ -118,7 +118,7 @@ std::vector<model::StageRange> run_partition(const RankModel& m, int pp, const s
     }
   }
   // Scoring tokens puts the LM head on the last stage's chunks: it gets fewer layers.
-  return model::balanced_partition(layers, pp, model::lm_head_in_layers(m.shape, lengths, scored));
+  return model::run_default_partition(m.shape, pp, lengths, scored);
 }
 
 model::StageWeights load_rank_weights(const dist::Topology& topo, const RankModel& m,

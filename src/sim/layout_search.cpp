@@ -99,7 +99,7 @@ class Search {
       advice.left_out.push_back({name, "more CP ranks than a chunk has tokens for (2 a rank)", ""});
       return;
     }
-    std::vector<std::vector<model::StageRange>> partitions = {model::default_partition(r_.shape.num_layers, shape.pp)};
+    std::vector<std::vector<model::StageRange>> partitions = {run_default_partition(r_, shape.pp)};
     if (r_.shape.num_layers % shape.pp != 0) partitions.push_back(remainder_first(r_.shape.num_layers, shape.pp));
     // The smallest chunk tried must fit, else nothing of this layout does.
     const DeviceMemory least = busiest_device(r_.shape, partitions[0], shape.tp, shape.cp, fixed_.front(), r_.page_size,
@@ -240,6 +240,11 @@ class Search {
 };
 
 }  // namespace
+
+std::vector<model::StageRange> run_default_partition(const AdviseRequest& request, int pp) {
+  return model::run_default_partition(request.shape, pp, request.lengths,
+                                      request.scores ? request.lengths : std::vector<int64_t>{});
+}
 
 std::string layout_text(int pp, int cp, int tp) {
   return "pp " + std::to_string(pp) + (cp > 1 ? " x cp " + std::to_string(cp) : "") + " x tp " + std::to_string(tp);

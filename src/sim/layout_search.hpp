@@ -44,6 +44,10 @@ struct AdviseRequest {
   std::vector<double> smooth_factors = {0.60, 0.65, 0.70, 0.75, 0.80, 0.85};
 };
 
+// The partition `run` takes for this request's batch at pp stages when none is given (the
+// job line pins another with --layer-partition).
+std::vector<model::StageRange> run_default_partition(const AdviseRequest& request, int pp);
+
 struct ChunkChoice {
   bool dynamic = false;  // SGLang's dynamic chunking, C0 = chunk
   int chunk = 0;

@@ -260,4 +260,25 @@ expect_error_of simulate "was profiled at cp 2: its stages' times include that r
   --model-config "$work/tiny_model.json" --cost-model "$work/tiny_profile_cp2.json" --hardware cpu --length 4096
 "$bin/pipefill" simulate --model-config "$work/tiny_model.json" --cost-model "$work/tiny_profile.json" --hardware cpu \
   --length 4096 >/dev/null || fail "simulate with the profile's own layout failed"
+
+# With per-token scores `run` gives the last stage fewer layers (its LM head on every row):
+# simulate and advise model that partition, not the equal one, and the job line pins nothing
+# run would not choose itself. synthetic:tiny at pp 3: 3,3,2 (2,3,3 without scores).
+source "$(dirname "$0")/mpi_env.sh"
+"$bin/pipefill" make-prompts --out "$work/p64.h5" --num 1 --min-len 64 --max-len 64 --vocab 500 --seed 1 >/dev/null
+ran=$(MPI_TIMEOUT=120 pipefill_mpi 3 run --model synthetic:tiny --input "$work/p64.h5" --output "$work/p64_out.h5" \
+  --pp 3 --logprobs --chunk-size 64 2>&1 | grep -o 'layers [0-9,]*' | head -1)
+simulated=$("$bin/pipefill" simulate --model-config synthetic:tiny --hardware cpu --pp 3 --length 64 --chunk-size 64 \
+  --logprobs | grep -o 'layers [0-9,]*' | head -1)
+[ "$ran" = "layers 3,3,2" ] && [ "$simulated" = "$ran" ] || fail "run's $ran, simulate's $simulated with --logprobs"
+# synthetic:small at 4,096 tokens, pp 2: 7,5 with scores (as run's rule gives), 6,6 without.
+for scores in "" --logprobs; do
+  "$bin/pipefill" advise --model-config synthetic:small --hardware cpu --length 4096 $scores --json >"$work/rows.json"
+  python3 - "$work/rows.json" "${scores:-none}" <<'PY' || fail "advise ${scores:-without scores}: not run's partition"
+import json, sys
+rows = [json.loads(line) for line in open(sys.argv[1]) if line.strip()]
+pp2 = [r["layer_partition"] for r in rows if r["pp"] == 2]
+assert pp2 == ["7,5" if sys.argv[2] == "--logprobs" else "6,6"], pp2
+PY
+done
 echo "advise: all checks passed"
