@@ -9,6 +9,7 @@
 #include "dist/collectives.hpp"
 #include "errors.hpp"
 #include "sched/cp_ring_widths.hpp"
+#include "sched/hidden_slots.hpp"
 #include "sched/plan_flops.hpp"
 #include "trace/chrome_trace.hpp"
 #include "trace/expert_load.hpp"
@@ -86,9 +87,11 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
 
   // Timeline, traffic, expert load and op times gathered to rank 0.
   const auto events = trace::gather_timeline(*loop.timeline, MPI_COMM_WORLD);
-  trace::TrafficReport traffic =
-      trace::gather_traffic(topo, ran, shape.hidden_size, shape.hidden_size * dist::kActivationWireBytes,
-                            run.rank_model.partition, loop.result.traffic, cp_traffic_shape(run));
+  trace::TrafficReport traffic = trace::gather_traffic(
+      topo, ran, shape.hidden_size, shape.hidden_size * dist::kActivationWireBytes, run.rank_model.partition,
+      sched::last_stage_reads_every_row(options.token_rows_wanted(),
+                                        options.hidden_states == compute::HiddenStatesKind::kMean),
+      loop.result.traffic, cp_traffic_shape(run));
   traffic.allreduce_modelled = emulate;
   const trace::ExpertLoad expert_load =
       trace::gather_expert_load(topo, run.backend.compute->expert_rows(), emulate ? 0 : shape.experts);

@@ -18,6 +18,7 @@
 #include "model/model_shape.hpp"
 #include "model/presets.hpp"
 #include "sched/cost_profile.hpp"
+#include "sched/hidden_slots.hpp"
 #include "sched/plan_flops.hpp"
 #include "sim/gpu_memory.hpp"
 #include "sim/profile_calibration.hpp"
@@ -144,7 +145,8 @@ int simulate_command(int argc, char** argv) {
   const std::string& note = run.note;
   run.summary.model_flops = sched::plan_flops(shape, plan);
   const trace::RunSummary& summary = run.summary;
-  trace::TrafficReport traffic = trace::traffic_formulas(plan, shape.hidden_size, o.wire_bytes, o.tp, o.cp, partition);
+  trace::TrafficReport traffic = trace::traffic_formulas(plan, shape.hidden_size, o.wire_bytes, o.tp, o.cp, partition,
+                                                         sched::last_stage_reads_every_row(o.logprobs, false));
   traffic.boundary_bytes = result.boundary_bytes;
   traffic.allreduce_modelled = true;
 

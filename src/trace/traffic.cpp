@@ -9,7 +9,7 @@
 namespace pf::trace {
 
 TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, int bytes_per_element, int tp, int cp,
-                               const std::vector<model::StageRange>& partition) {
+                               const std::vector<model::StageRange>& partition, bool reads_every_row) {
   TrafficReport r;
   r.tp = tp;
   r.cp = cp;
@@ -18,18 +18,27 @@ TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, in
   const int pp = static_cast<int>(partition.size());
   r.boundary_formula_bytes.assign(std::max(0, pp - 1), bsh);
   r.boundary_bytes.assign(std::max(0, pp - 1), 0.0);
-  for (const auto& stage : partition)
-    r.ring_formula_bytes.push_back(tp > 1 ? 2.0 * stage.count * 2.0 * (tp - 1) / tp * bsh / cp : 0.0);
+  // (Under CP every rank finishes all its rows: a chunk's attention is the group's collective.)
+  r.last_layer_narrowed = !reads_every_row && cp == 1 && !partition.empty();
+  double prompts_ended = 0;  // the rows a narrowed last layer finishes: each prompt's last
+  for (const sched::MicroBatch& mb : plan.micro_batches) prompts_ended += mb.is_last ? 1 : 0;
+  const double last_row_bsh = prompts_ended * hidden_size * bytes_per_element;
+  for (size_t s = 0; s < partition.size(); ++s) {
+    const bool narrowed = r.last_layer_narrowed && s + 1 == partition.size();
+    const double layer_tokens = narrowed ? (partition[s].count - 1) * bsh + last_row_bsh : partition[s].count * bsh;
+    r.ring_formula_bytes.push_back(tp > 1 ? 2.0 * 2.0 * (tp - 1) / tp * layer_tokens / cp : 0.0);
+  }
   r.allreduce_payload_bytes.assign(pp, 0.0);
   return r;
 }
 
 TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan& plan, int hidden_size,
                              int wire_bytes_per_token_per_hidden, const std::vector<model::StageRange>& partition,
-                             const TrafficCounters& mine, const CpTrafficShape& cp) {
+                             bool reads_every_row, const TrafficCounters& mine, const CpTrafficShape& cp) {
   // Elements on the wire: the backend's bytes per token over the hidden size.
   const int bytes_per_element = std::max(1, wire_bytes_per_token_per_hidden / std::max(1, hidden_size));
-  TrafficReport r = traffic_formulas(plan, hidden_size, bytes_per_element, topo.tp, topo.cp, partition);
+  TrafficReport r =
+      traffic_formulas(plan, hidden_size, bytes_per_element, topo.tp, topo.cp, partition, reads_every_row);
   const auto all = dist::gather_values_on_root(MPI_COMM_WORLD, std::vector<TrafficCounters>{mine});
   if (!all.here()) return r;
   const int stage_ranks = topo.cp * topo.tp;
@@ -91,19 +100,24 @@ void print_traffic(const TrafficReport& r, std::FILE* out) {
   if (r.cp > 1 && r.cp_pass_kv_steps + r.cp_pass_q_steps > 0)
     std::fprintf(out, "CP attention: pass-KV on %lld, pass-Q on %lld chunk-layer(s)\n", r.cp_pass_kv_steps,
                  r.cp_pass_q_steps);
+  // The last stage's formula, where its last layer finished only each prompt's last row.
+  const auto narrowed = [&](size_t s) {
+    return r.last_layer_narrowed && s + 1 == r.ring_formula_bytes.size() ? " (its last layer: each prompt's last row)"
+                                                                         : "";
+  };
   if (r.tp > 1 && r.allreduce_modelled)
     for (size_t s = 0; s < r.ring_formula_bytes.size(); ++s)
       std::fprintf(out,
                    "TP group of stage %zu: all-reduces modelled, not performed; formula per rank 2 x layers x "
-                   "2(N-1)/N x %s*H = %.1f MiB\n",
-                   s, r.cp > 1 ? "(S/cp)" : "S", r.ring_formula_bytes[s] / mib);
+                   "2(N-1)/N x %s*H = %.1f MiB%s\n",
+                   s, r.cp > 1 ? "(S/cp)" : "S", r.ring_formula_bytes[s] / mib, narrowed(s));
   else if (r.tp > 1)
     for (size_t s = 0; s < r.allreduce_payload_bytes.size(); ++s)
       std::fprintf(out,
                    "TP group of stage %zu: %.1f MiB all-reduced per rank; ring traffic per rank 2(N-1)/N x that = "
-                   "%.1f MiB, formula 2 x layers x 2(N-1)/N x %s*H = %.1f MiB\n",
+                   "%.1f MiB, formula 2 x layers x 2(N-1)/N x %s*H = %.1f MiB%s\n",
                    s, r.allreduce_payload_bytes[s] / mib, r.allreduce_payload_bytes[s] * 2.0 * (r.tp - 1) / r.tp / mib,
-                   r.cp > 1 ? "(S/cp)" : "S", r.ring_formula_bytes[s] / mib);
+                   r.cp > 1 ? "(S/cp)" : "S", r.ring_formula_bytes[s] / mib, narrowed(s));
 }
 
 }  // namespace pf::trace

@@ -39,6 +39,7 @@ struct TrafficReport {
   std::vector<double> allreduce_payload_bytes;  // measured per rank of each stage (mean over its TP ranks)
   std::vector<double> ring_formula_bytes;       // per rank: 2 layers x 2 (N-1)/N x (S / cp) H x bytes (a CP
                                                 // rank's TP group all-reduces its own share of the tokens)
+  bool last_layer_narrowed = false;             // the last stage's last layer: each prompt's last row only
   // --cp, per stage: bytes a CP rank sent (mean over the stage's ranks), what the chunks'
   // sizes give for the variants they took, the seeds' pass-KV formula 2 B S H_kv L (one pass
   // of the prompts' K and V: the ring's floor, which a chunked prompt exceeds, since each
@@ -51,13 +52,16 @@ struct TrafficReport {
 };
 
 // The formulas alone (the simulator's report): tokens S = the plan's total, per stage.
+// `reads_every_row`: whether the last stage reads every row (sched::last_stage_reads_every_row);
+// without CP, when it does not, its last layer finishes (and all-reduces) only each prompt's
+// last row (compute::OutputRows).
 TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, int bytes_per_element, int tp, int cp,
-                               const std::vector<model::StageRange>& partition);
+                               const std::vector<model::StageRange>& partition, bool reads_every_row);
 
 // Collective: every rank's counters to rank 0, beside the formulas (valid on rank 0).
 TrafficReport gather_traffic(const dist::Topology& topology, const sched::BatchPlan& plan, int hidden_size,
                              int wire_bytes_per_token_per_hidden, const std::vector<model::StageRange>& partition,
-                             const TrafficCounters& mine, const CpTrafficShape& cp = {});
+                             bool reads_every_row, const TrafficCounters& mine, const CpTrafficShape& cp = {});
 
 void print_traffic(const TrafficReport& report, std::FILE* out);
 

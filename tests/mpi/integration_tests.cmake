@@ -300,6 +300,10 @@ add_test(NAME mpi.perplexity_tool COMMAND ${PF_MPI}/perplexity_tool.sh ${PF_BIN}
 set_tests_properties(mpi.perplexity_tool PROPERTIES LABELS "mpi;reference" TIMEOUT 300
                      FIXTURES_REQUIRED "model.tiny;prompts;venv")
 
+# The summary's all-reduce traffic against its formula, per stage.
+add_test(NAME mpi.traffic_formula COMMAND ${PF_MPI}/traffic_formula.sh ${PF_BIN} ${PF_DATA})
+set_tests_properties(mpi.traffic_formula PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED "model.tiny;prompts")
+
 # profile --max-prefix past the KV pool: capped, with a warning.
 add_test(NAME mpi.profile_range_capped COMMAND ${PF_MPI}/profile_range.sh ${PF_BIN} ${PF_DATA})
 set_tests_properties(mpi.profile_range_capped PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED model.tiny)
