@@ -11,11 +11,13 @@ import argparse
 import os
 import sys
 
-import h5py
-import numpy as np
-
 import python_tool  # beside this file: the `error:` line and exit status 2 of every tool
 from python_tool import ArgumentParser, UserError
+
+python_tool.run_in_venv_unless_importable(__file__, "h5py", "numpy")
+
+import h5py  # noqa: E402
+import numpy as np  # noqa: E402
 
 
 def chunk_rows(path, stage):

@@ -240,6 +240,8 @@ class PipefillLM(LM):
 
 
 def main():
+    if any(word in ("-h", "--help") for word in sys.argv[1:]):
+        print(__doc__)  # the pipefill model's model_args, then lm-eval's own options
     # lm-eval's own command line; without a subcommand it inserts `run`, as its own entry point does.
     cli_evaluate()
 

@@ -3,8 +3,9 @@
 
 usage: scripts/perplexity.py OUT.h5 [--input IN.h5] [--model DIR] [--surprising N]
 
-Prints, for every document, its tokens, perplexity (exp of the mean negative log-prob over the
-tokens after its first, or over its scored span: the input's /score_start) and bits per token,
+Prints, for every document, its tokens, how many were scored, perplexity (exp of the mean
+negative log-prob over the tokens after its first, or over its scored span: the input's
+/score_start) and bits per token,
 then the token-weighted figure over all of them. Prompts are named by their /ids when they have them.
 --input names the prompt file the run read (tokenize.py's: each prompt's source file and line);
 with --model (the directory holding tokenizer.json) and --surprising N, also the N tokens the
@@ -111,12 +112,12 @@ def main():
     groups = prompts.document_groups(len(offsets) - 1)
     names = [prompts.name(g[0]) + (f" in {len(g)} windows" if len(g) > 1 else "") for g in groups]
     width = max(len(n) for n in names)
-    print(f"{'document':<{width}} {'tokens':>9} {'perplexity':>11} {'bits/token':>10}")
+    print(f"{'document':<{width}} {'tokens':>9} {'scored':>9} {'perplexity':>11} {'bits/token':>10}")
     total_nll, total_tokens, total_length = 0.0, 0, 0
     for group, name in zip(groups, names):
         length = sum(int(offsets[p + 1] - offsets[p]) for p in group)
         if not all(done[p] for p in group):
-            print(f"{name:<{width}} {length:>9} {'not computed':>11}")
+            print(f"{name:<{width}} {length:>9} {'':>9} {'not computed':>11}")
             continue
         spans = [(int(offsets[p]) + int(starts[p]), int(offsets[p + 1])) for p in group]
         positions = np.concatenate([np.arange(a, b) for a, b in spans])
@@ -125,7 +126,7 @@ def main():
         scored = logprobs[positions]
         nll = -float(scored.sum())
         mean = nll / len(scored) if len(scored) else math.nan
-        print(f"{name:<{width}} {length:>9} {math.exp(mean):>11.3f} {mean / math.log(2):>10.3f}")
+        print(f"{name:<{width}} {length:>9} {len(scored):>9} {math.exp(mean):>11.3f} {mean / math.log(2):>10.3f}")
         total_nll += nll
         total_tokens += len(scored)
         total_length += length
@@ -138,7 +139,7 @@ def main():
                   f"after ...{json.dumps(before, ensure_ascii=False)}")
     if total_tokens:
         mean = total_nll / total_tokens
-        print(f"{'all (token-weighted)':<{width}} {total_length:>9} {math.exp(mean):>11.3f} "
+        print(f"{'all (token-weighted)':<{width}} {total_length:>9} {total_tokens:>9} {math.exp(mean):>11.3f} "
               f"{mean / math.log(2):>10.3f}")
 
 

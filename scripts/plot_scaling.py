@@ -13,7 +13,9 @@ from collections import defaultdict
 import python_tool  # beside this file: the `error:` line and exit status 2 of every tool
 from python_tool import ArgumentParser, UserError, check_output_path, save_figure
 
-import matplotlib
+python_tool.run_in_venv_unless_importable(__file__, "matplotlib")
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

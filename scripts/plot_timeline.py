@@ -20,7 +20,9 @@ import sys
 import python_tool  # beside this file: the `error:` line and exit status 2 of every tool
 from python_tool import ArgumentParser, check_output_path, save_figure
 
-import matplotlib
+python_tool.run_in_venv_unless_importable(__file__, "h5py", "numpy", "matplotlib")
+
+import matplotlib  # noqa: E402
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402

@@ -40,6 +40,16 @@ def run_in_venv(script):
         fail(f"cannot run {python}: {e.strerror}; {VENV_HINT}")
 
 
+def run_in_venv_unless_importable(script, *modules):
+    """The plotting and inspection tools: this interpreter when it has `modules` (Debian's
+    python3 with scripts/setup.sh's packages does), else the venv's (a cluster's module or
+    conda python3 usually lacks them)."""
+    import importlib.util
+    if all(importlib.util.find_spec(m) is not None for m in modules):
+        return
+    run_in_venv(script)
+
+
 def fnv1a(data):
     """FNV-1a 64 of `data` (bytes), the hash behind every pipefill fingerprint (src/io/fnv1a.hpp)."""
     value = 0xCBF29CE484222325
