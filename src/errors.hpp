@@ -26,6 +26,10 @@ struct LibraryFailure : std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 void unwind_library_failures();
+// In a forked reader (io/isolated_call.hpp): a failure there is thrown too, whatever the
+// command, and never reaches MPI, which belongs to the parent (MPI_Abort from a forked copy
+// of a rank is undefined); the child hands it to the parent as its error.
+void mark_isolated_child();
 
 // Prints "fatal: <lib> call `stmt` failed (<detail>) at file:line on rank R (host)" and
 // calls MPI_Abort so that no peer is left waiting (without MPI: exits with status 3), or, in
@@ -33,6 +37,8 @@ void unwind_library_failures();
 // Never returns.
 [[noreturn]] void fail_library_call(const char* lib, const char* statement, const std::string& detail, const char* file,
                                     int line);
+// The same for a "fatal: ..." line already composed (a forked reader's, in its parent).
+[[noreturn]] void report_library_failure(const std::string& fatal_line);
 
 std::string mpi_error_string(int code);
 

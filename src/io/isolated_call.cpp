@@ -67,12 +67,13 @@ bool read_all_until(int fd, void* data, size_t bytes, double deadline, bool& tim
   // know about it, and it may be blocked on a file forever).
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);
+  mark_isolated_child();  // a failed library call is this child's error, not an MPI_Abort
   int64_t status = 0;
   std::string payload;
   try {
     payload = work();
-  } catch (const std::exception& e) {
-    status = dynamic_cast<const UserError*>(&e) ? 1 : 2;
+  } catch (const std::exception& e) {  // status 1: the user's error; 3: a failed library call; 2: else
+    status = dynamic_cast<const UserError*>(&e) ? 1 : dynamic_cast<const LibraryFailure*>(&e) ? 3 : 2;
     payload = e.what();
   }
   const int64_t length = static_cast<int64_t>(payload.size());
@@ -117,6 +118,7 @@ std::string run_isolated(const std::string& what, double timeout_s, const std::f
                     std::to_string(WIFSIGNALED(wait_status) ? WTERMSIG(wait_status) : 0) +
                     "): it is corrupt or not a file pipefill wrote");
   if (status == 1) throw UserError(payload);
+  if (status == 3) report_library_failure(payload);  // as if this process had failed the call
   if (status != 0) throw std::runtime_error(payload);
   return payload;
 }

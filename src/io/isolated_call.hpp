@@ -12,7 +12,9 @@ namespace pf::io {
 
 // Runs `work` in a child and returns what it returned. A UserError thrown by `work` is
 // rethrown here with its message; a crash, a hang past `timeout_s` (0: no limit) or a lost
-// child is a UserError naming `what` (e.g. "input file in.h5").
+// child is a UserError naming `what` (e.g. "input file in.h5"). A failed library call in the
+// child (errors.hpp) is reported by this process, as if it had failed the call itself: unwound
+// in a command without MPI, the job aborted in a run.
 std::string run_isolated(const std::string& what, double timeout_s, const std::function<std::string()>& work);
 
 }  // namespace pf::io
