@@ -49,16 +49,17 @@ int profile_command(int argc, char** argv) {
   // The backend's KV rule checks that the pool holds a chunk of 1.25 C0 (the rest of the
   // prefix range is optional), collectively, before any weights are read.
   pipeline::StageBackend backend = pipeline::make_stage_backend(topo, rank_model, request, {longest_profiled});
-  // Prefixes are profiled up to what the smallest stage's pool holds: said when that cuts the
-  // asked range short (a run's chunks past it are priced by extrapolating the fit).
+  // Each stage profiles prefixes up to what its own pool holds: said when the smallest pool cuts
+  // the asked range short (a run's chunks past it are priced by extrapolating the fit).
   long long capacity = backend.compute->capacity_tokens();
   MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &capacity, 1, MPI_LONG_LONG, MPI_MIN, MPI_COMM_WORLD));
   if (topo.is_writer() && capacity < request.profile_room_tokens)
     std::fprintf(stderr,
-                 "warning: --max-prefix %lld: the KV pool holds %lld tokens a stage, so prefixes up to %lld are "
-                 "profiled (raise --kv-memory-mb for the whole range)\n",
+                 "warning: --max-prefix %lld: the smallest stage's KV pool holds %lld tokens, so its prefixes "
+                 "are profiled up to %lld (raise %s for the whole range)\n",
                  static_cast<long long>(options.max_prefix), capacity,
-                 std::max(0ll, capacity - static_cast<long long>(longest_profiled)));
+                 std::max(0ll, capacity - static_cast<long long>(longest_profiled)),
+                 place.backend == compute::BackendKind::kCuda ? "--kv-memory-fraction" : "--kv-memory-mb");
 
   const auto fits = pipeline::profile_stages(topo, *backend.compute, rank_model.shape.hidden_size, options.chunk_size,
                                              options.points, /*all_stages=*/true, /*fresh=*/true, /*prefixed=*/true,

@@ -91,7 +91,7 @@ int report_run(PreparedRun& run, FinishedLoop& loop) {
       topo, ran, shape.hidden_size, shape.hidden_size * dist::kActivationWireBytes, run.rank_model.partition,
       sched::last_stage_reads_every_row(options.token_rows_wanted(),
                                         options.hidden_states == compute::HiddenStatesKind::kMean),
-      loop.result.traffic, cp_traffic_shape(run));
+      shape.mla(), loop.result.traffic, cp_traffic_shape(run));
   traffic.allreduce_modelled = emulate;
   const trace::ExpertLoad expert_load =
       trace::gather_expert_load(topo, run.backend.compute->expert_rows(), emulate ? 0 : shape.experts);

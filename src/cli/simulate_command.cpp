@@ -145,8 +145,9 @@ int simulate_command(int argc, char** argv) {
   const std::string& note = run.note;
   run.summary.model_flops = sched::plan_flops(shape, plan);
   const trace::RunSummary& summary = run.summary;
-  trace::TrafficReport traffic = trace::traffic_formulas(plan, shape.hidden_size, o.wire_bytes, o.tp, o.cp, partition,
-                                                         sched::last_stage_reads_every_row(o.logprobs, false));
+  trace::TrafficReport traffic =
+      trace::traffic_formulas(plan, shape.hidden_size, o.wire_bytes, o.tp, o.cp, partition,
+                              sched::last_stage_reads_every_row(o.logprobs, false), shape.mla());
   traffic.boundary_bytes = result.boundary_bytes;
   traffic.allreduce_modelled = true;
 

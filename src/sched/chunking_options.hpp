@@ -41,7 +41,8 @@ const char* policy_name(ChunkPolicyKind kind);
 // SGLang's, the fresh-prompt quadratic of stage 0; pipefill's, the prefix-aware fit of every stage.
 CostForm default_cost_form(ChunkPolicyKind kind);
 bool default_all_stages(ChunkPolicyKind kind);
-// A policy's options at those defaults (what `profile` checks its fits against).
+// A policy with those two defaults (every other field at its own): what `profile` checks its
+// fits against with sched::make_dynamic_policy, as `run` and `plan` use them.
 ChunkingOptions policy_defaults(ChunkPolicyKind kind, int initial_chunk, int page_size);
 
 }  // namespace pf::sched

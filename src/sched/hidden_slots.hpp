@@ -24,6 +24,13 @@ inline bool last_stage_reads_every_row(bool token_scores, bool hidden_mean) {
   return token_scores || hidden_mean;
 }
 
+// Whether the last stage's last layer can finish only the rows read once every row's K/V are
+// in the cache (compute::OutputRows, LayerOps::keep_rows_from): not MLA's latent path, which
+// runs every row, nor under CP, where a chunk's attention is the CP group's collective.
+inline bool last_layer_narrows(bool latent_attention, bool context_parallel) {
+  return !latent_attention && !context_parallel;
+}
+
 // Rows a slot holds on a rank, for chunks up to `longest_chunk`: its CP share of them, but
 // the whole chunk where the CP ranks' rows are all gathered into it (the last stage's CP
 // rank 0 when it reads every row: StageLoop::gather_cp_rows).

@@ -5,11 +5,13 @@
 #include <cstring>
 
 #include "dist/root_decision.hpp"
+#include "sched/hidden_slots.hpp"
 
 namespace pf::trace {
 
 TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, int bytes_per_element, int tp, int cp,
-                               const std::vector<model::StageRange>& partition, bool reads_every_row) {
+                               const std::vector<model::StageRange>& partition, bool reads_every_row,
+                               bool latent_attention) {
   TrafficReport r;
   r.tp = tp;
   r.cp = cp;
@@ -18,10 +20,10 @@ TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, in
   const int pp = static_cast<int>(partition.size());
   r.boundary_formula_bytes.assign(std::max(0, pp - 1), bsh);
   r.boundary_bytes.assign(std::max(0, pp - 1), 0.0);
-  // (Under CP every rank finishes all its rows: a chunk's attention is the group's collective.)
-  r.last_layer_narrowed = !reads_every_row && cp == 1 && !partition.empty();
   double prompts_ended = 0;  // the rows a narrowed last layer finishes: each prompt's last
   for (const sched::MicroBatch& mb : plan.micro_batches) prompts_ended += mb.is_last ? 1 : 0;
+  r.last_layer_narrowed = !reads_every_row && sched::last_layer_narrows(latent_attention, cp > 1) &&
+                          !partition.empty() && prompts_ended > 0;
   const double last_row_bsh = prompts_ended * hidden_size * bytes_per_element;
   for (size_t s = 0; s < partition.size(); ++s) {
     const bool narrowed = r.last_layer_narrowed && s + 1 == partition.size();
@@ -34,11 +36,12 @@ TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, in
 
 TrafficReport gather_traffic(const dist::Topology& topo, const sched::BatchPlan& plan, int hidden_size,
                              int wire_bytes_per_token_per_hidden, const std::vector<model::StageRange>& partition,
-                             bool reads_every_row, const TrafficCounters& mine, const CpTrafficShape& cp) {
+                             bool reads_every_row, bool latent_attention, const TrafficCounters& mine,
+                             const CpTrafficShape& cp) {
   // Elements on the wire: the backend's bytes per token over the hidden size.
   const int bytes_per_element = std::max(1, wire_bytes_per_token_per_hidden / std::max(1, hidden_size));
-  TrafficReport r =
-      traffic_formulas(plan, hidden_size, bytes_per_element, topo.tp, topo.cp, partition, reads_every_row);
+  TrafficReport r = traffic_formulas(plan, hidden_size, bytes_per_element, topo.tp, topo.cp, partition, reads_every_row,
+                                     latent_attention);
   const auto all = dist::gather_values_on_root(MPI_COMM_WORLD, std::vector<TrafficCounters>{mine});
   if (!all.here()) return r;
   const int stage_ranks = topo.cp * topo.tp;

@@ -53,15 +53,17 @@ struct TrafficReport {
 
 // The formulas alone (the simulator's report): tokens S = the plan's total, per stage.
 // `reads_every_row`: whether the last stage reads every row (sched::last_stage_reads_every_row);
-// without CP, when it does not, its last layer finishes (and all-reduces) only each prompt's
-// last row (compute::OutputRows).
+// when it does not, and its last layer narrows (sched::last_layer_narrows), that layer
+// finishes (and all-reduces) only each prompt's last row.
 TrafficReport traffic_formulas(const sched::BatchPlan& plan, int hidden_size, int bytes_per_element, int tp, int cp,
-                               const std::vector<model::StageRange>& partition, bool reads_every_row);
+                               const std::vector<model::StageRange>& partition, bool reads_every_row,
+                               bool latent_attention);
 
 // Collective: every rank's counters to rank 0, beside the formulas (valid on rank 0).
 TrafficReport gather_traffic(const dist::Topology& topology, const sched::BatchPlan& plan, int hidden_size,
                              int wire_bytes_per_token_per_hidden, const std::vector<model::StageRange>& partition,
-                             bool reads_every_row, const TrafficCounters& mine, const CpTrafficShape& cp = {});
+                             bool reads_every_row, bool latent_attention, const TrafficCounters& mine,
+                             const CpTrafficShape& cp = {});
 
 void print_traffic(const TrafficReport& report, std::FILE* out);
 

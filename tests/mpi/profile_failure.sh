@@ -19,13 +19,16 @@ EXPECT_POLICY=fixed "$PYTHON" "$here/check_output.py" "$work/out.h5"
 
 # `profile` says which policies will fall back with the file it writes, by the rule run and
 # plan apply: a failed stage 1 sinks the pipefill policy (every stage) but not SGLang's
-# (stage 0 only); a failed stage 0 sinks SGLang's too.
+# (stage 0 only); a failed stage 0 sinks SGLang's too. (Only what the injection decides is
+# asserted: the tiny model's other fits may fail on timing noise of a loaded machine.)
 PIPEFILL_TEST_FAIL_PROFILE_STAGE=1 pipefill_mpi 2 profile --model "$data/tiny" --out "$work/cost.json" --pp 2 \
   --chunk-size 128 --page-size 16 --profile-points 12 >/dev/null 2>"$work/profile.stderr"
 cat "$work/profile.stderr"
-[ "$(grep -c '^warning:' "$work/profile.stderr")" -eq 1 ] || fail "profile: expected one warning"
-grep -q '^warning: with this profile, --chunk-policy pipefill falls back to fixed chunks (stage 1: failure injected' \
+grep -q '^warning: with this profile, --chunk-policy pipefill falls back to fixed chunks (.*stage 1: failure injected' \
   "$work/profile.stderr" || fail "profile: the pipefill policy's warning"
+if grep '^warning: with this profile, --dynamic-chunking' "$work/profile.stderr" | grep -q 'stage 1'; then
+  fail "profile: SGLang's policy blamed on stage 1, which it does not use"
+fi
 PIPEFILL_TEST_FAIL_PROFILE_STAGE=0 pipefill_mpi 2 profile --model "$data/tiny" --out "$work/cost0.json" --pp 2 \
   --chunk-size 128 --page-size 16 --profile-points 12 >/dev/null 2>"$work/profile0.stderr"
 grep -q '^warning: with this profile, --dynamic-chunking falls back to fixed chunks (stage 0: failure injected' \

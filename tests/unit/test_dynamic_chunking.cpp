@@ -376,3 +376,26 @@ TEST(Profiler, FreshLengthsFollowSglang) {
   EXPECT_TRUE(std::is_sorted(lengths.rbegin(), lengths.rend()));
   EXPECT_EQ(pipeline::fresh_prompt_lengths({4096, 16, 3000, {}}).front(), 3000);  // what the pool holds
 }
+
+// What each policy takes from a profile, at its defaults (what `profile` warns of and `run`
+// and `plan` do): SGLang's policy stage 0's fresh-prompt fit alone, pipefill's every stage's
+// prefix fit; every failing stage is named.
+TEST(PolicyDefaults, EachPolicyUsesItsOwnStagesAndForm) {
+  std::vector<StageCostFit> fits(3);
+  for (int s = 0; s < 3; ++s) {
+    fits[s].stage = s;
+    fits[s].sglang = {sglang_model(1e-9, 1e-6), true, ""};
+    fits[s].prefix = {{CostForm::kPrefixAware, 1e-9, 1e-6, 1e-3, 0}, true, ""};
+  }
+  fits[1].sglang = fits[1].prefix = {{}, false, "broken one"};
+  fits[2].prefix = {{}, false, "broken two"};
+  std::string problem;
+  const auto sglang = make_dynamic_policy(policy_defaults(ChunkPolicyKind::kSglang, 1024, 64), fits, problem);
+  EXPECT_NE(sglang, nullptr) << problem;  // stages 1 and 2 are not SGLang's
+  const auto pipefill = make_dynamic_policy(policy_defaults(ChunkPolicyKind::kPipefill, 1024, 64), fits, problem);
+  EXPECT_EQ(pipefill, nullptr);
+  EXPECT_EQ(problem, "stage 1: broken one; stage 2: broken two");
+  fits[0].sglang = {{}, false, "broken zero"};
+  EXPECT_EQ(make_dynamic_policy(policy_defaults(ChunkPolicyKind::kSglang, 1024, 64), fits, problem), nullptr);
+  EXPECT_EQ(problem, "stage 0: broken zero");
+}

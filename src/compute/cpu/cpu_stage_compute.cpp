@@ -19,6 +19,7 @@
 #include "compute/vocab_scores.hpp"
 #include "io/bf16.hpp"
 #include "model/rope_frequencies.hpp"
+#include "sched/hidden_slots.hpp"
 
 namespace pf::compute {
 
@@ -171,7 +172,7 @@ class CpuStageCompute::LayerOnCpu final : public LayerOps {
   // The rows before `first` are not read after this layer: the row-wise ops that follow
   // start at `first` (the cache holds every row's K/V by now, which attention reads).
   bool keep_rows_from(int first) override {
-    if (ring_ || shape_.latent) return false;
+    if (!sched::last_layer_narrows(shape_.latent, ring_ != nullptr)) return false;
     first = std::min(first, t_);
     row0_ += first;
     t_ -= first;
