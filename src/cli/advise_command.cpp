@@ -270,8 +270,14 @@ int advise_command(int argc, char** argv) {
   request.scores = o.logprobs;
   request.ring_depth = o.ring_depth;
   request.page_size = o.page_size;
-  request.lengths =
-      o.input.empty() ? o.lengths : io::read_prompts_isolated(o.input, request.shape.vocab_size).lengths();
+  if (o.input.empty()) {
+    request.lengths = o.lengths;
+  } else {  // its prompts' lengths, and with --logprobs their scored spans
+    const io::PromptSet prompts = io::read_prompts_isolated(o.input, request.shape.vocab_size);
+    request.lengths = prompts.lengths();
+    if (o.logprobs)
+      for (int p = 0; p < prompts.num_prompts(); ++p) request.score_from.push_back(prompts.first_scored_row(p));
+  }
   if (!o.plot.empty()) {
     io::require_writable_file_path(o.plot, "--plot");
     io::require_distinct_paths({{"--plot", o.plot},

@@ -505,7 +505,7 @@ OptionTable<SimulateOptions> simulate_table() {
       .at_least_one();
   t.add("cp-attention",
         "the CP ring: pass-kv (the KV shards travel), pass-q (the queries travel, partial outputs come back) or "
-        "auto (per chunk, the faster as modelled)",
+        "auto (per chunk, the one that moves fewer bytes, as run chooses)",
         &S::cp_attention)
       .check([](const std::string& mode) { sched::parse_cp_attention(mode); });
   add_layer_partition(t, &S::layer_partition,

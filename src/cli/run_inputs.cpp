@@ -122,7 +122,7 @@ std::vector<int64_t> scored_positions(const RunOptions& o, const io::PromptSet& 
   std::vector<int64_t> scored(static_cast<size_t>(prompts.num_prompts()), 0);
   if (!o.token_rows_wanted()) return scored;
   const std::vector<int64_t> lengths = prompts.lengths();
-  for (int p = 0; p < prompts.num_prompts(); ++p) scored[p] = lengths[p] - prompts.first_scored(p) + 1;
+  for (int p = 0; p < prompts.num_prompts(); ++p) scored[p] = lengths[p] - prompts.first_scored_row(p);
   return scored;
 }
 

@@ -136,7 +136,7 @@ int simulate_command(int argc, char** argv) {
     std::fprintf(stderr, "note: `pipefill run` refuses this model (%s); simulated from its shape\n", refusal.c_str());
   sim::SimulatedRunSpec spec{
       o.pp,         o.cp,         o.tp, shape.hidden_size, o.chunking, o.lengths, o.cached_tokens,
-      o.ring_depth, o.wire_bytes, {},   o.logprobs};
+      o.ring_depth, o.wire_bytes, {},   o.logprobs,        {}};
   for (int s = 0; s + 1 < o.pp; ++s) spec.links.push_back(sim::stage_link(hw, s, o.tp, o.cp));
   sim::SimulatedRun run = sim::simulate_run(spec, costs);
   const sched::BatchPlan& plan = run.plan;

@@ -23,6 +23,9 @@ struct PromptSet {
   int num_prompts() const { return static_cast<int>(offsets.size()) - 1; }
   std::vector<int64_t> lengths() const;
   int64_t first_scored(int prompt) const { return score_start.empty() ? 1 : score_start.at(prompt); }
+  // The first row whose log-probs are read (it predicts first_scored): the LM head's rows of a
+  // job that scores tokens are [this, length).
+  int64_t first_scored_row(int prompt) const { return first_scored(prompt) - 1; }
 };
 
 // Reads and validates: a regular file (a FIFO would block), datasets present, 1-D integer, offsets start at 0, strictly

@@ -29,12 +29,9 @@ CpLayerStep cp_layer_step(const CpRing& ring, double attention_s, double prefix,
     case CpAttention::kAuto:
       break;
   }
-  // Where both hide their transfers behind attention they take the same time: then the one
-  // that moves fewer bytes (pass-Q deep in a prompt), which leaves the link to others.
-  const double tie = 1e-9 * std::max(pass_q.seconds, pass_kv.seconds);
-  if (std::abs(pass_q.seconds - pass_kv.seconds) <= tie)
-    return pass_q.bytes_sent < pass_kv.bytes_sent ? pass_q : pass_kv;
-  return pass_q.seconds < pass_kv.seconds ? pass_q : pass_kv;
+  // What `run` does with auto (sched::cp_attention_for_chunk): the one that moves fewer bytes
+  // (pass-Q deep in a prompt), modelled as run will take it, not the faster as modelled.
+  return pass_q.bytes_sent < pass_kv.bytes_sent ? pass_q : pass_kv;
 }
 
 }  // namespace pf::sim

@@ -7,8 +7,9 @@
 // each ring step's transfer overlapped with attention on the block already there:
 //   t = a + (ranks - 1) * max(a, step)     a = one rank's attention / ranks (one block)
 // (Meta, "Context Parallelism for Scalable Million-Token Inference", 2024). `auto` takes
-// the faster of the two as modelled: Meta's rule (pass-Q when x / (x + L) <= 2 N_kv / N_h)
-// refined by the link. Token shares are real-valued here (x / ranks).
+// the one that moves fewer bytes, as `run` does (sched::cp_attention_for_chunk; close to
+// Meta's rule, pass-Q when x / (x + L) <= 2 N_kv / N_h). Token shares are real-valued here
+// (x / ranks).
 #pragma once
 
 #include <string>

@@ -178,6 +178,7 @@ class Search {
     spec.ring_depth = r_.ring_depth;
     spec.wire_bytes = r_.wire_bytes;
     spec.scores = r_.scores;
+    spec.score_from = r_.score_from;
     for (int s = 0; s + 1 < shape.pp; ++s) spec.links.push_back(stage_link(r_.hardware, s, shape.tp, shape.cp));
     const SimulatedRun run = simulate_run(spec, costs);
     ++advice.simulations;
@@ -242,8 +243,11 @@ class Search {
 }  // namespace
 
 std::vector<model::StageRange> run_default_partition(const AdviseRequest& request, int pp) {
-  return model::run_default_partition(request.shape, pp, request.lengths,
-                                      request.scores ? request.lengths : std::vector<int64_t>{});
+  std::vector<int64_t> scored;  // run's count: the rows from each prompt's first scored one
+  if (request.scores)
+    for (size_t p = 0; p < request.lengths.size(); ++p)
+      scored.push_back(request.lengths[p] - (p < request.score_from.size() ? request.score_from[p] : 0));
+  return model::run_default_partition(request.shape, pp, request.lengths, scored);
 }
 
 std::string layout_text(int pp, int cp, int tp) {

@@ -36,7 +36,8 @@ struct AdviseRequest {
   bool fp8_weights = false;  // keep an FP8 checkpoint in FP8 (matmuls at the fp8 rate)
   int wire_bytes = 4;
   int ring_depth = 4;
-  bool scores = false;  // per-token scores: the LM head on every row, CP's gather of every row
+  bool scores = false;              // per-token scores: the LM head on every row, CP's gather of every row
+  std::vector<int64_t> score_from;  // with scores: each prompt's first scored row (an input's spans); empty: 0
   int page_size = 64;
   std::vector<int> fixed_chunks = {1024, 2048, 4096, 6144, 8192, 12288, 16384, 24576, 32768};
   bool tune_dynamic = true;  // the tuning path's second step (off: fixed chunks only)

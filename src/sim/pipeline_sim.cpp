@@ -13,6 +13,18 @@
 #include <algorithm>
 
 namespace pf::sim {
+namespace {
+
+// The rows of a micro-batch the last stage's LM head runs on: with per-token scores those
+// from the prompt's first scored row on (StageLoop's token rows), else the prompt's last row
+// on its last chunk.
+int64_t lm_head_rows(const sched::MicroBatch& mb, const SimSetup& setup) {
+  if (!setup.scores) return mb.is_last ? 1 : 0;
+  const int64_t from = static_cast<size_t>(mb.prompt) < setup.score_from.size() ? setup.score_from[mb.prompt] : 0;
+  return std::max<int64_t>(0, mb.start + mb.length - std::max(mb.start, from));
+}
+
+}  // namespace
 
 SimResult simulate_pipeline(const sched::BatchPlan& plan, const std::vector<StageCost>& stages, const SimSetup& setup) {
   using trace::EventKind;
@@ -59,8 +71,9 @@ SimResult simulate_pipeline(const sched::BatchPlan& plan, const std::vector<Stag
       const double compute_end = ready + stages[s].chunk_seconds(static_cast<double>(mb.start), mb.length);
       emit(s, EventKind::kCompute, mb, ready, compute_end);
       double end = compute_end;
-      if (s == pp - 1 && (mb.is_last || setup.scores)) {
-        end = compute_end + stages[s].lm_head_s * (setup.scores ? mb.length : 1);
+      const int64_t head_rows = s < pp - 1 ? 0 : lm_head_rows(mb, setup);
+      if (head_rows > 0) {
+        end = compute_end + stages[s].lm_head_s * static_cast<double>(head_rows);
         emit(s, EventKind::kLmHead, mb, compute_end, end);
         if (mb.is_last) result.ttft_s[mb.prompt] = end;
       }

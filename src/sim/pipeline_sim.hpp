@@ -23,8 +23,10 @@ struct SimSetup {
   int activation_bytes = dist::kActivationWireBytes;
   std::vector<LinkSpec> links;  // links[s]: stage s -> s + 1
   // Per-token scores (run --logprobs, --top-k, --token-ids, spans): the last stage runs the
-  // LM head on every row of every micro-batch, not on a prompt's last row only.
+  // LM head on every row of every micro-batch from each prompt's score_from[p] (its first
+  // scored row, io::PromptSet::first_scored_row; empty: 0), not on a prompt's last row only.
   bool scores = false;
+  std::vector<int64_t> score_from;
 };
 
 struct SimResult {

@@ -50,7 +50,8 @@ sched::BatchPlan plan_for(const SimulatedRunSpec& spec, const std::vector<StageC
 SimulatedRun simulate_run(const SimulatedRunSpec& spec, const std::vector<StageCost>& costs) {
   SimulatedRun run;
   run.plan = plan_for(spec, costs, run.policy_used, run.note);
-  const SimSetup setup{spec.tp, spec.cp, spec.ring_depth, spec.hidden_size, spec.wire_bytes, spec.links, spec.scores};
+  const SimSetup setup{spec.tp,         spec.cp,    spec.ring_depth, spec.hidden_size,
+                       spec.wire_bytes, spec.links, spec.scores,     spec.score_from};
   run.result = simulate_pipeline(run.plan, costs, setup);
   run.summary = trace::summarize(run.plan, run.result.events, spec.pp, 1, run.result.makespan_s, 0.0);
   return run;

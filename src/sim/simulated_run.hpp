@@ -24,7 +24,8 @@ struct SimulatedRunSpec {
   int ring_depth = 4;
   int wire_bytes = 4;
   std::vector<LinkSpec> links;  // links[s]: stage s -> s + 1
-  bool scores = false;          // per-token scores (SimSetup::scores)
+  bool scores = false;          // per-token scores (SimSetup::scores, score_from)
+  std::vector<int64_t> score_from;
 };
 
 struct SimulatedRun {
