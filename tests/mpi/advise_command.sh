@@ -281,4 +281,20 @@ pp2 = [r["layer_partition"] for r in rows if r["pp"] == 2]
 assert pp2 == ["7,5" if sys.argv[2] == "--logprobs" else "6,6"], pp2
 PY
 done
+# An input whose prompt scores only its last 96 tokens (/score_start): run gives the head
+# 97 rows' worth and keeps 6,6; advise --input --logprobs must model the same.
+"$PYTHON" - "$work/span.h5" <<'PY'
+import sys, h5py, numpy as np
+with h5py.File(sys.argv[1], "w") as f:
+    f["tokens"] = (np.arange(4096) % 500).astype(np.int32)
+    f["offsets"] = np.array([0, 4096], dtype=np.int64)
+    f["score_start"] = np.array([4000], dtype=np.int64)
+PY
+"$bin/pipefill" advise --model-config synthetic:small --hardware cpu --input "$work/span.h5" --logprobs --json \
+  >"$work/span_rows.json"
+"$PYTHON" - "$work/span_rows.json" <<'PY' || fail "advise --input --logprobs: not run's partition for a scored span"
+import json, sys
+pp2 = [json.loads(line)["layer_partition"] for line in open(sys.argv[1]) if line.strip() and json.loads(line)["pp"] == 2]
+assert pp2 == ["6,6"], pp2
+PY
 echo "advise: all checks passed"
