@@ -21,6 +21,7 @@
 #include "io/replaceable_file.hpp"
 #include "model/presets.hpp"
 #include "sched/cost_profile.hpp"
+#include "sched/prefix_sharing.hpp"
 #include "sim/layout_search.hpp"
 #include "sim/profile_calibration.hpp"
 #include "trace/summary.hpp"
@@ -277,6 +278,8 @@ int advise_command(int argc, char** argv) {
     request.lengths = prompts.lengths();
     if (o.logprobs)
       for (int p = 0; p < prompts.num_prompts(); ++p) request.score_from.push_back(prompts.first_scored_row(p));
+    request.prefixes = sched::find_shared_prefixes(prompts.tokens, prompts.offsets, request.page_size, {},
+                                                   o.logprobs ? prompts.score_start : std::vector<int64_t>{});
   }
   if (!o.plot.empty()) {
     io::require_writable_file_path(o.plot, "--plot");
@@ -297,16 +300,19 @@ int advise_command(int argc, char** argv) {
     for (size_t i = 0; i < ranked.size(); ++i)
       std::printf("%s\n", row_json(ranked[i], static_cast<int>(i) + 1).dump().c_str());
   } else {
-    int64_t tokens = 0, longest = 0;
+    int64_t tokens = 0, longest = 0, reused = 0;
     for (int64_t n : request.lengths) {
       tokens += n;
       longest = std::max(longest, n);
     }
+    for (const sched::PrefixReuse& reuse : request.prefixes.reuse) reused += reuse.tokens;
     const sim::HardwareSpec& hw = request.hardware;
-    std::printf("advise: %s on %d x %d %s, %zu prompt%s, %lld tokens (longest %lld)\n", request.shape.name.c_str(),
+    const std::string shared =
+        reused > 0 ? ", " + std::to_string(reused) + " of them reused from shared prefixes (as run does)" : "";
+    std::printf("advise: %s on %d x %d %s, %zu prompt%s, %lld tokens (longest %lld%s)\n", request.shape.name.c_str(),
                 o.nodes, request.devices_per_node, hw.name.c_str(), request.lengths.size(),
-                request.lengths.size() == 1 ? "" : "s", static_cast<long long>(tokens),
-                static_cast<long long>(longest));
+                request.lengths.size() == 1 ? "" : "s", static_cast<long long>(tokens), static_cast<long long>(longest),
+                shared.c_str());
     std::printf(
         "model: matmuls at %.2f of %s (%s), attention at %.2f of %s (%s); %d-byte activations on the "
         "wire; %d layouts, %d simulations, %.2f s\n",

@@ -134,9 +134,17 @@ int simulate_command(int argc, char** argv) {
   const std::string refusal = model::run_refusal(o.model_config);
   if (!refusal.empty())  // a study of another engine's model, from its shape alone
     std::fprintf(stderr, "note: `pipefill run` refuses this model (%s); simulated from its shape\n", refusal.c_str());
-  sim::SimulatedRunSpec spec{
-      o.pp,         o.cp,         o.tp, shape.hidden_size, o.chunking, o.lengths, o.cached_tokens,
-      o.ring_depth, o.wire_bytes, {},   o.logprobs,        {}};
+  sim::SimulatedRunSpec spec;
+  spec.pp = o.pp;
+  spec.cp = o.cp;
+  spec.tp = o.tp;
+  spec.hidden_size = shape.hidden_size;
+  spec.chunking = o.chunking;
+  spec.lengths = o.lengths;
+  spec.cached_tokens = o.cached_tokens;
+  spec.ring_depth = o.ring_depth;
+  spec.wire_bytes = o.wire_bytes;
+  spec.scores = o.logprobs;
   for (int s = 0; s + 1 < o.pp; ++s) spec.links.push_back(sim::stage_link(hw, s, o.tp, o.cp));
   sim::SimulatedRun run = sim::simulate_run(spec, costs);
   const sched::BatchPlan& plan = run.plan;

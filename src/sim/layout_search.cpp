@@ -179,6 +179,7 @@ class Search {
     spec.wire_bytes = r_.wire_bytes;
     spec.scores = r_.scores;
     spec.score_from = r_.score_from;
+    spec.prefixes = r_.prefixes;
     for (int s = 0; s + 1 < shape.pp; ++s) spec.links.push_back(stage_link(r_.hardware, s, shape.tp, shape.cp));
     const SimulatedRun run = simulate_run(spec, costs);
     ++advice.simulations;

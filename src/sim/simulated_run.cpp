@@ -41,7 +41,8 @@ sched::BatchPlan plan_for(const SimulatedRunSpec& spec, const std::vector<StageC
   if (!policy) policy = std::make_unique<sched::FixedChunkPolicy>(c.initial_chunk);
   const std::vector<int64_t> cached =
       spec.cached_tokens.empty() ? std::vector<int64_t>(spec.lengths.size(), 0) : spec.cached_tokens;
-  return sched::make_plan(spec.lengths, *policy, {}, sched::PrefixPlan::from_outside(cached),
+  const bool shared = !spec.prefixes.order.empty() || !spec.prefixes.reuse.empty();
+  return sched::make_plan(spec.lengths, *policy, {}, shared ? spec.prefixes : sched::PrefixPlan::from_outside(cached),
                           sched::kStudyStageChunks / std::max(1, spec.pp));
 }
 

@@ -21,6 +21,9 @@ struct SimulatedRunSpec {
   sched::ChunkingOptions chunking;  // chunking.stages is set from pp
   std::vector<int64_t> lengths;
   std::vector<int64_t> cached_tokens;  // one per prompt (prefix reuse), or empty
+  // Or the batch's own prefix reuse, as `run` plans it (sched::find_shared_prefixes): its
+  // order and each prompt's reused prefix. Empty: cached_tokens.
+  sched::PrefixPlan prefixes;
   int ring_depth = 4;
   int wire_bytes = 4;
   std::vector<LinkSpec> links;  // links[s]: stage s -> s + 1

@@ -297,4 +297,20 @@ import json, sys
 pp2 = [json.loads(line)["layer_partition"] for line in open(sys.argv[1]) if line.strip() and json.loads(line)["pp"] == 2]
 assert pp2 == ["6,6"], pp2
 PY
+# A batch that shares a prefix: advise models run's reuse (the same tokens reused).
+"$PYTHON" - "$work/shared.h5" <<'PY'
+import sys, h5py, numpy as np
+rng = np.random.default_rng(1)
+doc = rng.integers(0, 500, 1500)
+prompts = [np.concatenate([doc, rng.integers(0, 500, n)]) for n in (200, 300, 700)] + [rng.integers(0, 500, 900)]
+with h5py.File(sys.argv[1], "w") as f:
+    f["tokens"] = np.concatenate(prompts).astype(np.int32)
+    f["offsets"] = np.cumsum([0] + [len(p) for p in prompts]).astype(np.int64)
+PY
+"$bin/pipefill" advise --model-config synthetic:tiny --hardware cpu --input "$work/shared.h5" >"$work/shared.txt"
+MPI_TIMEOUT=120 pipefill_mpi 1 run --model synthetic:tiny --input "$work/shared.h5" --output "$work/shared_out.h5" \
+  --chunk-size 512 --quiet
+ran=$("$PYTHON" -c 'import sys, h5py; print(int(h5py.File(sys.argv[1], "r")["reused_tokens"][:].sum()))' "$work/shared_out.h5")
+grep -q "6600 tokens (longest 2200, $ran of them reused from shared prefixes" "$work/shared.txt" ||
+  fail "advise does not model run's $ran reused tokens: $(head -1 "$work/shared.txt")"
 echo "advise: all checks passed"
