@@ -308,7 +308,7 @@ int advise_command(int argc, char** argv) {
     for (const sched::PrefixReuse& reuse : request.prefixes.reuse) reused += reuse.tokens;
     const sim::HardwareSpec& hw = request.hardware;
     const std::string shared =
-        reused > 0 ? ", " + std::to_string(reused) + " of them reused from shared prefixes (as run does)" : "";
+        reused > 0 ? ", " + std::to_string(reused) + " of them reused from shared prefixes, as run does" : "";
     std::printf("advise: %s on %d x %d %s, %zu prompt%s, %lld tokens (longest %lld%s)\n", request.shape.name.c_str(),
                 o.nodes, request.devices_per_node, hw.name.c_str(), request.lengths.size(),
                 request.lengths.size() == 1 ? "" : "s", static_cast<long long>(tokens), static_cast<long long>(longest),

@@ -5,16 +5,17 @@
 #include "cli/commands.hpp"
 #include "cli/options.hpp"
 #include "errors.hpp"
+#include "pipeline/chunk_planning.hpp"
 #include "sched/batch_plan.hpp"
 #include "sched/dynamic_chunker.hpp"
 
 namespace pf::cli {
 namespace {
 
-std::unique_ptr<sched::ChunkPolicy> policy_for(const PlanOptions& options) {
+// The policy, and the stage fits it came from (a profile's, or --coefficients as stage 0's).
+std::unique_ptr<sched::ChunkPolicy> policy_for(const PlanOptions& options, std::vector<sched::StageCostFit>& fits) {
   const auto& c = options.chunking;
   if (!c.dynamic()) return std::make_unique<sched::FixedChunkPolicy>(c.initial_chunk);
-  std::vector<sched::StageCostFit> fits;
   if (!options.coefficients.empty()) {
     const auto& k = options.coefficients;
     sched::StageCostFit fit;
@@ -50,13 +51,24 @@ std::unique_ptr<sched::ChunkPolicy> policy_for(const PlanOptions& options) {
 int plan_command(int argc, char** argv) {
   PlanOptions options;
   if (!parse_plan(argc, argv, options)) return 0;
-  const auto policy = policy_for(options);
+  std::vector<sched::StageCostFit> fits;
+  const auto policy = policy_for(options, fits);
+  // The batch as `run` plans it (a dynamic policy cuts finer than its initial chunk: bounded).
+  sched::BatchPlan plan = sched::make_plan(options.lengths, *policy, {}, {}, sched::kStudyStageChunks);
+  std::string policy_used = options.chunking.dynamic() ? sched::policy_name(options.chunking.policy) : "fixed";
+  if (options.chunking.policy == sched::ChunkPolicyKind::kPipefill &&
+      dynamic_cast<const sched::DynamicChunkPolicy*>(policy.get())) {
+    sched::ChunkingOptions chunking = options.chunking;
+    if (!options.coefficients.empty()) chunking.all_stages = false;  // one stage: the coefficients
+    const std::string note = pipeline::keep_the_faster_plan(plan, chunking, fits, options.lengths, {}, {}, policy_used);
+    if (!note.empty()) std::fprintf(stderr, "note: %s\n", note.c_str());
+  }
+  std::vector<std::vector<int>> chunks(options.lengths.size());
+  for (const sched::MicroBatch& mb : plan.micro_batches) chunks[mb.prompt].push_back(mb.length);
   nlohmann::json json = nlohmann::json::array();
-  int64_t room = sched::kStudyStageChunks;  // a dynamic policy cuts finer than its initial chunk
   for (size_t p = 0; p < options.lengths.size(); ++p) {
     const int64_t length = options.lengths[p];
-    const auto sizes = sched::chunk_sizes(length, *policy, 0, room);
-    room -= static_cast<int64_t>(sizes.size());
+    const std::vector<int>& sizes = chunks[p];
     if (options.json) {
       json.push_back({{"length", length}, {"chunks", sizes}});
     } else {

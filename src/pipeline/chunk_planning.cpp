@@ -14,12 +14,9 @@
 #include "sched/dynamic_chunker.hpp"
 
 namespace pf::pipeline {
-namespace {
 
-// The pipefill policy keeps its plan unless the cost models predict fixed chunks of C0 more
-// than 2 % faster: smaller chunks run the GEMMs less efficiently, and the models know it (a run
-// once took 37 % longer on dynamic chunks the models had predicted slower). Returns the note
-// that says which plan was kept and why; the plan is replaced by the fixed one when that wins.
+// Why the check: smaller chunks run the GEMMs less efficiently, and the models know it (a run
+// once took 37 % longer on dynamic chunks the models had predicted slower).
 std::string keep_the_faster_plan(sched::BatchPlan& plan, const sched::ChunkingOptions& o,
                                  const std::vector<sched::StageCostFit>& fits,
                                  const std::vector<int64_t>& prompt_lengths, const std::vector<char>& done,
@@ -42,8 +39,6 @@ std::string keep_the_faster_plan(sched::BatchPlan& plan, const sched::ChunkingOp
   }
   return std::string("pipefill policy kept: ") + figures;
 }
-
-}  // namespace
 
 dist::RootOnly<std::vector<sched::StageCostFit>> profile_stages(const dist::Topology& topo,
                                                                 compute::StageCompute& compute, int hidden_size,

@@ -36,6 +36,15 @@ dist::RootOnly<std::vector<sched::StageCostFit>> profile_stages(const dist::Topo
                                                                 bool fresh, bool prefixed,
                                                                 bool report_progress = false);
 
+// The pipefill policy's plan against fixed chunks of C0 over the same batch, by the stages'
+// cost models (`fits`): the fixed plan replaces it (and policy_used becomes "fixed") when
+// predicted more than 2 % faster. Returns the note saying which was kept and why ("" when
+// there is nothing to compare). What `run` decides, and what `plan` and `simulate` show.
+std::string keep_the_faster_plan(sched::BatchPlan& plan, const sched::ChunkingOptions& options,
+                                 const std::vector<sched::StageCostFit>& fits,
+                                 const std::vector<int64_t>& prompt_lengths, const std::vector<char>& done,
+                                 const sched::PrefixPlan& fixed_prefixes, std::string& policy_used);
+
 // Collective. `saved` is the loaded --cost-model and `prefixes` the order and reused prefixes
 // of prefix reuse (both rank 0 only), `done` the run's resume state (the prompts it skips;
 // read on rank 0). The plan is valid on all ranks.

@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "compute/emulate/emulated_stage_compute.hpp"
+#include "pipeline/chunk_planning.hpp"
 #include "pipeline/stage_profiler.hpp"
 #include "sched/cost_profile.hpp"
 #include "sched/dynamic_chunker.hpp"
@@ -18,8 +19,8 @@ sched::BatchPlan plan_for(const SimulatedRunSpec& spec, const std::vector<StageC
   sched::ChunkingOptions c = spec.chunking;
   c.stages = spec.pp;
   std::unique_ptr<sched::ChunkPolicy> policy;
+  std::vector<sched::StageCostFit> fits;
   if (c.dynamic()) {
-    std::vector<sched::StageCostFit> fits;
     if (c.cost_source.profile_file()) {
       fits = sched::load_cost_profile(c.cost_source.value).stages;
     } else {
@@ -42,8 +43,13 @@ sched::BatchPlan plan_for(const SimulatedRunSpec& spec, const std::vector<StageC
   const std::vector<int64_t> cached =
       spec.cached_tokens.empty() ? std::vector<int64_t>(spec.lengths.size(), 0) : spec.cached_tokens;
   const bool shared = !spec.prefixes.order.empty() || !spec.prefixes.reuse.empty();
-  return sched::make_plan(spec.lengths, *policy, {}, shared ? spec.prefixes : sched::PrefixPlan::from_outside(cached),
-                          sched::kStudyStageChunks / std::max(1, spec.pp));
+  const sched::PrefixPlan prefixes = shared ? spec.prefixes : sched::PrefixPlan::from_outside(cached);
+  sched::BatchPlan plan =
+      sched::make_plan(spec.lengths, *policy, {}, prefixes, sched::kStudyStageChunks / std::max(1, spec.pp));
+  // The pipefill policy's plan only where it beats fixed chunks, as run decides.
+  if (c.policy == sched::ChunkPolicyKind::kPipefill && policy_used != "fixed")
+    note = pipeline::keep_the_faster_plan(plan, c, fits, spec.lengths, {}, prefixes, policy_used);
+  return plan;
 }
 
 }  // namespace

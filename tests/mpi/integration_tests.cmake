@@ -86,6 +86,9 @@ foreach(case tiny.pp2_dynamic_cost_model tiny.pp2_pipefill_cost_model tiny.pp2_p
 endforeach()
 set_tests_properties(mpi.tiny.pp2_dynamic_cost_model PROPERTIES ENVIRONMENT EXPECT_POLICY=sglang)
 set_tests_properties(mpi.tiny.pp2_pipefill_cost_model PROPERTIES ENVIRONMENT EXPECT_POLICY=pipefill)
+# plan, run and simulate agree on the pipefill policy's plan, kept or given up for fixed chunks.
+add_test(NAME mpi.plan_matches_run COMMAND ${PF_MPI}/plan_matches_run.sh ${PF_BIN} ${PF_DATA})
+set_tests_properties(mpi.plan_matches_run PROPERTIES LABELS mpi TIMEOUT 300 FIXTURES_REQUIRED "model.tiny;prompts;cost_model")
 add_test(NAME mpi.profile_failure_disables_dynamic_chunking COMMAND ${PF_MPI}/profile_failure.sh ${PF_BIN} ${PF_DATA})
 set_tests_properties(mpi.profile_failure_disables_dynamic_chunking PROPERTIES LABELS mpi
                      FIXTURES_REQUIRED "reference.tiny;prompts" TIMEOUT 300)
