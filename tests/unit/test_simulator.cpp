@@ -264,8 +264,9 @@ int simulate(std::vector<std::string> args) {
 TEST(SimulateCommand, TpRingFormulaCountsACpRanksShare) {
   auto ring_mib = [](const std::string& cp) {
     testing::internal::CaptureStdout();
+    // (--logprobs: every row read, so cp 1's last layer is not narrowed to the rows read.)
     EXPECT_EQ(simulate({"--model-config", "synthetic:tiny", "--hardware", "h100", "--tp", "2", "--cp", cp, "--length",
-                        "8192", "--chunk-size", "1024"}),
+                        "8192", "--chunk-size", "1024", "--logprobs"}),
               0);
     const std::string out = testing::internal::GetCapturedStdout();
     const size_t at = out.find("TP group of stage 0");
@@ -384,9 +385,11 @@ TEST(ContextParallel, TwoRanksHalveAStage) {
   const std::vector<model::StageRange> one_stage = {{0, shape.num_layers}};
   const auto whole = analytic_stage_costs(shape, hw, one_stage, 1, false);
   const auto halves = analytic_stage_costs(shape, hw, one_stage, 1, false, 4, {2, CpAttention::kAuto});
+  // (Deep in the prompt auto takes pass-Q, whose partial outputs return after the ring: on the
+  // free link's 1e18 B/s that costs about 1e-9 s, hence the tolerance.)
   for (const auto& [prefix, tokens] : {std::pair{0.0, 8192.0}, std::pair{65536.0, 4096.0}})
     EXPECT_NEAR(halves[0].chunk_seconds(prefix, tokens), whole[0].chunk_seconds(prefix, tokens) / 2,
-                1e-9 * whole[0].chunk_seconds(prefix, tokens))
+                1e-8 * whole[0].chunk_seconds(prefix, tokens))
         << prefix;
   EXPECT_EQ(halves[0].cp.layers, shape.num_layers);
 }
