@@ -38,10 +38,11 @@ struct AdviseRequest {
   int wire_bytes = 4;
   int ring_depth = 4;
   bool scores = false;  // per-token scores: the LM head on every row, CP's gather of every row
+  // With scores: each prompt's first scored row (an input's spans); empty: 0.
   std::vector<int64_t> score_from;
   // An input's prompts (--input): their shared prefixes, computed once as `run` does by
   // default (sched::find_shared_prefixes at page_size). Empty: none shared.
-  sched::PrefixPlan prefixes;  // with scores: each prompt's first scored row (an input's spans); empty: 0
+  sched::PrefixPlan prefixes;
   int page_size = 64;
   std::vector<int> fixed_chunks = {1024, 2048, 4096, 6144, 8192, 12288, 16384, 24576, 32768};
   bool tune_dynamic = true;  // the tuning path's second step (off: fixed chunks only)
